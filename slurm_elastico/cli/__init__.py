@@ -1,0 +1,57 @@
+"""The `elastico` command: thin click commands that parse, call the library and print.
+
+Only here are typed errors turned into messages and exit codes. Each command
+group lives in its own module of this package and is registered below.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from slurm_elastico import __version__
+from slurm_elastico.errors import ElasticoError
+
+
+class _Group(click.Group):
+    """Turns an `ElasticoError` into `error: ...` on stderr and its exit code."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except ElasticoError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="elastico")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="elastico.yaml (default: $ELASTICO_CONFIG, then /etc/slurm-elastico/elastico.yaml)")
+@click.pass_context
+def main(ctx: click.Context, config_path: str | None) -> None:
+    """slurm-elastico: elastic co-location of training and LLM inference on Slurm."""
+    ctx.ensure_object(dict)
+    ctx.obj["config_path"] = config_path
+
+
+def settings(ctx: click.Context):
+    """The settings for this invocation, loaded once."""
+    from slurm_elastico import config
+
+    root = ctx.find_root()
+    if "settings" not in root.obj:
+        root.obj["settings"] = config.load(root.obj.get("config_path"))
+    return root.obj["settings"]
+
+
+def _register() -> None:
+    from slurm_elastico.cli import cluster, view
+
+    main.add_command(cluster.cluster)
+    main.add_command(view.status)
+    main.add_command(view.config_cmd)
+
+
+_register()

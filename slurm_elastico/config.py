@@ -1,0 +1,167 @@
+"""Settings from `elastico.yaml`: read once into one typed, frozen object.
+
+Every problem (unknown key, wrong type, value out of range) is collected and
+raised together as one `ConfigError` that names each bad key and lists the
+valid ones, so an administrator fixes the file in one pass.
+
+Sections are dataclasses; each field's type and its `range`/`choices`
+metadata are the schema. Adding a setting is adding a field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from slurm_elastico.errors import ConfigError
+
+ENV_VAR = "ELASTICO_CONFIG"
+DEFAULT_PATHS = (Path("/etc/slurm-elastico/elastico.yaml"),)
+
+
+def _opt(default: Any, *, lo: float | None = None, hi: float | None = None, choices: tuple | None = None, help: str = ""):
+    return field(default=default, metadata={"lo": lo, "hi": hi, "choices": choices, "help": help})
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    conf: str = _opt("", help="SLURM_CONF for every Slurm command; empty = Slurm's default")
+    timeout_s: float = _opt(30.0, lo=1, hi=600, help="timeout of each Slurm command")
+    partition: str = _opt("", help="partition the helper manages; empty = all")
+
+
+@dataclass(frozen=True)
+class GpuSettings:
+    memory_mib: int = _opt(81920, lo=1, help="memory of each GPU (Slurm does not know it)")
+    shares_per_gpu: int = _opt(100, lo=1, hi=100, help="MPS shares of one GPU as configured in gres.conf")
+
+
+@dataclass(frozen=True)
+class PlannerSettings:
+    policy: str = _opt("elastico", help="planning policy from the registry")
+    rounds: int = _opt(30, lo=1, hi=10000, help="shadow-pricing rounds per epoch")
+    step: float = _opt(0.5, lo=0, help="subgradient step size")
+    fairness: str = _opt("waiting", choices=("waiting", "remaining", "equal"), help="how w_j is set")
+    reshape_cost_s: float = _opt(60.0, lo=0, help="checkpoint-and-restart cost of reshaping a running job")
+    hysteresis: float = _opt(0.1, lo=0, hi=10, help="relative gain a reshape must exceed beyond its cost")
+    reserve_queue_head: bool = _opt(True, help="reserve capacity for the head of the queue")
+
+
+@dataclass(frozen=True)
+class InterferenceSettings:
+    model: str = _opt("", help="path of a trained predictor; empty = the contention model")
+    floor: float = _opt(0.6, lo=0, hi=1, help="co-located speed below this fraction of solo is refused")
+
+
+@dataclass(frozen=True)
+class Settings:
+    state_dir: str = _opt("/var/lib/slurm-elastico", help="store, journal and checkpoints")
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    gpu: GpuSettings = field(default_factory=GpuSettings)
+    planner: PlannerSettings = field(default_factory=PlannerSettings)
+    interference: InterferenceSettings = field(default_factory=InterferenceSettings)
+
+    @property
+    def store_path(self) -> Path:
+        return Path(self.state_dir) / "elastico.sqlite"
+
+
+def valid_keys(cls: type = Settings, prefix: str = "") -> list[str]:
+    """Every dotted key the file may set, for error messages and `elastico config`."""
+    keys: list[str] = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        t = hints[f.name]
+        if dataclasses.is_dataclass(t):
+            keys += valid_keys(t, f"{prefix}{f.name}.")
+        else:
+            keys.append(f"{prefix}{f.name}")
+    return keys
+
+
+def _check_value(key: str, value: Any, typ: Any, meta: dict, problems: list[str]) -> Any:
+    origin = typing.get_origin(typ)
+    if origin in (typing.Union, types.UnionType):
+        typ = next(a for a in typing.get_args(typ) if a is not type(None))
+    if typ is bool:
+        ok = isinstance(value, bool)
+    elif typ is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif typ is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif typ is str:
+        ok = isinstance(value, str)
+    else:  # pragma: no cover - every field above is one of these
+        raise TypeError(f"unsupported setting type {typ!r} for {key}")
+    if not ok:
+        problems.append(f"{key}: expected {typ.__name__}, got {type(value).__name__} {value!r}")
+        return None
+    if meta.get("choices") and value not in meta["choices"]:
+        problems.append(f"{key}: {value!r} is not one of {', '.join(map(repr, meta['choices']))}")
+    if meta.get("lo") is not None and value < meta["lo"]:
+        problems.append(f"{key}: {value!r} is below the minimum {meta['lo']}")
+    if meta.get("hi") is not None and value > meta["hi"]:
+        problems.append(f"{key}: {value!r} is above the maximum {meta['hi']}")
+    return value
+
+
+def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
+    if not isinstance(data, dict):
+        problems.append(f"{prefix.rstrip('.') or '(top level)'}: expected a mapping, got {type(data).__name__}")
+        return cls()
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if key not in fields:
+            valid = ", ".join(valid_keys(cls, prefix))
+            problems.append(f"{dotted}: unknown key; valid keys here: {valid}")
+            continue
+        typ = hints[key]
+        if dataclasses.is_dataclass(typ):
+            kwargs[key] = _build(typ, value, f"{dotted}.", problems)
+        else:
+            checked = _check_value(dotted, value, typ, dict(fields[key].metadata), problems)
+            if checked is not None:
+                kwargs[key] = checked
+    return cls(**kwargs)
+
+
+def from_mapping(data: Any, source: str = "<settings>") -> Settings:
+    """Build `Settings` from parsed YAML, raising one `ConfigError` listing every problem."""
+    problems: list[str] = []
+    settings = _build(Settings, {} if data is None else data, "", problems)
+    if problems:
+        raise ConfigError(source, problems)
+    return settings
+
+
+def load(path: str | os.PathLike | None = None) -> Settings:
+    """Load settings from `path`, `$ELASTICO_CONFIG`, or the default path; defaults if none exists."""
+    if path is None:
+        env = os.environ.get(ENV_VAR)
+        candidates = [Path(env)] if env else list(DEFAULT_PATHS)
+        path = next((p for p in candidates if p.exists()), None)
+        if path is None:
+            if env:
+                raise ConfigError(env, [f"${ENV_VAR} names a file that does not exist"])
+            return Settings()
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(str(p), [f"cannot read: {exc.strerror}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(str(p), [f"not valid YAML: {exc}"]) from None
+    return from_mapping(data, str(p))

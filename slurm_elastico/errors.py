@@ -1,0 +1,71 @@
+"""Typed errors. The library raises these; only the CLI turns them into messages and exit codes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class ElasticoError(Exception):
+    """Base of every error slurm-elastico raises on purpose."""
+
+    exit_code = 1
+
+
+class ConfigError(ElasticoError):
+    """Settings or a spec file are wrong; the message lists every problem at once."""
+
+    exit_code = 2
+
+    def __init__(self, source: str, problems: Sequence[str]):
+        self.source = source
+        self.problems = tuple(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{source}: {len(self.problems)} problem(s):\n{lines}")
+
+
+class InvalidActionError(ElasticoError):
+    """An action was refused before any Slurm command ran (e.g. a share outside 1..100)."""
+
+    exit_code = 2
+
+
+class SlurmError(ElasticoError):
+    """A Slurm command failed: carries the argv, exit code and stderr."""
+
+    exit_code = 3
+
+    def __init__(self, argv: Sequence[str], returncode: int | None, stderr: str, message: str | None = None):
+        self.argv = tuple(argv)
+        self.returncode = returncode
+        self.stderr = stderr
+        text = message or f"`{' '.join(self.argv)}` exited with {returncode}"
+        detail = stderr.strip()
+        super().__init__(f"{text}: {detail}" if detail else text)
+
+
+class SlurmTimeout(SlurmError):
+    """A Slurm command did not finish within its timeout (the controller may be down or overloaded)."""
+
+    def __init__(self, argv: Sequence[str], timeout: float, stderr: str = ""):
+        self.timeout = timeout
+        super().__init__(argv, None, stderr, f"`{' '.join(argv)}` did not finish within {timeout:g} s")
+
+
+class SlurmNotFound(SlurmError):
+    """A Slurm command is not installed (or not on PATH)."""
+
+
+class UnknownJobError(SlurmError):
+    """Slurm does not know the job id."""
+
+
+class JobNotPendingError(SlurmError):
+    """Slurm refused a change that only pending jobs accept (e.g. GRES of a running job)."""
+
+
+class ParseError(ElasticoError):
+    """Slurm printed something the parser does not understand (schema drift); names the field."""
+
+
+class ClusterError(ElasticoError):
+    """The local development cluster could not be brought up or down; names the log to read."""
