@@ -48,7 +48,10 @@ def settings(ctx: click.Context):
 
 def _register() -> None:
     # One line per command module; each module owns its group.
-    pass
+    from slurm_elastico.cli import view
+
+    main.add_command(view.status)
+    main.add_command(view.config_cmd)
 
 
 _register()

@@ -1,0 +1,98 @@
+"""Pure argv builders for every Slurm command slurm-elastico runs.
+
+Each returns a list of strings for `subprocess` without a shell: a job name,
+comment or node list is one argv element, so quotes, `;`, `$()` and newlines
+reach Slurm unchanged. Validation lives here too, so a bad action is refused
+before any command runs (Slurm itself accepts `Gres=mps:500`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from slurm_elastico.errors import InvalidActionError
+from slurm_elastico.model import MPS_SHARES_PER_GPU
+
+SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "STOP", "KILL")
+_NODE_NAME = re.compile(r"^[A-Za-z0-9_.\-\[\],]+$")
+
+
+def _job_id(job_id: object) -> str:
+    if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id <= 0:
+        raise InvalidActionError(f"job id must be a positive integer, not {job_id!r}")
+    return str(job_id)
+
+
+def validate_share(share: object, shares_per_gpu: int = MPS_SHARES_PER_GPU) -> int:
+    """An MPS share is a whole number of shares of one GPU: 1..shares_per_gpu."""
+    if isinstance(share, bool) or not isinstance(share, int) or not 1 <= share <= shares_per_gpu:
+        raise InvalidActionError(f"MPS share must be an integer from 1 to {shares_per_gpu} per GPU, not {share!r}")
+    return share
+
+
+def squeue_json() -> list[str]:
+    # Every job Slurm still holds in memory; the gateway keeps the active ones.
+    return ["squeue", "--all", "--json"]
+
+
+def sinfo_json() -> list[str]:
+    return ["sinfo", "--json"]
+
+
+def sacct_json(*, start: str = "now-7days", end: str = "now", duplicates: bool = True, job_ids: tuple[int, ...] = ()) -> list[str]:
+    argv = ["sacct", "--json", "--allusers", f"--starttime={start}", f"--endtime={end}"]
+    if duplicates:
+        argv.append("--duplicates")  # each run of a requeued job, with its own allocation
+    if job_ids:
+        argv.append("--jobs=" + ",".join(_job_id(j) for j in job_ids))
+    return argv
+
+
+def set_share(job_id: int, share: int, shares_per_gpu: int = MPS_SHARES_PER_GPU) -> list[str]:
+    """Pending or held job → new MPS share. `Gres=`, never `TresPerNode=` (22.05 ignores it at run time)."""
+    return ["scontrol", "update", f"JobId={_job_id(job_id)}", f"Gres=mps:{validate_share(share, shares_per_gpu)}"]
+
+
+def set_nodes(job_id: int, nodes: tuple[str, ...] | list[str]) -> list[str]:
+    """Pending or held job → run only on these nodes (`NodeList=`); empty clears the pin."""
+    for n in nodes:
+        if not isinstance(n, str) or not _NODE_NAME.match(n):
+            raise InvalidActionError(f"node name {n!r} is not a valid Slurm node name (letters, digits, _ . - [ ] ,)")
+    return ["scontrol", "update", f"JobId={_job_id(job_id)}", f"NodeList={','.join(nodes)}"]
+
+
+def requeue_hold(job_id: int) -> list[str]:
+    return ["scontrol", "requeuehold", _job_id(job_id)]
+
+
+def start_now(job_id: int) -> list[str]:
+    # Without this a requeued job waits ~120 s (its BeginTime) after release.
+    return ["scontrol", "update", f"JobId={_job_id(job_id)}", "StartTime=now"]
+
+
+def release(job_id: int) -> list[str]:
+    return ["scontrol", "release", _job_id(job_id)]
+
+
+def hold(job_id: int) -> list[str]:
+    return ["scontrol", "hold", _job_id(job_id)]
+
+
+def signal(job_id: int, sig: str, *, whole_job: bool = False) -> list[str]:
+    """`--batch` reaches only the batch shell (elastico-run); `--full` every process of the job."""
+    name = sig.upper().removeprefix("SIG") if isinstance(sig, str) else sig
+    if name not in SIGNALS:
+        raise InvalidActionError(f"signal {sig!r} is not one of {', '.join(SIGNALS)}")
+    return ["scancel", f"--signal={name}", "--full" if whole_job else "--batch", _job_id(job_id)]
+
+
+def set_admin_comment(job_id: int, text: str) -> list[str]:
+    if not isinstance(text, str):
+        raise InvalidActionError(f"admin comment must be text, not {type(text).__name__}")
+    if "\x00" in text:
+        raise InvalidActionError("admin comment must not contain NUL characters")
+    return ["scontrol", "update", f"JobId={_job_id(job_id)}", f"AdminComment={text}"]
+
+
+def show_job(job_id: int) -> list[str]:
+    return ["scontrol", "--oneliner", "show", "job", _job_id(job_id)]

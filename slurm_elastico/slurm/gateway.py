@@ -1,0 +1,192 @@
+"""The Slurm gateway: the only class that runs Slurm commands.
+
+It reads the cluster (`snapshot()`: one `squeue` and one `sinfo` call, whatever
+the number of jobs) and acts on it (MPS share, node pin, requeue with a new
+share, signals, admin comments). Argv comes from `commands`, parsing from
+`parse`; this class only sequences them through an injected runner, so a test
+or the simulator can hand in another runner (or another gateway with the same
+methods).
+
+Every failure is a typed error carrying the argv, exit code and stderr.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from slurm_elastico.errors import (
+    InvalidActionError,
+    JobNotPendingError,
+    SlurmError,
+    UnknownJobError,
+)
+from slurm_elastico.model import Action, ActionKind, JobState, JobView, Snapshot
+from slurm_elastico.slurm import commands, parse
+from slurm_elastico.slurm.runner import Completed, Runner
+
+_UNKNOWN_JOB = ("invalid job id", "unknown job", "does not exist")
+_NOT_PENDING = ("no longer pending", "job is not pending", "already running")
+
+
+def classify(result: Completed) -> Completed:
+    """Raise the typed error a failed Slurm command deserves; return the result when it succeeded."""
+    if result.returncode == 0:
+        return result
+    text = (result.stderr or result.stdout).strip()
+    low = text.lower()
+    if any(s in low for s in _UNKNOWN_JOB):
+        raise UnknownJobError(result.argv, result.returncode, text)
+    if any(s in low for s in _NOT_PENDING):
+        raise JobNotPendingError(result.argv, result.returncode, text)
+    raise SlurmError(result.argv, result.returncode, text)
+
+
+class SlurmGateway:
+    """Snapshot and actions against a real Slurm cluster through `runner`.
+
+    `shares_per_gpu` must match gres.conf (MPS Count ÷ GPUs); `gpu_memory_mib`
+    is each GPU's memory, which Slurm does not know. `sleep` is injectable so
+    tests of the polling logic need not wait.
+    """
+
+    def __init__(
+        self,
+        runner: Runner,
+        *,
+        shares_per_gpu: int = 100,
+        gpu_memory_mib: int = 0,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.runner = runner
+        self.shares_per_gpu = shares_per_gpu
+        self.gpu_memory_mib = gpu_memory_mib
+        self._sleep = sleep
+        self._clock = clock
+
+    # ----------------------------------------------------------------- reading
+
+    def _run(self, argv: Sequence[str]) -> Completed:
+        return classify(self.runner(argv))
+
+    def jobs(self) -> tuple[JobView, ...]:
+        """Active jobs (pending, running, suspended, completing), from one squeue call."""
+        jobs = parse.parse_squeue(self._run(commands.squeue_json()).stdout)
+        return tuple(j for j in jobs if j.state.active)
+
+    def snapshot(self) -> Snapshot:
+        """The cluster now: one squeue and one sinfo call."""
+        squeue_text = self._run(commands.squeue_json()).stdout
+        sinfo_text = self._run(commands.sinfo_json()).stdout
+        taken_at = self._clock()
+        jobs = tuple(j for j in parse.parse_squeue(squeue_text) if j.state.active)
+        records = parse.parse_sinfo(sinfo_text)
+        nodes = parse.build_nodes(records, jobs, shares_per_gpu=self.shares_per_gpu, gpu_memory_mib=self.gpu_memory_mib)
+        return Snapshot(
+            taken_at=taken_at,
+            slurm_version=parse.slurm_version(squeue_text),
+            nodes=nodes,
+            jobs=jobs,
+            partitions=parse.partitions_from(records),
+        )
+
+    def job(self, job_id: int) -> JobView:
+        """One job's current view (from squeue); `UnknownJobError` when Slurm no longer lists it."""
+        argv = commands.squeue_json()
+        for j in parse.parse_squeue(self._run(argv).stdout):
+            if j.job_id == job_id:
+                return j
+        raise UnknownJobError(argv, 0, f"job {job_id} is not in squeue")
+
+    def sacct(self, **kwargs) -> tuple[parse.SacctRecord, ...]:
+        """Accounting records (needs slurmdbd or a jobcomp file); see `commands.sacct_json`."""
+        return parse.parse_sacct(self._run(commands.sacct_json(**kwargs)).stdout)
+
+    # ----------------------------------------------------------------- acting
+
+    def set_share(self, job_id: int, share: int) -> None:
+        """Set a pending or held job's MPS share; a running job raises `JobNotPendingError`."""
+        self._run(commands.set_share(job_id, share, self.shares_per_gpu))
+
+    def set_nodes(self, job_id: int, nodes: Sequence[str]) -> None:
+        self._run(commands.set_nodes(job_id, tuple(nodes)))
+
+    def signal(self, job_id: int, sig: str, *, whole_job: bool = False) -> None:
+        self._run(commands.signal(job_id, sig, whole_job=whole_job))
+
+    def set_admin_comment(self, job_id: int, text: str) -> None:
+        self._run(commands.set_admin_comment(job_id, text))
+
+    def wait_state(self, job_id: int, states: Sequence[JobState], timeout_s: float, poll_s: float = 0.25) -> JobView:
+        """Poll until the job is in one of `states`; `SlurmError` naming the last state on timeout."""
+        deadline = self._clock() + timeout_s
+        while True:
+            view = self.job(job_id)
+            if view.state in states:
+                return view
+            if self._clock() >= deadline:
+                raise SlurmError(
+                    commands.squeue_json(), 0, "",
+                    f"job {job_id} did not reach {'/'.join(s.value for s in states)} within {timeout_s:g} s "
+                    f"(it is {view.state.value}, reason {view.reason or 'none'})",
+                )
+            self._sleep(poll_s)
+
+    def requeue_with_share(self, job_id: int, share: int, nodes: Sequence[str] = (), *, stop_timeout_s: float = 120.0) -> None:
+        """Move a running job to a new MPS share: requeuehold → update → StartTime=now → release.
+
+        `requeuehold` sends SIGTERM; elastico-run checkpoints within KillWait.
+        Once the job is pending and held, its share (and node pin) is updated
+        and it is released with StartTime=now (otherwise Slurm waits ~120 s).
+        Whatever fails after the hold, the job is released: no job is left held.
+        """
+        share_argv = commands.set_share(job_id, share, self.shares_per_gpu)  # validate before touching the job
+        nodes_argv = commands.set_nodes(job_id, tuple(nodes)) if nodes else None
+        self._run(commands.requeue_hold(job_id))
+        try:
+            self.wait_state(job_id, (JobState.PENDING,), stop_timeout_s)
+            self._run(share_argv)
+            if nodes_argv:
+                self._run(nodes_argv)
+            self._run(commands.start_now(job_id))
+        finally:
+            self._run(commands.release(job_id))
+
+    def argv_for(self, action: Action) -> list[list[str]]:
+        """The exact commands `apply(action)` runs, for `--dry-run`."""
+        if action.kind is ActionKind.SET_SHARE:
+            return [commands.set_share(action.job_id, _need(action.share, action), self.shares_per_gpu)]
+        if action.kind is ActionKind.SET_NODES:
+            return [commands.set_nodes(action.job_id, action.nodes)]
+        if action.kind is ActionKind.RESHAPE_RUNNING:
+            cmds = [commands.requeue_hold(action.job_id), commands.set_share(action.job_id, _need(action.share, action), self.shares_per_gpu)]
+            if action.nodes:
+                cmds.append(commands.set_nodes(action.job_id, action.nodes))
+            return cmds + [commands.start_now(action.job_id), commands.release(action.job_id)]
+        if action.kind is ActionKind.SIGNAL:
+            return [commands.signal(action.job_id, _need(action.signal, action))]
+        if action.kind is ActionKind.SET_ADMIN_COMMENT:
+            return [commands.set_admin_comment(action.job_id, _need(action.text, action))]
+        raise InvalidActionError(f"unknown action kind {action.kind!r}")  # pragma: no cover - enum is closed
+
+    def apply(self, action: Action) -> None:
+        """Carry out one planner action."""
+        if action.kind is ActionKind.SET_SHARE:
+            self.set_share(action.job_id, _need(action.share, action))
+        elif action.kind is ActionKind.SET_NODES:
+            self.set_nodes(action.job_id, action.nodes)
+        elif action.kind is ActionKind.RESHAPE_RUNNING:
+            self.requeue_with_share(action.job_id, _need(action.share, action), action.nodes)
+        elif action.kind is ActionKind.SIGNAL:
+            self.signal(action.job_id, _need(action.signal, action))
+        elif action.kind is ActionKind.SET_ADMIN_COMMENT:
+            self.set_admin_comment(action.job_id, _need(action.text, action))
+        else:  # pragma: no cover - enum is closed
+            raise InvalidActionError(f"unknown action kind {action.kind!r}")
+
+
+def _need(value, action: Action):
+    if value is None:
+        raise InvalidActionError(f"{action.kind.value} action for job {action.job_id} lacks its value")
+    return value

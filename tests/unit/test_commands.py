@@ -1,0 +1,69 @@
+"""Argv builders: exact commands, validation before anything runs, hostile strings kept whole."""
+
+import pytest
+from hypothesis import given, strategies as st
+
+from slurm_elastico.errors import InvalidActionError
+from slurm_elastico.slurm import commands
+
+HOSTILE = ["it's \"quoted\"", "a; rm -rf /", "$(touch pwned)", "`id`", "line1\nline2", "ünïcødé ✓ 日本", "x' OR '1'='1", "--batch"]
+
+
+def test_set_share_uses_gres_never_tres_per_node():
+    argv = commands.set_share(42, 25)
+    assert argv == ["scontrol", "update", "JobId=42", "Gres=mps:25"]
+    assert not any("TresPerNode" in a for a in argv)
+
+
+@pytest.mark.parametrize("share", [0, -1, 101, 500, 2.5, "50", True, None])
+def test_bad_share_refused(share):
+    with pytest.raises(InvalidActionError, match="1 to 100"):
+        commands.set_share(1, share)
+
+
+def test_share_range_follows_shares_per_gpu():
+    assert commands.set_share(1, 200, shares_per_gpu=200)[-1] == "Gres=mps:200"
+    with pytest.raises(InvalidActionError, match="1 to 50"):
+        commands.set_share(1, 60, shares_per_gpu=50)
+
+
+@pytest.mark.parametrize("job", [0, -3, "12", 1.0, True, None])
+def test_bad_job_id_refused(job):
+    with pytest.raises(InvalidActionError, match="positive integer"):
+        commands.release(job)
+
+
+def test_signal_batch_and_full():
+    assert commands.signal(7, "USR1") == ["scancel", "--signal=USR1", "--batch", "7"]
+    assert commands.signal(7, "SIGTERM", whole_job=True) == ["scancel", "--signal=TERM", "--full", "7"]
+    with pytest.raises(InvalidActionError, match="USR1"):
+        commands.signal(7, "USR1; reboot")
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_admin_comment_is_one_argv_element(text):
+    argv = commands.set_admin_comment(9, text)
+    assert argv[:3] == ["scontrol", "update", "JobId=9"]
+    assert argv[3] == f"AdminComment={text}" and len(argv) == 4
+
+
+def test_admin_comment_rejects_nul():
+    with pytest.raises(InvalidActionError, match="NUL"):
+        commands.set_admin_comment(9, "a\x00b")
+
+
+def test_nodes_validated():
+    assert commands.set_nodes(3, ("n1", "n2")) == ["scontrol", "update", "JobId=3", "NodeList=n1,n2"]
+    with pytest.raises(InvalidActionError, match="node name"):
+        commands.set_nodes(3, ("n1; id",))
+
+
+def test_requeue_sequence_builders():
+    assert commands.requeue_hold(5) == ["scontrol", "requeuehold", "5"]
+    assert commands.start_now(5) == ["scontrol", "update", "JobId=5", "StartTime=now"]
+    assert commands.release(5) == ["scontrol", "release", "5"]
+
+
+@given(st.integers(min_value=1, max_value=100))
+def test_every_valid_share_builds(share):
+    assert commands.set_share(1, share)[-1] == f"Gres=mps:{share}"
