@@ -1,0 +1,62 @@
+"""Settings: defaults, every problem reported at once, valid keys listed."""
+
+import pytest
+
+from slurm_elastico import config
+from slurm_elastico.errors import ConfigError
+
+
+def test_defaults_when_empty():
+    s = config.from_mapping(None)
+    assert s.planner.fairness == "waiting" and s.gpu.shares_per_gpu == 100
+
+
+def test_values_are_read_and_typed(tmp_path):
+    p = tmp_path / "elastico.yaml"
+    p.write_text("state_dir: /srv/e\nplanner:\n  rounds: 5\n  step: 1\ninterference:\n  floor: 0.5\n")
+    s = config.load(p)
+    assert (s.state_dir, s.planner.rounds, s.planner.step, s.interference.floor) == ("/srv/e", 5, 1.0, 0.5)
+    assert isinstance(s.planner.step, float)
+
+
+def test_every_problem_in_one_message(tmp_path):
+    p = tmp_path / "elastico.yaml"
+    p.write_text("bogus: 1\nplanner:\n  rounds: zero\n  fairness: lottery\n  colour: red\ngpu:\n  shares_per_gpu: 500\n")
+    with pytest.raises(ConfigError) as e:
+        config.load(p)
+    msg = str(e.value)
+    assert len(e.value.problems) == 5
+    assert str(p) in msg
+    assert "bogus: unknown key" in msg and "planner.rounds: expected int" in msg
+    assert "'lottery' is not one of 'waiting', 'remaining', 'equal'" in msg
+    assert "planner.colour: unknown key; valid keys here: planner.policy" in msg
+    assert "gpu.shares_per_gpu: 500 is above the maximum 100" in msg
+
+
+def test_section_must_be_mapping():
+    with pytest.raises(ConfigError, match="planner: expected a mapping"):
+        config.from_mapping({"planner": [1, 2]})
+
+
+def test_bool_is_not_int():
+    with pytest.raises(ConfigError, match="planner.rounds: expected int, got bool"):
+        config.from_mapping({"planner": {"rounds": True}})
+
+
+def test_invalid_yaml_and_missing_env_file(tmp_path, monkeypatch):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("planner: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        config.load(bad)
+    monkeypatch.setenv(config.ENV_VAR, str(tmp_path / "missing.yaml"))
+    with pytest.raises(ConfigError, match="does not exist"):
+        config.load()
+
+
+def test_shipped_example_is_valid():
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "etc" / "elastico.yaml"
+    s = config.load(example)  # raises ConfigError if the example drifted from the schema
+    assert s.planner.reserve_queue_head is True and s.slurm.timeout_s == 30.0
+    assert set(config.valid_keys()) >= {"planner.fairness", "interference.floor", "slurm.conf"}
