@@ -177,6 +177,8 @@ class JobView:
     requeue: bool = False
     comment: str = ""
     admin_comment: str = ""
+    gpu_alloc: tuple[tuple[str, int, int], ...] = ()
+    """(node, GPU index, MPS shares) for every GPU the job holds on every node; shares 0 = held whole."""
 
     @property
     def mps_share(self) -> int:
