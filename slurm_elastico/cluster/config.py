@@ -1,0 +1,289 @@
+"""Pure writers of the local cluster's slurm.conf, gres.conf, slurmdbd.conf and cgroup.conf.
+
+Nothing here touches the disk or runs a command: a `ClusterSpec` (what to
+build) and a `Layout` (where its files live) go in, text comes out, so every
+line can be checked in unit tests. The facts behind each setting (multiple
+slurmd on one host, MPS `Flags=all_sharing`, accounting needing slurmdbd) were
+measured on Slurm 22.05 and 24.11; see the comments at each.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurm_elastico.errors import ClusterError
+
+CLUSTER_NAME = "elastico"
+DEFAULT_PORT_BASE = 16817
+DB_NAME = "slurm_acct_db"
+DB_USER = "slurm"
+# GPU character devices: NVIDIA's major number; slurmd only stats the files.
+NVIDIA_MAJOR = 195
+# AF_UNIX socket paths (munge, MariaDB) longer than this fail to bind.
+MAX_SOCKET_PATH = 107
+_UNSAFE_PATH = re.compile(r"[\s\[\],=#\"']")
+
+
+@dataclass(frozen=True)
+class Ports:
+    """TCP ports of the cluster's daemons, all above a system Slurm's 6817-6819 and MariaDB's 3306."""
+
+    slurmctld: int
+    slurmdbd: int
+    mariadb: int
+    slurmd_first: int
+
+    @classmethod
+    def from_base(cls, base: int = DEFAULT_PORT_BASE) -> "Ports":
+        """slurmctld=base, slurmdbd=base+2, MariaDB=base+3, slurmd n1=base+184 (16817 → 17001)."""
+        if not 1024 <= base <= 60000:
+            raise ClusterError(f"port base {base} is outside the allowed 1024..60000")
+        return cls(slurmctld=base, slurmdbd=base + 2, mariadb=base + 3, slurmd_first=base + 184)
+
+    def slurmd(self, index: int) -> int:
+        """Port of node number `index` (1-based)."""
+        return self.slurmd_first + index - 1
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """What to build: node count, fake GPUs, MPS shares, accounting, ports, Slurm version."""
+
+    hostname: str
+    nodes: int = 4
+    gpus_per_node: int = 4
+    shares_per_gpu: int = 100
+    cpus_per_node: int = 8
+    memory_mb: int = 8000
+    accounting: bool = False
+    kill_wait: int = 30
+    ports: Ports = field(default_factory=Ports.from_base)
+    version: tuple[int, int] = (22, 5)
+    name: str = CLUSTER_NAME
+
+    def __post_init__(self) -> None:
+        problems = []
+        for attr, lo, hi in (
+            ("nodes", 1, 64),
+            ("gpus_per_node", 1, 16),
+            ("shares_per_gpu", 1, 100),
+            ("cpus_per_node", 1, 1024),
+            ("memory_mb", 100, 10**7),
+            ("kill_wait", 0, 3600),
+        ):
+            value = getattr(self, attr)
+            if not isinstance(value, int) or not lo <= value <= hi:
+                problems.append(f"{attr}={value!r} (allowed: integer {lo}..{hi})")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9-]*", self.hostname or ""):
+            problems.append(f"hostname={self.hostname!r} (allowed: a short host name, as `hostname -s` prints)")
+        if problems:
+            raise ClusterError("invalid cluster settings: " + "; ".join(problems))
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(f"n{i}" for i in range(1, self.nodes + 1))
+
+    @property
+    def node_range(self) -> str:
+        """Slurm hostlist of all nodes, e.g. `n[1-4]` (or `n1` alone)."""
+        return "n1" if self.nodes == 1 else f"n[1-{self.nodes}]"
+
+    @property
+    def mps_per_node(self) -> int:
+        return self.gpus_per_node * self.shares_per_gpu
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where every file of a cluster lives under its state directory."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        text = str(self.root)
+        if not self.root.is_absolute():
+            raise ClusterError(f"state dir {text!r} must be an absolute path")
+        if _UNSAFE_PATH.search(text):
+            # slurm.conf has no quoting and gres.conf File= is a hostlist: spaces,
+            # brackets, commas or '=' would be misread.
+            raise ClusterError(f"state dir {text!r} contains a space or one of []=,#'\" that Slurm config files cannot hold")
+        longest = max(len(str(self.munge_socket)), len(str(self.mariadb_socket)))
+        if longest > MAX_SOCKET_PATH:
+            raise ClusterError(
+                f"state dir {text!r} is too deep: its socket paths would be {longest} characters "
+                f"(Unix sockets allow {MAX_SOCKET_PATH}); choose a shorter --state-dir"
+            )
+
+    etc = property(lambda self: self.root / "etc")
+    logs = property(lambda self: self.root / "logs")
+    run = property(lambda self: self.root / "run")
+    dev = property(lambda self: self.root / "dev")
+    spool = property(lambda self: self.root / "spool")
+    db = property(lambda self: self.root / "db")
+    slurm_conf = property(lambda self: self.etc / "slurm.conf")
+    gres_conf = property(lambda self: self.etc / "gres.conf")
+    cgroup_conf = property(lambda self: self.etc / "cgroup.conf")
+    slurmdbd_conf = property(lambda self: self.etc / "slurmdbd.conf")
+    spec_file = property(lambda self: self.etc / "cluster.json")
+    munge_key = property(lambda self: self.etc / "munge.key")
+    db_password = property(lambda self: self.etc / "db.password")
+    munge_socket = property(lambda self: self.run / "munge.sock")
+    mariadb_socket = property(lambda self: self.run / "mariadb.sock")
+    state_save = property(lambda self: self.spool / "ctld")
+    jobcomp = property(lambda self: self.logs / "jobcomp.txt")
+
+    def pid_file(self, daemon: str) -> Path:
+        return self.run / f"{daemon}.pid"
+
+    def log_file(self, daemon: str) -> Path:
+        return self.logs / f"{daemon}.log"
+
+    def gpu_dir(self, node: str) -> Path:
+        return self.dev / node
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    """(major, minor) from `slurmd -V` output such as `slurm-wlm 22.05.8` or `slurm 24.11.5`."""
+    match = re.search(r"(\d+)\.(\d+)(?:\.\d+)?", text)
+    if not match:
+        raise ClusterError(f"cannot read a Slurm version from {text.strip()!r} (expected e.g. 'slurm 24.11.5')")
+    return int(match.group(1)), int(match.group(2))
+
+
+def slurm_conf(spec: ClusterSpec, layout: Layout) -> str:
+    """slurm.conf: one controller and `spec.nodes` slurmd on this host, partition `debug`."""
+    p = spec.ports
+    first, last = p.slurmd(1), p.slurmd(spec.nodes)
+    port_range = str(first) if spec.nodes == 1 else f"[{first}-{last}]"
+    lines = [
+        "# Written by slurm-elastico for a local test cluster; rewritten by `elastico cluster up`.",
+        f"ClusterName={spec.name}",
+        # Must be the short host name, or slurmctld exits "not a valid controller".
+        f"SlurmctldHost={spec.hostname}(127.0.0.1)",
+        f"SlurmctldPort={p.slurmctld}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        # Our own munged, so a system munge (other key) is never involved.
+        f"AuthInfo=socket={layout.munge_socket}",
+        f"StateSaveLocation={layout.state_save}",
+        # %n: one spool, pid and log per slurmd when several run on one host.
+        f"SlurmdSpoolDir={layout.spool}/%n",
+        f"SlurmctldPidFile={layout.pid_file('slurmctld')}",
+        f"SlurmdPidFile={layout.run}/slurmd-%n.pid",
+        f"SlurmctldLogFile={layout.log_file('slurmctld')}",
+        f"SlurmdLogFile={layout.logs}/slurmd-%n.log",
+        "SlurmctldDebug=info",
+        "SlurmdDebug=info",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "MpiDefault=none",
+        "MailProg=/bin/true",
+        "JobRequeue=1",
+        "ReturnToService=2",
+        f"KillWait={spec.kill_wait}",
+        "SchedulerType=sched/backfill",
+        # Backfill every second (default 30): tests wait on the scheduler.
+        "SchedulerParameters=bf_interval=1",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        # Lets the node lines claim more CPUs and memory than this machine has.
+        "SlurmdParameters=config_overrides",
+        "MessageTimeout=10",
+        "InactiveLimit=0",
+        "MinJobAge=300",
+        "GresTypes=gpu,mps",
+    ]
+    if spec.accounting:
+        lines += [
+            "AccountingStorageType=accounting_storage/slurmdbd",
+            "AccountingStorageHost=127.0.0.1",
+            f"AccountingStoragePort={p.slurmdbd}",
+            # For the slurmdbd connection the munge socket comes from here, not AuthInfo.
+            f"AccountingStoragePass={layout.munge_socket}",
+            # GRES appear in TRES strings only when listed; fatal without slurmdbd.
+            "AccountingStorageTRES=gres/gpu,gres/mps",
+            "AccountingStoreFlags=job_comment",
+            "JobAcctGatherType=jobacct_gather/linux",
+            "JobAcctGatherFrequency=30",
+        ]
+    else:
+        # Without slurmdbd, `sacct -c` still reads finished jobs from this file.
+        lines += ["JobCompType=jobcomp/filetxt", f"JobCompLoc={layout.jobcomp}"]
+    lines += [
+        f"NodeName={spec.node_range} NodeHostname={spec.hostname} NodeAddr=127.0.0.1 Port={port_range} "
+        f"CPUs={spec.cpus_per_node} RealMemory={spec.memory_mb} "
+        f"Gres=gpu:{spec.gpus_per_node},mps:{spec.mps_per_node} State=UNKNOWN",
+        f"PartitionName=debug Nodes={spec.node_range} Default=YES MaxTime=INFINITE State=UP",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _device_range(layout: Layout, node: str, gpus: int) -> str:
+    base = layout.gpu_dir(node) / "nvidia"
+    return f"{base}0" if gpus == 1 else f"{base}[0-{gpus - 1}]"
+
+
+def gres_conf(spec: ClusterSpec, layout: Layout) -> str:
+    """gres.conf: fake GPUs per node and their MPS shares, shared across all GPUs."""
+    lines = ["# Written by slurm-elastico: fake GPU device files, no NVML autodetection.", "AutoDetect=off"]
+    for node in spec.node_names:
+        devices = _device_range(layout, node, spec.gpus_per_node)
+        lines.append(f"NodeName={node} Name=gpu File={devices}")
+        # all_sharing is essential: without it every MPS job lands on GPU 0
+        # (one_sharing) and waits while the other GPUs are idle. Count is
+        # split evenly over the File= devices.
+        lines.append(f"NodeName={node} Name=mps Count={spec.mps_per_node} File={devices} Flags=all_sharing")
+    return "\n".join(lines) + "\n"
+
+
+def cgroup_conf(spec: ClusterSpec) -> str | None:
+    """cgroup.conf, or None where the version has no way to switch cgroups off.
+
+    Slurm >= 23.02 accepts `CgroupPlugin=disabled`, which keeps slurmd away from
+    systemd/dbus and delegated controllers (absent in containers). 22.05 has no
+    such value; it works here with proctrack/linuxproc and no cgroup.conf.
+    """
+    if spec.version < (23, 2):
+        return None
+    return "# Written by slurm-elastico: no cgroup enforcement on the local cluster.\nCgroupPlugin=disabled\n"
+
+
+def slurmdbd_conf(spec: ClusterSpec, layout: Layout, db_password: str) -> str:
+    """slurmdbd.conf (must be mode 600): MariaDB on 127.0.0.1 at `ports.mariadb`."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]{8,}", db_password):
+        raise ClusterError("database password must be 8 or more characters of [A-Za-z0-9_-]")
+    lines = [
+        "# Written by slurm-elastico for a local test cluster.",
+        "AuthType=auth/munge",
+        f"AuthInfo=socket={layout.munge_socket}",
+        f"DbdHost={spec.hostname}",
+        "DbdAddr=127.0.0.1",
+        f"DbdPort={spec.ports.slurmdbd}",
+        "SlurmUser=root",
+        "DebugLevel=info",
+        f"LogFile={layout.log_file('slurmdbd')}",
+        f"PidFile={layout.pid_file('slurmdbd')}",
+        "StorageType=accounting_storage/mysql",
+        "StorageHost=127.0.0.1",
+        f"StoragePort={spec.ports.mariadb}",
+        f"StorageUser={DB_USER}",
+        f"StoragePass={db_password}",
+        f"StorageLoc={DB_NAME}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def db_setup_sql(db_password: str) -> str:
+    """SQL that creates the accounting database and its user; safe to run again."""
+    return (
+        f"CREATE DATABASE IF NOT EXISTS {DB_NAME};\n"
+        f"CREATE USER IF NOT EXISTS '{DB_USER}'@'127.0.0.1' IDENTIFIED BY '{db_password}';\n"
+        f"CREATE USER IF NOT EXISTS '{DB_USER}'@'localhost' IDENTIFIED BY '{db_password}';\n"
+        f"GRANT ALL ON {DB_NAME}.* TO '{DB_USER}'@'127.0.0.1';\n"
+        f"GRANT ALL ON {DB_NAME}.* TO '{DB_USER}'@'localhost';\n"
+        "FLUSH PRIVILEGES;\n"
+    )
