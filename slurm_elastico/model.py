@@ -278,6 +278,23 @@ class Family:
     total_work: float
     throughput_floor: float = 0.0
     """`L_j`: a shape (or co-location) slower than this is never chosen."""
+    name: str = ""
+    """What the job runs (a model name); an interference feature, nothing more."""
+    default: str | None = None
+    """The shape the job runs as when nobody plans it (static baseline); None = the fastest at the largest share."""
+
+    def shape(self, name: str) -> Shape:
+        for s in self.shapes:
+            if s.name == name:
+                return s
+        raise KeyError(f"no shape {name!r} in this family")
+
+    @property
+    def default_shape(self) -> Shape:
+        if self.default is not None:
+            return self.shape(self.default)
+        top = max(s.resources.mps for s in self.shapes)
+        return max((s for s in self.shapes if s.resources.mps == top), key=lambda s: s.throughput)
 
 
 class ActionKind(str, enum.Enum):
@@ -303,9 +320,30 @@ class Action:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where the planner puts one job this epoch: a GPU of a node, a share of it, a shape.
+
+    Slurm itself picks the GPU within the node; `gpu` is the planner's belief,
+    kept for the simulator, reports and capacity checks.
+    """
+
+    job_id: int
+    node: str
+    gpu: int
+    shape: str
+    share: int
+    throughput: float
+    """Predicted co-located throughput (solo throughput / slowdown)."""
+
+
+@dataclass(frozen=True)
 class Plan:
     """The result of one epoch: the actions, and what the planner believes they yield."""
 
     actions: tuple[Action, ...] = ()
     objective: float = 0.0
     notes: tuple[str, ...] = field(default=())
+    placements: tuple[Placement, ...] = ()
+    """Every family job the plan runs (started, reshaped or kept), in job-id order."""
+    prices: tuple[float, ...] = ()
+    """Final shadow price per resource (mps, gpu memory, cpus, host memory), in GPU equivalents."""

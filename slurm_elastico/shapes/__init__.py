@@ -1,1 +1,45 @@
-"""shapes."""
+"""Shape families: a job's equivalent configurations, from a YAML spec to a pruned `Family`.
+
+`load_family(path, gpu_memory_mib)` is the one call most code needs; see
+`spec` for the file format, `estimate` for the model used where no numbers
+are declared or profiled, `solo` for what the interference model sees.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from slurm_elastico.errors import ConfigError
+from slurm_elastico.model import Family
+from slurm_elastico.shapes.enumerate import build_family, enumerate_shapes, pareto
+from slurm_elastico.shapes.solo import solo_profile
+from slurm_elastico.shapes.spec import Declared, FamilySpec, parse_spec, shape_name
+
+__all__ = ["Declared", "FamilySpec", "build_family", "enumerate_shapes", "load_family", "parse_family",
+           "pareto", "parse_spec", "shape_name", "solo_profile"]
+
+
+def parse_family(data: Any, source: str, gpu_memory_mib: int,
+                 profiles: Mapping[str, Declared] | None = None) -> Family:
+    """A `Family` from parsed YAML; raises one `ConfigError` with every problem."""
+    return build_family(parse_spec(data, source), gpu_memory_mib, profiles)
+
+
+def load_family(path: str | os.PathLike, gpu_memory_mib: int,
+                profiles: Mapping[str, Declared] | None = None) -> Family:
+    """A `Family` from a spec file; unreadable or invalid files raise `ConfigError` naming the file."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(str(p), [f"cannot read: {exc.strerror}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(str(p), [f"not valid YAML: {exc}"]) from None
+    return parse_family(data, str(p), gpu_memory_mib, profiles)

@@ -1,0 +1,298 @@
+"""Shape-family spec files: parse and validate a YAML mapping into a typed spec.
+
+A family spec sits next to a job script and lists the equivalent ways the job
+may run. Every problem is collected and raised together as one `ConfigError`
+naming the file, the key and what is allowed, so a user fixes it in one pass.
+
+Training (`kind: train`) — the global batch is fixed; shapes vary how it is
+computed, never what is computed::
+
+    kind: train
+    name: resnet50              # optional; a feature for interference prediction
+    global_batch: 256           # fixed across every shape
+    micro_batches: [32, 64, 128, 256]   # each must divide global_batch; accumulation = global / micro
+    precisions: [fp32, bf16]    # any of fp32, bf16, fp16
+    checkpointing: [false, true]        # activation checkpointing choices
+    steps: 5000                 # total optimizer steps (the work)
+    mps_shares: [25, 50, 100]   # percent of one GPU (MPS)
+    throughput_floor: 0.2       # L_j in steps/s: slower shapes/co-locations are never chosen
+    cpus: 4                     # optional, per shape (default 2)
+    host_mem_mib: 16384         # optional, per shape (default 8192)
+    default: mb64-fp32-mps100   # optional: the shape the job runs as unplanned
+    model:                      # optional hints for the estimate (slurm_elastico.shapes.estimate)
+      params: 25.6e6
+      activation_mib_per_sample: 60
+      step_time_s: 0.8          # one step, whole GPU, fp32, micro = global, no checkpointing
+      micro_batch_knee: 8
+    declared:                   # optional measured numbers per shape name; override the estimate
+      mb64-bf16-mps50: {throughput: 2.4, gpu_mem_mib: 9000}
+
+Inference (`kind: infer`) — a fixed set of requests::
+
+    kind: infer
+    name: llama-8b
+    requests: 20000
+    gpu_memory_utilization: [0.45, 0.9]   # vLLM fraction of GPU memory, in (0, 1]
+    max_num_seqs: [64, 256]
+    kv_cache_dtype: [auto, fp8]
+    mps_shares: [50, 100]
+    throughput_floor: 1.0       # requests/s
+    model: {weights_mib: 16000, kv_mib_per_seq: 128, requests_per_s: 12, concurrency_knee: 64}
+    declared:
+      gmu0.9-seqs256-kvfp8-mps100: {throughput: 14.0}
+
+Shape names: training `mb<micro>-<precision>[-ckpt]-mps<share>`, inference
+`gmu<fraction>-seqs<n>-kv<dtype>-mps<share>` (see `shape_name`).
+A global-batch change is not a shape: there is no key for it, by design.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurm_elastico.errors import ConfigError
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+KV_DTYPES = ("auto", "fp8")
+
+COMMON_KEYS = ("kind", "name", "mps_shares", "throughput_floor", "cpus", "host_mem_mib", "default", "model", "declared")
+TRAIN_KEYS = COMMON_KEYS + ("global_batch", "micro_batches", "precisions", "checkpointing", "steps")
+INFER_KEYS = COMMON_KEYS + ("requests", "gpu_memory_utilization", "max_num_seqs", "kv_cache_dtype")
+TRAIN_MODEL_KEYS = ("params", "activation_mib_per_sample", "step_time_s", "micro_batch_knee")
+INFER_MODEL_KEYS = ("weights_mib", "kv_mib_per_seq", "requests_per_s", "concurrency_knee")
+DECLARED_KEYS = ("throughput", "gpu_mem_mib")
+
+
+@dataclass(frozen=True)
+class Declared:
+    """Numbers a user (or the profiler) measured for one shape; None = use the estimate."""
+
+    throughput: float | None = None
+    gpu_mem_mib: float | None = None
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """A validated family spec; `knobs` holds the per-kind choice lists, `model` the estimate hints."""
+
+    source: str
+    kind: str  # "train" or "infer"
+    work: float  # steps or requests
+    mps_shares: tuple[int, ...]
+    throughput_floor: float
+    knobs: dict[str, tuple[Any, ...]]
+    name: str = ""
+    cpus: int = 2
+    host_mem_mib: int = 8192
+    default: str | None = None
+    model: dict[str, float] = field(default_factory=dict)
+    declared: dict[str, Declared] = field(default_factory=dict)
+    global_batch: int = 0
+
+
+def shape_name(kind: str, knobs: Mapping[str, Any], share: int) -> str:
+    """The stable, readable name of one shape (it is what `AdminComment` carries to the job)."""
+    if kind == "train":
+        ck = "-ckpt" if knobs["checkpointing"] else ""
+        return f"mb{knobs['micro_batch']}-{knobs['precision']}{ck}-mps{share}"
+    return f"gmu{knobs['gpu_memory_utilization']:g}-seqs{knobs['max_num_seqs']}-kv{knobs['kv_cache_dtype']}-mps{share}"
+
+
+class _Checker:
+    """Collects problems with their key paths instead of stopping at the first."""
+
+    def __init__(self, data: Mapping[str, Any]):
+        self.data = data
+        self.problems: list[str] = []
+
+    def bad(self, key: str, msg: str) -> None:
+        self.problems.append(f"{key}: {msg}")
+
+    def number(self, key: str, *, required: bool, lo: float, integer: bool = False, hi: float | None = None,
+               default: Any = None, data: Mapping[str, Any] | None = None, path: str | None = None) -> Any:
+        src = self.data if data is None else data
+        path = path or key
+        if key not in src:
+            if required:
+                self.bad(path, f"required; a{'n integer' if integer else ' number'} >= {lo:g}")
+            return default
+        v = _yaml_float(src[key]) if not integer else src[key]
+        ok = isinstance(v, int) if integer else isinstance(v, (int, float))
+        if isinstance(v, bool) or not ok or (not integer and not math.isfinite(v)):
+            self.bad(path, f"expected a{'n integer' if integer else ' number'}, got {v!r}")
+            return default
+        if v < lo or (hi is not None and v > hi):
+            rng = f">= {lo:g}" if hi is None else f"between {lo:g} and {hi:g}"
+            self.bad(path, f"{v!r} is out of range; allowed: {rng}")
+            return default
+        return v
+
+    def choices(self, key: str, *, allowed: tuple | None = None, integer: bool = False, lo: float = 0.0,
+                hi: float | None = None, boolean: bool = False, above: bool = False) -> tuple:
+        """A non-empty list of distinct choices, each checked; returns () when wrong."""
+        if key not in self.data:
+            self.bad(key, "required; a non-empty list")
+            return ()
+        v = self.data[key]
+        if not isinstance(v, list) or not v:
+            self.bad(key, f"expected a non-empty list, got {v!r}")
+            return ()
+        out, ok = [], True
+        for i, item in enumerate(v):
+            where = f"{key}[{i}]"
+            if allowed is not None:
+                if item not in allowed or isinstance(item, bool) != isinstance(allowed[0], bool):
+                    self.bad(where, f"{item!r} is not allowed; allowed: {', '.join(map(str, allowed))}")
+                    ok = False
+            elif boolean:
+                if not isinstance(item, bool):
+                    self.bad(where, f"expected true or false, got {item!r}")
+                    ok = False
+            else:
+                good = isinstance(item, int) if integer else isinstance(item, (int, float))
+                if isinstance(item, bool) or not good:
+                    self.bad(where, f"expected a{'n integer' if integer else ' number'}, got {item!r}")
+                    ok = False
+                elif (item <= lo if above else item < lo) or (hi is not None and item > hi):
+                    low = f"> {lo:g}" if above else f">= {lo:g}"
+                    self.bad(where, f"{item!r} is out of range; allowed: {low}" + (f" and <= {hi:g}" if hi is not None else ""))
+                    ok = False
+            out.append(item)
+        if ok and len(set(out)) != len(out):
+            self.bad(key, f"choices repeat: {v!r}")
+            ok = False
+        return tuple(out) if ok else ()
+
+
+def parse_spec(data: Any, source: str = "<family>") -> FamilySpec:
+    """Validate a parsed YAML mapping into a `FamilySpec`, raising one `ConfigError` listing every problem."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(source, [f"(top level): expected a mapping with a 'kind' key, got {type(data).__name__}"])
+    c = _Checker(data)
+    kind = data.get("kind")
+    if kind not in ("train", "infer"):
+        c.bad("kind", f"{kind!r} is not allowed; allowed: train, infer")
+        raise ConfigError(source, c.problems)
+    allowed_keys = TRAIN_KEYS if kind == "train" else INFER_KEYS
+    for key in data:
+        if key not in allowed_keys:
+            hint = " (a family keeps the global batch fixed; there is no per-shape batch)" if "batch" in str(key) else ""
+            c.bad(str(key), f"unknown key for kind {kind}{hint}; allowed: {', '.join(allowed_keys)}")
+
+    shares = c.choices("mps_shares", integer=True, lo=1, hi=100)
+    floor = c.number("throughput_floor", required=False, lo=0.0, default=0.0)
+    cpus = c.number("cpus", required=False, lo=1, integer=True, default=2)
+    host = c.number("host_mem_mib", required=False, lo=0, integer=True, default=8192)
+    name = data.get("name", "")
+    if not isinstance(name, str):
+        c.bad("name", f"expected a string, got {name!r}")
+        name = ""
+
+    knobs: dict[str, tuple] = {}
+    global_batch = 0
+    if kind == "train":
+        global_batch = c.number("global_batch", required=True, lo=1, integer=True, default=0)
+        work = c.number("steps", required=True, lo=1, integer=True, default=1)
+        micro = c.choices("micro_batches", integer=True, lo=1)
+        if global_batch and micro:
+            wrong = [m for m in micro if global_batch % m]
+            if wrong:
+                divisors = [d for d in range(1, global_batch + 1) if global_batch % d == 0]
+                shown = ", ".join(map(str, divisors[:24])) + (", ..." if len(divisors) > 24 else "")
+                c.bad("micro_batches", f"{wrong} do not divide global_batch {global_batch}; allowed: divisors of it ({shown})")
+                micro = ()
+        knobs = {
+            "micro_batch": micro,
+            "precision": c.choices("precisions", allowed=PRECISIONS),
+            "checkpointing": c.choices("checkpointing", boolean=True),
+        }
+        model_keys = TRAIN_MODEL_KEYS
+    else:
+        work = c.number("requests", required=True, lo=1, integer=True, default=1)
+        knobs = {
+            "gpu_memory_utilization": c.choices("gpu_memory_utilization", lo=0.0, hi=1.0, above=True),
+            "max_num_seqs": c.choices("max_num_seqs", integer=True, lo=1),
+            "kv_cache_dtype": c.choices("kv_cache_dtype", allowed=KV_DTYPES),
+        }
+        model_keys = INFER_MODEL_KEYS
+
+    model: dict[str, float] = {}
+    hints = data.get("model", {})
+    if not isinstance(hints, Mapping):
+        c.bad("model", f"expected a mapping of hints ({', '.join(model_keys)}), got {hints!r}")
+    else:
+        for key in hints:
+            if key not in model_keys:
+                c.bad(f"model.{key}", f"unknown hint for kind {kind}; allowed: {', '.join(model_keys)}")
+                continue
+            v = c.number(key, required=False, lo=0.0, data=hints, path=f"model.{key}")
+            if v is not None:
+                if v <= 0:
+                    c.bad(f"model.{key}", f"{v!r} is out of range; allowed: > 0")
+                else:
+                    model[key] = float(v)
+
+    names = set()
+    if all(knobs.values()) and shares:
+        names = {shape_name(kind, dict(zip(knobs, combo)), s) for combo in _product(knobs) for s in shares}
+
+    declared: dict[str, Declared] = {}
+    raw = data.get("declared", {})
+    if not isinstance(raw, Mapping):
+        c.bad("declared", f"expected a mapping of shape name -> {{{', '.join(DECLARED_KEYS)}}}, got {raw!r}")
+    else:
+        for sname, numbers in raw.items():
+            path = f"declared.{sname}"
+            if names and sname not in names:
+                c.bad(path, f"no such shape; allowed: {_some(names)}")
+                continue
+            if not isinstance(numbers, Mapping) or not numbers:
+                c.bad(path, f"expected a mapping with any of {', '.join(DECLARED_KEYS)}, got {numbers!r}")
+                continue
+            vals = {}
+            for key, v in numbers.items():
+                if key not in DECLARED_KEYS:
+                    c.bad(f"{path}.{key}", f"unknown key; allowed: {', '.join(DECLARED_KEYS)}")
+                    continue
+                got = c.number(key, required=False, lo=0.0, data=numbers, path=f"{path}.{key}")
+                if got is not None and got <= 0:
+                    c.bad(f"{path}.{key}", f"{got!r} is out of range; allowed: > 0")
+                elif got is not None:
+                    vals[key] = float(got)
+            declared[sname] = Declared(**vals)
+
+    default = data.get("default")
+    if default is not None and (not isinstance(default, str) or (names and default not in names)):
+        c.bad("default", f"{default!r} is not a shape of this family; allowed: {_some(names)}")
+        default = None
+
+    if c.problems:
+        raise ConfigError(source, c.problems)
+    return FamilySpec(source=source, kind=kind, work=float(work), mps_shares=tuple(sorted(shares)),
+                      throughput_floor=float(floor), knobs=knobs, name=name, cpus=cpus, host_mem_mib=host,
+                      default=default, model=model, declared=declared, global_batch=global_batch)
+
+
+def _yaml_float(v: Any) -> Any:
+    """PyYAML reads `25.6e6` (no dot-sign in the exponent) as text; take it as the number it means."""
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return v
+    return v
+
+
+def _product(knobs: Mapping[str, tuple]) -> list[tuple]:
+    import itertools
+
+    return list(itertools.product(*knobs.values()))
+
+
+def _some(names: set[str], limit: int = 12) -> str:
+    shown = sorted(names)
+    text = ", ".join(shown[:limit])
+    return text + (f", ... ({len(shown)} in all)" if len(shown) > limit else "")
