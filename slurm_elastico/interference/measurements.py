@@ -1,0 +1,191 @@
+"""Co-location observations: one format for CSV files and the store's `colocation` table.
+
+One row is one pair of jobs that shared one GPU of type `gpu_type`. For each job
+(`a_*`, `b_*`) the row holds its solo profile (the `SoloProfile` fields) and its
+observed normalized throughput `*_norm` = co-located throughput / solo
+throughput (1.0 = no slowdown; slowdown S = 1 / norm). `fits` is 0 when the
+pair could not run together (e.g. out of memory): then both norms are empty.
+Such rows are kept because they are bad pairs for admission, but they carry no
+slowdown to learn from. Any solo feature may be empty (unmeasured).
+
+CSV columns, in order: gpu_type, fits, source, then for p in (a, b):
+p_kind (train|infer), p_throughput (units/s, > 0), p_batch (> 0),
+p_precision (fp32|fp16|bf16 or empty), p_model_family, p_sm_util and
+p_membw_util (NVML, 0..1), p_mem_used_mib (>= 0), p_power_w (>= 0),
+p_mps_share (1..100, empty = 100), p_norm (0 < norm <= 2, empty when fits = 0).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from slurm_elastico.interference.base import SoloProfile
+from slurm_elastico.interference.errors import MeasurementError
+
+KINDS = ("train", "infer")
+PRECISIONS = ("fp32", "fp16", "bf16", "")
+PROFILE_FIELDS = tuple(f.name for f in fields(SoloProfile))
+COLUMNS = ("gpu_type", "fits", "source") + tuple(
+    f"{p}_{name}" for p in ("a", "b") for name in PROFILE_FIELDS + ("norm",)
+)
+_FLOAT_RANGES = {  # column -> (low, high, inclusive low)
+    "throughput": (0.0, math.inf, False),
+    "batch": (0.0, math.inf, False),
+    "sm_util": (0.0, 1.0, True),
+    "membw_util": (0.0, 1.0, True),
+    "mem_used_mib": (0.0, math.inf, True),
+    "power_w": (0.0, math.inf, True),
+    "norm": (0.0, 2.0, False),  # > 1 would be a speed-up; allow measurement noise, refuse nonsense
+}
+
+
+@dataclass(frozen=True)
+class Colocation:
+    """One observed pair: `norm_a` is a's co-located / solo throughput when sharing a GPU with b."""
+
+    gpu_type: str
+    a: SoloProfile
+    b: SoloProfile
+    norm_a: float = math.nan
+    norm_b: float = math.nan
+    fits: bool = True
+    source: str = ""
+
+    def swapped(self) -> Colocation:
+        return Colocation(self.gpu_type, self.b, self.a, self.norm_b, self.norm_a, self.fits, self.source)
+
+
+def _float(text: str, column: str, where: str) -> float:
+    if text is None or text.strip() == "":
+        return math.nan
+    try:
+        value = float(text)
+    except ValueError:
+        raise MeasurementError(f"{where}, column {column}: {text!r} is not a number") from None
+    low, high, inclusive = _FLOAT_RANGES[column.split("_", 1)[1]]
+    if math.isnan(value) or value > high or value < low or (value == low and not inclusive):
+        bracket = "[" if inclusive else "("
+        raise MeasurementError(f"{where}, column {column}: {value:g} is outside {bracket}{low:g}, {high:g}]")
+    return value
+
+
+def _profile(row: dict[str, str], p: str, where: str) -> SoloProfile:
+    kind = (row.get(f"{p}_kind") or "").strip()
+    if kind not in KINDS:
+        raise MeasurementError(f"{where}, column {p}_kind: {kind!r} is not one of {', '.join(KINDS)}")
+    precision = (row.get(f"{p}_precision") or "").strip()
+    if precision not in PRECISIONS:
+        raise MeasurementError(f"{where}, column {p}_precision: {precision!r} is not one of fp32, fp16, bf16 or empty")
+    share_text = (row.get(f"{p}_mps_share") or "").strip()
+    try:
+        share = int(share_text) if share_text else 100
+    except ValueError:
+        raise MeasurementError(f"{where}, column {p}_mps_share: {share_text!r} is not an integer 1..100") from None
+    if not 1 <= share <= 100:
+        raise MeasurementError(f"{where}, column {p}_mps_share: {share} is not in 1..100")
+    values = {name: _float(row.get(f"{p}_{name}", ""), f"{p}_{name}", where)
+              for name in ("throughput", "batch", "sm_util", "membw_util", "mem_used_mib", "power_w")}
+    return SoloProfile(kind=kind, precision=precision, model_family=(row.get(f"{p}_model_family") or "").strip(),
+                       mps_share=share, **values)
+
+
+def parse_row(row: dict[str, str], where: str) -> Colocation:
+    """One CSV/store row as a `Colocation`; `where` (e.g. "file.csv row 7") prefixes every error."""
+    gpu = (row.get("gpu_type") or "").strip()
+    if not gpu:
+        raise MeasurementError(f"{where}, column gpu_type: empty (a GPU type such as a100, h100, k80 is required)")
+    fits_text = str(row.get("fits", "")).strip()
+    if fits_text not in ("0", "1"):
+        raise MeasurementError(f"{where}, column fits: {fits_text!r} is not 0 or 1")
+    fits = fits_text == "1"
+    a, b = _profile(row, "a", where), _profile(row, "b", where)
+    norm_a = _float(row.get("a_norm", ""), "a_norm", where)
+    norm_b = _float(row.get("b_norm", ""), "b_norm", where)
+    for column, value in (("a_norm", norm_a), ("b_norm", norm_b)):
+        if fits and math.isnan(value):
+            raise MeasurementError(f"{where}, column {column}: empty, but fits = 1 needs the observed normalized throughput")
+        if not fits and not math.isnan(value):
+            raise MeasurementError(f"{where}, column {column}: must be empty when fits = 0 (the pair did not run)")
+    return Colocation(gpu, a, b, norm_a, norm_b, fits, (row.get("source") or "").strip())
+
+
+def to_row(obs: Colocation) -> dict[str, object]:
+    """The CSV/store row of an observation; NaN becomes empty (CSV) or NULL (store)."""
+    row: dict[str, object] = {"gpu_type": obs.gpu_type, "fits": int(obs.fits), "source": obs.source}
+    for p, profile, norm in (("a", obs.a, obs.norm_a), ("b", obs.b, obs.norm_b)):
+        for name in PROFILE_FIELDS:
+            value = getattr(profile, name)
+            row[f"{p}_{name}"] = None if isinstance(value, float) and math.isnan(value) else value
+        row[f"{p}_norm"] = None if math.isnan(norm) else norm
+    return row
+
+
+def read_csv(path: str | Path) -> list[Colocation]:
+    """Every observation in a measurement CSV; a missing column or bad value raises naming row and column."""
+    path = Path(path)
+    try:
+        handle = path.open(newline="")
+    except OSError as exc:
+        raise MeasurementError(f"{path}: cannot be read ({exc.strerror})") from None
+    with handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
+        if missing:
+            raise MeasurementError(f"{path}: missing column(s) {', '.join(missing)}; a measurement CSV has {', '.join(COLUMNS)}")
+        # Row numbers count the header as row 1, as a spreadsheet shows them.
+        return [parse_row(row, f"{path} row {i}") for i, row in enumerate(reader, start=2)]
+
+
+def write_csv(path: str | Path, observations: Iterable[Colocation], append: bool = False) -> int:
+    """Writes (or appends to) a measurement CSV with its header; returns the number of rows written."""
+    path = Path(path)
+    new = not append or not path.exists() or path.stat().st_size == 0
+    count = 0
+    with path.open("a" if append else "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        if new:
+            writer.writeheader()
+        for obs in observations:
+            writer.writerow({k: ("" if v is None else v) for k, v in to_row(obs).items()})
+            count += 1
+    return count
+
+
+def save_to_store(store, observations: Sequence[Colocation]) -> int:
+    """Appends observations to the store's `colocation` table in one transaction."""
+    placeholders = ", ".join("?" for _ in COLUMNS)
+    rows = [tuple(to_row(o)[c] for c in COLUMNS) for o in observations]
+    store.executemany(f"INSERT INTO colocation ({', '.join(COLUMNS)}) VALUES ({placeholders})", rows)
+    return len(rows)
+
+
+def load_from_store(store, gpu_type: str | None = None) -> list[Colocation]:
+    """Observations in the store (optionally of one GPU type), oldest first."""
+    sql = f"SELECT id, {', '.join(COLUMNS)} FROM colocation"
+    params: tuple = ()
+    if gpu_type is not None:
+        sql += " WHERE gpu_type = ?"
+        params = (gpu_type,)
+    out = []
+    for r in store.query(sql + " ORDER BY id", params):
+        row = {c: ("" if r[c] is None else str(r[c])) for c in COLUMNS}
+        out.append(parse_row(row, f"store colocation id {r['id']}"))
+    return out
+
+
+def samples(observations: Iterable[Colocation]) -> tuple[list[SoloProfile], list[SoloProfile], list[float], list[int]]:
+    """Both directions of every fitting pair: (self, partner, norm of self, index of the pair)."""
+    selves, partners, norms, index = [], [], [], []
+    for i, obs in enumerate(observations):
+        if not obs.fits:
+            continue
+        for s, p, n in ((obs.a, obs.b, obs.norm_a), (obs.b, obs.a, obs.norm_b)):
+            selves.append(s)
+            partners.append(p)
+            norms.append(n)
+            index.append(i)
+    return selves, partners, norms, index

@@ -1,0 +1,218 @@
+"""The trained slowdown predictor: a small PyTorch MLP over symmetric pair features.
+
+Output S = 1 + softplus(net(x)) so a prediction is never a speed-up. Trained
+full-batch with Adam on the relative error |Ŝ - S| / S, deterministically: a
+fixed seed in a forked RNG (the caller's torch RNG is untouched) and one
+thread, because multi-threaded float sums differ run to run. An ensemble of
+`members` nets averages log S. Inference deduplicates profiles by identity, so
+10,000 pairs of 100 jobs encode 100 jobs, not 20,000.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from slurm_elastico.interference.base import ContentionModel, SlowdownModel, SoloProfile
+from slurm_elastico.interference.errors import MeasurementError, ModelFileError
+from slurm_elastico.interference.features import FeatureSchema
+from slurm_elastico.interference.measurements import Colocation, samples
+
+FILE_FORMAT = "slurm-elastico/iac-mlp"
+FILE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Hyper-parameters; chosen by `evaluation.select_config` on folds of the training data only."""
+
+    hidden: int = 32
+    layers: int = 2
+    weight_decay: float = 1e-3
+    epochs: int = 400
+    lr: float = 1e-2
+    use_family: bool = True
+    members: int = 1
+
+
+@contextlib.contextmanager
+def _deterministic(seed: int) -> Iterator[None]:
+    """One thread and a seeded, forked RNG for the duration; restores the caller's settings."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _net(d_in: int, cfg: TrainConfig) -> nn.Module:
+    layers: list[nn.Module] = []
+    width = d_in
+    for _ in range(cfg.layers):
+        layers += [nn.Linear(width, cfg.hidden), nn.SiLU()]
+        width = cfg.hidden
+    layers.append(nn.Linear(width, 1))
+    return nn.Sequential(*layers)
+
+
+def _slowdown(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return 1.0 + nn.functional.softplus(net(x).squeeze(1))
+
+
+def _fit_nets(nets: Sequence[nn.Module], x: torch.Tensor, s: torch.Tensor, epochs: int, lr: float,
+              weight_decay: float) -> None:
+    for net in nets:
+        opt = torch.optim.Adam(net.parameters(), lr=lr, weight_decay=weight_decay)
+        for _ in range(epochs):
+            opt.zero_grad()
+            loss = ((_slowdown(net, x) - s).abs() / s).mean()
+            loss.backward()
+            opt.step()
+
+
+class MlpPredictor:
+    """A trained model; implements `SlowdownModel`. Build with `train()` or `MlpPredictor.load()`."""
+
+    def __init__(self, schema: FeatureSchema, nets: list[nn.Module], config: TrainConfig,
+                 admission_margin: float = 0.0, seed: int = 0):
+        self.schema = schema
+        self.nets = nets
+        self.config = config
+        self.admission_margin = admission_margin  # see base.admissible: a safety margin on the floor
+        self.seed = seed
+        for net in nets:
+            net.eval()
+
+    # -- inference -----------------------------------------------------------
+    def features(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
+        """Pair features of (a[k], b[k]); each distinct profile object is encoded once."""
+        if len(a) != len(b):
+            raise ValueError(f"predict needs as many partners as jobs: {len(a)} != {len(b)}")
+        n = len(a)
+        if n == 0:
+            return np.zeros((0, len(self.schema.names())), dtype=np.float32)
+        both = [*a, *b]
+        ids = np.fromiter(map(id, both), dtype=np.int64, count=2 * n)
+        _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+        enc, codes = self.schema.encode([both[i] for i in first])
+        ia, ib = inverse[:n], inverse[n:]
+        return self.schema.pairs(enc[ia], enc[ib], codes[ia], codes[ib])
+
+    def predict_features(self, x: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            t = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+            logs = torch.stack([torch.log(_slowdown(net, t)) for net in self.nets]).mean(0)
+            return torch.exp(logs).double().numpy()
+
+    def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
+        """Slowdown S >= 1 of a[k] when it shares one GPU with b[k], for every k, in one batched call."""
+        return self.predict_features(self.features(a, b))
+
+    def predict_matrix(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
+        """S[i, j]: slowdown of profiles[i] next to profiles[j], all pairs (the diagonal is a job with its twin)."""
+        n = len(profiles)
+        enc, codes = self.schema.encode(list(profiles))
+        i, j = np.divmod(np.arange(n * n), n)
+        return self.predict_features(self.schema.pairs(enc[i], enc[j], codes[i], codes[j])).reshape(n, n)
+
+    # -- learning ------------------------------------------------------------
+    def fine_tune(self, observations: Sequence[Colocation], epochs: int, lr: float) -> None:
+        """Continues training on `observations` in place (the schema stays; new families map to unknown)."""
+        selves, partners, norms, _ = samples(observations)
+        if not norms:
+            return
+        x = torch.from_numpy(self.features(selves, partners))
+        s = torch.tensor([1.0 / v for v in norms], dtype=torch.float32)
+        with _deterministic(self.seed):
+            for net in self.nets:
+                net.train()
+            _fit_nets(self.nets, x, s, epochs, lr, self.config.weight_decay)
+            for net in self.nets:
+                net.eval()
+
+    def state(self) -> list[dict]:
+        """A copy of the weights, for rollback."""
+        return [{k: v.detach().clone() for k, v in net.state_dict().items()} for net in self.nets]
+
+    def restore(self, state: list[dict]) -> None:
+        for net, sd in zip(self.nets, state, strict=True):
+            net.load_state_dict(sd)
+
+    # -- files -----------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        """Writes weights, feature schema, config and versions to one file (atomically)."""
+        path = Path(path)
+        blob = {"format": FILE_FORMAT, "version": FILE_VERSION, "schema": self.schema.to_dict(),
+                "config": asdict(self.config), "admission_margin": float(self.admission_margin),
+                "seed": int(self.seed), "nets": [net.state_dict() for net in self.nets]}
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save(blob, tmp)
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> MlpPredictor:
+        """Reads a file written by `save`; refuses another format, file version or feature schema."""
+        path = Path(path)
+        try:
+            blob = torch.load(path, map_location="cpu", weights_only=True)
+        except FileNotFoundError:
+            raise ModelFileError(f"{path}: no such model file") from None
+        except Exception as exc:  # torch raises many types for a file that is not its format
+            raise ModelFileError(f"{path}: not a slurm-elastico predictor file ({type(exc).__name__})") from None
+        if not isinstance(blob, dict) or blob.get("format") != FILE_FORMAT:
+            raise ModelFileError(f"{path}: not a slurm-elastico predictor file (format {FILE_FORMAT!r} expected)")
+        if blob.get("version") != FILE_VERSION:
+            raise ModelFileError(f"{path}: file version {blob.get('version')}, this slurm-elastico reads "
+                                 f"version {FILE_VERSION}; retrain with `elastico iac train`")
+        schema = FeatureSchema.from_dict(blob["schema"], str(path))
+        try:
+            config = TrainConfig(**blob["config"])
+        except TypeError as exc:
+            raise ModelFileError(f"{path}: unknown training config ({exc})") from None
+        d_in = len(schema.names())
+        nets = []
+        for sd in blob["nets"]:
+            net = _net(d_in, config)
+            try:
+                net.load_state_dict(sd)
+            except RuntimeError as exc:
+                raise ModelFileError(f"{path}: weights do not match its schema ({exc})") from None
+            nets.append(net)
+        return cls(schema, nets, config, float(blob["admission_margin"]), int(blob["seed"]))
+
+
+def train(observations: Sequence[Colocation], config: TrainConfig = TrainConfig(), seed: int = 0,
+          admission_margin: float = 0.0) -> MlpPredictor:
+    """Trains a predictor on the fitting pairs (both directions of each); same inputs and seed → same weights."""
+    selves, partners, norms, _ = samples(observations)
+    if len(norms) < 2:
+        raise MeasurementError(f"training needs observed pairs that ran together; got {len(norms)} sample(s)")
+    schema = FeatureSchema.fit([*selves, *partners], config.use_family)
+    with _deterministic(seed):
+        nets = [_net(len(schema.names()), config) for _ in range(config.members)]
+        model = MlpPredictor(schema, nets, config, admission_margin, seed)
+        x = torch.from_numpy(model.features(selves, partners))
+        s = torch.tensor([1.0 / v for v in norms], dtype=torch.float32)
+        for net in nets:
+            net.train()
+        _fit_nets(nets, x, s, config.epochs, config.lr, config.weight_decay)
+        for net in nets:
+            net.eval()
+    return model
+
+
+def load_model(path: str | Path | None) -> SlowdownModel:
+    """The trained predictor at `path`, or the untrained `ContentionModel` when `path` is empty or None."""
+    if path is None or str(path).strip() == "":
+        return ContentionModel()
+    return MlpPredictor.load(path)
+

@@ -1,0 +1,69 @@
+"""The project's SQLite store (WAL): one file, one schema list that modules append to.
+
+Why WAL: the helper writes while `elastico report` and the profiler read; WAL
+lets readers proceed during a write. Each module adds its `CREATE TABLE IF NOT
+EXISTS` statements to `SCHEMA` at import time, so opening a store creates any
+table that is missing and never touches existing ones (no migrations here: a
+changed table needs a new name).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+SCHEMA: list[str] = [
+    # Co-location observations (slurm_elastico.interference.measurements): one row
+    # per pair of jobs sharing one GPU; `a_*`/`b_*` are each job's solo profile,
+    # `*_norm` its co-located throughput / solo throughput (NULL when fits = 0).
+    """CREATE TABLE IF NOT EXISTS colocation (
+        id INTEGER PRIMARY KEY,
+        gpu_type TEXT NOT NULL,
+        fits INTEGER NOT NULL,
+        source TEXT NOT NULL DEFAULT '',
+        a_kind TEXT, a_throughput REAL, a_batch REAL, a_precision TEXT, a_model_family TEXT,
+        a_sm_util REAL, a_membw_util REAL, a_mem_used_mib REAL, a_power_w REAL, a_mps_share INTEGER,
+        a_norm REAL,
+        b_kind TEXT, b_throughput REAL, b_batch REAL, b_precision TEXT, b_model_family TEXT,
+        b_sm_util REAL, b_membw_util REAL, b_mem_used_mib REAL, b_power_w REAL, b_mps_share INTEGER,
+        b_norm REAL
+    )""",
+]
+
+
+class Store:
+    """An open store; creates every table in `SCHEMA` that is missing. Use as a context manager."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: autocommit; `transaction()` groups writes explicitly.
+        self.conn = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
+        self.conn.row_factory = sqlite3.Row
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA foreign_keys=ON")
+        for statement in SCHEMA:
+            self.conn.execute(statement)
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        return self.conn.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Runs `sql` for every row in one transaction: all rows land or none."""
+        with self.conn:
+            self.conn.execute("BEGIN")
+            self.conn.executemany(sql, rows)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        return self.conn.execute(sql, params).fetchall()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
