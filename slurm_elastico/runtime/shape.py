@@ -1,0 +1,326 @@
+"""The running job's shape, read from the environment: the contract between `elastico-run` and the user's program.
+
+`elastico-run` exports the shape the scheduler chose (`shape_env()` builds the
+variables); the program reads it with `current_shape()` on every (re)start,
+because a reshape relaunches it with new values. Every variable is a plain
+string so shell scripts can read them too.
+
+Common to both kinds:
+
+  ELASTICO_KIND              "train" or "infer" (required)
+  ELASTICO_SHAPE             shape name, for logs (optional, default "")
+  ELASTICO_CKPT_DIR          where checkpoints / the inference journal live
+                             (optional; `checkpoint_dir()` falls back to a default)
+
+Training (`kind=train`), all required:
+
+  ELASTICO_GLOBAL_BATCH      samples per optimizer step; fixed for the whole job
+  ELASTICO_MICRO_BATCH       samples per forward/backward pass
+  ELASTICO_ACCUMULATION      micro-batches per optimizer step;
+                             MICRO_BATCH * ACCUMULATION must equal GLOBAL_BATCH
+  ELASTICO_PRECISION         fp32 | bf16 | fp16  (autocast dtype; fp32 = no autocast)
+  ELASTICO_CHECKPOINTING     1/0 (also true/false, yes/no, on/off): activation checkpointing
+  ELASTICO_STEPS             total optimizer steps of the job (not of this run)
+
+Inference (`kind=infer`):
+
+  ELASTICO_MAX_NUM_SEQS            required; sequences per engine batch (vLLM `max_num_seqs`)
+  ELASTICO_GPU_MEMORY_UTILIZATION  optional; float in (0, 1] (vLLM `gpu_memory_utilization`)
+  ELASTICO_KV_CACHE_DTYPE          optional; auto | fp8 | fp8_e4m3 | fp8_e5m2 (vLLM `kv_cache_dtype`)
+  ELASTICO_ENGINE_ARGS             optional; JSON object of further engine keyword
+                                   arguments passed through unchanged (e.g. max_model_len)
+
+Exit protocol: a program that saw `checkpoint_requested()` saves a durable
+checkpoint (or journal) and exits with `EXIT_CHECKPOINTED` (75, EX_TEMPFAIL),
+meaning "my state is on disk, relaunch me (with whatever shape)". Exit 0 means
+the work is complete; anything else is a failure.
+
+Bad values raise `ConfigError` naming every bad variable at once, with what is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from slurm_elastico.errors import ConfigError
+
+EXIT_CHECKPOINTED = 75
+"""Exit status of a program that checkpointed on request and wants to be relaunched (EX_TEMPFAIL)."""
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
+KINDS = ("train", "infer")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+_SOURCE = "job environment (ELASTICO_* variables)"
+DEFAULT_CKPT_DIR = "elastico-ckpt"
+
+
+@dataclass(frozen=True)
+class TrainShape:
+    """A training shape: how one optimizer step of `global_batch` samples is computed; `steps` is the job's total."""
+
+    global_batch: int
+    micro_batch: int
+    accumulation: int
+    precision: str = "fp32"
+    checkpointing: bool = False
+    steps: int = 1
+    name: str = ""
+    kind: ClassVar[str] = "train"
+
+    def __post_init__(self) -> None:
+        problems = _train_problems(self)
+        if problems:
+            raise ConfigError("training shape", problems)
+
+    def to_env(self) -> dict[str, str]:
+        """The ELASTICO_* variables that make `current_shape()` return this shape."""
+        return {
+            "ELASTICO_KIND": "train",
+            "ELASTICO_SHAPE": self.name,
+            "ELASTICO_GLOBAL_BATCH": str(self.global_batch),
+            "ELASTICO_MICRO_BATCH": str(self.micro_batch),
+            "ELASTICO_ACCUMULATION": str(self.accumulation),
+            "ELASTICO_PRECISION": self.precision,
+            "ELASTICO_CHECKPOINTING": "1" if self.checkpointing else "0",
+            "ELASTICO_STEPS": str(self.steps),
+        }
+
+
+@dataclass(frozen=True)
+class InferShape:
+    """An inference shape: engine arguments. `engine_args` holds extra pass-through arguments as sorted pairs (hashable)."""
+
+    max_num_seqs: int
+    gpu_memory_utilization: float | None = None
+    kv_cache_dtype: str = "auto"
+    engine_args: tuple[tuple[str, object], ...] = ()
+    name: str = ""
+    kind: ClassVar[str] = "infer"
+
+    def __post_init__(self) -> None:
+        problems = _infer_problems(self)
+        if problems:
+            raise ConfigError("inference shape", problems)
+
+    def engine_kwargs(self) -> dict[str, object]:
+        """Keyword arguments for `vllm.LLM(model, **kwargs)`: the knobs plus the pass-through arguments."""
+        kwargs: dict[str, object] = dict(self.engine_args)
+        kwargs["max_num_seqs"] = self.max_num_seqs
+        kwargs["kv_cache_dtype"] = self.kv_cache_dtype
+        if self.gpu_memory_utilization is not None:
+            kwargs["gpu_memory_utilization"] = self.gpu_memory_utilization
+        return kwargs
+
+    def to_env(self) -> dict[str, str]:
+        """The ELASTICO_* variables that make `current_shape()` return this shape."""
+        env = {
+            "ELASTICO_KIND": "infer",
+            "ELASTICO_SHAPE": self.name,
+            "ELASTICO_MAX_NUM_SEQS": str(self.max_num_seqs),
+            "ELASTICO_KV_CACHE_DTYPE": self.kv_cache_dtype,
+        }
+        if self.gpu_memory_utilization is not None:
+            env["ELASTICO_GPU_MEMORY_UTILIZATION"] = repr(self.gpu_memory_utilization)
+        if self.engine_args:
+            env["ELASTICO_ENGINE_ARGS"] = json.dumps(dict(self.engine_args), sort_keys=True)
+        return env
+
+
+Shape = TrainShape | InferShape
+
+
+def shape_env(shape: Shape) -> dict[str, str]:
+    """Variables to export for `shape` (for `elastico-run`); the inverse of `current_shape()`."""
+    return shape.to_env()
+
+
+def current_shape(env: Mapping[str, str] | None = None) -> Shape:
+    """The shape this run must use, from `env` (default `os.environ`); raises ConfigError naming each bad variable."""
+    env = os.environ if env is None else env
+    kind = env.get("ELASTICO_KIND")
+    if kind is None:
+        raise ConfigError(_SOURCE, [f"ELASTICO_KIND is not set (allowed: {', '.join(KINDS)}); is this running under elastico-run?"])
+    if kind not in KINDS:
+        raise ConfigError(_SOURCE, [f"ELASTICO_KIND={kind!r} is not one of {', '.join(KINDS)}"])
+    return _read_train(env) if kind == "train" else _read_infer(env)
+
+
+def current_train_shape(env: Mapping[str, str] | None = None) -> TrainShape:
+    """`current_shape()` for a program that only trains: refuses an inference shape."""
+    shape = current_shape(env)
+    if not isinstance(shape, TrainShape):
+        raise ConfigError(_SOURCE, ["ELASTICO_KIND is 'infer' but this program trains (needs 'train')"])
+    return shape
+
+
+def current_infer_shape(env: Mapping[str, str] | None = None) -> InferShape:
+    """`current_shape()` for a program that only infers: refuses a training shape."""
+    shape = current_shape(env)
+    if not isinstance(shape, InferShape):
+        raise ConfigError(_SOURCE, ["ELASTICO_KIND is 'train' but this program runs inference (needs 'infer')"])
+    return shape
+
+
+def checkpoint_dir(env: Mapping[str, str] | None = None, default: str | os.PathLike[str] = DEFAULT_CKPT_DIR) -> Path:
+    """ELASTICO_CKPT_DIR, or `default` (relative to the working directory) when unset."""
+    env = os.environ if env is None else env
+    return Path(env.get("ELASTICO_CKPT_DIR") or default)
+
+
+# --------------------------------------------------------------------------
+# parsing: collect every problem, then raise once
+
+
+class _Reader:
+    """Reads typed variables and collects problems instead of stopping at the first."""
+
+    def __init__(self, env: Mapping[str, str]):
+        self.env = env
+        self.problems: list[str] = []
+
+    def int(self, name: str, required: bool = True, minimum: int = 1) -> int | None:
+        raw = self.env.get(name)
+        if raw is None or raw == "":
+            if required:
+                self.problems.append(f"{name} is not set (an integer >= {minimum})")
+            return None
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            self.problems.append(f"{name}={raw!r} is not an integer (an integer >= {minimum})")
+            return None
+        if value < minimum:
+            self.problems.append(f"{name}={raw!r} is below {minimum}")
+            return None
+        return value
+
+    def float(self, name: str) -> float | None:
+        raw = self.env.get(name)
+        if raw is None or raw == "":
+            return None
+        try:
+            return float(raw.strip())
+        except ValueError:
+            self.problems.append(f"{name}={raw!r} is not a number (a float in (0, 1])")
+            return None
+
+    def choice(self, name: str, allowed: tuple[str, ...], default: str | None = None) -> str | None:
+        raw = self.env.get(name)
+        if raw is None or raw == "":
+            if default is None:
+                self.problems.append(f"{name} is not set (one of {', '.join(allowed)})")
+            return default
+        if raw.strip().lower() not in allowed:
+            self.problems.append(f"{name}={raw!r} is not one of {', '.join(allowed)}")
+            return None
+        return raw.strip().lower()
+
+    def bool(self, name: str) -> bool | None:
+        raw = self.env.get(name)
+        if raw is None or raw == "":
+            self.problems.append(f"{name} is not set (1 or 0)")
+            return None
+        low = raw.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        self.problems.append(f"{name}={raw!r} is not a boolean (one of {', '.join(_TRUE + _FALSE)})")
+        return None
+
+    def json_object(self, name: str) -> dict[str, object]:
+        raw = self.env.get(name)
+        if raw is None or raw.strip() == "":
+            return {}
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            self.problems.append(f"{name} is not valid JSON ({exc.msg} at char {exc.pos}); expected a JSON object")
+            return {}
+        if not isinstance(value, dict):
+            self.problems.append(f"{name} is JSON {type(value).__name__}, expected a JSON object")
+            return {}
+        return value
+
+    def raise_if_any(self) -> None:
+        if self.problems:
+            raise ConfigError(_SOURCE, self.problems)
+
+
+def _read_train(env: Mapping[str, str]) -> TrainShape:
+    r = _Reader(env)
+    global_batch = r.int("ELASTICO_GLOBAL_BATCH")
+    micro = r.int("ELASTICO_MICRO_BATCH")
+    accumulation = r.int("ELASTICO_ACCUMULATION")
+    precision = r.choice("ELASTICO_PRECISION", PRECISIONS)
+    checkpointing = r.bool("ELASTICO_CHECKPOINTING")
+    steps = r.int("ELASTICO_STEPS")
+    if None not in (global_batch, micro, accumulation) and micro * accumulation != global_batch:  # type: ignore[operator]
+        r.problems.append(
+            f"ELASTICO_MICRO_BATCH={micro} x ELASTICO_ACCUMULATION={accumulation} = {micro * accumulation}"  # type: ignore[operator]
+            f" but ELASTICO_GLOBAL_BATCH={global_batch}; a shape must keep the global batch"
+        )
+    r.raise_if_any()
+    return TrainShape(
+        global_batch=global_batch,  # type: ignore[arg-type]
+        micro_batch=micro,  # type: ignore[arg-type]
+        accumulation=accumulation,  # type: ignore[arg-type]
+        precision=precision,  # type: ignore[arg-type]
+        checkpointing=checkpointing,  # type: ignore[arg-type]
+        steps=steps,  # type: ignore[arg-type]
+        name=env.get("ELASTICO_SHAPE", ""),
+    )
+
+
+def _read_infer(env: Mapping[str, str]) -> InferShape:
+    r = _Reader(env)
+    max_num_seqs = r.int("ELASTICO_MAX_NUM_SEQS")
+    gmu = r.float("ELASTICO_GPU_MEMORY_UTILIZATION")
+    if gmu is not None and not 0.0 < gmu <= 1.0:
+        r.problems.append(f"ELASTICO_GPU_MEMORY_UTILIZATION={gmu!r} is outside (0, 1]")
+    kv = r.choice("ELASTICO_KV_CACHE_DTYPE", KV_CACHE_DTYPES, default="auto")
+    extra = r.json_object("ELASTICO_ENGINE_ARGS")
+    clash = sorted(set(extra) & {"max_num_seqs", "gpu_memory_utilization", "kv_cache_dtype"})
+    if clash:
+        r.problems.append(f"ELASTICO_ENGINE_ARGS sets {', '.join(clash)}, which the shape owns; use the ELASTICO_* variable instead")
+    r.raise_if_any()
+    return InferShape(
+        max_num_seqs=max_num_seqs,  # type: ignore[arg-type]
+        gpu_memory_utilization=gmu,
+        kv_cache_dtype=kv,  # type: ignore[arg-type]
+        engine_args=tuple(sorted(extra.items())),
+        name=env.get("ELASTICO_SHAPE", ""),
+    )
+
+
+def _train_problems(s: TrainShape) -> list[str]:
+    problems = []
+    for field in ("global_batch", "micro_batch", "accumulation", "steps"):
+        value = getattr(s, field)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            problems.append(f"{field}={value!r} must be an integer >= 1")
+    if not problems and s.micro_batch * s.accumulation != s.global_batch:
+        problems.append(f"micro_batch {s.micro_batch} x accumulation {s.accumulation} != global_batch {s.global_batch}")
+    if s.precision not in PRECISIONS:
+        problems.append(f"precision={s.precision!r} is not one of {', '.join(PRECISIONS)}")
+    if not isinstance(s.checkpointing, bool):
+        problems.append(f"checkpointing={s.checkpointing!r} must be true or false")
+    return problems
+
+
+def _infer_problems(s: InferShape) -> list[str]:
+    problems = []
+    if not isinstance(s.max_num_seqs, int) or isinstance(s.max_num_seqs, bool) or s.max_num_seqs < 1:
+        problems.append(f"max_num_seqs={s.max_num_seqs!r} must be an integer >= 1")
+    if s.gpu_memory_utilization is not None and not 0.0 < s.gpu_memory_utilization <= 1.0:
+        problems.append(f"gpu_memory_utilization={s.gpu_memory_utilization!r} must be in (0, 1]")
+    if s.kv_cache_dtype not in KV_CACHE_DTYPES:
+        problems.append(f"kv_cache_dtype={s.kv_cache_dtype!r} is not one of {', '.join(KV_CACHE_DTYPES)}")
+    return problems

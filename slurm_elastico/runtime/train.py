@@ -1,0 +1,255 @@
+"""Training loop helper for PyTorch: a job is `steps` optimizer steps at a fixed global batch, whatever the shape.
+
+Each step takes the `global_batch` samples that `batch_indices(data_seed, step)`
+names (a function of the seed and the step only, so any shape and any resume
+sees the same data) and splits them into `accumulation` contiguous
+micro-batches of `micro_batch`. Each micro-batch loss (a mean) is scaled by
+micro_batch / global_batch, so the accumulated gradient is the mean over the
+global batch for every split; only the summation order differs.
+
+Precision: fp32 runs plain; bf16/fp16 run the forward under `torch.autocast`
+on the model's device type. fp16 uses a `GradScaler` (on CUDA, and on CPU too,
+where torch >= 2.3 supports it; CPU fp16 autocast covers fewer ops and is slow,
+so it is for trying a family, not for speed). Activation checkpointing wraps
+each of the model's `blocks` with `torch.utils.checkpoint` (use_reentrant=False)
+without changing parameter names, so checkpoints load across the toggle.
+
+At every optimizer-step boundary the loop asks `should_stop()` (default:
+`checkpoint_requested()`); on yes it saves and returns `EXIT_CHECKPOINTED`.
+On start it resumes from the newest good checkpoint. Resuming restores model,
+optimizer, scaler, scheduler and RNG states, so a resume without a shape
+change gives bit-identical parameters (fp32, deterministic algorithms).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint as _checkpoint
+
+from slurm_elastico.errors import ConfigError
+from slurm_elastico.runtime.checkpoint import load_latest, restore_rng, save_checkpoint
+from slurm_elastico.runtime.shape import EXIT_CHECKPOINTED, TrainShape
+from slurm_elastico.runtime.signals import checkpoint_requested
+
+log = logging.getLogger(__name__)
+
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """How a run ended: `done` (all steps), or `checkpointed` (stopped on request; relaunch to continue)."""
+
+    status: str
+    step: int
+    """Optimizer steps completed by the job so far (all runs together)."""
+    steps_run: int
+    """Steps this run executed."""
+    resumed_from: int | None
+    checkpoint: Path | None
+    checkpoint_seconds: float = 0.0
+    last_loss: float | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.status == "done" else EXIT_CHECKPOINTED
+
+
+def batch_indices(data_seed: int, step: int, global_batch: int, dataset_len: int) -> torch.Tensor:
+    """Sample indices of optimizer step `step`: epoch-wise permutations of the dataset, a function of (seed, step) only.
+
+    Sample number p = step * global_batch + k of the stream is element
+    p mod N of the permutation of epoch p // N, seeded by (data_seed, epoch).
+    """
+    if dataset_len < 1:
+        raise ValueError("the dataset is empty")
+    pos = torch.arange(step * global_batch, (step + 1) * global_batch)
+    epochs = pos // dataset_len
+    out = torch.empty(global_batch, dtype=torch.long)
+    for epoch in torch.unique(epochs).tolist():
+        g = torch.Generator().manual_seed(data_seed * 1_000_003 + epoch)
+        perm = torch.randperm(dataset_len, generator=g)
+        sel = epochs == epoch
+        out[sel] = perm[pos[sel] % dataset_len]
+    return out
+
+
+def set_activation_checkpointing(model: nn.Module, enabled: bool, blocks: Any = None) -> None:
+    """Turn activation checkpointing on or off for each module in `blocks` (default `model.blocks`).
+
+    Patches each block's `forward` on the instance rather than wrapping the
+    module, so parameter names and checkpoints stay the same either way.
+    """
+    blocks = model.blocks if blocks is None else blocks  # type: ignore[union-attr]
+    for block in blocks:
+        if "forward" in vars(block):
+            del block.forward  # back to the class's forward
+        if enabled:
+            block.forward = partial(_checkpoint, block.forward, use_reentrant=False)  # type: ignore[method-assign]
+
+
+def autocast_for(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """`torch.autocast` for bf16/fp16 on the device's type; a null context for fp32."""
+    dtype = AMP_DTYPES.get(precision)
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def _to_device(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_to_device(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device) for k, v in batch.items()}
+    return batch
+
+
+def _micro_batches(indices: torch.Tensor, shape: TrainShape) -> Iterator[torch.Tensor]:
+    for k in range(shape.accumulation):
+        yield indices[k * shape.micro_batch : (k + 1) * shape.micro_batch]
+
+
+def train(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    shape: TrainShape,
+    data: Any,
+    loss_fn: Callable[[nn.Module, Any], torch.Tensor],
+    *,
+    ckpt_dir: str | os.PathLike[str],
+    data_seed: int = 0,
+    scheduler: Any = None,
+    device: str | torch.device | None = None,
+    should_stop: Callable[[], bool] = checkpoint_requested,
+    checkpoint_every: int | None = None,
+    max_grad_norm: float | None = None,
+    keep: int = 2,
+    on_step: Callable[[int, float], None] | None = None,
+) -> TrainResult:
+    """Run (or resume) the job's `shape.steps` optimizer steps; stop and checkpoint when `should_stop()` says so.
+
+    `data` is indexable by a LongTensor of sample indices (a tensor is) and
+    has a len(); `loss_fn(model, micro_batch)` returns the micro-batch's mean
+    loss. The model and optimizer must be built the same way on every
+    (re)start; their state comes from the checkpoint. `on_step(step, loss)`
+    is called after each optimizer step (step counts from 1).
+    """
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    dataset_len = len(data)
+    scaler = torch.amp.GradScaler(device.type, enabled=shape.precision == "fp16")
+    set_activation_checkpointing(model, shape.checkpointing)
+
+    step = 0
+    resumed_from = None
+    ckpt = load_latest(ckpt_dir, map_location=device)
+    if ckpt is not None:
+        _check_compatible(ckpt.state, shape, data_seed, ckpt.path)
+        model.load_state_dict(ckpt.state["model"])
+        optimizer.load_state_dict(ckpt.state["optimizer"])
+        if scheduler is not None and ckpt.state.get("scheduler") is not None:
+            scheduler.load_state_dict(ckpt.state["scheduler"])
+        if scaler.is_enabled() and ckpt.state.get("scaler"):
+            scaler.load_state_dict(ckpt.state["scaler"])  # fp32/bf16 -> fp16 starts a fresh scale
+        restore_rng(ckpt.rng)
+        step = resumed_from = ckpt.step
+        log.info("resumed from %s at step %d (shape %s)", ckpt.path, step, shape)
+    saved_step = step if ckpt is not None else None
+
+    def save() -> tuple[Path, float]:
+        t0 = time.perf_counter()
+        state = {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict() if scheduler is not None else None,
+            "scaler": scaler.state_dict(),
+            "data_seed": data_seed,
+            "global_batch": shape.global_batch,
+            "shape": dataclasses.asdict(shape),
+        }
+        path = save_checkpoint(ckpt_dir, step, state, data_position=step * shape.global_batch, keep=keep)
+        return path, time.perf_counter() - t0
+
+    model.train()
+    steps_run = 0
+    last_loss = None
+    path: Path | None = None
+    seconds = 0.0
+    while step < shape.steps:
+        if should_stop():
+            if saved_step != step:
+                path, seconds = save()
+            else:
+                path = ckpt.path if ckpt is not None else None
+            return TrainResult("checkpointed", step, steps_run, resumed_from, path, seconds, last_loss)
+        last_loss = _optimizer_step(model, optimizer, scaler, shape, data, loss_fn, data_seed, step, dataset_len, device, max_grad_norm)
+        if scheduler is not None:
+            scheduler.step()
+        step += 1
+        steps_run += 1
+        if on_step is not None:
+            on_step(step, last_loss)
+        if checkpoint_every and step % checkpoint_every == 0 and step < shape.steps:
+            path, seconds = save()
+            saved_step = step
+    if saved_step != step:
+        path, seconds = save()  # the final state, so a relaunch after completion is a no-op
+    return TrainResult("done", step, steps_run, resumed_from, path, seconds, last_loss)
+
+
+def _optimizer_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    shape: TrainShape,
+    data: Any,
+    loss_fn: Callable[[nn.Module, Any], torch.Tensor],
+    data_seed: int,
+    step: int,
+    dataset_len: int,
+    device: torch.device,
+    max_grad_norm: float | None,
+) -> float:
+    """One optimizer step over the global batch of `step`, as `accumulation` micro-batches; returns the mean loss."""
+    optimizer.zero_grad(set_to_none=True)
+    weight = shape.micro_batch / shape.global_batch
+    total = 0.0
+    for micro in _micro_batches(batch_indices(data_seed, step, shape.global_batch, dataset_len), shape):
+        batch = _to_device(data[micro], device)
+        with autocast_for(shape.precision, device):
+            loss = loss_fn(model, batch)
+        scaler.scale(loss.float() * weight).backward()
+        total += loss.item() * weight
+    if max_grad_norm is not None:
+        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return total
+
+
+def _check_compatible(state: dict[str, Any], shape: TrainShape, data_seed: int, path: Path) -> None:
+    """Refuse a resume that would change the job's mathematics (global batch, data order)."""
+    problems = []
+    if state.get("global_batch") != shape.global_batch:
+        problems.append(
+            f"global batch {shape.global_batch} differs from the checkpoint's {state.get('global_batch')};"
+            " a reshape must keep the global batch"
+        )
+    if state.get("data_seed") != data_seed:
+        problems.append(f"data seed {data_seed} differs from the checkpoint's {state.get('data_seed')}; the data order would change")
+    if problems:
+        raise ConfigError(f"resume from {path}", problems)

@@ -1,0 +1,136 @@
+"""The environment contract between elastico-run and the job: round trips, and clear errors naming the variable."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from slurm_elastico.errors import ConfigError
+from slurm_elastico.runtime import signals
+from slurm_elastico.runtime.shape import (
+    InferShape,
+    TrainShape,
+    checkpoint_dir,
+    current_infer_shape,
+    current_shape,
+    current_train_shape,
+    shape_env,
+)
+
+TRAIN_ENV = {
+    "ELASTICO_KIND": "train",
+    "ELASTICO_SHAPE": "mb16",
+    "ELASTICO_GLOBAL_BATCH": "32",
+    "ELASTICO_MICRO_BATCH": "16",
+    "ELASTICO_ACCUMULATION": "2",
+    "ELASTICO_PRECISION": "bf16",
+    "ELASTICO_CHECKPOINTING": "true",
+    "ELASTICO_STEPS": "100",
+}
+
+
+def test_training_shape_is_read_typed_and_frozen():
+    shape = current_shape(TRAIN_ENV)
+    assert shape == TrainShape(32, 16, 2, "bf16", True, 100, name="mb16")
+    with pytest.raises(AttributeError):
+        shape.micro_batch = 8  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        TrainShape(32, 8, 4, "fp16", False, 7, name="a"),
+        InferShape(16, 0.45, "fp8", engine_args=(("max_model_len", 512),), name="b"),
+        InferShape(4),
+    ],
+)
+def test_shape_env_round_trips(shape):
+    env = shape_env(shape)
+    assert all(isinstance(v, str) for v in env.values())
+    assert current_shape(env) == shape
+
+
+def test_inference_engine_kwargs_merge_knobs_and_pass_through():
+    env = {
+        "ELASTICO_KIND": "infer",
+        "ELASTICO_MAX_NUM_SEQS": "8",
+        "ELASTICO_GPU_MEMORY_UTILIZATION": "0.5",
+        "ELASTICO_ENGINE_ARGS": '{"max_model_len": 256, "enforce_eager": true}',
+    }
+    shape = current_infer_shape(env)
+    assert shape.engine_kwargs() == {
+        "max_num_seqs": 8,
+        "gpu_memory_utilization": 0.5,
+        "kv_cache_dtype": "auto",
+        "max_model_len": 256,
+        "enforce_eager": True,
+    }
+
+
+def test_every_bad_variable_is_named_at_once():
+    env = dict(TRAIN_ENV, ELASTICO_MICRO_BATCH="sixteen", ELASTICO_PRECISION="fp8", ELASTICO_CHECKPOINTING="maybe")
+    del env["ELASTICO_STEPS"]
+    with pytest.raises(ConfigError) as err:
+        current_shape(env)
+    text = str(err.value)
+    for name in ("ELASTICO_MICRO_BATCH='sixteen'", "ELASTICO_PRECISION='fp8'", "ELASTICO_CHECKPOINTING='maybe'", "ELASTICO_STEPS is not set"):
+        assert name in text
+    assert "fp32, bf16, fp16" in text  # says what is allowed
+
+
+def test_a_shape_that_changes_the_global_batch_is_refused():
+    with pytest.raises(ConfigError, match="must keep the global batch"):
+        current_shape(dict(TRAIN_ENV, ELASTICO_ACCUMULATION="3"))
+    with pytest.raises(ConfigError, match="!= global_batch"):
+        TrainShape(32, 16, 3)
+
+
+def test_missing_kind_and_wrong_kind_are_explained():
+    with pytest.raises(ConfigError, match="ELASTICO_KIND is not set"):
+        current_shape({})
+    with pytest.raises(ConfigError, match="this program runs inference"):
+        current_infer_shape(TRAIN_ENV)
+    with pytest.raises(ConfigError, match="this program trains"):
+        current_train_shape({"ELASTICO_KIND": "infer", "ELASTICO_MAX_NUM_SEQS": "2"})
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "message"),
+    [
+        ("ELASTICO_GPU_MEMORY_UTILIZATION", "1.5", "outside (0, 1]"),
+        ("ELASTICO_KV_CACHE_DTYPE", "int4", "not one of auto"),
+        ("ELASTICO_ENGINE_ARGS", "[1]", "expected a JSON object"),
+        ("ELASTICO_ENGINE_ARGS", "{bad", "not valid JSON"),
+        ("ELASTICO_ENGINE_ARGS", '{"max_num_seqs": 3}', "which the shape owns"),
+        ("ELASTICO_MAX_NUM_SEQS", "0", "below 1"),
+    ],
+)
+def test_bad_inference_variables(var, value, message):
+    env = {"ELASTICO_KIND": "infer", "ELASTICO_MAX_NUM_SEQS": "4", var: value}
+    with pytest.raises(ConfigError, match=var) as err:
+        current_shape(env)
+    assert message in str(err.value)
+
+
+def test_checkpoint_dir_default_and_override(tmp_path):
+    assert checkpoint_dir({}, default=tmp_path) == tmp_path
+    assert checkpoint_dir({"ELASTICO_CKPT_DIR": str(tmp_path / "x")}) == tmp_path / "x"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM])
+def test_signal_sets_the_checkpoint_flag_and_does_not_kill(sig):
+    old = {s: signal.getsignal(s) for s in signals.DEFAULT_SIGNALS}
+    signals.clear_checkpoint_request()
+    try:
+        signals.install_signal_handlers()
+        assert not signals.checkpoint_requested()
+        os.kill(os.getpid(), sig)  # delivered to the main thread before the next bytecode
+        assert signals.checkpoint_requested()
+        assert signals.requested_by() == sig.name
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        signals.clear_checkpoint_request()
+    assert not signals.checkpoint_requested()
