@@ -1,9 +1,9 @@
 """Slurm hostlists ("n[1-3,5]", "rack[1-2]-gpu[01-02]") to node names and back.
 
 Pure string work: the gateway expands what squeue/sinfo print, and the argv
-builders compress node names for `NodeList=`. Zero padding is kept ("[08-10]"
-gives n08, n09, n10); several bracket groups give their cartesian product in
-Slurm's order (the last group varies fastest).
+builders compress node names for `NodeList=`. Zero padding follows the low
+end as written ("[08-10]" gives n08, n09, n10); several bracket groups in one
+name give their cartesian product, the last group varying fastest.
 """
 
 from __future__ import annotations

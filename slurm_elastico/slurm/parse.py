@@ -28,9 +28,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from slurm_elastico.errors import ParseError
 from slurm_elastico.model import MPS_SHARES_PER_GPU, GpuUse, GpuView, JobState, JobView, NodeView, PartitionView
@@ -63,6 +63,8 @@ SCHEMA_V0038 = "v0.0.38"
 SCHEMA_V0042 = "v0.0.42"
 """Slurm 24.11 (`data_parser/v0.0.42`)."""
 SUPPORTED_SCHEMAS = (SCHEMA_V0038, SCHEMA_V0042)
+
+T = TypeVar("T")
 
 HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
 """`state_reason` of a job held by `scontrol hold`/`requeuehold` (user or admin)."""
@@ -212,6 +214,14 @@ class _Fields:
             raise self.error(key, f"is a {type(value).__name__}, not a list")
         return value
 
+    def parsed(self, key: str, parse: Callable[[str], T]) -> T:
+        """A string field run through a string parser; its errors gain the field's path."""
+        value = self.text(key)
+        try:
+            return parse(value)
+        except ParseError as exc:
+            raise self.error(key, f"= {value!r}: {exc}") from None
+
     def time(self, key: str) -> int | None:
         """Unix seconds; 0 and unset are None."""
         value = self.integer(key)
@@ -301,7 +311,7 @@ def _memory_mib(f: _Fields, cpus: int, node_count: int) -> int:
     if per_cpu > 0:
         return per_cpu * math.ceil(cpus / max(1, node_count))
     for key in ("tres_alloc_str", "tres_req_str"):
-        mem = parse_tres(f.text(key)).get("mem", 0)
+        mem = f.parsed(key, parse_tres).get("mem", 0)
         if mem > 0:
             return mem // max(1, node_count)
     return 0
@@ -310,18 +320,22 @@ def _memory_mib(f: _Fields, cpus: int, node_count: int) -> int:
 def _job(f: _Fields) -> JobView:
     state, held_flag = _state_of(f, "job_state")
     reason = f.text("state_reason")
-    priority = f.integer("priority", 0) or 0
-    nodes = expand_hostlist(f.text("nodes"))
+    priority = f.integer("priority")  # None when absent: not a hold
+    nodes = f.parsed("nodes", expand_hostlist)
     node_count = f.integer("node_count") or max(1, len(nodes))
     cpus = f.integer("cpus") or 1
-    gres = parse_gres_request(f.text("tres_per_node"))
+    gres = f.parsed("tres_per_node", parse_gres_request)
     if gres is None and node_count <= 1:
         # --gpus=N asks per job; on one node that is the per-node request.
-        gres = parse_gres_request(f.text("tres_per_job"))
+        gres = f.parsed("tres_per_job", parse_gres_request)
     # gres_detail has one entry per allocated node, in node order.
     alloc: list[tuple[str, int, int]] = []
-    for node, detail in zip(nodes, f.strs("gres_detail")):
-        alloc.extend((node, h.index, 0 if h.whole else h.shares) for h in parse_gres_detail(detail))
+    for k, (node, detail) in enumerate(zip(nodes, f.strs("gres_detail"))):
+        try:
+            holds = parse_gres_detail(detail)
+        except ParseError as exc:
+            raise f.error(f"gres_detail[{k}]", f"= {detail!r}: {exc}") from None
+        alloc.extend((node, h.index, 0 if h.whole else h.shares) for h in holds)
     limit = f.integer("time_limit")
     return JobView(
         job_id=f.integer("job_id", required=True),  # type: ignore[arg-type]
@@ -342,7 +356,7 @@ def _job(f: _Fields) -> JobView:
         end_time=f.time("end_time"),
         time_limit_s=None if limit is None else limit * 60,
         restarts=f.integer("restart_cnt", 0) or 0,
-        priority=priority,
+        priority=priority or 0,
         requeue=bool(f.raw("requeue")),
         comment=f.text("comment"),
         admin_comment=f.text("admin_comment"),
@@ -407,7 +421,7 @@ def _node_state(words: Iterable[str]) -> str:
 def _node(f: _Fields) -> NodeRecord:
     """A per-node record: 22.05 `sinfo --json` or 24.11 `scontrol show node --json`."""
     gres = f.text("gres")
-    gpus, mps = gres_counts(gres)
+    gpus, mps = f.parsed("gres", gres_counts)
     return NodeRecord(
         name=f.text("name", required=True),
         state=_node_state(f.strs("state") + f.strs("state_flags")),
@@ -419,7 +433,7 @@ def _node(f: _Fields) -> NodeRecord:
         gres=gres,
         gpus=gpus,
         mps_total=mps,
-        tres_used=parse_tres(f.text("tres_used")),
+        tres_used=f.parsed("tres_used", parse_tres),
         gres_used=f.text("gres_used"),
     )
 
@@ -427,8 +441,13 @@ def _node(f: _Fields) -> NodeRecord:
 def _group(f: _Fields) -> list[NodeRecord]:
     """The nodes of one 24.11 `sinfo --json` group, which sums CPU counts over its nodes."""
     names: list[str] = []
-    for entry in f.sub("nodes", required=True).strs("nodes"):
-        names.extend(expand_hostlist(entry))
+    listed = f.sub("nodes", required=True)
+    listed.raw("nodes", required=True)
+    for entry in listed.strs("nodes"):
+        try:
+            names.extend(expand_hostlist(entry))
+        except ParseError as exc:
+            raise listed.error("nodes", f"= {entry!r}: {exc}") from None
     if not names:
         return []
     count = len(names)
@@ -443,12 +462,12 @@ def _group(f: _Fields) -> list[NodeRecord]:
     alloc_mem = memory.integer("allocated", 0) or 0
     approximate = cmin != cmax or mmin != mmax or (count > 1 and (alloc_cpus > 0 or alloc_mem > 0))
     gres, used = gres_f.text("total"), gres_f.text("used")
-    gpus, mps = gres_counts(gres)
+    gpus, mps = gres_f.parsed("total", gres_counts)
     tres_used: dict[str, int] = {}
     if count == 1:
         # 24.11's gres used is right (22.05's is not, and has no groups).
         tres_used = {"cpu": alloc_cpus, "mem": alloc_mem}
-        for item in parse_gres_list(used):
+        for item in gres_f.parsed("used", parse_gres_list):
             if item.name in ("gpu", "mps"):
                 key = f"gres/{item.name}"
                 tres_used[key] = tres_used.get(key, 0) + item.count
@@ -627,7 +646,7 @@ def _sacct_job(f: _Fields) -> SacctRecord:
         state=state,
         reason="" if reason == "None" else reason,
         partition=f.text("partition"),
-        nodes=expand_hostlist(f.text("nodes")),
+        nodes=f.parsed("nodes", expand_hostlist),
         submit_time=time_f.time("submission"),
         start_time=time_f.time("start"),
         end_time=time_f.time("end"),

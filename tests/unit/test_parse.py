@@ -431,6 +431,31 @@ def test_missing_lists_are_parse_errors():
         parse_sinfo(json.dumps(doc))
 
 
+def test_bad_strings_inside_json_name_their_field():
+    doc = data("24.11", "squeue_json.json")
+    doc["jobs"][1]["gres_detail"] = ["mps:10(garbage)"]
+    with pytest.raises(ParseError, match=r"\(v0\.0\.42\): jobs\[1\]\.gres_detail\[0\] = 'mps:10\(garbage\)'"):
+        parse_squeue(json.dumps(doc))
+    doc = data("22.05", "squeue_json.json")
+    doc["jobs"][0]["nodes"] = "n[1-"
+    with pytest.raises(ParseError, match=r"\(v0\.0\.38\): jobs\[0\]\.nodes = 'n\[1-'.*never closed"):
+        parse_squeue(json.dumps(doc))
+    doc = data("24.11", "sinfo_json.json")
+    del doc["sinfo"][0]["nodes"]["nodes"]
+    with pytest.raises(ParseError, match=r"sinfo\[0\]\.nodes\.nodes is missing"):
+        parse_sinfo(json.dumps(doc))
+
+
+def test_missing_priority_is_not_a_hold():
+    doc = data("22.05", "squeue.json")
+    job = next(j for j in doc["jobs"] if j["job_id"] == 19)
+    job.update(state_reason="Priority")
+    del job["priority"]
+    doc["jobs"] = [job]
+    (j,) = parse_squeue(json.dumps(doc))
+    assert j.state is JobState.PENDING and not j.held and j.priority == 0
+
+
 def test_extra_fields_are_tolerated():
     doc = data("24.11", "squeue_json.json")
     doc["jobs"][0]["brand_new_field"] = {"x": [1, 2]}
