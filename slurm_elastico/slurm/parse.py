@@ -64,7 +64,7 @@ SCHEMA_V0042 = "v0.0.42"
 """Slurm 24.11 (`data_parser/v0.0.42`)."""
 SUPPORTED_SCHEMAS = (SCHEMA_V0038, SCHEMA_V0042)
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
 """`state_reason` of a job held by `scontrol hold`/`requeuehold` (user or admin)."""
@@ -214,7 +214,7 @@ class _Fields:
             raise self.error(key, f"is a {type(value).__name__}, not a list")
         return value
 
-    def parsed(self, key: str, parse: Callable[[str], T]) -> T:
+    def parsed(self, key: str, parse: Callable[[str], _T]) -> _T:
         """A string field run through a string parser; its errors gain the field's path."""
         value = self.text(key)
         try:
