@@ -60,7 +60,7 @@ def render(snap: Snapshot) -> str:
 @click.option("--json", "as_json", is_flag=True, help="print the snapshot as JSON")
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
-    """Show nodes, GPUs with their MPS shares, and active jobs, from one squeue and one sinfo call."""
+    """Show nodes, GPUs with their MPS shares, and active jobs, from one squeue call and one node listing."""
     snap = gateway_from(settings(ctx)).snapshot()
     click.echo(json.dumps(snapshot_dict(snap), indent=2) if as_json else render(snap))
 

@@ -35,8 +35,15 @@ def squeue_json() -> list[str]:
     return ["squeue", "--all", "--json"]
 
 
-def sinfo_json() -> list[str]:
-    return ["sinfo", "--json"]
+def nodes_json(slurm_version: str) -> list[str]:
+    """Per-node records: `sinfo --json` on 22.05; `scontrol show node --json` from 23 on.
+
+    24.11's `sinfo --json` groups alike nodes and sums their CPUs, so per-node
+    allocation would be a guess; `scontrol show node --json` (absent in 22.05)
+    is exact and parses the same way.
+    """
+    major = int(slurm_version.split(".")[0]) if slurm_version[:1].isdigit() else 0
+    return ["scontrol", "show", "node", "--json"] if major >= 23 else ["sinfo", "--json"]
 
 
 def sacct_json(*, start: str = "now-7days", end: str = "now", duplicates: bool = True, job_ids: tuple[int, ...] = ()) -> list[str]:

@@ -1,6 +1,6 @@
 """The Slurm gateway: the only class that runs Slurm commands.
 
-It reads the cluster (`snapshot()`: one `squeue` and one `sinfo` call, whatever
+It reads the cluster (`snapshot()`: one `squeue` call and one node listing, whatever
 the number of jobs) and acts on it (MPS share, node pin, requeue with a new
 share, signals, admin comments). Argv comes from `commands`, parsing from
 `parse`; this class only sequences them through an injected runner, so a test
@@ -76,16 +76,17 @@ class SlurmGateway:
         return tuple(j for j in jobs if j.state.active)
 
     def snapshot(self) -> Snapshot:
-        """The cluster now: one squeue and one sinfo call."""
+        """The cluster now: one squeue call and one node listing, whatever the number of jobs."""
         squeue_text = self._run(commands.squeue_json()).stdout
-        sinfo_text = self._run(commands.sinfo_json()).stdout
+        version = parse.slurm_version(squeue_text)
+        nodes_text = self._run(commands.nodes_json(version)).stdout
         taken_at = self._clock()
         jobs = tuple(j for j in parse.parse_squeue(squeue_text) if j.state.active)
-        records = parse.parse_sinfo(sinfo_text)
+        records = parse.parse_sinfo(nodes_text)
         nodes = parse.build_nodes(records, jobs, shares_per_gpu=self.shares_per_gpu, gpu_memory_mib=self.gpu_memory_mib)
         return Snapshot(
             taken_at=taken_at,
-            slurm_version=parse.slurm_version(squeue_text),
+            slurm_version=version,
             nodes=nodes,
             jobs=jobs,
             partitions=parse.partitions_from(records),

@@ -67,3 +67,8 @@ def test_requeue_sequence_builders():
 @given(st.integers(min_value=1, max_value=100))
 def test_every_valid_share_builds(share):
     assert commands.set_share(1, share)[-1] == f"Gres=mps:{share}"
+
+
+def test_node_listing_follows_version():
+    assert commands.nodes_json("22.05.8") == ["sinfo", "--json"]
+    assert commands.nodes_json("24.11.5") == ["scontrol", "show", "node", "--json"]
