@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import socket
 import stat
@@ -178,12 +179,14 @@ class LocalCluster:
         running_before = [d.name for d in self._daemons() if self._pid(d) is not None]
         self._write_files(spec, config_locked=bool(running_before))
         started: list[str] = []
+        launched: dict[str, float] = {}
         for daemon in self._daemons():
             if self._pid(daemon) is not None:
                 continue
+            launched[daemon.name.removeprefix("slurmd-")] = time.time()
             self._start(daemon, spec)
             started.append(daemon.name)
-        self._wait_for_nodes(spec)
+        self._wait_for_nodes(spec, launched)
         return UpResult(tuple(started), tuple(installed), time.monotonic() - start, self._version_text)
 
     def down(self) -> DownResult:
@@ -306,10 +309,21 @@ class LocalCluster:
     def _launch(self, daemon: _Daemon, argv: list, ready=None, timeout: float = DAEMON_START_S) -> None:
         """Run a self-daemonizing program and wait for its pid file (and `ready`, if given)."""
         out = self.layout.logs / f"{daemon.name}.out"
+        log_start = daemon.log.stat().st_size if daemon.log.exists() else 0
         rc = daemons.launch(argv, out, env=self.env())
         if rc != 0:
             raise daemons.failure(daemon.name, f"exited with code {rc} at start (its output is in {out})", daemon.log)
-        if not daemons.wait_for(lambda: self._pid(daemon) is not None, timeout):
+
+        def started() -> bool:
+            if self._pid(daemon) is not None:
+                return True
+            # Fail fast instead of waiting out the timeout: Slurm logs "fatal:" before it exits.
+            pid = daemons.read_pid(daemon.pid_file)
+            if (pid is not None and not daemons.is_alive(pid)) or daemons.logged_fatal(daemon.log, log_start):
+                raise daemons.failure(daemon.name, "exited at start", daemon.log)
+            return False
+
+        if not daemons.wait_for(started, timeout):
             raise daemons.failure(daemon.name, f"wrote no live pid to {daemon.pid_file} within {timeout:g} s",
                                   daemon.log)
         if ready is not None and not daemons.wait_for(lambda: self._pid(daemon) is None or ready(), timeout):
@@ -377,9 +391,29 @@ class LocalCluster:
         pairs = (line.split() for line in out.stdout.splitlines())
         return {p[0]: p[1] for p in pairs if len(p) == 2}
 
-    def _wait_for_nodes(self, spec: ClusterSpec) -> None:
+    def _slurmd_start_times(self) -> dict[str, float]:
+        """Each node's SlurmdStartTime as the controller knows it (epoch seconds; 0 when unknown)."""
+        out = daemons.run([_bin("scontrol"), "-o", "show", "node"], COMMAND_TIMEOUT_S, env=self.env())
+        times = {}
+        for line in out.stdout.splitlines():
+            name, started = re.search(r"NodeName=(\S+)", line), re.search(r"SlurmdStartTime=(\S+)", line)
+            if name:
+                try:
+                    times[name.group(1)] = time.mktime(time.strptime(started.group(1), "%Y-%m-%dT%H:%M:%S"))
+                except (AttributeError, ValueError):
+                    times[name.group(1)] = 0.0
+        return times
+
+    def _wait_for_nodes(self, spec: ClusterSpec, launched: dict[str, float]) -> None:
+        """Wait until sinfo shows every node usable and each slurmd started now has registered.
+
+        A restarted slurmctld restores the old node states, so "idle" alone can
+        be stale; a node whose slurmd was just launched counts only once the
+        controller reports a SlurmdStartTime from this launch.
+        """
         ctld = next(d for d in self._daemons() if d.name == "slurmctld")
         states: dict[str, str] = {}
+        fresh = [n for n in spec.node_names if n in launched]
 
         def ready() -> bool:
             nonlocal states
@@ -387,7 +421,16 @@ class LocalCluster:
             if dead:
                 raise daemons.failure(dead[0].name, "stopped while the cluster came up", dead[0].log)
             states = self._node_states()
-            return set(spec.node_names) <= states.keys() and all(states[n] in READY_STATES for n in spec.node_names)
+            if not (set(spec.node_names) <= states.keys() and all(states[n] in READY_STATES for n in spec.node_names)):
+                return False
+            if not fresh:
+                return True
+            registered = self._slurmd_start_times()
+            # SlurmdStartTime has whole seconds: compare with the launch second.
+            late = [n for n in fresh if registered.get(n, 0.0) < int(launched[n])]
+            for n in late:
+                states[n] = f"{states[n]} (slurmd not registered yet)"
+            return not late
 
         if daemons.wait_for(ready, self.timeout, interval=0.1):
             return

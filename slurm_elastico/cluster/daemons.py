@@ -102,6 +102,16 @@ def tail(path: Path, lines: int = 15) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:]) or "(the log file is empty)"
 
 
+def logged_fatal(path: Path, offset: int = 0) -> bool:
+    """Whether the log got a Slurm `fatal:` line after byte `offset` (the daemon is about to exit)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            return b"fatal:" in fh.read()
+    except FileNotFoundError:
+        return False
+
+
 def failure(daemon: str, what: str, log: Path) -> ClusterError:
     """A ClusterError naming the daemon, what went wrong, the log to read and its last lines."""
     return ClusterError(f"{daemon} {what}; read {log}. Its last lines:\n{tail(log)}")

@@ -1,0 +1,44 @@
+"""Shared fixtures: one live local Slurm cluster for the whole test run.
+
+`slurm_cluster` starts it on first use (root needed; missing Debian packages
+are installed) with accounting on, so `sacct` works for every live test, and
+stops it at the end of the session. Without root or apt it FAILS with the
+reason instead of skipping: CI runs as root and must run the live tests.
+Set ELASTICO_TEST_CLUSTER_DIR to reuse a state directory between runs; a
+cluster that was already running there is left running.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from slurm_elastico.cluster import LocalCluster
+from slurm_elastico.errors import ClusterError
+
+TEST_CLUSTER_ENV = "ELASTICO_TEST_CLUSTER_DIR"
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory) -> LocalCluster:
+    """The session's running LocalCluster: 4 nodes × 4 fake GPUs, 100 MPS shares each, accounting on."""
+    if os.geteuid() != 0:
+        pytest.fail("the live tests need root: the local Slurm cluster runs its daemons as root and makes fake "
+                    "GPU device nodes; run pytest as root (CI does)", pytrace=False)
+    state_dir = Path(os.environ.get(TEST_CLUSTER_ENV) or tmp_path_factory.mktemp("cluster"))
+    cluster = LocalCluster(state_dir, accounting=True)
+    try:
+        result = cluster.up()
+    except ClusterError as exc:
+        pytest.fail(f"the local Slurm cluster in {state_dir} did not come up: {exc}", pytrace=False)
+    yield cluster
+    if not result.already_running:
+        cluster.down()
+
+
+@pytest.fixture
+def slurm_env(slurm_cluster: LocalCluster) -> dict[str, str]:
+    """Environment variables (SLURM_CONF) that aim Slurm commands at the session's cluster; a fresh copy per test."""
+    return dict(slurm_cluster.env())

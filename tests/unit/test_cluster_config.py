@@ -1,0 +1,199 @@
+"""The local cluster's config writers: node, GRES, accounting and version-dependent lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurm_elastico.cluster import LocalCluster, config, daemons, install
+from slurm_elastico.cluster.config import ClusterSpec, Layout, Ports
+from slurm_elastico.errors import ClusterError
+
+ROOT = Path("/srv/elastico-test")
+
+
+def lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line and not line.startswith("#")]
+
+
+def settings(text: str) -> dict[str, str]:
+    """Key=value lines other than NodeName/PartitionName, as a dict (a repeated key would be lost: checked)."""
+    pairs = [line.split("=", 1) for line in lines(text) if not line.startswith(("NodeName=", "PartitionName="))]
+    keys = [k for k, _ in pairs]
+    assert len(keys) == len(set(keys)), f"repeated keys: {keys}"
+    return dict(pairs)
+
+
+def spec(**kw) -> ClusterSpec:
+    return ClusterSpec(hostname="vm", **kw)
+
+
+LAYOUT = Layout(ROOT)
+
+
+def test_ports_from_base_keep_away_from_system_slurm():
+    ports = Ports.from_base()
+    assert (ports.slurmctld, ports.slurmdbd, ports.mariadb, ports.slurmd(1), ports.slurmd(4)) == (
+        16817, 16819, 16820, 17001, 17004)
+    assert Ports.from_base(26817).slurmd(2) == 27002
+    with pytest.raises(ClusterError, match="port base 80"):
+        Ports.from_base(80)
+
+
+def test_default_node_line_has_four_nodes_with_their_ports_and_gres():
+    conf = config.slurm_conf(spec(), LAYOUT)
+    node = [line for line in lines(conf) if line.startswith("NodeName=")]
+    assert node == ["NodeName=n[1-4] NodeHostname=vm NodeAddr=127.0.0.1 Port=[17001-17004] CPUs=8 "
+                    "RealMemory=8000 Gres=gpu:4,mps:400 State=UNKNOWN"]
+    assert "PartitionName=debug Nodes=n[1-4] Default=YES MaxTime=INFINITE State=UP" in lines(conf)
+    s = settings(conf)
+    assert s["SlurmctldHost"] == "vm(127.0.0.1)"
+    assert s["SlurmctldPort"] == "16817"
+    assert s["GresTypes"] == "gpu,mps"
+    assert s["SelectType"] == "select/cons_tres" and s["SelectTypeParameters"] == "CR_Core"
+    assert s["JobRequeue"] == "1" and s["ReturnToService"] == "2" and s["KillWait"] == "30"
+    assert s["SlurmdParameters"] == "config_overrides"
+    assert s["AuthInfo"] == f"socket={ROOT}/run/munge.sock"
+    # %n: one spool, pid file and log per slurmd on the one host.
+    assert s["SlurmdSpoolDir"].endswith("/%n") and "%n" in s["SlurmdPidFile"] and "%n" in s["SlurmdLogFile"]
+
+
+def test_single_node_uses_plain_names_not_ranges():
+    conf = config.slurm_conf(spec(nodes=1, gpus_per_node=1, kill_wait=5), LAYOUT)
+    node = next(line for line in lines(conf) if line.startswith("NodeName="))
+    assert "NodeName=n1 " in node and "Port=17001 " in node and "Gres=gpu:1,mps:100" in node
+    assert settings(conf)["KillWait"] == "5"
+    gres = config.gres_conf(spec(nodes=1, gpus_per_node=1), LAYOUT)
+    assert f"NodeName=n1 Name=gpu File={ROOT}/dev/n1/nvidia0" in lines(gres)
+
+
+def test_gres_lines_share_mps_over_all_gpus_of_each_node():
+    gres = lines(config.gres_conf(spec(nodes=2, gpus_per_node=3, shares_per_gpu=50), LAYOUT))
+    assert gres[0] == "AutoDetect=off"
+    assert gres[1:] == [
+        f"NodeName=n1 Name=gpu File={ROOT}/dev/n1/nvidia[0-2]",
+        f"NodeName=n1 Name=mps Count=150 File={ROOT}/dev/n1/nvidia[0-2] Flags=all_sharing",
+        f"NodeName=n2 Name=gpu File={ROOT}/dev/n2/nvidia[0-2]",
+        f"NodeName=n2 Name=mps Count=150 File={ROOT}/dev/n2/nvidia[0-2] Flags=all_sharing",
+    ]
+    node = next(line for line in lines(config.slurm_conf(spec(nodes=2, gpus_per_node=3, shares_per_gpu=50), LAYOUT))
+                if line.startswith("NodeName="))
+    assert "Gres=gpu:3,mps:150" in node
+
+
+def test_accounting_on_uses_slurmdbd_and_tres_off_uses_jobcomp_file():
+    on = settings(config.slurm_conf(spec(accounting=True), LAYOUT))
+    off = settings(config.slurm_conf(spec(accounting=False), LAYOUT))
+    assert on["AccountingStorageType"] == "accounting_storage/slurmdbd"
+    assert on["AccountingStoragePort"] == "16819"
+    assert on["AccountingStorageTRES"] == "gres/gpu,gres/mps"
+    assert on["AccountingStoreFlags"] == "job_comment"
+    # The dbd connection takes its munge socket from here, not from AuthInfo.
+    assert on["AccountingStoragePass"] == f"{ROOT}/run/munge.sock"
+    assert "JobCompType" not in on
+    assert off["JobCompType"] == "jobcomp/filetxt" and off["JobCompLoc"] == f"{ROOT}/logs/jobcomp.txt"
+    # AccountingStorageTRES is fatal without slurmdbd.
+    assert not any(k.startswith("AccountingStorage") for k in off)
+
+
+def test_slurmdbd_conf_points_at_the_private_mariadb_and_munge():
+    s = settings(config.slurmdbd_conf(spec(ports=Ports.from_base(20000)), LAYOUT, "s3cret-pass"))
+    assert s["DbdPort"] == "20002" and s["StoragePort"] == "20003"
+    assert s["StorageHost"] == "127.0.0.1" and s["DbdHost"] == "vm"
+    assert s["StoragePass"] == "s3cret-pass" and s["StorageLoc"] == config.DB_NAME
+    assert s["AuthInfo"] == f"socket={ROOT}/run/munge.sock"
+    with pytest.raises(ClusterError, match="password"):
+        config.slurmdbd_conf(spec(), LAYOUT, "a b'c")
+
+
+def test_cgroup_conf_only_where_the_version_can_disable_cgroups():
+    assert config.cgroup_conf(spec(version=(22, 5))) is None
+    assert "CgroupPlugin=disabled" in lines(config.cgroup_conf(spec(version=(24, 11))))
+    assert config.cgroup_conf(spec(version=(23, 2))) is not None
+
+
+@pytest.mark.parametrize("text, version", [
+    ("slurm-wlm 22.05.8\n", (22, 5)),
+    ("slurm 24.11.5", (24, 11)),
+    ("slurm 23.02", (23, 2)),
+])
+def test_parse_version(text, version):
+    assert config.parse_version(text) == version
+
+
+def test_parse_version_rejects_garbage():
+    with pytest.raises(ClusterError, match="cannot read a Slurm version"):
+        config.parse_version("command not found")
+
+
+def test_spec_collects_every_bad_setting():
+    with pytest.raises(ClusterError) as err:
+        ClusterSpec(hostname="vm.example.org", nodes=0, shares_per_gpu=101)
+    text = str(err.value)
+    assert "nodes=0" in text and "shares_per_gpu=101" in text and "hostname=" in text
+
+
+@pytest.mark.parametrize("path, problem", [
+    ("relative/dir", "absolute"),
+    ("/srv/with space", "space"),
+    ("/srv/br[ack]et", "space or one of"),
+    ("/" + "d" * 120, "too deep"),
+])
+def test_layout_rejects_paths_slurm_cannot_hold(path, problem):
+    with pytest.raises(ClusterError, match=problem):
+        Layout(Path(path))
+
+
+def test_local_cluster_validates_at_construction_and_gives_env(tmp_path):
+    with pytest.raises(ClusterError, match="gpus_per_node=0"):
+        LocalCluster(tmp_path, gpus_per_node=0)
+    cluster = LocalCluster(tmp_path / "c")
+    assert cluster.env() == {"SLURM_CONF": str(tmp_path / "c" / "etc" / "slurm.conf")}
+    assert cluster.slurm_conf == tmp_path / "c" / "etc" / "slurm.conf"
+    assert cluster.nodes == ("n1", "n2", "n3", "n4")
+
+
+def test_from_state_dir_uses_saved_settings_under_overrides(tmp_path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "cluster.json").write_text('{"nodes": 2, "accounting": true, "unknown": 1}')
+    cluster = LocalCluster.from_state_dir(tmp_path, nodes=None, gpus_per_node=2)
+    assert cluster.nodes == ("n1", "n2") and cluster.accounting
+    assert LocalCluster.from_state_dir(tmp_path, nodes=3).nodes == ("n1", "n2", "n3")
+
+
+def test_status_of_a_never_started_cluster_lists_every_daemon_stopped(tmp_path):
+    state = LocalCluster(tmp_path, nodes=2, accounting=True).status()
+    assert [d.name for d in state.daemons] == ["munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd-n1", "slurmd-n2"]
+    assert state.stopped and not state.running and state.nodes == {}
+
+
+def test_missing_packages_maps_binaries_to_debian_packages():
+    assert install.missing_packages(False, find=lambda b: None) == ["munge", "slurm-client", "slurmctld", "slurmd"]
+    assert install.missing_packages(True, find=lambda b: None if b in ("mariadbd", "sacctmgr") else "/x") == [
+        "mariadb-server", "slurm-client"]
+    assert install.missing_packages(True, find=lambda b: "/usr/bin/" + b) == []
+    assert install.install_argv(["munge"]) == ["apt-get", "install", "-y", "--no-install-recommends", "munge"]
+
+
+def test_running_pid_ignores_stale_pid_files_and_other_programs(tmp_path):
+    import os
+
+    pid_file = tmp_path / "x.pid"
+    assert daemons.running_pid(pid_file, "slurmd") is None  # no file
+    pid_file.write_text(f"{os.getpid()}\n")
+    assert daemons.running_pid(pid_file, "slurmd") is None  # alive, but it is python, not slurmd
+    assert daemons.running_pid(pid_file, daemons.proc_name(os.getpid())) == os.getpid()
+    pid_file.write_text("garbage")
+    assert daemons.running_pid(pid_file, "slurmd") is None
+
+
+def test_zombie_counts_as_stopped(tmp_path):
+    import subprocess
+
+    child = subprocess.Popen(["true"])
+    # Not yet reaped: kill -0 would succeed, /proc says Z.
+    assert daemons.wait_for(lambda: daemons.proc_state(child.pid) == "Z", 5)
+    assert not daemons.is_alive(child.pid)
+    child.wait()
+    assert daemons.proc_state(child.pid) is None
