@@ -52,6 +52,9 @@ def _register() -> None:
 
     main.add_command(view.status)
     main.add_command(view.config_cmd)
+    from slurm_elastico.cli import cluster
+
+    main.add_command(cluster.cluster)
 
 
 _register()
