@@ -75,3 +75,40 @@ def test_action_without_value_refused():
     gw = SlurmGateway(ScriptedRunner([]))
     with pytest.raises(InvalidActionError, match="lacks"):
         gw.apply(Action(ActionKind.SET_SHARE, 3, "no share"))
+
+
+DATA = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "slurm"
+
+
+class ReplayRunner:
+    """Answers squeue / node listing from recorded files of one Slurm version."""
+
+    def __init__(self, version, squeue, nodes):
+        self.files = {"squeue": DATA / version / squeue, "nodes": DATA / version / nodes}
+        self.calls = []
+
+    def __call__(self, argv, *, timeout=None):
+        self.calls.append(list(argv))
+        key = "squeue" if argv[0] == "squeue" else "nodes"
+        return Completed(tuple(argv), 0, self.files[key].read_text(), "")
+
+
+@pytest.mark.parametrize("version,squeue,nodes,node_cmd", [
+    ("22.05", "squeue_running.json", "sinfo_busy.json", ["sinfo", "--json"]),
+    ("24.11", "squeue_json.json", "scontrol_show_node_json.json", ["scontrol", "show", "node", "--json"]),
+])
+def test_snapshot_from_recorded_output_uses_two_calls(version, squeue, nodes, node_cmd):
+    runner = ReplayRunner(version, squeue, nodes)
+    snap = SlurmGateway(runner, clock=lambda: 123.0).snapshot()
+    assert runner.calls == [["squeue", "--all", "--json"], node_cmd]
+    assert snap.slurm_version.startswith(version) and snap.taken_at == 123.0
+    assert len(snap.nodes) == 4 and len(snap.gpus) == 16
+    assert all(j.state.active for j in snap.jobs)
+    if version == "22.05":
+        # job 24 holds GPU 0 of n1 and n2 whole; job 23's 35 shares sit on n1 GPU 0 too (22.05 allows it)
+        assert snap.node("n1").gpus[0].held_whole and snap.node("n2").gpus[0].shares_used == 100
+        assert snap.job(19).state.value == "PENDING" and snap.job(19).mps_share == 30
+    else:
+        g0 = snap.node("n1").gpus[0]
+        assert g0.shares_used == 45 and set(g0.job_ids) == {1, 13}
+    assert {p.name for p in snap.partitions} == {"debug"}
