@@ -1,0 +1,177 @@
+"""Offline inference runner: a reshaped (interrupted, new max_num_seqs) job gives exactly the uninterrupted outputs."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from slurm_elastico.errors import ConfigError
+from slurm_elastico.runtime.infer import (
+    Completion,
+    EngineUnavailableError,
+    Journal,
+    JournalCorruptError,
+    TorchEngine,
+    VllmEngine,
+    read_requests,
+    run_inference,
+)
+from slurm_elastico.runtime.shape import EXIT_CHECKPOINTED, InferShape
+
+N = 23  # not a multiple of any batch size used below
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def requests_file(tmp_path: Path) -> Path:
+    path = tmp_path / "requests.jsonl"
+    lines = [{"id": f"r{i:02d}", "prompt": f"question {i}: " + "why? " * (i % 4), "max_tokens": 3 + i % 6} for i in range(N)]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+@pytest.fixture(scope="module", params=["torch", "transformers"])
+def engine(request):
+    """Each CPU engine; the transformers one only where the `cpu-infer` extra is installed."""
+    if request.param == "torch":
+        return TorchEngine(seed=0)
+    pytest.importorskip("transformers")
+    from slurm_elastico.runtime.infer import TransformersEngine
+
+    return TransformersEngine(seed=0)
+
+
+def journal_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def outputs(path: Path) -> dict[str, tuple[str, list[int]]]:
+    return {r["id"]: (r["text"], r["token_ids"]) for r in journal_lines(path)}
+
+
+def stop_after(batches: int):
+    """A should_stop that says yes once `batches` batches ran (asked before every batch)."""
+    asked = [0]
+
+    def should_stop() -> bool:
+        asked[0] += 1
+        return asked[0] > batches
+
+    return should_stop
+
+
+def test_reshaped_run_equals_uninterrupted_run(tmp_path, requests_file, engine):
+    ref = run_inference(requests_file, tmp_path / "ref.jsonl", engine, InferShape(max_num_seqs=4, name="a"))
+    assert (ref.status, ref.done, ref.total, ref.exit_code) == ("done", N, N, 0)
+
+    journal = tmp_path / "job.jsonl"
+    first = run_inference(requests_file, journal, engine, InferShape(max_num_seqs=4), should_stop=stop_after(2))
+    assert (first.status, first.written, first.exit_code) == ("checkpointed", 8, EXIT_CHECKPOINTED)
+    second = run_inference(requests_file, journal, engine, InferShape(max_num_seqs=7), should_stop=stop_after(1))
+    assert (second.status, second.written) == ("checkpointed", 7)
+    third = run_inference(requests_file, journal, engine, InferShape(max_num_seqs=3))
+    assert (third.status, third.done, third.written) == ("done", N, N - 15)
+
+    ids = [r["id"] for r in journal_lines(journal)]
+    assert len(ids) == len(set(ids)) == N  # each request exactly once
+    assert outputs(journal) == outputs(tmp_path / "ref.jsonl")  # same greedy text and tokens
+    assert all(len(tok) == 3 + int(i[1:]) % 6 for i, (_, tok) in outputs(journal).items())
+
+    again = run_inference(requests_file, journal, engine, InferShape(max_num_seqs=5))
+    assert again.written == 0 and len(journal_lines(journal)) == N  # a relaunch after completion writes nothing
+
+
+def test_torn_last_line_is_dropped_and_redone(tmp_path, requests_file, engine):
+    run_inference(requests_file, tmp_path / "ref.jsonl", engine, InferShape(max_num_seqs=5))
+    journal = tmp_path / "job.jsonl"
+    run_inference(requests_file, journal, engine, InferShape(max_num_seqs=5), should_stop=stop_after(1))
+    data = journal.read_bytes()
+    journal.write_bytes(data[: len(data) - 17])  # a kill mid-append: the last record loses its tail
+    j = Journal(journal)
+    assert len(j.done) == 4 and j.repaired_bytes > 0
+    assert journal.read_bytes().endswith(b"\n")
+    run_inference(requests_file, j, engine, InferShape(max_num_seqs=2))
+    assert outputs(journal) == outputs(tmp_path / "ref.jsonl")
+    assert len(journal_lines(journal)) == N
+
+
+def test_garbage_before_the_end_is_not_silently_dropped(tmp_path):
+    path = tmp_path / "j.jsonl"
+    path.write_text('{"id": "a", "text": "x"}\nnot json\n{"id": "b", "text": "y"}\n')
+    with pytest.raises(JournalCorruptError, match="not a torn append"):
+        Journal(path)
+
+
+def test_journal_refuses_to_write_a_request_twice(tmp_path):
+    j = Journal(tmp_path / "j.jsonl")
+    j.append([{"id": "a", "text": "x"}])
+    with pytest.raises(JournalCorruptError, match="already journaled"):
+        j.append([{"id": "a", "text": "x"}])
+    assert len(Journal(tmp_path / "j.jsonl").done) == 1
+
+
+def test_bad_requests_file_lists_every_problem(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"id": "a", "prompt": "x", "max_tokens": 2}\n{"id": "a", "prompt": "y"}\nnope\n{"prompt": "z"}\n{"id": "c", "prompt": 1, "max_tokens": 0}\n')
+    with pytest.raises(ConfigError) as err:
+        read_requests(path)
+    text = str(err.value)
+    for expected in ("line 2: id 'a' repeats line 1", "line 3: not JSON", "line 4: 'id'", "line 5: 'prompt'", "line 5: 'max_tokens'"):
+        assert expected in text
+
+
+def test_vllm_missing_gives_a_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
+    with pytest.raises(EngineUnavailableError, match="vLLM is not importable.*torch/transformers engine"):
+        VllmEngine("some/model", InferShape(4))
+
+
+def test_vllm_code_path_against_a_stand_in_module(monkeypatch):
+    """Checks our calls (LLM(model, **engine_kwargs); greedy SamplingParams per request); not vLLM itself."""
+    seen = {}
+
+    class SamplingParams:
+        def __init__(self, temperature, max_tokens):
+            self.temperature, self.max_tokens = temperature, max_tokens
+
+    class LLM:
+        def __init__(self, model, **kwargs):
+            seen["init"] = (model, kwargs)
+
+        def generate(self, prompts, params, use_tqdm=True):
+            seen["params"] = [(p.temperature, p.max_tokens) for p in params]
+            out = types.SimpleNamespace
+            return [out(outputs=[out(text=p.upper()[: s.max_tokens], token_ids=[1] * s.max_tokens)]) for p, s in zip(prompts, params)]
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams))
+    shape = InferShape(8, 0.4, "fp8", engine_args=(("max_model_len", 256),))
+    eng = VllmEngine("tiny/model", shape)
+    assert seen["init"] == ("tiny/model", {"max_num_seqs": 8, "gpu_memory_utilization": 0.4, "kv_cache_dtype": "fp8", "max_model_len": 256})
+    assert eng.generate(["ab", "cde"], [1, 2]) == [Completion("A", (1,)), Completion("CD", (1, 1))]
+    assert seen["params"] == [(0.0, 1), (0.0, 2)]
+
+
+def test_transformers_engine_is_batch_size_invariant_on_these_prompts():
+    pytest.importorskip("transformers")
+    from slurm_elastico.runtime.infer import TransformersEngine
+
+    eng = TransformersEngine(seed=0)
+    prompts = [f"p{i} " + "x" * i for i in range(6)]
+    tokens = [2 + i % 3 for i in range(6)]
+    whole = eng.generate(prompts, tokens)
+    pieces = eng.generate(prompts[:2], tokens[:2]) + eng.generate(prompts[2:5], tokens[2:5]) + eng.generate(prompts[5:], tokens[5:])
+    assert whole == pieces
+    assert [len(c.token_ids) for c in whole] == tokens
+    assert TransformersEngine(seed=0).generate(prompts[:1], [4]) == eng.generate(prompts[:1], [4])  # same weights each start
