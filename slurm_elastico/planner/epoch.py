@@ -1,0 +1,421 @@
+"""One scheduling epoch (PDS): from a `Snapshot` and the jobs' families to a `Plan` of actions.
+
+Steps: read the free capacity per GPU and node; reserve for the head of the
+queue; price (a few projected-subgradient rounds, `slurm_elastico.pricing`);
+pack pending jobs in the policy's order, each at the fastest shape that fits
+without exceeding what its prices chose; start the jobs the prices left out
+where room remains; upgrade placed jobs into what is still free; reshape
+running jobs whose gain pays their restart; then write the actions.
+
+Pure: no clock (`now` is passed in), no subprocess, no globals; the same
+inputs give the same plan. Jobs without a family are never acted on, but what
+they hold counts. Held jobs are left alone (held by a user, or mid-reshape).
+Families are single-GPU: a family job is planned on one GPU of one node.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from slurm_elastico import pricing
+from slurm_elastico.config import Settings
+from slurm_elastico.interference.base import SlowdownModel, SoloProfile
+from slurm_elastico.model import (Action, ActionKind, Family, JobState, JobView, Placement, Plan, Snapshot)
+from slurm_elastico.planner import reshape, weights
+from slurm_elastico.planner.packing import GpuState, Row, Seat
+from slurm_elastico.planner.slowdown import PairCache
+from slurm_elastico.shapes.solo import solo_profile
+
+RESOURCES = ("mps", "gpu_mem", "cpus", "host_mem")
+ADMIN_PREFIX = "elastico:shape="
+"""AdminComment the planner writes so the job wrapper knows its shape: `elastico:shape=<name>`."""
+
+
+@dataclass
+class Table:
+    """One distinct family, as arrays: what pricing and packing need per shape."""
+
+    family: Family
+    rows: list[Row]
+    value: np.ndarray  # [C] T / T_max
+    demand: np.ndarray  # [C, R] in GPU equivalents
+    allowed: np.ndarray  # [C] at or above the floor
+    contention: np.ndarray  # [C] 1 − 1/S against a stand-in neighbour (0 at a whole GPU)
+    by_speed: list[int]  # allowed slots, fastest first
+    density: float  # best value per dominant GPU-equivalent
+
+
+@dataclass
+class Job:
+    view: JobView
+    table: Table
+    weight: float
+    seat: Seat
+    running: bool = False
+
+
+def shape_of_running(job: JobView, table: Table, held_share: int) -> int:
+    """Slot of the shape a running job runs as: from its AdminComment, else its share, else the default."""
+    shapes = table.family.shapes
+    for part in job.admin_comment.split(","):
+        if part.startswith(ADMIN_PREFIX):
+            name = part[len(ADMIN_PREFIX):].strip()
+            for i, s in enumerate(shapes):
+                if s.name == name:
+                    return i
+    same = [i for i, s in enumerate(shapes) if s.resources.mps == held_share]
+    if same:
+        return max(same, key=lambda i: shapes[i].throughput)
+    default = table.family.default_shape
+    return next((i for i, s in enumerate(shapes) if s is default), 0)
+
+
+def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Settings,
+               model: SlowdownModel | None, now: float, policy, progress: Mapping[int, float] | None = None) -> Plan:
+    """Plan one epoch under `policy` (its fields, never its name, decide what runs)."""
+    ps, gs = settings.planner, settings.gpu
+    part = settings.slurm.partition
+    floor = settings.interference.floor if policy.interference else 0.0
+    cache = PairCache(model if policy.interference else None)
+    progress = progress or {}
+
+    # -- capacity -----------------------------------------------------------
+    nodes = [n for n in snapshot.nodes if n.usable and (not part or part in n.partitions)]
+    gpu_node, free_share, free_mem, gpu_mem, gpu_key = [], [], [], [], []
+    where: dict[tuple[str, int], int] = {}
+    node_cpu, node_mem = [], []
+    for ni, n in enumerate(nodes):
+        node_cpu.append(float(n.cpus - n.cpus_alloc))
+        node_mem.append(float(n.memory_mib - n.memory_alloc_mib) if n.memory_mib > 0 else math.inf)
+        mem = float(n.gpu_memory_mib or gs.memory_mib)
+        for gv in n.gpus:
+            where[(n.name, gv.index)] = len(gpu_node)
+            gpu_node.append(ni)
+            free_share.append(gv.shares_free)
+            free_mem.append(mem)
+            gpu_mem.append(mem)
+            gpu_key.append((n.name, gv.index))
+    n_gpus = len(gpu_node)
+    state = GpuState(gpu_node, free_share, free_mem, node_cpu, node_mem, cache, floor)
+    per_gpu = np.array([
+        float(gs.shares_per_gpu),
+        float(np.mean(gpu_mem)) if n_gpus else float(gs.memory_mib),
+        max(1.0, sum(n.cpus for n in nodes) / max(1, n_gpus)),
+        max(1.0, sum(n.memory_mib for n in nodes) / max(1, n_gpus)),
+    ])
+
+    # -- families as tables (one per distinct family object) ----------------
+    tables: dict[int, Table] = {}
+    narrowed: dict[int, Family] = {}
+
+    def table_of(fam: Family) -> Table:
+        key = id(fam)
+        if key not in narrowed:
+            narrowed[key] = policy.narrow(fam)
+        fam = narrowed[key]
+        t = tables.get(id(fam))
+        if t is None:
+            t = tables[id(fam)] = _table(fam, cache, per_gpu)
+        return t
+
+    # -- who is where --------------------------------------------------------
+    jobs: list[Job] = []
+    by_id: dict[int, Job] = {}
+    for jv in snapshot.jobs:
+        fam = families.get(jv.job_id)
+        if fam is None or not fam.shapes or (part and jv.partition != part):
+            continue
+        if jv.state is JobState.PENDING and not jv.held and (jv.gres is None or jv.gres.kind == "mps"):
+            t = table_of(fam)
+            by_id[jv.job_id] = Job(jv, t, 1.0, Seat(jv.job_id, fam.throughput_floor))
+        elif jv.state is JobState.RUNNING:
+            by_id[jv.job_id] = Job(jv, table_of(fam), 1.0, Seat(jv.job_id, fam.throughput_floor), running=True)
+    foreign: dict[int, int] = {}
+    for n in nodes:
+        for gv in n.gpus:
+            g = where[(n.name, gv.index)]
+            for use in gv.users:
+                if use.whole:
+                    continue
+                job = by_id.get(use.job_id)
+                if job is not None and job.running and job.seat.gpu < 0:
+                    slot = shape_of_running(job.view, job.table, use.shares)
+                    base = job.table.rows[slot]
+                    job.seat.row = Row(slot, base.uid, base.tput, use.shares, base.mem,
+                                       float(job.view.cpus), float(job.view.memory_mib))
+                    state.attach(job.seat, g, base.mem)
+                else:
+                    if use.shares not in foreign:
+                        foreign[use.shares] = cache.add(SoloProfile(kind="train", mps_share=use.shares))
+                    row = Row(-1, foreign[use.shares], math.inf, use.shares, gpu_mem[g] * use.shares / gs.shares_per_gpu, 0, 0)
+                    state.attach(Seat(use.job_id, 0.0, row), g, row.mem)
+    for j in by_id.values():
+        if not j.running or j.seat.gpu >= 0:
+            jobs.append(j)  # running jobs we cannot locate on a GPU are left alone
+    jobs.sort(key=lambda j: j.view.job_id)
+    rule = weights.RULES[ps.fairness]
+    for j in jobs:
+        t = j.table
+        best = max(s.throughput for s in t.family.shapes)
+        left = t.family.total_work / best if best > 0 else math.inf
+        j.weight = rule(j.view.submit_time, left, now)
+    pending = [j for j in jobs if not j.running]
+    running = [j for j in jobs if j.running]
+    notes: list[str] = []
+
+    # -- reservation for the head of the queue -------------------------------
+    head_id = _queue_head(snapshot, part)
+    head = by_id.get(head_id) if head_id is not None else None
+    if head is not None and head.running:
+        head = None
+    if head_id is not None and head is None and ps.reserve_queue_head:
+        note = _reserve_foreign(snapshot.job(head_id), state, nodes, where)
+        if note:
+            notes.append(note)
+
+    # -- prices ---------------------------------------------------------------
+    problem = _problem(pending, state, per_gpu)
+    if policy.price and pending:
+        result = pricing.solve(problem, ps.rounds, ps.step)
+    else:
+        z = np.zeros(len(RESOURCES))
+        result = pricing.PriceResult(z, pricing.choose(problem, z), 0)
+    choice = result.choice
+    notes.append("prices (GPU equivalents): " + ", ".join(f"{r}={v:.3g}" for r, v in zip(RESOURCES, result.prices))
+                 + f" after {result.rounds} round(s)")
+
+    # -- packing --------------------------------------------------------------
+    order = policy.order(pending)
+    if head is not None and ps.reserve_queue_head:
+        hi = pending.index(head)
+        order = [hi] + [i for i in order if i != hi]
+    deferred: list[int] = []
+    for i in order:
+        job = pending[i]
+        target = int(choice[i])
+        if target == pricing.NONE:
+            if job.table.by_speed:
+                deferred.append(i)
+            continue
+        cap = job.table.rows[target].tput
+        if not _place(job, state, [s for s in job.table.by_speed if job.table.rows[s].tput <= cap]):
+            deferred.append(i)
+        if job is head and job.seat.gpu < 0 and ps.reserve_queue_head:
+            g = max(range(n_gpus), key=lambda k: (state.free_share[k], -k), default=None)
+            if g is not None and state.free_share[g] > 0:
+                state.block(g, state.free_share[g])
+                notes.append(f"job {job.view.job_id} heads the queue and fits nowhere yet: "
+                             f"GPU {gpu_key[g][0]}:{gpu_key[g][1]} kept free for it")
+    for i in deferred:
+        _place(pending[i], state, pending[i].table.by_speed)
+    if policy.price:
+        for i in order:
+            _upgrade(pending[i], state)
+
+    # -- running jobs ---------------------------------------------------------
+    reshaped: dict[int, tuple[int, float]] = {}
+    if policy.reshape:
+        for j in sorted(running, key=lambda j: (-j.weight, j.view.job_id)):
+            got = _reshape(j, state, now, progress, ps.reshape_cost_s, ps.hysteresis)
+            if got is not None:
+                reshaped[j.view.job_id] = got
+
+    # -- actions --------------------------------------------------------------
+    actions: list[Action] = []
+    placements: list[Placement] = []
+    objective = 0.0
+    for j in jobs:
+        t, seat, jid = j.table, j.seat, j.view.job_id
+        tmax = max(s.throughput for s in t.family.shapes)
+        if seat.gpu < 0:
+            objective += j.weight
+            if not t.by_speed:
+                notes.append(f"job {jid} not started: every shape is below its throughput floor "
+                             f"{t.family.throughput_floor:g}")
+            else:
+                notes.append(f"job {jid} not started: no GPU has room for any of its shapes this epoch")
+            continue
+        shape = t.family.shapes[seat.row.slot]
+        rate = seat.row.tput / seat.slow
+        objective += j.weight * (1.0 - rate / tmax)
+        node, gpu = gpu_key[seat.gpu]
+        placements.append(Placement(jid, node, gpu, shape.name, seat.row.share, rate))
+        comment = f"{ADMIN_PREFIX}{shape.name}"
+        unit = "steps/s" if t.family.kind == "train" else "req/s"
+        if j.running:
+            if jid not in reshaped:
+                continue
+            saved, left = reshaped[jid]
+            why = (f"reshape to {shape.name} ({rate:.3g} {unit}): saves {saved:.0f} s of {left:.0f} s remaining "
+                   f"after a {ps.reshape_cost_s:g} s restart")
+            actions.append(Action(ActionKind.SET_ADMIN_COMMENT, jid, why, shape=shape.name, text=comment))
+            actions.append(Action(ActionKind.RESHAPE_RUNNING, jid, why, share=seat.row.share, nodes=(node,),
+                                  shape=shape.name))
+            continue
+        why = (f"start as {shape.name} at {seat.row.share}% of GPU {node}:{gpu} "
+               f"({rate:.3g} {unit}, {100 * rate / tmax:.0f}% of its fastest; weight {j.weight:.2f})")
+        if j.view.admin_comment != comment:
+            actions.append(Action(ActionKind.SET_ADMIN_COMMENT, jid, why, shape=shape.name, text=comment))
+        if j.view.gres is None or j.view.gres.kind != "mps" or j.view.gres.count != seat.row.share:
+            actions.append(Action(ActionKind.SET_SHARE, jid, why, share=seat.row.share, shape=shape.name))
+        actions.append(Action(ActionKind.SET_NODES, jid, why, nodes=(node,), shape=shape.name))
+    return Plan(actions=tuple(actions), objective=objective, notes=tuple(notes),
+                placements=tuple(placements), prices=tuple(float(p) for p in result.prices))
+
+
+# ---------------------------------------------------------------------------
+
+
+def _table(fam: Family, cache: PairCache, per_gpu: np.ndarray) -> Table:
+    shapes = fam.shapes
+    tmax = max(s.throughput for s in shapes)
+    res = np.array([s.resources.as_tuple() for s in shapes], dtype=float).reshape(-1, 4)
+    demand = res / per_gpu
+    rows = []
+    for i, s in enumerate(shapes):
+        uid = cache.add(solo_profile(s, fam.kind, fam.name))
+        r = s.resources
+        rows.append(Row(i, uid, s.throughput, r.mps, float(r.gpu_mem_mib), float(r.cpus), float(r.host_mem_mib)))
+    tput = np.array([s.throughput for s in shapes])
+    allowed = tput >= fam.throughput_floor
+    # Γ's stand-in neighbour: an unmeasured job holding the rest of the GPU.
+    partial = [i for i, s in enumerate(shapes) if s.resources.mps < per_gpu[0]]
+    contention = np.zeros(len(shapes))
+    if partial:
+        partners = [SoloProfile(kind="train", mps_share=int(per_gpu[0] - shapes[i].resources.mps)) for i in partial]
+        slow = cache.vs_partners([rows[i].uid for i in partial], partners)
+        contention[partial] = 1.0 - 1.0 / slow
+    value = tput / tmax
+    dominant = np.maximum(demand.max(axis=1), 1e-9)
+    dens = value / dominant
+    by_speed = sorted((i for i in range(len(shapes)) if allowed[i]), key=lambda i: (-tput[i], i))
+    return Table(fam, rows, value, demand, allowed, contention, by_speed,
+                 float(dens[allowed].max()) if allowed.any() else 0.0)
+
+
+def _problem(pending: list[Job], state: GpuState, per_gpu: np.ndarray) -> pricing.PriceProblem:
+    """Stack the pending jobs' tables into padded [J, C] arrays over the free pool."""
+    width = max((len(j.table.rows) for j in pending), default=1)
+    uniq: dict[int, int] = {}
+    tabs: list[Table] = []
+    idx = np.empty(len(pending), dtype=int)
+    for k, j in enumerate(pending):
+        u = uniq.get(id(j.table))
+        if u is None:
+            u = uniq[id(j.table)] = len(tabs)
+            tabs.append(j.table)
+        idx[k] = u
+    nt, r = max(1, len(tabs)), len(RESOURCES)
+    value = np.zeros((nt, width))
+    demand = np.zeros((nt, width, r))
+    allowed = np.zeros((nt, width), dtype=bool)
+    contention = np.zeros((nt, width))
+    for u, t in enumerate(tabs):
+        c = len(t.rows)
+        value[u, :c], demand[u, :c], allowed[u, :c], contention[u, :c] = t.value, t.demand, t.allowed, t.contention
+    w = np.array([j.weight for j in pending], dtype=float)
+    v = value[idx]
+    open_gpus = [g for g, f in enumerate(state.free_share) if f > 0]
+    open_nodes = sorted({state.gpu_node[g] for g in open_gpus})
+    free = np.array([
+        sum(state.free_share[g] for g in open_gpus),
+        sum(max(0.0, state.free_mem[g]) for g in open_gpus),
+        sum(max(0.0, state.node_cpu[n]) for n in open_nodes),
+        sum(min(max(0.0, state.node_mem[n]), 1e15) for n in open_nodes),
+    ])
+    allow = allowed[idx]
+    cap = free / per_gpu
+    if cap[0] <= 0:
+        allow = np.zeros_like(allow)
+    return pricing.PriceProblem(
+        value=v, demand=demand[idx], penalty=w[:, None] * v * contention[idx], allowed=allow,
+        weight=w, capacity=cap, optional=np.ones(len(pending), dtype=bool))
+
+
+def _place(job: Job, state: GpuState, slots: list[int]) -> bool:
+    """Put `job` at the first of `slots` that fits anywhere."""
+    for s in slots:
+        row = job.table.rows[s]
+        g, _ = state.find(job.seat, row)
+        if g >= 0:
+            state.place(job.seat, row, g)
+            return True
+    return False
+
+
+def _upgrade(job: Job, state: GpuState) -> None:
+    """Move a placed pending job to a faster shape if one fits now, anywhere."""
+    seat = job.seat
+    if seat.gpu < 0:
+        return
+    faster = [s for s in job.table.by_speed if job.table.rows[s].tput > seat.row.tput]
+    if not faster:
+        return
+    need = min(job.table.rows[s].share for s in faster)
+    if state.free_share[seat.gpu] + seat.row.share < need and not any(state.buckets[lv] for lv in range(need, state.top + 1)):
+        return  # nowhere has the shares: skip the remove/re-place
+    old, g0 = seat.row, seat.gpu
+    state.remove(seat)
+    if not _place(job, state, faster):
+        state.place(seat, old, g0)
+
+
+def _reshape(job: Job, state: GpuState, now: float, progress: Mapping[int, float], cost_s: float,
+             hysteresis: float) -> tuple[float, float] | None:
+    """Reshape a running job on its own GPU when the gain pays; returns (seconds saved, seconds left) or None."""
+    seat = job.seat
+    old, g = seat.row, seat.gpu
+    rate_now = old.tput / seat.slow
+    work = reshape.remaining_work(job.table.family.total_work, progress.get(job.view.job_id),
+                                  job.view.start_time, now, rate_now)
+    faster = [s for s in job.table.by_speed if job.table.rows[s].tput > old.tput]
+    if not faster or work <= 0:
+        return None
+    state.remove(seat)
+    best, best_saved = None, 0.0
+    for s in faster:
+        row = job.table.rows[s]
+        row = Row(row.slot, row.uid, row.tput, row.share, row.mem, old.cpus, old.hmem)  # Slurm keeps its CPUs and memory
+        slow = state.fits(seat, row, g)
+        if slow:
+            saved = reshape.saving(work, rate_now, row.tput / slow, cost_s, hysteresis)
+            if saved > best_saved:
+                best, best_saved = row, saved
+    state.place(seat, best or old, g)
+    if best is None:
+        return None
+    return best_saved, work / rate_now if rate_now > 0 else math.inf
+
+
+def _queue_head(snapshot: Snapshot, part: str) -> int | None:
+    """The pending, unheld job Slurm would start first: highest priority, then oldest, then lowest id."""
+    cands = [j for j in snapshot.jobs if j.state is JobState.PENDING and not j.held and (not part or j.partition == part)]
+    if not cands:
+        return None
+    return min(cands, key=lambda j: (-j.priority, j.submit_time if j.submit_time is not None else math.inf,
+                                     j.job_id)).job_id
+
+
+def _reserve_foreign(job: JobView, state: GpuState, nodes, where) -> str:
+    """Hold back what a family-less head job asked for (mps:N on the emptiest GPU, gpu:N whole GPUs on one node)."""
+    if job.gres is None:
+        return ""
+    if job.gres.kind == "mps":
+        if not state.free_share:
+            return ""
+        g = max(range(len(state.free_share)), key=lambda k: (state.free_share[k], -k))
+        state.block(g, job.gres.count)
+        return f"job {job.job_id} heads the queue: {job.gres.count} shares of GPU {g} kept for it"
+    best: list[int] = []
+    for n in nodes:
+        empty = [where[(n.name, gv.index)] for gv in n.gpus
+                 if state.free_share[where[(n.name, gv.index)]] >= gv.shares_total and not state.occ[where[(n.name, gv.index)]]]
+        if len(empty) > len(best):
+            best = empty
+    for g in best[: job.gres.count]:
+        state.block(g, state.free_share[g])
+    return f"job {job.job_id} heads the queue: {min(len(best), job.gres.count)} whole GPU(s) kept for it" if best else ""

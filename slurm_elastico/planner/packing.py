@@ -1,0 +1,155 @@
+"""The GPUs as the packing sees them: free shares, memory, node CPUs and memory, who sits where.
+
+Mutable, but only inside one epoch: the epoch builds it from the snapshot,
+places jobs one at a time, and reads the result. A placement is accepted only
+when, on that GPU, the shares still sum to at most the GPU's, the memory fits,
+the node has the CPUs and memory, and nobody's co-located speed (its own or a
+neighbour's) falls under the floor or under its job's throughput floor.
+
+Finding a GPU is best fit on free shares (the fullest GPU that still fits),
+through buckets keyed by free shares, so it costs little even at thousands of
+GPUs; at most `max_tries` GPUs are examined per shape, which bounds the
+epoch's time when most GPUs fail on memory, CPUs or interference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slurm_elastico.planner.slowdown import PairCache
+
+
+@dataclass(frozen=True)
+class Row:
+    """One shape as packing needs it."""
+
+    slot: int  # index of the shape in its family table
+    uid: int  # profile id for the interference cache
+    tput: float  # solo throughput
+    share: int
+    mem: float
+    cpus: float
+    hmem: float
+
+
+@dataclass
+class Seat:
+    """One job's hold on one GPU (a planned job, a running one, or a foreign one)."""
+
+    job_id: int
+    floor: float
+    row: Row | None = None
+    gpu: int = -1
+    slow: float = 1.0
+
+
+class GpuState:
+    def __init__(self, gpu_node: list[int], free_share: list[int], free_mem: list[float],
+                 node_cpu: list[float], node_mem: list[float], cache: PairCache, floor: float,
+                 max_tries: int = 64):
+        self.gpu_node = gpu_node
+        self.free_share = free_share
+        self.free_mem = free_mem
+        self.node_cpu = node_cpu
+        self.node_mem = node_mem
+        self.cache = cache
+        self.floor = floor
+        self.max_tries = max_tries
+        self.top = max(free_share, default=0)
+        self.top = max(self.top, 100)
+        self.buckets: list[dict[int, None]] = [dict() for _ in range(self.top + 1)]
+        for g, f in enumerate(free_share):
+            self.buckets[f][g] = None
+        self.occ: list[list[Seat]] = [[] for _ in free_share]
+
+    # -- bookkeeping -------------------------------------------------------
+
+    def _set_share(self, g: int, value: int) -> None:
+        del self.buckets[self.free_share[g]][g]
+        self.free_share[g] = value
+        self.buckets[value][g] = None
+
+    def block(self, g: int, shares: int) -> None:
+        """Take `shares` off GPU g for this epoch (a reservation); memory goes in proportion."""
+        shares = min(shares, self.free_share[g])
+        if self.free_share[g] > 0:
+            self.free_mem[g] -= self.free_mem[g] * shares / self.free_share[g]
+        self._set_share(g, self.free_share[g] - shares)
+
+    def attach(self, seat: Seat, g: int, mem: float) -> None:
+        """Record a job already on GPU g (its shares are already off `free_share`)."""
+        seat.gpu = g
+        self.free_mem[g] -= mem
+        self.occ[g].append(seat)
+        self._refresh(g)
+
+    def place(self, seat: Seat, row: Row, g: int) -> None:
+        seat.row, seat.gpu = row, g
+        self._set_share(g, self.free_share[g] - row.share)
+        self.free_mem[g] -= row.mem
+        n = self.gpu_node[g]
+        self.node_cpu[n] -= row.cpus
+        self.node_mem[n] -= row.hmem
+        self.occ[g].append(seat)
+        self._refresh(g)
+
+    def remove(self, seat: Seat) -> None:
+        """Take a planned or running job off its GPU, giving back what it held."""
+        g, row = seat.gpu, seat.row
+        self.occ[g].remove(seat)
+        self._set_share(g, self.free_share[g] + row.share)
+        self.free_mem[g] += row.mem
+        n = self.gpu_node[g]
+        self.node_cpu[n] += row.cpus
+        self.node_mem[n] += row.hmem
+        seat.gpu = -1
+        self._refresh(g)
+
+    def _refresh(self, g: int) -> None:
+        """Recompute every occupant's slowdown on GPU g from the pairs."""
+        occ = self.occ[g]
+        if len(occ) < 2 or not self.cache.enabled:
+            for s in occ:
+                s.slow = 1.0
+            return
+        pairs = [(a.row.uid, b.row.uid) for a in occ for b in occ if a is not b]
+        got = iter(self.cache.get(pairs))
+        for a in occ:
+            a.slow = 1.0 + sum(next(got) - 1.0 for b in occ if b is not a)
+
+    # -- questions ---------------------------------------------------------
+
+    def fits(self, seat: Seat, row: Row, g: int) -> float:
+        """Slowdown `seat` would see at `row` on GPU g, or 0.0 when it may not go there."""
+        if self.free_share[g] < row.share or self.free_mem[g] < row.mem:
+            return 0.0
+        n = self.gpu_node[g]
+        if self.node_cpu[n] < row.cpus or self.node_mem[n] < row.hmem:
+            return 0.0
+        occ = self.occ[g]
+        if not occ or not self.cache.enabled:
+            return 1.0
+        k = len(occ)
+        got = self.cache.get([(row.uid, o.row.uid) for o in occ] + [(o.row.uid, row.uid) for o in occ])
+        slow = 1.0 + sum(s - 1.0 for s in got[:k])
+        if slow * self.floor > 1.0 or row.tput < seat.floor * slow:
+            return 0.0
+        for o, s in zip(occ, got[k:]):
+            if s > 1.0:
+                after = o.slow + s - 1.0
+                if after * self.floor > 1.0 or (o.row.tput < o.floor * after):
+                    return 0.0
+        return slow
+
+    def find(self, seat: Seat, row: Row) -> tuple[int, float]:
+        """(GPU, slowdown) of the best-fit GPU for `row`, or (-1, 0.0)."""
+        tries = 0
+        for level in range(row.share, self.top + 1):
+            for g in self.buckets[level]:
+                slow = self.fits(seat, row, g)
+                if slow:
+                    return g, slow
+                tries += 1
+                if tries >= self.max_tries:
+                    return -1, 0.0
+        return -1, 0.0

@@ -1,0 +1,99 @@
+"""Planning policies behind one registry: `elastico`, the `static` baseline and the ablations.
+
+A policy is data: how it narrows a family, whether it prices, whether it
+checks interference, whether it reshapes running jobs, and how it orders the
+queue. The epoch reads those fields and never a policy's name, so the live
+helper and the simulator run exactly the same code for each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from slurm_elastico.config import Settings
+from slurm_elastico.errors import ConfigError
+from slurm_elastico.interference.base import SlowdownModel
+from slurm_elastico.model import Family, Plan, Snapshot
+
+
+def value_order(jobs: Sequence) -> list[int]:
+    """Most value per GPU first: weight × best (throughput fraction / dominant resource); ties by job id."""
+    if not jobs:
+        return []
+    key = np.array([j.weight * j.table.density for j in jobs])
+    ids = np.array([j.view.job_id for j in jobs])
+    return [int(i) for i in np.lexsort((ids, -key))]
+
+
+def fifo_order(jobs: Sequence) -> list[int]:
+    """What Slurm does: highest priority, then earliest submitted, then lowest id."""
+    def key(i: int):
+        v = jobs[i].view
+        return (-v.priority, v.submit_time if v.submit_time is not None else float("inf"), v.job_id)
+
+    return sorted(range(len(jobs)), key=key)
+
+
+def all_shapes(fam: Family) -> Family:
+    return fam
+
+
+def default_shape(fam: Family) -> Family:
+    """Only the shape the job would run as unplanned (its share and knobs fixed)."""
+    d = fam.default_shape
+    return dataclasses.replace(fam, shapes=(d,), default=d.name)
+
+
+def whole_gpu(fam: Family) -> Family:
+    """The default shape on a whole GPU: the job's knobs as submitted, no sharing (plain Slurm with gpu:1)."""
+    d = fam.default_shape
+    top = max(s.resources.mps for s in fam.shapes)
+    if d.resources.mps != top:
+        same = [s for s in fam.shapes if s.resources.mps == top and s.knobs == d.knobs]
+        d = same[0] if same else dataclasses.replace(d, resources=dataclasses.replace(d.resources, mps=100))
+    d = dataclasses.replace(d, resources=dataclasses.replace(d.resources, mps=100))
+    return dataclasses.replace(fam, shapes=(d,), default=d.name, throughput_floor=0.0)
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    description: str
+    narrow: Callable[[Family], Family]
+    price: bool
+    interference: bool
+    reshape: bool
+    order: Callable[[Sequence], list[int]]
+
+    def plan(self, snapshot: Snapshot, families: Mapping[int, Family], settings: Settings,
+             model: SlowdownModel | None, now: float, progress: Mapping[int, float] | None = None) -> Plan:
+        """One epoch under this policy; pure (see `slurm_elastico.planner.epoch`)."""
+        from slurm_elastico.planner.epoch import plan_epoch
+
+        return plan_epoch(snapshot, families, settings, model, now, self, progress)
+
+
+REGISTRY: dict[str, Policy] = {p.name: p for p in (
+    Policy("elastico", "shape families, shadow prices, interference-aware packing, reshapes that pay",
+           all_shapes, price=True, interference=True, reshape=True, order=value_order),
+    Policy("static", "each job at its submitted shape on a whole GPU, first come first served with backfill",
+           whole_gpu, price=False, interference=False, reshape=False, order=fifo_order),
+    Policy("no-shapes", "elastico without shape choice: each job only at its default shape",
+           default_shape, price=True, interference=True, reshape=False, order=value_order),
+    Policy("no-pricing", "elastico without prices: every job asks for its fastest shape, packing falls back",
+           all_shapes, price=False, interference=True, reshape=True, order=value_order),
+    Policy("no-interference", "elastico blind to co-location slowdown: no Γ, no floor check",
+           all_shapes, price=True, interference=False, reshape=True, order=value_order),
+)}
+
+
+def get(name: str) -> Policy:
+    """The policy registered as `name`; a `ConfigError` listing the valid names otherwise."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ConfigError("planner.policy", [f"{name!r} is not a policy; allowed: {', '.join(REGISTRY)}"]) from None

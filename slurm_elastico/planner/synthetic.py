@@ -1,0 +1,97 @@
+"""Synthetic clusters and job mixes for tests, benchmarks and the simulator's smoke runs.
+
+Deterministic from a `numpy.random.Generator`. Families come from a few
+templates shared by many jobs, as on a real cluster where users submit many
+jobs from the same spec file (the epoch caches per distinct family object).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from slurm_elastico.model import (Family, GpuUse, GpuView, GresRequest, JobState, JobView, NodeView, Resources,
+                                  Shape, Snapshot)
+
+GPU_MEM_MIB = 81920
+
+
+def cluster(n_gpus: int, gpus_per_node: int = 8, cpus_per_gpu: int = 8, mem_per_gpu_mib: int = 65536,
+            shares: int = 100) -> tuple[NodeView, ...]:
+    """Idle nodes of `gpus_per_node` GPUs each (the last node takes the remainder)."""
+    nodes = []
+    left, k = n_gpus, 0
+    while left > 0:
+        g = min(gpus_per_node, left)
+        name = f"n{k:04d}"
+        nodes.append(NodeView(name=name, state="idle", partitions=("gpu",), cpus=g * cpus_per_gpu, cpus_alloc=0,
+                              memory_mib=g * mem_per_gpu_mib, memory_alloc_mib=0,
+                              gpus=tuple(GpuView(name, i, shares) for i in range(g)), gpu_memory_mib=GPU_MEM_MIB))
+        left -= g
+        k += 1
+    return tuple(nodes)
+
+
+def random_family(rng: np.random.Generator, n_shapes: int = 8, kind: str | None = None) -> Family:
+    """A Pareto-like family: faster shapes take more share and usually more memory."""
+    kind = kind or ("train" if rng.random() < 0.6 else "infer")
+    shares = np.array([25, 50, 75, 100])
+    base = float(rng.uniform(0.5, 5.0))
+    alpha = float(rng.uniform(0.5, 1.0))
+    shapes = []
+    for i in range(n_shapes):
+        share = int(shares[i % len(shares)])
+        variant = i // len(shares)
+        eff = float(rng.uniform(0.6, 1.0)) if variant else 1.0
+        mem = int(rng.uniform(4000, 30000) * (1.0 + 0.5 * variant) * (0.6 + 0.4 * share / 100))
+        tput = base * (share / 100.0) ** alpha * eff
+        shapes.append(Shape(name=f"s{i}-mps{share}", resources=Resources(share, mem, int(rng.integers(1, 5)),
+                                                                         int(rng.integers(2, 16)) * 1024),
+                            throughput=tput))
+    floor = float(base * rng.uniform(0.0, 0.3)) if rng.random() < 0.8 else 0.0
+    return Family(kind=kind, shapes=tuple(shapes), total_work=float(rng.uniform(500, 20000)),
+                  throughput_floor=floor, name=f"model{int(rng.integers(0, 6))}", default=shapes[-1].name)
+
+
+def instance(rng: np.random.Generator, n_jobs: int, n_gpus: int, n_shapes: int = 8, templates: int = 64,
+             running_frac: float = 0.0, gpus_per_node: int = 8, now: float = 1_000_000.0
+             ) -> tuple[Snapshot, dict[int, Family]]:
+    """A snapshot with `n_jobs` pending family jobs (a fraction of them already running) on `n_gpus` GPUs."""
+    fams = [random_family(rng, n_shapes) for _ in range(max(1, templates))]
+    nodes = list(cluster(n_gpus, gpus_per_node))
+    jobs, families = [], {}
+    # Running jobs take a share on a GPU with room; the node views are rebuilt with their use.
+    uses: dict[tuple[int, int], list[GpuUse]] = {}
+    free = {(ni, gi): 100 for ni, n in enumerate(nodes) for gi in range(len(n.gpus))}
+    slots = list(free)
+    for k in range(n_jobs):
+        jid = 1000 + k
+        fam = fams[int(rng.integers(0, len(fams)))]
+        families[jid] = fam
+        submit = int(now - rng.uniform(0, 7200))
+        if rng.random() < running_frac and slots:
+            shape = fam.shapes[int(rng.integers(0, len(fam.shapes)))]
+            key = slots[int(rng.integers(0, len(slots)))]
+            if free[key] >= shape.resources.mps:
+                free[key] -= shape.resources.mps
+                uses.setdefault(key, []).append(GpuUse(jid, shape.resources.mps))
+                node = nodes[key[0]]
+                jobs.append(JobView(jid, f"j{jid}", "u", "gpu", JobState.RUNNING, gres=GresRequest("mps", shape.resources.mps),
+                                    nodes=(node.name,), gpu_indices=(key[1],), cpus=shape.resources.cpus,
+                                    memory_mib=shape.resources.host_mem_mib, submit_time=submit,
+                                    start_time=int(now - rng.uniform(0, 600)), admin_comment=f"elastico:shape={shape.name}"))
+                continue
+        jobs.append(JobView(jid, f"j{jid}", "u", "gpu", JobState.PENDING, gres=GresRequest("mps", 100),
+                            submit_time=submit, priority=int(rng.integers(0, 3))))
+    cpus_on: dict[str, int] = {}
+    mem_on: dict[str, int] = {}
+    for j in jobs:
+        if j.state is JobState.RUNNING:
+            cpus_on[j.nodes[0]] = cpus_on.get(j.nodes[0], 0) + j.cpus
+            mem_on[j.nodes[0]] = mem_on.get(j.nodes[0], 0) + j.memory_mib
+    for ni, n in enumerate(nodes):
+        gpus = tuple(GpuView(n.name, gv.index, 100, tuple(uses.get((ni, gv.index), ()))) for gv in n.gpus)
+        cpus, mem = cpus_on.get(n.name, 0), mem_on.get(n.name, 0)
+        nodes[ni] = NodeView(n.name, "mixed" if cpus else "idle", n.partitions, n.cpus, cpus, n.memory_mib, mem, gpus,
+                             n.gpu_memory_mib)
+    snap = Snapshot(taken_at=now, slurm_version="24.11.5", nodes=tuple(nodes), jobs=tuple(jobs))
+    return snap, families

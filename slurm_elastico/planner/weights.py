@@ -1,0 +1,34 @@
+"""Fairness weights `w_j`: how much a job's lost throughput counts, by the rule settings name.
+
+Rules live in a registry, so the epoch never branches on the rule's name.
+Every weight is >= 1 and finite, so no job is ever worth nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+WAIT_UNIT_S = 3600.0
+"""waiting: one more unit of weight per hour waited (starved jobs rise in the order)."""
+
+
+def waiting(submit_time: float | None, remaining_s: float, now: float) -> float:
+    """1 + hours waited since submission: the longer a job waits, the more it counts."""
+    waited = max(0.0, now - submit_time) if submit_time is not None else 0.0
+    return 1.0 + waited / WAIT_UNIT_S
+
+
+def remaining(submit_time: float | None, remaining_s: float, now: float) -> float:
+    """1 + 1/(1 + remaining hours at its fastest shape): short jobs first, as SRPT does for mean JCT."""
+    return 1.0 + 1.0 / (1.0 + max(0.0, remaining_s) / 3600.0)
+
+
+def equal(submit_time: float | None, remaining_s: float, now: float) -> float:
+    return 1.0
+
+
+RULES: dict[str, Callable[[float | None, float, float], float]] = {
+    "waiting": waiting,
+    "remaining": remaining,
+    "equal": equal,
+}

@@ -1,0 +1,102 @@
+"""Shadow prices by projected subgradient: each job picks its cheapest shape, prices chase the excess.
+
+Pure numpy, vectorised across jobs × shapes; no Python loop over jobs. One
+price per resource (MPS share, GPU memory, CPUs, host memory) over the pool of
+free capacity, with demand and capacity in GPU equivalents (resource / what
+one GPU, or one GPU's slice of a node, offers) so that one step size suits
+every resource. The relaxation ignores which GPU a shape lands on: that is the
+packing's job, and the prices only steer shape choice and order.
+
+Job j's cost of shape c is `w_j·(1 − v_jc) + Γ_jc + Σ_r λ_r·d_jcr`, where
+`v_jc = T_j(c) / T_j(c_max)`. A job marked optional may also choose "none"
+(column index -1): cost `w_j`, no demand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+NONE = -1
+MAX_EXCESS = 10.0
+"""Relative excess is clipped so that one round on a nearly-empty pool cannot fling a price."""
+
+
+@dataclass(frozen=True)
+class PriceProblem:
+    """Arrays of one pricing problem: J jobs, C shape slots (padded), R resources."""
+
+    value: np.ndarray  # [J, C] T/T_max in [0, 1]
+    demand: np.ndarray  # [J, C, R] in GPU equivalents
+    penalty: np.ndarray  # [J, C] Γ, interference charge
+    allowed: np.ndarray  # [J, C] bool: real shape, at or above the floor
+    weight: np.ndarray  # [J] w_j > 0
+    capacity: np.ndarray  # [R] in GPU equivalents
+    optional: np.ndarray  # [J] bool: may choose "none"
+
+
+@dataclass(frozen=True)
+class PriceResult:
+    prices: np.ndarray  # [R], every entry >= 0
+    choice: np.ndarray  # [J] shape slot, or NONE
+    rounds: int  # rounds actually run
+
+
+def costs(p: PriceProblem, prices: np.ndarray) -> np.ndarray:
+    """[J, C + 1] cost of each shape at `prices`; the last column is "none"; forbidden entries are inf."""
+    j = p.value.shape[0]
+    shape_cost = p.weight[:, None] * (1.0 - p.value) + p.penalty + p.demand @ prices
+    shape_cost = np.where(p.allowed, shape_cost, np.inf)
+    none = np.where(p.optional, p.weight, np.inf).reshape(j, 1)
+    return np.concatenate([shape_cost, none], axis=1)
+
+
+def choose(p: PriceProblem, prices: np.ndarray) -> np.ndarray:
+    """Each job's cheapest option at `prices` (ties: lowest slot); NONE when "none" wins or nothing is allowed."""
+    c = costs(p, prices)
+    pick = np.argmin(c, axis=1)
+    stuck = ~np.isfinite(c[np.arange(c.shape[0]), pick])
+    pick = np.where((pick == p.value.shape[1]) | stuck, NONE, pick)
+    return pick
+
+
+def load(p: PriceProblem, choice: np.ndarray) -> np.ndarray:
+    """[R] total demand of a choice vector."""
+    if choice.size == 0:
+        return np.zeros(p.capacity.shape)
+    picked = p.demand[np.arange(choice.size), np.maximum(choice, 0)]
+    return (picked * (choice != NONE)[:, None]).sum(axis=0)
+
+
+def solve(p: PriceProblem, rounds: int, step: float) -> PriceResult:
+    """Run at most `rounds` projected-subgradient rounds; keep the best choice that fits the pool in aggregate.
+
+    Step `step·w̄/√(t+1)` on the clipped relative excess: diminishing, so
+    prices settle; scaled by the mean weight, so a price is comparable to what
+    a job stands to lose. Stops early once nothing is over capacity at zero
+    prices (every job already has its favourite).
+    """
+    r = p.capacity.shape[0]
+    prices = np.zeros(r)
+    if p.value.shape[0] == 0:
+        return PriceResult(prices, np.zeros(0, dtype=int), 0)
+    cap = np.maximum(p.capacity, 1e-9)
+    scale = float(np.mean(p.weight))
+    best, best_value = None, -np.inf
+    done = 0
+    choice = choose(p, prices)
+    for t in range(rounds):
+        done = t + 1
+        used = load(p, choice)
+        excess = np.clip((used - cap) / cap, -1.0, MAX_EXCESS)
+        if np.all(used <= p.capacity + 1e-9):
+            picked = p.value[np.arange(choice.size), np.maximum(choice, 0)] * (choice != NONE)
+            worth = float(np.dot(p.weight, picked))
+            if worth > best_value:
+                best, best_value = choice, worth
+            if not prices.any():
+                break
+        prices = np.maximum(0.0, prices + step * scale * excess / np.sqrt(t + 1.0))
+        choice = choose(p, prices)
+    return PriceResult(prices, choice if best is None else best, done)
