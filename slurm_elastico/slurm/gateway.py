@@ -25,6 +25,9 @@ from slurm_elastico.model import Action, ActionKind, JobState, JobView, Snapshot
 from slurm_elastico.slurm import commands, parse
 from slurm_elastico.slurm.runner import Completed, Runner
 
+REVOKE_GAP_S = 2.0
+"""Least time between a requeue-hold and the release of the job (see `requeue_with_share`)."""
+
 _UNKNOWN_JOB = ("invalid job id", "unknown job", "does not exist")
 _NOT_PENDING = ("no longer pending", "job is not pending", "already running")
 
@@ -145,6 +148,7 @@ class SlurmGateway:
         share_argv = commands.set_share(job_id, share, self.shares_per_gpu)  # validate before touching the job
         nodes_argv = commands.set_nodes(job_id, tuple(nodes)) if nodes else None
         self._run(commands.requeue_hold(job_id))
+        held_at = self._clock()
         try:
             self.wait_state(job_id, (JobState.PENDING,), stop_timeout_s)
             self._run(share_argv)
@@ -152,6 +156,12 @@ class SlurmGateway:
                 self._run(nodes_argv)
             self._run(commands.start_now(job_id))
         finally:
+            # slurmd refuses a credential issued in the same second as the revocation of the
+            # job's previous one ("Job credential revoked": the job FAILS instead of running);
+            # Slurm's default ~120 s BeginTime exists for this. Two seconds are enough.
+            wait = held_at + REVOKE_GAP_S - self._clock()
+            if wait > 0:
+                self._sleep(wait)
             self._run(commands.release(job_id))
 
     def argv_for(self, action: Action) -> list[list[str]]:
