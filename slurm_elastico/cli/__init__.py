@@ -55,6 +55,9 @@ def _register() -> None:
     from slurm_elastico.cli import cluster
 
     main.add_command(cluster.cluster)
+    from slurm_elastico.cli import iac
+
+    main.add_command(iac.iac)
 
 
 _register()

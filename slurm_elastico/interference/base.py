@@ -51,6 +51,8 @@ class ContentionModel:
     jobs do not slow each other and two saturating jobs each run about half speed.
     """
 
+    admission_margin = 0.0  # untrained: no calibrated safety margin (see `admissible`)
+
     def __init__(self, default_util: float = 0.7):
         self.default_util = default_util
 
@@ -68,3 +70,14 @@ class ContentionModel:
         total = da + db
         pressure = np.max(total, axis=1)
         return np.maximum(1.0, pressure)
+
+
+def admissible(model: SlowdownModel, a: Sequence[SoloProfile], b: Sequence[SoloProfile], floor: float) -> np.ndarray:
+    """Whether each pair (a[k], b[k]) may share a GPU: both keep >= floor of solo speed by the model.
+
+    A trained predictor carries `admission_margin`, calibrated on its training
+    folds so that at most ~5 % of truly bad pairs pass: the bar is then
+    floor * (1 + margin). Models without the attribute use the plain floor.
+    """
+    bar = floor * (1.0 + float(getattr(model, "admission_margin", 0.0)))
+    return (1.0 / model.predict(a, b) >= bar) & (1.0 / model.predict(b, a) >= bar)

@@ -1,0 +1,154 @@
+"""`elastico iac`: interference measurements, training and honest evaluation of the slowdown predictor."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import click
+
+from slurm_elastico.interference.errors import MeasurementError
+
+_STORE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+
+
+def _load(data: str):
+    """Observations from a measurement CSV, or from a store file (by suffix)."""
+    from slurm_elastico.interference import measurements
+
+    if Path(data).suffix in _STORE_SUFFIXES:
+        from slurm_elastico.store import Store
+
+        with Store(data) as store:
+            return measurements.load_from_store(store)
+    return measurements.read_csv(data)
+
+
+def _save(observations, out: str | None, store_path: str | None) -> list[str]:
+    from slurm_elastico.interference import measurements
+
+    done = []
+    if out:
+        n = measurements.write_csv(out, observations, append=True)
+        done.append(f"{n} row(s) appended to {out}")
+    if store_path:
+        from slurm_elastico.store import Store
+
+        with Store(store_path) as store:
+            n = measurements.save_to_store(store, observations)
+        done.append(f"{n} row(s) added to store {store_path}")
+    return done
+
+
+@click.group()
+def iac() -> None:
+    """Interference-aware co-location: measure pairs, train and evaluate the slowdown predictor."""
+
+
+@iac.command()
+@click.option("--data", required=True, type=click.Path(dir_okay=False), help="measurement CSV (or a store .db)")
+@click.option("--split", "kind", required=True,
+              type=click.Choice(["kfold", "leave-one-model-out", "leave-one-gpu-out"]))
+@click.option("--floor", default=0.6, show_default=True, type=click.FloatRange(0, 1, min_open=True),
+              help="admission floor on normalized throughput")
+@click.option("--folds", default=5, show_default=True, type=click.IntRange(2, 50), help="k for kfold")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
+def evaluate(data: str, kind: str, floor: float, folds: int, seed: int, as_json: bool) -> None:
+    """Held-out MAPE, median APE, R² and admission errors of the predictor beside the baselines.
+
+    Figures are on normalized throughput (co-located / solo). Model selection
+    uses folds of each training part only. Takes about a minute on 2 cores.
+    """
+    from slurm_elastico.interference.evaluation import evaluate as run, format_report
+
+    report = run(_load(data), kind, floor=floor, k=folds, seed=seed)
+    click.echo(json.dumps(report.to_dict(), indent=2) if as_json else format_report(report))
+
+
+@iac.command("train")
+@click.option("--data", required=True, type=click.Path(dir_okay=False), help="measurement CSV (or a store .db)")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="model file to write")
+@click.option("--select", "select_by", default="leave-one-model-out", show_default=True,
+              type=click.Choice(["kfold", "leave-one-model-out"]),
+              help="folds used to choose hyper-parameters and the admission margin")
+@click.option("--floor", default=0.6, show_default=True, type=click.FloatRange(0, 1, min_open=True))
+@click.option("--seed", default=0, show_default=True, type=int)
+def train_cmd(data: str, out: str, select_by: str, floor: float, seed: int) -> None:
+    """Chooses hyper-parameters on folds of DATA, trains on all of it and saves the model.
+
+    leave-one-model-out (the default) prefers models that hold up on workloads
+    not seen in training, which is what a cluster meets.
+    """
+    from slurm_elastico.interference.evaluation import select_config
+    from slurm_elastico.interference.predictor import train
+
+    observations = _load(data)
+    cfg, margin, scores = select_config(observations, select_by, floor, seed)
+    model = train(observations, cfg, seed=seed, admission_margin=margin)
+    model.save(out)
+    click.echo(f"inner-fold MAPE per config: {', '.join(f'{s:.1%}' for s in scores.values())}")
+    click.echo(f"chosen: hidden={cfg.hidden} weight_decay={cfg.weight_decay:g} family={cfg.use_family}; "
+               f"admission margin {margin:.2f}; saved {out}")
+
+
+@iac.command("import-gavel")
+@click.option("--pairs", required=True, type=click.Path(dir_okay=False, exists=True), help="throughputs_pairs.csv")
+@click.option("--isolated", required=True, type=click.Path(dir_okay=False, exists=True),
+              help="throughputs_isolated.csv")
+@click.option("--out", type=click.Path(dir_okay=False), help="measurement CSV to write (replaced)")
+@click.option("--store", "store_path", type=click.Path(dir_okay=False), help="store .db to append to")
+def import_gavel_cmd(pairs: str, isolated: str, out: str | None, store_path: str | None) -> None:
+    """Converts Gavel's K80/P100 co-location data into the measurement format."""
+    from slurm_elastico.interference import measurements
+    from slurm_elastico.interference.gavel import import_gavel
+
+    if not out and not store_path:
+        raise MeasurementError("import-gavel needs --out FILE.csv, --store FILE.db, or both")
+    result = import_gavel(pairs, isolated)
+    if out:
+        measurements.write_csv(out, result.observations)
+    if store_path:
+        _save(result.observations, None, store_path)
+    fits = sum(o.fits for o in result.observations)
+    click.echo(f"{len(result.observations)} pairs: {fits} ran together, {result.did_not_fit} did not fit (kept, fits=0); "
+               f"skipped {result.multi_gpu_skipped} multi-GPU rows (not measured) and {result.duplicates} mirrored rows")
+
+
+@iac.command()
+@click.option("--a", "cmd_a", required=True, help="workload a: a command line printing ELASTICO_THROUGHPUT=<x>")
+@click.option("--b", "cmd_b", required=True, help="workload b: the same contract")
+@click.option("--gpu-type", required=True, help="e.g. a100-80g, h100 (recorded with the observation)")
+@click.option("--gpu-index", default=0, show_default=True, type=click.IntRange(0))
+@click.option("--a-kind", default="train", show_default=True, type=click.Choice(["train", "infer"]))
+@click.option("--b-kind", default="train", show_default=True, type=click.Choice(["train", "infer"]))
+@click.option("--a-family", default="", help="model family of a, e.g. resnet50")
+@click.option("--b-family", default="", help="model family of b")
+@click.option("--a-batch", type=click.FloatRange(0, min_open=True))
+@click.option("--b-batch", type=click.FloatRange(0, min_open=True))
+@click.option("--a-precision", default="", type=click.Choice(["", "fp32", "fp16", "bf16"]))
+@click.option("--b-precision", default="", type=click.Choice(["", "fp32", "fp16", "bf16"]))
+@click.option("--timeout", default=1800.0, show_default=True, type=click.FloatRange(1), help="seconds per run")
+@click.option("--out", type=click.Path(dir_okay=False), help="measurement CSV to append to")
+@click.option("--store", "store_path", type=click.Path(dir_okay=False), help="store .db to append to")
+def measure(cmd_a, cmd_b, gpu_type, gpu_index, a_kind, b_kind, a_family, b_family, a_batch, b_batch,
+            a_precision, b_precision, timeout, out, store_path) -> None:
+    """Runs A solo, B solo, then both on one GPU, and appends the observation. Needs an NVIDIA GPU.
+
+    Commands are split like a shell would (shlex) but run without one.
+    """
+    import math
+
+    from slurm_elastico.interference.base import SoloProfile
+    from slurm_elastico.interference.measure import measure_pair
+
+    if not out and not store_path:
+        raise MeasurementError("measure needs --out FILE.csv, --store FILE.db, or both")
+    pa = SoloProfile(kind=a_kind, batch=a_batch or math.nan, precision=a_precision, model_family=a_family)
+    pb = SoloProfile(kind=b_kind, batch=b_batch or math.nan, precision=b_precision, model_family=b_family)
+    obs = measure_pair(shlex.split(cmd_a), shlex.split(cmd_b), pa, pb, gpu_type, gpu_index, timeout)
+    click.echo(f"a: solo {obs.a.throughput:.4g}/s, normalized {obs.norm_a:.3f}; "
+               f"b: solo {obs.b.throughput:.4g}/s, normalized {obs.norm_b:.3f}")
+    for line in _save([obs], out, store_path):
+        click.echo(line)

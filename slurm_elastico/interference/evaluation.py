@@ -1,0 +1,234 @@
+"""Honest evaluation of slowdown predictors: held-out splits, baselines, and admission decisions.
+
+All error figures are on the normalized throughput (co-located / solo = 1/S),
+the quantity observed and compared with the admission floor. Splits group by
+pair, so the two directions of one pair never straddle train and test.
+Hyper-parameters and the admission margin are chosen on inner folds of the
+training part only (inner split of the same kind: leave-one-model-out inside
+leave-one-model-out; with one GPU type left in training, leave-one-GPU-out
+selects by leave-one-model-out, the nearest kind of shift the training data
+can show). The test part is used once, for the figures.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from slurm_elastico.interference.base import ContentionModel
+from slurm_elastico.interference.errors import MeasurementError
+from slurm_elastico.interference.measurements import Colocation, samples
+from slurm_elastico.interference.predictor import TrainConfig, train
+
+SPLITS = ("kfold", "leave-one-model-out", "leave-one-gpu-out")
+METHODS = ("model", "no-interference", "mean-slowdown", "contention")
+GRID = (
+    TrainConfig(hidden=64, weight_decay=1e-4, epochs=500, use_family=True),
+    TrainConfig(hidden=32, weight_decay=1e-3, epochs=300, use_family=True),
+    TrainConfig(hidden=16, weight_decay=1e-2, epochs=300, use_family=False),
+    TrainConfig(hidden=8, weight_decay=1e-2, epochs=300, use_family=False),
+)
+MARGINS = tuple(i / 100 for i in range(0, 41))  # safety margins on the floor the calibration may pick
+FALSE_ADMISSION_TARGET = 0.05
+
+Fold = tuple[str, list[int], list[int]]  # (name, train pair indices, test pair indices)
+
+
+def split(observations: Sequence[Colocation], kind: str, k: int = 5, seed: int = 0) -> list[Fold]:
+    """Folds of pair indices for `kind` (one of `SPLITS`)."""
+    n = len(observations)
+    if kind == "kfold":
+        order = np.random.default_rng(seed).permutation(n)
+        folds = [sorted(order[i::k].tolist()) for i in range(k)]
+        return [(f"fold {i + 1}/{k}", sorted(set(range(n)) - set(f)), f) for i, f in enumerate(folds) if f]
+    if kind == "leave-one-model-out":
+        families = sorted({p.model_family for o in observations for p in (o.a, o.b) if p.model_family})
+        out = []
+        for fam in families:
+            test = [i for i, o in enumerate(observations) if fam in (o.a.model_family, o.b.model_family)]
+            out.append((fam, [i for i in range(n) if i not in set(test)], test))
+        return out
+    if kind == "leave-one-gpu-out":
+        gpus = sorted({o.gpu_type for o in observations})
+        return [(f"test {g}", [i for i, o in enumerate(observations) if o.gpu_type != g],
+                 [i for i, o in enumerate(observations) if o.gpu_type == g]) for g in gpus]
+    raise MeasurementError(f"unknown split {kind!r}; choose one of {', '.join(SPLITS)}")
+
+
+def _inner_kind(outer: str, observations: Sequence[Colocation]) -> str:
+    families = {p.model_family for o in observations for p in (o.a, o.b) if p.model_family}
+    if outer in ("leave-one-model-out", "leave-one-gpu-out") and len(families) >= 3:
+        return "leave-one-model-out"
+    return "kfold"
+
+
+@dataclass
+class Predictions:
+    """Per-sample truth and predictions of every method (normalized throughput), plus per-pair decisions."""
+
+    truth: list[float] = field(default_factory=list)
+    pred: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in METHODS})
+    # Pairs: (truly bad, admitted by method) per method; a pair that did not fit is bad.
+    pairs: dict[str, list[tuple[bool, bool]]] = field(default_factory=lambda: {m: [] for m in METHODS})
+
+
+def _pair_norms(model_predict: Callable, obs: Sequence[Colocation]) -> np.ndarray:
+    """(n, 2) predicted normalized throughput of a and of b for every pair (fitting or not)."""
+    if not obs:
+        return np.zeros((0, 2))
+    a = [o.a for o in obs]
+    b = [o.b for o in obs]
+    return np.stack([1.0 / model_predict(a, b), 1.0 / model_predict(b, a)], axis=1)
+
+
+def _truth(obs: Sequence[Colocation]) -> np.ndarray:
+    return np.array([[o.norm_a, o.norm_b] if o.fits else [0.0, 0.0] for o in obs])
+
+
+def calibrate_margin(pred_pairs: np.ndarray, true_pairs: np.ndarray, floor: float,
+                     target: float = FALSE_ADMISSION_TARGET) -> float:
+    """Smallest margin m such that admitting min(pred) >= floor·(1+m) admits <= target of the bad pairs."""
+    bad = true_pairs.min(axis=1) < floor
+    if not bad.any():
+        return 0.0
+    worst = pred_pairs.min(axis=1)
+    for m in MARGINS:
+        if np.mean(worst[bad] >= floor * (1 + m)) <= target:
+            return m
+    return MARGINS[-1]
+
+
+def _mape(truth: np.ndarray, pred: np.ndarray) -> float:
+    return float(np.mean(np.abs(pred - truth) / truth))
+
+
+def select_config(observations: Sequence[Colocation], inner: str, floor: float, seed: int = 0,
+                  grid: Sequence[TrainConfig] | None = None) -> tuple[TrainConfig, float, dict[int, float]]:
+    """Best config by inner-fold MAPE on `observations` (training data only), its calibrated margin, all scores."""
+    grid = GRID if grid is None else grid
+    folds = split(observations, inner, k=4, seed=seed + 1)
+    scores: dict[int, float] = {}
+    best: tuple[float, int, np.ndarray, np.ndarray] | None = None
+    for g, cfg in enumerate(grid):
+        truths, preds, pair_pred, pair_true = [], [], [], []
+        for _, tr, te in folds:
+            train_obs = [observations[i] for i in tr]
+            test_obs = [observations[i] for i in te]
+            if not any(o.fits for o in train_obs):
+                continue
+            model = train(train_obs, cfg, seed=seed)
+            pp = _pair_norms(model.predict, test_obs)
+            tt = _truth(test_obs)
+            pair_pred.append(pp)
+            pair_true.append(tt)
+            fit = np.array([o.fits for o in test_obs], dtype=bool)
+            truths.append(tt[fit].ravel())
+            preds.append(pp[fit].ravel())
+        scores[g] = _mape(np.concatenate(truths), np.concatenate(preds))
+        if best is None or scores[g] < best[0]:
+            best = (scores[g], g, np.concatenate(pair_pred), np.concatenate(pair_true))
+    assert best is not None
+    _, g, pp, tt = best
+    return grid[g], calibrate_margin(pp, tt, floor), scores
+
+
+@dataclass
+class FoldResult:
+    name: str
+    config: TrainConfig
+    margin: float
+    n_test_samples: int
+    mape: dict[str, float]
+
+
+@dataclass
+class Report:
+    split: str
+    floor: float
+    folds: list[FoldResult]
+    metrics: dict[str, dict[str, float]]  # method -> {mape, median_ape, r2, false_admission, false_refusal, ...}
+    n_pairs: int
+    n_samples: int
+    n_bad_pairs: int
+
+    def to_dict(self) -> dict:
+        return {"split": self.split, "floor": self.floor, "target": "normalized throughput (co-located / solo)",
+                "n_pairs": self.n_pairs, "n_samples": self.n_samples, "n_bad_pairs": self.n_bad_pairs,
+                "metrics": self.metrics,
+                "folds": [{"name": f.name, "config": vars(f.config), "margin": f.margin,
+                           "n_test_samples": f.n_test_samples, "mape": f.mape} for f in self.folds]}
+
+
+def _metrics(truth: np.ndarray, pred: np.ndarray, decisions: list[tuple[bool, bool]]) -> dict[str, float]:
+    ape = np.abs(pred - truth) / truth
+    ss_res = float(np.sum((truth - pred) ** 2))
+    ss_tot = float(np.sum((truth - truth.mean()) ** 2))
+    bad = [adm for is_bad, adm in decisions if is_bad]
+    good = [adm for is_bad, adm in decisions if not is_bad]
+    return {"mape": float(ape.mean()), "median_ape": float(np.median(ape)),
+            "r2": 1.0 - ss_res / ss_tot if ss_tot > 0 else math.nan,
+            "false_admission": float(np.mean(bad)) if bad else math.nan,
+            "false_refusal": float(1 - np.mean(good)) if good else math.nan,
+            "bad_pairs": len(bad), "good_pairs": len(good)}
+
+
+def evaluate(observations: Sequence[Colocation], kind: str, floor: float = 0.6, k: int = 5, seed: int = 0,
+             grid: Sequence[TrainConfig] | None = None) -> Report:
+    """Runs split `kind` with nested model selection; pooled metrics over every held-out sample."""
+    folds = split(observations, kind, k=k, seed=seed)
+    acc = Predictions()
+    results = []
+    contention = ContentionModel()
+    for name, tr, te in folds:
+        train_obs = [observations[i] for i in tr]
+        test_obs = [observations[i] for i in te]
+        if not any(o.fits for o in train_obs) or not test_obs:
+            continue
+        cfg, margin, _ = select_config(train_obs, _inner_kind(kind, train_obs), floor, seed, grid)
+        model = train(train_obs, cfg, seed=seed, admission_margin=margin)
+        _, _, train_norms, _ = samples(train_obs)
+        mean_s = float(np.mean([1.0 / v for v in train_norms]))
+        truth = _truth(test_obs)
+        fit = np.array([o.fits for o in test_obs], dtype=bool)
+        preds = {
+            "model": (_pair_norms(model.predict, test_obs), margin),
+            "no-interference": (np.ones_like(truth), 0.0),
+            "mean-slowdown": (np.full_like(truth, 1.0 / mean_s), 0.0),
+            "contention": (_pair_norms(contention.predict, test_obs), 0.0),
+        }
+        bad = truth.min(axis=1) < floor
+        fold_mape = {}
+        for method, (pp, m) in preds.items():
+            acc.pred[method].extend(pp[fit].ravel().tolist())
+            admitted = pp.min(axis=1) >= floor * (1 + m)
+            acc.pairs[method].extend(zip(bad.tolist(), admitted.tolist(), strict=True))
+            fold_mape[method] = _mape(truth[fit].ravel(), pp[fit].ravel())
+        acc.truth.extend(truth[fit].ravel().tolist())
+        results.append(FoldResult(name, cfg, margin, int(fit.sum() * 2), fold_mape))
+    if not results:
+        raise MeasurementError(f"split {kind!r} left no fold with both training pairs and test pairs")
+    truth = np.array(acc.truth)
+    metrics = {m: _metrics(truth, np.array(acc.pred[m]), acc.pairs[m]) for m in METHODS}
+    n_bad = sum(b for b, _ in acc.pairs["model"])
+    return Report(kind, floor, results, metrics, len(acc.pairs["model"]), len(truth), n_bad)
+
+
+def format_report(report: Report) -> str:
+    """A readable table: pooled metrics per method, then per-fold MAPE and the chosen config."""
+    lines = [f"split: {report.split}   target: normalized throughput (co-located / solo)   floor: {report.floor}",
+             f"held-out: {report.n_pairs} pair evaluations ({report.n_bad_pairs} bad: below the floor or did not fit), "
+             f"{report.n_samples} job samples with a measured slowdown", "",
+             f"{'method':<16}{'MAPE':>8}{'medAPE':>8}{'R2':>8}{'false adm.':>12}{'false ref.':>12}"]
+    for m in METHODS:
+        x = report.metrics[m]
+        lines.append(f"{m:<16}{x['mape']:>8.1%}{x['median_ape']:>8.1%}{x['r2']:>8.3f}"
+                     f"{x['false_admission']:>12.1%}{x['false_refusal']:>12.1%}")
+    lines += ["", f"{'fold':<20}{'model':>8}{'mean':>8}{'contention':>12}  chosen config (inner folds), margin"]
+    for f in report.folds:
+        c = f.config
+        lines.append(f"{f.name:<20}{f.mape['model']:>8.1%}{f.mape['mean-slowdown']:>8.1%}{f.mape['contention']:>12.1%}"
+                     f"  hidden={c.hidden} wd={c.weight_decay:g} family={'yes' if c.use_family else 'no'}, {f.margin:.2f}")
+    return "\n".join(lines)
