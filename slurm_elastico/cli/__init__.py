@@ -58,6 +58,9 @@ def _register() -> None:
     from slurm_elastico.cli import iac
 
     main.add_command(iac.iac)
+    from slurm_elastico.cli import demo
+
+    main.add_command(demo.demo)
 
 
 _register()
