@@ -13,6 +13,7 @@ from slurm_elastico.runtime.shape import (
     current_infer_shape,
     current_shape,
     current_train_shape,
+    runtime_shape,
     shape_env,
 )
 from slurm_elastico.runtime.signals import (
@@ -46,6 +47,7 @@ __all__ = [
     "install_signal_handlers",
     "request_checkpoint",
     "requested_by",
+    "runtime_shape",
     "shape_env",
     "save_checkpoint",
     "load_checkpoint",

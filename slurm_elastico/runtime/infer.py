@@ -198,8 +198,12 @@ def run_inference(
     shape: InferShape,
     *,
     should_stop: Callable[[], bool] = checkpoint_requested,
+    on_batch: Callable[[int, int], None] | None = None,
 ) -> InferResult:
-    """Generate every request not yet in the journal, `shape.max_num_seqs` per batch, stopping at a batch boundary on request."""
+    """Generate every request not yet in the journal, `shape.max_num_seqs` per batch, stopping at a batch boundary on request.
+
+    `on_batch(done, total)` is called after each batch is durable in the journal.
+    """
     reqs = read_requests(requests) if isinstance(requests, (str, os.PathLike)) else list(requests)
     journal = journal if isinstance(journal, Journal) else Journal(journal)
     pending = [r for r in reqs if r.id not in journal.done]
@@ -216,6 +220,8 @@ def run_inference(
             for r, o in zip(batch, outs)
         )
         written += len(batch)
+        if on_batch is not None:
+            on_batch(len(journal.done), len(reqs))
     return InferResult("done", len(journal.done), len(reqs), written)
 
 

@@ -1,7 +1,7 @@
 """The running job's shape, read from the environment: the contract between `elastico-run` and the user's program.
 
-`elastico-run` exports the shape the scheduler chose (`shape_env()` builds the
-variables); the program reads it with `current_shape()` on every (re)start,
+`elastico-run` exports the shape the scheduler chose
+(`shape_env(runtime_shape(family, planned_shape))` builds the variables); the program reads it with `current_shape()` on every (re)start,
 because a reshape relaunches it with new values. Every variable is a plain
 string so shell scripts can read them too.
 
@@ -48,6 +48,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from slurm_elastico.errors import ConfigError
+from slurm_elastico.model import Family
+from slurm_elastico.model import Shape as PlannedShape
 
 EXIT_CHECKPOINTED = 75
 """Exit status of a program that checkpointed on request and wants to be relaunched (EX_TEMPFAIL)."""
@@ -139,6 +141,39 @@ Shape = TrainShape | InferShape
 def shape_env(shape: Shape) -> dict[str, str]:
     """Variables to export for `shape` (for `elastico-run`); the inverse of `current_shape()`."""
     return shape.to_env()
+
+
+def runtime_shape(family: Family, shape: PlannedShape) -> Shape:
+    """The runtime shape of one planned shape of `family` (its knobs, and for training the family's steps).
+
+    What `elastico-run` exports is `shape_env(runtime_shape(family, shape))`.
+    Inference knobs other than the three the shape owns pass through as engine arguments.
+    """
+    knobs = dict(shape.knobs)
+    try:
+        if family.kind == "train":
+            micro, global_batch = int(knobs["micro_batch"]), int(knobs["global_batch"])
+            return TrainShape(
+                global_batch=global_batch,
+                micro_batch=micro,
+                accumulation=int(knobs.get("accumulation", global_batch // micro)),
+                precision=str(knobs.get("precision", "fp32")),
+                checkpointing=bool(knobs.get("checkpointing", False)),
+                steps=int(family.total_work),
+                name=shape.name,
+            )
+        if family.kind == "infer":
+            gmu = knobs.pop("gpu_memory_utilization", None)
+            return InferShape(
+                max_num_seqs=int(knobs.pop("max_num_seqs")),
+                gpu_memory_utilization=None if gmu is None else float(gmu),
+                kv_cache_dtype=str(knobs.pop("kv_cache_dtype", "auto")),
+                engine_args=tuple(sorted(knobs.items())),
+                name=shape.name,
+            )
+    except KeyError as exc:
+        raise ConfigError(f"shape {shape.name}", [f"knob {exc.args[0]} is missing; it has {', '.join(sorted(dict(shape.knobs)))}"]) from None
+    raise ConfigError(f"shape {shape.name}", [f"family kind {family.kind!r} is not one of {', '.join(KINDS)}"])
 
 
 def current_shape(env: Mapping[str, str] | None = None) -> Shape:
