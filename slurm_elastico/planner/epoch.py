@@ -153,16 +153,13 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
                         foreign[use.shares] = cache.add(SoloProfile(kind="train", mps_share=use.shares))
                     row = Row(-1, foreign[use.shares], math.inf, use.shares, gpu_mem[g] * use.shares / gs.shares_per_gpu, 0, 0)
                     state.attach(Seat(use.job_id, 0.0, row), g, row.mem)
+    _contention(list(tables.values()), cache, gs.shares_per_gpu)
     for j in by_id.values():
         if not j.running or j.seat.gpu >= 0:
             jobs.append(j)  # running jobs we cannot locate on a GPU are left alone
     jobs.sort(key=lambda j: j.view.job_id)
-    rule = weights.RULES[ps.fairness]
     for j in jobs:
-        t = j.table
-        best = max(s.throughput for s in t.family.shapes)
-        left = t.family.total_work / best if best > 0 else math.inf
-        j.weight = rule(j.view.submit_time, left, now)
+        j.weight = weights.weight_of(j.view, j.table.family, ps.fairness, now)
     pending = [j for j in jobs if not j.running]
     running = [j for j in jobs if j.running]
     notes: list[str] = []
@@ -282,19 +279,24 @@ def _table(fam: Family, cache: PairCache, per_gpu: np.ndarray) -> Table:
         rows.append(Row(i, uid, s.throughput, r.mps, float(r.gpu_mem_mib), float(r.cpus), float(r.host_mem_mib)))
     tput = np.array([s.throughput for s in shapes])
     allowed = tput >= fam.throughput_floor
-    # Γ's stand-in neighbour: an unmeasured job holding the rest of the GPU.
-    partial = [i for i, s in enumerate(shapes) if s.resources.mps < per_gpu[0]]
-    contention = np.zeros(len(shapes))
-    if partial:
-        partners = [SoloProfile(kind="train", mps_share=int(per_gpu[0] - shapes[i].resources.mps)) for i in partial]
-        slow = cache.vs_partners([rows[i].uid for i in partial], partners)
-        contention[partial] = 1.0 - 1.0 / slow
+    contention = np.zeros(len(shapes))  # filled for all tables at once by _contention
     value = tput / tmax
     dominant = np.maximum(demand.max(axis=1), 1e-9)
     dens = value / dominant
     by_speed = sorted((i for i in range(len(shapes)) if allowed[i]), key=lambda i: (-tput[i], i))
     return Table(fam, rows, value, demand, allowed, contention, by_speed,
                  float(dens[allowed].max()) if allowed.any() else 0.0)
+
+
+def _contention(tables: list[Table], cache: PairCache, shares_per_gpu: int) -> None:
+    """Γ's slowdown for every partial-GPU shape, next to a stand-in neighbour holding the rest; one model call."""
+    todo = [(t, i) for t in tables for i, r in enumerate(t.rows) if r.share < shares_per_gpu]
+    if not todo or not cache.enabled:
+        return
+    partners = [SoloProfile(kind="train", mps_share=shares_per_gpu - t.rows[i].share) for t, i in todo]
+    slow = cache.vs_partners([t.rows[i].uid for t, i in todo], partners)
+    for (t, i), s in zip(todo, slow):
+        t.contention[i] = 1.0 - 1.0 / s
 
 
 def _problem(pending: list[Job], state: GpuState, per_gpu: np.ndarray) -> pricing.PriceProblem:
@@ -356,7 +358,7 @@ def _upgrade(job: Job, state: GpuState) -> None:
     if not faster:
         return
     need = min(job.table.rows[s].share for s in faster)
-    if state.free_share[seat.gpu] + seat.row.share < need and not any(state.buckets[lv] for lv in range(need, state.top + 1)):
+    if state.free_share[seat.gpu] + seat.row.share < need and state.max_free() < need:
         return  # nowhere has the shares: skip the remove/re-place
     old, g0 = seat.row, seat.gpu
     state.remove(seat)

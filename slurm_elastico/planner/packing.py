@@ -61,6 +61,7 @@ class GpuState:
         for g, f in enumerate(free_share):
             self.buckets[f][g] = None
         self.occ: list[list[Seat]] = [[] for _ in free_share]
+        self._hi = self.top  # upper bound on the largest free share; see max_free
 
     # -- bookkeeping -------------------------------------------------------
 
@@ -68,6 +69,13 @@ class GpuState:
         del self.buckets[self.free_share[g]][g]
         self.free_share[g] = value
         self.buckets[value][g] = None
+        self._hi = max(self._hi, value)
+
+    def max_free(self) -> int:
+        """The largest free share of any GPU (amortised O(1): the bound only walks down over empty buckets)."""
+        while self._hi > 0 and not self.buckets[self._hi]:
+            self._hi -= 1
+        return self._hi
 
     def block(self, g: int, shares: int) -> None:
         """Take `shares` off GPU g for this epoch (a reservation); memory goes in proportion."""
@@ -143,8 +151,10 @@ class GpuState:
 
     def find(self, seat: Seat, row: Row) -> tuple[int, float]:
         """(GPU, slowdown) of the best-fit GPU for `row`, or (-1, 0.0)."""
+        if row.share > self.max_free():
+            return -1, 0.0
         tries = 0
-        for level in range(row.share, self.top + 1):
+        for level in range(row.share, self._hi + 1):
             for g in self.buckets[level]:
                 slow = self.fits(seat, row, g)
                 if slow:

@@ -95,3 +95,37 @@ def instance(rng: np.random.Generator, n_jobs: int, n_gpus: int, n_shapes: int =
                              n.gpu_memory_mib)
     snap = Snapshot(taken_at=now, slurm_version="24.11.5", nodes=tuple(nodes), jobs=tuple(jobs))
     return snap, families
+
+
+def family(*shapes: tuple[int, float, int], floor: float = 0.0, work: float = 1000.0, kind: str = "train",
+           cpus: int = 1, host_mib: int = 1024, default: str | None = None) -> Family:
+    """A hand-written family from (share, throughput, GPU MiB) triples; shape names are `mps<share>-<i>`."""
+    out = tuple(Shape(f"mps{s}-{i}", Resources(s, m, cpus, host_mib), t) for i, (s, t, m) in enumerate(shapes))
+    return Family(kind=kind, shapes=out, total_work=work, throughput_floor=floor, default=default)
+
+
+def pending(job_id: int, submit: float = 0.0, priority: int = 0, share: int = 100, held: bool = False) -> JobView:
+    """A pending job asking for `mps:share`."""
+    return JobView(job_id, f"j{job_id}", "u", "gpu", JobState.PENDING, held=held, gres=GresRequest("mps", share),
+                   submit_time=int(submit), priority=priority)
+
+
+def running(job_id: int, node: str, gpu: int, share: int, start: float = 0.0, shape: str = "") -> JobView:
+    """A job running on GPU `gpu` of `node` with `mps:share` (AdminComment naming `shape` if given)."""
+    return JobView(job_id, f"j{job_id}", "u", "gpu", JobState.RUNNING, gres=GresRequest("mps", share), nodes=(node,),
+                   gpu_indices=(gpu,), cpus=1, memory_mib=1024, submit_time=int(start), start_time=int(start),
+                   admin_comment=f"elastico:shape={shape}" if shape else "")
+
+
+def with_users(nodes: tuple[NodeView, ...], uses: dict[tuple[str, int], tuple[GpuUse, ...]]) -> tuple[NodeView, ...]:
+    """The same nodes with GPU users set from {(node, gpu index): uses}."""
+    out = []
+    for n in nodes:
+        gpus = tuple(GpuView(n.name, g.index, g.shares_total, uses.get((n.name, g.index), g.users)) for g in n.gpus)
+        out.append(NodeView(n.name, n.state, n.partitions, n.cpus, n.cpus_alloc, n.memory_mib, n.memory_alloc_mib,
+                            gpus, n.gpu_memory_mib))
+    return tuple(out)
+
+
+def snapshot(nodes: tuple[NodeView, ...], jobs: list[JobView], now: float = 0.0) -> Snapshot:
+    return Snapshot(taken_at=now, slurm_version="24.11.5", nodes=nodes, jobs=tuple(jobs))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from slurm_elastico.model import Family, JobView
+
 WAIT_UNIT_S = 3600.0
 """waiting: one more unit of weight per hour waited (starved jobs rise in the order)."""
 
@@ -32,3 +34,10 @@ RULES: dict[str, Callable[[float | None, float, float], float]] = {
     "remaining": remaining,
     "equal": equal,
 }
+
+
+def weight_of(job: JobView, family: Family, fairness: str, now: float) -> float:
+    """`w_j` of one job under the rule `fairness` names (remaining time taken at its fastest shape)."""
+    best = max(s.throughput for s in family.shapes)
+    left = family.total_work / best if best > 0 else float("inf")
+    return RULES[fairness](job.submit_time, left, now)

@@ -112,7 +112,8 @@ class _Checker:
         self.problems.append(f"{key}: {msg}")
 
     def number(self, key: str, *, required: bool, lo: float, integer: bool = False, hi: float | None = None,
-               default: Any = None, data: Mapping[str, Any] | None = None, path: str | None = None) -> Any:
+               default: Any = None, data: Mapping[str, Any] | None = None, path: str | None = None,
+               above: bool = False) -> Any:
         src = self.data if data is None else data
         path = path or key
         if key not in src:
@@ -124,8 +125,8 @@ class _Checker:
         if isinstance(v, bool) or not ok or (not integer and not math.isfinite(v)):
             self.bad(path, f"expected a{'n integer' if integer else ' number'}, got {v!r}")
             return default
-        if v < lo or (hi is not None and v > hi):
-            rng = f">= {lo:g}" if hi is None else f"between {lo:g} and {hi:g}"
+        if v < lo or (above and v == lo) or (hi is not None and v > hi):
+            rng = f"{'>' if above else '>='} {lo:g}" if hi is None else f"between {lo:g} and {hi:g}"
             self.bad(path, f"{v!r} is out of range; allowed: {rng}")
             return default
         return v
@@ -228,12 +229,9 @@ def parse_spec(data: Any, source: str = "<family>") -> FamilySpec:
             if key not in model_keys:
                 c.bad(f"model.{key}", f"unknown hint for kind {kind}; allowed: {', '.join(model_keys)}")
                 continue
-            v = c.number(key, required=False, lo=0.0, data=hints, path=f"model.{key}")
+            v = c.number(key, required=False, lo=0.0, above=True, data=hints, path=f"model.{key}")
             if v is not None:
-                if v <= 0:
-                    c.bad(f"model.{key}", f"{v!r} is out of range; allowed: > 0")
-                else:
-                    model[key] = float(v)
+                model[key] = float(v)
 
     names = set()
     if all(knobs.values()) and shares:
@@ -257,10 +255,8 @@ def parse_spec(data: Any, source: str = "<family>") -> FamilySpec:
                 if key not in DECLARED_KEYS:
                     c.bad(f"{path}.{key}", f"unknown key; allowed: {', '.join(DECLARED_KEYS)}")
                     continue
-                got = c.number(key, required=False, lo=0.0, data=numbers, path=f"{path}.{key}")
-                if got is not None and got <= 0:
-                    c.bad(f"{path}.{key}", f"{got!r} is out of range; allowed: > 0")
-                elif got is not None:
+                got = c.number(key, required=False, lo=0.0, above=True, data=numbers, path=f"{path}.{key}")
+                if got is not None:
                     vals[key] = float(got)
             declared[sname] = Declared(**vals)
 

@@ -1,0 +1,140 @@
+"""Planner quality bars: epoch latency at three sizes, and the optimality gap against an exact MILP.
+
+Run from the repository root: `python benchmarks/planner.py` (or `--quick`,
+under a minute). Prints a table per part and ends with one line of JSON.
+
+Latency: one `elastico` epoch on a synthetic snapshot already in memory
+(`slurm_elastico.planner.synthetic`, ~8 shapes per job, a fifth of the jobs
+running), median of repeats, one thread. Targets: 200 jobs / 64 GPUs ≤ 15 ms,
+1,000 / 512 ≤ 150 ms, 10,000 / 4,096 ≤ 1.5 s. The growth exponent between two
+sizes is log(t2/t1) / log(jobs2/jobs1).
+
+Optimality: random small instances (≤ 12 jobs, ≤ 4 GPUs on nodes of 2, idle)
+planned by `elastico` without queue-head reservation (the MILP knows no
+queue) and compared with `slurm_elastico.planner.exact.optimum` on
+`Σ w_j·T_j/T_j,max` of the started jobs: gap = (optimum − planner) / optimum.
+Two interference models: the default contention model, and a bandwidth model
+(co-runners add their memory-bandwidth demand whatever their MPS share) under
+which some pairs break the floor.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from slurm_elastico.config import Settings  # noqa: E402
+from slurm_elastico.interference.base import ContentionModel  # noqa: E402
+from slurm_elastico.model import JobState  # noqa: E402
+from slurm_elastico.planner import exact, policies, synthetic  # noqa: E402
+from slurm_elastico.planner.weights import weight_of  # noqa: E402
+
+NOW = 1_000_000.0
+SIZES = ((200, 64, 0.015), (1000, 512, 0.150), (10000, 4096, 1.5))
+
+
+class BandwidthModel:
+    """Slowdown = the larger of summed SM and summed memory-bandwidth demand; bandwidth is not capped by the share."""
+
+    def predict(self, a, b):
+        def demand(p):
+            sm = p.sm_util if not math.isnan(p.sm_util) else 0.7 * p.mps_share / 100
+            bw = p.membw_util if not math.isnan(p.membw_util) else 0.5
+            return sm, bw
+
+        da = np.array([demand(p) for p in a]).reshape(-1, 2)
+        db = np.array([demand(p) for p in b]).reshape(-1, 2)
+        return np.maximum(1.0, (da + db).max(axis=1))
+
+
+def latency(quick: bool) -> list[dict]:
+    rows = []
+    policy = policies.REGISTRY["elastico"]
+    settings = Settings()
+    for jobs, gpus, target in SIZES:
+        snap, fams = synthetic.instance(np.random.default_rng(jobs), jobs, gpus, running_frac=0.2)
+        model = ContentionModel()
+        repeats = (3 if jobs >= 10000 else 5) if quick else (5 if jobs >= 10000 else 20)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            plan = policy.plan(snap, fams, settings, model, NOW)
+            times.append(time.perf_counter() - t0)
+        rows.append({"jobs": jobs, "gpus": gpus, "median_s": statistics.median(times), "min_s": min(times),
+                     "target_s": target, "started": len(plan.placements), "actions": len(plan.actions)})
+    for prev, cur in zip(rows, rows[1:]):
+        cur["growth_exponent"] = math.log(cur["median_s"] / prev["median_s"]) / math.log(cur["jobs"] / prev["jobs"])
+    return rows
+
+
+def planner_value(plan, snap, fams, fairness: str) -> float:
+    total = 0.0
+    for p in plan.placements:
+        fam = fams[p.job_id]
+        tmax = max(s.throughput for s in fam.shapes)
+        total += weight_of(snap.job(p.job_id), fam, fairness, NOW) * fam.shape(p.shape).throughput / tmax
+    return total
+
+
+def optimality(n: int, model, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    settings = Settings()
+    settings = dataclasses.replace(settings, planner=dataclasses.replace(settings.planner, reserve_queue_head=False))
+    policy = policies.REGISTRY["elastico"]
+    gaps, worst = [], (0.0, None)
+    t0 = time.perf_counter()
+    for i in range(n):
+        jobs, gpus = int(rng.integers(2, 13)), int(rng.integers(1, 5))
+        snap, fams = synthetic.instance(rng, jobs, gpus, templates=jobs, gpus_per_node=2)
+        assert not any(j.state is JobState.RUNNING for j in snap.jobs)
+        plan = policy.plan(snap, fams, settings, model, NOW)
+        got = planner_value(plan, snap, fams, settings.planner.fairness)
+        best = exact.optimum(snap, fams, settings.planner.fairness, NOW, model, settings.interference.floor,
+                             settings.gpu.memory_mib)
+        gap = (best - got) / best if best > 0 else 0.0
+        gaps.append(gap)
+        if gap > worst[0]:
+            worst = (gap, (i, jobs, gpus))
+    return {"instances": n, "mean_gap": float(np.mean(gaps)), "worst_gap": float(max(gaps)),
+            "optimal_share": float(np.mean(np.array(gaps) <= 1e-9)), "worst_instance": worst[1],
+            "seconds": time.perf_counter() - t0}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repeats and instances (under a minute)")
+    args = ap.parse_args()
+
+    lat = latency(args.quick)
+    print("epoch latency (policy elastico, one thread)")
+    print(f"{'jobs':>6} {'GPUs':>5} {'median':>10} {'target':>8} {'ok':>3} {'growth':>7} {'started':>8}")
+    for r in lat:
+        ok = "yes" if r["median_s"] <= r["target_s"] else "NO"
+        growth = f"{r['growth_exponent']:.2f}" if "growth_exponent" in r else "-"
+        print(f"{r['jobs']:>6} {r['gpus']:>5} {1000 * r['median_s']:>8.1f}ms {1000 * r['target_s']:>6.0f}ms {ok:>3} "
+              f"{growth:>7} {r['started']:>8}")
+
+    n = 200 if args.quick else 500
+    opt = {"contention": optimality(n, ContentionModel(), 7), "bandwidth": optimality(n, BandwidthModel(), 8)}
+    print()
+    print("optimality gap vs exact MILP (elastico, no queue-head reservation)")
+    print(f"{'model':>11} {'instances':>10} {'mean gap':>9} {'worst gap':>10} {'optimal':>8}")
+    for name, r in opt.items():
+        print(f"{name:>11} {r['instances']:>10} {100 * r['mean_gap']:>8.2f}% {100 * r['worst_gap']:>9.2f}% "
+              f"{100 * r['optimal_share']:>7.0f}%")
+    print(json.dumps({"latency": lat, "optimality": opt}))
+
+
+if __name__ == "__main__":
+    main()
