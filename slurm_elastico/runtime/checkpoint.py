@@ -214,12 +214,22 @@ def save_checkpoint(
     }
     text = json.dumps(manifest, indent=1, sort_keys=True).encode()
     _write_atomic(manifest_path(directory, step), lambda f: f.write(text))
-    _prune(directory, keep)
+    _prune(directory, keep, step)
     return target
 
 
-def _prune(directory: Path, keep: int) -> None:
-    """Delete all but the `keep` newest committed checkpoints, and leftovers older than the newest."""
+def _prune(directory: Path, keep: int, saved: int) -> None:
+    """Delete checkpoints newer than the one just `saved`, all but the `keep` newest, and leftovers.
+
+    A checkpoint newer than the one just saved belongs to an abandoned run
+    (it was refused as corrupt and the job resumed from an older one); kept, it
+    would count towards `keep` and push out a good one.
+    """
+    for step in committed_steps(directory):
+        if step > saved:
+            log.warning("%s: removing checkpoint of step %d, newer than the one just saved (%d)", directory, step, saved)
+            manifest_path(directory, step).unlink(missing_ok=True)
+            state_path(directory, step).unlink(missing_ok=True)
     steps = committed_steps(directory)
     for step in steps[:-keep]:
         manifest_path(directory, step).unlink(missing_ok=True)  # uncommit first, then the state

@@ -74,6 +74,16 @@ def test_truncated_checkpoint_is_refused_by_name_and_the_previous_one_used(tmp_p
     assert len(ckpt.refused) == 1 and "ckpt-00000002.pt" in ckpt.refused[0]
 
 
+def test_a_save_after_falling_back_removes_the_refused_newer_checkpoint(tmp_path):
+    for step in (4, 6):
+        save_checkpoint(tmp_path, step, _state(step))
+    state_path(tmp_path, 6).write_bytes(b"garbage")
+    assert load_latest(tmp_path).step == 4  # type: ignore[union-attr]
+    save_checkpoint(tmp_path, 5, _state(5))  # the resumed run goes on from 4
+    assert committed_steps(tmp_path) == [4, 5]  # 6 gone; the good 4 was not pushed out by it
+    assert load_latest(tmp_path).refused == ()  # type: ignore[union-attr]
+
+
 def test_flipped_byte_is_refused_by_checksum(tmp_path):
     save_checkpoint(tmp_path, 1, _state(1))
     path = state_path(tmp_path, 1)
