@@ -4,8 +4,9 @@
 are installed) with accounting on, so `sacct` works for every live test, and
 stops it at the end of the session. Without root or apt it FAILS with the
 reason instead of skipping: CI runs as root and must run the live tests.
-Set ELASTICO_TEST_CLUSTER_DIR to reuse a state directory between runs; a
-cluster that was already running there is left running.
+Set ELASTICO_TEST_CLUSTER_DIR to reuse a state directory between runs (a
+cluster that was already running there is left running), and
+ELASTICO_TEST_CLUSTER_PORT_BASE to run beside a cluster on the default ports.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from slurm_elastico.cluster import LocalCluster
+from slurm_elastico.cluster import DEFAULT_PORT_BASE, LocalCluster
 from slurm_elastico.errors import ClusterError
 
 TEST_CLUSTER_ENV = "ELASTICO_TEST_CLUSTER_DIR"
+# A developer's own `elastico cluster up` uses the default ports too: set this to test beside it.
+TEST_PORT_BASE_ENV = "ELASTICO_TEST_CLUSTER_PORT_BASE"
 
 
 @pytest.fixture(scope="session")
@@ -28,10 +31,12 @@ def slurm_cluster(tmp_path_factory) -> LocalCluster:
         pytest.fail("the live tests need root: the local Slurm cluster runs its daemons as root and makes fake "
                     "GPU device nodes; run pytest as root (CI does)", pytrace=False)
     state_dir = Path(os.environ.get(TEST_CLUSTER_ENV) or tmp_path_factory.mktemp("cluster"))
-    cluster = LocalCluster(state_dir, accounting=True)
+    port_base = int(os.environ.get(TEST_PORT_BASE_ENV) or DEFAULT_PORT_BASE)
+    cluster = LocalCluster(state_dir, accounting=True, port_base=port_base)
     try:
         result = cluster.up()
     except ClusterError as exc:
+        cluster.down()  # leave no half-started daemons behind a failed run
         pytest.fail(f"the local Slurm cluster in {state_dir} did not come up: {exc}", pytrace=False)
     yield cluster
     if not result.already_running:

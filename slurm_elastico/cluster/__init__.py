@@ -178,6 +178,7 @@ class LocalCluster:
         spec = self.spec
         running_before = [d.name for d in self._daemons() if self._pid(d) is not None]
         self._write_files(spec, config_locked=bool(running_before))
+        self._check_ports(spec, [d for d in self._daemons() if d.name not in running_before])
         started: list[str] = []
         launched: dict[str, float] = {}
         for daemon in self._daemons():
@@ -290,6 +291,18 @@ class LocalCluster:
         names = [*slurmds, "slurmctld", "slurmdbd", "mariadbd", "munged"]
         return [_Daemon(n, n.split("-")[0], lay.pid_file(n), lay.log_file(n)) for n in names]
 
+    def _check_ports(self, spec: ClusterSpec, to_start: list[_Daemon]) -> None:
+        """Refuse early, naming the port, when another program holds a port a daemon is about to bind."""
+        ports = {"mariadbd": spec.ports.mariadb, "slurmdbd": spec.ports.slurmdbd, "slurmctld": spec.ports.slurmctld}
+        ports.update({f"slurmd-{n}": spec.ports.slurmd(i) for i, n in enumerate(spec.node_names, 1)})
+        for daemon in to_start:
+            port = ports.get(daemon.name)
+            if port is not None and not _port_free(port):
+                raise ClusterError(
+                    f"{daemon.name} cannot start: TCP port {port} is already in use by another program (another "
+                    f"local cluster or a system service); stop it or choose another port base (now "
+                    f"{self._params['port_base']}; --port-base)")
+
     def _pid(self, daemon: _Daemon) -> int | None:
         return daemons.running_pid(daemon.pid_file, daemon.program)
 
@@ -356,9 +369,15 @@ class LocalCluster:
                 f"--pid-file={daemon.pid_file}", f"--log-error={daemon.log}", "--skip-name-resolve",
                 # slurmdbd warns below these; 900 s is its recommended lock wait.
                 "--innodb-lock-wait-timeout=900", "--skip-log-bin"]
-        self._children.append(daemons.spawn(argv, lay.logs / "mariadbd.out"))
-        if not daemons.wait_for(lambda: self._pid(daemon) is not None and self._sql("SELECT 1;") == 0,
-                                MARIADB_START_S, interval=0.2):
+        child = daemons.spawn(argv, lay.logs / "mariadbd.out")
+        self._children.append(child)
+
+        def accepting() -> bool:
+            if child.poll() is not None:
+                raise daemons.failure("mariadbd", f"exited with code {child.returncode} at start", daemon.log)
+            return self._pid(daemon) is not None and self._sql("SELECT 1;") == 0
+
+        if not daemons.wait_for(accepting, MARIADB_START_S, interval=0.2):
             raise daemons.failure("mariadbd", f"did not accept connections on {lay.mariadb_socket} "
                                   f"within {MARIADB_START_S:g} s", daemon.log)
         if self._sql(config.db_setup_sql(lay.db_password.read_text().strip())) != 0:
@@ -462,6 +481,17 @@ def _bin(name: str) -> str:
     if path is None:
         raise ClusterError(f"`{name}` is not installed; `elastico cluster up` installs it as root")
     return path
+
+
+def _port_free(port: int) -> bool:
+    """Whether a listening socket could bind `port` on all addresses now (TIME_WAIT does not count)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", port))
+        except OSError:
+            return False
+    return True
 
 
 def _write_private(path: Path, content: str | bytes, mode: int = 0o600) -> None:

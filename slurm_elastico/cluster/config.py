@@ -244,8 +244,10 @@ def cgroup_conf(spec: ClusterSpec) -> str | None:
     """cgroup.conf, or None where the version has no way to switch cgroups off.
 
     Slurm >= 23.02 accepts `CgroupPlugin=disabled`, which keeps slurmd away from
-    systemd/dbus and delegated controllers (absent in containers). 22.05 has no
-    such value; it works here with proctrack/linuxproc and no cgroup.conf.
+    systemd/dbus and delegated controllers: 24.11's slurmd in a chroot without
+    /sys/fs/cgroup exits "Unable to initialize cgroup plugin" without it.
+    22.05 has no such value (it rejects it); it runs with proctrack/linuxproc
+    and no cgroup.conf where the cgroup filesystem is mounted.
     """
     if spec.version < (23, 2):
         return None

@@ -103,11 +103,13 @@ def tail(path: Path, lines: int = 15) -> str:
 
 
 def logged_fatal(path: Path, offset: int = 0) -> bool:
-    """Whether the log got a Slurm `fatal:` line after byte `offset` (the daemon is about to exit)."""
+    """Whether the log got a line after byte `offset` that Slurm writes just before exiting at start."""
     try:
         with open(path, "rb") as fh:
             fh.seek(offset)
-            return b"fatal:" in fh.read()
+            text = fh.read()
+            # slurmd 24.11 ends with "error: slurmd initialization failed", not "fatal:".
+            return b"fatal:" in text or b"initialization failed" in text
     except FileNotFoundError:
         return False
 

@@ -134,16 +134,27 @@ def test_accounting_lists_the_job_in_sacct_json(make_cluster, tmp_path, capsys):
 
 def test_a_daemon_that_cannot_start_is_named_with_its_log(make_cluster):
     cluster = make_cluster(port_base=PORT_BASE_BROKEN, nodes=1, timeout=20)
+    key = cluster.state_dir / "etc" / "munge.key"
+    key.parent.mkdir(parents=True)
+    key.write_bytes(b"too short")  # munged wants at least 32 bytes
+    key.chmod(0o400)
+    with pytest.raises(ClusterError) as err:
+        cluster.up()
+    text = str(err.value)
+    assert text.startswith("munged ")
+    assert str(cluster.state_dir / "logs" / "munged.log") in text
+    assert "at least 32 bytes" in text  # the log's last lines are in the message
+
+
+def test_a_taken_port_is_refused_before_anything_starts(make_cluster):
+    cluster = make_cluster(port_base=PORT_BASE_BROKEN, nodes=1)
     with socket.socket() as blocker:  # someone else holds the controller's port
         blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        blocker.bind(("0.0.0.0", PORT_BASE_BROKEN))
+        blocker.bind(("127.0.0.1", PORT_BASE_BROKEN))
         blocker.listen()
-        with pytest.raises(ClusterError) as err:
+        with pytest.raises(ClusterError, match=f"slurmctld cannot start: TCP port {PORT_BASE_BROKEN} is already in use"):
             cluster.up()
-    text = str(err.value)
-    assert text.startswith("slurmctld ")
-    assert str(cluster.state_dir / "logs" / "slurmctld.log") in text
-    assert "Address already in use" in text  # the log's last lines are in the message
+    assert cluster.status().stopped
 
 
 def test_session_cluster_fixture_serves_sinfo_and_sacct(slurm_cluster, slurm_env):
