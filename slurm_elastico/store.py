@@ -30,6 +30,29 @@ SCHEMA: list[str] = [
         b_sm_util REAL, b_membw_util REAL, b_mem_used_mib REAL, b_power_w REAL, b_mps_share INTEGER,
         b_norm REAL
     )""",
+    # Shape families recorded by elastico-submit (slurm_elastico.sched reads them):
+    # the spec exactly as the user wrote it, re-validated every epoch.
+    """CREATE TABLE IF NOT EXISTS job_family (
+        job_id INTEGER PRIMARY KEY,
+        spec TEXT NOT NULL,
+        source TEXT NOT NULL DEFAULT '',
+        submitted_at REAL NOT NULL
+    )""",
+    # The helper's journal (slurm_elastico.sched): a row is written before an action
+    # is issued ('planned') and updated after ('done' / 'failed' / 'recovered'), so a
+    # crash between the two is found and repaired by the next epoch.
+    """CREATE TABLE IF NOT EXISTS journal (
+        id INTEGER PRIMARY KEY,
+        epoch REAL NOT NULL,
+        job_id INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        action TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        status TEXT NOT NULL,
+        error TEXT NOT NULL DEFAULT '',
+        updated REAL NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS journal_status ON journal (status)",
 ]
 
 

@@ -61,6 +61,9 @@ def _register() -> None:
     from slurm_elastico.cli import demo
 
     main.add_command(demo.demo)
+    from slurm_elastico.cli import sched
+
+    main.add_command(sched.sched)
 
 
 _register()

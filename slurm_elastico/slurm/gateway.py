@@ -116,6 +116,9 @@ class SlurmGateway:
     def set_nodes(self, job_id: int, nodes: Sequence[str]) -> None:
         self._run(commands.set_nodes(job_id, tuple(nodes)))
 
+    def release(self, job_id: int) -> None:
+        self._run(commands.release(job_id))
+
     def signal(self, job_id: int, sig: str, *, whole_job: bool = False) -> None:
         self._run(commands.signal(job_id, sig, whole_job=whole_job))
 

@@ -1,0 +1,46 @@
+"""`elastico sched`: the backfill helper, once (cron, systemd timer, PrologSlurmctld) or in a loop."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+from slurm_elastico.cli import settings
+
+
+@click.command("sched")
+@click.option("--once", "mode", flag_value="once", default=True, help="run one epoch and exit (default)")
+@click.option("--interval", type=click.FloatRange(min=1.0), default=None, help="run an epoch every S seconds")
+@click.option("--epochs", type=click.IntRange(min=1), default=None, help="with --interval: stop after N epochs")
+@click.option("--dry-run", is_flag=True, help="print the plan and the exact scontrol commands; change nothing")
+@click.option("--families", "families_dir", type=click.Path(file_okay=False), default=None,
+              help="read families from DIR/<job id>.yaml instead of what elastico-submit recorded")
+@click.option("--json", "as_json", is_flag=True, help="print each epoch as one JSON line")
+@click.pass_context
+def sched(ctx, mode, interval, epochs, dry_run, families_dir, as_json) -> None:
+    """Plan one epoch over the live cluster and act on it (journaled, so a crash leaves no job held)."""
+    from slurm_elastico import sched as helper
+    from slurm_elastico.cli.view import gateway_from
+    from slurm_elastico.interference.predictor import load_model
+    from slurm_elastico.store import Store
+
+    cfg = settings(ctx)
+    gateway = gateway_from(cfg)
+    store = Store(cfg.store_path)
+    families = (helper.DirectoryFamilies(families_dir, cfg.gpu.memory_mib) if families_dir
+                else helper.StoreFamilies(store, cfg.gpu.memory_mib))
+    model = load_model(cfg.interference.model)
+    journal = None if dry_run else helper.Journal(store)
+
+    def step() -> None:
+        result = helper.run_once(gateway, cfg, families, model, journal, time.time(), dry_run=dry_run)
+        click.echo(json.dumps(result.to_dict()) if as_json else helper.render(result))
+
+    if interval is None:
+        step()
+        return
+    failures = helper.main_loop(step, interval, epochs)
+    if failures:
+        raise SystemExit(1)

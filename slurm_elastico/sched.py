@@ -1,0 +1,235 @@
+"""The backfill helper (`elastico sched`): one epoch = read, repair, plan, journal, act.
+
+The planner is pure; this module is the I/O around it. Every action is written
+to the journal ('planned') before it is issued and marked 'done' or 'failed'
+after, so an epoch that dies between the two (a crash, a killed cron run) is
+found by the next one: a job it had requeue-held is released, and nothing
+else needs undoing because the other actions are plain, repeatable updates.
+
+`gateway` is anything with the `SlurmGateway` methods used here (`snapshot`,
+`apply`, `argv_for`, `release`); the simulator hands in its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import yaml
+
+from slurm_elastico.config import Settings
+from slurm_elastico.errors import ConfigError, ElasticoError
+from slurm_elastico.interference.base import SlowdownModel
+from slurm_elastico.model import Action, ActionKind, Family, Plan, Snapshot
+from slurm_elastico.planner import run_epoch
+from slurm_elastico.shapes import parse_family
+from slurm_elastico.store import Store
+
+
+class Gateway(Protocol):
+    def snapshot(self) -> Snapshot: ...
+    def apply(self, action: Action) -> None: ...
+    def argv_for(self, action: Action) -> list[list[str]]: ...
+    def release(self, job_id: int) -> None: ...
+
+
+class FamilySource(Protocol):
+    def families(self, job_ids: set[int]) -> tuple[dict[int, Family], list[str]]:
+        """Families of these jobs, and one warning per family that could not be used."""
+        ...
+
+
+class StoreFamilies:
+    """Families recorded by elastico-submit in the store."""
+
+    def __init__(self, store: Store, gpu_memory_mib: int):
+        self.store, self.gpu_memory_mib = store, gpu_memory_mib
+
+    def families(self, job_ids: set[int]) -> tuple[dict[int, Family], list[str]]:
+        if not job_ids:
+            return {}, []
+        marks = ",".join("?" * len(job_ids))
+        rows = self.store.query(f"SELECT job_id, spec, source FROM job_family WHERE job_id IN ({marks})", sorted(job_ids))
+        return _parse_all(((r["job_id"], r["spec"], r["source"] or f"job {r['job_id']}") for r in rows), self.gpu_memory_mib)
+
+
+class DirectoryFamilies:
+    """Families as files `<job id>.yaml` in a directory (before or besides elastico-submit)."""
+
+    def __init__(self, directory: str | Path, gpu_memory_mib: int):
+        self.dir, self.gpu_memory_mib = Path(directory), gpu_memory_mib
+        if not self.dir.is_dir():
+            raise ConfigError(str(self.dir), ["the families directory does not exist"])
+
+    def families(self, job_ids: set[int]) -> tuple[dict[int, Family], list[str]]:
+        found = ((j, (self.dir / f"{j}.yaml").read_text(), str(self.dir / f"{j}.yaml"))
+                 for j in sorted(job_ids) if (self.dir / f"{j}.yaml").is_file())
+        return _parse_all(found, self.gpu_memory_mib)
+
+
+def _parse_all(items, gpu_memory_mib: int) -> tuple[dict[int, Family], list[str]]:
+    families: dict[int, Family] = {}
+    warnings: list[str] = []
+    for job_id, text, source in items:
+        try:
+            families[job_id] = parse_family(yaml.safe_load(text), source, gpu_memory_mib)
+        except (ConfigError, yaml.YAMLError) as exc:
+            warnings.append(f"job {job_id}: family ignored, the job is left as submitted: {exc}")
+    return families, warnings
+
+
+class Journal:
+    """Decisions in the store, written before they are issued and settled after."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def plan(self, epoch: float, action: Action) -> int:
+        cur = self.store.execute(
+            "INSERT INTO journal (epoch, job_id, kind, action, reason, status, updated) VALUES (?,?,?,?,?,?,?)",
+            (epoch, action.job_id, action.kind.value, action_to_json(action), action.reason, "planned", epoch),
+        )
+        return int(cur.lastrowid)
+
+    def settle(self, row_id: int, status: str, at: float, error: str = "") -> None:
+        self.store.execute("UPDATE journal SET status=?, error=?, updated=? WHERE id=?", (status, error, at, row_id))
+
+    def unsettled(self) -> list[tuple[int, Action]]:
+        rows = self.store.query("SELECT id, action FROM journal WHERE status='planned' ORDER BY id")
+        return [(r["id"], action_from_json(r["action"])) for r in rows]
+
+
+def action_to_json(action: Action) -> str:
+    d = dataclasses.asdict(action)
+    d["kind"] = action.kind.value
+    return json.dumps(d, sort_keys=True)
+
+
+def action_from_json(text: str) -> Action:
+    d = json.loads(text)
+    d["kind"] = ActionKind(d["kind"])
+    d["nodes"] = tuple(d.get("nodes") or ())
+    return Action(**d)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    action: Action
+    status: str  # done | failed | dry-run
+    error: str = ""
+    argv: tuple[tuple[str, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class EpochResult:
+    at: float
+    plan: Plan
+    outcomes: tuple[Outcome, ...]
+    recovered: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return {
+            "at": self.at,
+            "objective": self.plan.objective,
+            "notes": list(self.plan.notes),
+            "actions": [{**json.loads(action_to_json(o.action)), "status": o.status, "error": o.error,
+                         "argv": [list(a) for a in o.argv]} for o in self.outcomes],
+            "recovered": list(self.recovered),
+            "warnings": list(self.warnings),
+        }
+
+
+def recover(gateway: Gateway, journal: Journal, snapshot: Snapshot, at: float) -> list[str]:
+    """Settle what an interrupted epoch left 'planned'; release any job it left requeue-held."""
+    notes: list[str] = []
+    active = {j.job_id: j for j in snapshot.jobs}
+    for row_id, action in journal.unsettled():
+        job = active.get(action.job_id)
+        if action.kind is ActionKind.RESHAPE_RUNNING and job is not None and job.held:
+            gateway.release(action.job_id)
+            notes.append(f"job {action.job_id}: released; an interrupted reshape had left it held")
+        else:
+            notes.append(f"job {action.job_id}: interrupted {action.kind.value} abandoned; the next plan decides again")
+        journal.settle(row_id, "recovered", at)
+    return notes
+
+
+def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model: SlowdownModel | None,
+             journal: Journal | None, now: float, *, dry_run: bool = False) -> EpochResult:
+    """One epoch. `journal` may be None only for a dry run (nothing is issued then)."""
+    if journal is None and not dry_run:
+        raise ValueError("a journal is required unless dry_run is set")
+    snap = gateway.snapshot()
+    recovered: list[str] = []
+    if journal is not None and not dry_run:
+        recovered = recover(gateway, journal, snap, now)
+        if recovered:
+            snap = gateway.snapshot()
+    fams, warnings = families.families({j.job_id for j in snap.jobs})
+    plan = run_epoch(snap, fams, settings, model, now)
+    outcomes: list[Outcome] = []
+    for action in plan.actions:
+        argv = tuple(tuple(a) for a in gateway.argv_for(action))
+        if dry_run:
+            outcomes.append(Outcome(action, "dry-run", argv=argv))
+            continue
+        row = journal.plan(now, action)
+        try:
+            gateway.apply(action)
+        except ElasticoError as exc:
+            journal.settle(row, "failed", now, str(exc))
+            outcomes.append(Outcome(action, "failed", str(exc), argv))
+        else:
+            journal.settle(row, "done", now)
+            outcomes.append(Outcome(action, "done", argv=argv))
+    return EpochResult(now, plan, tuple(outcomes), tuple(recovered), tuple(warnings))
+
+
+def render(result: EpochResult) -> str:
+    """The epoch for a person: each action with its reason and, for a dry run, the exact commands."""
+    lines = [f"epoch at {result.at:.0f}: {len(result.outcomes)} action(s), objective {result.plan.objective:.3f}"]
+    lines += [f"  recovered: {r}" for r in result.recovered]
+    lines += [f"  warning: {w}" for w in result.warnings]
+    for o in result.outcomes:
+        lines.append(f"  [{o.status}] job {o.action.job_id} {o.action.kind.value}: {o.action.reason}")
+        if o.error:
+            lines.append(f"      error: {o.error}")
+        if o.status == "dry-run":
+            lines += ["      $ " + " ".join(_quote(a) for a in argv) for argv in o.argv]
+    lines += [f"  note: {n}" for n in result.plan.notes]
+    return "\n".join(lines)
+
+
+def _quote(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)
+
+
+def main_loop(step, interval_s: float, epochs: int | None, sleep=None) -> int:
+    """Call `step()` every `interval_s` seconds (`epochs` times, or forever); return the failed-epoch count."""
+    import time
+
+    sleep = sleep or time.sleep
+    failures = 0
+    n = 0
+    while epochs is None or n < epochs:
+        started = time.monotonic()
+        try:
+            step()
+        except ElasticoError as exc:  # one bad epoch (e.g. slurmctld restarting) must not end the loop
+            failures += 1
+            print(f"error: epoch failed: {exc}", file=sys.stderr)
+        n += 1
+        if epochs is None or n < epochs:
+            sleep(max(0.0, interval_s - (time.monotonic() - started)))
+    return failures
+
+
+__all__ = ["DirectoryFamilies", "EpochResult", "Journal", "Outcome", "StoreFamilies", "main_loop", "recover",
+           "render", "run_once"]
