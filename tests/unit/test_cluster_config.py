@@ -197,3 +197,16 @@ def test_zombie_counts_as_stopped(tmp_path):
     assert not daemons.is_alive(child.pid)
     child.wait()
     assert daemons.proc_state(child.pid) is None
+
+
+ETC_SLURM = Path(__file__).resolve().parents[2] / "etc" / "slurm"
+
+
+def test_administrator_snippets_agree_with_the_generated_config():
+    snippet = settings((ETC_SLURM / "slurm.conf.mps").read_text())
+    generated = settings(config.slurm_conf(spec(accounting=True), LAYOUT))
+    for key in ("GresTypes", "SelectType", "JobRequeue", "ReturnToService", "AccountingStorageType",
+                "AccountingStorageTRES", "AccountingStoreFlags"):
+        assert snippet[key] == generated[key], key
+    gres = [line for line in lines((ETC_SLURM / "gres.conf.mps").read_text()) if "Name=mps" in line]
+    assert gres and all("Flags=all_sharing" in line for line in gres)
