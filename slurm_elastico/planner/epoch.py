@@ -194,14 +194,15 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
     for i in order:
         job = pending[i]
         target = int(choice[i])
-        if target == pricing.NONE:
+        is_head = job is head and ps.reserve_queue_head
+        if target == pricing.NONE and not is_head:
             if job.table.by_speed:
                 deferred.append(i)
             continue
-        cap = job.table.rows[target].tput
+        cap = math.inf if target == pricing.NONE else job.table.rows[target].tput  # the head takes what it can
         if not _place(job, state, [s for s in job.table.by_speed if job.table.rows[s].tput <= cap]):
             deferred.append(i)
-        if job is head and job.seat.gpu < 0 and ps.reserve_queue_head:
+        if is_head and job.seat.gpu < 0:
             g = max(range(n_gpus), key=lambda k: (state.free_share[k], -k), default=None)
             if g is not None and state.free_share[g] > 0:
                 state.block(g, state.free_share[g])

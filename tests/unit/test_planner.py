@@ -1,0 +1,228 @@
+"""The planner epoch on hand-made snapshots: actions, floors, weights, reservation, reshapes, policies."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from slurm_elastico.config import Settings
+from slurm_elastico.errors import ConfigError
+from slurm_elastico.interference.base import ContentionModel
+from slurm_elastico.model import ActionKind, GpuUse, GresRequest, JobState, JobView
+from slurm_elastico.planner import ADMIN_PREFIX, policies, run_epoch
+from slurm_elastico.planner import reshape as rule
+from slurm_elastico.planner.synthetic import cluster, family, pending, running, snapshot, with_users
+
+NOW = 100_000.0
+
+
+def cfg(**planner) -> Settings:
+    s = Settings()
+    return dataclasses.replace(s, planner=dataclasses.replace(s.planner, **planner))
+
+
+class KindClash:
+    """Test double: two inference jobs on one GPU each run at a third of solo speed; all else is free."""
+
+    def predict(self, a, b):
+        return np.array([3.0 if x.kind == "infer" and y.kind == "infer" else 1.0 for x, y in zip(a, b)])
+
+
+def actions_of(plan, job_id):
+    return [a for a in plan.actions if a.job_id == job_id]
+
+
+def test_two_jobs_share_one_gpu_with_set_share_nodes_and_comment():
+    fam = family((50, 0.8, 1000), (100, 1.0, 1000))
+    snap = snapshot(cluster(1), [pending(1, NOW - 60), pending(2, NOW - 60)])
+    plan = run_epoch(snap, {1: fam, 2: fam}, cfg(), ContentionModel(), NOW)
+    assert sorted((p.job_id, p.share) for p in plan.placements) == [(1, 50), (2, 50)]
+    for jid in (1, 2):
+        kinds = [a.kind for a in actions_of(plan, jid)]
+        assert kinds == [ActionKind.SET_ADMIN_COMMENT, ActionKind.SET_SHARE, ActionKind.SET_NODES]
+        acts = actions_of(plan, jid)
+        assert acts[0].text == f"{ADMIN_PREFIX}mps50-0"
+        assert acts[1].share == 50 and acts[2].nodes == ("n0000",)
+        assert all("start as mps50-0 at 50% of GPU n0000:0" in a.reason for a in acts)
+    assert plan.objective == pytest.approx(2 * (1 + 60 / 3600) * (1 - 0.8))  # weight: 1 + hours waited
+
+
+def test_a_job_already_at_its_share_and_comment_gets_only_its_node_pin():
+    fam = family((100, 1.0, 1000))
+    job = dataclasses.replace(pending(1, NOW), admin_comment=f"{ADMIN_PREFIX}mps100-0")
+    plan = run_epoch(snapshot(cluster(1), [job]), {1: fam}, cfg(), ContentionModel(), NOW)
+    assert [a.kind for a in plan.actions] == [ActionKind.SET_NODES]
+
+
+def test_a_job_whose_every_shape_is_below_its_floor_is_not_started():
+    slow = family((50, 0.2, 1000), (100, 0.3, 1000), floor=0.5)
+    fast = family((100, 1.0, 1000))
+    plan = run_epoch(snapshot(cluster(2), [pending(1), pending(2)]), {1: slow, 2: fast}, cfg(), ContentionModel(), NOW)
+    assert actions_of(plan, 1) == []
+    assert [p.job_id for p in plan.placements] == [2]
+    assert any("job 1 not started: every shape is below its throughput floor 0.5" in n for n in plan.notes)
+
+
+def test_jobs_without_family_are_left_alone_but_their_shares_count():
+    fam = family((50, 0.5, 1000), (75, 0.9, 1000), (100, 1.0, 1000))
+    nodes = with_users(cluster(1), {("n0000", 0): (GpuUse(9, 40),)})
+    other = JobView(9, "x", "u", "gpu", JobState.RUNNING, gres=GresRequest("mps", 40), nodes=("n0000",))
+    plan = run_epoch(snapshot(nodes, [other, pending(1), pending(77)]), {1: fam}, cfg(), ContentionModel(), NOW)
+    assert [(p.job_id, p.share) for p in plan.placements] == [(1, 50)]
+    assert actions_of(plan, 9) == [] and actions_of(plan, 77) == []
+
+
+def test_a_gpu_held_whole_is_never_shared():
+    fam = family((25, 0.5, 1000))
+    nodes = with_users(cluster(2), {("n0000", 0): (GpuUse(9, 0, whole=True),)})
+    plan = run_epoch(snapshot(nodes, [pending(k) for k in range(1, 9)]), {k: fam for k in range(1, 9)}, cfg(),
+                     ContentionModel(), NOW)
+    assert {p.gpu for p in plan.placements} == {1}
+    assert len(plan.placements) == 4
+
+
+def test_held_jobs_are_not_planned():
+    fam = family((100, 1.0, 1000))
+    plan = run_epoch(snapshot(cluster(1), [pending(1, held=True)]), {1: fam}, cfg(), ContentionModel(), NOW)
+    assert plan.actions == () and plan.placements == ()
+
+
+def test_gpu_memory_caps_co_location():
+    fam = family((25, 1.0, 50000))
+    plan = run_epoch(snapshot(cluster(1), [pending(1), pending(2)]), {1: fam, 2: fam}, cfg(), ContentionModel(), NOW)
+    assert len(plan.placements) == 1  # shares would allow four; 80 GiB holds one 50 GiB job
+
+
+def test_pairs_under_the_interference_floor_are_not_co_located():
+    fam = family((50, 1.0, 1000), kind="infer")
+    snap = snapshot(cluster(1), [pending(1), pending(2)])
+    refused = run_epoch(snap, {1: fam, 2: fam}, cfg(), KindClash(), NOW)
+    assert len(refused.placements) == 1
+    blind = policies.REGISTRY["no-interference"].plan(snap, {1: fam, 2: fam}, cfg(), KindClash(), NOW)
+    assert len(blind.placements) == 2
+
+
+def contest(submit_1: float, submit_2: float, fairness: str = "waiting"):
+    """Two jobs, one GPU, sharing is a bad deal (a half GPU gives 30 %): one job gets the whole GPU."""
+    fam = family((50, 0.3, 1000), (100, 1.0, 1000))
+    snap = snapshot(cluster(1), [pending(1, submit_1), pending(2, submit_2)])
+    plan = run_epoch(snap, {1: fam, 2: fam}, cfg(fairness=fairness, reserve_queue_head=False), ContentionModel(), NOW)
+    return {p.job_id: p.share for p in plan.placements}
+
+
+def test_fairness_weight_changes_who_gets_the_gpu():
+    assert contest(NOW - 36000, NOW - 60) == {1: 100}
+    assert contest(NOW - 60, NOW - 36000) == {2: 100}
+    # Equal weights: the tie goes by job id, whatever the waiting time.
+    assert contest(NOW - 60, NOW - 36000, "equal") == {1: 100}
+
+
+def test_remaining_work_weight_prefers_the_short_job():
+    short = family((50, 0.3, 1000), (100, 1.0, 1000), work=100.0)
+    long = family((50, 0.3, 1000), (100, 1.0, 1000), work=1e6)
+    snap = snapshot(cluster(1), [pending(1, NOW), pending(2, NOW)])
+    plan = run_epoch(snap, {1: long, 2: short}, cfg(fairness="remaining", reserve_queue_head=False),
+                     ContentionModel(), NOW)
+    assert [(p.job_id, p.share) for p in plan.placements] == [(2, 100)]
+
+
+def test_the_queue_head_without_a_family_gets_whole_gpus_kept_free():
+    fam = family((50, 0.6, 1000), (100, 1.0, 1000))
+    big = JobView(50, "big", "u", "gpu", JobState.PENDING, gres=GresRequest("gpu", 1), submit_time=0, priority=10)
+    jobs = [big] + [pending(k, NOW) for k in range(1, 5)]
+    fams = {k: fam for k in range(1, 5)}
+    kept = run_epoch(snapshot(cluster(2), jobs), fams, cfg(), ContentionModel(), NOW)
+    assert {p.gpu for p in kept.placements} == {1}
+    assert any("job 50 heads the queue: 1 whole GPU(s) kept" in n for n in kept.notes)
+    free = run_epoch(snapshot(cluster(2), jobs), fams, cfg(reserve_queue_head=False), ContentionModel(), NOW)
+    assert {p.gpu for p in free.placements} == {0, 1}
+
+
+def test_a_family_queue_head_is_placed_first_even_when_worth_less():
+    cheap = family((25, 1.0, 1000))
+    head = family((100, 1.0, 1000))
+    jobs = [pending(1, priority=5)] + [pending(k) for k in range(2, 6)]
+    fams = {1: head, **{k: cheap for k in range(2, 6)}}
+    plan = run_epoch(snapshot(cluster(1), jobs), fams, cfg(), ContentionModel(), NOW)
+    assert [p.job_id for p in plan.placements] == [1]
+    no_res = run_epoch(snapshot(cluster(1), jobs), fams, cfg(reserve_queue_head=False), ContentionModel(), NOW)
+    assert sorted(p.job_id for p in no_res.placements) == [2, 3, 4, 5]
+
+
+def grow_case(done: float | None, cost: float = 60.0, hysteresis: float = 0.1, start: float = NOW - 100):
+    fam = family((25, 0.3, 1000), (100, 1.0, 1000), work=10000.0)
+    nodes = with_users(cluster(1), {("n0000", 0): (GpuUse(1, 25),)})
+    job = running(1, "n0000", 0, 25, start=start, shape="mps25-0")
+    progress = None if done is None else {1: done}
+    return run_epoch(snapshot(nodes, [job]), {1: fam}, cfg(reshape_cost_s=cost, hysteresis=hysteresis),
+                     ContentionModel(), NOW, progress)
+
+
+def test_a_running_job_grows_when_the_gain_pays_the_restart():
+    plan = grow_case(done=0.0)
+    kinds = [a.kind for a in plan.actions]
+    assert kinds == [ActionKind.SET_ADMIN_COMMENT, ActionKind.RESHAPE_RUNNING]
+    act = plan.actions[1]
+    assert act.share == 100 and act.nodes == ("n0000",) and act.shape == "mps100-1"
+    assert "reshape to mps100-1" in act.reason and "60 s restart" in act.reason
+    assert plan.placements[0].share == 100
+
+
+def test_no_reshape_when_little_work_is_left_or_the_cost_is_too_high():
+    assert grow_case(done=9990.0).actions == ()  # 10 steps left: 33 s now, 10 s + 60 s after
+    assert grow_case(done=0.0, cost=30000.0).actions == ()
+    # Kept jobs still appear in the placements, at their current shape.
+    assert [(p.job_id, p.share) for p in grow_case(done=9990.0).placements] == [(1, 25)]
+
+
+def test_reshape_rule_and_hysteresis():
+    # 1000 units at 1/s = 1000 s; at 2/s = 500 s + 100 s cost: saves 400 s (40 %).
+    assert rule.saving(1000, 1.0, 2.0, 100, 0.1) == pytest.approx(400)
+    assert rule.saving(1000, 1.0, 2.0, 100, 0.5) == 0.0  # under the 50 % margin
+    assert rule.saving(1000, 2.0, 1.0, 0, 0.0) == 0.0  # never to a slower shape
+    assert rule.saving(1000, 1.0, 1.05, 0, 0.1) == 0.0  # 5 % gain: hysteresis holds
+    assert rule.remaining_work(1000, None, NOW - 100, NOW, 2.0) == 800
+    assert rule.remaining_work(1000, 1200, None, NOW, 2.0) == 0
+
+
+def test_a_reshape_is_not_undone_next_epoch():
+    first = grow_case(done=0.0)
+    assert any(a.kind is ActionKind.RESHAPE_RUNNING for a in first.actions)
+    fam = family((25, 0.3, 1000), (100, 1.0, 1000), work=10000.0)
+    nodes = with_users(cluster(1), {("n0000", 0): (GpuUse(1, 100),)})
+    job = running(1, "n0000", 0, 100, start=NOW, shape="mps100-1")
+    again = run_epoch(snapshot(nodes, [job]), {1: fam}, cfg(), ContentionModel(), NOW + 60, {1: 60.0})
+    assert again.actions == ()
+
+
+def test_static_policy_runs_each_job_alone_at_its_default_shape():
+    fam = family((25, 0.5, 1000), (50, 0.8, 1000), (100, 1.0, 1000), default="mps50-1")
+    jobs = [pending(k, NOW - k) for k in range(1, 4)]
+    plan = policies.REGISTRY["static"].plan(snapshot(cluster(2), jobs), {k: fam for k in range(1, 4)}, cfg(),
+                                            ContentionModel(), NOW)
+    assert sorted((p.job_id, p.share, p.gpu) for p in plan.placements) == [(2, 100, 1), (3, 100, 0)]
+
+
+def test_no_shapes_policy_keeps_the_default_shape():
+    fam = family((25, 0.5, 1000), (100, 1.0, 1000), default="mps25-0")
+    plan = policies.REGISTRY["no-shapes"].plan(snapshot(cluster(1), [pending(1)]), {1: fam}, cfg(),
+                                               ContentionModel(), NOW)
+    assert [p.shape for p in plan.placements] == ["mps25-0"]
+    full = run_epoch(snapshot(cluster(1), [pending(1)]), {1: fam}, cfg(), ContentionModel(), NOW)
+    assert [p.shape for p in full.placements] == ["mps100-1"]
+
+
+def test_registry_and_unknown_policy():
+    assert set(policies.REGISTRY) == {"elastico", "static", "no-shapes", "no-pricing", "no-interference"}
+    with pytest.raises(ConfigError, match="'fifo' is not a policy; allowed: elastico, static"):
+        run_epoch(snapshot(cluster(1), []), {}, cfg(policy="fifo"), ContentionModel(), NOW)
+
+
+def test_down_nodes_and_other_partitions_are_not_used():
+    fam = family((100, 1.0, 1000))
+    nodes = cluster(2, gpus_per_node=1)
+    nodes = (dataclasses.replace(nodes[0], state="down"), nodes[1])
+    plan = run_epoch(snapshot(nodes, [pending(1), pending(2)]), {1: fam, 2: fam}, cfg(), ContentionModel(), NOW)
+    assert [p.node for p in plan.placements] == ["n0001"]
