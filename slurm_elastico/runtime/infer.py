@@ -1,6 +1,7 @@
 """Offline batch inference that survives reshapes: requests from JSONL, results journaled per batch.
 
-A job is a fixed set of requests (`{"id", "prompt", "max_tokens"}` per line).
+A job is a fixed set of requests (`{"id", "prompt", "max_tokens"}` per line;
+ids unique, max_tokens 16 when absent).
 Results are appended to a JSONL journal, one line per request id, written,
 flushed and fsynced once per batch; on (re)start the journal's ids are
 skipped, so a resume neither loses nor repeats a request whatever the new

@@ -220,7 +220,7 @@ class _Reader:
         self.env = env
         self.problems: list[str] = []
 
-    def int(self, name: str, required: bool = True, minimum: int = 1) -> int | None:
+    def integer(self, name: str, required: bool = True, minimum: int = 1) -> int | None:
         raw = self.env.get(name)
         if raw is None or raw == "":
             if required:
@@ -236,7 +236,7 @@ class _Reader:
             return None
         return value
 
-    def float(self, name: str) -> float | None:
+    def fraction(self, name: str) -> float | None:
         raw = self.env.get(name)
         if raw is None or raw == "":
             return None
@@ -257,7 +257,7 @@ class _Reader:
             return None
         return raw.strip().lower()
 
-    def bool(self, name: str) -> bool | None:
+    def flag(self, name: str) -> bool | None:
         raw = self.env.get(name)
         if raw is None or raw == "":
             self.problems.append(f"{name} is not set (1 or 0)")
@@ -291,12 +291,12 @@ class _Reader:
 
 def _read_train(env: Mapping[str, str]) -> TrainShape:
     r = _Reader(env)
-    global_batch = r.int("ELASTICO_GLOBAL_BATCH")
-    micro = r.int("ELASTICO_MICRO_BATCH")
-    accumulation = r.int("ELASTICO_ACCUMULATION")
+    global_batch = r.integer("ELASTICO_GLOBAL_BATCH")
+    micro = r.integer("ELASTICO_MICRO_BATCH")
+    accumulation = r.integer("ELASTICO_ACCUMULATION")
     precision = r.choice("ELASTICO_PRECISION", PRECISIONS)
-    checkpointing = r.bool("ELASTICO_CHECKPOINTING")
-    steps = r.int("ELASTICO_STEPS")
+    checkpointing = r.flag("ELASTICO_CHECKPOINTING")
+    steps = r.integer("ELASTICO_STEPS")
     if None not in (global_batch, micro, accumulation) and micro * accumulation != global_batch:  # type: ignore[operator]
         r.problems.append(
             f"ELASTICO_MICRO_BATCH={micro} x ELASTICO_ACCUMULATION={accumulation} = {micro * accumulation}"  # type: ignore[operator]
@@ -316,8 +316,8 @@ def _read_train(env: Mapping[str, str]) -> TrainShape:
 
 def _read_infer(env: Mapping[str, str]) -> InferShape:
     r = _Reader(env)
-    max_num_seqs = r.int("ELASTICO_MAX_NUM_SEQS")
-    gmu = r.float("ELASTICO_GPU_MEMORY_UTILIZATION")
+    max_num_seqs = r.integer("ELASTICO_MAX_NUM_SEQS")
+    gmu = r.fraction("ELASTICO_GPU_MEMORY_UTILIZATION")
     if gmu is not None and not 0.0 < gmu <= 1.0:
         r.problems.append(f"ELASTICO_GPU_MEMORY_UTILIZATION={gmu!r} is outside (0, 1]")
     kv = r.choice("ELASTICO_KV_CACHE_DTYPE", KV_CACHE_DTYPES, default="auto")

@@ -186,14 +186,12 @@ def train(
     model.train()
     steps_run = 0
     last_loss = None
-    path: Path | None = None
+    path = ckpt.path if ckpt is not None else None
     seconds = 0.0
     while step < shape.steps:
         if should_stop():
             if saved_step != step:
                 path, seconds = save()
-            else:
-                path = ckpt.path if ckpt is not None else None
             return TrainResult("checkpointed", step, steps_run, resumed_from, path, seconds, last_loss)
         last_loss = _optimizer_step(model, optimizer, scaler, shape, data, loss_fn, data_seed, step, dataset_len, device, max_grad_norm)
         if scheduler is not None:

@@ -157,7 +157,7 @@ def test_fp16_checkpoint_records_the_grad_scaler(tmp_path):
 def test_relaunch_after_completion_is_a_no_op(tmp_path):
     first, _, _ = run_job(tmp_path, [(shape(32, steps=2), None)])
     again, results, _ = run_job(tmp_path, [(shape(32, steps=2), None)])
-    assert results[0].status == "done" and results[0].steps_run == 0
+    assert results[0].status == "done" and results[0].steps_run == 0 and results[0].checkpoint is not None
     assert torch.equal(first, again)
     assert committed_steps(tmp_path) == [2]
 
