@@ -64,6 +64,9 @@ def _register() -> None:
     from slurm_elastico.cli import sched
 
     main.add_command(sched.sched)
+    from slurm_elastico.cli import report
+
+    main.add_command(report.report)
 
 
 _register()

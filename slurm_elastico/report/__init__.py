@@ -1,1 +1,30 @@
-"""report."""
+"""Reports from sacct and the helper's journal: JCT, waiting, GPU-hours, MPS share-hours, reshapes.
+
+`collect` does the I/O (one sacct call, two store queries); `metrics` computes;
+`render` prints tables, CSV and JSON; `plots` draws PNGs.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from slurm_elastico.report.metrics import GroupRow, JobRow, group_rows, job_rows
+from slurm_elastico.store import Store
+
+__all__ = ["GroupRow", "JobRow", "collect", "group_rows", "job_rows"]
+
+
+def collect(gateway, store: Store, start: str = "now-7days", end: str = "now", shares_per_gpu: int = 100) -> list[JobRow]:
+    """Per-job rows for the jobs accounting knows in [start, end] (sacct time syntax)."""
+    records = gateway.sacct(start=start, end=end)
+    kinds = {}
+    for row in store.query("SELECT job_id, spec FROM job_family"):
+        try:
+            spec = yaml.safe_load(row["spec"])
+        except yaml.YAMLError:
+            continue
+        if isinstance(spec, dict) and spec.get("kind") in ("train", "infer"):
+            kinds[row["job_id"]] = spec["kind"]
+    reshapes = {r["job_id"]: r["n"] for r in store.query(
+        "SELECT job_id, COUNT(*) AS n FROM journal WHERE status='done' AND kind='reshape_running' GROUP BY job_id")}
+    return job_rows(records, kinds, reshapes, shares_per_gpu)

@@ -1,0 +1,59 @@
+"""Report figures: JCT spans restarts, GPU-hours count MPS shares as GPU fractions, groups add up."""
+
+from pathlib import Path
+
+from slurm_elastico.model import JobState
+from slurm_elastico.report import group_rows, job_rows
+from slurm_elastico.report.render import table, to_csv, to_json
+from slurm_elastico.slurm.parse import SacctRecord, parse_sacct
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
+
+
+def run(job_id, state, submit, start, end, mps=0, gpu=0, user="ann", name="j"):
+    tres = {"cpu": 1, **({"gres/mps": mps} if mps else {}), **({"gres/gpu": gpu} if gpu else {})}
+    return SacctRecord(job_id=job_id, name=name, user=user, state=state, submit_time=submit, start_time=start,
+                       end_time=end, elapsed_s=(end - start) if start and end else 0, tres_alloc=tres)
+
+
+def test_requeued_job_jct_spans_every_run():
+    records = [
+        run(7, JobState.REQUEUED, 100, 110, 400, mps=25),       # first run, reshaped
+        run(7, JobState.COMPLETED, 400, 403, 1003, mps=50),     # second run with the new share
+        run(8, JobState.COMPLETED, 100, 160, 3760, gpu=1, user="bob"),
+        run(9, JobState.RUNNING, 100, 200, None, mps=10),
+    ]
+    rows = {r.job_id: r for r in job_rows(records, {7: "train", 8: "infer"}, {7: 1})}
+    a = rows[7]
+    assert (a.jct_s, a.wait_s, a.runs, a.reshapes, a.kind) == (903.0, 10.0, 2, 1, "train")
+    assert abs(a.gpu_hours - (290 * 0.25 + 600 * 0.5) / 3600) < 1e-12
+    assert a.mps_share_hours == a.gpu_hours
+    b = rows[8]
+    assert (b.jct_s, b.wait_s, b.gpu_hours, b.mps_share_hours) == (3660.0, 60.0, 1.0, 0.0)
+    assert rows[9].jct_s is None and rows[9].kind == "other"  # still running: no JCT yet
+    groups = {g.group: g for g in group_rows(list(rows.values()))}
+    assert groups["all"].jobs == 3 and groups["all"].finished == 2
+    assert groups["all"].mean_jct_s == (903 + 3660) / 2
+    assert groups["user=ann"].jobs == 2 and groups["kind=infer"].gpu_hours == 1.0
+    assert groups["all"].reshapes == 1
+
+
+def test_recorded_requeue_sample_counts_runs():
+    records = parse_sacct((DATA / "22.05" / "sacct_requeued_duplicates.json").read_text())
+    rows = job_rows(records, {}, {})
+    requeued = {r.job_id for r in records if r.requeued}
+    assert requeued, "the sample holds a requeued job"
+    for row in rows:
+        if row.job_id in requeued:
+            assert row.runs >= 2
+            if row.jct_s is not None:
+                assert row.jct_s >= sum(r.elapsed_s for r in records if r.job_id == row.job_id)
+
+
+def test_outputs_carry_the_same_rows():
+    rows = job_rows([run(1, JobState.COMPLETED, 0, 5, 65, mps=50, name="a,b\n\"c\"")], {1: "train"}, {})
+    groups = group_rows(rows)
+    assert "65.0" in table(groups, rows) and "a,b\\n" in table(groups, rows)
+    csv_text = to_csv(rows)
+    assert csv_text.splitlines()[0].startswith("job_id,name,user") and '"a,b\n""c"""' in csv_text
+    assert "\"jct_s\": 65.0" in to_json(groups, rows)
