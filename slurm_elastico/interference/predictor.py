@@ -115,14 +115,51 @@ class MlpPredictor:
 
     def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
         """Slowdown S >= 1 of a[k] when it shares one GPU with b[k], for every k, in one batched call."""
-        return self.predict_features(self.features(a, b))
+        if len(a) != len(b):
+            raise ValueError(f"predict needs as many partners as jobs: {len(a)} != {len(b)}")
+        n = len(a)
+        if n == 0:
+            return np.zeros(0)
+        both = [*a, *b]
+        ids = np.fromiter(map(id, both), dtype=np.int64, count=2 * n)
+        _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+        enc, codes = self.schema.encode([both[i] for i in first])
+        return self._predict_indexed(enc, codes, inverse[:n], inverse[n:])
 
     def predict_matrix(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
         """S[i, j]: slowdown of profiles[i] next to profiles[j], all pairs (the diagonal is a job with its twin)."""
         n = len(profiles)
         enc, codes = self.schema.encode(list(profiles))
         i, j = np.divmod(np.arange(n * n), n)
-        return self.predict_features(self.schema.pairs(enc[i], enc[j], codes[i], codes[j])).reshape(n, n)
+        return self._predict_indexed(enc, codes, i, j).reshape(n, n)
+
+    def _predict_indexed(self, enc: np.ndarray, codes: np.ndarray, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
+        """Same result as predict_features(pairs(...)), faster: the first layer is applied per job, not per pair.
+
+        W·[s, p, s+p, s*p, f, j] = (W_s+W_sum)·s + (W_p+W_sum)·p + W_prod·(s*p) + ...; the first two
+        terms are computed once per distinct job and gathered, which halves the work for 10,000 pairs.
+        """
+        d = enc.shape[1]
+        _, row_id = np.unique(enc, axis=0, return_inverse=True)
+        with torch.inference_mode():
+            e = torch.from_numpy(enc)
+            ta, tb = torch.from_numpy(ia), torch.from_numpy(ib)
+            same_family = torch.from_numpy(((codes[ia] == codes[ib]) & (codes[ia] >= 0)).astype(np.float32))
+            same_job = torch.from_numpy((row_id.reshape(-1)[ia] == row_id.reshape(-1)[ib]).astype(np.float32))
+            prod = e[ta] * e[tb]
+            logs = []
+            for net in self.nets:
+                first, rest = net[0], net[1:]
+                w = first.weight
+                # Column slices are strided: make them contiguous, or matmul takes a slow path (10x).
+                w_s, w_p, w_sum = w[:, :d], w[:, d:2 * d], w[:, 2 * d:3 * d]
+                w_prod = w[:, 3 * d:4 * d].contiguous()
+                per_self = nn.functional.linear(e, (w_s + w_sum).contiguous())
+                per_partner = nn.functional.linear(e, (w_p + w_sum).contiguous())
+                h = (per_self[ta] + per_partner[tb] + nn.functional.linear(prod, w_prod, first.bias)
+                     + same_family[:, None] * w[:, 4 * d] + same_job[:, None] * w[:, 4 * d + 1])
+                logs.append(torch.log(1.0 + nn.functional.softplus(rest(h).squeeze(1))))
+            return torch.exp(torch.stack(logs).mean(0)).double().numpy()
 
     # -- learning ------------------------------------------------------------
     def fine_tune(self, observations: Sequence[Colocation], epochs: int, lr: float) -> None:

@@ -140,3 +140,9 @@ def test_admissible_uses_the_margin():
             return np.full(len(a), 1 / 0.65)  # 0.65 of solo speed: above 0.6, below 0.6 * 1.2
 
     assert admissible(Fixed(), [light], [light], floor=0.6).tolist() == [False]
+
+
+def test_fast_path_equals_plain_pair_features(model, data):
+    s, p, _, _ = samples(data[1][:200])
+    plain = model.predict_features(model.features(s, p))
+    assert np.allclose(model.predict(s, p), plain, rtol=1e-5)
