@@ -199,7 +199,9 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
             if job.table.by_speed:
                 deferred.append(i)
             continue
-        cap = math.inf if target == pricing.NONE else job.table.rows[target].tput  # the head takes what it can
+        if target == pricing.NONE:  # the head runs anyway: at its cheapest shape at these prices
+            target = int(np.argmin(pricing.costs(problem, result.prices)[i, :-1]))
+        cap = job.table.rows[target].tput
         if not _place(job, state, [s for s in job.table.by_speed if job.table.rows[s].tput <= cap]):
             deferred.append(i)
         if is_head and job.seat.gpu < 0:

@@ -72,17 +72,18 @@ def load(p: PriceProblem, choice: np.ndarray) -> np.ndarray:
 def solve(p: PriceProblem, rounds: int, step: float) -> PriceResult:
     """Run at most `rounds` projected-subgradient rounds; keep the best choice that fits the pool in aggregate.
 
-    Step `step·w̄/√(t+1)` on the clipped relative excess: diminishing, so
-    prices settle; scaled by the mean weight, so a price is comparable to what
-    a job stands to lose. Stops early once nothing is over capacity at zero
-    prices (every job already has its favourite).
+    Step `step/√(t+1)` on the clipped relative excess: diminishing, so prices
+    settle. Weights are >= 1, so a price of about 1 per GPU equivalent already
+    matches what a job stands to lose; the step is deliberately not scaled by
+    the weights, so that raising one job's weight does not raise every price.
+    Stops early once nothing is over capacity at zero prices (every job
+    already has its favourite).
     """
     r = p.capacity.shape[0]
     prices = np.zeros(r)
     if p.value.shape[0] == 0:
         return PriceResult(prices, np.zeros(0, dtype=int), 0)
     cap = np.maximum(p.capacity, 1e-9)
-    scale = float(np.mean(p.weight))
     best, best_value = None, -np.inf
     done = 0
     choice = choose(p, prices)
@@ -97,6 +98,6 @@ def solve(p: PriceProblem, rounds: int, step: float) -> PriceResult:
                 best, best_value = choice, worth
             if not prices.any():
                 break
-        prices = np.maximum(0.0, prices + step * scale * excess / np.sqrt(t + 1.0))
+        prices = np.maximum(0.0, prices + step * excess / np.sqrt(t + 1.0))
         choice = choose(p, prices)
     return PriceResult(prices, choice if best is None else best, done)
