@@ -33,11 +33,15 @@ def slurm_cluster(tmp_path_factory) -> LocalCluster:
     state_dir = Path(os.environ.get(TEST_CLUSTER_ENV) or tmp_path_factory.mktemp("cluster"))
     port_base = int(os.environ.get(TEST_PORT_BASE_ENV) or DEFAULT_PORT_BASE)
     cluster = LocalCluster(state_dir, accounting=True, port_base=port_base)
+    problem = None
     try:
         result = cluster.up()
     except ClusterError as exc:
+        problem = str(exc)
+    if problem is not None:
         cluster.down()  # leave no half-started daemons behind a failed run
-        pytest.fail(f"the local Slurm cluster in {state_dir} did not come up: {exc}", pytrace=False)
+        hint = f" (set {TEST_PORT_BASE_ENV} to test beside it)" if "already in use" in problem else ""
+        pytest.fail(f"the local Slurm cluster in {state_dir} did not come up: {problem}{hint}", pytrace=False)
     yield cluster
     if not result.already_running:
         cluster.down()

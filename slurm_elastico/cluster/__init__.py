@@ -17,6 +17,7 @@ import re
 import secrets
 import socket
 import stat
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,7 +129,7 @@ class LocalCluster:
         self._spec_for((22, 5))
         self._spec: ClusterSpec | None = None
         self._version_text = ""
-        self._children: list = []
+        self._children: list[subprocess.Popen] = []  # foreground daemons (mariadbd) to reap
 
     @classmethod
     def from_state_dir(cls, state_dir: str | os.PathLike | None = None, **overrides) -> "LocalCluster":
@@ -184,7 +185,8 @@ class LocalCluster:
         for daemon in self._daemons():
             if self._pid(daemon) is not None:
                 continue
-            launched[daemon.name.removeprefix("slurmd-")] = time.time()
+            if daemon.program == "slurmd":
+                launched[daemon.name.removeprefix("slurmd-")] = time.time()
             self._start(daemon, spec)
             started.append(daemon.name)
         self._wait_for_nodes(spec, launched)

@@ -54,8 +54,9 @@ def needed_binaries(accounting: bool) -> dict[str, str]:
     return {**CORE_BINARIES, **(ACCOUNTING_BINARIES if accounting else {})}
 
 
-def missing_packages(accounting: bool, find: Callable[[str], str | None] = which) -> list[str]:
+def missing_packages(accounting: bool, find: Callable[[str], str | None] | None = None) -> list[str]:
     """Packages to install so that every needed binary exists, sorted and without repeats."""
+    find = find or which
     return sorted({pkg for binary, pkg in needed_binaries(accounting).items() if find(binary) is None})
 
 

@@ -210,3 +210,37 @@ def test_administrator_snippets_agree_with_the_generated_config():
         assert snippet[key] == generated[key], key
     gres = [line for line in lines((ETC_SLURM / "gres.conf.mps").read_text()) if "Name=mps" in line]
     assert gres and all("Flags=all_sharing" in line for line in gres)
+
+
+def test_up_without_root_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    with pytest.raises(ClusterError, match="must be started as root"):
+        LocalCluster(tmp_path).up()
+    assert not (tmp_path / "etc").exists()  # refused before writing anything
+
+
+def test_install_refuses_without_root_or_apt(monkeypatch):
+    monkeypatch.setattr(install, "which", lambda binary: None)
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    with pytest.raises(ClusterError, match="needs root.*apt-get install munge slurm-client slurmctld slurmd"):
+        install.ensure_installed(False)
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    with pytest.raises(ClusterError, match="apt-get is not available"):
+        install.ensure_installed(False)
+
+
+def test_cli_env_and_status_of_a_stopped_cluster(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from slurm_elastico.cli import main
+
+    runner = CliRunner()
+    env = runner.invoke(main, ["cluster", "env", "--state-dir", str(tmp_path)])
+    assert env.exit_code == 0 and env.output == f"export SLURM_CONF={tmp_path}/etc/slurm.conf\n"
+    status = runner.invoke(main, ["cluster", "status", "--json", "--state-dir", str(tmp_path)])
+    assert status.exit_code == 1  # not running
+    assert json.loads(status.output)["running"] is False
+    down = runner.invoke(main, ["cluster", "down", "--state-dir", str(tmp_path)])
+    assert down.exit_code == 0 and "nothing was running" in down.output
