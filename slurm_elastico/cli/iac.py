@@ -59,7 +59,7 @@ def evaluate(data: str, kind: str, floor: float, folds: int, seed: int, as_json:
     """Held-out MAPE, median APE, R² and admission errors of the predictor beside the baselines.
 
     Figures are on normalized throughput (co-located / solo). Model selection
-    uses folds of each training part only. Takes about a minute on 2 cores.
+    uses folds of each training part only. Takes 1-3 minutes on 2 cores.
     """
     from slurm_elastico.interference.evaluation import evaluate as run, format_report
 
@@ -136,7 +136,8 @@ def measure(cmd_a, cmd_b, gpu_type, gpu_index, a_kind, b_kind, a_family, b_famil
             a_precision, b_precision, timeout, out, store_path) -> None:
     """Runs A solo, B solo, then both on one GPU, and appends the observation. Needs an NVIDIA GPU.
 
-    Commands are split like a shell would (shlex) but run without one.
+    Commands are split like a shell would (shlex) but run without one. Not yet
+    run on a GPU: written and tested against a fake NVML only.
     """
     import math
 

@@ -12,8 +12,8 @@ from slurm_elastico.interference.gavel import import_gavel
 from slurm_elastico.interference.predictor import TrainConfig
 
 GAVEL = Path(__file__).parent.parent / "data" / "gavel"
-TINY = (TrainConfig(hidden=8, weight_decay=1e-3, epochs=60, use_family=True),
-        TrainConfig(hidden=8, weight_decay=1e-2, epochs=60, use_family=False))
+TINY = (TrainConfig(hidden=8, weight_decay=1e-3, epochs=40, use_family=True),
+        TrainConfig(hidden=8, weight_decay=1e-2, epochs=40, use_family=False))
 
 
 @pytest.fixture(scope="module")
