@@ -20,8 +20,8 @@ from slurm_elastico.shapes.enumerate import build_family, enumerate_shapes, pare
 from slurm_elastico.shapes.solo import solo_profile
 from slurm_elastico.shapes.spec import Declared, FamilySpec, parse_spec, shape_name
 
-__all__ = ["Declared", "FamilySpec", "build_family", "enumerate_shapes", "load_family", "parse_family",
-           "pareto", "parse_spec", "shape_name", "solo_profile"]
+__all__ = ["Declared", "FamilySpec", "build_family", "enumerate_shapes", "load_directory", "load_family",
+           "parse_family", "pareto", "parse_spec", "shape_name", "solo_profile"]
 
 
 def parse_family(data: Any, source: str, gpu_memory_mib: int,
@@ -43,3 +43,21 @@ def load_family(path: str | os.PathLike, gpu_memory_mib: int,
     except yaml.YAMLError as exc:
         raise ConfigError(str(p), [f"not valid YAML: {exc}"]) from None
     return parse_family(data, str(p), gpu_memory_mib, profiles)
+
+
+def load_directory(path: str | os.PathLike, gpu_memory_mib: int) -> tuple[dict[int, Family], list[ConfigError]]:
+    """Families from `<job_id>.yaml` files in a directory, and the errors of the files that failed.
+
+    A bad spec must not stop the epoch for every other job, so errors are
+    returned, not raised; files whose stem is not a job id are ignored.
+    """
+    families: dict[int, Family] = {}
+    errors: list[ConfigError] = []
+    for f in sorted(Path(path).glob("*.y*ml")):
+        if not f.stem.isdigit():
+            continue
+        try:
+            families[int(f.stem)] = load_family(f, gpu_memory_mib)
+        except ConfigError as exc:
+            errors.append(exc)
+    return families, errors

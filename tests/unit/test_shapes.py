@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.model import Resources, Shape
-from slurm_elastico.shapes import (build_family, enumerate_shapes, estimate, load_family, pareto, parse_family,
-                                   parse_spec, solo_profile)
+from slurm_elastico.shapes import (build_family, enumerate_shapes, estimate, load_directory, load_family, pareto,
+                                   parse_family, parse_spec, solo_profile)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "etc" / "examples" / "families"
 GPU = 81920
@@ -174,3 +174,12 @@ def test_solo_profile_follows_kind_and_share():
     small = solo_profile(t.shape("mb64-bf16-mps25"), "train")
     big = solo_profile(t.shape("mb64-bf16-mps100"), "train")
     assert small.sm_util < big.sm_util and small.precision == "bf16"
+
+
+def test_load_directory_keys_by_job_id_and_returns_bad_files_as_errors(tmp_path):
+    (tmp_path / "41.yaml").write_text((EXAMPLES / "train-resnet50.yaml").read_text())
+    (tmp_path / "42.yaml").write_text("kind: train\nsteps: 0\n")
+    (tmp_path / "notes.yaml").write_text("kind: nonsense\n")
+    fams, errors = load_directory(tmp_path, GPU)
+    assert list(fams) == [41] and fams[41].kind == "train"
+    assert len(errors) == 1 and errors[0].source.endswith("42.yaml")
