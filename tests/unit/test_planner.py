@@ -10,6 +10,7 @@ import pytest
 from slurm_elastico.config import Settings
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.interference.base import ContentionModel
+from slurm_elastico.shapes import solo_profile
 from slurm_elastico.model import ActionKind, GpuUse, GresRequest, JobState, JobView
 from slurm_elastico.planner import ADMIN_PREFIX, policies, run_epoch
 from slurm_elastico.planner import reshape as rule
@@ -46,7 +47,12 @@ def test_two_jobs_share_one_gpu_with_set_share_nodes_and_comment():
         assert acts[0].text == f"{ADMIN_PREFIX}mps50-0"
         assert acts[1].share == 50 and acts[2].nodes == ("n0000",)
         assert all("start as mps50-0 at 50% of GPU n0000:0" in a.reason for a in acts)
-    assert plan.objective == pytest.approx(2 * (1 + 60 / 3600) * (1 - 0.8))  # weight: 1 + hours waited
+    # weight 1 + hours waited; the 50% shape runs at 0.8 of the fastest, slowed by its partner as predicted
+    shape = fam.shape("mps50-0")
+    prof = solo_profile(shape, "train")
+    slow = ContentionModel().predict([prof], [prof])[0]
+    assert slow > 1.0
+    assert plan.objective == pytest.approx(2 * (1 + 60 / 3600) * (1 - 0.8 / slow))
 
 
 def test_a_job_already_at_its_share_and_comment_gets_only_its_node_pin():
