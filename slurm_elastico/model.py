@@ -303,6 +303,7 @@ class ActionKind(str, enum.Enum):
     RESHAPE_RUNNING = "reshape_running"  # signal, requeuehold, update, StartTime=now, release
     SIGNAL = "signal"
     SET_ADMIN_COMMENT = "set_admin_comment"
+    START_NOW = "start_now"  # pending job held back only by its BeginTime (elastico-submit's placement window)
 
 
 @dataclass(frozen=True)

@@ -263,6 +263,8 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
         if j.view.gres is None or j.view.gres.kind != "mps" or j.view.gres.count != seat.row.share:
             actions.append(Action(ActionKind.SET_SHARE, jid, why, share=seat.row.share, shape=shape.name))
         actions.append(Action(ActionKind.SET_NODES, jid, why, nodes=(node,), shape=shape.name))
+        if j.view.reason == "BeginTime":  # placed now: no need to sit out the submit's placement window
+            actions.append(Action(ActionKind.START_NOW, jid, why, shape=shape.name))
     return Plan(actions=tuple(actions), objective=objective, notes=tuple(notes),
                 placements=tuple(placements), prices=tuple(float(p) for p in result.prices))
 

@@ -182,6 +182,8 @@ class SlurmGateway:
             return [commands.signal(action.job_id, _need(action.signal, action))]
         if action.kind is ActionKind.SET_ADMIN_COMMENT:
             return [commands.set_admin_comment(action.job_id, _need(action.text, action))]
+        if action.kind is ActionKind.START_NOW:
+            return [commands.start_now(action.job_id)]
         raise InvalidActionError(f"unknown action kind {action.kind!r}")  # pragma: no cover - enum is closed
 
     def apply(self, action: Action) -> None:
@@ -196,6 +198,8 @@ class SlurmGateway:
             self.signal(action.job_id, _need(action.signal, action))
         elif action.kind is ActionKind.SET_ADMIN_COMMENT:
             self.set_admin_comment(action.job_id, _need(action.text, action))
+        elif action.kind is ActionKind.START_NOW:
+            self._run(commands.start_now(action.job_id))
         else:  # pragma: no cover - enum is closed
             raise InvalidActionError(f"unknown action kind {action.kind!r}")
 

@@ -112,3 +112,12 @@ def test_snapshot_from_recorded_output_uses_two_calls(version, squeue, nodes, no
         g0 = snap.node("n1").gpus[0]
         assert g0.shares_used == 45 and set(g0.job_ids) == {1, 13}
     assert {p.name for p in snap.partitions} == {"debug"}
+
+
+def test_start_now_action():
+    runner = ScriptedRunner([])
+    gw = SlurmGateway(runner)
+    act = Action(ActionKind.START_NOW, 4, "placed")
+    assert gw.argv_for(act) == [["scontrol", "update", "JobId=4", "StartTime=now"]]
+    gw.apply(act)
+    assert runner.calls == [["scontrol", "update", "JobId=4", "StartTime=now"]]

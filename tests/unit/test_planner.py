@@ -232,3 +232,13 @@ def test_down_nodes_and_other_partitions_are_not_used():
     nodes = (dataclasses.replace(nodes[0], state="down"), nodes[1])
     plan = run_epoch(snapshot(nodes, [pending(1), pending(2)]), {1: fam, 2: fam}, cfg(), ContentionModel(), NOW)
     assert [p.node for p in plan.placements] == ["n0001"]
+
+
+def test_job_waiting_out_its_placement_window_is_started_now():
+    import dataclasses
+
+    fam = family((50, 0.8, 1000), (100, 1.0, 1000))
+    job = dataclasses.replace(pending(1, NOW - 5), reason="BeginTime")
+    plan = run_epoch(snapshot(cluster(1), [job, pending(2, NOW - 5)]), {1: fam, 2: fam}, cfg(), ContentionModel(), NOW)
+    assert [a.kind for a in actions_of(plan, 1)][-1] is ActionKind.START_NOW
+    assert ActionKind.START_NOW not in [a.kind for a in actions_of(plan, 2)]
