@@ -61,12 +61,20 @@ class InterferenceSettings:
 
 
 @dataclass(frozen=True)
+class SubmitSettings:
+    placement_window_s: int = _opt(30, lo=0, hi=3600, help="elastico-submit adds --begin=now+this so the helper can shape the pending job first; 0 = none")
+    signal_lead_s: int = _opt(120, lo=0, hi=86400, help="elastico-submit adds --signal=B:USR1@this: checkpoint this long before the time limit")
+    grace_s: float = _opt(20.0, lo=1, hi=3600, help="elastico-run waits this long after SIGTERM for the checkpoint, then kills; keep it below KillWait")
+
+
+@dataclass(frozen=True)
 class Settings:
     state_dir: str = _opt("/var/lib/slurm-elastico", help="store, journal and checkpoints")
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     gpu: GpuSettings = field(default_factory=GpuSettings)
     planner: PlannerSettings = field(default_factory=PlannerSettings)
     interference: InterferenceSettings = field(default_factory=InterferenceSettings)
+    submit: SubmitSettings = field(default_factory=SubmitSettings)
 
     @property
     def store_path(self) -> Path:
