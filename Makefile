@@ -25,6 +25,11 @@ test: setup
 test-unit: setup
 	$(PY) -m pytest -q -m "not live"
 
+# The live Slurm tests against the other Slurm version Debian ships (12 <-> 13), in a cached chroot (root).
+.PHONY: test-other-slurm
+test-other-slurm:
+	etc/dev/other-slurm
+
 demo: setup
 	$(VENV)/bin/elastico demo
 
