@@ -1,0 +1,249 @@
+"""elastico-run's supervisor with real child processes and real signals, but a scripted shape source instead of Slurm."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_elastico.cli.run import MAX_QUICK_RELAUNCHES, Found, JobShapes, Supervisor, ckpt_dir, family_from_spec, run_embedded
+from slurm_elastico.errors import SlurmError
+from slurm_elastico.model import JobState, JobView
+from slurm_elastico.wrap import Payload, choose_shape, shape_name_from_comment
+
+FAMILY = """kind: train
+global_batch: 32
+micro_batches: [8, 16, 32]
+precisions: [fp32]
+checkpointing: [false, true]
+steps: 20
+mps_shares: [25, 50]
+default: mb8-fp32-mps25
+"""
+
+# The stand-in user program: records each launch's shape, then follows its mode.
+PROGRAM = r"""
+import json, os, signal, sys, time
+log, mode = sys.argv[1], sys.argv[2]
+runs = open(log).read().count("\n") if os.path.exists(log) else 0
+with open(log, "a") as f:
+    f.write(json.dumps({"shape": os.environ.get("ELASTICO_SHAPE"), "micro": os.environ.get("ELASTICO_MICRO_BATCH")}) + "\n")
+asked = []
+signal.signal(signal.SIGUSR1, lambda s, f: asked.append(s))
+if mode == "ignore-term":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+else:
+    signal.signal(signal.SIGTERM, lambda s, f: asked.append(s))
+open(log + ".ready", "w").close()
+if mode == "fail":
+    sys.exit(3)
+if mode == "quick75":
+    sys.exit(75)
+if mode == "done-second" and runs >= 1:
+    sys.exit(0)
+deadline = time.time() + 20
+while time.time() < deadline:
+    if asked:
+        os.unlink(log + ".ready")
+        sys.exit(75)
+    time.sleep(0.02)
+sys.exit(9)
+"""
+
+
+@pytest.fixture
+def family():
+    return family_from_spec(FAMILY, "test family", 81920)
+
+
+def shape(family, name):
+    return next(s for s in family[1] if s.name == name)
+
+
+class Script:
+    """A scripted shape source: returns the given Founds in turn, the last one forever."""
+
+    def __init__(self, *found: Found):
+        self.found, self.calls = list(found), 0
+
+    def __call__(self) -> Found:
+        self.calls += 1
+        return self.found.pop(0) if len(self.found) > 1 else self.found[0]
+
+
+def make(tmp_path, family, source, mode, grace_s=5.0, requeues=None):
+    prog = tmp_path / "prog.py"
+    prog.write_text(PROGRAM)
+    log = tmp_path / "launches.jsonl"
+    messages: list[str] = []
+    sup = Supervisor([sys.executable, str(prog), str(log), mode], family[0], source, dict(os.environ),
+                     grace_s=grace_s, lead_s=60, requeue=lambda: requeues.append(1) if requeues is not None else None,
+                     log=messages.append)
+    return sup, log, messages
+
+
+def signal_when_ready(log: Path, sig: int, times: int = 1) -> threading.Thread:
+    """Send `sig` to this process (the supervisor) each time the program says it is ready, `times` times."""
+    def go():
+        for _ in range(times):
+            deadline = time.time() + 15
+            while not Path(str(log) + ".ready").exists() and time.time() < deadline:
+                time.sleep(0.02)
+            os.kill(os.getpid(), sig)
+            while Path(str(log) + ".ready").exists() and time.time() < deadline:
+                time.sleep(0.02)
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    return t
+
+
+def launches(log: Path) -> list[str]:
+    return [json.loads(line)["shape"] for line in log.read_text().splitlines()]
+
+
+def test_program_that_finishes_runs_once_with_the_shape_exported(tmp_path, family):
+    a = shape(family, "mb16-fp32-mps25")
+    sup, log, _ = make(tmp_path, family, Script(Found(a, "AdminComment")), "done-second")
+    log.write_text("{}\n")  # pretend it ran before: exits 0 at once
+    assert sup.run() == 0
+    assert json.loads(log.read_text().splitlines()[-1]) == {"shape": "mb16-fp32-mps25", "micro": "16"}
+
+
+def test_usr1_with_a_new_shape_at_the_same_share_relaunches_in_place(tmp_path, family):
+    a, b = shape(family, "mb8-fp32-mps25"), shape(family, "mb32-fp32-mps25")
+    sup, log, messages = make(tmp_path, family, Script(Found(a, "default", 25), Found(b, "AdminComment", 25)), "done-second")
+    signal_when_ready(log, signal.SIGUSR1)
+    assert sup.run() == 0
+    assert launches(log) == ["mb8-fp32-mps25", "mb32-fp32-mps25"]
+    assert any("reshape in place" in m for m in messages)
+
+
+def test_usr1_with_a_shape_needing_another_share_keeps_the_old_shape(tmp_path, family):
+    a, b = shape(family, "mb8-fp32-mps25"), shape(family, "mb8-fp32-mps50")
+    sup, log, messages = make(tmp_path, family, Script(Found(a, "default", 25), Found(b, "AdminComment", 25)), "done-second")
+    signal_when_ready(log, signal.SIGUSR1)
+    assert sup.run() == 0
+    assert launches(log) == ["mb8-fp32-mps25", "mb8-fp32-mps25"]
+    assert any("a requeue moves it" in m for m in messages)
+
+
+def test_usr1_near_the_time_limit_requeues_the_job(tmp_path, family):
+    a = shape(family, "mb8-fp32-mps25")
+    requeues: list[int] = []
+    sup, log, messages = make(tmp_path, family, Script(Found(a, "default", 25, 3600), Found(a, "default", 25, 50)),
+                              "loop", requeues=requeues)
+    signal_when_ready(log, signal.SIGUSR1)
+    assert sup.run() == 75
+    assert requeues == [1] and launches(log) == ["mb8-fp32-mps25"]
+
+
+def test_usr1_far_from_the_time_limit_relaunches_the_same_shape(tmp_path, family):
+    a = shape(family, "mb8-fp32-mps25")
+    requeues: list[int] = []
+    sup, log, _ = make(tmp_path, family, Script(Found(a, "default", 25, None)), "done-second", requeues=requeues)
+    signal_when_ready(log, signal.SIGUSR1)
+    assert sup.run() == 0
+    assert requeues == [] and launches(log) == ["mb8-fp32-mps25", "mb8-fp32-mps25"]
+
+
+def test_sigterm_is_forwarded_and_the_checkpointed_program_is_not_relaunched(tmp_path, family):
+    a = shape(family, "mb8-fp32-mps25")
+    sup, log, _ = make(tmp_path, family, Script(Found(a, "default")), "loop")
+    signal_when_ready(log, signal.SIGTERM)
+    assert sup.run() == 75
+    assert launches(log) == ["mb8-fp32-mps25"]
+
+
+def test_program_ignoring_sigterm_is_killed_after_the_grace(tmp_path, family):
+    a = shape(family, "mb8-fp32-mps25")
+    sup, log, messages = make(tmp_path, family, Script(Found(a, "default")), "ignore-term", grace_s=1.0)
+    signal_when_ready(log, signal.SIGTERM)
+    t0 = time.monotonic()
+    assert sup.run() == 128 + signal.SIGKILL
+    assert 1.0 <= time.monotonic() - t0 < 10
+    assert any("grace" in m for m in messages)
+
+
+def test_failure_is_passed_on_and_a_relaunch_loop_gives_up(tmp_path, family):
+    a = shape(family, "mb8-fp32-mps25")
+    sup, log, _ = make(tmp_path, family, Script(Found(a, "default")), "fail")
+    assert sup.run() == 3 and len(launches(log)) == 1
+    (tmp_path / "quick").mkdir()
+    sup, log2, messages = make(tmp_path / "quick", family, Script(Found(a, "default")), "quick75")
+    assert sup.run() == 75
+    assert len(launches(log2)) == MAX_QUICK_RELAUNCHES + 1
+    assert "giving up" in messages[-1]
+
+
+# ----------------------------------------------------------------------------- shape lookup
+
+
+class FakeGateway:
+    def __init__(self, *views_or_errors):
+        self.items = list(views_or_errors)
+
+    def job(self, job_id):
+        item = self.items.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+
+def view(comment: str, share: int = 25) -> JobView:
+    from slurm_elastico.model import GresRequest
+
+    return JobView(job_id=5, name="j", user="u", partition="p", state=JobState.RUNNING, admin_comment=comment,
+                   gres=GresRequest("mps", share), end_time=int(time.time()) + 100, time_limit_s=600)
+
+
+def test_shape_comes_from_the_admin_comment_else_the_default(family):
+    fam, candidates = family
+    assert shape_name_from_comment("x=1,elastico:shape=mb16-fp32-ckpt-mps50, y") == "mb16-fp32-ckpt-mps50"
+    assert choose_shape(fam, candidates, "elastico:shape=mb32-fp32-mps25")[0].name == "mb32-fp32-mps25"
+    s, origin = choose_shape(fam, candidates, "elastico:shape=mb7-fp99")
+    assert s.name == "mb8-fp32-mps25" and "unknown shape" in origin
+    assert choose_shape(fam, candidates, "")[0].name == "mb8-fp32-mps25"
+
+
+def test_job_shapes_retries_then_falls_back_to_the_default(family):
+    err = SlurmError(["squeue"], 1, "down")
+    found = JobShapes(family[0], family[1], 5, FakeGateway(err, view("elastico:shape=mb16-fp32-mps50", 50)),
+                      log=print, sleep=lambda s: None)()
+    assert (found.shape.name, found.allocated_share) == ("mb16-fp32-mps50", 50)
+    assert 50 < found.remaining_s <= 100
+    messages: list[str] = []
+    found = JobShapes(family[0], family[1], 5, FakeGateway(err, err, err), log=messages.append, sleep=lambda s: None)()
+    assert found.shape.name == "mb8-fp32-mps25" and "cannot read job 5" in messages[0]
+
+
+def test_candidates_include_shapes_the_pareto_front_dropped(family):
+    fam, candidates = family
+    assert {s.name for s in fam.shapes} < {s.name for s in candidates}
+
+
+def test_ckpt_dir_is_per_job_under_the_submit_dir_unless_set():
+    assert ckpt_dir({"SLURM_JOB_ID": "12", "SLURM_SUBMIT_DIR": "/home/u/w"}) == "/home/u/w/.elastico/12"
+    assert ckpt_dir({"SLURM_JOB_ID": "12", "ELASTICO_CKPT_DIR": "/c"}) == "/c"
+
+
+def test_run_embedded_gives_the_program_its_exact_argv_outside_slurm(tmp_path, monkeypatch):
+    hostile = ["it's \"q\"; $(touch x) `id`", "ünï ✓\nsecond", "", "--family", "*"]
+    out = tmp_path / "argv.json"
+    script = f"#!{sys.executable}\nimport json, os, sys\njson.dump([sys.argv[1:], os.environ['ELASTICO_SHAPE']], open({str(out)!r}, 'w'))\n"
+    p = Payload(script=script.encode(), script_name="job.py", args=tuple(hostile), family_spec=FAMILY,
+                family_source="f.yaml", gpu_memory_mib=81920, grace_s=5, signal_lead_s=60)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setenv("ELASTICO_CKPT_DIR", str(tmp_path / "ck"))
+    assert run_embedded(p.encode()) == 0
+    assert json.loads(out.read_text()) == [hostile, "mb8-fp32-mps25"]
+
+
+def test_run_embedded_refuses_a_damaged_payload(capsys):
+    assert run_embedded("not base64!") == 2
+    assert "unreadable" in capsys.readouterr().err

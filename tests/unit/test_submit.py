@@ -1,0 +1,253 @@
+"""elastico-submit's pure parts (sbatch argv, #SBATCH lines, added options, the generated script) and the command against a fake sbatch."""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import os
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurm_elastico.cli.submit import submit
+from slurm_elastico.errors import ConfigError
+from slurm_elastico.wrap import (
+    Option,
+    Payload,
+    added_options,
+    batch_script,
+    directive_options,
+    job_id_from,
+    payload_from_script,
+    shebang_argv,
+    signal_lead,
+    split_argv,
+)
+
+FAMILY = """kind: train
+global_batch: 32
+micro_batches: [8, 16, 32]
+precisions: [fp32]
+checkpointing: [false, true]
+steps: 20
+mps_shares: [25, 50]
+default: mb8-fp32-mps25
+"""
+HOSTILE = ["it's \"q\"; $(touch x) `id` | ünï ✓\nsecond line", "--family", "-J", "", "a\\b", "#SBATCH --gres=gpu:4"]
+
+
+def names(options) -> list[tuple[str, str | None]]:
+    return [(o.name, o.value) for o in options]
+
+
+# ----------------------------------------------------------------------------- argv splitting
+
+
+def test_split_keeps_sbatch_options_verbatim_and_takes_family_out():
+    args = split_argv(["-J", "my job", "--time", "10", "--family", "f.yaml", "-p", "debug", "--parsable",
+                       "job.sh", "--family", "x", "-J"])
+    assert args.sbatch_argv == ("-J", "my job", "--time", "10", "-p", "debug", "--parsable")
+    assert args.family == "f.yaml"
+    assert args.script == "job.sh"
+    assert args.script_args == ("--family", "x", "-J")  # after the script everything is the script's
+    assert names(args.options) == [("job-name", "my job"), ("time", "10"), ("partition", "debug"), ("parsable", None)]
+
+
+def test_split_handles_getopt_forms():
+    args = split_argv(["-HJname", "-vvv", "--req", "--family=f.yaml", "--gres=mps:10", "-t5", "--export", "job.sh"])
+    assert names(args.options) == [("hold", None), ("job-name", "name"), ("verbose", None), ("verbose", None),
+                                   ("verbose", None), ("requeue", None), ("gres", "mps:10"), ("time", "5"), ("export", None)]
+    assert args.script == "job.sh" and args.family == "f.yaml"
+    assert "--family=f.yaml" not in args.sbatch_argv
+
+
+def test_split_double_dash_and_missing_values():
+    assert split_argv(["--family", "f", "--", "-odd-name.sh", "a"]).script == "-odd-name.sh"
+    assert split_argv(["--family", "f"]).script is None
+    with pytest.raises(ConfigError, match="--time needs a value"):
+        split_argv(["--time"])
+    with pytest.raises(ConfigError, match="--family needs a file name"):
+        split_argv(["--family"])
+
+
+def test_directives_stop_at_the_first_command():
+    text = "#!/bin/bash\n#SBATCH --requeue\n\n# a comment\n#SBATCH -J 'a b' # trailing\necho hi\n#SBATCH --gres=gpu:1\n"
+    assert names(directive_options(text)) == [("requeue", None), ("job-name", "a b")]
+
+
+# ----------------------------------------------------------------------------- options we add
+
+
+def test_everything_added_when_the_user_chose_nothing():
+    add = added_options((), {}, share=25, window_s=30, lead_s=120, job_name="train.py")
+    assert add.argv == ("--requeue", "--open-mode=append", "--signal=B:USR1@120", "--gres=mps:25",
+                        "--begin=now+30", "--job-name=train.py")
+
+
+def test_the_users_choices_win_wherever_they_were_made():
+    opts = [Option("no-requeue"), Option("open-mode", "truncate"), Option("signal", "USR2@60"), Option("gpus", "1"),
+            Option("begin", "now+1hour"), Option("job-name", "mine")]
+    add = added_options(opts, {}, share=25, window_s=30, lead_s=120, job_name="train.py")
+    assert add.argv == ()
+    assert any("--no-requeue" in n for n in add.notes) and any("GRES" in n for n in add.notes)
+    via_env = added_options((), {"SBATCH_REQUEUE": "1", "SBATCH_GRES": "gpu:1"}, share=25, window_s=0, lead_s=0, job_name="")
+    assert via_env.argv == ("--open-mode=append",)
+
+
+def test_signal_lead_follows_the_users_signal_option():
+    assert signal_lead([Option("signal", "B:USR1@300")], 120) == 300
+    assert signal_lead([Option("signal", "USR1")], 120) == 120
+    assert signal_lead([], 90) == 90
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("Submitted batch job 123\n", 123), ("Submitted batch job 7 on cluster c1", 7), ("42\n", 42), ("42;c1", 42),
+    ("sbatch: error: nope", None), ("", None),
+])
+def test_job_id_from_sbatch_output(line, expected):
+    assert job_id_from(line) == expected
+
+
+# ----------------------------------------------------------------------------- the generated script
+
+
+def payload(script: bytes = b"#!/bin/sh\necho hi\n", args=("a",), family: str = FAMILY) -> Payload:
+    return Payload(script=script, script_name="job.sh", args=tuple(args), family_spec=family, family_source="/x/f.yaml",
+                   gpu_memory_mib=81920, grace_s=20.0, signal_lead_s=120)
+
+
+def test_generated_script_is_our_python_and_the_users_header_only():
+    user = "#!/bin/bash\n#SBATCH --time=5\n#SBATCH -J x\necho $(rm -rf /)\n"
+    text = batch_script("/opt/py/bin/python3", user, payload(args=HOSTILE))
+    lines = text.splitlines()
+    assert lines[0] == "#!/opt/py/bin/python3"
+    assert lines[1:3] == ["#SBATCH --time=5", "#SBATCH -J x"]
+    assert "rm -rf" not in text and "$(" not in text and "it's" not in text  # user strings only inside base64
+    tree = ast.parse(text)
+    kinds = [type(node).__name__ for node in tree.body]
+    assert kinds == ["Import", "ImportFrom", "Assign", "Expr"]
+    assert tree.body[1].module == "slurm_elastico.cli.run"
+    assert isinstance(tree.body[2].value, ast.Constant) and set(tree.body[2].value.value) <= set(
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
+
+
+@settings(max_examples=60, deadline=None)
+@given(args=st.lists(st.text(), max_size=5), script=st.binary(max_size=200), family=st.text(max_size=200))
+def test_payload_round_trips_exactly(args, script, family):
+    p = payload(b"#!/bin/sh\n" + script, args, family)
+    back = payload_from_script(batch_script("/usr/bin/python3", "#!/bin/sh\n", p))
+    assert back == p
+
+
+def test_interpreter_with_spaces_is_refused():
+    with pytest.raises(ConfigError, match="no spaces"):
+        batch_script("/my python/bin/python", "#!/bin/sh\n", payload())
+
+
+def test_shebang_argv_runs_the_interpreter_like_the_kernel():
+    assert shebang_argv(b"#!/usr/bin/env python3\nx", "/t/job") == ["/usr/bin/env", "python3", "/t/job"]
+    assert shebang_argv(b"#!/bin/bash -l -e\n", "/t/job") == ["/bin/bash", "-l -e", "/t/job"]
+    with pytest.raises(ConfigError, match="#!"):
+        shebang_argv(b"echo hi\n", "/t/job")
+
+
+# ----------------------------------------------------------------------------- the command, with a fake sbatch
+
+FAKE_SBATCH = """#!{python}
+import json, sys
+args = sys.argv[1:]
+script = sys.stdin.read()
+with open({log!r}, "a") as f:
+    f.write(json.dumps({{"argv": args, "script": script}}) + "\\n")
+code = {code}
+if code:
+    print("sbatch: error: Batch job submission failed: Invalid partition name specified", file=sys.stderr)
+    sys.exit(code)
+print("42" if "--parsable" in args else "Submitted batch job 42")
+"""
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "elastico.yaml").write_text(f"state_dir: {tmp_path / 'state'}\nsubmit: {{placement_window_s: 7}}\n")
+    (tmp_path / "fam.yaml").write_text(FAMILY)
+    (tmp_path / "job.sh").write_text("#!/bin/sh\n#SBATCH --time=5\necho hi\n")
+    return {**os.environ, "ELASTICO_CONFIG": str(tmp_path / "elastico.yaml")}
+
+
+def fake_sbatch(tmp_path: Path, code: int = 0) -> str:
+    path = tmp_path / "sbatch"
+    path.write_text(FAKE_SBATCH.format(python=sys.executable, log=str(tmp_path / "calls.jsonl"), code=code))
+    path.chmod(0o755)
+    return str(path)
+
+
+def calls(tmp_path: Path) -> list[dict]:
+    p = tmp_path / "calls.jsonl"
+    return [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
+
+
+def recorded(tmp_path: Path) -> list[tuple]:
+    db = tmp_path / "state" / "elastico.sqlite"
+    if not db.exists():
+        return []
+    return sqlite3.connect(db).execute("SELECT job_id, spec FROM job_family").fetchall()
+
+
+def run_submit(argv, env, tmp_path, code=0):
+    out, err = io.StringIO(), io.StringIO()
+    rc = submit(argv, env=env, out=out, err=err, sbatch=fake_sbatch(tmp_path, code), interpreter="/usr/bin/python3")
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_submit_passes_output_records_family_and_adds_only_what_is_missing(tmp_path, env, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = run_submit(["-p", "debug", "--requeue", "--family", "fam.yaml", "job.sh", *HOSTILE], env, tmp_path)
+    assert (rc, out) == (0, "Submitted batch job 42\n"), err
+    (call,) = calls(tmp_path)
+    assert call["argv"] == ["--open-mode=append", "--signal=B:USR1@120", "--gres=mps:25", "--begin=now+7",
+                            "--job-name=job.sh", "-p", "debug", "--requeue"]
+    assert call["script"].splitlines()[1] == "#SBATCH --time=5"
+    p = payload_from_script(call["script"])
+    assert p.args == tuple(HOSTILE) and p.script == (tmp_path / "job.sh").read_bytes() and p.family_spec == FAMILY
+    assert recorded(tmp_path) == [(42, FAMILY)]
+
+
+def test_parsable_output_and_sbatch_exit_code_pass_through(tmp_path, env, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert run_submit(["--parsable", "--family", "fam.yaml", "job.sh"], env, tmp_path)[:2] == (0, "42\n")
+    rc, out, err = run_submit(["--family", "fam.yaml", "job.sh"], env, tmp_path, code=1)
+    assert (rc, out) == (1, "")
+    assert len(recorded(tmp_path)) == 1  # only the successful submission was recorded
+
+
+def test_bad_family_and_missing_script_are_reported_together_and_nothing_is_submitted(tmp_path, env, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.yaml").write_text("kind: train\nglobal_batch: 30\nmicro_batches: [8]\nsteps: 0\nbogus: 1\n")
+    rc, out, err = run_submit(["--family", "bad.yaml", "nope.sh"], env, tmp_path)
+    assert rc == 2 and out == ""
+    assert "nope.sh: cannot read it" in err and "bogus" in err and "nothing was submitted" in err
+    assert calls(tmp_path) == [] and recorded(tmp_path) == []
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["job.sh"], "--family FILE is required"),
+    (["--family", "fam.yaml"], "no job script given"),
+    (["--family", "fam.yaml", "--wrap=hostname", "job.sh"], "--wrap is not supported"),
+    (["--family", "fam.yaml", "noshebang.sh"], "must start with #!"),
+])
+def test_usage_errors_submit_nothing(tmp_path, env, argv, message, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "noshebang.sh").write_text("echo hi\n")
+    rc, _, err = run_submit(argv, env, tmp_path)
+    assert rc == 2 and message in err and calls(tmp_path) == []
+
+
+def test_help_prints_usage_without_sbatch(tmp_path, env, monkeypatch):
+    rc, out, _ = run_submit(["--help"], env, tmp_path)
+    assert rc == 0 and out.startswith("usage: elastico-submit") and calls(tmp_path) == []
