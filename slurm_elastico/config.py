@@ -163,13 +163,17 @@ def load(path: str | os.PathLike | None = None) -> Settings:
             if env:
                 raise ConfigError(env, [f"${ENV_VAR} names a file that does not exist"])
             return Settings()
+    return from_mapping(read_yaml(path), str(path))
+
+
+def read_yaml(path: str | os.PathLike) -> Any:
+    """Parsed YAML of a file; an unreadable file or invalid YAML raises `ConfigError` naming the file."""
     p = Path(path)
     try:
         text = p.read_text()
     except OSError as exc:
         raise ConfigError(str(p), [f"cannot read: {exc.strerror}"]) from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(str(p), [f"not valid YAML: {exc}"]) from None
-    return from_mapping(data, str(p))

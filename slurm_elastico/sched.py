@@ -26,7 +26,7 @@ from slurm_elastico.errors import ConfigError, ElasticoError
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Action, ActionKind, Family, Plan, Snapshot
 from slurm_elastico.planner import run_epoch
-from slurm_elastico.shapes import parse_family
+from slurm_elastico.shapes import load_directory, parse_family
 from slurm_elastico.store import Store
 
 
@@ -66,9 +66,9 @@ class DirectoryFamilies:
             raise ConfigError(str(self.dir), ["the families directory does not exist"])
 
     def families(self, job_ids: set[int]) -> tuple[dict[int, Family], list[str]]:
-        found = ((j, (self.dir / f"{j}.yaml").read_text(), str(self.dir / f"{j}.yaml"))
-                 for j in sorted(job_ids) if (self.dir / f"{j}.yaml").is_file())
-        return _parse_all(found, self.gpu_memory_mib)
+        found, errors = load_directory(self.dir, self.gpu_memory_mib)
+        return ({j: f for j, f in found.items() if j in job_ids},
+                [f"family ignored, the job is left as submitted: {e}" for e in errors])
 
 
 def _parse_all(items, gpu_memory_mib: int) -> tuple[dict[int, Family], list[str]]:

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 
+from slurm_elastico.config import read_yaml
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.model import Family
 from slurm_elastico.shapes.enumerate import build_family, enumerate_shapes, pareto
@@ -33,16 +33,7 @@ def parse_family(data: Any, source: str, gpu_memory_mib: int,
 def load_family(path: str | os.PathLike, gpu_memory_mib: int,
                 profiles: Mapping[str, Declared] | None = None) -> Family:
     """A `Family` from a spec file; unreadable or invalid files raise `ConfigError` naming the file."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ConfigError(str(p), [f"cannot read: {exc.strerror}"]) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(str(p), [f"not valid YAML: {exc}"]) from None
-    return parse_family(data, str(p), gpu_memory_mib, profiles)
+    return parse_family(read_yaml(path), str(path), gpu_memory_mib, profiles)
 
 
 def load_directory(path: str | os.PathLike, gpu_memory_mib: int) -> tuple[dict[int, Family], list[ConfigError]]:
