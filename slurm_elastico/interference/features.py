@@ -3,9 +3,13 @@
 A job is encoded as standardized numeric features (missing → 0, the training
 mean, plus a mask bit saying it was missing) and one-hots for kind, precision
 and model family (unknown → all zeros). A pair (self, partner) is
-[self, partner, self + partner, self * partner, same family, same job]: the
-last four are symmetric, so predict(a, b) and predict(b, a) see the same
-pair context and differ only in whose slowdown is asked. Numeric features never
+[self, partner, same family, same job]: the last two are symmetric, so
+predict(a, b) and predict(b, a) see the same pair context and differ only in
+whose slowdown is asked. There are deliberately no per-pair products or sums:
+sums are redundant for an MLP, and without products the first layer splits
+into a per-job part computed once per distinct job (see
+`predictor._first_layer`), which keeps 10,000 pairs within milliseconds; the
+hidden layers learn the interactions. Numeric features never
 seen in training (e.g. NVML counters in Gavel data) are left out of the
 schema rather than fed as constant masks the net could not have learned.
 """
@@ -21,7 +25,7 @@ import numpy as np
 from slurm_elastico.interference.base import SoloProfile
 from slurm_elastico.interference.errors import ModelFileError
 
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2  # 2: pair = [self, partner, same family, same job]
 NUMERIC = ("log_throughput", "log_batch", "log_samples_per_s", "sm_util", "membw_util",
            "mem_used_gib", "power_100w", "mps_share")
 KINDS = ("train", "infer")
@@ -70,8 +74,7 @@ class FeatureSchema:
     def names(self) -> list[str]:
         """Names of the pair features, in the order the net sees them."""
         job = self.job_names()
-        return ([f"self.{n}" for n in job] + [f"partner.{n}" for n in job] + [f"sum.{n}" for n in job]
-                + [f"prod.{n}" for n in job] + ["same_family", "same_job"])
+        return [f"self.{n}" for n in job] + [f"partner.{n}" for n in job] + ["same_family", "same_job"]
 
     def encode(self, profiles: Sequence[SoloProfile]) -> tuple[np.ndarray, np.ndarray]:
         """(job features (n, d), family code per job (-1 unknown)) for each profile."""
@@ -102,7 +105,7 @@ class FeatureSchema:
         """Pair features of (self=ea[k], partner=eb[k]) for every k."""
         same_family = ((ca == cb) & (ca >= 0)).astype(np.float32)[:, None]
         same_job = np.all(ea == eb, axis=1).astype(np.float32)[:, None]
-        return np.hstack([ea, eb, ea + eb, ea * eb, same_family, same_job])
+        return np.hstack([ea, eb, same_family, same_job])
 
     def to_dict(self) -> dict:
         return {"version": self.version, "numeric": list(self.numeric), "mean": list(self.mean),

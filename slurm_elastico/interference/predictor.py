@@ -5,7 +5,8 @@ full-batch with Adam on the relative error |Ŝ - S| / S, deterministically: a
 fixed seed in a forked RNG (the caller's torch RNG is untouched) and one
 thread, because multi-threaded float sums differ run to run. An ensemble of
 `members` nets averages log S. Inference deduplicates profiles by identity, so
-10,000 pairs of 100 jobs encode 100 jobs, not 20,000.
+10,000 pairs of 100 jobs encode 100 jobs, not 20,000, and applies the first
+layer per job (see `_predict_indexed`).
 """
 
 from __future__ import annotations
@@ -94,17 +95,12 @@ class MlpPredictor:
 
     # -- inference -----------------------------------------------------------
     def features(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
-        """Pair features of (a[k], b[k]); each distinct profile object is encoded once."""
+        """Pair features of (a[k], b[k]) as the net sees them (training and tests; `predict` is faster)."""
         if len(a) != len(b):
             raise ValueError(f"predict needs as many partners as jobs: {len(a)} != {len(b)}")
-        n = len(a)
-        if n == 0:
+        if len(a) == 0:
             return np.zeros((0, len(self.schema.names())), dtype=np.float32)
-        both = [*a, *b]
-        ids = np.fromiter(map(id, both), dtype=np.int64, count=2 * n)
-        _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-        enc, codes = self.schema.encode([both[i] for i in first])
-        ia, ib = inverse[:n], inverse[n:]
+        enc, codes, ia, ib = self._encode_pairs(a, b)
         return self.schema.pairs(enc[ia], enc[ib], codes[ia], codes[ib])
 
     def predict_features(self, x: np.ndarray) -> np.ndarray:
@@ -113,53 +109,63 @@ class MlpPredictor:
             logs = torch.stack([torch.log(_slowdown(net, t)) for net in self.nets]).mean(0)
             return torch.exp(logs).double().numpy()
 
+    def _encode_pairs(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]):
+        """(job encodings, family codes, row of a[k], row of b[k]): each distinct profile object encoded once."""
+        n = len(a)
+        ids = np.fromiter(map(id, a), dtype=np.int64, count=n)
+        ids = np.concatenate([ids, np.fromiter(map(id, b), dtype=np.int64, count=n)])
+        _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+        enc, codes = self.schema.encode([a[i] if i < n else b[i - n] for i in first.tolist()])
+        return enc, codes, inverse[:n], inverse[n:]
+
     def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
         """Slowdown S >= 1 of a[k] when it shares one GPU with b[k], for every k, in one batched call."""
         if len(a) != len(b):
             raise ValueError(f"predict needs as many partners as jobs: {len(a)} != {len(b)}")
-        n = len(a)
-        if n == 0:
+        if len(a) == 0:
             return np.zeros(0)
-        both = [*a, *b]
-        ids = np.fromiter(map(id, both), dtype=np.int64, count=2 * n)
-        _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-        enc, codes = self.schema.encode([both[i] for i in first])
-        return self._predict_indexed(enc, codes, inverse[:n], inverse[n:])
+        enc, codes, ia, ib = self._encode_pairs(a, b)
+        return self._predict_indexed(enc, codes, ia, ib)
 
     def predict_matrix(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
         """S[i, j]: slowdown of profiles[i] next to profiles[j], all pairs (the diagonal is a job with its twin)."""
         n = len(profiles)
+        if n == 0:
+            return np.zeros((0, 0))
         enc, codes = self.schema.encode(list(profiles))
-        i, j = np.divmod(np.arange(n * n), n)
-        return self._predict_indexed(enc, codes, i, j).reshape(n, n)
+        ia, ib = np.divmod(np.arange(n * n), n)
+        return self._predict_indexed(enc, codes, ia, ib).reshape(n, n)
 
     def _predict_indexed(self, enc: np.ndarray, codes: np.ndarray, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
-        """Same result as predict_features(pairs(...)), faster: the first layer is applied per job, not per pair.
+        """Same result as predict_features(features(...)), faster: the first layer is applied per job, not per pair.
 
-        W·[s, p, s+p, s*p, f, j] = (W_s+W_sum)·s + (W_p+W_sum)·p + W_prod·(s*p) + ...; the first two
-        terms are computed once per distinct job and gathered, which halves the work for 10,000 pairs.
+        W·[s, p, f, j] + c = (W_s·s + c) + W_p·p + w_f·f + w_j·j: the first two terms are computed
+        once per distinct job and gathered per pair; f and j are rare 0/1 flags, added only where set.
         """
         d = enc.shape[1]
         _, row_id = np.unique(enc, axis=0, return_inverse=True)
+        row_id = row_id.reshape(-1)
+        flag_f = np.flatnonzero((codes[ia] == codes[ib]) & (codes[ia] >= 0))
+        flag_j = np.flatnonzero(row_id[ia] == row_id[ib])
         with torch.inference_mode():
             e = torch.from_numpy(enc)
             ta, tb = torch.from_numpy(ia), torch.from_numpy(ib)
-            same_family = torch.from_numpy(((codes[ia] == codes[ib]) & (codes[ia] >= 0)).astype(np.float32))
-            same_job = torch.from_numpy((row_id.reshape(-1)[ia] == row_id.reshape(-1)[ib]).astype(np.float32))
-            prod = e[ta] * e[tb]
-            logs = []
+            tf, tj = torch.from_numpy(flag_f), torch.from_numpy(flag_j)
+            total = None
             for net in self.nets:
                 first, rest = net[0], net[1:]
                 w = first.weight
-                # Column slices are strided: make them contiguous, or matmul takes a slow path (10x).
-                w_s, w_p, w_sum = w[:, :d], w[:, d:2 * d], w[:, 2 * d:3 * d]
-                w_prod = w[:, 3 * d:4 * d].contiguous()
-                per_self = nn.functional.linear(e, (w_s + w_sum).contiguous())
-                per_partner = nn.functional.linear(e, (w_p + w_sum).contiguous())
-                h = (per_self[ta] + per_partner[tb] + nn.functional.linear(prod, w_prod, first.bias)
-                     + same_family[:, None] * w[:, 4 * d] + same_job[:, None] * w[:, 4 * d + 1])
-                logs.append(torch.log(1.0 + nn.functional.softplus(rest(h).squeeze(1))))
-            return torch.exp(torch.stack(logs).mean(0)).double().numpy()
+                # Column slices are strided: make them contiguous, or matmul takes a slow path.
+                per_self = nn.functional.linear(e, w[:, :d].contiguous(), first.bias)
+                per_partner = nn.functional.linear(e, w[:, d:2 * d].contiguous())
+                h = per_self.index_select(0, ta).add_(per_partner.index_select(0, tb))
+                if len(tf):
+                    h.index_add_(0, tf, w[:, 2 * d].expand(len(tf), -1))
+                if len(tj):
+                    h.index_add_(0, tj, w[:, 2 * d + 1].expand(len(tj), -1))
+                log_s = torch.log1p(nn.functional.softplus(rest(h).squeeze(1)))
+                total = log_s if total is None else total.add_(log_s)
+            return torch.exp(total / len(self.nets)).double().numpy()
 
     # -- learning ------------------------------------------------------------
     def fine_tune(self, observations: Sequence[Colocation], epochs: int, lr: float) -> None:
