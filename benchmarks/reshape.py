@@ -1,0 +1,223 @@
+"""Reshape overhead on a live local Slurm cluster: signal → checkpoint → running again with the new shape.
+
+Run from the repo root (as root: the local cluster runs its daemons as root):
+
+    python benchmarks/reshape.py [--quick] [--reps N] [--state-dir DIR] [--port-base N]
+
+It uses the cluster in $ELASTICO_CLUSTER_DIR if that is set (started if it is
+not running), else brings one up in a temporary directory on --port-base
+(default 18817, beside a developer's cluster on the default ports) and stops it
+at the end. One training job (wrappers/examples/train_tiny.py under
+elastico-submit) is reshaped the way the helper does it, N times each way:
+
+  requeue   AdminComment, then requeuehold → SIGTERM → checkpoint, exit 75 →
+            Gres=mps:N → StartTime=now → release (new share)
+  in place  AdminComment, then `scancel --signal=USR1 --batch` (same share)
+
+and a plain bash job without checkpointing is moved with the same requeue
+(baseline: what Slurm alone costs). Times are from the moment the helper acts,
+read off the job's output (polled every 20 ms). Prints a table, then one line
+of JSON with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from slurm_elastico.cli.submit import submit
+from slurm_elastico.cluster import STATE_DIR_ENV, LocalCluster
+from slurm_elastico.slurm.gateway import SlurmGateway
+from slurm_elastico.slurm.runner import SubprocessRunner
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN = ROOT / "wrappers" / "examples" / "train_tiny.py"
+FAMILY = """kind: train
+global_batch: 32
+micro_batches: [8, 16]
+precisions: [fp32]
+checkpointing: [false]
+steps: 100000
+mps_shares: [25, 50]
+default: mb8-fp32-mps25
+"""
+PLAIN = """#!/bin/bash
+echo "start restarts=${SLURM_RESTART_COUNT:-0}"
+while true; do sleep 0.1; done
+"""
+POLL_S = 0.02
+
+
+class Output:
+    """A job's output file, read incrementally: wait for a line matching a pattern after a mark."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def size(self) -> int:
+        return self.path.stat().st_size if self.path.exists() else 0
+
+    def wait(self, pattern: str, after: int, timeout: float = 120.0) -> tuple[float, re.Match, int]:
+        """Time the first line matching `pattern` appears after byte `after`; also the match and its end offset."""
+        rx = re.compile(pattern, re.M)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.path.exists():
+                with open(self.path, "rb") as f:
+                    f.seek(after)
+                    text = f.read().decode(errors="replace")
+                m = rx.search(text)
+                if m:
+                    return time.monotonic(), m, after + len(text[:m.end()].encode())
+            time.sleep(POLL_S)
+        raise TimeoutError(f"{self.path}: no line matching {pattern!r} within {timeout:g} s")
+
+
+def start_cluster(args) -> tuple[LocalCluster, bool]:
+    if args.state_dir or os.environ.get(STATE_DIR_ENV):
+        cluster = LocalCluster.from_state_dir(args.state_dir or None)
+    else:
+        cluster = LocalCluster(tempfile.mkdtemp(prefix="elastico-bench-"), port_base=args.port_base)
+    result = cluster.up()
+    return cluster, not result.already_running
+
+
+def elastico_job(work: Path, env: dict[str, str]) -> int:
+    (work / "family.yaml").write_text(FAMILY)
+    (work / "elastico.yaml").write_text(f"state_dir: {work / 'state'}\nsubmit: {{placement_window_s: 0, grace_s: 20}}\n")
+    out = io.StringIO()
+    rc = submit(["--parsable", f"--output={work}/%j.out", "--family", str(work / "family.yaml"), str(TRAIN),
+                 "--step-sleep", "0.05"], env={**env, "ELASTICO_CONFIG": str(work / "elastico.yaml")}, out=out)
+    if rc != 0:
+        raise SystemExit(f"elastico-submit failed with {rc}")
+    return int(out.getvalue().split(";")[0])
+
+
+def plain_job(work: Path, env: dict[str, str]) -> int:
+    (work / "plain.sh").write_text(PLAIN)
+    done = subprocess.run(["sbatch", "--parsable", "--requeue", "--open-mode=append", "--gres=mps:25",
+                           f"--output={work}/%j.out", str(work / "plain.sh")], env=env, capture_output=True,
+                          text=True, timeout=30, check=True)
+    return int(done.stdout.split(";")[0])
+
+
+def bench_requeue(gw: SlurmGateway, job: int, out: Output, reps: int) -> list[dict[str, float]]:
+    rows = []
+    targets = [("mb16-fp32-mps50", 50), ("mb8-fp32-mps25", 25)]
+    _, _, mark = out.wait(r"^step \d+", 0)
+    for i in range(reps):
+        shape, share = targets[i % 2]
+        mark = out.size()
+        t0 = time.monotonic()
+        gw.set_admin_comment(job, f"elastico:shape={shape}")
+        # requeue_with_share blocks until the release: run it aside so the checkpoint is timed as it lands
+        mover = threading.Thread(target=gw.requeue_with_share, args=(job, share))
+        mover.start()
+        t_stop, m, _ = out.wait(r'^\{"status": "checkpointed".*$', mark)
+        mover.join()
+        ckpt_s = json.loads(m.group(0))["checkpoint_seconds"]
+        t_run, _, after = out.wait(rf"starting the program as shape {re.escape(shape)} ", mark)
+        t_step, _, _ = out.wait(r"^step \d+", after)
+        rows.append({"stop_s": t_stop - t0, "checkpoint_s": ckpt_s, "running_s": t_run - t0, "first_step_s": t_step - t0})
+    return rows
+
+
+def bench_in_place(gw: SlurmGateway, job: int, out: Output, reps: int) -> list[dict[str, float]]:
+    rows = []
+    for i in range(reps):
+        shape = ("mb16-fp32-mps25", "mb8-fp32-mps25")[i % 2]
+        _, _, mark = out.wait(r"^step \d+", out.size())  # the program is stepping (handlers installed)
+        t0 = time.monotonic()
+        gw.set_admin_comment(job, f"elastico:shape={shape}")
+        gw.signal(job, "USR1")
+        t_stop, m, _ = out.wait(r'^\{"status": "checkpointed".*$', mark)
+        t_run, _, after = out.wait(rf"starting the program as shape {re.escape(shape)} ", mark)
+        t_step, _, _ = out.wait(r"^step \d+", after)
+        rows.append({"stop_s": t_stop - t0, "checkpoint_s": json.loads(m.group(0))["checkpoint_seconds"],
+                     "running_s": t_run - t0, "first_step_s": t_step - t0})
+    return rows
+
+
+def bench_plain(gw: SlurmGateway, job: int, out: Output, reps: int) -> list[dict[str, float]]:
+    rows = []
+    out.wait(r"^start restarts=0", 0)
+    for i in range(reps):
+        mark = out.size()
+        t0 = time.monotonic()
+        gw.requeue_with_share(job, (50, 25)[i % 2])
+        t_run, _, _ = out.wait(rf"^start restarts={i + 1}$", mark)
+        rows.append({"running_s": t_run - t0})
+    return rows
+
+
+def summary(rows: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    keys = rows[0].keys() if rows else ()
+    return {k: {"median": statistics.median(r[k] for r in rows), "min": min(r[k] for r in rows),
+                "max": max(r[k] for r in rows)} for k in keys}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="2 repetitions of each (under a minute once the cluster is up)")
+    p.add_argument("--reps", type=int, default=None, help="repetitions of each path (default 5, --quick 2)")
+    p.add_argument("--state-dir", default="", help=f"cluster state directory (default: ${STATE_DIR_ENV}, else a new temporary one)")
+    p.add_argument("--port-base", type=int, default=18817, help="ports of a new cluster (default 18817)")
+    args = p.parse_args()
+    reps = args.reps or (2 if args.quick else 5)
+    started = time.monotonic()
+    cluster, ours = start_cluster(args)
+    env = {**os.environ, **cluster.env(), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("ELASTICO_CKPT_DIR", None)
+    gw = SlurmGateway(SubprocessRunner(env=cluster.env(), timeout=30))
+    jobs: list[int] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="elastico-reshape-") as tmp:
+            work = Path(tmp)
+            ej = elastico_job(work, env)
+            jobs.append(ej)
+            eout = Output(work / f"{ej}.out")
+            requeue = bench_requeue(gw, ej, eout, reps)
+            in_place = bench_in_place(gw, ej, eout, reps)
+            subprocess.run(["scancel", str(ej)], env=env, capture_output=True, timeout=30)
+            pj = plain_job(work, env)
+            jobs.append(pj)
+            plain = bench_plain(gw, pj, Output(work / f"{pj}.out"), reps)
+            subprocess.run(["scancel", str(pj)], env=env, capture_output=True, timeout=30)
+    finally:
+        if jobs:
+            subprocess.run(["scancel", *map(str, jobs)], env=env, capture_output=True, timeout=30)
+        if ours:
+            cluster.down()
+    figures = {"requeue": summary(requeue), "in_place": summary(in_place), "plain_requeue": summary(plain)}
+    print(f"reshape overhead on the local Slurm cluster, {reps} repetitions each (median [min-max] seconds from the helper's action)")
+    print(f"{'path':<36}{'checkpointed, exit':>22}{'checkpoint save':>22}{'running, new shape':>22}{'first step':>22}")
+
+    def cell(fig, key):
+        f = fig.get(key)
+        return f"{f['median']:.2f} [{f['min']:.2f}-{f['max']:.2f}]" if f else "-"
+
+    for name, label in (("requeue", "requeue, new share (elastico)"), ("in_place", "in place, same share (elastico)"),
+                        ("plain_requeue", "requeue, no checkpoint (baseline)")):
+        fig = figures[name]
+        print(f"{label:<36}{cell(fig, 'stop_s'):>22}{cell(fig, 'checkpoint_s'):>22}{cell(fig, 'running_s'):>22}"
+              f"{cell(fig, 'first_step_s'):>22}")
+    extra = figures["requeue"]["running_s"]["median"] - figures["plain_requeue"]["running_s"]["median"]
+    print(f"elastico's requeue path costs {extra:+.2f} s over a plain requeue until the job runs again "
+          f"(first training step: +{figures['requeue']['first_step_s']['median'] - figures['plain_requeue']['running_s']['median']:.2f} s, "
+          "mostly the program's own start-up)")
+    print(f"total {time.monotonic() - started:.0f} s")
+    print(json.dumps({"benchmark": "reshape", "reps": reps, **figures, "requeue_extra_running_s": extra}))
+
+
+if __name__ == "__main__":
+    main()
