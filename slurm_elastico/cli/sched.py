@@ -23,7 +23,7 @@ def sched(ctx, mode, interval, epochs, dry_run, families_dir, as_json) -> None:
     """Plan one epoch over the live cluster and act on it (journaled, so a crash leaves no job held)."""
     from slurm_elastico import sched as helper
     from slurm_elastico.cli.view import gateway_from
-    from slurm_elastico.interference.predictor import load_model
+    from slurm_elastico.interference import load_model
     from slurm_elastico.store import Store
 
     cfg = settings(ctx)
