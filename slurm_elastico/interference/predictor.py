@@ -80,6 +80,18 @@ def _fit_nets(nets: Sequence[nn.Module], x: torch.Tensor, s: torch.Tensor, epoch
             opt.step()
 
 
+def _rest_inplace(rest: nn.Sequential, h: torch.Tensor) -> torch.Tensor:
+    """`rest(h).squeeze(1)` for [SiLU, Linear, ..., SiLU, Linear], reusing buffers (inference only)."""
+    for layer in rest:
+        if isinstance(layer, nn.SiLU):
+            h = nn.functional.silu(h, inplace=True)
+        elif layer.out_features == 1:
+            h = torch.addmv(layer.bias, h, layer.weight[0])
+        else:
+            h = torch.addmm(layer.bias, h, layer.weight.t())
+    return h
+
+
 class MlpPredictor:
     """A trained model; implements `SlowdownModel`. Build with `train()` or `MlpPredictor.load()`."""
 
@@ -163,7 +175,7 @@ class MlpPredictor:
                     h.index_add_(0, tf, w[:, 2 * d].expand(len(tf), -1))
                 if len(tj):
                     h.index_add_(0, tj, w[:, 2 * d + 1].expand(len(tj), -1))
-                log_s = torch.log1p(nn.functional.softplus(rest(h).squeeze(1)))
+                log_s = torch.log1p(nn.functional.softplus(_rest_inplace(rest, h)))
                 total = log_s if total is None else total.add_(log_s)
             return torch.exp(total / len(self.nets)).double().numpy()
 

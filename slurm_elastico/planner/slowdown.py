@@ -1,13 +1,14 @@
 """Pairwise slowdowns for packing: batched calls to the interference model, cached per epoch.
 
 Profiles get integer ids (one per distinct shape of a family, one per foreign
-job). A model with `predict_matrix` (the trained predictor) is asked for every
-pair of the profiles known so far in one call, at the first lookup; profiles
-added later cost one more call for their rows and columns only. Packing then
-never calls the model: its many small lookups (a few pairs per candidate GPU)
-would otherwise each pay the model's fixed per-call cost. Past
-`max_dense_pairs`, and for models without `predict_matrix`, only the pairs
-asked for are predicted, in one batched call per lookup. With several
+job). The model is asked for every pair of the profiles known so far in one
+call at the first lookup (`predict_matrix` where the model has it, else one
+`predict` over all pairs); profiles added later cost one more call for their
+rows and columns only. Packing then never calls the model: its many small
+lookups (a few pairs per candidate GPU) would otherwise each pay the model's
+fixed per-call cost (2,000 lookups: ~90 ms with the contention model, vs ~8 ms
+all pairs at once). Past `max_dense_pairs` only the pairs asked for are
+predicted, in one batched call per lookup. With several
 co-runners, slowdowns add: `S = 1 + Σ_k (S_k − 1)` — the pairwise model knows
 nothing better, and adding is the cautious choice (it is never below the worst
 pair).
@@ -31,10 +32,10 @@ def _clean(s: np.ndarray) -> np.ndarray:
 class PairCache:
     """Slowdown of profile a next to profile b, by id; `model=None` means no interference at all."""
 
-    def __init__(self, model: SlowdownModel | None, max_dense_pairs: int = 250_000):
+    def __init__(self, model: SlowdownModel | None, max_dense_pairs: int = 160_000):
         self.model = model
         self.profiles: list[SoloProfile] = []
-        self.max_dense_pairs = max_dense_pairs  # ~50 ms of predict_matrix on one core; beyond it, ask per miss
+        self.max_dense_pairs = max_dense_pairs  # 400 profiles: ~40 ms (MLP) to ~120 ms (contention) on one core
         self.model_calls = 0  # how often the model was asked (tests and notes)
         self._dense = np.zeros((0, 0))  # slowdowns of the first len(_dense) profiles, all pairs
         self._known: dict[tuple[int, int], float] = {}  # pairs outside the dense block
@@ -56,12 +57,15 @@ class PairCache:
         n, m = len(self.profiles), len(self._dense)
         if n == m:
             return True
-        if not hasattr(self.model, "predict_matrix") or n * n > self.max_dense_pairs:
+        if n * n > self.max_dense_pairs:
             return False
         dense = np.empty((n, n))
-        if m == 0:
+        if m == 0 and hasattr(self.model, "predict_matrix"):
             self.model_calls += 1
-            dense[:] = _clean(self.model.predict_matrix(self.profiles))
+            dense[:] = _clean(np.asarray(self.model.predict_matrix(self.profiles), dtype=float).reshape(n, n))
+        elif m == 0:
+            p = self.profiles
+            dense[:] = self._call([x for x in p for _ in p], p * n).reshape(n, n)
         else:
             # Only the new rows and columns: (new, all) and (old, new), one call.
             new = range(m, n)

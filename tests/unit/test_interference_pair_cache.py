@@ -1,0 +1,76 @@
+"""The planner's PairCache: one batched model call fills every pair; misses are batched otherwise."""
+
+import math
+
+import numpy as np
+
+from slurm_elastico.interference.base import SoloProfile
+from slurm_elastico.planner.slowdown import PairCache
+
+
+class Pairwise:
+    """Counts calls; slowdown of a next to b is 1 + a.sm_util * b.sm_util (NaN sm → NaN)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def predict(self, a, b):
+        self.calls.append(("predict", len(a)))
+        return 1.0 + np.array([x.sm_util * y.sm_util for x, y in zip(a, b, strict=True)])
+
+
+class WithMatrix(Pairwise):
+    def predict_matrix(self, profiles):
+        self.calls.append(("matrix", len(profiles)))
+        sm = np.array([p.sm_util for p in profiles])
+        return 1.0 + np.outer(sm, sm)
+
+
+def _cache(model, n, **kw):
+    cache = PairCache(model, **kw)
+    ids = [cache.add(SoloProfile(kind="train", sm_util=0.1 * (i + 1))) for i in range(n)]
+    return cache, ids
+
+
+def test_a_matrix_model_is_called_once_for_all_pairs_and_again_only_for_new_profiles():
+    model = WithMatrix()
+    cache, ids = _cache(model, 5)
+    first = cache.get([(0, 1), (1, 0), (2, 4)])
+    again = cache.get([(3, 4), (4, 3), (0, 0)] * 50)
+    assert model.calls == [("matrix", 5)]
+    assert first == [1.02, 1.02, 1.15] and again[:3] == [1.2, 1.2, 1.01]
+    late = cache.add(SoloProfile(kind="train", sm_util=1.0))
+    assert cache.get([(late, 0), (1, late), (2, 3)]) == [1.1, 1.2, 1.12]
+    # One more call for the new row and column only: 6 (late, all) + 5 (old, late) pairs.
+    assert model.calls == [("matrix", 5), ("predict", 11)] and cache.model_calls == 2
+
+
+def test_without_a_matrix_one_predict_covers_all_pairs():
+    model = Pairwise()
+    cache, _ = _cache(model, 4)
+    assert cache.get([(0, 1), (3, 2)]) == [1.02, 1.12] and cache.get([(1, 1)]) == [1.04]
+    assert model.calls == [("predict", 16)]
+
+
+def test_past_the_dense_limit_only_misses_are_asked_in_one_call():
+    for model in (WithMatrix(), Pairwise()):
+        cache, _ = _cache(model, 5, max_dense_pairs=10)
+        assert cache.get([(0, 1), (0, 1), (2, 4)]) == [1.02, 1.02, 1.15]
+        assert cache.get([(0, 1), (2, 4)]) == [1.02, 1.15]
+        assert model.calls == [("predict", 2)]
+
+
+def test_slowdowns_are_clipped_at_one_and_nan_refuses():
+    cache = PairCache(WithMatrix())
+    a = cache.add(SoloProfile(kind="train", sm_util=-0.5))  # a model's nonsense speed-up
+    b = cache.add(SoloProfile(kind="train", sm_util=0.5))
+    c = cache.add(SoloProfile(kind="train"))  # NaN: unknown must never look harmless
+    got = cache.get([(a, b), (b, b), (c, b)])
+    assert got[0] == 1.0 and got[1] == 1.25 and math.isinf(got[2])
+    assert cache.vs_partners([a, b], [SoloProfile(kind="train", sm_util=1.0)] * 2).tolist() == [1.0, 1.5]
+
+
+def test_without_a_model_nothing_slows_down():
+    cache = PairCache(None)
+    x = cache.add(SoloProfile(kind="train"))
+    assert not cache.enabled and cache.get([(x, x)]) == [1.0] and cache.vs_partners([x], []).tolist() == [1.0]
