@@ -56,12 +56,13 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Found:
-    """The shape to run now and what Slurm says about the job: its MPS share and seconds to its time limit (None = unknown)."""
+    """The shape to run now and what Slurm says about the job: its MPS share, seconds to its time limit and since this run began (None = unknown)."""
 
     shape: PlannedShape
     origin: str
     allocated_share: int | None = None
     remaining_s: float | None = None
+    elapsed_s: float | None = None
 
 
 class JobShapes:
@@ -85,10 +86,10 @@ class JobShapes:
                     self.sleep(1.0)
                 continue
             shape, origin = choose_shape(self.family, self.candidates, view.admin_comment)
-            remaining = None
-            if view.end_time is not None and view.time_limit_s is not None:
-                remaining = view.end_time - time.time()
-            return Found(shape, origin, view.mps_share or None, remaining)
+            now = time.time()
+            remaining = view.end_time - now if view.end_time is not None and view.time_limit_s is not None else None
+            elapsed = now - view.start_time if view.start_time is not None else None
+            return Found(shape, origin, view.mps_share or None, remaining, elapsed)
         self.log(f"warning: cannot read job {self.job_id} from Slurm ({problem}); running the family default")
         return Found(self.family.default_shape, "default (Slurm unreadable)")
 
@@ -183,7 +184,13 @@ class Supervisor:
                     self.log(f"shape {new.shape.name} needs share {new.shape.resources.mps} but the job holds {held}: "
                              f"relaunching {found.shape.name}; a requeue moves it")
                 continue
-            if new.remaining_s is not None and new.remaining_s <= self.lead_s * 1.5 + 30:
+            if _time_limit_near(new, self.lead_s):
+                if new.elapsed_s is not None and new.elapsed_s < new.remaining_s:  # type: ignore[operator]
+                    # Slurm may send the warning up to a minute early; a requeue now would make no progress,
+                    # and a job whose limit is this short would requeue forever.
+                    self.log(f"time-limit warning after only {new.elapsed_s:.0f} s with {new.remaining_s:.0f} s left: "
+                             f"relaunching {found.shape.name}; it checkpoints again at the limit's SIGTERM")
+                    continue
                 self.log(f"time limit in {new.remaining_s:.0f} s: checkpointed; requeueing the job to continue later")
                 try:
                     self.requeue()
@@ -212,6 +219,11 @@ class Supervisor:
                     except ProcessLookupError:
                         pass
                     killed = True
+
+
+def _time_limit_near(found: Found, lead_s: int) -> bool:
+    """The USR1 was Slurm's time-limit warning (`--signal=B:USR1@lead`): the limit is about `lead_s` away."""
+    return found.remaining_s is not None and found.remaining_s <= lead_s * 1.5 + 30
 
 
 def _exit_code(rc: int) -> int:

@@ -65,7 +65,9 @@ def submit(argv: Sequence[str], *, env: Mapping[str, str] | None = None, out: Te
         err.write(f"elastico-submit: note: {note}\n")
     cmd = [sbatch, *job.additions, *args.sbatch_argv]
     try:
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        # UTF-8 whatever the locale: #SBATCH lines may carry any text; bytes that are not UTF-8 pass unchanged
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                encoding="utf-8", errors="surrogateescape")
     except FileNotFoundError:
         err.write(f"elastico-submit: error: `{sbatch}` is not installed or not on PATH; nothing was submitted\n")
         return 127
@@ -117,6 +119,8 @@ def _prepare(args, settings: config.Settings, env: Mapping[str, str], interprete
             family = load_family(args.family, settings.gpu.memory_mib)
         except OSError as exc:
             problems.append(f"family {args.family}: cannot read it: {exc.strerror}")
+        except UnicodeDecodeError:
+            problems.append(f"family {args.family}: not UTF-8 text (a YAML file is expected)")
         except ConfigError as exc:
             problems += [f"family {exc.source}: {p}" for p in exc.problems]
     if family is not None and family.default_shape.resources.mps > settings.gpu.shares_per_gpu:
@@ -125,7 +129,7 @@ def _prepare(args, settings: config.Settings, env: Mapping[str, str], interprete
     if problems:
         raise ConfigError("elastico-submit", problems)
     assert family is not None and spec_text is not None and args.script is not None
-    user_text = script_bytes.decode("utf-8", errors="replace")
+    user_text = script_bytes.decode("utf-8", errors="surrogateescape")
     options = (*directive_options(user_text), *args.options)  # command line last: it wins, as in sbatch
     lead = signal_lead(options, settings.submit.signal_lead_s)
     payload = Payload(

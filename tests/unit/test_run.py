@@ -136,11 +136,22 @@ def test_usr1_with_a_shape_needing_another_share_keeps_the_old_shape(tmp_path, f
 def test_usr1_near_the_time_limit_requeues_the_job(tmp_path, family):
     a = shape(family, "mb8-fp32-mps25")
     requeues: list[int] = []
-    sup, log, messages = make(tmp_path, family, Script(Found(a, "default", 25, 3600), Found(a, "default", 25, 50)),
+    sup, log, messages = make(tmp_path, family, Script(Found(a, "default", 25, 3600, 0), Found(a, "default", 25, 50, 550)),
                               "loop", requeues=requeues)
     signal_when_ready(log, signal.SIGUSR1)
     assert sup.run() == 75
     assert requeues == [1] and launches(log) == ["mb8-fp32-mps25"]
+
+
+def test_early_time_limit_warning_does_not_requeue_a_job_that_just_started(tmp_path, family):
+    a = shape(family, "mb8-fp32-mps25")
+    requeues: list[int] = []
+    sup, log, messages = make(tmp_path, family, Script(Found(a, "default", 25, 100, 200), Found(a, "default", 25, 50, 10)),
+                              "done-second", requeues=requeues)
+    signal_when_ready(log, signal.SIGUSR1)
+    assert sup.run() == 0
+    assert requeues == [] and launches(log) == ["mb8-fp32-mps25", "mb8-fp32-mps25"]
+    assert any("after only 10 s" in m for m in messages)
 
 
 def test_usr1_far_from_the_time_limit_relaunches_the_same_shape(tmp_path, family):

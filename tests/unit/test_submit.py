@@ -130,9 +130,9 @@ def test_generated_script_is_our_python_and_the_users_header_only():
     assert "rm -rf" not in text and "$(" not in text and "it's" not in text  # user strings only inside base64
     tree = ast.parse(text)
     kinds = [type(node).__name__ for node in tree.body]
-    assert kinds == ["Import", "ImportFrom", "Assign", "Expr"]
-    assert tree.body[1].module == "slurm_elastico.cli.run"
-    assert isinstance(tree.body[2].value, ast.Constant) and set(tree.body[2].value.value) <= set(
+    assert kinds == ["Import", "Import", "Expr", "ImportFrom", "Assign", "Expr"]
+    assert tree.body[3].module == "slurm_elastico.cli.run"
+    assert isinstance(tree.body[4].value, ast.Constant) and set(tree.body[4].value.value) <= set(
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
 
 
@@ -176,7 +176,7 @@ print("42" if "--parsable" in args else "Submitted batch job 42")
 def env(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "elastico.yaml").write_text(f"state_dir: {tmp_path / 'state'}\nsubmit: {{placement_window_s: 7}}\n")
     (tmp_path / "fam.yaml").write_text(FAMILY)
-    (tmp_path / "job.sh").write_text("#!/bin/sh\n#SBATCH --time=5\necho hi\n")
+    (tmp_path / "job.sh").write_text("#!/bin/sh\n#SBATCH --time=5\n#SBATCH --comment='ünï ✓'\necho hi\n", encoding="utf-8")
     return {**os.environ, "ELASTICO_CONFIG": str(tmp_path / "elastico.yaml")}
 
 
@@ -212,7 +212,7 @@ def test_submit_passes_output_records_family_and_adds_only_what_is_missing(tmp_p
     (call,) = calls(tmp_path)
     assert call["argv"] == ["--open-mode=append", "--signal=B:USR1@120", "--gres=mps:25", "--begin=now+7",
                             "--job-name=job.sh", "-p", "debug", "--requeue"]
-    assert call["script"].splitlines()[1] == "#SBATCH --time=5"
+    assert call["script"].splitlines()[1:3] == ["#SBATCH --time=5", "#SBATCH --comment='ünï ✓'"]
     p = payload_from_script(call["script"])
     assert p.args == tuple(HOSTILE) and p.script == (tmp_path / "job.sh").read_bytes() and p.family_spec == FAMILY
     assert recorded(tmp_path) == [(42, FAMILY)]
