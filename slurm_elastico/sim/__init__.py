@@ -1,1 +1,9 @@
-"""sim."""
+"""The trace-driven simulator (`elastico sim`): the real planner on a simulated Slurm GPU cluster.
+
+`engine.run(trace, policy, settings, sim, model)` replays a trace under one
+policy of the planner's registry, acting through `cluster.SimCluster` (a
+gateway like `SlurmGateway`), with job speeds and co-location slowdowns from
+`truth.GroundTruth` — never from the model the policy consults. `traces`
+loads public traces and makes synthetic mixes; `metrics` summarises runs with
+confidence intervals over seeds; `plots` draws them.
+"""

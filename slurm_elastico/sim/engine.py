@@ -1,0 +1,333 @@
+"""The discrete-event loop: arrivals, Slurm starts, completions, reshapes, and a planner epoch every `epoch_s`.
+
+Each epoch does what `elastico sched` does — snapshot, `run_epoch`, apply
+every action through the gateway, a refused action counted and skipped —
+with the simulated cluster as the gateway and the exact progress of every
+running job. The policy is chosen by name from the planner's registry (the
+loop never branches on it). Between epochs Slurm starts what fits
+(`SimCluster.schedule`).
+
+A job's rate is piecewise constant: it changes only when its GPU's occupants
+change, so progress is accrued exactly at those instants and a completion
+is an event at `max(now, ready_at) + work_left / rate` (`ready_at` ends a
+restart's checkpoint-and-restart time, during which a job makes no
+progress). A stale completion (the rate changed since) is ignored by its
+version number.
+
+An epoch is skipped when nothing happened since the last one and that one
+acted on nothing: the planner is pure, so the same cluster gets the same
+plan except through time-dependent weights; this is what makes day-long
+replays affordable.
+
+Deterministic: events are ordered by (time, kind, sequence number), and
+nothing depends on dict order of anything but insertion.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from slurm_elastico.config import Settings
+from slurm_elastico.errors import ElasticoError
+from slurm_elastico.interference.base import SlowdownModel
+from slurm_elastico.model import Family, GresRequest, JobState
+from slurm_elastico.planner import policies, run_epoch
+from slurm_elastico.sim.cluster import SimCluster, SimJob
+from slurm_elastico.sim.families import INFER_CPUS, INFER_HOST_MIB, TRAIN_CPUS, TRAIN_HOST_MIB, fastest_speed, family_of
+from slurm_elastico.sim.settings import SimSettings
+from slurm_elastico.sim.trace import TraceJob
+from slurm_elastico.sim.truth import GroundTruth
+
+COMPLETE, ARRIVAL, BEGIN, EPOCH = 0, 1, 2, 3
+STALL_EPOCHS = 20
+"""Epochs in a row with nothing running, nothing arriving and nothing done before a run gives up (jobs left unfinished)."""
+
+
+@dataclass(frozen=True)
+class JobResult:
+    job_id: int
+    kind: str
+    app: str
+    gpus: int
+    submit: float
+    first_start: float
+    end: float
+    restarts: int
+    work: float
+    done: float
+    best_s: float
+    """The job alone on the cluster at its fastest shape: its share of the lower bound on mean JCT."""
+    samples: float
+    requests: float
+
+    @property
+    def jct(self) -> float:
+        return self.end - self.submit
+
+    @property
+    def queued(self) -> float:
+        return self.first_start - self.submit
+
+
+@dataclass
+class RunResult:
+    policy: str
+    seed: int
+    gpus: int
+    jobs: list[JobResult]
+    timeline: list[tuple[float, float]]
+    """(time, allocated share of all GPUs) at each epoch tick."""
+    util_makespan: float
+    util_arrivals: float
+    """Mean allocated share while jobs still arrive (the 'cluster kept busy' figure)."""
+    events: int
+    epochs: int
+    epochs_planned: int
+    wall_s: float
+    plan_s: float
+    counters: dict = field(default_factory=dict)
+    unfinished: int = 0
+
+
+class Engine:
+    """One simulation run of one policy on one trace."""
+
+    def __init__(self, trace: Sequence[TraceJob], policy: str, settings: Settings, sim: SimSettings,
+                 model: SlowdownModel | None, truth: GroundTruth | None = None, seed: int = 0,
+                 on_progress: Callable[[float], None] | None = None):
+        policies.get(policy)  # an unknown name fails before anything runs
+        self.trace = sorted(trace, key=lambda j: (j.submit_s, j.job_id))
+        self.policy = policy
+        self.settings = dataclasses.replace(settings, planner=dataclasses.replace(settings.planner, policy=policy))
+        self.sim = sim
+        self.model = model
+        self.truth = truth or GroundTruth()
+        self.seed = seed
+        self.on_progress = on_progress
+        self.cluster = SimCluster(sim.gpus, sim.gpus_per_node, sim.gpu_memory_mib, sim.cpus_per_gpu,
+                                  shares_per_gpu=settings.gpu.shares_per_gpu)
+        self.cluster.before_stop = self._accrue
+        self.heap: list[tuple[float, int, int, int, int]] = []
+        self.seq = 0
+        self.families: dict[int, Family] = {}
+        self.results: list[JobResult] = []
+        self.solo: dict[int, tuple[float, float, tuple[str, int]]] = {}
+        self.events = 0
+        self.dirty = True
+        self.acted = True
+
+    # -------------------------------------------------------------- events
+
+    def _push(self, t: float, kind: int, job_id: int = 0, version: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, kind, self.seq, job_id, version))
+
+    def run(self) -> RunResult:
+        started = time.perf_counter()
+        plan_s = 0.0
+        if not self.trace:
+            return RunResult(self.policy, self.seed, self.sim.gpus, [], [], 0.0, 0.0, 0, 0, 0, 0.0, 0.0)
+        for j in self.trace:
+            self._push(j.submit_s, ARRIVAL, j.job_id)
+        by_id = {j.job_id: j for j in self.trace}
+        t0, t_last_arrival = self.trace[0].submit_s, self.trace[-1].submit_s
+        self._push(t0, EPOCH)
+        now = t0
+        area = area_arr = 0.0
+        timeline: list[tuple[float, float]] = []
+        epochs = planned = 0
+        total = len(self.trace)
+        shares_total = self.cluster.n_gpus * self.cluster.shares_per_gpu
+        next_report = 0
+        stalled = arrived = 0
+        while self.heap:
+            t, kind, _, jid, version = heapq.heappop(self.heap)
+            if t > now:
+                frac = self.cluster.alloc_shares / shares_total
+                area += frac * (t - now)
+                lo, hi = max(now, t0), min(t, t_last_arrival)
+                if hi > lo:
+                    area_arr += frac * (hi - lo)
+                now = t
+                self.cluster.now = t
+            if kind == COMPLETE:
+                job = self.cluster.jobs.get(jid)
+                if job is None or job.version != version or job.state is not JobState.RUNNING:
+                    continue
+                self._complete(job)
+            elif kind == ARRIVAL:
+                self._arrive(by_id[jid])
+                arrived += 1
+            elif kind == BEGIN:
+                self.dirty = True
+            else:
+                epochs += 1
+                timeline.append((now, self.cluster.alloc_shares / shares_total))
+                if len(self.results) < total and stalled < STALL_EPOCHS:
+                    self._push(now + self.sim.epoch_s, EPOCH)
+                running = any(j.rate > 0 or j.ready_at > now for j in self.cluster.jobs.values()
+                              if j.state is JobState.RUNNING)
+                stalled = 0 if (running or self.dirty or self.acted or arrived < total) else stalled + 1
+                if self.cluster.jobs and (self.dirty or self.acted):
+                    self._settle()
+                    tp = time.perf_counter()
+                    self._epoch(now)
+                    plan_s += time.perf_counter() - tp
+                    planned += 1
+                    self.dirty = False
+            self.events += 1
+            if not self.heap or self.heap[0][0] > now:
+                self._settle()
+                if self.sim.audit:
+                    self.cluster.check()
+            if self.on_progress is not None and len(self.results) >= next_report:
+                self.on_progress(len(self.results) / total)
+                next_report = len(self.results) + max(1, total // 200)
+            if len(self.results) == total:
+                break
+        end = max((r.end for r in self.results), default=t0)
+        span = max(end - t0, 1e-9)
+        unfinished = total - len(self.results)
+        return RunResult(
+            policy=self.policy, seed=self.seed, gpus=self.cluster.n_gpus,
+            jobs=sorted(self.results, key=lambda r: r.job_id), timeline=timeline,
+            util_makespan=area / span, util_arrivals=area_arr / max(t_last_arrival - t0, 1e-9) if t_last_arrival > t0
+            else area / span, events=self.events, epochs=epochs, epochs_planned=planned,
+            wall_s=time.perf_counter() - started, plan_s=plan_s,
+            counters={"starts": self.cluster.counters.starts, "requeues": self.cluster.counters.requeues,
+                      "refused_actions": self.cluster.counters.refused,
+                      "memory_overcommits": self.cluster.counters.memory_overcommits,
+                      "actions": dict(sorted(self.cluster.counters.actions.items()))},
+            unfinished=unfinished)
+
+    # -------------------------------------------------------------- handlers
+
+    def _arrive(self, tj: TraceJob) -> None:
+        fam = family_of(tj, self.truth, self.sim.share_levels(), self.sim.gpu_memory_mib, self.sim.profile_noise,
+                        self.seed)
+        if fam is None:
+            gres, cpus, mem = GresRequest("gpu", tj.gpus), TRAIN_CPUS * tj.gpus, TRAIN_HOST_MIB * tj.gpus
+            begin = tj.submit_s
+        else:
+            d = fam.default_shape.resources
+            gres, cpus, mem = GresRequest("mps", d.mps), d.cpus, d.host_mem_mib
+            window = self.sim.placement_window_s
+            begin = math.inf if window < 0 else tj.submit_s + window
+            self.families[tj.job_id] = fam
+            if math.isfinite(begin) and begin > tj.submit_s:
+                self._push(begin, BEGIN)
+        if tj.kind == "infer" and fam is None:
+            cpus, mem = INFER_CPUS, INFER_HOST_MIB
+        job = SimJob(trace=tj, family=fam, gres=gres, cpus=cpus, mem_mib=mem, begin=begin)
+        job.mark = tj.submit_s
+        self.cluster.submit(job)
+        self.dirty = True
+
+    def _complete(self, job: SimJob) -> None:
+        self._accrue(job)
+        job.done = job.trace.work  # the float residue of accrual is rounding, not work
+        self.cluster.finish(job)
+        self.families.pop(job.job_id, None)
+        self.solo.pop(job.job_id, None)
+        tj = job.trace
+        best = tj.work / fastest_speed(tj, self.truth, self.sim.gpu_memory_mib)
+        self.results.append(JobResult(
+            tj.job_id, tj.kind, tj.app, tj.gpus, tj.submit_s, job.first_start, job.end, job.restarts, tj.work,
+            job.done, best, tj.work * tj.global_batch if tj.kind == "train" else 0.0,
+            tj.work if tj.kind == "infer" else 0.0))
+        self.dirty = True
+
+    def _epoch(self, now: float) -> None:
+        snap = self.cluster.snapshot()
+        progress = {j.job_id: self._done_at(j, now) for j in self.cluster.jobs.values()
+                    if j.state is JobState.RUNNING and j.family is not None}
+        plan = run_epoch(snap, self.families, self.settings, self.model, now, progress)
+        for action in plan.actions:
+            try:
+                self.cluster.apply(action)
+            except ElasticoError:
+                pass  # as `elastico sched` does: journaled as failed, the next epoch decides again
+        self.acted = bool(plan.actions)
+        self._settle()
+
+    def _settle(self) -> None:
+        """Let Slurm start what fits, then re-rate every job whose GPU changed."""
+        now = self.cluster.now
+        for job in self.cluster.schedule():
+            job.ready_at = now + (self.sim.restart_cost_s if job.starts > 1 else 0.0)
+            job.mark = now
+            job.rate = 0.0
+            self._solo(job)
+            self.dirty = True
+        changed, self.cluster.changed = self.cluster.changed, set()
+        if not changed:
+            return
+        self.dirty = True
+        touched: dict[int, SimJob] = {}
+        for ni, gi in sorted(changed):
+            for jid in self.cluster.nodes[ni].gpus[gi]:
+                touched[jid] = self.cluster.jobs[jid]
+        for jid in sorted(touched):
+            self._rerate(touched[jid])
+
+    # -------------------------------------------------------------- progress
+
+    def _done_at(self, job: SimJob, t: float) -> float:
+        return min(job.trace.work, job.done + job.rate * max(0.0, t - max(job.mark, job.ready_at)))
+
+    def _accrue(self, job: SimJob) -> None:
+        now = self.cluster.now
+        job.done = self._done_at(job, now)
+        job.mark = now
+        job.version += 1
+
+    def _solo(self, job: SimJob) -> tuple[float, float, tuple[str, int]]:
+        """(speed at its share, speed at a whole GPU, Gavel identity) of a started job, from the ground truth."""
+        got = self.solo.get(job.job_id)
+        if got is not None and got[3] == (job.shape, job.share):
+            return got[:3]
+        tj, t = job.trace, self.truth
+        if job.family is None:
+            speed = t.rigid_speed(tj.app, tj.global_batch, tj.gpus)
+            val = (speed, speed, t.identity(tj.kind, tj.app, tj.global_batch))
+        else:
+            try:
+                shape = job.family.shape(job.shape)
+            except KeyError:
+                shape = job.family.default_shape
+            if tj.kind == "train":
+                m = int(shape.knob("micro_batch"))
+                val = (t.train_speed(tj.app, tj.global_batch, m, job.share),
+                       t.train_speed(tj.app, tj.global_batch, m, 100), t.identity("train", tj.app, m))
+            else:
+                args = (tj.context_tokens, tj.generated_tokens, float(shape.knob("gpu_memory_utilization")),
+                        int(shape.knob("max_num_seqs")), str(shape.knob("kv_cache_dtype")))
+                mem = float(self.sim.gpu_memory_mib)
+                val = (t.infer_speed(*args, job.share, mem), t.infer_speed(*args, 100, mem),
+                       t.identity("infer", tj.app, args[3]))
+        self.solo[job.job_id] = (*val, (job.shape, job.share))
+        return val
+
+    def _rerate(self, job: SimJob) -> None:
+        self._accrue(job)
+        share_speed, whole_speed, me = self._solo(job)
+        uses = self.cluster.nodes[job.node].gpus[job.gpus[0]]
+        others = [self._solo(self.cluster.jobs[o])[2] for o in uses if o != job.job_id]
+        rate = self.truth.colocated(share_speed, whole_speed, me, others, self.sim.colocation)
+        job.rate = rate
+        if rate <= 0:
+            return  # stalled (a shape that cannot run here); it completes only if its neighbours change
+        left = max(0.0, job.trace.work - job.done)
+        self._push(max(self.cluster.now, job.ready_at) + left / rate, COMPLETE, job.job_id, job.version)
+
+
+def run(trace: Sequence[TraceJob], policy: str, settings: Settings, sim: SimSettings, model: SlowdownModel | None,
+        truth: GroundTruth | None = None, seed: int = 0, on_progress: Callable[[float], None] | None = None
+        ) -> RunResult:
+    """Simulate `trace` under `policy`; see `Engine`."""
+    return Engine(trace, policy, settings, sim, model, truth, seed, on_progress).run()

@@ -1,0 +1,61 @@
+"""The simulator's own settings (the `sim:` section of a YAML file, or CLI options): cluster, epochs, ground truth.
+
+Validated like `slurm_elastico.config`: every bad key or value is collected
+into one `ConfigError` naming it and what is allowed. Planner settings
+(policy constants, reshape cost the planner *believes*, fairness) stay in
+`Settings`; `restart_cost_s` here is what a restart really costs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from slurm_elastico import config
+from slurm_elastico.config import _opt
+from slurm_elastico.errors import ConfigError
+
+COLOCATION = ("gavel", "gavel-residual", "none")
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    gpus: int = _opt(64, lo=1, hi=100000, help="GPUs in the simulated cluster")
+    gpus_per_node: int = _opt(8, lo=1, hi=64, help="GPUs per node")
+    gpu_memory_mib: int = _opt(16384, lo=1024, help="memory of each GPU (the profiles are from 16 GiB T4s)")
+    cpus_per_gpu: int = _opt(16, lo=1, help="CPUs per GPU on each node")
+    shares: str = _opt("25,50,75,100", help="MPS shares (percent) every job's family offers, comma-separated")
+    epoch_s: float = _opt(60.0, lo=1, help="simulated seconds between planner epochs")
+    placement_window_s: float = _opt(60.0, lo=-1, help="a job waits this long for the planner before Slurm starts "
+                                                      "it as submitted; -1 = until the planner starts it")
+    restart_cost_s: float = _opt(60.0, lo=0, help="true checkpoint-and-restart time of a reshape (no progress)")
+    profile_noise: float = _opt(0.05, lo=0, hi=1, help="sigma of the lognormal error of profiled throughputs")
+    colocation: str = _opt("gavel", choices=COLOCATION, help="ground truth of co-location (sim.truth): Gavel's co-run "
+                                                             "speed as a ceiling, its residual beyond time-slicing, "
+                                                             "or none (sharing costs only the share)")
+    audit: bool = _opt(False, help="check capacity and bookkeeping after every event (slow; for tests)")
+
+    def share_levels(self) -> tuple[int, ...]:
+        return tuple(sorted({int(x) for x in self.shares.split(",") if x.strip()}))
+
+
+def from_mapping(data: Any, source: str = "sim") -> SimSettings:
+    """`SimSettings` from a mapping (the `sim:` section), with one `ConfigError` for every problem."""
+    problems: list[str] = []
+    out = config._build(SimSettings, {} if data is None else data, "sim.", problems)
+    if not problems:
+        try:
+            levels = out.share_levels()
+            if not levels or any(not 1 <= s <= 100 for s in levels):
+                problems.append(f"sim.shares: {out.shares!r} must list shares in 1..100")
+        except ValueError:
+            problems.append(f"sim.shares: {out.shares!r} is not a comma-separated list of integers")
+    if problems:
+        raise ConfigError(source, problems)
+    return out
+
+
+def replace(s: SimSettings, **changes: Any) -> SimSettings:
+    """A copy with `changes`, validated."""
+    return from_mapping({**dataclasses.asdict(s), **changes})

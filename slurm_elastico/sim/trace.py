@@ -1,0 +1,354 @@
+"""Traces for the simulator: one documented CSV format, loaders for public traces, a synthetic mix.
+
+The trace format (one job per row, header required; extra columns ignored)::
+
+    job_id,submit_s,kind,app,gpus,work,global_batch,share,context_tokens,generated_tokens
+    1,0,train,cifar10,1,4000,256,100,,
+    2,30,infer,llm,1,20000,,100,1024,250
+
+- `kind` train | infer; `app` a profiled training app (see `GroundTruth.apps`)
+  or any name for inference; `gpus` 1 = a shaped single-GPU job, N > 1 a
+  rigid `gpu:N` job on one node that Slurm places and nobody reshapes.
+- `work`: optimizer steps at `global_batch` (train) or requests (infer).
+- `share`: the MPS share (percent) the job asks for as submitted (its default
+  shape's share); 100 = one whole GPU's worth.
+- `context_tokens`/`generated_tokens`: mean per request (infer).
+
+Loaders turn public traces into this: Pollux workloads (`pollux`), Philly
+(`philly`), Alibaba GPU sharing (`alibaba`), and a synthetic mixed
+training/inference generator (`synthetic`) whose inference jobs are sized
+from the Azure LLM request trace (`azure_requests`). Every loader takes a
+seed where it draws anything, so a trace is reproducible.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+import numpy as np
+
+from slurm_elastico.errors import ConfigError
+from slurm_elastico.sim.truth import DATA, GPU_MEM_MIB, GroundTruth, _read_csv
+
+COLUMNS = ("job_id", "submit_s", "kind", "app", "gpus", "work", "global_batch", "share", "context_tokens",
+           "generated_tokens")
+INFER_APP = "llm"
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    job_id: int
+    submit_s: float
+    kind: str
+    app: str
+    gpus: int
+    work: float
+    global_batch: int = 0
+    share: int = 100
+    context_tokens: float = 0.0
+    generated_tokens: float = 0.0
+
+
+def validate(jobs: Sequence[TraceJob], truth: GroundTruth, source: str = "trace") -> None:
+    """Raise one `ConfigError` naming every bad row (unknown app, bad kind, non-positive work, ...)."""
+    problems = []
+    seen: set[int] = set()
+    for j in jobs:
+        where = f"job {j.job_id}"
+        if j.job_id in seen:
+            problems.append(f"{where}: duplicate job_id")
+        seen.add(j.job_id)
+        if j.kind not in ("train", "infer"):
+            problems.append(f"{where}: kind {j.kind!r}; allowed: train, infer")
+        if not (j.work > 0 and math.isfinite(j.work)):
+            problems.append(f"{where}: work {j.work!r} must be > 0")
+        if j.gpus < 1:
+            problems.append(f"{where}: gpus {j.gpus} must be >= 1")
+        if not 1 <= j.share <= 100:
+            problems.append(f"{where}: share {j.share} must be in 1..100")
+        if j.submit_s < 0 or not math.isfinite(j.submit_s):
+            problems.append(f"{where}: submit_s {j.submit_s!r} must be >= 0")
+        if j.kind == "train":
+            if j.app not in truth.apps:
+                problems.append(f"{where}: app {j.app!r} has no measured profile; allowed: {', '.join(truth.apps)}")
+            if j.global_batch < 1:
+                problems.append(f"{where}: training needs global_batch >= 1")
+        elif j.kind == "infer" and (j.context_tokens <= 0 or j.generated_tokens <= 0):
+            problems.append(f"{where}: inference needs context_tokens and generated_tokens > 0")
+    if problems:
+        raise ConfigError(source, problems)
+
+
+def read_csv(path: str | Path, truth: GroundTruth | None = None) -> list[TraceJob]:
+    """A trace in the documented format, validated, in submission order."""
+    path = Path(path)
+    rows = _read_csv(path)
+    if rows and any(c not in rows[0] for c in ("job_id", "submit_s", "kind", "app", "work")):
+        raise ConfigError(str(path), [f"missing column(s); the format is {','.join(COLUMNS)}"])
+    jobs, problems = [], []
+    for i, r in enumerate(rows, start=2):
+        try:
+            jobs.append(TraceJob(
+                int(r["job_id"]), float(r["submit_s"]), r["kind"].strip(), r["app"].strip(),
+                int(r.get("gpus") or 1), float(r["work"]), int(float(r.get("global_batch") or 0)),
+                int(r.get("share") or 100), float(r.get("context_tokens") or 0), float(r.get("generated_tokens") or 0)))
+        except ValueError as exc:
+            problems.append(f"row {i}: {exc}")
+    if problems:
+        raise ConfigError(str(path), problems)
+    jobs.sort(key=lambda j: (j.submit_s, j.job_id))
+    validate(jobs, truth or GroundTruth(), str(path))
+    return jobs
+
+
+def write_csv(jobs: Iterable[TraceJob], path: str | Path) -> None:
+    with Path(path).open("w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(COLUMNS)
+        for j in jobs:
+            d = asdict(j)
+            w.writerow([d[c] for c in COLUMNS])
+
+
+def scale_load(jobs: Sequence[TraceJob], factor: float) -> list[TraceJob]:
+    """The same jobs arriving `factor` times as fast (submit times divided by it): a load sweep on one trace."""
+    if factor <= 0:
+        raise ConfigError("load", [f"factor {factor} must be > 0"])
+    return [replace(j, submit_s=j.submit_s / factor) for j in jobs]
+
+
+# ---------------------------------------------------------------------------
+# Public traces
+
+
+def default_micro(truth: GroundTruth, app: str, global_batch: int) -> int:
+    """The micro-batch a user would submit: the global batch halved until the largest measured batch holds it."""
+    lo, hi = truth.batch_range(app)
+    m = global_batch
+    while m > hi and m % 2 == 0:
+        m //= 2
+    return m
+
+
+def pollux(path: str | Path | int = 1, truth: GroundTruth | None = None, single_gpu: bool = False) -> list[TraceJob]:
+    """A Pollux workload (`name,time,application,num_replicas,batch_size`); an int picks a bundled one (1..8).
+
+    Work = the measured iterations to the app's end at the job's global batch
+    (`pollux_iterations.csv`). `single_gpu` runs every job on one GPU (same
+    steps, same global batch, hence longer), so all of them can be shaped.
+    """
+    truth = truth or GroundTruth()
+    p = DATA / "pollux_workloads" / f"workload-{path}.csv" if isinstance(path, int) else Path(path)
+    jobs = []
+    for i, r in enumerate(_read_csv(p)):
+        app, batch = r["application"], int(r["batch_size"])
+        gpus = 1 if single_gpu else max(1, int(r["num_replicas"]))
+        jobs.append(TraceJob(i + 1, float(r["time"]), "train", app, gpus, float(truth.iterations_to_end(app, batch)),
+                             batch))
+    jobs.sort(key=lambda j: (j.submit_s, j.job_id))
+    validate(jobs, truth, str(p))
+    return jobs
+
+
+def _train_batch(truth: GroundTruth, app: str, rng: np.random.Generator) -> int:
+    """A global batch the app was measured at, no larger than 4 of its largest per-GPU batches."""
+    lo, hi = truth.batch_range(app)
+    batches = sorted(b for b in truth.iterations.get(app, {}) if b <= 4 * hi) or [hi]
+    return int(batches[int(rng.integers(0, len(batches)))])
+
+
+def philly(path: str | Path | None = None, truth: GroundTruth | None = None, seed: int = 0, start_s: float = 0.0,
+           hours: float = 24.0, max_duration_s: float | None = 7 * 86400.0) -> list[TraceJob]:
+    """Philly jobs submitted in [start_s, start_s + hours): arrival, GPUs and duration from the trace.
+
+    Philly has no model names: each job gets a profiled app and a global batch
+    at random (seeded), and its work is its duration times its speed alone at
+    its submitted shape, so a job alone on plain Slurm takes its measured time.
+    """
+    truth = truth or GroundTruth()
+    rng = np.random.default_rng(seed)
+    end = start_s + hours * 3600.0
+    jobs = []
+    for r in _read_csv(Path(path) if path else DATA / "philly.csv.gz"):
+        t = float(r["submit_s"])
+        if t < start_s:
+            continue
+        if t >= end:
+            break
+        dur = float(r["duration_s"])
+        if dur <= 0:
+            continue
+        if max_duration_s:
+            dur = min(dur, max_duration_s)
+        app = truth.apps[int(rng.integers(0, len(truth.apps)))]
+        batch = _train_batch(truth, app, rng)
+        gpus = max(1, int(r["num_gpus"]))
+        speed = (truth.train_speed(app, batch, default_micro(truth, app, batch), 100) if gpus == 1
+                 else truth.rigid_speed(app, batch, gpus))
+        jobs.append(TraceJob(len(jobs) + 1, t - start_s, "train", app, gpus, dur * speed, batch))
+    validate(jobs, truth, "philly")
+    return jobs
+
+
+def azure_requests(path: str | Path | None = None, service: str | None = None) -> np.ndarray:
+    """[t_s, context, generated] rows of the Azure LLM trace (both services unless one is named)."""
+    rows = _read_csv(Path(path) if path else DATA / "azure_llm.csv.gz")
+    out = [(float(r["t_s"]), float(r["context_tokens"]), float(r["generated_tokens"])) for r in rows
+           if service is None or r["service"] == service]
+    if not out:
+        raise ConfigError(str(path or "azure_llm"), [f"no requests for service {service!r}; allowed: conv, code"])
+    return np.array(out)
+
+
+def alibaba(path: str | Path, truth: GroundTruth | None = None, seed: int = 0,
+            infer_below_milli: int = 1000, max_duration_s: float | None = 7 * 86400.0) -> list[TraceJob]:
+    """Pods of Alibaba's GPU-sharing trace (`openb_pod_list_default.csv`) with a GPU request.
+
+    A pod asking for part of a GPU (`gpu_milli` < `infer_below_milli`) becomes
+    an inference job asking for that MPS share; whole-GPU pods become training
+    jobs (`num_gpu` > 1: rigid). The trace says nothing of models: those are
+    drawn (seeded). Duration = deletion − scheduled time; work = duration ×
+    speed alone at the requested shape.
+    """
+    truth = truth or GroundTruth()
+    rng = np.random.default_rng(seed)
+    req = azure_requests()
+    jobs = []
+    rows = _read_csv(Path(path))
+    need = ("creation_time", "deletion_time", "scheduled_time", "num_gpu", "gpu_milli")
+    if rows and any(c not in rows[0] for c in need):
+        raise ConfigError(str(path), [f"missing column(s); expected {', '.join(need)}"])
+    for r in rows:
+        n, milli = int(r["num_gpu"] or 0), int(r["gpu_milli"] or 0)
+        if n < 1 or milli < 1:
+            continue
+        start, stop = float(r["scheduled_time"] or r["creation_time"]), float(r["deletion_time"] or 0)
+        dur = stop - start
+        if dur <= 0:
+            continue
+        if max_duration_s:
+            dur = min(dur, max_duration_s)
+        submit = float(r["creation_time"])
+        if n == 1 and milli < infer_below_milli:
+            share = max(1, min(100, int(round(milli / 10))))
+            ctx, gen = _llm_tokens(req, rng)
+            speed = truth.infer_speed(ctx, gen, 0.9, 256, "auto", share, GPU_MEM_MIB)
+            if speed <= 0:
+                continue
+            jobs.append(TraceJob(0, submit, "infer", INFER_APP, 1, dur * speed, 0, share, ctx, gen))
+        else:
+            app = truth.apps[int(rng.integers(0, len(truth.apps)))]
+            batch = _train_batch(truth, app, rng)
+            speed = (truth.train_speed(app, batch, default_micro(truth, app, batch), 100) if n == 1
+                     else truth.rigid_speed(app, batch, n))
+            jobs.append(TraceJob(0, submit, "train", app, n, dur * speed, batch))
+    jobs.sort(key=lambda j: j.submit_s)
+    t0 = jobs[0].submit_s if jobs else 0.0
+    jobs = [replace(j, job_id=i + 1, submit_s=j.submit_s - t0) for i, j in enumerate(jobs)]
+    validate(jobs, truth, str(path))
+    return jobs
+
+
+def _llm_tokens(req: np.ndarray, rng: np.random.Generator, window_s: float = 300.0) -> tuple[float, float]:
+    """Mean context and generated tokens of the requests in a random window of the Azure trace."""
+    t0 = float(rng.uniform(0, max(1.0, req[-1, 0] - window_s)))
+    sel = req[(req[:, 0] >= t0) & (req[:, 0] < t0 + window_s)]
+    if len(sel) == 0:
+        sel = req
+    return float(sel[:, 1].mean()), float(sel[:, 2].mean())
+
+
+# ---------------------------------------------------------------------------
+# Synthetic mix
+
+
+@dataclass(frozen=True)
+class MixSpec:
+    """A synthetic mixed trace: Poisson arrivals sized so the offered load is `load` of the cluster."""
+
+    n_jobs: int = 400
+    gpus: int = 64
+    load: float = 1.0
+    infer_fraction: float = 0.3
+    multi_gpu_fraction: float = 0.0
+    max_duration_s: float = 12 * 3600.0
+    min_duration_s: float = 120.0
+    gpu_memory_mib: float = GPU_MEM_MIB
+
+
+def synthetic(spec: MixSpec, seed: int = 0, truth: GroundTruth | None = None) -> list[TraceJob]:
+    """Training and inference jobs whose whole-GPU durations follow Philly's single-GPU jobs.
+
+    Each job's duration alone on a whole GPU at its submitted shape is drawn
+    from Philly's single-GPU durations (clipped to [min, max]); training jobs
+    get a profiled app and measured global batch, inference jobs the mean
+    tokens of a random 5-minute window of the Azure trace. The arrival rate is
+    set from the drawn durations so that Σ GPU-seconds / (GPUs × span) = load.
+    """
+    truth = truth or GroundTruth()
+    for name in ("n_jobs", "gpus"):
+        if getattr(spec, name) < 1:
+            raise ConfigError("synthetic trace", [f"{name} must be >= 1"])
+    if spec.load <= 0 or not 0 <= spec.infer_fraction <= 1:
+        raise ConfigError("synthetic trace", ["load must be > 0 and infer_fraction in [0, 1]"])
+    rng = np.random.default_rng(seed)
+    durations = _philly_single_gpu_durations()
+    req = azure_requests()
+    jobs, gpu_seconds = [], 0.0
+    for i in range(spec.n_jobs):
+        dur = float(np.clip(durations[int(rng.integers(0, len(durations)))], spec.min_duration_s, spec.max_duration_s))
+        if rng.random() < spec.infer_fraction:
+            ctx, gen = _llm_tokens(req, rng)
+            speed = truth.infer_speed(ctx, gen, 0.9, 256, "auto", 100, spec.gpu_memory_mib)
+            jobs.append(TraceJob(i + 1, 0.0, "infer", INFER_APP, 1, max(1.0, round(dur * speed)), 0, 100, ctx, gen))
+            gpu_seconds += dur
+        else:
+            app = truth.apps[int(rng.integers(0, len(truth.apps)))]
+            batch = _train_batch(truth, app, rng)
+            gpus = int(rng.choice([2, 4, 8])) if rng.random() < spec.multi_gpu_fraction else 1
+            speed = (truth.train_speed(app, batch, default_micro(truth, app, batch), 100) if gpus == 1
+                     else truth.rigid_speed(app, batch, gpus))
+            jobs.append(TraceJob(i + 1, 0.0, "train", app, gpus, max(1.0, round(dur * speed)), batch))
+            gpu_seconds += dur * gpus
+    span = gpu_seconds / (spec.gpus * spec.load)
+    gaps = rng.exponential(1.0, spec.n_jobs)
+    times = np.cumsum(gaps)
+    times = (times - times[0]) * span / max(times[-1] - times[0], 1e-9)
+    out = [replace(j, submit_s=float(round(t, 3))) for j, t in zip(jobs, times)]
+    validate(out, truth, "synthetic trace")
+    return out
+
+
+_PHILLY_CACHE: list[np.ndarray] = []
+
+
+def _philly_single_gpu_durations() -> np.ndarray:
+    if not _PHILLY_CACHE:
+        rows = _read_csv(DATA / "philly.csv.gz")
+        _PHILLY_CACHE.append(np.array([float(r["duration_s"]) for r in rows
+                                       if r["num_gpus"] == "1" and float(r["duration_s"]) > 0]))
+    return _PHILLY_CACHE[0]
+
+
+def load(name: str, truth: GroundTruth, seed: int = 0, **kw) -> list[TraceJob]:
+    """A trace by spec string: `synthetic`, `pollux:N`, `pollux1:N` (single GPU), `philly[:PATH]`, `alibaba:PATH`, or a CSV path."""
+    kind, _, arg = name.partition(":")
+    if kind == "synthetic":
+        return synthetic(MixSpec(**{k: v for k, v in kw.items() if k in {f.name for f in fields(MixSpec)}}), seed, truth)
+    if kind in ("pollux", "pollux1"):
+        return pollux(int(arg) if arg.isdigit() else (arg or 1), truth, single_gpu=kind == "pollux1")
+    if kind == "philly":
+        return philly(arg or None, truth, seed, hours=kw.get("hours", 24.0))
+    if kind == "alibaba":
+        if not arg:
+            raise ConfigError("trace", ["alibaba needs a path: alibaba:PATH/openb_pod_list_default.csv"])
+        return alibaba(arg, truth, seed)
+    p = Path(name)
+    if p.suffix == ".csv" or p.is_file():
+        return read_csv(p, truth)
+    raise ConfigError("trace", [f"{name!r} is not a trace; allowed: synthetic, pollux:N, pollux1:N, philly[:PATH], "
+                                "alibaba:PATH, or a CSV file in the trace format"])

@@ -1,0 +1,241 @@
+"""Ground truth of the simulated cluster: how fast a job really runs at a shape, alone and next to others.
+
+Kept apart from everything the policy sees: the planner gets families with
+*profiled* throughputs (this module's solo speeds plus measurement noise, as
+`elastico profile` would record them) and its own interference model (by
+default `ContentionModel`); it never sees the co-location factors below.
+
+Training (measured, Pollux on NVIDIA T4): one optimizer step at global batch
+G and micro-batch m runs `G/m` micro-steps of the measured `step_time(m)`
+(log-log interpolation between measured per-GPU batches) plus one
+`sync_time`. MPS share: a job at micro-batch m uses a fraction
+`d(m) = τ_min / τ(m)` of the GPU (τ = step time per sample; small batches
+leave SMs idle). MPS caps its SMs at the share s, so its speed is
+`min(1, s / (100·d))` of whole-GPU speed — a roofline: no loss until the cap
+bites, then proportional. GPU memory: parameter state (`PARAM_MIB`) + CUDA
+context + m × a per-sample activation size that makes the largest measured
+batch fill 90 % of the T4's 15 GiB.
+
+Inference (a documented decode model; no public measurement exists): a vLLM
+engine with n sequences in flight takes `W_READ_S + n·SEQ_S/s` per decode
+step (the weight read is bandwidth bound, which MPS does not partition; the
+per-sequence compute scales with the share s); prefill costs
+`PREFILL_S/s` per context token. n = min(max_num_seqs, sequences the KV cache
+holds). Requests/s = n / (generated·step + n·context·prefill).
+
+Co-location (measured, Gavel on P100): each job is mapped to a Gavel job
+(model, batch) by `identity`. Gavel ran pairs without MPS limits; `norm_ab`
+is the fraction of solo speed a kept next to b. Under MPS the truth is
+`speed_a = min(solo_a(s_a), solo_a(100) · Π_b norm_ab)`: partitioning SMs
+cannot give a job back what the unpartitioned pair measured it losing to
+memory bandwidth and caches, and it cannot run faster than its share allows.
+Pairs Gavel could not fit take the mean of both jobs' measured factors.
+Three or more co-runners multiply (more pessimistic than the planner's
+additive rule, on purpose: a different composition than the one it predicts
+with). This is the `gavel` ground truth: Gavel's measured co-run speed is a
+ceiling, which makes sharing at best neutral for jobs that fill the GPU.
+
+`gavel-residual`, the optimistic reading of the same data: Gavel's jobs fill
+the GPU, so time-slicing alone would leave each at 0.5 of solo; only the loss
+beyond that (`r_ab = min(1, 2·norm_ab)`) is contention MPS does not
+partition, and `speed_a = solo_a(s_a) · Π_b r_ab`. The truth lies between
+the two; runs should be reported under both.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from slurm_elastico.errors import ConfigError
+
+DATA = Path(__file__).parent / "data"
+
+T4_MEM_MIB = 15360.0
+GPU_MEM_MIB = 16384.0
+"""The simulated GPU: a 16 GiB T4-class card, the one the training profiles were measured on."""
+CUDA_CONTEXT_MIB = 600.0
+PARAM_MIB = {"bert": 1760.0, "cifar10": 180.0, "deepspeech2": 610.0, "imagenet": 410.0, "ncf": 60.0, "yolov3": 990.0}
+"""fp32 weights + gradients + two Adam moments (16 bytes per parameter) of each Pollux model."""
+
+GAVEL_OF_APP = {"cifar10": "ResNet-18", "imagenet": "ResNet-50", "yolov3": "ResNet-50", "bert": "Transformer",
+                "deepspeech2": "LM", "ncf": "Recommendation"}
+"""The Gavel job standing in for each Pollux model (same architecture family); inference decode → LM."""
+GAVEL_OF_INFER = "LM"
+
+# Inference decode model for a ~1.5 B-parameter fp16 LLM on the same class of GPU.
+INFER_WEIGHTS_MIB = 3000.0
+KV_MIB_PER_TOKEN = {"auto": 0.11, "fp8": 0.055}
+KV_SPEED = {"auto": 1.0, "fp8": 0.95}
+W_READ_S = 0.010
+SEQ_S = 0.0004
+PREFILL_S = 0.00005
+
+
+@dataclass(frozen=True)
+class TrainProfile:
+    """Measured step and sync time per per-GPU batch for one app on `gpus` GPUs of one node."""
+
+    app: str
+    gpus: int
+    bsz: np.ndarray
+    step: np.ndarray
+    sync: np.ndarray
+
+    def at(self, m: float) -> tuple[float, float]:
+        """(step, sync) seconds at per-GPU batch m, log-log interpolated (clamped to the measured range)."""
+        x = math.log(min(max(m, self.bsz[0]), self.bsz[-1]))
+        lb = np.log(self.bsz)
+        return (float(np.exp(np.interp(x, lb, np.log(self.step)))),
+                float(np.exp(np.interp(x, lb, np.log(np.maximum(self.sync, 1e-9))))))
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    try:
+        raw = gzip.open(path, "rt", newline="") if path.suffix == ".gz" else path.open(newline="")
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
+    with raw as f:
+        return list(csv.DictReader(io.StringIO(f.read())))
+
+
+class GroundTruth:
+    """Solo speeds, memory and co-location factors from documented files (defaults: the bundled copies)."""
+
+    def __init__(self, profiles: Path | None = None, iterations: Path | None = None, pairs: Path | None = None):
+        self.profiles: dict[tuple[str, int], TrainProfile] = {}
+        rows: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
+        for r in _read_csv(profiles or DATA / "pollux_profiles.csv"):
+            rows.setdefault((r["app"], int(r["gpus"])), []).append(
+                (float(r["local_bsz"]), float(r["step_time"]), float(r["sync_time"])))
+        for key, vals in rows.items():
+            a = np.array(sorted(vals))
+            self.profiles[key] = TrainProfile(key[0], key[1], a[:, 0], a[:, 1], a[:, 2])
+        self.iterations: dict[str, dict[int, int]] = {}
+        for r in _read_csv(iterations or DATA / "pollux_iterations.csv"):
+            self.iterations.setdefault(r["app"], {})[int(r["global_batch"])] = int(r["iterations"])
+        self.norm: dict[tuple[tuple[str, int], tuple[str, int]], float] = {}
+        self.gavel_batches: dict[str, list[int]] = {}
+        unfit: list[tuple[tuple[str, int], tuple[str, int]]] = []
+        for r in _read_csv(pairs or DATA / "gavel_pairs_p100.csv"):
+            a = (r["model1"], int(r["bs1"]) if r["bs1"] else 0)
+            b = (r["model2"], int(r["bs2"]) if r["bs2"] else 0)
+            for m, bs in (a, b):
+                self.gavel_batches.setdefault(m, [])
+                if bs not in self.gavel_batches[m]:
+                    self.gavel_batches[m].append(bs)
+            if r["norm1"] == "":
+                unfit.append((a, b))
+                continue
+            self.norm[(a, b)] = float(r["norm1"])
+            self.norm[(b, a)] = float(r["norm2"])
+        means: dict[tuple[str, int], list[float]] = {}
+        for (a, _), v in self.norm.items():
+            means.setdefault(a, []).append(v)
+        for a, b in unfit:
+            v = float(np.mean(means.get(a, [0.5]) + means.get(b, [0.5])))
+            self.norm.setdefault((a, b), v)
+            self.norm.setdefault((b, a), v)
+        for m in self.gavel_batches:
+            self.gavel_batches[m].sort()
+        self.apps = tuple(sorted({a for a, g in self.profiles if g == 1}))
+
+    # -- training ------------------------------------------------------------
+
+    def profile(self, app: str, gpus: int = 1) -> TrainProfile:
+        try:
+            return self.profiles[(app, gpus)]
+        except KeyError:
+            raise ConfigError("ground truth", [f"no measured profile for app {app!r} on {gpus} GPU(s); "
+                                               f"apps: {', '.join(self.apps)}"]) from None
+
+    def batch_range(self, app: str) -> tuple[int, int]:
+        p = self.profile(app)
+        return int(p.bsz[0]), int(p.bsz[-1])
+
+    def demand(self, app: str, micro: float) -> float:
+        """Fraction of the GPU's peak per-sample rate the job reaches at this micro-batch (0, 1]."""
+        p = self.profile(app)
+        tau = p.step / p.bsz
+        step, _ = p.at(micro)
+        return float(min(1.0, tau.min() / (step / min(max(micro, p.bsz[0]), p.bsz[-1]))))
+
+    @lru_cache(maxsize=65536)
+    def train_speed(self, app: str, global_batch: int, micro: int, share: int) -> float:
+        """Optimizer steps/s at (global batch, micro-batch) with an MPS share, running alone."""
+        step, sync = self.profile(app).at(micro)
+        whole = 1.0 / ((global_batch / micro) * step + sync)
+        return whole * min(1.0, share / (100.0 * self.demand(app, micro)))
+
+    def train_mem_mib(self, app: str, micro: int) -> float:
+        lo, hi = self.batch_range(app)
+        base = PARAM_MIB.get(app, 500.0) + CUDA_CONTEXT_MIB
+        per_sample = max(1.0, 0.9 * T4_MEM_MIB - base) / hi
+        return base + micro * per_sample
+
+    def rigid_speed(self, app: str, global_batch: int, gpus: int) -> float:
+        """Steps/s of a whole-GPU job on `gpus` GPUs of one node (measured up to 4; linear beyond)."""
+        g = min(gpus, max(n for a, n in self.profiles if a == app))
+        step, sync = self.profile(app, g).at(global_batch / g)
+        lo, hi = self.batch_range(app)
+        local = global_batch / g
+        accumulation = max(1.0, local / hi)
+        return (1.0 / (accumulation * step + sync)) * (gpus / g)
+
+    def iterations_to_end(self, app: str, global_batch: int) -> int:
+        """Measured iterations to the app's end at this global batch (log-log interpolated)."""
+        table = self.iterations.get(app)
+        if not table:
+            raise ConfigError("ground truth", [f"no measured iterations for app {app!r}"])
+        b = np.array(sorted(table), dtype=float)
+        it = np.array([table[int(x)] for x in b], dtype=float)
+        return int(round(float(np.exp(np.interp(math.log(global_batch), np.log(b), np.log(it))))))
+
+    # -- inference -----------------------------------------------------------
+
+    @staticmethod
+    @lru_cache(maxsize=65536)
+    def infer_speed(context: float, generated: float, gmu: float, seqs: int, kv: str, share: int,
+                    gpu_mem_mib: float) -> float:
+        """Requests/s of a decode engine at these knobs and share, running alone (0 when nothing fits)."""
+        room = gmu * gpu_mem_mib - INFER_WEIGHTS_MIB - CUDA_CONTEXT_MIB
+        per_seq = (context + generated) * KV_MIB_PER_TOKEN[kv]
+        n = min(seqs, math.floor(room / per_seq)) if room > 0 else 0
+        if n < 1:
+            return 0.0
+        s = max(share, 1) / 100.0
+        step = W_READ_S + n * SEQ_S / s
+        per_request = (generated * step + n * context * PREFILL_S / s) / n
+        return KV_SPEED[kv] / per_request
+
+    # -- co-location -----------------------------------------------------------
+
+    def identity(self, kind: str, app: str, batch: float) -> tuple[str, int]:
+        """The Gavel job (model, batch) standing in for this job: same family, nearest batch in log scale."""
+        model = GAVEL_OF_INFER if kind == "infer" else GAVEL_OF_APP.get(app, "ResNet-50")
+        sizes = self.gavel_batches.get(model) or [0]
+        if not batch or batch != batch or sizes == [0]:
+            return model, sizes[0]
+        return model, min(sizes, key=lambda b: abs(math.log(max(b, 1)) - math.log(batch)))
+
+    def colocated(self, solo_share: float, solo_whole: float, me: tuple[str, int],
+                  others: Sequence[tuple[str, int]], mode: str = "gavel") -> float:
+        """Speed of a job next to `others` on one GPU under `mode` (see the module docstring)."""
+        if not others or mode == "none":
+            return solo_share
+        f = 1.0
+        if mode == "gavel-residual":
+            for o in others:
+                f *= min(1.0, 2.0 * self.norm.get((me, o), 0.5))
+            return solo_share * f
+        for o in others:
+            f *= self.norm.get((me, o), 0.5)
+        return min(solo_share, solo_whole * f)
