@@ -63,6 +63,8 @@ def instance(rng: np.random.Generator, n_jobs: int, n_gpus: int, n_shapes: int =
     uses: dict[tuple[int, int], list[GpuUse]] = {}
     free = {(ni, gi): 100 for ni, n in enumerate(nodes) for gi in range(len(n.gpus))}
     slots = list(free)
+    cpus_used: dict[int, int] = {}
+    mem_used: dict[int, int] = {}
     for k in range(n_jobs):
         jid = 1000 + k
         fam = fams[int(rng.integers(0, len(fams)))]
@@ -71,10 +73,15 @@ def instance(rng: np.random.Generator, n_jobs: int, n_gpus: int, n_shapes: int =
         if rng.random() < running_frac and slots:
             shape = fam.shapes[int(rng.integers(0, len(fam.shapes)))]
             key = slots[int(rng.integers(0, len(slots)))]
-            if free[key] >= shape.resources.mps:
+            node = nodes[key[0]]
+            room = (free[key] >= shape.resources.mps
+                    and cpus_used.get(key[0], 0) + shape.resources.cpus <= node.cpus
+                    and mem_used.get(key[0], 0) + shape.resources.host_mem_mib <= node.memory_mib)
+            if room:  # a running job Slurm could really have started: within the node's CPUs and memory too
                 free[key] -= shape.resources.mps
+                cpus_used[key[0]] = cpus_used.get(key[0], 0) + shape.resources.cpus
+                mem_used[key[0]] = mem_used.get(key[0], 0) + shape.resources.host_mem_mib
                 uses.setdefault(key, []).append(GpuUse(jid, shape.resources.mps))
-                node = nodes[key[0]]
                 jobs.append(JobView(jid, f"j{jid}", "u", "gpu", JobState.RUNNING, gres=GresRequest("mps", shape.resources.mps),
                                     nodes=(node.name,), gpu_indices=(key[1],), cpus=shape.resources.cpus,
                                     memory_mib=shape.resources.host_mem_mib, submit_time=submit,
