@@ -1,0 +1,79 @@
+"""PNG plots of simulation results with matplotlib (the `plot` extra): JCT CDF, utilisation over time, load sweep."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from slurm_elastico.errors import ConfigError
+from slurm_elastico.sim.engine import RunResult
+
+
+def _plt():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only: no display on a cluster node
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError("plots", ["matplotlib is not installed; install the 'plot' extra"]) from None
+    return plt
+
+
+def jct_cdf(runs: Mapping[str, Sequence[RunResult]], path: str | Path) -> Path:
+    """CDF of job completion time per policy, every seed's jobs pooled."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, rs in runs.items():
+        jct = np.sort([j.jct / 3600 for r in rs for j in r.jobs])
+        if len(jct):
+            ax.step(jct, np.arange(1, len(jct) + 1) / len(jct), where="post", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (h)")
+    ax.set_ylabel("fraction of jobs")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def utilization(runs: Mapping[str, Sequence[RunResult]], path: str | Path) -> Path:
+    """Allocated share of all GPUs over time per policy (first seed)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, rs in runs.items():
+        if rs and rs[0].timeline:
+            t = np.array(rs[0].timeline)
+            ax.plot((t[:, 0] - t[0, 0]) / 3600, t[:, 1], label=name, lw=1)
+    ax.set_xlabel("time since first submission (h)")
+    ax.set_ylabel("allocated GPU share")
+    ax.set_ylim(0, 1.05)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def load_sweep(points: Mapping[str, Sequence[tuple[float, float, float]]], path: str | Path,
+               ylabel: str = "mean JCT (h)") -> Path:
+    """A figure against offered load per policy: {policy: [(load, mean, 95 % half-width)]}."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, pts in points.items():
+        p = np.array(sorted(pts), dtype=float)
+        if len(p):
+            ax.errorbar(p[:, 0], p[:, 1], yerr=np.nan_to_num(p[:, 2]), label=name, marker="o", capsize=3)
+    ax.set_xlabel("offered load")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
