@@ -67,6 +67,9 @@ def _register() -> None:
     from slurm_elastico.cli import report
 
     main.add_command(report.report)
+    from slurm_elastico.cli import sim
+
+    main.add_command(sim.sim)
 
 
 _register()
