@@ -10,8 +10,11 @@ ELASTICO_CKPT_DIR, and starts the program. Then:
   a new shape at the share the job already holds is relaunched in place; a
   shape that needs another share is not (the helper moves the job with a
   requeue, which sends SIGTERM), so the same shape is relaunched; no change
-  and the time limit near: the job requeues itself (`scontrol requeue`) and
-  continues later with a fresh time limit; otherwise the same shape is relaunched.
+  and the time limit near: the job requeues itself (`scontrol requeue`, then
+  StartTime=now+5 s instead of Slurm's ~120 s) and continues with a fresh time
+  limit, unless it started under 30 s ago (Slurm may warn up to a minute early:
+  it is relaunched and checkpoints at the limit's SIGTERM, ending as TIMEOUT);
+  otherwise the same shape is relaunched.
 * SIGTERM (requeuehold, preemption, scancel, time limit) is forwarded; the
   program has `grace_s` (below Slurm's KillWait) to checkpoint and exit, then
   its process group is killed. Either way elastico-run exits and the next
@@ -50,6 +53,11 @@ from slurm_elastico.wrap import Payload, choose_shape, shebang_argv
 QUICK_RUN_S = 2.0
 MAX_QUICK_RELAUNCHES = 5
 """A program that asks to be relaunched this many times in a row, each run shorter than QUICK_RUN_S, is failing, not checkpointing."""
+
+MIN_RUN_BEFORE_REQUEUE_S = 30.0
+"""A time-limit warning this soon after the job started does not requeue it (no progress would be made)."""
+REQUEUE_START_DELAY_S = 5
+"""After requeueing itself at the time limit, the job asks to start again this many seconds later."""
 
 Log = Callable[[str], None]
 
@@ -108,8 +116,6 @@ class Supervisor:
         self.usr1 = False
         self.stopping = False
         self.kill_at: float | None = None
-        self.launches: list[str] = []
-        """Shape name of every launch, in order (for tests and the summary line)."""
 
     # ------------------------------------------------------------------ signals
 
@@ -185,9 +191,9 @@ class Supervisor:
                              f"relaunching {found.shape.name}; a requeue moves it")
                 continue
             if _time_limit_near(new, self.lead_s):
-                if new.elapsed_s is not None and new.elapsed_s < new.remaining_s:  # type: ignore[operator]
-                    # Slurm may send the warning up to a minute early; a requeue now would make no progress,
-                    # and a job whose limit is this short would requeue forever.
+                if new.elapsed_s is not None and new.elapsed_s < MIN_RUN_BEFORE_REQUEUE_S:
+                    # Slurm may send the warning up to a minute early; a job whose limit is barely above the
+                    # lead would be requeued before doing any work, again and again.
                     self.log(f"time-limit warning after only {new.elapsed_s:.0f} s with {new.remaining_s:.0f} s left: "
                              f"relaunching {found.shape.name}; it checkpoints again at the limit's SIGTERM")
                     continue
@@ -200,11 +206,11 @@ class Supervisor:
             self.log(f"checkpointed without a new shape: relaunching {found.shape.name}")
 
     def _launch(self, shape: PlannedShape) -> int:
-        self.launches.append(shape.name)
         env = {**self.env, **shape_env(runtime_shape(self.family, shape))}
         self.child = subprocess.Popen(self.program, env=env, start_new_session=True)
         pending, self.pending = self.pending, []
-        for sig in pending:
+        for sig in pending:  # a USR1 that came between two runs: this run checkpoints at once and the shape is re-read
+            self.usr1 = self.usr1 or sig == signal.SIGUSR1
             self._forward(sig)
         killed = False
         while True:
@@ -288,8 +294,15 @@ def supervise(program: Sequence[str], family: Family, candidates: Sequence[Plann
     log(f"restart {env.get('SLURM_RESTART_COUNT', '0')}, checkpoints in {env['ELASTICO_CKPT_DIR']}")
 
     def requeue() -> None:
-        if job_id is not None:  # `scontrol requeue` is not in slurm.commands (not this module's file)
-            classify(runner(["scontrol", "requeue", str(job_id)]))
+        if job_id is None:
+            return
+        # `scontrol requeue` is not among slurm.commands' builders (another module's file); argv, no shell.
+        classify(runner(["scontrol", "requeue", str(job_id)]))
+        # A requeued job waits Slurm's ~120 s BeginTime; a few seconds are enough (the credential of the
+        # run that just ended must be revoked in an earlier second than the next run starts).
+        done = runner(["scontrol", "update", f"JobId={job_id}", f"StartTime=now+{REQUEUE_START_DELAY_S}"])
+        if done.returncode != 0:
+            log(f"could not bring the requeued job's start forward ({done.stderr.strip()}); it starts after Slurm's BeginTime")
 
     shapes = JobShapes(family, candidates, job_id, gateway, log)
     sup = Supervisor(program, family, shapes, env, grace_s=grace_s, lead_s=lead_s, requeue=requeue, log=log)

@@ -47,6 +47,8 @@ if mode == "quick75":
     sys.exit(75)
 if mode == "done-second" and runs >= 1:
     sys.exit(0)
+if mode == "done-at-mb16" and os.environ.get("ELASTICO_MICRO_BATCH") == "16":
+    sys.exit(0)
 deadline = time.time() + 20
 while time.time() < deadline:
     if asked:
@@ -161,6 +163,17 @@ def test_usr1_far_from_the_time_limit_relaunches_the_same_shape(tmp_path, family
     signal_when_ready(log, signal.SIGUSR1)
     assert sup.run() == 0
     assert requeues == [] and launches(log) == ["mb8-fp32-mps25", "mb8-fp32-mps25"]
+
+
+def test_usr1_between_two_runs_reaches_the_next_run(tmp_path, family):
+    a, b = shape(family, "mb8-fp32-mps25"), shape(family, "mb16-fp32-mps25")
+    sup, log, messages = make(tmp_path, family, Script(Found(a, "default", 25), Found(b, "AdminComment", 25)), "done-at-mb16")
+    sup.pending.append(signal.SIGUSR1)  # as if it arrived while no program ran
+    t0 = time.monotonic()
+    assert sup.run() == 0
+    assert time.monotonic() - t0 < 10  # the first run did not wait for a signal that never came
+    # the first run was stopped at once (perhaps before it could log); the second ran the new shape
+    assert launches(log)[-1] == "mb16-fp32-mps25" and any("reshape in place" in m for m in messages)
 
 
 def test_sigterm_is_forwarded_and_the_checkpointed_program_is_not_relaunched(tmp_path, family):
