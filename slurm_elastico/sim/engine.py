@@ -38,7 +38,8 @@ from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Family, GresRequest, JobState
 from slurm_elastico.planner import policies, run_epoch
 from slurm_elastico.sim.cluster import SimCluster, SimJob
-from slurm_elastico.sim.families import INFER_CPUS, INFER_HOST_MIB, TRAIN_CPUS, TRAIN_HOST_MIB, fastest_speed, family_of
+from slurm_elastico.sim.families import (INFER_CPUS, INFER_HOST_MIB, TRAIN_CPUS, TRAIN_HOST_MIB, fastest_speed,
+                                         family_of, goodput_factor)
 from slurm_elastico.sim.settings import SimSettings
 from slurm_elastico.sim.trace import TraceJob
 from slurm_elastico.sim.truth import GroundTruth
@@ -209,7 +210,7 @@ class Engine:
 
     def _arrive(self, tj: TraceJob) -> None:
         fam = family_of(tj, self.truth, self.sim.share_levels(), self.sim.gpu_memory_mib, self.sim.profile_noise,
-                        self.seed)
+                        self.seed, self.sim.adaptive_batch)
         if fam is None:
             gres, cpus, mem = GresRequest("gpu", tj.gpus), TRAIN_CPUS * tj.gpus, TRAIN_HOST_MIB * tj.gpus
             begin = tj.submit_s
@@ -235,7 +236,7 @@ class Engine:
         self.families.pop(job.job_id, None)
         self.solo.pop(job.job_id, None)
         tj = job.trace
-        best = tj.work / fastest_speed(tj, self.truth, self.sim.gpu_memory_mib)
+        best = tj.work / fastest_speed(tj, self.truth, self.sim.gpu_memory_mib, self.sim.adaptive_batch)
         self.results.append(JobResult(
             tj.job_id, tj.kind, tj.app, tj.gpus, tj.submit_s, job.first_start, job.end, job.restarts, tj.work,
             job.done, best, tj.work * tj.global_batch if tj.kind == "train" else 0.0,
@@ -302,8 +303,10 @@ class Engine:
                 shape = job.family.default_shape
             if tj.kind == "train":
                 m = int(shape.knob("micro_batch"))
-                val = (t.train_speed(tj.app, tj.global_batch, m, job.share),
-                       t.train_speed(tj.app, tj.global_batch, m, 100), t.identity("train", tj.app, m))
+                b = int(shape.knob("global_batch", tj.global_batch))
+                f = goodput_factor(t, tj, b)
+                val = (t.train_speed(tj.app, b, m, job.share) * f, t.train_speed(tj.app, b, m, 100) * f,
+                       t.identity("train", tj.app, m))
             else:
                 args = (tj.context_tokens, tj.generated_tokens, float(shape.knob("gpu_memory_utilization")),
                         int(shape.knob("max_num_seqs")), str(shape.knob("kv_cache_dtype")))

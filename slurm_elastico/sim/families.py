@@ -50,25 +50,50 @@ def _noise(job_id: int, name: str, seed: int, sigma: float) -> float:
     return float(np.exp(np.random.default_rng(key).normal(0.0, sigma)))
 
 
+def other_batches(truth: GroundTruth, job: TraceJob) -> list[int]:
+    """Global batches besides the job's own at which the app's iterations to the end were measured."""
+    _, hi = truth.batch_range(job.app)
+    return sorted(b for b in truth.iterations.get(job.app, {}) if b != job.global_batch and b <= 4 * hi)
+
+
+def goodput_factor(truth: GroundTruth, job: TraceJob, batch: int) -> float:
+    """Steps of the job's own batch one step at `batch` is worth: measured iterations to the end, G over B."""
+    if batch == job.global_batch:
+        return 1.0
+    return truth.iterations_to_end(job.app, job.global_batch) / truth.iterations_to_end(job.app, batch)
+
+
 def family_of(job: TraceJob, truth: GroundTruth, shares: tuple[int, ...], gpu_mem_mib: float, noise: float = 0.0,
-              seed: int = 0) -> Family | None:
-    """The job's family as profiled, or None for a rigid multi-GPU job (the planner leaves it to Slurm)."""
+              seed: int = 0, adaptive: bool = False) -> Family | None:
+    """The job's family as profiled, or None for a rigid multi-GPU job (the planner leaves it to Slurm).
+
+    `adaptive` adds shapes at the other measured global batches, declared with
+    a learning-rate rule (`lr_scaling: sqrt`); their throughput is goodput in
+    steps of the submitted batch per second (Pollux: throughput × statistical
+    efficiency, here measured as iterations to the same end).
+    """
     if job.gpus > 1:
         return None
     levels = sorted(set(shares) | {job.share})
     shapes: list[Shape] = []
     if job.kind == "train":
-        for m in micro_batches(truth, job.app, job.global_batch):
-            mem = truth.train_mem_mib(job.app, m)
-            if mem > gpu_mem_mib:
-                continue
-            knobs = {"micro_batch": m, "precision": "fp32", "checkpointing": False}
-            full = {**knobs, "accumulation": job.global_batch // m, "global_batch": job.global_batch}
-            for s in levels:
-                name = shape_name("train", knobs, s)
-                tput = truth.train_speed(job.app, job.global_batch, m, s) * _noise(job.job_id, name, seed, noise)
-                shapes.append(Shape(name, Resources(s, int(mem), TRAIN_CPUS, TRAIN_HOST_MIB), tput,
-                                    tuple(sorted(full.items()))))
+        for batch in [job.global_batch] + (other_batches(truth, job) if adaptive else []):
+            factor = goodput_factor(truth, job, batch)
+            for m in micro_batches(truth, job.app, batch):
+                mem = truth.train_mem_mib(job.app, m)
+                if mem > gpu_mem_mib:
+                    continue
+                knobs = {"micro_batch": m, "precision": "fp32", "checkpointing": False}
+                full: dict[str, object] = {**knobs, "accumulation": batch // m, "global_batch": batch}
+                prefix = ""
+                if batch != job.global_batch:
+                    full["lr_scaling"] = "sqrt"
+                    prefix = f"gb{batch}-"
+                for s in levels:
+                    name = prefix + shape_name("train", knobs, s)
+                    tput = truth.train_speed(job.app, batch, m, s) * factor * _noise(job.job_id, name, seed, noise)
+                    shapes.append(Shape(name, Resources(s, int(mem), TRAIN_CPUS, TRAIN_HOST_MIB), tput,
+                                        tuple(sorted(full.items()))))
         default = shape_name("train", {"micro_batch": default_micro(truth, job.app, job.global_batch),
                                        "precision": "fp32", "checkpointing": False}, job.share)
     else:
@@ -92,13 +117,14 @@ def family_of(job: TraceJob, truth: GroundTruth, shares: tuple[int, ...], gpu_me
                   name=job.app, default=default)
 
 
-def fastest_speed(job: TraceJob, truth: GroundTruth, gpu_mem_mib: float) -> float:
+def fastest_speed(job: TraceJob, truth: GroundTruth, gpu_mem_mib: float, adaptive: bool = False) -> float:
     """The job's true speed alone at its fastest shape (a whole GPU, any knobs): the lower bound's rate."""
     if job.gpus > 1:
         return truth.rigid_speed(job.app, job.global_batch, job.gpus)
     if job.kind == "train":
-        return max(truth.train_speed(job.app, job.global_batch, m, 100)
-                   for m in micro_batches(truth, job.app, job.global_batch)
-                   if truth.train_mem_mib(job.app, m) <= gpu_mem_mib or m == default_micro(truth, job.app, job.global_batch))
+        batches = [job.global_batch] + (other_batches(truth, job) if adaptive else [])
+        return max(truth.train_speed(job.app, b, m, 100) * goodput_factor(truth, job, b)
+                   for b in batches for m in micro_batches(truth, job.app, b)
+                   if truth.train_mem_mib(job.app, m) <= gpu_mem_mib or m == default_micro(truth, job.app, b))
     return max(truth.infer_speed(job.context_tokens, job.generated_tokens, g, n, kv, 100, gpu_mem_mib)
                for g in GMUS for n in SEQS for kv in KV)

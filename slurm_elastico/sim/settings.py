@@ -34,6 +34,8 @@ class SimSettings:
     colocation: str = _opt("gavel", choices=COLOCATION, help="ground truth of co-location (sim.truth): Gavel's co-run "
                                                              "speed as a ceiling, its residual beyond time-slicing, "
                                                              "or none (sharing costs only the share)")
+    adaptive_batch: bool = _opt(False, help="training families also offer other global batches with an LR rule "
+                                            "(goodput shapes; what the pollux policy adapts)")
     audit: bool = _opt(False, help="check capacity and bookkeeping after every event (slow; for tests)")
 
     def share_levels(self) -> tuple[int, ...]:
