@@ -91,6 +91,20 @@ REGISTRY: dict[str, Policy] = {p.name: p for p in (
 )}
 
 
+from slurm_elastico.planner import baselines as _baselines  # noqa: E402  (baselines build on the narrowers above)
+
+REGISTRY.update({p.name: p for p in (  # type: ignore[misc]  (LasPolicy has Policy's interface, not its class)
+    Policy("static-mps", "static MPS sharing: each job at its submitted knobs on half a GPU, first come first "
+           "served, blind to interference", _baselines.half_gpu, price=False, interference=False, reshape=False,
+           order=fifo_order),
+    _baselines.LasPolicy("tiresias", "Tiresias-style least attained service: jobs past an hour of GPU time yield "
+                         "half their GPU to waiting jobs"),
+    Policy("pollux", "Pollux-style goodput: whole GPUs, first come first served, each job reshaped to its "
+           "best-goodput knobs (other global batches where the family declares them with an LR rule)",
+           _baselines.whole_gpu_any_batch, price=False, interference=False, reshape=True, order=fifo_order),
+)})
+
+
 def get(name: str) -> Policy:
     """The policy registered as `name`; a `ConfigError` listing the valid names otherwise."""
     try:
