@@ -1,0 +1,174 @@
+"""The simulator: exact JCTs on a hand-computed case, conservation, capacity, determinism, gateway semantics,
+and the separation of the ground truth from the model the policy consults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from slurm_elastico.config import Settings
+from slurm_elastico.errors import ConfigError, JobNotPendingError
+from slurm_elastico.interference.base import ContentionModel
+from slurm_elastico.model import Action, ActionKind, JobState
+from slurm_elastico.sim import engine, metrics, trace
+from slurm_elastico.sim.settings import SimSettings, from_mapping
+from slurm_elastico.sim.trace import TraceJob
+from slurm_elastico.sim.truth import GroundTruth
+
+DATA = Path(__file__).parent.parent / "data" / "sim"
+
+
+@pytest.fixture(scope="module")
+def toy() -> GroundTruth:
+    """One app at exactly one step per second (either micro-batch), no co-location data of its own."""
+    return GroundTruth(DATA / "toy_profiles.csv", DATA / "toy_iterations.csv", DATA / "toy_pairs.csv")
+
+
+@pytest.fixture(scope="module")
+def truth() -> GroundTruth:
+    return GroundTruth()
+
+
+def toy_job(jid: int, submit: float, steps: float) -> TraceJob:
+    return TraceJob(jid, submit, "train", "toy", 1, steps, global_batch=16)
+
+
+def tiny_run(truth, policy="static", window=-1.0, jobs=None, **sim_kw):
+    jobs = jobs or [toy_job(1, 0, 100), toy_job(2, 0, 50), toy_job(3, 10, 30)]
+    sim = SimSettings(gpus=2, gpus_per_node=2, epoch_s=4, placement_window_s=window, profile_noise=0.0, audit=True,
+                      **sim_kw)
+    return engine.run(jobs, policy, Settings(), sim, ContentionModel(), truth, seed=0)
+
+
+@pytest.mark.parametrize("window,c_start", [(-1.0, 52.0), (0.0, 50.0)])
+def test_two_gpus_three_jobs_static_jcts_are_known_exactly(toy, window, c_start):
+    # A (100 steps at 1 step/s) and B (50) start at 0 on one GPU each; C (30, submitted at 10) waits for B (ends
+    # at 50). With window -1 only the planner starts jobs, at epochs every 4 s: C starts at 52. With window 0
+    # Slurm's own FIFO starts jobs at submission and at B's completion: C starts at 50.
+    r = tiny_run(toy, window=window)
+    jct = {j.job_id: j.jct for j in r.jobs}
+    assert jct == pytest.approx({1: 100.0, 2: 50.0, 3: c_start + 30 - 10}, rel=1e-6)
+    assert {j.job_id: j.first_start for j in r.jobs} == pytest.approx({1: 0.0, 2: 0.0, 3: c_start})
+    s = metrics.summarize(r)
+    assert s["mean_jct_h"] * 3600 == pytest.approx((100 + 50 + c_start + 20) / 3, rel=1e-6)
+    assert s["lower_bound_h"] * 3600 == pytest.approx(60.0, rel=1e-6)  # each alone from submission
+    makespan = max(100.0, c_start + 30)
+    assert s["util"] == pytest.approx((100 + 50 + 30) / (2 * makespan), rel=1e-6)
+
+
+def test_a_reshape_costs_its_restart_time_and_keeps_the_work(toy):
+    sim = SimSettings(gpus=1, gpus_per_node=1, epoch_s=1000, placement_window_s=0, profile_noise=0.0, audit=True,
+                      restart_cost_s=7.0, colocation="none")
+    e = engine.Engine([toy_job(1, 0, 100)], "static", Settings(), sim, ContentionModel(), toy)
+    e._push(0.0, engine.ARRIVAL, 1)
+    e.cluster.now = 0.0
+    e._arrive(e.trace[0])
+    e._settle()
+    job = e.cluster.jobs[1]
+    assert job.state is JobState.RUNNING and job.rate == pytest.approx(1.0, rel=1e-6)
+    with pytest.raises(JobNotPendingError):  # Slurm refuses a running job's GRES change
+        e.cluster.apply(Action(ActionKind.SET_SHARE, 1, "t", share=50))
+    e.cluster.now = 40.0
+    e.cluster.apply(Action(ActionKind.RESHAPE_RUNNING, 1, "t", share=50, nodes=("n0000",)))
+    assert job.state is JobState.PENDING and job.gres.count == 50 and job.done == pytest.approx(40.0, rel=1e-6)
+    e._settle()
+    assert job.state is JobState.RUNNING and job.share == 50 and job.ready_at == 47.0
+    # At share 50 the toy job (demand 1) runs at half speed: 60 steps left take 120 s after the 7 s restart.
+    assert e._done_at(job, 47.0) == pytest.approx(40.0, rel=1e-6)
+    assert e._done_at(job, 167.0) == pytest.approx(100.0, rel=1e-6)
+
+
+@pytest.fixture(scope="module")
+def mix(truth):
+    return trace.synthetic(trace.MixSpec(n_jobs=40, gpus=4, load=2.0, max_duration_s=3 * 3600), seed=3, truth=truth)
+
+
+@pytest.mark.parametrize("policy", ["elastico", "tiresias", "static-mps", "pollux"])
+def test_conservation_and_capacity_under_every_kind_of_policy(truth, mix, policy):
+    sim = SimSettings(gpus=4, gpus_per_node=2, audit=True, placement_window_s=-1 if policy != "static-mps" else 60)
+    r = engine.run(mix, policy, Settings(), sim, ContentionModel(), truth, seed=3)  # audit: capacity after every event
+    assert r.unfinished == 0
+    assert sorted(j.job_id for j in r.jobs) == sorted(j.job_id for j in mix)  # none lost, none twice
+    assert all(j.done == j.work and j.end >= j.first_start >= j.submit for j in r.jobs)
+    assert sum(j.work for j in r.jobs) == pytest.approx(sum(j.work for j in mix))
+    assert r.counters["starts"] == len(mix) + r.counters["requeues"]
+    assert sum(j.restarts for j in r.jobs) == r.counters["requeues"]
+    assert 0 < r.util_makespan <= 1
+
+
+def test_same_seed_same_run_and_another_seed_differs(truth, mix):
+    sim = SimSettings(gpus=4, gpus_per_node=2, placement_window_s=-1)
+    a = engine.run(mix, "elastico", Settings(), sim, ContentionModel(), truth, seed=3)
+    b = engine.run(mix, "elastico", Settings(), sim, ContentionModel(), truth, seed=3)
+    assert a.jobs == b.jobs and a.timeline == b.timeline
+    other = trace.synthetic(trace.MixSpec(n_jobs=40, gpus=4, load=2.0, max_duration_s=3 * 3600), seed=4, truth=truth)
+    assert other != mix
+
+
+class Spy:
+    """A policy-side model that counts its calls and believes co-location is free."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def predict(self, a, b):
+        self.calls += 1
+        return np.ones(len(a))
+
+
+def test_the_truth_never_asks_the_policys_model(truth, mix, monkeypatch):
+    spy = Spy()
+    sim = SimSettings(gpus=4, gpus_per_node=2, placement_window_s=-1)
+    e = engine.Engine(mix, "elastico", Settings(), sim, spy, truth, seed=3)
+    rerate = e._rerate
+    slowed = []
+
+    def watched(job):
+        before = spy.calls
+        rerate(job)
+        assert spy.calls == before  # rating a job by the ground truth never consulted the policy's model
+        slowed.append(job.rate < e._solo(job)[0] - 1e-12)
+
+    monkeypatch.setattr(e, "_rerate", watched)
+    e.run()
+    assert spy.calls > 0  # the policy did use it ...
+    assert any(slowed)  # ... and believing sharing free did not make it free: the Gavel truth slowed someone
+
+
+def test_colocation_truth_is_a_ceiling_and_none_means_share_only(truth):
+    me, other = ("ResNet-18", 32), ("ResNet-50", 64)
+    norm = truth.norm[(me, other)]
+    assert 0 < norm < 1
+    assert truth.colocated(0.5, 1.0, me, [other]) == pytest.approx(min(0.5, norm))
+    assert truth.colocated(0.5, 1.0, me, [other], "none") == 0.5
+    assert truth.colocated(0.5, 1.0, me, [other], "gavel-residual") == pytest.approx(0.5 * min(1.0, 2 * norm))
+    assert truth.colocated(0.5, 1.0, me, []) == 0.5
+
+
+def test_training_speed_follows_the_measured_profiles(truth):
+    p = truth.profile("cifar10")
+    step, _ = p.at(float(p.bsz[3]))
+    assert step == pytest.approx(float(p.step[3]))  # at a measured batch: the measurement
+    whole = truth.train_speed("cifar10", 1024, 1024, 100)
+    d = truth.demand("cifar10", 1024)
+    assert d > 0.95  # the largest batch nearly fills the GPU ...
+    assert truth.train_speed("cifar10", 1024, 1024, 50) == pytest.approx(whole * 0.5 / d, rel=1e-6)  # ... so 50 % bites
+    small = truth.train_speed("cifar10", 1024, 32, 100)
+    assert truth.train_speed("cifar10", 1024, 32, 60) == pytest.approx(small)  # demand ~0.5: 60 % is enough
+    assert small < whole  # 32 micro-steps cost more than one big one
+
+
+def test_sim_settings_name_every_bad_key():
+    with pytest.raises(ConfigError) as err:
+        from_mapping({"gpus": 0, "colocation": "magic", "nope": 1, "shares": "a,b"})
+    text = str(err.value)
+    assert "sim.gpus" in text and "sim.colocation" in text and "sim.nope: unknown key" in text
+    assert from_mapping({"shares": "50,100"}).share_levels() == (50, 100)
+
+
+def test_metrics_interval_and_separation():
+    m, h = metrics.ci95([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert m == 3.0 and h == pytest.approx(2.776 * np.std([1, 2, 3, 4, 5], ddof=1) / np.sqrt(5), rel=1e-3)
+    assert metrics.separated((1.0, 0.1), (2.0, 0.1)) and not metrics.separated((1.0, 0.6), (2.0, 0.6))
