@@ -10,11 +10,13 @@ ELASTICO_CKPT_DIR, and starts the program. Then:
   a new shape at the share the job already holds is relaunched in place; a
   shape that needs another share is not (the helper moves the job with a
   requeue, which sends SIGTERM), so the same shape is relaunched; no change
-  and the time limit near: the job requeues itself (`scontrol requeue`, then
-  StartTime=now+5 s instead of Slurm's ~120 s) and continues with a fresh time
-  limit, unless it started under 30 s ago (Slurm may warn up to a minute early:
-  it is relaunched and checkpoints at the limit's SIGTERM, ending as TIMEOUT);
-  otherwise the same shape is relaunched.
+  and the time limit near: the job requeues itself (`scontrol requeue`) and
+  continues with a fresh time limit after Slurm's ~120 s BeginTime (the helper's
+  StartTime=now shortens it; from inside the job it cannot: the update lands
+  before the requeue completes and is overwritten), unless it started under
+  30 s ago (Slurm may warn up to a minute early: it is relaunched and
+  checkpoints at the limit's SIGTERM, ending as TIMEOUT); otherwise the same
+  shape is relaunched.
 * SIGTERM (requeuehold, preemption, scancel, time limit) is forwarded; the
   program has `grace_s` (below Slurm's KillWait) to checkpoint and exit, then
   its process group is killed. Either way elastico-run exits and the next
@@ -56,8 +58,6 @@ MAX_QUICK_RELAUNCHES = 5
 
 MIN_RUN_BEFORE_REQUEUE_S = 30.0
 """A time-limit warning this soon after the job started does not requeue it (no progress would be made)."""
-REQUEUE_START_DELAY_S = 5
-"""After requeueing itself at the time limit, the job asks to start again this many seconds later."""
 
 Log = Callable[[str], None]
 
@@ -298,11 +298,6 @@ def supervise(program: Sequence[str], family: Family, candidates: Sequence[Plann
             return
         # `scontrol requeue` is not among slurm.commands' builders (another module's file); argv, no shell.
         classify(runner(["scontrol", "requeue", str(job_id)]))
-        # A requeued job waits Slurm's ~120 s BeginTime; a few seconds are enough (the credential of the
-        # run that just ended must be revoked in an earlier second than the next run starts).
-        done = runner(["scontrol", "update", f"JobId={job_id}", f"StartTime=now+{REQUEUE_START_DELAY_S}"])
-        if done.returncode != 0:
-            log(f"could not bring the requeued job's start forward ({done.stderr.strip()}); it starts after Slurm's BeginTime")
 
     shapes = JobShapes(family, candidates, job_id, gateway, log)
     sup = Supervisor(program, family, shapes, env, grace_s=grace_s, lead_s=lead_s, requeue=requeue, log=log)
