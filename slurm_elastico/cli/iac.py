@@ -79,18 +79,21 @@ def train_cmd(data: str, out: str, select_by: str, floor: float, seed: int) -> N
     """Chooses hyper-parameters on folds of DATA, trains on all of it and saves the model.
 
     leave-one-model-out (the default) prefers models that hold up on workloads
-    not seen in training, which is what a cluster meets.
+    not seen in training, which is what a cluster meets. The file records the
+    GPU types and families trained on; pairs outside them get the cautious
+    margins calibrated on held-out groups (use `model.on_gpu(type)`).
     """
-    from slurm_elastico.interference.evaluation import select_config
-    from slurm_elastico.interference.predictor import train
+    from slurm_elastico.interference.evaluation import fit_model
 
-    observations = _load(data)
-    cfg, margin, scores = select_config(observations, select_by, floor, seed)
-    model = train(observations, cfg, seed=seed, admission_margin=margin)
+    model, scores = fit_model(_load(data), select_by, floor, seed)
     model.save(out)
+    cfg, cov = model.config, model.coverage
     click.echo(f"inner-fold MAPE per config: {', '.join(f'{s:.1%}' for s in scores.values())}")
     click.echo(f"chosen: hidden={cfg.hidden} weight_decay={cfg.weight_decay:g} family={cfg.use_family}; "
-               f"admission margin {margin:.2f}; saved {out}")
+               f"admission margin {model.admission_margin:.2f}; saved {out}")
+    click.echo(f"trained on GPU types {', '.join(cov.gpu_types)}; {len(cov.families)} families. Outside them: "
+               f"margin {cov.family_margin:.2f} for an unseen family; on an unseen GPU type margin "
+               f"{cov.gpu_margin:.2f}, predictions shrunk toward mean {cov.prior_norm:.2f} (weight {1 - cov.shrink:g})")
 
 
 @iac.command("import-gavel")

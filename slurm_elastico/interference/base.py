@@ -88,7 +88,13 @@ def admissible(model: SlowdownModel, a: Sequence[SoloProfile], b: Sequence[SoloP
 
     A trained predictor carries `admission_margin`, calibrated on its training
     folds so that at most ~5 % of truly bad pairs pass: the bar is then
-    floor * (1 + margin). Models without the attribute use the plain floor.
+    floor * (1 + margin). One with `admission_margins(a, b)` gives a margin per
+    pair (larger for inputs it never saw in training; for a GPU type it never
+    saw, pass `model.on_gpu(gpu_type)`). Models with neither use the plain floor.
     """
-    bar = floor * (1.0 + float(getattr(model, "admission_margin", 0.0)))
+    if hasattr(model, "admission_margins"):
+        margin = np.asarray(model.admission_margins(a, b), dtype=float)
+    else:
+        margin = float(getattr(model, "admission_margin", 0.0))
+    bar = floor * (1.0 + margin)
     return (1.0 / model.predict(a, b) >= bar) & (1.0 / model.predict(b, a) >= bar)

@@ -7,6 +7,17 @@ thread, because multi-threaded float sums differ run to run. An ensemble of
 `members` nets averages log S. Inference deduplicates profiles by identity, so
 10,000 pairs of 100 jobs encode 100 jobs, not 20,000, and applies the first
 layer per job (see `_predict_indexed`).
+
+Outside what it was trained on the model is cautious (`Coverage`): it records
+the GPU types and model families of its training data. A pair with a family
+it never saw keeps its prediction but gets the larger `family_margin`
+(calibrated on leave-one-model-out folds). On a GPU type it never saw,
+`on_gpu` answers with the family-free `transfer` nets (family effects are
+measured per GPU and do not carry over), shrunk toward the training mean
+(`prior_norm`, weight `1 - shrink`), with `gpu_margin` (calibrated on
+leave-one-GPU-out folds, or on leave-one-model-out folds when training saw a
+single GPU type: the nearest shift its data can show). All of it is chosen
+on training data only (`evaluation.fit_model`).
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ from slurm_elastico.interference.features import FeatureSchema
 from slurm_elastico.interference.measurements import Colocation, samples
 
 FILE_FORMAT = "slurm-elastico/iac-mlp"
-FILE_VERSION = 1
+FILE_VERSION = 2  # 2: coverage (training GPU types and families, cautious margins) and transfer nets
 
 
 @dataclass(frozen=True)
@@ -53,6 +64,37 @@ def _deterministic(seed: int) -> Iterator[None]:
             yield
     finally:
         torch.set_num_threads(threads)
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What a model was trained on, and how cautious it is outside that; saved with the model.
+
+    `families` holds every family name seen in training ("" if family-less
+    jobs were seen). Margins are safety margins on the admission floor (see
+    `base.admissible`); `prior_norm` is the training data's mean normalized
+    throughput (1 / mean slowdown) and `shrink` the weight kept on the model
+    on an unseen GPU type (1 = no shrinkage). Empty `gpu_types` means every
+    GPU type counts as seen.
+    """
+
+    gpu_types: tuple[str, ...] = ()
+    families: tuple[str, ...] = ()
+    family_margin: float = 0.0
+    gpu_margin: float = 0.0
+    prior_norm: float = 1.0
+    shrink: float = 1.0
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "gpu_types": list(self.gpu_types), "families": list(self.families)}
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str) -> Coverage:
+        try:
+            return cls(tuple(map(str, d["gpu_types"])), tuple(map(str, d["families"])), float(d["family_margin"]),
+                       float(d["gpu_margin"]), float(d["prior_norm"]), float(d["shrink"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelFileError(f"{source}: coverage (training GPU types and families) is incomplete ({exc!r})") from None
 
 
 def _net(d_in: int, cfg: TrainConfig) -> nn.Module:
@@ -96,14 +138,38 @@ class MlpPredictor:
     """A trained model; implements `SlowdownModel`. Build with `train()` or `MlpPredictor.load()`."""
 
     def __init__(self, schema: FeatureSchema, nets: list[nn.Module], config: TrainConfig,
-                 admission_margin: float = 0.0, seed: int = 0):
+                 admission_margin: float = 0.0, seed: int = 0, coverage: Coverage = Coverage(),
+                 transfer: MlpPredictor | None = None):
         self.schema = schema
         self.nets = nets
         self.config = config
         self.admission_margin = admission_margin  # see base.admissible: a safety margin on the floor
         self.seed = seed
+        self.coverage = coverage
+        self.transfer = transfer  # family-free nets for unseen GPU types; None: these nets serve there too
         for net in nets:
             net.eval()
+
+    # -- outside the training data ---------------------------------------------
+    def unseen_family(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
+        """Per pair: does either job have a model family absent from the training data?"""
+        known = set(self.coverage.families)
+        if not known:
+            return np.zeros(len(a), dtype=bool)
+        return np.array([x.model_family not in known or y.model_family not in known
+                         for x, y in zip(a, b, strict=True)], dtype=bool)
+
+    def admission_margins(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
+        """Safety margin on the floor per pair: the calibrated one, larger where a family is unseen."""
+        cautious = max(self.admission_margin, self.coverage.family_margin)
+        return np.where(self.unseen_family(a, b), cautious, self.admission_margin)
+
+    def seen_gpu(self, gpu_type: str) -> bool:
+        return not self.coverage.gpu_types or gpu_type in self.coverage.gpu_types
+
+    def on_gpu(self, gpu_type: str) -> SlowdownModel:
+        """The model to use on GPUs of `gpu_type`: itself if it was trained on that type, else the cautious view."""
+        return self if self.seen_gpu(gpu_type) else UnseenGpu(self)
 
     # -- inference -----------------------------------------------------------
     def features(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
@@ -208,7 +274,11 @@ class MlpPredictor:
         path = Path(path)
         blob = {"format": FILE_FORMAT, "version": FILE_VERSION, "schema": self.schema.to_dict(),
                 "config": asdict(self.config), "admission_margin": float(self.admission_margin),
-                "seed": int(self.seed), "nets": [net.state_dict() for net in self.nets]}
+                "seed": int(self.seed), "nets": [net.state_dict() for net in self.nets],
+                "coverage": self.coverage.to_dict(),
+                "transfer": None if self.transfer is None else {
+                    "schema": self.transfer.schema.to_dict(), "config": asdict(self.transfer.config),
+                    "nets": [net.state_dict() for net in self.transfer.nets]}}
         tmp = path.with_name(path.name + ".tmp")
         torch.save(blob, tmp)
         tmp.replace(path)
@@ -228,33 +298,90 @@ class MlpPredictor:
         if blob.get("version") != FILE_VERSION:
             raise ModelFileError(f"{path}: file version {blob.get('version')}, this slurm-elastico reads "
                                  f"version {FILE_VERSION}; retrain with `elastico iac train`")
-        schema = FeatureSchema.from_dict(blob["schema"], str(path))
+        schema, config, nets = _parts(blob, str(path))
+        coverage = Coverage.from_dict(blob.get("coverage") or {}, str(path))
+        transfer = None
+        if blob.get("transfer") is not None:
+            t_schema, t_config, t_nets = _parts(blob["transfer"], f"{path} (transfer nets)")
+            transfer = cls(t_schema, t_nets, t_config, seed=int(blob["seed"]))
+        return cls(schema, nets, config, float(blob["admission_margin"]), int(blob["seed"]), coverage, transfer)
+
+
+def _parts(blob: dict, source: str) -> tuple[FeatureSchema, TrainConfig, list[nn.Module]]:
+    """(schema, config, nets) of a saved net set; refuses weights that do not match the schema."""
+    schema = FeatureSchema.from_dict(blob["schema"], source)
+    try:
+        config = TrainConfig(**blob["config"])
+    except TypeError as exc:
+        raise ModelFileError(f"{source}: unknown training config ({exc})") from None
+    d_in = len(schema.names())
+    nets = []
+    for sd in blob["nets"]:
+        net = _net(d_in, config)
         try:
-            config = TrainConfig(**blob["config"])
-        except TypeError as exc:
-            raise ModelFileError(f"{path}: unknown training config ({exc})") from None
-        d_in = len(schema.names())
-        nets = []
-        for sd in blob["nets"]:
-            net = _net(d_in, config)
-            try:
-                net.load_state_dict(sd)
-            except RuntimeError as exc:
-                raise ModelFileError(f"{path}: weights do not match its schema ({exc})") from None
-            nets.append(net)
-        return cls(schema, nets, config, float(blob["admission_margin"]), int(blob["seed"]))
+            net.load_state_dict(sd)
+        except RuntimeError as exc:
+            raise ModelFileError(f"{source}: weights do not match its schema ({exc})") from None
+        nets.append(net)
+    return schema, config, nets
+
+
+class UnseenGpu:
+    """A predictor on a GPU type it was not trained on: family-free nets shrunk toward the training mean.
+
+    Normalized throughput = shrink·model + (1 − shrink)·prior_norm, so it stays
+    in (0, 1] and the slowdown >= 1; every pair gets `gpu_margin` (and the
+    family margin too where a family is unseen). Implements `SlowdownModel`.
+    """
+
+    def __init__(self, model: MlpPredictor):
+        self.model = model
+        self.inner = model.transfer if model.transfer is not None else model
+        cov = model.coverage
+        self.shrink, self.prior_norm = cov.shrink, cov.prior_norm
+
+    def _shrunk(self, s: np.ndarray) -> np.ndarray:
+        return 1.0 / (self.shrink / s + (1.0 - self.shrink) * self.prior_norm)
+
+    def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
+        return self._shrunk(self.inner.predict(a, b))
+
+    def predict_matrix(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
+        return self._shrunk(self.inner.predict_matrix(profiles))
+
+    def admission_margins(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
+        cov = self.model.coverage
+        gpu = max(self.model.admission_margin, cov.gpu_margin)
+        return np.where(self.model.unseen_family(a, b), max(gpu, cov.family_margin), gpu)
+
+
+def coverage_of(observations: Sequence[Colocation], family_margin: float = 0.0, gpu_margin: float = 0.0,
+                shrink: float = 1.0) -> Coverage:
+    """The GPU types, families and mean normalized throughput of `observations`, with the given caution."""
+    _, _, norms, _ = samples(observations)
+    prior = 1.0 / float(np.mean([1.0 / v for v in norms])) if norms else 1.0
+    return Coverage(tuple(sorted({o.gpu_type for o in observations})),
+                    tuple(sorted({p.model_family for o in observations for p in (o.a, o.b)})),
+                    family_margin, gpu_margin, prior, shrink)
 
 
 def train(observations: Sequence[Colocation], config: TrainConfig = TrainConfig(), seed: int = 0,
-          admission_margin: float = 0.0) -> MlpPredictor:
-    """Trains a predictor on the fitting pairs (both directions of each); same inputs and seed → same weights."""
+          admission_margin: float = 0.0, coverage: Coverage | None = None,
+          transfer: MlpPredictor | None = None) -> MlpPredictor:
+    """Trains a predictor on the fitting pairs (both directions of each); same inputs and seed → same weights.
+
+    Without `coverage` it records the training GPU types and families with no
+    extra caution (margins = `admission_margin`, no shrinkage); `evaluation.fit_model` calibrates them.
+    """
     selves, partners, norms, _ = samples(observations)
     if len(norms) < 2:
         raise MeasurementError(f"training needs observed pairs that ran together; got {len(norms)} sample(s)")
+    if coverage is None:
+        coverage = coverage_of(observations, admission_margin, admission_margin)
     schema = FeatureSchema.fit([*selves, *partners], config.use_family)
     with _deterministic(seed):
         nets = [_net(len(schema.names()), config) for _ in range(config.members)]
-        model = MlpPredictor(schema, nets, config, admission_margin, seed)
+        model = MlpPredictor(schema, nets, config, admission_margin, seed, coverage, transfer)
         x = torch.from_numpy(model.features(selves, partners))
         s = torch.tensor([1.0 / v for v in norms], dtype=torch.float32)
         for net in nets:
