@@ -134,8 +134,11 @@ def bench_requeue(gw: SlurmGateway, job: int, out: Output, reps: int) -> list[di
 
 def bench_in_place(gw: SlurmGateway, job: int, out: Output, reps: int) -> list[dict[str, float]]:
     rows = []
+    share = gw.job(job).mps_share  # in place means at the share the job holds now
+    current = re.findall(r"starting the program as shape mb(\d+)-", out.path.read_text())[-1]
+    order = [f"mb{m}-fp32-mps{share}" for m in (("16", "8") if current == "8" else ("8", "16"))]
     for i in range(reps):
-        shape = ("mb16-fp32-mps25", "mb8-fp32-mps25")[i % 2]
+        shape = order[i % 2]
         _, _, mark = out.wait(r"^step \d+", out.size())  # the program is stepping (handlers installed)
         t0 = time.monotonic()
         gw.set_admin_comment(job, f"elastico:shape={shape}")
