@@ -2,10 +2,11 @@
 
 `python -m slurm_elastico.sim.derive SOURCE_DIR OUT_DIR`, with SOURCE_DIR the
 folder holding `pollux/`, `gavel-colocation/` and `azure-llm-2023/` as their
-READMEs describe. (The Alibaba trace states no license, so it is not bundled:
-`slurm_elastico.sim.traces.alibaba` reads its original CSV from a path you give.) The simulator never reads the
-sources at run time, only what this writes (small, column-trimmed copies);
-rerun it to refresh them or to derive the same files from other measurements.
+READMEs describe. The simulator never reads the sources at run time, only
+what this writes (small, column-trimmed copies); rerun it to refresh them or
+to derive the same files from other measurements. The Alibaba trace states
+no license, so it is not bundled: `trace.alibaba` reads its original CSV
+from a path you give.
 """
 
 from __future__ import annotations
