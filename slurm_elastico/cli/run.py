@@ -280,7 +280,7 @@ def _log_to_stderr(job: str | None) -> Log:
 def supervise(program: Sequence[str], family: Family, candidates: Sequence[PlannedShape], *, grace_s: float,
               lead_s: int, slurm_conf: str = "", env: Mapping[str, str] | None = None) -> int:
     """Wire the Slurm-facing parts (gateway, requeue) to a Supervisor and run it."""
-    from slurm_elastico.slurm.gateway import SlurmGateway, classify
+    from slurm_elastico.slurm.gateway import SlurmGateway
     from slurm_elastico.slurm.runner import SubprocessRunner
 
     env = dict(os.environ if env is None else env)
@@ -294,10 +294,8 @@ def supervise(program: Sequence[str], family: Family, candidates: Sequence[Plann
     log(f"restart {env.get('SLURM_RESTART_COUNT', '0')}, checkpoints in {env['ELASTICO_CKPT_DIR']}")
 
     def requeue() -> None:
-        if job_id is None:
-            return
-        # `scontrol requeue` is not among slurm.commands' builders (another module's file); argv, no shell.
-        classify(runner(["scontrol", "requeue", str(job_id)]))
+        if gateway is not None and job_id is not None:
+            gateway.requeue(job_id)
 
     shapes = JobShapes(family, candidates, job_id, gateway, log)
     sup = Supervisor(program, family, shapes, env, grace_s=grace_s, lead_s=lead_s, requeue=requeue, log=log)

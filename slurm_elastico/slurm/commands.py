@@ -68,6 +68,11 @@ def set_nodes(job_id: int, nodes: tuple[str, ...] | list[str]) -> list[str]:
     return ["scontrol", "update", f"JobId={_job_id(job_id)}", f"NodeList={','.join(nodes)}"]
 
 
+def requeue(job_id: int) -> list[str]:
+    """Requeue a running job (it becomes pending, BeginTime ~120 s later); the job itself may ask this."""
+    return ["scontrol", "requeue", _job_id(job_id)]
+
+
 def requeue_hold(job_id: int) -> list[str]:
     return ["scontrol", "requeuehold", _job_id(job_id)]
 

@@ -116,6 +116,9 @@ class SlurmGateway:
     def set_nodes(self, job_id: int, nodes: Sequence[str]) -> None:
         self._run(commands.set_nodes(job_id, tuple(nodes)))
 
+    def requeue(self, job_id: int) -> None:
+        self._run(commands.requeue(job_id))
+
     def release(self, job_id: int) -> None:
         self._run(commands.release(job_id))
 
