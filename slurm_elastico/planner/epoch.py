@@ -253,8 +253,12 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
             why = (f"reshape to {shape.name} ({rate:.3g} {unit}): saves {saved:.0f} s of {left:.0f} s remaining "
                    f"after a {ps.reshape_cost_s:g} s restart")
             actions.append(Action(ActionKind.SET_ADMIN_COMMENT, jid, why, shape=shape.name, text=comment))
-            actions.append(Action(ActionKind.RESHAPE_RUNNING, jid, why, share=seat.row.share, nodes=(node,),
-                                  shape=shape.name))
+            if seat.row.share == j.view.mps_share:
+                # Same resources, new knobs: elastico-run relaunches in place on USR1, no requeue.
+                actions.append(Action(ActionKind.SIGNAL, jid, why, signal="USR1", shape=shape.name))
+            else:
+                actions.append(Action(ActionKind.RESHAPE_RUNNING, jid, why, share=seat.row.share, nodes=(node,),
+                                      shape=shape.name))
             continue
         why = (f"start as {shape.name} at {seat.row.share}% of GPU {node}:{gpu} "
                f"({rate:.3g} {unit}, {100 * rate / tmax:.0f}% of its fastest; weight {j.weight:.2f})")

@@ -242,3 +242,12 @@ def test_job_waiting_out_its_placement_window_is_started_now():
     plan = run_epoch(snapshot(cluster(1), [job, pending(2, NOW - 5)]), {1: fam, 2: fam}, cfg(), ContentionModel(), NOW)
     assert [a.kind for a in actions_of(plan, 1)][-1] is ActionKind.START_NOW
     assert ActionKind.START_NOW not in [a.kind for a in actions_of(plan, 2)]
+
+
+def test_a_faster_shape_at_the_same_share_is_applied_in_place():
+    fam = family((25, 0.3, 1000), (25, 0.9, 1000), work=10000.0)
+    nodes = with_users(cluster(1), {("n0000", 0): (GpuUse(1, 25),)})
+    job = running(1, "n0000", 0, 25, start=NOW - 100, shape="mps25-0")
+    plan = run_epoch(snapshot(nodes, [job]), {1: fam}, cfg(), ContentionModel(), NOW, {1: 0.0})
+    assert [a.kind for a in plan.actions] == [ActionKind.SET_ADMIN_COMMENT, ActionKind.SIGNAL]
+    assert plan.actions[0].text == f"{ADMIN_PREFIX}mps25-1" and plan.actions[1].signal == "USR1"
