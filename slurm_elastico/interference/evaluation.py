@@ -209,8 +209,8 @@ def fit_model(observations: Sequence[Colocation], select_by: str, floor: float, 
 @dataclass
 class FoldResult:
     name: str
-    config: TrainConfig
-    margin: float
+    config: TrainConfig  # the config whose nets answered (transfer nets on an unseen GPU type)
+    margin: float  # the margin that applied to seen-family pairs of this fold's test part
     n_test_samples: int
     mape: dict[str, float]
     caution: dict[str, float] = field(default_factory=dict)  # family_margin, gpu_margin, shrink
@@ -290,8 +290,10 @@ def evaluate(observations: Sequence[Colocation], kind: str, floor: float = 0.6, 
         cov = model.coverage
         caution = {"family_margin": cov.family_margin, "gpu_margin": cov.gpu_margin, "shrink": cov.shrink}
         unseen = not all(model.seen_gpu(o.gpu_type) for o in test_obs)
-        results.append(FoldResult(name, model.config, model.admission_margin, int(fit.sum() * 2), fold_mape,
-                                  caution, unseen))
+        # Report what answered: on an unseen GPU type, the transfer nets and the GPU margin.
+        answered = model.transfer if unseen and model.transfer is not None else model
+        margin = max(model.admission_margin, cov.gpu_margin) if unseen else model.admission_margin
+        results.append(FoldResult(name, answered.config, margin, int(fit.sum() * 2), fold_mape, caution, unseen))
     if not results:
         raise MeasurementError(f"split {kind!r} left no fold with both training pairs and test pairs")
     truth = np.array(acc.truth)

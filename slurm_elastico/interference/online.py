@@ -10,7 +10,9 @@ observation. If the error on either grows by more than `tolerance`
 what catches poisoned input: bad measurements (a crashed job, a broken
 monitor) fit themselves, so only trusted data shows the damage. The trap:
 when the hardware itself changes, the reference goes stale; build a new
-learner with fresh reference data then.
+learner with fresh reference data then. Fine-tuning never widens the model's
+`Coverage`: pairs on a GPU type it was not trained on stay on the cautious
+view (`MlpPredictor.on_gpu`) until it is retrained with `elastico iac train`.
 """
 
 from __future__ import annotations
