@@ -40,8 +40,8 @@ class DemoError(ElasticoError):
 
 @dataclass(frozen=True)
 class Workload:
-    train_jobs: int = 4
-    infer_jobs: int = 2
+    train_jobs: int = 14
+    infer_jobs: int = 6
     step_sleep_s: float = 1.0  # makes each job last long enough for the helper to act on it
     batch_sleep_s: float = 2.0
     interval_s: float = 3.0

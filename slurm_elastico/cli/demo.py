@@ -8,8 +8,8 @@ import click
 @click.command("demo")
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None,
               help="local cluster state (default: $ELASTICO_CLUSTER_DIR, then ~/.local/state/slurm-elastico/cluster)")
-@click.option("--train-jobs", type=click.IntRange(0, 32), default=4, show_default=True)
-@click.option("--infer-jobs", type=click.IntRange(0, 32), default=2, show_default=True)
+@click.option("--train-jobs", type=click.IntRange(0, 64), default=14, show_default=True)
+@click.option("--infer-jobs", type=click.IntRange(0, 64), default=6, show_default=True)
 @click.option("--keep/--down", default=True, help="leave the cluster running afterwards (default) or stop it")
 def demo(state_dir: str | None, train_jobs: int, infer_jobs: int, keep: bool) -> None:
     """A local Slurm cluster with fake GPUs, a mixed training and inference workload submitted with
