@@ -10,6 +10,8 @@ The gateway methods (`snapshot`, `apply`, `argv_for`, `release`) behave like
   checkpoint-and-restart time when it starts again.
 - `START_NOW` lifts the job's BeginTime (the submit's placement window).
 - `SET_ADMIN_COMMENT` names the shape the job runs as at its next start.
+- `SIGNAL` USR1 to a running job: elastico-run checkpoints and relaunches in
+  place (same resources) as its AdminComment now says, paying the restart time.
 
 Slurm's scheduler (`schedule`): pending jobs in priority order (then submit
 time, then id), each at its requested GRES — `mps:N` on one GPU with N free
@@ -67,7 +69,8 @@ class SimJob:
     # outcomes
     first_start: float = -1.0
     end: float = -1.0
-    restarts: int = 0
+    restarts: int = 0  # requeues, as Slurm counts them
+    relaunches: int = 0  # in-place relaunches at a new shape (USR1)
     starts: int = 0
 
     @property
@@ -97,6 +100,7 @@ class SimNode:
 class Counters:
     starts: int = 0
     requeues: int = 0
+    relaunches: int = 0
     refused: int = 0
     memory_overcommits: int = 0
     actions: dict[str, int] = field(default_factory=dict)
@@ -130,6 +134,7 @@ class SimCluster:
         self.alloc_shares = 0
         self.changed: set[tuple[int, int]] = set()  # GPUs whose occupants changed; the engine recomputes their rates
         self.before_stop = lambda job: None  # the engine accrues a job's progress before it leaves its GPUs
+        self.relaunched: list[SimJob] = []  # relaunched in place since the engine last looked: they pay a restart
 
     # ------------------------------------------------------------- job life
 
@@ -353,7 +358,16 @@ class SimCluster:
                 raise InvalidActionError(f"share {share} of job {job.job_id} is outside 1..{self.shares_per_gpu}")
             self.requeue(job, share, action.nodes[0] if action.nodes else None)
         elif kind is ActionKind.SIGNAL:
-            pass  # the simulated jobs checkpoint only when requeued
+            if job.state is not JobState.RUNNING:
+                self.counters.refused += 1
+                raise SlurmError(argv, 1, "Job is not running: nothing to signal")
+            if action.signal == "USR1":  # elastico-run checkpoints and relaunches in place as the AdminComment says
+                self.before_stop(job)
+                job.shape = job.shape_name()
+                job.relaunches += 1
+                self.counters.relaunches += 1
+                self.relaunched.append(job)
+                self.changed.update((job.node, g) for g in job.gpus)
         else:  # pragma: no cover - the enum is closed
             raise InvalidActionError(f"unknown action kind {kind!r}")
 

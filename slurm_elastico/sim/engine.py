@@ -59,6 +59,7 @@ class JobResult:
     first_start: float
     end: float
     restarts: int
+    """Reshapes: requeues plus in-place relaunches."""
     work: float
     done: float
     best_s: float
@@ -201,6 +202,7 @@ class Engine:
             else area / span, events=self.events, epochs=epochs, epochs_planned=planned,
             wall_s=time.perf_counter() - started, plan_s=plan_s,
             counters={"starts": self.cluster.counters.starts, "requeues": self.cluster.counters.requeues,
+                      "relaunches": self.cluster.counters.relaunches,
                       "refused_actions": self.cluster.counters.refused,
                       "memory_overcommits": self.cluster.counters.memory_overcommits,
                       "actions": dict(sorted(self.cluster.counters.actions.items()))},
@@ -238,7 +240,8 @@ class Engine:
         tj = job.trace
         best = tj.work / fastest_speed(tj, self.truth, self.sim.gpu_memory_mib, self.sim.adaptive_batch)
         self.results.append(JobResult(
-            tj.job_id, tj.kind, tj.app, tj.gpus, tj.submit_s, job.first_start, job.end, job.restarts, tj.work,
+            tj.job_id, tj.kind, tj.app, tj.gpus, tj.submit_s, job.first_start, job.end, job.restarts + job.relaunches,
+            tj.work,
             job.done, best, tj.work * tj.global_batch if tj.kind == "train" else 0.0,
             tj.work if tj.kind == "infer" else 0.0))
         self.dirty = True
@@ -259,6 +262,9 @@ class Engine:
     def _settle(self) -> None:
         """Let Slurm start what fits, then re-rate every job whose GPU changed."""
         now = self.cluster.now
+        for job in self.cluster.relaunched:
+            job.ready_at = now + self.sim.restart_cost_s
+        self.cluster.relaunched = []
         for job in self.cluster.schedule():
             job.ready_at = now + (self.sim.restart_cost_s if job.starts > 1 else 0.0)
             job.mark = now

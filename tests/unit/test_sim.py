@@ -78,6 +78,14 @@ def test_a_reshape_costs_its_restart_time_and_keeps_the_work(toy):
     # At share 50 the toy job (demand 1) runs at half speed: 60 steps left take 120 s after the 7 s restart.
     assert e._done_at(job, 47.0) == pytest.approx(40.0, rel=1e-6)
     assert e._done_at(job, 167.0) == pytest.approx(100.0, rel=1e-6)
+    # In place (USR1): the new AdminComment's shape at the same share, after another restart, no requeue.
+    e.cluster.now = 67.0  # 10 steps done at share 50
+    e.cluster.apply(Action(ActionKind.SET_ADMIN_COMMENT, 1, "t", text="elastico:shape=mb8-fp32-mps50"))
+    e.cluster.apply(Action(ActionKind.SIGNAL, 1, "t", signal="USR1"))
+    e._settle()
+    assert job.state is JobState.RUNNING and job.shape == "mb8-fp32-mps50" and job.ready_at == 74.0
+    assert (job.restarts, job.relaunches, job.done) == (1, 1, pytest.approx(50.0, rel=1e-6))
+    assert e._done_at(job, 174.0) == pytest.approx(100.0, rel=1e-6)
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +102,7 @@ def test_conservation_and_capacity_under_every_kind_of_policy(truth, mix, policy
     assert all(j.done == j.work and j.end >= j.first_start >= j.submit for j in r.jobs)
     assert sum(j.work for j in r.jobs) == pytest.approx(sum(j.work for j in mix))
     assert r.counters["starts"] == len(mix) + r.counters["requeues"]
-    assert sum(j.restarts for j in r.jobs) == r.counters["requeues"]
+    assert sum(j.restarts for j in r.jobs) == r.counters["requeues"] + r.counters["relaunches"]
     assert 0 < r.util_makespan <= 1
 
 
