@@ -41,6 +41,8 @@ class SlurmSettings:
 class GpuSettings:
     memory_mib: int = _opt(81920, lo=1, help="memory of each GPU (Slurm does not know it)")
     shares_per_gpu: int = _opt(100, lo=1, hi=100, help="MPS shares of one GPU as configured in gres.conf")
+    type: str = _opt("", help="GPU type as the interference model's training data names it (v100, k80, p100...); "
+                     "one it never saw gets its cautious view; empty = unknown: the model as is")
 
 
 @dataclass(frozen=True)

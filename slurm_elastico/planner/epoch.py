@@ -27,7 +27,7 @@ from slurm_elastico.interference.base import SlowdownModel, SoloProfile
 from slurm_elastico.model import (Action, ActionKind, Family, JobState, JobView, Placement, Plan, Snapshot)
 from slurm_elastico.planner import reshape, weights
 from slurm_elastico.planner.packing import GpuState, Row, Seat
-from slurm_elastico.planner.slowdown import PairCache
+from slurm_elastico.planner.slowdown import PairCache, for_gpu
 from slurm_elastico.shapes.solo import solo_profile
 
 RESOURCES = ("mps", "gpu_mem", "cpus", "host_mem")
@@ -80,7 +80,8 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
     ps, gs = settings.planner, settings.gpu
     part = settings.slurm.partition
     floor = settings.interference.floor if policy.interference else 0.0
-    cache = PairCache(model if policy.interference else None)
+    # On a GPU type the model never trained on, its cautious view (shrunk predictions, larger margins).
+    cache = PairCache(for_gpu(model, gs.type) if policy.interference else None)
     progress = progress or {}
 
     # -- capacity -----------------------------------------------------------

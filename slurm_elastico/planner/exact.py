@@ -3,7 +3,8 @@
 Maximises `Σ_j w_j·T_j(c)/T_j(c_max)` over pending family jobs (the planner's
 objective up to the constant `Σ_j w_j`), with one shape and one GPU per job
 at most, shares and memory per GPU, CPUs and memory per node, and no pair of
-shapes on one GPU that the interference model puts under a floor. Pairs only:
+shapes on one GPU that the interference model puts under a floor (with its
+admission margin, as packing checks it: speed >= floor × (1 + margin)). Pairs only:
 the planner also refuses three-way co-locations whose added slowdowns break a
 floor, so this optimum is an upper bound on what the planner may reach.
 
@@ -21,13 +22,15 @@ from scipy.sparse import lil_matrix
 
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Family, JobState, Snapshot
+from slurm_elastico.planner.slowdown import for_gpu
 from slurm_elastico.planner.weights import weight_of
 from slurm_elastico.shapes.solo import solo_profile
 
 
 def optimum(snapshot: Snapshot, families: Mapping[int, Family], fairness: str, now: float,
-            model: SlowdownModel | None, floor: float, gpu_memory_mib: int) -> float:
-    """Best achievable `Σ w_j·v_j` for the pending family jobs of an idle `snapshot`."""
+            model: SlowdownModel | None, floor: float, gpu_memory_mib: int, gpu_type: str = "") -> float:
+    """Best achievable `Σ w_j·v_j` for the pending family jobs of an idle `snapshot` (GPUs of `gpu_type`)."""
+    model = for_gpu(model, gpu_type)
     jobs = [j for j in snapshot.jobs if j.state is JobState.PENDING and not j.held and j.job_id in families]
     if any(j.state is JobState.RUNNING for j in snapshot.jobs):
         raise ValueError("exact.optimum handles idle clusters only")
@@ -93,12 +96,19 @@ def _conflicts(jobs, families, opts, gpus, index, model, floor, row) -> None:
     pairs = [(a, b) for a in keys for b in keys if a[0] != b[0]]
     if not pairs:
         return
-    s = np.asarray(model.predict([prof[a] for a, _ in pairs], [prof[b] for _, b in pairs]), dtype=float)
+    pa, pb = [prof[a] for a, _ in pairs], [prof[b] for _, b in pairs]
+    s = np.asarray(model.predict(pa, pb), dtype=float)
     slow = {p: max(1.0, float(v)) for p, v in zip(pairs, s)}
+    if hasattr(model, "admission_margins"):
+        m = np.asarray(model.admission_margins(pa, pb), dtype=float)
+        margin = {p: float(v) for p, v in zip(pairs, np.where(np.isfinite(m), m, np.inf))}
+    else:
+        margin = dict.fromkeys(pairs, float(getattr(model, "admission_margin", 0.0)))
 
     def bad(a, b) -> bool:
         fa, fb = families[jobs[a[0]].job_id], families[jobs[b[0]].job_id]
-        sa, sb = slow[(a, b)], slow[(b, a)]
+        scale = 1.0 + max(margin[(a, b)], margin[(b, a)])  # as packing: the larger of the pair's two directions
+        sa, sb = slow[(a, b)] * scale, slow[(b, a)] * scale
         return (sa * floor > 1.0 or sb * floor > 1.0 or fa.shapes[a[1]].throughput < fa.throughput_floor * sa
                 or fb.shapes[b[1]].throughput < fb.throughput_floor * sb)
 

@@ -6,6 +6,14 @@ when, on that GPU, the shares still sum to at most the GPU's, the memory fits,
 the node has the CPUs and memory, and nobody's co-located speed (its own or a
 neighbour's) falls under the floor or under its job's throughput floor.
 
+The floors are checked as `interference.base.admissible` does: predicted
+speed >= floor × (1 + margin), with the model's admission margin (one for all
+pairs, or per pair from the cache). With several co-runners a job's margin is
+the largest of its pairs' (a pair's: the larger of its two directions). The
+margin guards against the model's error, so it applies to the job's own
+throughput floor as well; the slowdown itself (and so Γ and the rates) stays
+the prediction.
+
 Finding a GPU is best fit on free shares (the fullest GPU that still fits),
 through buckets keyed by free shares, so it costs little even at thousands of
 GPUs; at most `max_tries` GPUs are examined per shape, which bounds the
@@ -41,6 +49,7 @@ class Seat:
     row: Row | None = None
     gpu: int = -1
     slow: float = 1.0
+    margin: float = 0.0  # admission margin next to its current co-runners (per-pair margins only)
 
 
 class GpuState:
@@ -54,6 +63,9 @@ class GpuState:
         self.node_mem = node_mem
         self.cache = cache
         self.floor = floor
+        self.per_pair = cache.per_pair
+        self.scale = 1.0 + cache.margin  # when margins are not per pair: the slowdown admission checks is slow × scale
+        self.bar = floor * self.scale
         self.max_tries = max_tries
         self.top = max(free_share, default=0)
         self.top = max(self.top, 100)
@@ -118,12 +130,16 @@ class GpuState:
         occ = self.occ[g]
         if len(occ) < 2 or not self.cache.enabled:
             for s in occ:
-                s.slow = 1.0
+                s.slow, s.margin = 1.0, 0.0
             return
         pairs = [(a.row.uid, b.row.uid) for a in occ for b in occ if a is not b]
         got = iter(self.cache.get(pairs))
         for a in occ:
             a.slow = 1.0 + sum(next(got) - 1.0 for b in occ if b is not a)
+        if self.cache.per_pair:
+            m = dict(zip(pairs, self.cache.margins(pairs)))
+            for a in occ:
+                a.margin = max(max(m[(a.row.uid, b.row.uid)], m[(b.row.uid, a.row.uid)]) for b in occ if b is not a)
 
     # -- questions ---------------------------------------------------------
 
@@ -138,15 +154,35 @@ class GpuState:
         if not occ or not self.cache.enabled:
             return 1.0
         k = len(occ)
-        got = self.cache.get([(row.uid, o.row.uid) for o in occ] + [(o.row.uid, row.uid) for o in occ])
+        pairs = [(row.uid, o.row.uid) for o in occ] + [(o.row.uid, row.uid) for o in occ]
+        got = self.cache.get(pairs)
         slow = 1.0 + sum(s - 1.0 for s in got[:k])
-        if slow * self.floor > 1.0 or row.tput < seat.floor * slow:
+        if self.per_pair:
+            return self._fits_per_pair(seat, row, occ, pairs, got, slow)
+        bar, scale = self.bar, self.scale
+        if slow * bar > 1.0 or row.tput < seat.floor * slow * scale:
             return 0.0
         for o, s in zip(occ, got[k:]):
-            if s > 1.0:
+            if s > 1.0:  # o was admitted at its slowdown; only a harmful newcomer can break its floors
                 after = o.slow + s - 1.0
-                if after * self.floor > 1.0 or (o.row.tput < o.floor * after):
+                if after * bar > 1.0 or o.row.tput < o.floor * after * scale:
                     return 0.0
+        return slow
+
+    def _fits_per_pair(self, seat: Seat, row: Row, occ: list[Seat], pairs: list[tuple[int, int]],
+                       got: list[float], slow: float) -> float:
+        """`fits` with a margin per pair; `pairs` (and `got`) are row→each occupant, then each occupant→row."""
+        k = len(occ)
+        ms = self.cache.margins(pairs)
+        pair_m = [max(x, y) for x, y in zip(ms[:k], ms[k:])]
+        checked = slow * (1.0 + max(pair_m))
+        if checked * self.floor > 1.0 or row.tput < seat.floor * checked:
+            return 0.0
+        for o, s, m in zip(occ, got[k:], pair_m):
+            # Even a harmless newcomer may raise o's margin (e.g. an unseen family), so check every occupant.
+            after = (o.slow + s - 1.0) * (1.0 + max(o.margin, m))
+            if after * self.floor > 1.0 or (o.row.tput < o.floor * after):
+                return 0.0
         return slow
 
     def find(self, seat: Seat, row: Row) -> tuple[int, float]:

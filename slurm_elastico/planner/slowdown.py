@@ -12,6 +12,13 @@ predicted, in one batched call per lookup. With several
 co-runners, slowdowns add: `S = 1 + Σ_k (S_k − 1)` — the pairwise model knows
 nothing better, and adding is the cautious choice (it is never below the worst
 pair).
+
+Admission margins come from the same cache: a model with
+`admission_margins(a, b)` is asked for every pair's margin in one call next to
+each prediction call; one with only `admission_margin` (or neither: 0) gives
+one margin for all pairs (`per_pair` is then False and packing never looks
+margins up). `for_gpu` gives the model as it should be used on the cluster's
+GPU type.
 """
 
 from __future__ import annotations
@@ -23,6 +30,24 @@ import numpy as np
 from slurm_elastico.interference.base import SlowdownModel, SoloProfile
 
 
+def for_gpu(model: SlowdownModel | None, gpu_type: str) -> SlowdownModel | None:
+    """`model.on_gpu(gpu_type)` where the model has it and a type is set, else the model as is.
+
+    On a GPU type it never trained on, a predictor answers with its cautious
+    view (shrunk predictions, larger margins); protocol, not class: no import
+    of the predictor here.
+    """
+    if model is None or not gpu_type or not hasattr(model, "on_gpu"):
+        return model
+    return model.on_gpu(gpu_type)
+
+
+def _clean_margin(m: np.ndarray) -> np.ndarray:
+    """Margins as the planner uses them: inf for anything not finite (an unknown margin refuses the pair)."""
+    m = np.asarray(m, dtype=float)
+    return np.where(np.isfinite(m), m, np.inf)
+
+
 def _clean(s: np.ndarray) -> np.ndarray:
     """Slowdowns as the planner uses them: >= 1, and inf for anything not finite (never admit on NaN)."""
     s = np.asarray(s, dtype=float)
@@ -30,15 +55,21 @@ def _clean(s: np.ndarray) -> np.ndarray:
 
 
 class PairCache:
-    """Slowdown of profile a next to profile b, by id; `model=None` means no interference at all."""
+    """Slowdown (and admission margin) of profile a next to profile b, by id; `model=None`: no interference."""
 
     def __init__(self, model: SlowdownModel | None, max_dense_pairs: int = 160_000):
         self.model = model
         self.profiles: list[SoloProfile] = []
         self.max_dense_pairs = max_dense_pairs  # 400 profiles: ~40 ms (MLP) to ~120 ms (contention) on one core
-        self.model_calls = 0  # how often the model was asked (tests and notes)
+        self.model_calls = 0  # how often the model was asked for slowdowns (tests and notes)
+        self.margin_calls = 0  # how often it was asked for per-pair margins
+        self.per_pair = model is not None and hasattr(model, "admission_margins")
+        # The one margin of every pair when not per pair (see interference.base.admissible).
+        self.margin = 0.0 if model is None or self.per_pair else float(getattr(model, "admission_margin", 0.0))
         self._dense = np.zeros((0, 0))  # slowdowns of the first len(_dense) profiles, all pairs
+        self._dense_margin = np.zeros((0, 0))  # their margins (per_pair only)
         self._known: dict[tuple[int, int], float] = {}  # pairs outside the dense block
+        self._known_margin: dict[tuple[int, int], float] = {}  # their margins (per_pair only)
 
     @property
     def enabled(self) -> bool:
@@ -52,6 +83,10 @@ class PairCache:
         self.model_calls += 1
         return _clean(np.asarray(self.model.predict(a, b), dtype=float).reshape(-1))
 
+    def _margins(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
+        self.margin_calls += 1
+        return _clean_margin(np.asarray(self.model.admission_margins(a, b), dtype=float).reshape(-1))
+
     def _grow_dense(self) -> bool:
         """Extends the all-pairs block to every profile; False when the model or the size does not allow it."""
         n, m = len(self.profiles), len(self._dense)
@@ -59,23 +94,42 @@ class PairCache:
             return True
         if n * n > self.max_dense_pairs:
             return False
+        p = self.profiles
         dense = np.empty((n, n))
-        if m == 0 and hasattr(self.model, "predict_matrix"):
-            self.model_calls += 1
-            dense[:] = _clean(np.asarray(self.model.predict_matrix(self.profiles), dtype=float).reshape(n, n))
-        elif m == 0:
-            p = self.profiles
-            dense[:] = self._call([x for x in p for _ in p], p * n).reshape(n, n)
+        margin = np.empty((n, n)) if self.per_pair else self._dense_margin
+        if m == 0:
+            if hasattr(self.model, "predict_matrix"):
+                self.model_calls += 1
+                dense[:] = _clean(np.asarray(self.model.predict_matrix(p), dtype=float).reshape(n, n))
+            if self.per_pair or not hasattr(self.model, "predict_matrix"):
+                a, b = [x for x in p for _ in p], p * n
+                if not hasattr(self.model, "predict_matrix"):
+                    dense[:] = self._call(a, b).reshape(n, n)
+                if self.per_pair:
+                    margin[:] = self._margins(a, b).reshape(n, n)
         else:
             # Only the new rows and columns: (new, all) and (old, new), one call.
             new = range(m, n)
             rows = [(i, j) for i in new for j in range(n)] + [(i, j) for i in range(m) for j in new]
-            got = self._call([self.profiles[i] for i, _ in rows], [self.profiles[j] for _, j in rows])
-            dense[:m, :m] = self._dense
+            a, b = [p[i] for i, _ in rows], [p[j] for _, j in rows]
             ii, jj = np.array(rows).T
-            dense[ii, jj] = got
-        self._dense = dense
+            dense[:m, :m] = self._dense
+            dense[ii, jj] = self._call(a, b)
+            if self.per_pair:
+                margin[:m, :m] = self._dense_margin
+                margin[ii, jj] = self._margins(a, b)
+        self._dense, self._dense_margin = dense, margin
         return True
+
+    def _lookup(self, pairs: Sequence[tuple[int, int]]) -> None:
+        """Past the dense limit: predicts the pairs not known yet (and their margins) in one batched call."""
+        known = self._known
+        missing = list(dict.fromkeys(q for q in pairs if q not in known))
+        if missing:
+            a, b = [self.profiles[i] for i, _ in missing], [self.profiles[j] for _, j in missing]
+            known.update(zip(missing, self._call(a, b).tolist()))
+            if self.per_pair:
+                self._known_margin.update(zip(missing, self._margins(a, b).tolist()))
 
     def get(self, pairs: Sequence[tuple[int, int]]) -> list[float]:
         """Slowdown (>= 1) of each pair's first id next to its second; the model is asked at most once per call."""
@@ -84,12 +138,20 @@ class PairCache:
         if self._grow_dense():
             dense = self._dense
             return [float(dense[a, b]) for a, b in pairs]
+        self._lookup(pairs)
         known = self._known
-        missing = list(dict.fromkeys(p for p in pairs if p not in known))
-        if missing:
-            got = self._call([self.profiles[a] for a, _ in missing], [self.profiles[b] for _, b in missing])
-            known.update(zip(missing, got.tolist()))
-        return [known[p] for p in pairs]
+        return [known[q] for q in pairs]
+
+    def margins(self, pairs: Sequence[tuple[int, int]]) -> list[float]:
+        """Admission margin of each pair (`self.margin` for all unless `per_pair`); same calls as `get`."""
+        if not self.per_pair:
+            return [self.margin] * len(pairs)
+        if self._grow_dense():
+            margin = self._dense_margin
+            return [float(margin[a, b]) for a, b in pairs]
+        self._lookup(pairs)
+        known = self._known_margin
+        return [known[q] for q in pairs]
 
     def vs_partners(self, ids: Sequence[int], partners: Sequence[SoloProfile]) -> np.ndarray:
         """Slowdown of each id next to a stand-in partner profile, one batched call (pricing's Γ)."""

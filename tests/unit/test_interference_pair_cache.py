@@ -5,7 +5,7 @@ import math
 import numpy as np
 
 from slurm_elastico.interference.base import SoloProfile
-from slurm_elastico.planner.slowdown import PairCache
+from slurm_elastico.planner.slowdown import PairCache, for_gpu
 
 
 class Pairwise:
@@ -74,3 +74,47 @@ def test_without_a_model_nothing_slows_down():
     cache = PairCache(None)
     x = cache.add(SoloProfile(kind="train"))
     assert not cache.enabled and cache.get([(x, x)]) == [1.0] and cache.vs_partners([x], []).tolist() == [1.0]
+
+
+class WithMargins(WithMatrix):
+    """Per-pair admission margins: a.sm_util + b.sm_util (NaN → NaN); counts calls."""
+
+    def admission_margins(self, a, b):
+        self.calls.append(("margins", len(a)))
+        return np.array([x.sm_util + y.sm_util for x, y in zip(a, b, strict=True)])
+
+
+def test_per_pair_margins_come_in_one_call_beside_the_slowdowns():
+    model = WithMargins()
+    cache, _ = _cache(model, 3)
+    assert cache.per_pair
+    assert np.allclose(cache.margins([(0, 1), (2, 2)]), [0.3, 0.6]) and cache.get([(0, 1)]) == [1.02]
+    assert model.calls == [("matrix", 3), ("margins", 9)]
+    late = cache.add(SoloProfile(kind="train"))  # unknown margin: never harmless
+    assert math.isinf(cache.margins([(late, 0)])[0]) and np.isclose(cache.margins([(1, 2)])[0], 0.5)
+    assert model.calls[2:] == [("predict", 7), ("margins", 7)] and (cache.model_calls, cache.margin_calls) == (2, 2)
+
+
+def test_past_the_dense_limit_margins_ride_with_the_misses():
+    model = WithMargins()
+    cache, _ = _cache(model, 5, max_dense_pairs=10)
+    assert np.allclose(cache.margins([(0, 1), (2, 4)]), [0.3, 0.8]) and cache.get([(2, 4), (0, 1)]) == [1.15, 1.02]
+    assert model.calls == [("predict", 2), ("margins", 2)]
+
+
+def test_a_scalar_margin_is_one_for_all_pairs_and_costs_no_call():
+    model = WithMatrix()
+    model.admission_margin = 0.2
+    cache, _ = _cache(model, 2)
+    assert not cache.per_pair and cache.margin == 0.2 and cache.margins([(0, 1), (1, 0)]) == [0.2, 0.2]
+    assert model.calls == [] and PairCache(Pairwise()).margin == 0.0 and PairCache(None).margin == 0.0
+
+
+def test_the_model_is_viewed_for_a_gpu_type_only_when_it_can_be_and_one_is_set():
+    class Travelling(Pairwise):
+        def on_gpu(self, gpu_type):
+            return ("view", gpu_type)
+
+    model, plain = Travelling(), Pairwise()
+    assert for_gpu(model, "k80") == ("view", "k80") and for_gpu(model, "") is model
+    assert for_gpu(plain, "k80") is plain and for_gpu(None, "k80") is None

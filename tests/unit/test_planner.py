@@ -9,11 +9,13 @@ import pytest
 
 from slurm_elastico.config import Settings
 from slurm_elastico.errors import ConfigError
-from slurm_elastico.interference.base import ContentionModel
+from slurm_elastico.interference.base import ContentionModel, SoloProfile, admissible
 from slurm_elastico.shapes import solo_profile
 from slurm_elastico.model import ActionKind, GpuUse, GresRequest, JobState, JobView
 from slurm_elastico.planner import ADMIN_PREFIX, policies, run_epoch
 from slurm_elastico.planner import reshape as rule
+from slurm_elastico.planner.packing import GpuState, Row, Seat
+from slurm_elastico.planner.slowdown import PairCache
 from slurm_elastico.planner.synthetic import cluster, family, pending, running, snapshot, with_users
 
 NOW = 100_000.0
@@ -251,3 +253,100 @@ def test_a_faster_shape_at_the_same_share_is_applied_in_place():
     plan = run_epoch(snapshot(nodes, [job]), {1: fam}, cfg(), ContentionModel(), NOW, {1: 0.0})
     assert [a.kind for a in plan.actions] == [ActionKind.SET_ADMIN_COMMENT, ActionKind.SIGNAL]
     assert plan.actions[0].text == f"{ADMIN_PREFIX}mps25-1" and plan.actions[1].signal == "USR1"
+
+
+# -- admission margins (interference.base.admissible's rule) ------------------
+
+
+class Even:
+    """Test double: every co-located job runs at 1/slow of solo speed; a calibrated `admission_margin`."""
+
+    def __init__(self, slow: float = 1.5, margin: float = 0.0):
+        self.slow, self.admission_margin = slow, margin
+
+    def predict(self, a, b):
+        return np.full(len(a), self.slow)
+
+
+class RiskyFamilies(Even):
+    """Per-pair margins: 0.5 where either job's model family is "risky", else none (its scalar margin is ignored)."""
+
+    def __init__(self):
+        super().__init__(1.5, margin=0.5)
+
+    def admission_margins(self, a, b):
+        return np.array([0.5 if "risky" in (x.model_family, y.model_family) else 0.0 for x, y in zip(a, b)])
+
+
+class Travelling(Even):
+    """Trained on one GPU type: `on_gpu` of any other gives a cautious view with a margin; records what was asked."""
+
+    def __init__(self):
+        super().__init__(1.5, margin=0.0)
+        self.asked = []
+
+    def on_gpu(self, gpu_type):
+        self.asked.append(gpu_type)
+        return self if gpu_type == "p100" else Even(1.5, margin=0.25)
+
+
+def two_halves(model, names=("", ""), settings=None):
+    """Two half-GPU jobs, one GPU, each at 1/1.5 ≈ 0.67 of solo speed when they share: how many start."""
+    fams = {i + 1: dataclasses.replace(family((50, 1.0, 1000)), name=n) for i, n in enumerate(names)}
+    snap = snapshot(cluster(1), [pending(1), pending(2)])
+    return len(run_epoch(snap, fams, settings or cfg(), model, NOW).placements)
+
+
+def test_a_margin_refuses_a_pair_the_raw_floor_admits():
+    assert two_halves(Even(1.5, margin=0.0)) == 2  # 0.67 >= 0.6
+    assert two_halves(Even(1.5, margin=0.2)) == 1  # 0.67 < 0.6 * 1.2
+    assert two_halves(Even(1.5, margin=0.1)) == 2  # 0.67 >= 0.66
+
+
+def test_per_pair_margins_are_honoured_over_the_scalar_one():
+    assert two_halves(RiskyFamilies(), ("safe", "safe")) == 2
+    assert two_halves(RiskyFamilies(), ("safe", "risky")) == 1
+
+
+def test_the_model_is_viewed_for_the_configured_gpu_type():
+    s = Settings()
+    model = Travelling()
+    assert two_halves(model, settings=dataclasses.replace(s, gpu=dataclasses.replace(s.gpu, type="k80"))) == 1
+    assert two_halves(model, settings=dataclasses.replace(s, gpu=dataclasses.replace(s.gpu, type="p100"))) == 2
+    assert model.asked == ["k80", "p100"]
+    assert two_halves(model) == 2 and model.asked == ["k80", "p100"]  # no type set: the model as is
+
+
+def test_margins_also_guard_the_jobs_own_throughput_floor():
+    fams = {i: family((50, 1.0, 1000), floor=0.6) for i in (1, 2)}
+    snap = snapshot(cluster(1), [pending(1), pending(2)])
+    lax = dataclasses.replace(Settings(), interference=dataclasses.replace(Settings().interference, floor=0.0))
+    assert len(run_epoch(snap, fams, lax, Even(1.5, 0.0), NOW).placements) == 2
+    assert len(run_epoch(snap, fams, lax, Even(1.5, 0.2), NOW).placements) == 1
+
+
+def test_packing_admits_a_pair_exactly_when_admissible_does():
+    class PerPair(ContentionModel):
+        """Contention slowdowns with per-pair margins (larger for busier pairs)."""
+
+        def admission_margins(self, a, b):
+            return np.array([0.2 * (x.sm_util + y.sm_util) for x, y in zip(a, b)])
+
+    grid = [SoloProfile(kind="train", sm_util=sm, membw_util=bw, mps_share=50)
+            for sm in (0.2, 0.45, 0.7) for bw in (0.2, 0.5, 0.8, 0.95)]
+    decided = {}
+    for model in (ContentionModel(), PerPair(), Even(1.5, 0.05), Even(1.5, 0.15)):
+        got, want = decided[model] = [], []
+        for pa in grid:
+            for pb in grid:
+                cache = PairCache(model)
+                ra = Row(0, cache.add(pa), 1.0, 50, 0.0, 0.0, 0.0)
+                rb = Row(0, cache.add(pb), 1.0, 50, 0.0, 0.0, 0.0)
+                state = GpuState([0], [100], [1e9], [1e9], [1e9], cache, 0.6)
+                state.place(Seat(1, 0.0), ra, 0)
+                got.append(state.fits(Seat(2, 0.0), rb, 0) > 0)
+                want.append(bool(admissible(model, [pa], [pb], 0.6)[0]))
+        assert got == want, type(model).__name__
+    (raw, _), (margined, _), (lax, _), (strict, _) = decided.values()
+    assert any(raw) and not all(raw) and sum(margined) < sum(raw)  # the grid has both kinds; margins refuse more
+    assert all(lax) and not any(strict)  # 1/1.5 against 0.6 × 1.05 and 0.6 × 1.15

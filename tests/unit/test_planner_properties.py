@@ -28,7 +28,24 @@ class Bandwidth:
         return np.maximum(1.0, np.nan_to_num((da + db).max(axis=1), nan=1.0))
 
 
-MODELS = {"contention": ContentionModel(), "bandwidth": Bandwidth()}
+class Margined(Bandwidth):
+    """Bandwidth with a calibrated safety margin for every pair: floors are checked at floor × 1.2."""
+
+    admission_margin = 0.2
+    least_margin = 0.2
+
+
+class PairMargins(Bandwidth):
+    """Bandwidth with per-pair margins: 0.3 when an inference job is in the pair, else 0.05."""
+
+    least_margin = 0.05
+
+    def admission_margins(self, a, b):
+        return np.array([0.3 if "infer" in (x.kind, y.kind) else 0.05 for x, y in zip(a, b)])
+
+
+MODELS = {"contention": ContentionModel(), "bandwidth": Bandwidth(), "margined": Margined(),
+          "pair-margins": PairMargins()}
 
 
 @st.composite
@@ -80,7 +97,7 @@ def check_capacity(snap, fams, plan, floor):
 def test_no_plan_exceeds_a_capacity_or_a_floor(case):
     snap, fams, policy, model = case
     plan = policy.plan(snap, fams, Settings(), model, NOW)
-    floor = Settings().interference.floor if policy.interference else 0.0
+    floor = Settings().interference.floor * (1 + getattr(model, "least_margin", 0.0)) if policy.interference else 0.0
     if policy.narrow is not policies.all_shapes:
         fams = {k: policy.narrow(f) for k, f in fams.items()}
     check_capacity(snap, fams, plan, floor)
