@@ -15,6 +15,7 @@ Families are single-GPU: a family job is planned on one GPU of one node.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ import numpy as np
 from slurm_elastico import pricing
 from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import SlowdownModel, SoloProfile
-from slurm_elastico.model import (Action, ActionKind, Family, JobState, JobView, Placement, Plan, Snapshot)
+from slurm_elastico.model import (Action, ActionKind, Family, JobState, JobView, Placement, Plan, Shape, Snapshot)
 from slurm_elastico.planner import reshape, weights
 from slurm_elastico.planner.packing import GpuState, Row, Seat
 from slurm_elastico.planner.slowdown import PairCache, for_gpu
@@ -58,15 +59,21 @@ class Job:
     running: bool = False
 
 
-def shape_of_running(job: JobView, table: Table, held_share: int) -> int:
-    """Slot of the shape a running job runs as: from its AdminComment, else its share, else the default."""
-    shapes = table.family.shapes
+def _named_shape(job: JobView, family: Family) -> Shape | None:
+    """The shape of `family` the job's AdminComment names (`elastico:shape=<name>`), if any."""
     for part in job.admin_comment.split(","):
         if part.startswith(ADMIN_PREFIX):
             name = part[len(ADMIN_PREFIX):].strip()
-            for i, s in enumerate(shapes):
-                if s.name == name:
-                    return i
+            return next((s for s in family.shapes if s.name == name), None)
+    return None
+
+
+def shape_of_running(job: JobView, table: Table, held_share: int) -> int:
+    """Slot of the shape a running job runs as: from its AdminComment, else its share, else the default."""
+    shapes = table.family.shapes
+    named = _named_shape(job, table.family)
+    if named is not None:
+        return shapes.index(named)
     same = [i for i, s in enumerate(shapes) if s.resources.mps == held_share]
     if same:
         return max(same, key=lambda i: shapes[i].throughput)
@@ -113,14 +120,22 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
     tables: dict[int, Table] = {}
     narrowed: dict[int, Family] = {}
 
-    def table_of(fam: Family) -> Table:
+    def table_of(fam: Family, running: JobView | None = None) -> Table:
         key = id(fam)
         if key not in narrowed:
             narrowed[key] = policy.narrow(fam)
-        fam = narrowed[key]
-        t = tables.get(id(fam))
+        small = narrowed[key]
+        if running is not None:
+            # A running job keeps the shape it runs as, even one the policy's narrowing drops.
+            now_as = _named_shape(running, fam)
+            if now_as is not None and now_as not in small.shapes:
+                extra = (key, now_as.name)
+                if extra not in narrowed:
+                    narrowed[extra] = dataclasses.replace(small, shapes=small.shapes + (now_as,))
+                small = narrowed[extra]
+        t = tables.get(id(small))
         if t is None:
-            t = tables[id(fam)] = _table(fam, cache, per_gpu)
+            t = tables[id(small)] = _table(small, cache, per_gpu)
         return t
 
     # -- who is where --------------------------------------------------------
@@ -134,7 +149,7 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
             t = table_of(fam)
             by_id[jv.job_id] = Job(jv, t, 1.0, Seat(jv.job_id, fam.throughput_floor))
         elif jv.state is JobState.RUNNING:
-            by_id[jv.job_id] = Job(jv, table_of(fam), 1.0, Seat(jv.job_id, fam.throughput_floor), running=True)
+            by_id[jv.job_id] = Job(jv, table_of(fam, jv), 1.0, Seat(jv.job_id, fam.throughput_floor), running=True)
     foreign: dict[int, int] = {}
     for n in nodes:
         for gv in n.gpus:

@@ -64,6 +64,7 @@ def instance(rng: np.random.Generator, n_jobs: int, n_gpus: int, n_shapes: int =
     free = {(ni, gi): 100 for ni, n in enumerate(nodes) for gi in range(len(n.gpus))}
     slots = list(free)
     cpus_used: dict[int, int] = {}
+    gmem_used: dict[tuple[int, int], int] = {}
     mem_used: dict[int, int] = {}
     for k in range(n_jobs):
         jid = 1000 + k
@@ -75,11 +76,13 @@ def instance(rng: np.random.Generator, n_jobs: int, n_gpus: int, n_shapes: int =
             key = slots[int(rng.integers(0, len(slots)))]
             node = nodes[key[0]]
             room = (free[key] >= shape.resources.mps
+                    and gmem_used.get(key, 0) + shape.resources.gpu_mem_mib <= node.gpu_memory_mib
                     and cpus_used.get(key[0], 0) + shape.resources.cpus <= node.cpus
                     and mem_used.get(key[0], 0) + shape.resources.host_mem_mib <= node.memory_mib)
-            if room:  # a running job Slurm could really have started: within the node's CPUs and memory too
+            if room:  # a running job that could really run: within its node's CPUs and memory and its GPU's memory too
                 free[key] -= shape.resources.mps
                 cpus_used[key[0]] = cpus_used.get(key[0], 0) + shape.resources.cpus
+                gmem_used[key] = gmem_used.get(key, 0) + shape.resources.gpu_mem_mib
                 mem_used[key[0]] = mem_used.get(key[0], 0) + shape.resources.host_mem_mib
                 uses.setdefault(key, []).append(GpuUse(jid, shape.resources.mps))
                 jobs.append(JobView(jid, f"j{jid}", "u", "gpu", JobState.RUNNING, gres=GresRequest("mps", shape.resources.mps),

@@ -297,7 +297,8 @@ def test_bad_family_or_missing_script_fails_at_submit_time_and_submits_nothing(s
     assert "missing.sh: cannot read it" in done.stderr and "bad.yaml" in done.stderr and "nothing was submitted" in done.stderr
     done = c.submit_cmd("--family", "nope.yaml", str(EXAMPLES / "train_tiny.py"))
     assert done.returncode == 2 and "nope.yaml: cannot read it" in done.stderr
-    assert c.queue() == before
+    # No new job: jobs of earlier tests may still leave the queue meanwhile, none may join it.
+    assert c.queue() <= before
 
 
 def test_hostile_name_comment_and_args_reach_slurm_and_the_program_unharmed(slurm_cluster, tmp_path):

@@ -61,8 +61,15 @@ def cases(draw, running=True):
     return snap, fams, policies.REGISTRY[policy], MODELS[model]
 
 
-def check_capacity(snap, fams, plan, floor):
+def planned_shape(fams, full, p):
+    """The placement's shape: from the policy's narrowed family, or (a running job kept as it runs) the full one."""
+    names = {s.name for s in fams[p.job_id].shapes}
+    return (fams if p.shape in names else full)[p.job_id].shape(p.shape)
+
+
+def check_capacity(snap, fams, plan, floor, full=None):
     settings_ = Settings()
+    full = full or fams
     placed = {p.job_id: p for p in plan.placements}
     share = defaultdict(int)
     mem = defaultdict(float)
@@ -74,7 +81,7 @@ def check_capacity(snap, fams, plan, floor):
                     share[(n.name, g.index)] += g.shares_total if u.whole else u.shares
                     mem[(n.name, g.index)] += n.gpu_memory_mib * (1 if u.whole else u.shares / 100)
     for p in plan.placements:
-        shape = fams[p.job_id].shape(p.shape)
+        shape = planned_shape(fams, full, p)
         share[(p.node, p.gpu)] += p.share
         mem[(p.node, p.gpu)] += shape.resources.gpu_mem_mib
         if snap.job(p.job_id).state is JobState.PENDING:
@@ -86,7 +93,7 @@ def check_capacity(snap, fams, plan, floor):
             assert mem[(n.name, g.index)] <= (n.gpu_memory_mib or settings_.gpu.memory_mib) + 1e-6
     for p in plan.placements:  # nobody is planned under its own floor or the co-location floor
         fam = fams[p.job_id]
-        solo = fam.shape(p.shape).throughput
+        solo = planned_shape(fams, full, p).throughput
         if snap.job(p.job_id).state is JobState.PENDING:
             assert p.throughput >= fam.throughput_floor * (1 - 1e-9)
             assert p.throughput >= floor * solo * (1 - 1e-9) or floor == 0
@@ -98,9 +105,8 @@ def test_no_plan_exceeds_a_capacity_or_a_floor(case):
     snap, fams, policy, model = case
     plan = policy.plan(snap, fams, Settings(), model, NOW)
     floor = Settings().interference.floor * (1 + getattr(model, "least_margin", 0.0)) if policy.interference else 0.0
-    if policy.narrow is not policies.all_shapes:
-        fams = {k: policy.narrow(f) for k, f in fams.items()}
-    check_capacity(snap, fams, plan, floor)
+    narrowed = {k: policy.narrow(f) for k, f in fams.items()} if policy.narrow is not policies.all_shapes else fams
+    check_capacity(snap, narrowed, plan, floor, full=fams)
     assert all(p >= 0 for p in plan.prices)
 
 
