@@ -13,8 +13,12 @@ else needs undoing because the other actions are plain, repeatable updates.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
+import sqlite3
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -95,6 +99,10 @@ class Journal:
         )
         return int(cur.lastrowid)
 
+    def note(self, row_id: int, error: str, at: float) -> None:
+        """Record an error on a row that stays 'planned' (its outcome is for the next epoch to find out)."""
+        self.store.execute("UPDATE journal SET error=?, updated=? WHERE id=?", (error, at, row_id))
+
     def settle(self, row_id: int, status: str, at: float, error: str = "") -> None:
         self.store.execute("UPDATE journal SET status=?, error=?, updated=? WHERE id=?", (status, error, at, row_id))
 
@@ -172,22 +180,67 @@ def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model
             snap = gateway.snapshot()
     fams, warnings = families.families({j.job_id for j in snap.jobs})
     plan = run_epoch(snap, fams, settings, model, now)
+    comments = {j.job_id: j.admin_comment for j in snap.jobs}
+    failed: set[int] = set()
+    commented: set[int] = set()
     outcomes: list[Outcome] = []
     for action in plan.actions:
         argv = tuple(tuple(a) for a in gateway.argv_for(action))
         if dry_run:
             outcomes.append(Outcome(action, "dry-run", argv=argv))
             continue
+        if action.job_id in failed:  # a job's actions go together: after one fails, the rest would mislead
+            outcomes.append(Outcome(action, "skipped", "an earlier action for this job failed", argv))
+            continue
         row = journal.plan(now, action)
         try:
             gateway.apply(action)
         except ElasticoError as exc:
-            journal.settle(row, "failed", now, str(exc))
+            failed.add(action.job_id)
+            if action.kind is ActionKind.RESHAPE_RUNNING:
+                # It may have left the job requeue-held: stay 'planned' so the next epoch's recover() checks.
+                journal.note(row, str(exc), now)
+            else:
+                journal.settle(row, "failed", now, str(exc))
             outcomes.append(Outcome(action, "failed", str(exc), argv))
+            if action.job_id in commented:
+                _restore_comment(gateway, action.job_id, comments.get(action.job_id, ""))
         else:
             journal.settle(row, "done", now)
             outcomes.append(Outcome(action, "done", argv=argv))
+            if action.kind is ActionKind.SET_ADMIN_COMMENT:
+                commented.add(action.job_id)
     return EpochResult(now, plan, tuple(outcomes), tuple(recovered), tuple(warnings))
+
+
+def _restore_comment(gateway: Gateway, job_id: int, text: str) -> None:
+    """Put back the AdminComment a failed plan had changed, so elastico-run does not start a shape never set up."""
+    try:
+        gateway.apply(Action(ActionKind.SET_ADMIN_COMMENT, job_id, "restore after a failed action", text=text))
+    except ElasticoError:
+        pass  # the job may be gone; elastico-run checks the share of a named shape anyway
+
+
+class EpochBusy(ElasticoError):
+    """Another epoch holds the helper's lock (cron epochs may overlap a slow one); this one is skipped."""
+
+    exit_code = 0
+
+
+@contextmanager
+def epoch_lock(state_dir: str | Path) -> Iterator[None]:
+    """Hold `<state_dir>/sched.lock` for one epoch: two epochs at once would repair each other's reshapes."""
+    path = Path(state_dir) / "sched.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise EpochBusy(f"another epoch holds {path}; this one is skipped") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def render(result: EpochResult) -> str:
@@ -222,8 +275,10 @@ def main_loop(step, interval_s: float, epochs: int | None, sleep=None) -> int:
         started = time.monotonic()
         try:
             step()
-        except ElasticoError as exc:  # one bad epoch (e.g. slurmctld restarting) must not end the loop
-            failures += 1
+        except EpochBusy as exc:
+            print(f"note: {exc}", file=sys.stderr)
+        except (ElasticoError, sqlite3.Error, OSError) as exc:  # one bad epoch (slurmctld restarting, a
+            failures += 1                                       # locked store) must not end the loop
             print(f"error: epoch failed: {exc}", file=sys.stderr)
         n += 1
         if epochs is None or n < epochs:
@@ -231,5 +286,5 @@ def main_loop(step, interval_s: float, epochs: int | None, sleep=None) -> int:
     return failures
 
 
-__all__ = ["DirectoryFamilies", "EpochResult", "Journal", "Outcome", "StoreFamilies", "main_loop", "recover",
-           "render", "run_once"]
+__all__ = ["DirectoryFamilies", "EpochBusy", "EpochResult", "Journal", "Outcome", "StoreFamilies", "epoch_lock",
+           "main_loop", "recover", "render", "run_once"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 
@@ -11,7 +12,7 @@ from slurm_elastico.cli import settings
 
 
 @click.command("sched")
-@click.option("--once", "mode", flag_value="once", default=True, help="run one epoch and exit (default)")
+@click.option("--once", is_flag=True, help="run one epoch and exit (the default without --interval)")
 @click.option("--interval", type=click.FloatRange(min=1.0), default=None, help="run an epoch every S seconds")
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="with --interval: stop after N epochs")
 @click.option("--dry-run", is_flag=True, help="print the plan and the exact scontrol commands; change nothing")
@@ -19,14 +20,22 @@ from slurm_elastico.cli import settings
               help="read families from DIR/<job id>.yaml instead of what elastico-submit recorded")
 @click.option("--json", "as_json", is_flag=True, help="print each epoch as one JSON line")
 @click.pass_context
-def sched(ctx, mode, interval, epochs, dry_run, families_dir, as_json) -> None:
-    """Plan one epoch over the live cluster and act on it (journaled, so a crash leaves no job held)."""
+def sched(ctx, once, interval, epochs, dry_run, families_dir, as_json) -> None:
+    """Plan one epoch over the live cluster and act on it (journaled, so a crash leaves no job held).
+
+    Without --interval it runs one epoch (for cron, a systemd timer or PrologSlurmctld). Epochs take a lock
+    in the state directory: one that finds it taken is skipped.
+    """
     from slurm_elastico import sched as helper
     from slurm_elastico.cli.view import gateway_from
     from slurm_elastico.interference import load_model
+    from slurm_elastico.planner import policies
     from slurm_elastico.store import Store
 
+    if once and interval is not None:
+        raise click.UsageError("--once and --interval exclude each other")
     cfg = settings(ctx)
+    policies.get(cfg.planner.policy)  # an unknown policy stops here, not at every epoch
     gateway = gateway_from(cfg)
     store = Store(cfg.store_path)
     families = (helper.DirectoryFamilies(families_dir, cfg.gpu.memory_mib) if families_dir
@@ -35,11 +44,15 @@ def sched(ctx, mode, interval, epochs, dry_run, families_dir, as_json) -> None:
     journal = None if dry_run else helper.Journal(store)
 
     def step() -> None:
-        result = helper.run_once(gateway, cfg, families, model, journal, time.time(), dry_run=dry_run)
+        with contextlib.nullcontext() if dry_run else helper.epoch_lock(cfg.state_dir):
+            result = helper.run_once(gateway, cfg, families, model, journal, time.time(), dry_run=dry_run)
         click.echo(json.dumps(result.to_dict()) if as_json else helper.render(result))
 
     if interval is None:
-        step()
+        try:
+            step()
+        except helper.EpochBusy as exc:
+            click.echo(f"note: {exc}", err=True)
         return
     failures = helper.main_loop(step, interval, epochs)
     if failures:
