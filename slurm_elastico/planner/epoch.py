@@ -400,6 +400,8 @@ def _reshape(job: Job, state: GpuState, now: float, progress: Mapping[int, float
     work = reshape.remaining_work(job.table.family.total_work, progress.get(job.view.job_id),
                                   job.view.start_time, now, rate_now)
     faster = [s for s in job.table.by_speed if job.table.rows[s].tput > old.tput]
+    if not job.view.requeue:  # `--no-requeue`: Slurm refuses the requeue, so only an in-place reshape can work
+        faster = [s for s in faster if job.table.rows[s].share == old.share]
     if not faster or work <= 0:
         return None
     state.remove(seat)

@@ -87,7 +87,7 @@ def instance(rng: np.random.Generator, n_jobs: int, n_gpus: int, n_shapes: int =
                 uses.setdefault(key, []).append(GpuUse(jid, shape.resources.mps))
                 jobs.append(JobView(jid, f"j{jid}", "u", "gpu", JobState.RUNNING, gres=GresRequest("mps", shape.resources.mps),
                                     nodes=(node.name,), gpu_indices=(key[1],), cpus=shape.resources.cpus,
-                                    memory_mib=shape.resources.host_mem_mib, submit_time=submit,
+                                    memory_mib=shape.resources.host_mem_mib, submit_time=submit, requeue=True,
                                     start_time=int(now - rng.uniform(0, 600)), admin_comment=f"elastico:shape={shape.name}"))
                 continue
         jobs.append(JobView(jid, f"j{jid}", "u", "gpu", JobState.PENDING, gres=GresRequest("mps", 100),
@@ -120,10 +120,12 @@ def pending(job_id: int, submit: float = 0.0, priority: int = 0, share: int = 10
                    submit_time=int(submit), priority=priority)
 
 
-def running(job_id: int, node: str, gpu: int, share: int, start: float = 0.0, shape: str = "") -> JobView:
+def running(job_id: int, node: str, gpu: int, share: int, start: float = 0.0, shape: str = "",
+            requeue: bool = True) -> JobView:
     """A job running on GPU `gpu` of `node` with `mps:share` (AdminComment naming `shape` if given)."""
     return JobView(job_id, f"j{job_id}", "u", "gpu", JobState.RUNNING, gres=GresRequest("mps", share), nodes=(node,),
                    gpu_indices=(gpu,), cpus=1, memory_mib=1024, submit_time=int(start), start_time=int(start),
+                   requeue=requeue,
                    admin_comment=f"elastico:shape={shape}" if shape else "")
 
 

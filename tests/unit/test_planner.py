@@ -351,3 +351,12 @@ def test_packing_admits_a_pair_exactly_when_admissible_does():
     (raw, _), (margined, _), (lax, _), (strict, _) = decided.values()
     assert any(raw) and not all(raw) and sum(margined) < sum(raw)  # the grid has both kinds; margins refuse more
     assert all(lax) and not any(strict)  # 1/1.5 against 0.6 × 1.05 and 0.6 × 1.15
+
+
+def test_a_job_submitted_without_requeue_is_only_reshaped_in_place():
+    fam = family((25, 0.3, 1000), (25, 0.5, 1000), (100, 1.0, 1000), work=10000.0)
+    nodes = with_users(cluster(1), {("n0000", 0): (GpuUse(1, 25),)})
+    job = running(1, "n0000", 0, 25, start=NOW - 100, shape="mps25-0", requeue=False)
+    plan = run_epoch(snapshot(nodes, [job]), {1: fam}, cfg(), ContentionModel(), NOW, {1: 0.0})
+    assert ActionKind.RESHAPE_RUNNING not in [a.kind for a in plan.actions]
+    assert [a.kind for a in plan.actions] == [ActionKind.SET_ADMIN_COMMENT, ActionKind.SIGNAL]
