@@ -27,9 +27,8 @@ from dataclasses import dataclass
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.model import Family
 from slurm_elastico.model import Shape as PlannedShape
+from slurm_elastico.shapes.current import running_shape
 
-ADMIN_PREFIX = "elastico:shape="
-"""Same text as `slurm_elastico.planner.epoch.ADMIN_PREFIX` (kept here so the job side need not import the planner)."""
 
 PAYLOAD_VERSION = 1
 FAMILY_OPTION = "--family"
@@ -392,27 +391,11 @@ def shebang_argv(script: bytes, path: str) -> list[str]:
 # ---------------------------------------------------------------------------- the job's shape
 
 
-def shape_name_from_comment(admin_comment: str) -> str | None:
-    """The shape name in an AdminComment `...,elastico:shape=<name>,...` (the planner's convention), or None."""
-    for part in (admin_comment or "").split(","):
-        part = part.strip()
-        if part.startswith(ADMIN_PREFIX):
-            name = part[len(ADMIN_PREFIX):].strip()
-            if name:
-                return name
-    return None
-
-
-def choose_shape(family: Family, candidates: Sequence[PlannedShape], admin_comment: str) -> tuple[PlannedShape, str]:
-    """The shape to run: the AdminComment's if it names a known shape, else the family default; with where it came from.
+def choose_shape(family: Family, candidates: Sequence[PlannedShape], admin_comment: str,
+                 held_share: int | None = None) -> tuple[PlannedShape, str]:
+    """The shape to run and where it came from: `shapes.current.running_shape`, the rule the planner follows too.
 
     `candidates` is every shape of the spec that fits the GPU (a superset of the
     pruned family), so a shape named by hand or by an older plan is honoured too.
     """
-    name = shape_name_from_comment(admin_comment)
-    if name is not None:
-        for s in candidates:
-            if s.name == name:
-                return s, "AdminComment"
-        return family.default_shape, f"default (AdminComment names unknown shape {name!r})"
-    return family.default_shape, "default"
+    return running_shape(candidates, family.default_shape, admin_comment, held_share)

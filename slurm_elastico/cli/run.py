@@ -93,7 +93,7 @@ class JobShapes:
                 if attempt + 1 < self.retries:
                     self.sleep(1.0)
                 continue
-            shape, origin = choose_shape(self.family, self.candidates, view.admin_comment)
+            shape, origin = choose_shape(self.family, self.candidates, view.admin_comment, view.mps_share or None)
             now = time.time()
             remaining = view.end_time - now if view.end_time is not None and view.time_limit_s is not None else None
             elapsed = now - view.start_time if view.start_time is not None else None

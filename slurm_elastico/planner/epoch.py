@@ -29,12 +29,10 @@ from slurm_elastico.model import (Action, ActionKind, Family, JobState, JobView,
 from slurm_elastico.planner import reshape, weights
 from slurm_elastico.planner.packing import GpuState, Row, Seat
 from slurm_elastico.planner.slowdown import PairCache, for_gpu
+from slurm_elastico.shapes.current import ADMIN_PREFIX, named_in_comment, running_shape
 from slurm_elastico.shapes.solo import solo_profile
 
 RESOURCES = ("mps", "gpu_mem", "cpus", "host_mem")
-ADMIN_PREFIX = "elastico:shape="
-"""AdminComment the planner writes so the job wrapper knows its shape: `elastico:shape=<name>`."""
-
 
 @dataclass
 class Table:
@@ -60,25 +58,15 @@ class Job:
 
 
 def _named_shape(job: JobView, family: Family) -> Shape | None:
-    """The shape of `family` the job's AdminComment names (`elastico:shape=<name>`), if any."""
-    for part in job.admin_comment.split(","):
-        if part.startswith(ADMIN_PREFIX):
-            name = part[len(ADMIN_PREFIX):].strip()
-            return next((s for s in family.shapes if s.name == name), None)
-    return None
+    """The shape of `family` the job's AdminComment names, if any (whatever share it holds)."""
+    name = named_in_comment(job.admin_comment)
+    return next((s for s in family.shapes if s.name == name), None) if name is not None else None
 
 
 def shape_of_running(job: JobView, table: Table, held_share: int) -> int:
-    """Slot of the shape a running job runs as: from its AdminComment, else its share, else the default."""
-    shapes = table.family.shapes
-    named = _named_shape(job, table.family)
-    if named is not None:
-        return shapes.index(named)
-    same = [i for i, s in enumerate(shapes) if s.resources.mps == held_share]
-    if same:
-        return max(same, key=lambda i: shapes[i].throughput)
-    default = table.family.default_shape
-    return next((i for i, s in enumerate(shapes) if s is default), 0)
+    """Slot of the shape a running job runs as: the rule elastico-run follows (`shapes.current.running_shape`)."""
+    shape, _ = running_shape(table.family.shapes, table.family.default_shape, job.admin_comment, held_share)
+    return table.family.shapes.index(shape)
 
 
 def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Settings,

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from slurm_elastico.errors import InvalidActionError, JobNotPendingError, SlurmError, UnknownJobError
 from slurm_elastico.model import (MPS_SHARES_PER_GPU, Action, ActionKind, Family, GpuUse, GpuView, GresRequest,
                                   JobState, JobView, NodeView, PartitionView, Snapshot)
-from slurm_elastico.planner.epoch import ADMIN_PREFIX
+from slurm_elastico.shapes.current import running_shape
 from slurm_elastico.slurm import commands
 from slurm_elastico.sim.trace import TraceJob
 
@@ -78,11 +78,11 @@ class SimJob:
         return self.trace.job_id
 
     def shape_name(self) -> str:
-        """The shape the job runs as when it starts: its AdminComment's, else its family's default."""
-        for part in self.comment.split(","):
-            if part.startswith(ADMIN_PREFIX):
-                return part[len(ADMIN_PREFIX):].strip()
-        return self.family.default_shape.name if self.family is not None else ""
+        """The shape the job runs as when it starts: the rule elastico-run follows (`shapes.current.running_shape`)."""
+        if self.family is None:
+            return ""
+        held = self.gres.count if self.gres.kind == "mps" else None  # the share it starts with
+        return running_shape(self.family.shapes, self.family.default_shape, self.comment, held)[0].name
 
 
 @dataclass

@@ -15,7 +15,8 @@ import pytest
 from slurm_elastico.cli.run import MAX_QUICK_RELAUNCHES, Found, JobShapes, Supervisor, ckpt_dir, family_from_spec, run_embedded
 from slurm_elastico.errors import SlurmError
 from slurm_elastico.model import JobState, JobView
-from slurm_elastico.wrap import Payload, choose_shape, shape_name_from_comment
+from slurm_elastico.shapes.current import named_in_comment as shape_name_from_comment
+from slurm_elastico.wrap import Payload, choose_shape
 
 FAMILY = """kind: train
 global_batch: 32
@@ -271,3 +272,12 @@ def test_run_embedded_gives_the_program_its_exact_argv_outside_slurm(tmp_path, m
 def test_run_embedded_refuses_a_damaged_payload(capsys):
     assert run_embedded("not base64!") == 2
     assert "unreadable" in capsys.readouterr().err
+
+
+def test_a_named_shape_for_another_share_is_not_run(family):
+    """A stale AdminComment (a plan whose share change failed) must not put a shape's knobs on the wrong share."""
+    fam, candidates = family
+    named = "elastico:shape=mb32-fp32-mps25"
+    assert choose_shape(fam, candidates, named, 25)[0].name == "mb32-fp32-mps25"
+    s, origin = choose_shape(fam, candidates, named, 50)
+    assert s.resources.mps == 50 and "needs share 25" in origin

@@ -1,0 +1,51 @@
+"""Which shape a job runs as: one rule for the planner and for elastico-run.
+
+The planner writes the chosen shape into the job's AdminComment
+(`elastico:shape=<name>`). A named shape counts only if it matches the MPS
+share the job holds: a comment can be stale (a plan whose share change
+failed), and running a shape's knobs at another share would break its memory
+and speed assumptions. Without a usable name the job runs its family's default
+when the default fits the held share, else the fastest shape at that share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from slurm_elastico.model import Shape
+
+ADMIN_PREFIX = "elastico:shape="
+"""AdminComment the planner writes so the job wrapper knows its shape: `elastico:shape=<name>`."""
+
+
+def named_in_comment(admin_comment: str) -> str | None:
+    """The shape name in an AdminComment `...,elastico:shape=<name>,...`, or None."""
+    for part in (admin_comment or "").split(","):
+        part = part.strip()
+        if part.startswith(ADMIN_PREFIX):
+            name = part[len(ADMIN_PREFIX):].strip()
+            if name:
+                return name
+    return None
+
+
+def running_shape(shapes: Sequence[Shape], default: Shape | None, admin_comment: str,
+                  held_share: int | None) -> tuple[Shape, str]:
+    """The shape a job holding `held_share` (None: unknown) runs as, and where that answer came from."""
+    if not shapes:
+        raise ValueError("a family has at least one shape")
+    fits = (lambda s: True) if not held_share else (lambda s: s.resources.mps == held_share)
+    note = ""
+    name = named_in_comment(admin_comment)
+    if name is not None:
+        named = next((s for s in shapes if s.name == name), None)
+        if named is not None and fits(named):
+            return named, "AdminComment"
+        note = (f" (AdminComment names unknown shape {name!r})" if named is None
+                else f" (AdminComment names {name!r}, which needs share {named.resources.mps}, not {held_share})")
+    if default is not None and fits(default):
+        return default, "default" + note
+    same = [s for s in shapes if fits(s)]
+    if same:
+        return max(same, key=lambda s: s.throughput), f"fastest at share {held_share}" + note
+    return (default or shapes[0]), "default" + note
