@@ -45,7 +45,7 @@ from pathlib import Path
 import yaml
 
 from slurm_elastico import config
-from slurm_elastico.errors import ConfigError, ElasticoError, SlurmError
+from slurm_elastico.errors import ConfigError, ElasticoError
 from slurm_elastico.model import Family
 from slurm_elastico.model import Shape as PlannedShape
 from slurm_elastico.runtime.shape import EXIT_CHECKPOINTED, runtime_shape, shape_env
@@ -88,7 +88,7 @@ class JobShapes:
         for attempt in range(self.retries):
             try:
                 view = self.gateway.job(self.job_id)
-            except SlurmError as exc:
+            except ElasticoError as exc:  # Slurm down, or squeue printed something unparsable
                 problem = str(exc)
                 if attempt + 1 < self.retries:
                     self.sleep(1.0)

@@ -35,6 +35,11 @@ def squeue_json() -> list[str]:
     return ["squeue", "--all", "--json"]
 
 
+def squeue_job_json(job_id: int) -> list[str]:
+    """One job's record. 22.05 ignores `--jobs` under `--json` and prints every job: callers filter by id."""
+    return ["squeue", "--all", "--json", f"--jobs={_job_id(job_id)}"]
+
+
 def nodes_json(slurm_version: str) -> list[str]:
     """Per-node records: `sinfo --json` on 22.05; `scontrol show node --json` from 23 on.
 

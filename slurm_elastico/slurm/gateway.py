@@ -97,7 +97,7 @@ class SlurmGateway:
 
     def job(self, job_id: int) -> JobView:
         """One job's current view (from squeue); `UnknownJobError` when Slurm no longer lists it."""
-        argv = commands.squeue_json()
+        argv = commands.squeue_job_json(job_id)
         for j in parse.parse_squeue(self._run(argv).stdout):
             if j.job_id == job_id:
                 return j
