@@ -126,7 +126,7 @@ def test_generated_script_is_our_python_and_the_users_header_only():
     text = batch_script("/opt/py/bin/python3", user, payload(args=HOSTILE))
     lines = text.splitlines()
     assert lines[0] == "#!/opt/py/bin/python3"
-    assert lines[1:3] == ["#SBATCH --time=5", "#SBATCH -J x"]
+    assert lines[2:4] == ["#SBATCH --time=5", "#SBATCH -J x"]
     assert "rm -rf" not in text and "$(" not in text and "it's" not in text  # user strings only inside base64
     tree = ast.parse(text)
     kinds = [type(node).__name__ for node in tree.body]
@@ -134,6 +134,12 @@ def test_generated_script_is_our_python_and_the_users_header_only():
     assert tree.body[3].module == "slurm_elastico.cli.run"
     assert isinstance(tree.body[4].value, ast.Constant) and set(tree.body[4].value.value) <= set(
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
+
+
+def test_generated_script_compiles_whatever_bytes_or_coding_words_the_header_holds():
+    user = "#!/bin/bash\n#SBATCH --comment=coding:v2\n#SBATCH --job-name=caf\udce9\n"  # a lone latin-1 byte
+    text = batch_script("/usr/bin/python3", user, payload())
+    compile(text.encode("utf-8", "surrogateescape"), "batch", "exec")  # raises SyntaxError if it cannot run
 
 
 @settings(max_examples=60, deadline=None)
@@ -212,7 +218,7 @@ def test_submit_passes_output_records_family_and_adds_only_what_is_missing(tmp_p
     (call,) = calls(tmp_path)
     assert call["argv"] == ["--open-mode=append", "--signal=B:USR1@120", "--gres=mps:25", "--begin=now+7",
                             "--job-name=job.sh", "-p", "debug", "--requeue"]
-    assert call["script"].splitlines()[1:3] == ["#SBATCH --time=5", "#SBATCH --comment='ünï ✓'"]
+    assert call["script"].splitlines()[2:4] == ["#SBATCH --time=5", "#SBATCH --comment='ünï ✓'"]
     p = payload_from_script(call["script"])
     assert p.args == tuple(HOSTILE) and p.script == (tmp_path / "job.sh").read_bytes() and p.family_spec == FAMILY
     assert recorded(tmp_path) == [(42, FAMILY)]
