@@ -91,10 +91,6 @@ def release(job_id: int) -> list[str]:
     return ["scontrol", "release", _job_id(job_id)]
 
 
-def hold(job_id: int) -> list[str]:
-    return ["scontrol", "hold", _job_id(job_id)]
-
-
 def signal(job_id: int, sig: str, *, whole_job: bool = False) -> list[str]:
     """`--batch` reaches only the batch shell (elastico-run); `--full` every process of the job."""
     name = sig.upper().removeprefix("SIG") if isinstance(sig, str) else sig
@@ -109,7 +105,3 @@ def set_admin_comment(job_id: int, text: str) -> list[str]:
     if "\x00" in text:
         raise InvalidActionError("admin comment must not contain NUL characters")
     return ["scontrol", "update", f"JobId={_job_id(job_id)}", f"AdminComment={text}"]
-
-
-def show_job(job_id: int) -> list[str]:
-    return ["scontrol", "--oneliner", "show", "job", _job_id(job_id)]

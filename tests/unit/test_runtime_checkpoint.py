@@ -125,8 +125,11 @@ def test_no_checkpoint_means_a_fresh_start(tmp_path):
 
 def test_capture_rng_loads_with_weights_only(tmp_path):
     # weights_only=True is what stops a checkpoint from running code; the RNG record must fit it.
-    torch.save(capture_rng(), tmp_path / "rng.pt")
-    assert torch.load(tmp_path / "rng.pt", weights_only=True)["numpy"]["pos"] >= 0
+    rng = capture_rng()
+    torch.save(rng, tmp_path / "rng.pt")
+    back = torch.load(tmp_path / "rng.pt", weights_only=True)
+    assert back["numpy"]["pos"] == rng["numpy"]["pos"]
+    assert torch.equal(back["torch"], rng["torch"])
 
 
 # --------------------------------------------------------------------------
