@@ -339,7 +339,7 @@ class SimCluster:
                 self.counters.refused += 1
                 raise JobNotPendingError(argv, 1, "Job is no longer pending execution")
             if kind is ActionKind.SET_SHARE:
-                share = _need(action.share, action)
+                share = commands.need(action.share, action)
                 if not 1 <= share <= self.shares_per_gpu:
                     raise InvalidActionError(f"share {share} of job {job.job_id} is outside 1..{self.shares_per_gpu}")
                 job.gres = GresRequest("mps", share)
@@ -353,7 +353,7 @@ class SimCluster:
             if job.state is not JobState.RUNNING:
                 self.counters.refused += 1
                 raise SlurmError(argv, 1, "Job is not running: requeue refused")
-            share = _need(action.share, action)
+            share = commands.need(action.share, action)
             if not 1 <= share <= self.shares_per_gpu:
                 raise InvalidActionError(f"share {share} of job {job.job_id} is outside 1..{self.shares_per_gpu}")
             self.requeue(job, share, action.nodes[0] if action.nodes else None)
@@ -373,22 +373,7 @@ class SimCluster:
 
     def argv_for(self, action: Action) -> list[list[str]]:
         """The Slurm commands the real gateway would run for `action` (for logs and dry runs)."""
-        jid = action.job_id
-        kind = action.kind
-        if kind is ActionKind.SET_SHARE:
-            return [commands.set_share(jid, _need(action.share, action), self.shares_per_gpu)]
-        if kind is ActionKind.SET_NODES:
-            return [commands.set_nodes(jid, action.nodes)]
-        if kind is ActionKind.RESHAPE_RUNNING:
-            cmds = [commands.requeue_hold(jid), commands.set_share(jid, _need(action.share, action), self.shares_per_gpu)]
-            if action.nodes:
-                cmds.append(commands.set_nodes(jid, action.nodes))
-            return cmds + [commands.start_now(jid), commands.release(jid)]
-        if kind is ActionKind.SIGNAL:
-            return [commands.signal(jid, _need(action.signal, action))]
-        if kind is ActionKind.SET_ADMIN_COMMENT:
-            return [commands.set_admin_comment(jid, _need(action.text, action))]
-        return [commands.start_now(jid)]
+        return commands.argv_for(action, self.shares_per_gpu)
 
     def release(self, job_id: int) -> None:
         job = self.jobs.get(job_id)
@@ -424,9 +409,3 @@ class SimCluster:
         assert total == self.alloc_shares, "share count drifted"
         pending = sorted((j.trace.submit_s, j.job_id) for j in self.jobs.values() if j.state is JobState.PENDING)
         assert pending == self.queue, "queue drifted"
-
-
-def _need(value, action: Action):
-    if value is None:
-        raise InvalidActionError(f"{action.kind.value} action for job {action.job_id} lacks its value")
-    return value

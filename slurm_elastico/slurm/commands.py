@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from slurm_elastico.errors import InvalidActionError
-from slurm_elastico.model import MPS_SHARES_PER_GPU
+from slurm_elastico.model import MPS_SHARES_PER_GPU, Action, ActionKind
 
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "STOP", "KILL")
 _NODE_NAME = re.compile(r"^[A-Za-z0-9_.\-\[\],]+$")
@@ -105,3 +105,31 @@ def set_admin_comment(job_id: int, text: str) -> list[str]:
     if "\x00" in text:
         raise InvalidActionError("admin comment must not contain NUL characters")
     return ["scontrol", "update", f"JobId={_job_id(job_id)}", f"AdminComment={text}"]
+
+
+def need(value, action: Action):
+    """An action's value, or `InvalidActionError` when the planner left it out."""
+    if value is None:
+        raise InvalidActionError(f"{action.kind.value} action for job {action.job_id} lacks its value")
+    return value
+
+
+def argv_for(action: Action, shares_per_gpu: int = MPS_SHARES_PER_GPU) -> list[list[str]]:
+    """The exact commands that carry out a planner action (the gateway runs them; `--dry-run` prints them)."""
+    jid = action.job_id
+    if action.kind is ActionKind.SET_SHARE:
+        return [set_share(jid, need(action.share, action), shares_per_gpu)]
+    if action.kind is ActionKind.SET_NODES:
+        return [set_nodes(jid, action.nodes)]
+    if action.kind is ActionKind.RESHAPE_RUNNING:
+        cmds = [requeue_hold(jid), set_share(jid, need(action.share, action), shares_per_gpu)]
+        if action.nodes:
+            cmds.append(set_nodes(jid, action.nodes))
+        return cmds + [start_now(jid), release(jid)]
+    if action.kind is ActionKind.SIGNAL:
+        return [signal(jid, need(action.signal, action))]
+    if action.kind is ActionKind.SET_ADMIN_COMMENT:
+        return [set_admin_comment(jid, need(action.text, action))]
+    if action.kind is ActionKind.START_NOW:
+        return [start_now(jid)]
+    raise InvalidActionError(f"unknown action kind {action.kind!r}")  # pragma: no cover - enum is closed

@@ -172,42 +172,21 @@ class SlurmGateway:
 
     def argv_for(self, action: Action) -> list[list[str]]:
         """The exact commands `apply(action)` runs, for `--dry-run`."""
-        if action.kind is ActionKind.SET_SHARE:
-            return [commands.set_share(action.job_id, _need(action.share, action), self.shares_per_gpu)]
-        if action.kind is ActionKind.SET_NODES:
-            return [commands.set_nodes(action.job_id, action.nodes)]
-        if action.kind is ActionKind.RESHAPE_RUNNING:
-            cmds = [commands.requeue_hold(action.job_id), commands.set_share(action.job_id, _need(action.share, action), self.shares_per_gpu)]
-            if action.nodes:
-                cmds.append(commands.set_nodes(action.job_id, action.nodes))
-            return cmds + [commands.start_now(action.job_id), commands.release(action.job_id)]
-        if action.kind is ActionKind.SIGNAL:
-            return [commands.signal(action.job_id, _need(action.signal, action))]
-        if action.kind is ActionKind.SET_ADMIN_COMMENT:
-            return [commands.set_admin_comment(action.job_id, _need(action.text, action))]
-        if action.kind is ActionKind.START_NOW:
-            return [commands.start_now(action.job_id)]
-        raise InvalidActionError(f"unknown action kind {action.kind!r}")  # pragma: no cover - enum is closed
+        return commands.argv_for(action, self.shares_per_gpu)
 
     def apply(self, action: Action) -> None:
         """Carry out one planner action."""
         if action.kind is ActionKind.SET_SHARE:
-            self.set_share(action.job_id, _need(action.share, action))
+            self.set_share(action.job_id, commands.need(action.share, action))
         elif action.kind is ActionKind.SET_NODES:
             self.set_nodes(action.job_id, action.nodes)
         elif action.kind is ActionKind.RESHAPE_RUNNING:
-            self.requeue_with_share(action.job_id, _need(action.share, action), action.nodes)
+            self.requeue_with_share(action.job_id, commands.need(action.share, action), action.nodes)
         elif action.kind is ActionKind.SIGNAL:
-            self.signal(action.job_id, _need(action.signal, action))
+            self.signal(action.job_id, commands.need(action.signal, action))
         elif action.kind is ActionKind.SET_ADMIN_COMMENT:
-            self.set_admin_comment(action.job_id, _need(action.text, action))
+            self.set_admin_comment(action.job_id, commands.need(action.text, action))
         elif action.kind is ActionKind.START_NOW:
             self._run(commands.start_now(action.job_id))
         else:  # pragma: no cover - enum is closed
             raise InvalidActionError(f"unknown action kind {action.kind!r}")
-
-
-def _need(value, action: Action):
-    if value is None:
-        raise InvalidActionError(f"{action.kind.value} action for job {action.job_id} lacks its value")
-    return value

@@ -7,9 +7,8 @@ import pytest
 
 from slurm_elastico.config import Settings
 from slurm_elastico.errors import JobNotPendingError, SlurmError
-from slurm_elastico.model import Action, ActionKind, Plan
+from slurm_elastico.model import Action, ActionKind, GpuUse
 from slurm_elastico.planner.synthetic import cluster, family, pending, running, snapshot, with_users
-from slurm_elastico.model import GpuUse
 from slurm_elastico import sched
 from slurm_elastico.store import Store
 
