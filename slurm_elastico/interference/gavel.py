@@ -15,14 +15,13 @@ co-location at all; they are skipped and counted.
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurm_elastico.interference.base import SoloProfile
 from slurm_elastico.interference.errors import MeasurementError
-from slurm_elastico.interference.measurements import Colocation
+from slurm_elastico.interference.measurements import Colocation, read_rows
 
 PAIR_COLUMNS = ("gpu_type", "model1", "bs1", "scale1", "model2", "bs2", "scale2",
                 "iso_tput1", "iso_tput2", "colo_tput1", "colo_tput2", "norm_tput1", "norm_tput2")
@@ -38,19 +37,6 @@ class GavelImport:
     did_not_fit: int = 0  # unordered single-GPU pairs with colo 0,0 (also in observations, fits = 0)
     multi_gpu_skipped: int = 0  # ordered rows with scale > 1: no co-location measured
     duplicates: int = 0  # ordered rows whose mirror was already imported
-
-
-def _read(path: Path, columns: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
-    try:
-        handle = path.open(newline="")
-    except OSError as exc:
-        raise MeasurementError(f"{path}: cannot be read ({exc.strerror})") from None
-    with handle:
-        reader = csv.DictReader(handle)
-        missing = [c for c in columns if c not in (reader.fieldnames or ())]
-        if missing:
-            raise MeasurementError(f"{path}: missing column(s) {', '.join(missing)}; expected {', '.join(columns)}")
-        return list(enumerate(reader, start=2))
 
 
 def _num(row: dict[str, str], column: str, where: str, empty_ok: bool = False) -> float:
@@ -70,14 +56,14 @@ def import_gavel(pairs_csv: str | Path, isolated_csv: str | Path) -> GavelImport
     """Reads Gavel's `throughputs_pairs.csv` and `throughputs_isolated.csv` into observations."""
     pairs_csv, isolated_csv = Path(pairs_csv), Path(isolated_csv)
     iso: dict[tuple[str, str, str], float] = {}
-    for i, row in _read(isolated_csv, ISOLATED_COLUMNS):
+    for i, row in read_rows(isolated_csv, ISOLATED_COLUMNS):
         if row["scale_factor"].strip() == "1":
             where = f"{isolated_csv} row {i}"
             iso[(row["gpu_type"].strip(), row["model"].strip(), row["batch_size"].strip())] = _num(
                 row, "iso_tput_steps_per_s", where)
     result = GavelImport()
     seen: set[tuple] = set()
-    for i, row in _read(pairs_csv, PAIR_COLUMNS):
+    for i, row in read_rows(pairs_csv, PAIR_COLUMNS):
         where = f"{pairs_csv} row {i}"
         if row["scale1"].strip() != "1" or row["scale2"].strip() != "1":
             result.multi_gpu_skipped += 1

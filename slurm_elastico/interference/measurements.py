@@ -124,8 +124,9 @@ def to_row(obs: Colocation) -> dict[str, object]:
     return row
 
 
-def read_csv(path: str | Path) -> list[Colocation]:
-    """Every observation in a measurement CSV; a missing column or bad value raises naming row and column."""
+def read_rows(path: str | Path, columns: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
+    """(row number, row) of a CSV that must have `columns`; row numbers count the header as row 1, as a
+    spreadsheet shows them. An unreadable file or a missing column raises `MeasurementError` naming it."""
     path = Path(path)
     try:
         handle = path.open(newline="")
@@ -133,11 +134,15 @@ def read_csv(path: str | Path) -> list[Colocation]:
         raise MeasurementError(f"{path}: cannot be read ({exc.strerror})") from None
     with handle:
         reader = csv.DictReader(handle)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
+        missing = [c for c in columns if c not in (reader.fieldnames or ())]
         if missing:
-            raise MeasurementError(f"{path}: missing column(s) {', '.join(missing)}; a measurement CSV has {', '.join(COLUMNS)}")
-        # Row numbers count the header as row 1, as a spreadsheet shows them.
-        return [parse_row(row, f"{path} row {i}") for i, row in enumerate(reader, start=2)]
+            raise MeasurementError(f"{path}: missing column(s) {', '.join(missing)}; expected {', '.join(columns)}")
+        return list(enumerate(reader, start=2))
+
+
+def read_csv(path: str | Path) -> list[Colocation]:
+    """Every observation in a measurement CSV; a missing column or bad value raises naming row and column."""
+    return [parse_row(row, f"{path} row {i}") for i, row in read_rows(path, COLUMNS)]
 
 
 def write_csv(path: str | Path, observations: Iterable[Colocation], append: bool = False) -> int:
