@@ -75,8 +75,14 @@ class ContentionModel:
     def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
         if len(a) != len(b):
             raise ValueError(f"predict needs as many partners as jobs: {len(a)} != {len(b)}")
-        sm_a, bw_a = self._demand(a)
-        sm_b, bw_b = self._demand(b)
+        return self._slowdown(*self._demand(a), *self._demand(b))
+
+    def predict_matrix(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
+        """All pairs at once: entry [i, j] is the slowdown of profiles[i] next to profiles[j]."""
+        sm, bw = self._demand(profiles)
+        return self._slowdown(sm[:, None], bw[:, None], sm[None, :], bw[None, :])
+
+    def _slowdown(self, sm_a, bw_a, sm_b, bw_b) -> np.ndarray:
         memory_bound = bw_a / np.maximum(np.maximum(bw_a, sm_a), 1e-9)
         sm_term = np.maximum(1.0, sm_a + sm_b)
         bw_term = 1.0 + memory_bound * np.maximum(0.0, bw_a + bw_b - 1.0)

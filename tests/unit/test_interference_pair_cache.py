@@ -54,7 +54,7 @@ def test_without_a_matrix_one_predict_covers_all_pairs():
 
 def test_past_the_dense_limit_only_misses_are_asked_in_one_call():
     for model in (WithMatrix(), Pairwise()):
-        cache, _ = _cache(model, 5, max_dense_pairs=10)
+        cache, _ = _cache(model, 5, max_dense_pairs=1)  # 25 pairs: past the limit, x16 for a matrix model too
         assert cache.get([(0, 1), (0, 1), (2, 4)]) == [1.02, 1.02, 1.15]
         assert cache.get([(0, 1), (2, 4)]) == [1.02, 1.15]
         assert model.calls == [("predict", 2)]
@@ -118,3 +118,21 @@ def test_the_model_is_viewed_for_a_gpu_type_only_when_it_can_be_and_one_is_set()
     model, plain = Travelling(), Pairwise()
     assert for_gpu(model, "k80") == ("view", "k80") and for_gpu(model, "") is model
     assert for_gpu(plain, "k80") is plain and for_gpu(None, "k80") is None
+
+
+def test_a_model_with_an_all_pairs_call_gets_a_larger_dense_block():
+    model = WithMatrix()
+    cache, _ = _cache(model, 5, max_dense_pairs=10)  # 25 pairs: over 10, under 16 x 10
+    cache.get([(0, 1), (2, 4)])
+    assert [c[0] for c in model.calls] == ["matrix"]
+
+
+def test_contention_model_matrix_equals_its_pairs():
+    from slurm_elastico.interference.base import ContentionModel
+
+    profs = [SoloProfile(kind="train", sm_util=s, membw_util=b, mps_share=m)
+             for s, b, m in [(0.3, 0.8, 50), (0.9, 0.4, 100), (float("nan"), float("nan"), 25)]]
+    cm = ContentionModel()
+    mat = cm.predict_matrix(profs)
+    pairs = cm.predict([p for p in profs for _ in profs], profs * 3).reshape(3, 3)
+    assert np.allclose(mat, pairs) and mat.shape == (3, 3)
