@@ -56,4 +56,4 @@ demo: setup
 
 clean:
 	-$(VENV)/bin/elastico cluster down
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)
