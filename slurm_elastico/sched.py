@@ -5,9 +5,13 @@ to the journal ('planned') before it is issued and marked 'done' or 'failed'
 after, so an epoch that dies between the two (a crash, a killed cron run) is
 found by the next one: a job it had requeue-held is released, and nothing
 else needs undoing because the other actions are plain, repeatable updates.
+A reshape that fails stays 'planned' for the same reason: it may have left
+the job held. A job's actions stop at its first failure, and an AdminComment
+set earlier in the epoch is put back, so elastico-run never reads a shape
+whose share change did not happen.
 
 `gateway` is anything with the `SlurmGateway` methods used here (`snapshot`,
-`apply`, `argv_for`, `release`); the simulator hands in its own.
+`apply`, `argv_for`, `release`); the simulator's cluster has the same methods.
 """
 
 from __future__ import annotations
