@@ -271,8 +271,12 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> 
         raise CheckpointCorruptError(
             f"{state_file}: no manifest {manifest_file.name}; the save that wrote it did not finish, refusing it"
         ) from None
-    except (OSError, ValueError) as exc:
+    except ValueError as exc:
         raise CheckpointCorruptError(f"{manifest_file}: unreadable manifest ({exc}); refusing checkpoint {state_file.name}") from None
+    except OSError as exc:
+        # Not corruption: an I/O error (a network filesystem hiccup). Falling back to an older checkpoint
+        # would let the next save prune this good one as "abandoned", so stop instead.
+        raise CheckpointError(f"{manifest_file}: cannot be read ({exc}); not resuming from an older checkpoint") from None
     for key in ("size", "sha256", "step"):
         if key not in manifest:
             raise CheckpointCorruptError(f"{manifest_file}: manifest lacks {key!r}; refusing checkpoint {state_file.name}")
@@ -285,9 +289,12 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> 
             f"{state_file}: {size} bytes but its manifest says {manifest['size']}: truncated or overwritten, refusing it"
         )
     sha = hashlib.sha256()
-    with open(state_file, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            sha.update(chunk)
+    try:
+        with open(state_file, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                sha.update(chunk)
+    except OSError as exc:  # as for the manifest: an I/O error is not proof of corruption
+        raise CheckpointError(f"{state_file}: cannot be read ({exc}); not resuming from an older checkpoint") from None
     if sha.hexdigest() != manifest["sha256"]:
         raise CheckpointCorruptError(f"{state_file}: SHA-256 does not match its manifest: the file is corrupt, refusing it")
     try:

@@ -208,3 +208,20 @@ def test_sigkill_at_random_moments_of_repeated_saves(tmp_path):
         proc.wait(timeout=30)
         last = _assert_good(tmp_path / "ck", 1)
     assert last >= 1
+
+
+def test_an_io_error_is_not_taken_for_corruption(tmp_path):
+    """A manifest that cannot be read (here: a directory in its place) stops the resume instead of falling
+    back to an older checkpoint, which would let the next save prune the newer, good one."""
+    from slurm_elastico.runtime.checkpoint import CheckpointCorruptError, CheckpointError, load_latest, manifest_path
+
+    save_checkpoint(tmp_path, 1, {"w": torch.zeros(2)})
+    save_checkpoint(tmp_path, 2, {"w": torch.ones(2)})
+    m = manifest_path(tmp_path, 2)
+    text = m.read_text()
+    m.unlink()
+    m.mkdir()  # reading it raises IsADirectoryError, an OSError
+    (m / "x").write_text(text)
+    with pytest.raises(CheckpointError) as e:
+        load_latest(tmp_path)
+    assert not isinstance(e.value, CheckpointCorruptError) and "cannot be read" in str(e.value)
