@@ -84,7 +84,12 @@ def solve(p: PriceProblem, rounds: int, step: float) -> PriceResult:
     if p.value.shape[0] == 0:
         return PriceResult(prices, np.zeros(0, dtype=int), 0)
     cap = np.maximum(p.capacity, 1e-9)
-    best, best_value = None, -np.inf
+    # A feasible choice is judged by the objective the jobs minimise, without prices:
+    # w·(1 − T/Tmax) + Γ for a shape, w for "none".
+    base = costs(p, np.zeros(r))
+    base = np.where(np.isfinite(base), base, p.weight[:, None])  # a job left out (stuck or not) loses its weight
+    rows = np.arange(p.value.shape[0])
+    best, best_prices, best_cost = None, prices, np.inf
     done = 0
     choice = choose(p, prices)
     for t in range(rounds):
@@ -92,12 +97,13 @@ def solve(p: PriceProblem, rounds: int, step: float) -> PriceResult:
         used = load(p, choice)
         excess = np.clip((used - cap) / cap, -1.0, MAX_EXCESS)
         if np.all(used <= p.capacity + 1e-9):
-            picked = p.value[np.arange(choice.size), np.maximum(choice, 0)] * (choice != NONE)
-            worth = float(np.dot(p.weight, picked))
-            if worth > best_value:
-                best, best_value = choice, worth
+            cost = float(base[rows, np.where(choice == NONE, p.value.shape[1], choice)].sum())
+            if cost < best_cost:
+                best, best_prices, best_cost = choice, prices, cost
             if not prices.any():
                 break
         prices = np.maximum(0.0, prices + step * excess / np.sqrt(t + 1.0))
         choice = choose(p, prices)
-    return PriceResult(prices, choice if best is None else best, done)
+    if best is None:
+        return PriceResult(prices, choice, done)
+    return PriceResult(best_prices, best, done)  # the prices that go with the choice returned

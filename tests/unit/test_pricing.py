@@ -102,3 +102,12 @@ def test_raising_a_weight_never_lowers_that_jobs_value_at_given_prices(p, k, fac
         return 0.0 if c == NONE else p.value[k, c]
 
     assert val(after) >= val(before) - 1e-12
+
+
+@settings(max_examples=200, deadline=None)
+@given(random_problem(), st.integers(1, 40), st.floats(0.05, 2.0))
+def test_the_prices_returned_go_with_the_choice_returned(p, rounds, step):
+    """Packing uses the prices as the price of what was chosen: they must be the round's that chose it."""
+    result = solve(p, rounds, step)
+    assert np.array_equal(choose(p, result.prices), result.choice) or not np.all(
+        load(p, result.choice) <= p.capacity + 1e-9)  # no feasible round: the last round's pair
