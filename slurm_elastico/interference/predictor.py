@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from slurm_elastico.interference.base import ContentionModel, SlowdownModel, SoloProfile
+from slurm_elastico.interference.base import SlowdownModel, SoloProfile
 from slurm_elastico.interference.errors import MeasurementError, ModelFileError
 from slurm_elastico.interference.features import FeatureSchema
 from slurm_elastico.interference.measurements import Colocation, samples
@@ -390,11 +390,3 @@ def train(observations: Sequence[Colocation], config: TrainConfig = TrainConfig(
         for net in nets:
             net.eval()
     return model
-
-
-def load_model(path: str | Path | None) -> SlowdownModel:
-    """The trained predictor at `path`, or the untrained `ContentionModel` when `path` is empty or None."""
-    if path is None or str(path).strip() == "":
-        return ContentionModel()
-    return MlpPredictor.load(path)
-

@@ -8,7 +8,8 @@ from slurm_elastico.interference.base import ContentionModel, SoloProfile, admis
 from slurm_elastico.interference.errors import ModelFileError
 from slurm_elastico.interference.gavel import import_gavel
 from slurm_elastico.interference.measurements import samples
-from slurm_elastico.interference.predictor import MlpPredictor, TrainConfig, load_model, train
+from slurm_elastico.interference import load_model
+from slurm_elastico.interference.predictor import MlpPredictor, TrainConfig, train
 
 GAVEL = Path(__file__).parent.parent / "data" / "gavel"
 SMALL = TrainConfig(hidden=16, weight_decay=1e-3, epochs=150, use_family=True)
