@@ -22,6 +22,16 @@ def _plt():
     return plt
 
 
+def _save(plt, fig, ax, path: str | Path) -> Path:
+    """The finish every plot shares: grid, legend, tight layout, PNG written, figure closed."""
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
 def jct_cdf(runs: Mapping[str, Sequence[RunResult]], path: str | Path) -> Path:
     """CDF of job completion time per policy, every seed's jobs pooled."""
     plt = _plt()
@@ -33,12 +43,7 @@ def jct_cdf(runs: Mapping[str, Sequence[RunResult]], path: str | Path) -> Path:
     ax.set_xscale("log")
     ax.set_xlabel("job completion time (h)")
     ax.set_ylabel("fraction of jobs")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return _save(plt, fig, ax, path)
 
 
 def utilization(runs: Mapping[str, Sequence[RunResult]], path: str | Path) -> Path:
@@ -52,12 +57,7 @@ def utilization(runs: Mapping[str, Sequence[RunResult]], path: str | Path) -> Pa
     ax.set_xlabel("time since first submission (h)")
     ax.set_ylabel("allocated GPU share")
     ax.set_ylim(0, 1.05)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return _save(plt, fig, ax, path)
 
 
 def load_sweep(points: Mapping[str, Sequence[tuple[float, float, float]]], path: str | Path,
@@ -71,9 +71,4 @@ def load_sweep(points: Mapping[str, Sequence[tuple[float, float, float]]], path:
             ax.errorbar(p[:, 0], p[:, 1], yerr=np.nan_to_num(p[:, 2]), label=name, marker="o", capsize=3)
     ax.set_xlabel("offered load")
     ax.set_ylabel(ylabel)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return _save(plt, fig, ax, path)

@@ -180,3 +180,11 @@ def test_metrics_interval_and_separation():
     m, h = metrics.ci95([1.0, 2.0, 3.0, 4.0, 5.0])
     assert m == 3.0 and h == pytest.approx(2.776 * np.std([1, 2, 3, 4, 5], ddof=1) / np.sqrt(5), rel=1e-3)
     assert metrics.separated((1.0, 0.1), (2.0, 0.1)) and not metrics.separated((1.0, 0.6), (2.0, 0.6))
+
+
+def test_load_sweep_plot_is_a_png(tmp_path):
+    from slurm_elastico.sim import plots
+
+    out = plots.load_sweep({"elastico": [(1.0, 2.0, 0.1), (2.0, 3.0, 0.2)], "static": [(1.0, 2.5, 0.1)]},
+                           tmp_path / "sweep.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
