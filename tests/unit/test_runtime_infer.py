@@ -22,6 +22,7 @@ from slurm_elastico.runtime.infer import (
     run_inference,
 )
 from slurm_elastico.runtime.shape import EXIT_CHECKPOINTED, InferShape
+from journal_helpers import journal_lines, outputs, stop_after
 
 N = 23  # not a multiple of any batch size used below
 
@@ -51,25 +52,6 @@ def engine(request):
     from slurm_elastico.runtime.infer import TransformersEngine
 
     return TransformersEngine(seed=0)
-
-
-def journal_lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def outputs(path: Path) -> dict[str, tuple[str, list[int]]]:
-    return {r["id"]: (r["text"], r["token_ids"]) for r in journal_lines(path)}
-
-
-def stop_after(batches: int):
-    """A should_stop that says yes once `batches` batches ran (asked before every batch)."""
-    asked = [0]
-
-    def should_stop() -> bool:
-        asked[0] += 1
-        return asked[0] > batches
-
-    return should_stop
 
 
 def test_reshaped_run_equals_uninterrupted_run(tmp_path, requests_file, engine):

@@ -24,6 +24,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed: run `make test-vllm-c
 from slurm_elastico.runtime.infer import VllmEngine, read_requests, run_inference  # noqa: E402
 from slurm_elastico.runtime.shape import EXIT_CHECKPOINTED, InferShape  # noqa: E402
 from slurm_elastico.runtime.tinyhf import build_tiny_model_dir  # noqa: E402
+from journal_helpers import journal_lines, outputs, stop_after
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "wrappers" / "examples"
 REQUESTS = EXAMPLES / "requests.jsonl"
@@ -55,24 +56,6 @@ def model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def engine4(model_dir) -> VllmEngine:
     return VllmEngine(str(model_dir), shape(4))
-
-
-def journal(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def outputs(path: Path) -> dict[str, tuple[str, list[int]]]:
-    return {r["id"]: (r["text"], r["token_ids"]) for r in journal(path)}
-
-
-def stop_after(batches: int):
-    asked = [0]
-
-    def should_stop() -> bool:
-        asked[0] += 1
-        return asked[0] > batches
-
-    return should_stop
 
 
 def test_vllm_greedy_equals_transformers_greedy(tmp_path, model_dir, engine4):
@@ -126,7 +109,7 @@ def test_reshaped_vllm_job_equals_uninterrupted_run(tmp_path, model_dir, engine4
     last = run_inference(REQUESTS, job, VllmEngine(str(model_dir), shape(3)), shape(3))
     assert (last.status, last.done, last.written) == ("done", n, n - 13)
 
-    records = journal(job)
+    records = journal_lines(job)
     assert sorted(r["id"] for r in records) == sorted(outputs(tmp_path / "ref.jsonl"))  # every id, each once
     assert {r["shape"] for r in records} == {"seqs4", "seqs5", "seqs3"}
     assert outputs(job) == outputs(tmp_path / "ref.jsonl")
