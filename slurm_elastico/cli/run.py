@@ -3,7 +3,8 @@
 On every (re)start of the job it reads the shape the scheduler chose (the
 job's AdminComment `elastico:shape=<name>`, else the family default), exports
 it as ELASTICO_* variables (`slurm_elastico.runtime.shape`) plus
-ELASTICO_CKPT_DIR, and starts the program. Then:
+ELASTICO_CKPT_DIR and ELASTICO_PROGRESS_FILE (`slurm_elastico.runtime.progress`),
+and starts the program. Then:
 
 * SIGUSR1 (an in-place reshape, or Slurm's warning before the time limit) is
   forwarded; the program checkpoints and exits 75. The shape is read again:
@@ -48,6 +49,8 @@ from slurm_elastico import config
 from slurm_elastico.errors import ConfigError, ElasticoError
 from slurm_elastico.model import Family
 from slurm_elastico.model import Shape as PlannedShape
+from slurm_elastico.runtime.progress import ENV as PROGRESS_ENV
+from slurm_elastico.runtime.progress import progress_path
 from slurm_elastico.runtime.shape import EXIT_CHECKPOINTED, runtime_shape, shape_env
 from slurm_elastico.shapes import build_family, enumerate_shapes, parse_spec
 from slurm_elastico.wrap import Payload, choose_shape, shebang_argv
@@ -291,6 +294,8 @@ def supervise(program: Sequence[str], family: Family, candidates: Sequence[Plann
     job_id = int(job) if job else None
     env["ELASTICO_CKPT_DIR"] = ckpt_dir(env)
     Path(env["ELASTICO_CKPT_DIR"]).mkdir(parents=True, exist_ok=True)
+    if job:  # where the helper looks for it (see runtime.progress): the job's working directory and id
+        env[PROGRESS_ENV] = str(progress_path(os.getcwd(), job))
     log(f"restart {env.get('SLURM_RESTART_COUNT', '0')}, checkpoints in {env['ELASTICO_CKPT_DIR']}")
 
     def requeue() -> None:

@@ -5,6 +5,7 @@ runner (`slurm_elastico.runtime.infer`) need torch and are imported from their
 modules, so reading the shape stays cheap for programs that do not use them.
 """
 
+from slurm_elastico.runtime.progress import report_progress
 from slurm_elastico.runtime.shape import (
     EXIT_CHECKPOINTED,
     InferShape,
@@ -45,6 +46,7 @@ __all__ = [
     "current_shape",
     "current_train_shape",
     "install_signal_handlers",
+    "report_progress",
     "request_checkpoint",
     "requested_by",
     "runtime_shape",

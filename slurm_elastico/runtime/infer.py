@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import torch
 
 from slurm_elastico.errors import ConfigError, ElasticoError
+from slurm_elastico.runtime.progress import ProgressReporter
 from slurm_elastico.runtime.shape import EXIT_CHECKPOINTED, InferShape
 from slurm_elastico.runtime.signals import checkpoint_requested
 from slurm_elastico.runtime.tinylm import TinyConfig, build_tiny_lm
@@ -200,17 +201,23 @@ def run_inference(
     *,
     should_stop: Callable[[], bool] = checkpoint_requested,
     on_batch: Callable[[int, int], None] | None = None,
+    progress: ProgressReporter | None = None,
 ) -> InferResult:
     """Generate every request not yet in the journal, `shape.max_num_seqs` per batch, stopping at a batch boundary on request.
 
     `on_batch(done, total)` is called after each batch is durable in the journal.
+    Progress (requests journaled of all) goes to `progress` (default: the
+    report file elastico-run names, see `runtime.progress`).
     """
+    progress = progress if progress is not None else ProgressReporter()
     reqs = read_requests(requests) if isinstance(requests, (str, os.PathLike)) else list(requests)
     journal = journal if isinstance(journal, Journal) else Journal(journal)
     pending = [r for r in reqs if r.id not in journal.done]
     written = 0
+    progress.report(len(journal.done), len(reqs), final=True)
     for start in range(0, len(pending), shape.max_num_seqs):
         if should_stop():
+            progress.report(len(journal.done), len(reqs), final=True)
             return InferResult("checkpointed", len(journal.done), len(reqs), written)
         batch = pending[start : start + shape.max_num_seqs]
         outs = engine.generate([r.prompt for r in batch], [r.max_tokens for r in batch])
@@ -221,8 +228,10 @@ def run_inference(
             for r, o in zip(batch, outs)
         )
         written += len(batch)
+        progress.report(len(journal.done), len(reqs))
         if on_batch is not None:
             on_batch(len(journal.done), len(reqs))
+    progress.report(len(journal.done), len(reqs), final=True)
     return InferResult("done", len(journal.done), len(reqs), written)
 
 

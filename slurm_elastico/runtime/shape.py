@@ -11,6 +11,8 @@ Common to both kinds:
   ELASTICO_SHAPE             shape name, for logs (optional, default "")
   ELASTICO_CKPT_DIR          where checkpoints / the inference journal live
                              (optional; `checkpoint_dir()` falls back to a default)
+  ELASTICO_PROGRESS_FILE     where the job reports its progress to the helper
+                             (optional; see `slurm_elastico.runtime.progress`)
 
 Training (`kind=train`), all required:
 

@@ -40,6 +40,7 @@ from torch.utils.checkpoint import checkpoint as _checkpoint
 
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.runtime.checkpoint import load_latest, restore_rng, save_checkpoint
+from slurm_elastico.runtime.progress import ProgressReporter
 from slurm_elastico.runtime.shape import EXIT_CHECKPOINTED, TrainShape
 from slurm_elastico.runtime.signals import checkpoint_requested
 
@@ -139,6 +140,7 @@ def train(
     max_grad_norm: float | None = None,
     keep: int = 2,
     on_step: Callable[[int, float], None] | None = None,
+    progress: ProgressReporter | None = None,
 ) -> TrainResult:
     """Run (or resume) the job's `shape.steps` optimizer steps; stop and checkpoint when `should_stop()` says so.
 
@@ -146,8 +148,11 @@ def train(
     has a len(); `loss_fn(model, micro_batch)` returns the micro-batch's mean
     loss. The model and optimizer must be built the same way on every
     (re)start; their state comes from the checkpoint. `on_step(step, loss)`
-    is called after each optimizer step (step counts from 1).
+    is called after each optimizer step (step counts from 1). Progress
+    (steps done of `shape.steps`) goes to `progress` (default: the report file
+    elastico-run names, see `runtime.progress`).
     """
+    progress = progress if progress is not None else ProgressReporter()
     device = torch.device(device) if device is not None else next(model.parameters()).device
     dataset_len = len(data)
     scaler = torch.amp.GradScaler(device.type, enabled=shape.precision == "fp16")
@@ -168,6 +173,7 @@ def train(
         step = resumed_from = ckpt.step
         log.info("resumed from %s at step %d (shape %s)", ckpt.path, step, shape)
     saved_step = step if ckpt is not None else None
+    progress.report(step, shape.steps, final=True)
 
     def save() -> tuple[Path, float]:
         t0 = time.perf_counter()
@@ -192,12 +198,14 @@ def train(
         if should_stop():
             if saved_step != step:
                 path, seconds = save()
+            progress.report(step, shape.steps, final=True)
             return TrainResult("checkpointed", step, steps_run, resumed_from, path, seconds, last_loss)
         last_loss = _optimizer_step(model, optimizer, scaler, shape, data, loss_fn, data_seed, step, dataset_len, device, max_grad_norm)
         if scheduler is not None:
             scheduler.step()
         step += 1
         steps_run += 1
+        progress.report(step, shape.steps)
         if on_step is not None:
             on_step(step, last_loss)
         if checkpoint_every and step % checkpoint_every == 0 and step < shape.steps:
@@ -205,6 +213,7 @@ def train(
             saved_step = step
     if saved_step != step:
         path, seconds = save()  # the final state, so a relaunch after completion is a no-op
+    progress.report(step, shape.steps, final=True)
     return TrainResult("done", step, steps_run, resumed_from, path, seconds, last_loss)
 
 
