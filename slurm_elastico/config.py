@@ -60,6 +60,8 @@ class PlannerSettings:
 class InterferenceSettings:
     model: str = _opt("", help="path of a trained predictor; empty = the contention model")
     floor: float = _opt(0.6, lo=0, hi=1, help="co-located speed below this fraction of solo is refused")
+    reference: str = _opt("", help="measurement CSV the model was trained on; with a model, slowdowns observed on the "
+                                   "cluster refine it online, judged against this data (empty: only recorded)")
 
 
 @dataclass(frozen=True)

@@ -179,6 +179,8 @@ class JobView:
     admin_comment: str = ""
     gpu_alloc: tuple[tuple[str, int, int], ...] = ()
     """(node, GPU index, MPS shares) for every GPU the job holds on every node; shares 0 = held whole."""
+    work_dir: str = ""
+    """The job's working directory (where elastico-run puts its progress report, see `runtime.progress`)."""
 
     @property
     def mps_share(self) -> int:

@@ -10,6 +10,12 @@ the job held. A job's actions stop at its first failure, and an AdminComment
 set earlier in the epoch is put back, so elastico-run never reads a shape
 whose share change did not happen.
 
+Before planning, a `ProgressObserver` (when given) reads the running jobs'
+progress reports: the work they have done goes to the planner, and the
+slowdowns they show next to each other go to the store's `colocation` table
+and, with a trained predictor and its reference data, refine it online
+(`slurm_elastico.observe`, `interference.online`).
+
 `gateway` is anything with the `SlurmGateway` methods used here (`snapshot`,
 `apply`, `argv_for`, `release`); the simulator's cluster has the same methods.
 """
@@ -32,7 +38,8 @@ import yaml
 from slurm_elastico.config import Settings
 from slurm_elastico.errors import ConfigError, ElasticoError
 from slurm_elastico.interference.base import SlowdownModel
-from slurm_elastico.model import Action, ActionKind, Family, Plan, Snapshot
+from slurm_elastico.model import Action, ActionKind, Family, JobState, Plan, Snapshot
+from slurm_elastico.observe import SOURCE, Reading, merge_solo, observe
 from slurm_elastico.planner import run_epoch
 from slurm_elastico.shapes import load_directory, parse_family
 from slurm_elastico.store import Store
@@ -171,8 +178,86 @@ def recover(gateway: Gateway, journal: Journal, snapshot: Snapshot, at: float) -
     return notes
 
 
+class ProgressObserver:
+    """The I/O around `observe.observe`: report files in, readings, solo rates and observations in the store.
+
+    With `model` a trained predictor (it has `fine_tune`) and `reference` its
+    training observations, each epoch that records new co-locations refines
+    the model in place (`interference.online.refine`) and, if the update is
+    kept, replaces `model_path` atomically. Every attempt is a `model_update` row.
+    """
+
+    def __init__(self, store: Store, gpu_type: str, model: SlowdownModel | None = None, model_path: str = "",
+                 reference: list | None = None):
+        self.store, self.gpu_type = store, gpu_type
+        self.model, self.model_path, self.reference = model, model_path, reference or []
+
+    def _reports(self, snapshot: Snapshot, families: dict[int, Family]) -> tuple[dict, list[str]]:
+        from slurm_elastico.runtime.progress import ProgressError, progress_path, read_progress
+
+        reports, notes = {}, []
+        for job in snapshot.jobs:
+            if job.state is not JobState.RUNNING or job.job_id not in families or not job.work_dir:
+                continue
+            try:
+                report = read_progress(progress_path(job.work_dir, job.job_id))
+            except ProgressError as exc:
+                notes.append(f"job {job.job_id}: progress report ignored: {exc}")
+                continue
+            if report is not None:
+                reports[job.job_id] = report
+        return reports, notes
+
+    def __call__(self, snapshot: Snapshot, families: dict[int, Family], dry_run: bool) -> tuple[dict[int, float], list[str]]:
+        from slurm_elastico.interference.measurements import save_to_store
+
+        reports, notes = self._reports(snapshot, families)
+        previous = {r["job_id"]: Reading(r["done"], r["updated"], r["restarts"], r["context"], r["since"])
+                    for r in self.store.query("SELECT * FROM progress_reading")}
+        solo_ws = {(r["job_id"], r["shape"]): (r["work"], r["seconds"]) for r in self.store.query("SELECT * FROM solo_rate")}
+        obs = observe(snapshot, families, reports, previous, merge_solo(solo_ws), self.gpu_type)
+        if dry_run:
+            return obs.progress, notes
+        active = {j.job_id for j in snapshot.jobs}
+        with self.store.transaction() as conn:
+            conn.executemany("DELETE FROM progress_reading WHERE job_id = ?", [(j,) for j in previous if j not in active])
+            conn.executemany("DELETE FROM solo_rate WHERE job_id = ?", [(j,) for j in {k[0] for k in solo_ws} if j not in active])
+            conn.executemany("INSERT OR REPLACE INTO progress_reading VALUES (?,?,?,?,?,?)",
+                             [(j, r.done, r.updated, r.restarts, r.context, r.since) for j, r in obs.readings.items()])
+            for job_id, shape, work, seconds in obs.solo:
+                w, t = solo_ws.get((job_id, shape), (0.0, 0.0))
+                conn.execute("INSERT OR REPLACE INTO solo_rate VALUES (?,?,?,?)", (job_id, shape, w + work, t + seconds))
+        notes += obs.notes
+        if obs.colocations:
+            save_to_store(self.store, obs.colocations)
+            if self.reference and hasattr(self.model, "fine_tune"):
+                notes.append(self._refine(obs.colocations))
+        return obs.progress, notes
+
+    def _refine(self, new: list) -> str:
+        import time
+
+        from slurm_elastico.interference.measurements import load_from_store
+        from slurm_elastico.interference.online import refine
+
+        earlier = load_from_store(self.store, self.gpu_type, SOURCE, last=2000)[:-len(new)]  # the new ones are last
+        result = refine(self.model, self.reference, earlier, new)  # type: ignore[arg-type]
+        if result.accepted and self.model_path:
+            self.model.save(self.model_path)  # type: ignore[union-attr]
+        last = self.store.query("SELECT COALESCE(MAX(id), 0) AS m FROM colocation")[0]["m"]
+        self.store.execute(
+            "INSERT INTO model_update (at, model, accepted, error_before, error_after, recent_before, recent_after,"
+            " new_observations, last_observation) VALUES (?,?,?,?,?,?,?,?,?)",
+            (time.time(), self.model_path, int(result.accepted), result.error_before, result.error_after,
+             result.recent_before, result.recent_after, len(new), last))
+        verdict = "kept" if result.accepted else "rolled back"
+        return (f"predictor refined from {len(new)} new observation(s): {verdict} (reference error "
+                f"{result.error_before:.1%} -> {result.error_after:.1%})")
+
+
 def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model: SlowdownModel | None,
-             journal: Journal | None, now: float, *, dry_run: bool = False) -> EpochResult:
+             journal: Journal | None, now: float, *, dry_run: bool = False,
+             observer: ProgressObserver | None = None) -> EpochResult:
     """One epoch. `journal` may be None only for a dry run (nothing is issued then)."""
     if journal is None and not dry_run:
         raise ValueError("a journal is required unless dry_run is set")
@@ -183,7 +268,9 @@ def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model
         if recovered:
             snap = gateway.snapshot()
     fams, warnings = families.families({j.job_id for j in snap.jobs})
-    plan = run_epoch(snap, fams, settings, model, now)
+    progress, observed = observer(snap, fams, dry_run) if observer is not None else ({}, [])
+    plan = run_epoch(snap, fams, settings, model, now, progress)
+    plan = dataclasses.replace(plan, notes=(*plan.notes, *observed))
     comments = {j.job_id: j.admin_comment for j in snap.jobs}
     failed: set[int] = set()
     commented: set[int] = set()
@@ -290,5 +377,6 @@ def main_loop(step, interval_s: float, epochs: int | None, sleep=None) -> int:
     return failures
 
 
-__all__ = ["DirectoryFamilies", "EpochBusy", "EpochResult", "Journal", "Outcome", "StoreFamilies", "epoch_lock",
+__all__ = ["DirectoryFamilies", "EpochBusy", "EpochResult", "Journal", "Outcome", "ProgressObserver", "StoreFamilies",
+           "epoch_lock",
            "main_loop", "recover", "render", "run_once"]

@@ -53,6 +53,34 @@ SCHEMA: list[str] = [
         updated REAL NOT NULL
     )""",
     "CREATE INDEX IF NOT EXISTS journal_status ON journal (status)",
+    # What the helper last read of each running job's progress report, and each
+    # job's solo speed per shape as total work / total seconds (slurm_elastico.observe).
+    """CREATE TABLE IF NOT EXISTS progress_reading (
+        job_id INTEGER PRIMARY KEY,
+        done REAL NOT NULL,
+        updated REAL NOT NULL,
+        restarts INTEGER NOT NULL,
+        context TEXT NOT NULL,
+        since REAL NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS solo_rate (
+        job_id INTEGER NOT NULL,
+        shape TEXT NOT NULL,
+        work REAL NOT NULL,
+        seconds REAL NOT NULL,
+        PRIMARY KEY (job_id, shape)
+    )""",
+    # Online refinements of the predictor (slurm_elastico.interference.online): one row
+    # per attempt; `last_observation` is the newest colocation id it had seen.
+    """CREATE TABLE IF NOT EXISTS model_update (
+        id INTEGER PRIMARY KEY,
+        at REAL NOT NULL,
+        model TEXT NOT NULL,
+        accepted INTEGER NOT NULL,
+        error_before REAL, error_after REAL, recent_before REAL, recent_after REAL,
+        new_observations INTEGER NOT NULL,
+        last_observation INTEGER NOT NULL
+    )""",
 ]
 
 
@@ -78,6 +106,11 @@ class Store:
         with self.conn:
             self.conn.execute("BEGIN")
             self.conn.executemany(sql, rows)
+
+    def transaction(self) -> sqlite3.Connection:
+        """`with store.transaction():` groups the writes inside into one transaction."""
+        self.conn.execute("BEGIN")
+        return self.conn
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         return self.conn.execute(sql, params).fetchall()

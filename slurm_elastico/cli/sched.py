@@ -29,6 +29,7 @@ def sched(ctx, once, interval, epochs, dry_run, families_dir, as_json) -> None:
     from slurm_elastico import sched as helper
     from slurm_elastico.cli.view import gateway_from
     from slurm_elastico.interference import load_model
+    from slurm_elastico.interference.measurements import read_csv
     from slurm_elastico.planner import policies
     from slurm_elastico.store import Store
 
@@ -42,10 +43,13 @@ def sched(ctx, once, interval, epochs, dry_run, families_dir, as_json) -> None:
                 else helper.StoreFamilies(store, cfg.gpu.memory_mib))
     model = load_model(cfg.interference.model)
     journal = None if dry_run else helper.Journal(store)
+    reference = read_csv(cfg.interference.reference) if cfg.interference.reference else []
+    observer = helper.ProgressObserver(store, cfg.gpu.type, model, cfg.interference.model, reference)
 
     def step() -> None:
         with contextlib.nullcontext() if dry_run else helper.epoch_lock(cfg.state_dir):
-            result = helper.run_once(gateway, cfg, families, model, journal, time.time(), dry_run=dry_run)
+            result = helper.run_once(gateway, cfg, families, model, journal, time.time(), dry_run=dry_run,
+                                     observer=observer)
         click.echo(json.dumps(result.to_dict()) if as_json else helper.render(result))
 
     if interval is None:

@@ -10,7 +10,7 @@ slowdown to learn from. Any solo feature may be empty (unmeasured).
 
 CSV columns, in order: gpu_type, fits, source, then for p in (a, b):
 p_kind (train|infer), p_throughput (units/s, > 0), p_batch (> 0),
-p_precision (fp32|fp16|bf16 or empty), p_model_family, p_sm_util and
+p_precision (fp32|fp16|bf16|fp8 or empty; fp8 = an inference job's fp8 KV cache), p_model_family, p_sm_util and
 p_membw_util (NVML, 0..1), p_mem_used_mib (>= 0), p_power_w (>= 0),
 p_mps_share (1..100, empty = 100), p_norm (0 < norm <= 2, empty when fits = 0).
 """
@@ -27,7 +27,7 @@ from slurm_elastico.interference.base import SoloProfile
 from slurm_elastico.interference.errors import MeasurementError
 
 KINDS = ("train", "infer")
-PRECISIONS = ("fp32", "fp16", "bf16", "")
+PRECISIONS = ("fp32", "fp16", "bf16", "fp8", "")
 PROFILE_FIELDS = tuple(f.name for f in fields(SoloProfile))
 COLUMNS = ("gpu_type", "fits", "source") + tuple(
     f"{p}_{name}" for p in ("a", "b") for name in PROFILE_FIELDS + ("norm",)
@@ -79,7 +79,7 @@ def _profile(row: dict[str, str], p: str, where: str) -> SoloProfile:
         raise MeasurementError(f"{where}, column {p}_kind: {kind!r} is not one of {', '.join(KINDS)}")
     precision = (row.get(f"{p}_precision") or "").strip()
     if precision not in PRECISIONS:
-        raise MeasurementError(f"{where}, column {p}_precision: {precision!r} is not one of fp32, fp16, bf16 or empty")
+        raise MeasurementError(f"{where}, column {p}_precision: {precision!r} is not one of fp32, fp16, bf16, fp8 or empty")
     share_text = (row.get(f"{p}_mps_share") or "").strip()
     try:
         share = int(share_text) if share_text else 100
@@ -168,15 +168,22 @@ def save_to_store(store, observations: Sequence[Colocation]) -> int:
     return len(rows)
 
 
-def load_from_store(store, gpu_type: str | None = None) -> list[Colocation]:
-    """Observations in the store (optionally of one GPU type), oldest first."""
+def load_from_store(store, gpu_type: str | None = None, source: str | None = None,
+                    last: int | None = None) -> list[Colocation]:
+    """Observations in the store (optionally of one GPU type, one source, only the `last` N), oldest first."""
     sql = f"SELECT id, {', '.join(COLUMNS)} FROM colocation"
-    params: tuple = ()
-    if gpu_type is not None:
-        sql += " WHERE gpu_type = ?"
-        params = (gpu_type,)
+    where, params = [], []
+    for column, value in (("gpu_type", gpu_type), ("source", source)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY id DESC"
+    if last is not None:
+        sql += f" LIMIT {int(last)}"
     out = []
-    for r in store.query(sql + " ORDER BY id", params):
+    for r in reversed(store.query(sql, params)):
         row = {c: ("" if r[c] is None else str(r[c])) for c in COLUMNS}
         out.append(parse_row(row, f"store colocation id {r['id']}"))
     return out

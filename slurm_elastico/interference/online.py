@@ -1,7 +1,10 @@
 """Online refinement: learn from slowdowns observed on the cluster, roll back when it makes things worse.
 
-After each epoch the helper hands the observed co-location slowdowns to
-`OnlineLearner.observe`. The model is fine-tuned on a bounded replay buffer
+After each epoch that observed co-location slowdowns (`slurm_elastico.observe`)
+the helper calls `refine`: a learner over the model's reference data and the
+earlier observations, then `OnlineLearner.observe` of the new ones; the
+helper replaces the model file (atomically) only when the update is kept.
+The model is fine-tuned on a bounded replay buffer
 (trusted reference data, e.g. what it was trained on, then new observations)
 so old knowledge is not forgotten. Two held-out sets judge the update: one
 from the reference data, fixed, and one of every `holdout_every`-th new
@@ -74,6 +77,10 @@ class OnlineLearner:
     def _worse(self, before: float, after: float) -> bool:
         return after > before * (1.0 + self.tolerance) + self.slack  # NaN (empty set) is never worse
 
+    def remember(self, observations: Sequence[Colocation]) -> None:
+        """Adds earlier observations without training (a helper that restarts rebuilds its learner this way)."""
+        self._route([o for o in observations if o.fits], self.recent)
+
     def observe(self, observations: Sequence[Colocation]) -> UpdateResult:
         """Adds new observations, fine-tunes, and keeps the new weights only if both held-out errors hold."""
         self._route([o for o in observations if o.fits], self.recent)
@@ -85,3 +92,11 @@ class OnlineLearner:
         if not accepted:
             self.model.restore(saved)
         return UpdateResult(accepted, before[0], after[0], before[1], after[1], len(self.replay))
+
+
+def refine(model: MlpPredictor, reference: Sequence[Colocation], earlier: Sequence[Colocation],
+           new: Sequence[Colocation], **learner_args) -> UpdateResult:
+    """One online update of `model` in place: replay = reference + `earlier` + `new`, judged as `observe` does."""
+    learner = OnlineLearner(model, reference, **learner_args)
+    learner.remember(earlier)
+    return learner.observe(new)

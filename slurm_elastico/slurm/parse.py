@@ -361,6 +361,7 @@ def _job(f: _Fields) -> JobView:
         comment=f.text("comment"),
         admin_comment=f.text("admin_comment"),
         gpu_alloc=tuple(alloc),
+        work_dir=f.text("current_working_directory"),
     )
 
 

@@ -1,0 +1,134 @@
+"""What the jobs' progress reports tell the helper: work done, solo speeds, and observed co-location slowdowns.
+
+Pure logic; `sched.ProgressObserver` does the I/O (report files, the store).
+Each epoch the helper reads every running family job's report
+(`runtime.progress`) and compares it with the previous epoch's reading:
+
+* the work done feeds the planner (remaining work, instead of a guess from
+  the start time);
+* a job's rate over the interval, Δdone / Δt of the reports' own times, counts
+  only if nothing changed in between: the same restart, the same shape and the
+  same partners on its GPU (its *context*), and the earlier report was written
+  after everyone in that context had started;
+* a rate with no partner is a solo rate of that job at that shape (kept as
+  total work / total seconds);
+* two single-GPU family jobs sharing one GPU, each with a rate this epoch and a
+  solo rate at its shape, make one co-location observation: each job's
+  normalized throughput is its rate ÷ its solo rate. That is the measurement
+  format the predictor learns from (`interference.measurements`), with the
+  solo profiles the planner itself asks the model about (`shapes.solo_profile`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from slurm_elastico.interference.measurements import Colocation
+from slurm_elastico.model import Family, JobState, Shape, Snapshot
+from slurm_elastico.runtime.progress import Progress
+from slurm_elastico.shapes.current import running_shape
+from slurm_elastico.shapes.solo import solo_profile
+
+SOURCE = "observed"
+MIN_INTERVAL_S = 5.0
+"""A rate needs reports at least this far apart: shorter intervals are mostly noise of step boundaries."""
+MAX_NORM = 2.0
+"""The measurement format's bound; a ratio above it means the solo rate is wrong, not a speed-up."""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A job's last report as the helper saw it, with the context it ran in."""
+
+    done: float
+    updated: float
+    restarts: int
+    context: str  # json of [shape, [[partner id, partner shape], ...]]; equal strings = nothing changed
+    since: float  # when everyone in the context had started (Unix seconds)
+
+
+@dataclass
+class Observation:
+    """The result of one epoch's look at the reports."""
+
+    progress: dict[int, float] = field(default_factory=dict)  # job id -> work done (for the planner)
+    readings: dict[int, Reading] = field(default_factory=dict)  # to keep for the next epoch
+    solo: list[tuple[int, str, float, float]] = field(default_factory=list)  # (job, shape, work, seconds)
+    colocations: list[Colocation] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _shape_of(job, family: Family, report: Progress) -> Shape:
+    """The shape the job says it ran (its report), else the one elastico-run's rule gives."""
+    named = next((s for s in family.shapes if report.shape and s.name == report.shape), None)
+    if named is not None:
+        return named
+    held = max((s for _, _, s in job.gpu_alloc), default=0)
+    return running_shape(family.shapes, family.default_shape, job.admin_comment, held)[0]
+
+
+def observe(snapshot: Snapshot, families: Mapping[int, Family], reports: Mapping[int, Progress],
+            previous: Mapping[int, Reading], solo_rates: Mapping[tuple[int, str], float], gpu_type: str) -> Observation:
+    """One epoch's progress, rate samples and co-location observations (see the module text)."""
+    out = Observation()
+    running = {j.job_id: j for j in snapshot.jobs
+               if j.state is JobState.RUNNING and j.job_id in families and j.job_id in reports}
+    shapes = {jid: _shape_of(j, families[jid], reports[jid]) for jid, j in running.items()}
+    on_gpu: dict[tuple[str, int], list[int]] = {}
+    for j in snapshot.jobs:
+        if j.state is JobState.RUNNING:
+            for node, index, _ in j.gpu_alloc:
+                on_gpu.setdefault((node, index), []).append(j.job_id)
+    starts = {j.job_id: j.start_time for j in snapshot.jobs}
+    rates: dict[int, float] = {}
+    for jid, job in running.items():
+        report = reports[jid]
+        out.progress[jid] = report.done
+        gpus = {(n, i) for n, i, _ in job.gpu_alloc}
+        partners = sorted({p for g in gpus for p in on_gpu.get(g, []) if p != jid})
+        context = json.dumps([shapes[jid].name, [[p, shapes[p].name if p in shapes else "?"] for p in partners]])
+        since = max((starts.get(p) or 0 for p in [jid, *partners]), default=0)
+        reading = Reading(report.done, report.updated, report.restarts, context, float(since))
+        out.readings[jid] = reading
+        before = previous.get(jid)
+        if before is None or (before.restarts, before.context) != (reading.restarts, reading.context):
+            continue
+        dt = reading.updated - before.updated
+        if dt < MIN_INTERVAL_S or before.updated < reading.since or reading.done <= before.done:
+            continue
+        rate = (reading.done - before.done) / dt
+        if not partners:
+            out.solo.append((jid, shapes[jid].name, reading.done - before.done, dt))
+        elif len(gpus) == 1 and len(partners) == 1:
+            rates[jid] = rate
+    seen: set[tuple[int, int]] = set()
+    for a, rate_a in sorted(rates.items()):
+        gpu = next(iter({(n, i) for n, i, _ in running[a].gpu_alloc}))
+        b = next(p for p in on_gpu[gpu] if p != a)
+        if b not in rates or (min(a, b), max(a, b)) in seen:
+            continue
+        seen.add((min(a, b), max(a, b)))
+        solo_a = solo_rates.get((a, shapes[a].name))
+        solo_b = solo_rates.get((b, shapes[b].name))
+        if not solo_a or not solo_b:
+            out.notes.append(f"jobs {a} and {b} share a GPU, but no solo rate is known yet for "
+                             f"{'both' if not solo_a and not solo_b else f'job {a if not solo_a else b}'}: not recorded")
+            continue
+        norm_a, norm_b = rate_a / solo_a, rates[b] / solo_b
+        if not (0 < norm_a <= MAX_NORM and 0 < norm_b <= MAX_NORM):
+            out.notes.append(f"jobs {a} and {b}: co-located / solo = {norm_a:.2f} / {norm_b:.2f} is outside "
+                             f"(0, {MAX_NORM:g}]: not recorded")
+            continue
+        fa, fb = families[a], families[b]
+        out.colocations.append(Colocation(gpu_type, solo_profile(shapes[a], fa.kind, fa.name),
+                                          solo_profile(shapes[b], fb.kind, fb.name), norm_a, norm_b, True, SOURCE))
+        out.notes.append(f"observed: jobs {a} and {b} on one GPU run at {norm_a:.2f} and {norm_b:.2f} of solo speed")
+    return out
+
+
+def merge_solo(work_s: Mapping[tuple[int, str], tuple[float, float]]) -> dict[tuple[int, str], float]:
+    """Solo rates from accumulated (work, seconds) per (job, shape)."""
+    return {k: w / s for k, (w, s) in work_s.items() if s > 0 and w > 0 and math.isfinite(w / s)}

@@ -1,0 +1,169 @@
+"""Progress reports → work done, solo rates and observed co-location slowdowns; the store and online refinement around it."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from slurm_elastico import sched
+from slurm_elastico.interference.gavel import import_gavel
+from slurm_elastico.interference.measurements import load_from_store
+from slurm_elastico.interference.predictor import MlpPredictor, TrainConfig, train
+from slurm_elastico.observe import observe
+from slurm_elastico.planner.synthetic import cluster, family, running, snapshot
+from slurm_elastico.runtime.progress import Progress, progress_path, write_progress
+from slurm_elastico.store import Store
+
+T0 = 1_000_000.0
+FAM = family((50, 2.0, 1000), (100, 3.0, 1000), work=1000.0)
+
+
+def job(job_id, gpu, share, start=T0 - 100, work_dir=""):
+    shape = "mps50-0" if share == 50 else "mps100-1"
+    return replace(running(job_id, "n0000", gpu, share, start=start, shape=shape),
+                   gpu_alloc=(("n0000", gpu, share),), work_dir=work_dir)
+
+
+def snap(*jobs):
+    return snapshot(cluster(2), list(jobs))
+
+
+def report(done, at, shape="", restarts=0):
+    return Progress(done, 1000, at, shape, restarts)
+
+
+def epochs(snaps_reports, solo=None):
+    """Run observe over a list of (snapshot, reports), carrying readings and solo rates like the helper does."""
+    previous, solo_ws, outs = {}, {}, []
+    for s, reps in snaps_reports:
+        rates = {k: w / t for k, (w, t) in solo_ws.items()} if solo is None else solo
+        out = observe(s, {1: FAM, 2: FAM}, reps, previous, rates, "cpu")
+        for j, shape, w, t in out.solo:
+            a, b = solo_ws.get((j, shape), (0.0, 0.0))
+            solo_ws[(j, shape)] = (a + w, b + t)
+        previous = out.readings
+        outs.append(out)
+    return outs, solo_ws
+
+
+def test_solo_then_shared_gives_one_observation_with_each_jobs_share_of_its_solo_speed():
+    alone = snap(job(1, 0, 50), job(2, 1, 50))
+    shared = snap(job(1, 0, 50), job(2, 0, 50, start=T0 + 25))  # job 2 moved onto job 1's GPU
+    outs, solo = epochs([
+        (alone, {1: report(10, T0), 2: report(0, T0)}),
+        (alone, {1: report(50, T0 + 20), 2: report(20, T0 + 20)}),      # solo: 2.0 and 1.0 units/s
+        (shared, {1: report(60, T0 + 30), 2: report(20, T0 + 30)}),     # context changed: no rate
+        (shared, {1: report(72, T0 + 40), 2: report(25, T0 + 40)}),     # 1.2 and 0.5 units/s
+    ])
+    assert solo == {(1, "mps50-0"): (40.0, 20.0), (2, "mps50-0"): (20.0, 20.0)}
+    assert outs[2].colocations == []
+    (obs,) = outs[3].colocations
+    assert (obs.norm_a, obs.norm_b) == pytest.approx((0.6, 0.5))
+    assert obs.source == "observed" and obs.gpu_type == "cpu" and obs.a.mps_share == 50
+    assert outs[3].progress == {1: 72, 2: 25}
+
+
+def test_a_report_written_before_the_partner_started_gives_no_rate():
+    shared_late = snap(job(1, 0, 50), job(2, 0, 50, start=T0 + 15))
+    outs, _ = epochs([
+        (shared_late, {1: report(10, T0 + 10), 2: report(0, T0 + 16)}),
+        (shared_late, {1: report(30, T0 + 30), 2: report(10, T0 + 36)}),
+    ], solo={(1, "mps50-0"): 2.0, (2, "mps50-0"): 1.0})
+    assert outs[1].colocations == []  # job 1's first report predates job 2: its rate mixes solo and shared
+
+
+def test_a_restart_or_another_shape_resets_the_rate_and_a_missing_solo_rate_is_noted():
+    shared = snap(job(1, 0, 50), job(2, 0, 50))
+    outs, _ = epochs([
+        (shared, {1: report(10, T0), 2: report(10, T0)}),
+        (shared, {1: report(20, T0 + 10, restarts=1), 2: report(20, T0 + 10)}),
+        (shared, {1: report(30, T0 + 20, restarts=1), 2: report(30, T0 + 20)}),
+    ], solo={(1, "mps50-0"): 2.0})
+    assert outs[1].colocations == [] and not any("solo" in n for n in outs[1].notes)  # job 1 restarted
+    assert outs[2].colocations == []
+    assert any("no solo rate is known yet for job 2" in n for n in outs[2].notes)
+
+
+def test_an_impossible_ratio_is_not_recorded():
+    shared = snap(job(1, 0, 50), job(2, 0, 50))
+    outs, _ = epochs([
+        (shared, {1: report(10, T0), 2: report(10, T0)}),
+        (shared, {1: report(110, T0 + 10), 2: report(20, T0 + 10)}),  # 10 units/s against a solo 2.0
+    ], solo={(1, "mps50-0"): 2.0, (2, "mps50-0"): 1.0})
+    assert outs[1].colocations == [] and any("outside" in n for n in outs[1].notes)
+
+
+GAVEL = Path(__file__).parent.parent / "data" / "gavel"
+
+
+@pytest.fixture(scope="module")
+def reference():
+    obs = import_gavel(GAVEL / "throughputs_pairs.csv", GAVEL / "throughputs_isolated.csv").observations
+    return [o for o in obs if o.fits and o.gpu_type == "p100"][:120]
+
+
+def test_the_observer_reads_report_files_keeps_state_in_the_store_and_refines_the_model(tmp_path, reference):
+    model_path = tmp_path / "iac.pt"
+    model = train(reference, TrainConfig(hidden=8, epochs=60, use_family=False), seed=0)
+    model.save(model_path)
+    before = model_path.read_bytes()
+    d1, d2 = tmp_path / "w1", tmp_path / "w2"
+    alone = snap(job(1, 0, 50, work_dir=str(d1)), job(2, 1, 50, work_dir=str(d2)))
+    shared = snap(job(1, 0, 50, work_dir=str(d1)), job(2, 0, 50, start=T0 + 25, work_dir=str(d2)))
+    steps = [(alone, 10, 0, T0), (alone, 50, 20, T0 + 20), (shared, 60, 20, T0 + 30), (shared, 72, 25, T0 + 40)]
+    with Store(tmp_path / "s.sqlite") as store:
+        observer = sched.ProgressObserver(store, "p100", model, str(model_path), reference)
+        for s, done1, done2, at in steps:
+            write_progress(progress_path(d1, 1), report(done1, at, "mps50-0"))
+            write_progress(progress_path(d2, 2), report(done2, at, "mps50-0"))
+            progress, notes = observer(s, {1: FAM, 2: FAM}, dry_run=False)
+        assert progress == {1: 72, 2: 25}
+        (obs,) = load_from_store(store, source="observed")
+        assert (obs.norm_a, obs.norm_b) == pytest.approx((0.6, 0.5))
+        (update,) = store.query("SELECT * FROM model_update")
+        assert update["new_observations"] == 1
+        assert any("predictor refined from 1 new observation" in n for n in notes)
+        assert (model_path.read_bytes() != before) == bool(update["accepted"])
+        MlpPredictor.load(model_path)  # whatever happened, the file is a whole model
+        # The jobs end: their readings and solo rates go.
+        observer(snap(), {}, dry_run=False)
+        assert store.query("SELECT COUNT(*) AS n FROM progress_reading")[0]["n"] == 0
+        assert store.query("SELECT COUNT(*) AS n FROM solo_rate")[0]["n"] == 0
+
+
+def test_a_dry_run_reads_progress_but_writes_nothing(tmp_path):
+    d1 = tmp_path / "w1"
+    write_progress(progress_path(d1, 1), report(5, T0))
+    (d1 / ".elastico" / "2").mkdir(parents=True)
+    (d1 / ".elastico" / "2" / "progress.json").write_text("{broken")
+    with Store(tmp_path / "s.sqlite") as store:
+        observer = sched.ProgressObserver(store, "p100")
+        progress, notes = observer(snap(job(1, 0, 50, work_dir=str(d1)), job(2, 1, 50, work_dir=str(d1))),
+                                   {1: FAM, 2: FAM}, dry_run=True)
+        assert progress == {1: 5}
+        assert any("job 2: progress report ignored" in n and "not JSON" in n for n in notes)
+        assert store.query("SELECT COUNT(*) AS n FROM progress_reading")[0]["n"] == 0
+
+
+def test_a_rolled_back_refinement_leaves_the_model_file_alone(tmp_path, reference, monkeypatch):
+    from slurm_elastico.interference import online
+
+    model_path = tmp_path / "iac.pt"
+    model = train(reference, TrainConfig(hidden=8, epochs=60, use_family=False), seed=0)
+    model.save(model_path)
+    before = model_path.read_bytes()
+    # Any change at all counts as drift: the update must be rolled back and the file kept.
+    monkeypatch.setattr(online.OnlineLearner, "_worse", lambda self, b, a: True)
+    d1, d2 = tmp_path / "w1", tmp_path / "w2"
+    alone = snap(job(1, 0, 50, work_dir=str(d1)), job(2, 1, 50, work_dir=str(d2)))
+    shared = snap(job(1, 0, 50, work_dir=str(d1)), job(2, 0, 50, start=T0 + 25, work_dir=str(d2)))
+    with Store(tmp_path / "s.sqlite") as store:
+        observer = sched.ProgressObserver(store, "p100", model, str(model_path), reference)
+        for s, done1, done2, at in [(alone, 10, 0, T0), (alone, 50, 20, T0 + 20), (shared, 60, 20, T0 + 30),
+                                    (shared, 72, 25, T0 + 40)]:
+            write_progress(progress_path(d1, 1), report(done1, at, "mps50-0"))
+            write_progress(progress_path(d2, 2), report(done2, at, "mps50-0"))
+            _, notes = observer(s, {1: FAM, 2: FAM}, dry_run=False)
+        assert store.query("SELECT accepted FROM model_update")[0]["accepted"] == 0
+        assert any("rolled back" in n for n in notes)
+    assert model_path.read_bytes() == before
