@@ -30,6 +30,7 @@ from slurm_elastico.cluster import LocalCluster
 from slurm_elastico.errors import ElasticoError
 from slurm_elastico.slurm.gateway import SlurmGateway
 from slurm_elastico.slurm.runner import SubprocessRunner
+from slurm_elastico.store import Store
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "wrappers" / "examples"
 
@@ -57,7 +58,7 @@ def settings_yaml(state: Path, slurm_conf: Path) -> str:
     return json.dumps({
         "state_dir": str(state),
         "slurm": {"conf": str(slurm_conf)},
-        "gpu": {"memory_mib": 16384},
+        "gpu": {"memory_mib": 16384, "type": "fake"},
         "planner": {"reshape_cost_s": 10.0},
         "submit": {"placement_window_s": 20, "grace_s": 15},
     }, indent=2)
@@ -110,6 +111,7 @@ def run(state_dir: str | None, workload: Workload = Workload(), say: Callable[[s
         raise DemoError(f"elastico report failed: {report.stderr.strip()}")
     say(report.stdout.rstrip())
     say(f"   JCT plot: {work / 'jct.png'}")
+    say(f"   {_observed(work / 'state' / 'elastico.sqlite')}")
     data = json.loads(subprocess.run([_bin("elastico"), "report", "--start", start_text, "--format", "json"],
                                      env=env, capture_output=True, text=True, timeout=120, check=True).stdout)
     if not keep:
@@ -153,6 +155,22 @@ def _actions(log: Path) -> str:
         if line.startswith("{"):
             counts.update(a["kind"] for a in json.loads(line)["actions"] if a["status"] == "done")
     return ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none"
+
+
+def _observed(store_path: Path) -> str:
+    """What the helper learned from the jobs' progress reports (see slurm_elastico.observe)."""
+    from slurm_elastico.interference.measurements import load_from_store
+    from slurm_elastico.observe import SOURCE
+
+    with Store(store_path) as store:
+        obs = load_from_store(store, source=SOURCE)
+        solo = store.query("SELECT COUNT(*) AS n FROM solo_rate")[0]["n"]
+    if not obs:
+        return (f"progress reports: no co-located pair ran long enough beside a known solo speed to be observed "
+                f"({solo} solo speed(s) still held for running jobs)")
+    norms = [x for o in obs for x in (o.norm_a, o.norm_b)]
+    return (f"progress reports: {len(obs)} co-located pair(s) observed, jobs at {min(norms):.2f}-{max(norms):.2f} "
+            f"of their solo speed (store table `colocation`, source '{SOURCE}')")
 
 
 def _check_output(path: Path, job_id: int, kind: str) -> None:

@@ -9,7 +9,7 @@ Each epoch the helper reads every running family job's report
 * a job's rate over the interval, Δdone / Δt of the reports' own times, counts
   only if nothing changed in between: the same restart, the same shape and the
   same partners on its GPU (its *context*), and the earlier report was written
-  after everyone in that context had started;
+  at least `WARMUP_S` after everyone in that context had started;
 * a rate with no partner is a solo rate of that job at that shape (kept as
   total work / total seconds);
 * two single-GPU family jobs sharing one GPU, each with a rate this epoch and a
@@ -35,8 +35,10 @@ from slurm_elastico.shapes.solo import solo_profile
 SOURCE = "observed"
 MIN_INTERVAL_S = 5.0
 """A rate needs reports at least this far apart: shorter intervals are mostly noise of step boundaries."""
-MAX_NORM = 2.0
-"""The measurement format's bound; a ratio above it means the solo rate is wrong, not a speed-up."""
+WARMUP_S = 5.0
+"""A rate counts from a report at least this long after everyone in the context (re)started: start-up is not speed."""
+MAX_NORM = 1.25
+"""Co-located ÷ solo above this is not a speed-up but a wrong solo rate (taken while the machine was busier): dropped."""
 
 
 @dataclass(frozen=True)
@@ -97,13 +99,17 @@ def observe(snapshot: Snapshot, families: Mapping[int, Family], reports: Mapping
         if before is None or (before.restarts, before.context) != (reading.restarts, reading.context):
             continue
         dt = reading.updated - before.updated
-        if dt < MIN_INTERVAL_S or before.updated < reading.since or reading.done <= before.done:
+        if dt < MIN_INTERVAL_S or before.updated < reading.since + WARMUP_S or reading.done <= before.done:
             continue
         rate = (reading.done - before.done) / dt
         if not partners:
             out.solo.append((jid, shapes[jid].name, reading.done - before.done, dt))
         elif len(gpus) == 1 and len(partners) == 1:
             rates[jid] = rate
+    if rates and not gpu_type:
+        out.notes.append("co-located jobs report their speed, but gpu.type is not set: observations need the GPU type, "
+                         "none is recorded")
+        rates = {}
     seen: set[tuple[int, int]] = set()
     for a, rate_a in sorted(rates.items()):
         gpu = next(iter({(n, i) for n, i, _ in running[a].gpu_alloc}))

@@ -10,11 +10,8 @@ side to keep the file short.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -24,13 +21,11 @@ import torch
 from slurm_elastico.cli.run import family_from_spec
 from slurm_elastico.model import JobState
 from slurm_elastico.runtime.checkpoint import load_latest
-from slurm_elastico.slurm.gateway import SlurmGateway
-from slurm_elastico.slurm.runner import SubprocessRunner
+
+from live_helpers import EXAMPLES, GRACE_S, Cluster
 
 pytestmark = pytest.mark.live
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "wrappers" / "examples"
-BIN = Path(sys.executable).parent
 TRAIN_FAMILY = """kind: train
 global_batch: 32
 micro_batches: [8, 16, 32]
@@ -47,76 +42,8 @@ max_num_seqs: [4, 8, 16]
 kv_cache_dtype: [auto]
 mps_shares: [25, 50]
 """
+FAMILIES = {"train.yaml": TRAIN_FAMILY, "infer.yaml": INFER_FAMILY}
 HOSTILE = "it's \"q\"; $(touch /nonexistent/x) `id` | ünï ✓\nsecond line"
-GRACE_S = 3
-
-
-class Cluster:
-    """Submits through elastico-submit (argv, no shell) into `root`, reads job output, reshapes like the helper."""
-
-    def __init__(self, slurm_env: dict[str, str], root: Path):
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
-        (root / "elastico.yaml").write_text(
-            f"state_dir: {root / 'state'}\nsubmit: {{placement_window_s: 0, grace_s: {GRACE_S}, signal_lead_s: 60}}\n")
-        (root / "train.yaml").write_text(TRAIN_FAMILY)
-        (root / "infer.yaml").write_text(INFER_FAMILY)
-        self.env = {**os.environ, **slurm_env, "ELASTICO_CONFIG": str(root / "elastico.yaml"),
-                    "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-        self.env.pop("ELASTICO_CKPT_DIR", None)
-        self.gateway = SlurmGateway(SubprocessRunner(env=slurm_env, timeout=30))
-        self.ids: list[int] = []
-
-    def submit_cmd(self, *argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(BIN / "elastico-submit"), *argv], cwd=self.root, env=self.env,
-                              capture_output=True, text=True, timeout=60)
-
-    def submit(self, family: str, script: Path | str, *args: str, options: tuple[str, ...] = ()) -> int:
-        done = self.submit_cmd("--parsable", f"--output={self.root}/%j.out", *options, "--family", family,
-                               str(script), *args)
-        assert done.returncode == 0, done.stderr
-        job_id = int(done.stdout.strip().split(";")[0])
-        self.ids.append(job_id)
-        return job_id
-
-    def text(self, job_id: int) -> str:
-        p = self.root / f"{job_id}.out"
-        return p.read_text(errors="replace") if p.exists() else ""
-
-    def summaries(self, job_id: int) -> list[dict]:
-        return [json.loads(line) for line in self.text(job_id).splitlines() if line.startswith('{"status"')]
-
-    def wait_text(self, job_id: int, predicate: Callable[[str], bool], what: str, timeout: float = 90) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            text = self.text(job_id)
-            if predicate(text):
-                return text
-            time.sleep(0.2)
-        raise AssertionError(f"job {job_id}: timed out waiting for {what}; output so far:\n{self.text(job_id)}")
-
-    def wait_done(self, job_id: int, timeout: float = 120) -> str:
-        text = self.wait_text(job_id, lambda t: "program finished (exit 0)" in t or "program failed" in t,
-                              "the program to finish", timeout)
-        assert "program finished (exit 0)" in text, text
-        return text
-
-    def reshape(self, job_id: int, shape: str, share: int) -> None:
-        """What the helper does for a running job: the shape first, then the move."""
-        self.gateway.set_admin_comment(job_id, f"elastico:shape={shape}")
-        self.gateway.requeue_with_share(job_id, share)
-
-    def ckpt(self, job_id: int) -> Path:
-        return self.root / ".elastico" / str(job_id)
-
-    def queue(self) -> set[int]:
-        out = subprocess.run(["squeue", "--all", "--noheader", "--format=%i"], env=self.env, capture_output=True,
-                             text=True, timeout=30, check=True).stdout
-        return {int(x) for x in out.split()}
-
-    def cancel_all(self) -> None:
-        if self.ids:
-            subprocess.run(["scancel", *map(str, self.ids)], env=self.env, capture_output=True, timeout=30)
 
 
 def steps_after(text: str, marker: str) -> int:
@@ -141,7 +68,7 @@ def rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.fixture(scope="module")
 def train_runs(slurm_cluster, tmp_path_factory):
     """Five training jobs side by side: reference, other data seed, reshaped twice, requeued, checkpointing toggled in place."""
-    c = Cluster(dict(slurm_cluster.env()), tmp_path_factory.mktemp("train"))
+    c = Cluster(dict(slurm_cluster.env()), tmp_path_factory.mktemp("train"), FAMILIES)
     script = EXAMPLES / "train_tiny.py"
     common = ("--deterministic", "--step-sleep", "0.3")
 
@@ -231,7 +158,7 @@ def test_checkpointing_toggled_in_place_is_bit_identical(train_runs):
 
 
 def test_inference_reshaped_mid_run_writes_exactly_the_uninterrupted_outputs(slurm_cluster, tmp_path):
-    c = Cluster(dict(slurm_cluster.env()), tmp_path)
+    c = Cluster(dict(slurm_cluster.env()), tmp_path, FAMILIES)
     _, candidates = family_from_spec(INFER_FAMILY, "infer", 81920)
     by_seqs = {(s.knob("max_num_seqs"), s.resources.mps): s.name for s in candidates}
     args = ("--requests", str(EXAMPLES / "requests.jsonl"), "--batch-sleep", "0.4")
@@ -289,7 +216,7 @@ while step < 30:  # long enough that it cannot finish inside the grace
 
 
 def test_bad_family_or_missing_script_fails_at_submit_time_and_submits_nothing(slurm_cluster, tmp_path):
-    c = Cluster(dict(slurm_cluster.env()), tmp_path)
+    c = Cluster(dict(slurm_cluster.env()), tmp_path, FAMILIES)
     (tmp_path / "bad.yaml").write_text("kind: train\nglobal_batch: 32\nmicro_batches: [5]\nsteps: 10\nmps_shares: [250]\n")
     before = c.queue()
     done = c.submit_cmd("--family", "bad.yaml", "missing.sh")
@@ -302,7 +229,7 @@ def test_bad_family_or_missing_script_fails_at_submit_time_and_submits_nothing(s
 
 
 def test_hostile_name_comment_and_args_reach_slurm_and_the_program_unharmed(slurm_cluster, tmp_path):
-    c = Cluster(dict(slurm_cluster.env()), tmp_path)
+    c = Cluster(dict(slurm_cluster.env()), tmp_path, FAMILIES)
     prog = tmp_path / "argv.py"
     prog.write_text(ARGV_PROGRAM.format(python=sys.executable, out=str(tmp_path)))
     args = [HOSTILE, "--family", "", "-J", "$HOME", "*", "a;b"]
@@ -320,7 +247,7 @@ def test_hostile_name_comment_and_args_reach_slurm_and_the_program_unharmed(slur
 
 
 def test_program_ignoring_sigterm_is_killed_after_the_grace_and_resumes_from_its_last_checkpoint(slurm_cluster, tmp_path):
-    c = Cluster(dict(slurm_cluster.env()), tmp_path)
+    c = Cluster(dict(slurm_cluster.env()), tmp_path, FAMILIES)
     prog = tmp_path / "stubborn.py"
     prog.write_text(STUBBORN.format(python=sys.executable))
     try:

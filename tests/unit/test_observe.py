@@ -63,6 +63,19 @@ def test_solo_then_shared_gives_one_observation_with_each_jobs_share_of_its_solo
     assert outs[3].progress == {1: 72, 2: 25}
 
 
+def test_without_a_gpu_type_nothing_is_recorded_and_the_admin_is_told():
+    alone = snap(job(1, 0, 50), job(2, 1, 50))
+    shared = snap(job(1, 0, 50), job(2, 0, 50, start=T0 + 25))
+    steps = [(alone, {1: report(10, T0), 2: report(0, T0)}), (alone, {1: report(50, T0 + 20), 2: report(20, T0 + 20)}),
+             (shared, {1: report(60, T0 + 30), 2: report(20, T0 + 30)}),
+             (shared, {1: report(72, T0 + 40), 2: report(25, T0 + 40)})]
+    previous, rates = {}, {(1, "mps50-0"): 2.0, (2, "mps50-0"): 1.0}
+    for s, reps in steps:
+        out = observe(s, {1: FAM, 2: FAM}, reps, previous, rates, "")
+        previous = out.readings
+    assert out.colocations == [] and any("gpu.type is not set" in n for n in out.notes)
+
+
 def test_a_report_written_before_the_partner_started_gives_no_rate():
     shared_late = snap(job(1, 0, 50), job(2, 0, 50, start=T0 + 15))
     outs, _ = epochs([
@@ -88,7 +101,7 @@ def test_an_impossible_ratio_is_not_recorded():
     shared = snap(job(1, 0, 50), job(2, 0, 50))
     outs, _ = epochs([
         (shared, {1: report(10, T0), 2: report(10, T0)}),
-        (shared, {1: report(110, T0 + 10), 2: report(20, T0 + 10)}),  # 10 units/s against a solo 2.0
+        (shared, {1: report(36, T0 + 10), 2: report(20, T0 + 10)}),  # 2.6 units/s, 1.3 x its solo 2.0
     ], solo={(1, "mps50-0"): 2.0, (2, "mps50-0"): 1.0})
     assert outs[1].colocations == [] and any("outside" in n for n in outs[1].notes)
 

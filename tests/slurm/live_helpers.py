@@ -1,0 +1,87 @@
+"""Shared by the live tests: submit through elastico-submit into a directory, read job output, reshape like the helper."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from slurm_elastico.slurm.gateway import SlurmGateway
+from slurm_elastico.slurm.runner import SubprocessRunner
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "wrappers" / "examples"
+BIN = Path(sys.executable).parent
+GRACE_S = 3
+
+
+class Cluster:
+    """Submits through elastico-submit (argv, no shell) into `root`, reads job output, reshapes like the helper."""
+
+    def __init__(self, slurm_env: dict[str, str], root: Path, families: dict[str, str], config: str = ""):
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "elastico.yaml").write_text(
+            f"state_dir: {root / 'state'}\nsubmit: {{placement_window_s: 0, grace_s: {GRACE_S}, signal_lead_s: 60}}\n"
+            + config)
+        for name, text in families.items():
+            (root / name).write_text(text)
+        self.env = {**os.environ, **slurm_env, "ELASTICO_CONFIG": str(root / "elastico.yaml"),
+                    "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+        self.env.pop("ELASTICO_CKPT_DIR", None)
+        self.gateway = SlurmGateway(SubprocessRunner(env=slurm_env, timeout=30))
+        self.ids: list[int] = []
+
+    def submit_cmd(self, *argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(BIN / "elastico-submit"), *argv], cwd=self.root, env=self.env,
+                              capture_output=True, text=True, timeout=60)
+
+    def submit(self, family: str, script: Path | str, *args: str, options: tuple[str, ...] = ()) -> int:
+        done = self.submit_cmd("--parsable", f"--output={self.root}/%j.out", *options, "--family", family,
+                               str(script), *args)
+        assert done.returncode == 0, done.stderr
+        job_id = int(done.stdout.strip().split(";")[0])
+        self.ids.append(job_id)
+        return job_id
+
+    def text(self, job_id: int) -> str:
+        p = self.root / f"{job_id}.out"
+        return p.read_text(errors="replace") if p.exists() else ""
+
+    def summaries(self, job_id: int) -> list[dict]:
+        return [json.loads(line) for line in self.text(job_id).splitlines() if line.startswith('{"status"')]
+
+    def wait_text(self, job_id: int, predicate: Callable[[str], bool], what: str, timeout: float = 90) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.text(job_id)
+            if predicate(text):
+                return text
+            time.sleep(0.2)
+        raise AssertionError(f"job {job_id}: timed out waiting for {what}; output so far:\n{self.text(job_id)}")
+
+    def wait_done(self, job_id: int, timeout: float = 120) -> str:
+        text = self.wait_text(job_id, lambda t: "program finished (exit 0)" in t or "program failed" in t,
+                              "the program to finish", timeout)
+        assert "program finished (exit 0)" in text, text
+        return text
+
+    def reshape(self, job_id: int, shape: str, share: int) -> None:
+        """What the helper does for a running job: the shape first, then the move."""
+        self.gateway.set_admin_comment(job_id, f"elastico:shape={shape}")
+        self.gateway.requeue_with_share(job_id, share)
+
+    def ckpt(self, job_id: int) -> Path:
+        return self.root / ".elastico" / str(job_id)
+
+    def queue(self) -> set[int]:
+        out = subprocess.run(["squeue", "--all", "--noheader", "--format=%i"], env=self.env, capture_output=True,
+                             text=True, timeout=30, check=True).stdout
+        return {int(x) for x in out.split()}
+
+    def cancel_all(self) -> None:
+        if self.ids:
+            subprocess.run(["scancel", *map(str, self.ids)], env=self.env, capture_output=True, timeout=30)

@@ -1,0 +1,98 @@
+"""Progress reports through real Slurm: two PyTorch training jobs, first alone, then on one GPU; `elastico sched`
+reads their reports, learns each job's solo speed, and records the slowdown they show side by side.
+
+The slowdown is real (the jobs share this machine's CPUs, as they would share a GPU's SMs); the test checks it
+is recorded as a valid observation, not what its value is.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from slurm_elastico.interference.measurements import load_from_store
+from slurm_elastico.model import JobState
+from slurm_elastico.runtime.progress import progress_path, read_progress
+from slurm_elastico.store import Store
+
+from live_helpers import BIN, EXAMPLES, Cluster
+
+pytestmark = pytest.mark.live
+
+# One shape: the planner has nothing to change, so the test alone decides where the jobs run.
+FAMILY = """kind: train
+name: observe-live
+global_batch: 8
+micro_batches: [8]
+precisions: [fp32]
+checkpointing: [false]
+steps: 100000
+mps_shares: [50]
+throughput_floor: 0.01
+cpus: 1
+host_mem_mib: 512
+"""
+
+
+def epoch(c: Cluster) -> dict:
+    done = subprocess.run([str(BIN / "elastico"), "sched", "--once", "--json"], env=c.env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def solo_rates(root) -> set[int]:
+    with Store(root / "state" / "elastico.sqlite") as store:
+        return {r["job_id"] for r in store.query("SELECT job_id FROM solo_rate")}
+
+
+def until(c: Cluster, done, what: str, timeout: float = 90) -> None:
+    """Helper epochs 6 s apart (a rate needs reports >= 5 s apart, after a 5 s warm-up) until `done(notes)`."""
+    deadline = time.monotonic() + timeout
+    notes: list[str] = []
+    while time.monotonic() < deadline:
+        notes = epoch(c)["notes"]
+        if done(notes):
+            return
+        time.sleep(6)
+    raise AssertionError(f"no {what} within {timeout:g} s; last epoch's notes: {notes}")
+
+
+def wait_report(c: Cluster, job_id: int, restarts: int, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        report = read_progress(progress_path(c.root, job_id))
+        if report is not None and report.restarts == restarts and report.done > 0:
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id}: no progress report of restart {restarts}; output:\n{c.text(job_id)}")
+
+
+def test_helper_learns_solo_speeds_and_records_the_observed_slowdown(slurm_cluster, tmp_path):
+    c = Cluster(dict(slurm_cluster.env()), tmp_path, {"f.yaml": FAMILY}, config="planner: {policy: static}\ngpu: {type: fake}\n")
+    args = ("--deterministic",)  # one thread each: on this machine's CPUs two jobs contend only a little
+    try:
+        a = c.submit("f.yaml", EXAMPLES / "train_tiny.py", *args, options=("-w", "n1"))
+        b = c.submit("f.yaml", EXAMPLES / "train_tiny.py", *args, options=("-w", "n2"))
+        wait_report(c, a, 0)
+        wait_report(c, b, 0)
+        until(c, lambda notes: solo_rates(tmp_path) == {a, b}, "a solo rate for each job")
+
+        c.gateway.requeue_with_share(b, 50, ("n1",))  # b joins a's node; with mps:50 each they fit one GPU
+        wait_report(c, b, 1)
+        gpus = {j.job_id: {(n, i) for n, i, _ in j.gpu_alloc} for j in c.gateway.snapshot().jobs}
+        if gpus[a] != gpus[b]:
+            pytest.skip(f"Slurm placed the jobs on different GPUs ({gpus[a]} vs {gpus[b]}): nothing to observe")
+        until(c, lambda notes: any(f"observed: jobs {min(a, b)} and {max(a, b)}" in n for n in notes),
+              "the co-location observed")
+        with Store(tmp_path / "state" / "elastico.sqlite") as store:
+            (obs,) = load_from_store(store, source="observed")
+        assert 0 < obs.norm_a <= 2 and 0 < obs.norm_b <= 2
+        print(f"\n  two tiny training jobs on one fake GPU (shared CPUs): {obs.norm_a:.2f} and {obs.norm_b:.2f} of solo speed")
+        assert obs.a.mps_share == 50 and obs.a.kind == "train" and obs.a.model_family == "observe-live"
+        assert c.gateway.job(a).state is JobState.RUNNING  # the helper changed nothing
+    finally:
+        c.cancel_all()
