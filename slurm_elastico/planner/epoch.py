@@ -163,7 +163,7 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
             jobs.append(j)  # running jobs we cannot locate on a GPU are left alone
     jobs.sort(key=lambda j: j.view.job_id)
     for j in jobs:
-        j.weight = weights.weight_of(j.view, j.table.family, ps.fairness, now)
+        j.weight = weights.weight_of(j.view, j.table.family, ps.fairness, now, progress.get(j.view.job_id))
     pending = [j for j in jobs if not j.running]
     running = [j for j in jobs if j.running]
     notes: list[str] = []

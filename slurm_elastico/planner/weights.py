@@ -36,8 +36,10 @@ RULES: dict[str, Callable[[float | None, float, float], float]] = {
 }
 
 
-def weight_of(job: JobView, family: Family, fairness: str, now: float) -> float:
-    """`w_j` of one job under the rule `fairness` names (remaining time taken at its fastest shape)."""
+def weight_of(job: JobView, family: Family, fairness: str, now: float, done: float | None = None) -> float:
+    """`w_j` of one job under the rule `fairness` names: remaining time = work left (all of it unless
+    `done` is known from the job's progress) at its fastest shape."""
     best = max(s.throughput for s in family.shapes)
-    left = family.total_work / best if best > 0 else float("inf")
+    work = max(0.0, family.total_work - (done or 0.0))
+    left = work / best if best > 0 else float("inf")
     return RULES[fairness](job.submit_time, left, now)

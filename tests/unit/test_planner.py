@@ -136,6 +136,16 @@ def test_remaining_work_weight_prefers_the_short_job():
     assert [(p.job_id, p.share) for p in plan.placements] == [(2, 100)]
 
 
+def test_remaining_work_weight_counts_the_work_a_job_reports_done():
+    from slurm_elastico.planner.weights import weight_of
+
+    fam = family((100, 1.0, 1000), work=1e6)
+    job = pending(1, NOW)
+    fresh = weight_of(job, fam, "remaining", NOW)
+    nearly_done = weight_of(job, fam, "remaining", NOW, done=1e6 - 100)
+    assert nearly_done > fresh and nearly_done == weight_of(job, family((100, 1.0, 1000), work=100.0), "remaining", NOW)
+
+
 def test_the_queue_head_without_a_family_gets_whole_gpus_kept_free():
     fam = family((50, 0.6, 1000), (100, 1.0, 1000))
     big = JobView(50, "big", "u", "gpu", JobState.PENDING, gres=GresRequest("gpu", 1), submit_time=0, priority=10)
