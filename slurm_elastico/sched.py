@@ -231,7 +231,10 @@ class ProgressObserver:
         if obs.colocations:
             save_to_store(self.store, obs.colocations)
             if self.reference and hasattr(self.model, "fine_tune"):
-                notes.append(self._refine(obs.colocations))
+                try:
+                    notes.append(self._refine(obs.colocations))
+                except (ElasticoError, OSError, RuntimeError, ValueError) as exc:  # learning must not stop scheduling
+                    notes.append(f"predictor not refined this epoch: {exc}")
         return obs.progress, notes
 
     def _refine(self, new: list) -> str:

@@ -115,21 +115,28 @@ def reference():
     return [o for o in obs if o.fits and o.gpu_type == "p100"][:120]
 
 
+def alone_then_shared(observer, root):
+    """Jobs 1 and 2 alone for two reports, then on one GPU for two: the observer's result after each epoch."""
+    d1, d2 = root / "w1", root / "w2"
+    alone = snap(job(1, 0, 50, work_dir=str(d1)), job(2, 1, 50, work_dir=str(d2)))
+    shared = snap(job(1, 0, 50, work_dir=str(d1)), job(2, 0, 50, start=T0 + 25, work_dir=str(d2)))
+    out = []
+    for s, done1, done2, at in [(alone, 10, 0, T0), (alone, 50, 20, T0 + 20), (shared, 60, 20, T0 + 30),
+                                (shared, 72, 25, T0 + 40)]:
+        write_progress(progress_path(d1, 1), report(done1, at, "mps50-0"))
+        write_progress(progress_path(d2, 2), report(done2, at, "mps50-0"))
+        out.append(observer(s, {1: FAM, 2: FAM}, dry_run=False))
+    return out
+
+
 def test_the_observer_reads_report_files_keeps_state_in_the_store_and_refines_the_model(tmp_path, reference):
     model_path = tmp_path / "iac.pt"
     model = train(reference, TrainConfig(hidden=8, epochs=60, use_family=False), seed=0)
     model.save(model_path)
     before = model_path.read_bytes()
-    d1, d2 = tmp_path / "w1", tmp_path / "w2"
-    alone = snap(job(1, 0, 50, work_dir=str(d1)), job(2, 1, 50, work_dir=str(d2)))
-    shared = snap(job(1, 0, 50, work_dir=str(d1)), job(2, 0, 50, start=T0 + 25, work_dir=str(d2)))
-    steps = [(alone, 10, 0, T0), (alone, 50, 20, T0 + 20), (shared, 60, 20, T0 + 30), (shared, 72, 25, T0 + 40)]
     with Store(tmp_path / "s.sqlite") as store:
         observer = sched.ProgressObserver(store, "p100", model, str(model_path), reference)
-        for s, done1, done2, at in steps:
-            write_progress(progress_path(d1, 1), report(done1, at, "mps50-0"))
-            write_progress(progress_path(d2, 2), report(done2, at, "mps50-0"))
-            progress, notes = observer(s, {1: FAM, 2: FAM}, dry_run=False)
+        progress, notes = alone_then_shared(observer, tmp_path)[-1]
         assert progress == {1: 72, 2: 25}
         (obs,) = load_from_store(store, source="observed")
         assert (obs.norm_a, obs.norm_b) == pytest.approx((0.6, 0.5))
@@ -167,16 +174,25 @@ def test_a_rolled_back_refinement_leaves_the_model_file_alone(tmp_path, referenc
     before = model_path.read_bytes()
     # Any change at all counts as drift: the update must be rolled back and the file kept.
     monkeypatch.setattr(online.OnlineLearner, "_worse", lambda self, b, a: True)
-    d1, d2 = tmp_path / "w1", tmp_path / "w2"
-    alone = snap(job(1, 0, 50, work_dir=str(d1)), job(2, 1, 50, work_dir=str(d2)))
-    shared = snap(job(1, 0, 50, work_dir=str(d1)), job(2, 0, 50, start=T0 + 25, work_dir=str(d2)))
     with Store(tmp_path / "s.sqlite") as store:
         observer = sched.ProgressObserver(store, "p100", model, str(model_path), reference)
-        for s, done1, done2, at in [(alone, 10, 0, T0), (alone, 50, 20, T0 + 20), (shared, 60, 20, T0 + 30),
-                                    (shared, 72, 25, T0 + 40)]:
-            write_progress(progress_path(d1, 1), report(done1, at, "mps50-0"))
-            write_progress(progress_path(d2, 2), report(done2, at, "mps50-0"))
-            _, notes = observer(s, {1: FAM, 2: FAM}, dry_run=False)
+        _, notes = alone_then_shared(observer, tmp_path)[-1]
         assert store.query("SELECT accepted FROM model_update")[0]["accepted"] == 0
         assert any("rolled back" in n for n in notes)
     assert model_path.read_bytes() == before
+
+
+def test_a_failing_refinement_is_a_note_not_a_failed_epoch(tmp_path, reference, monkeypatch):
+    from slurm_elastico.interference import online
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(online, "refine", broken)
+    model = train(reference, TrainConfig(hidden=8, epochs=20, use_family=False), seed=0)
+    with Store(tmp_path / "s.sqlite") as store:
+        observer = sched.ProgressObserver(store, "p100", model, str(tmp_path / "iac.pt"), reference)
+        progress, notes = alone_then_shared(observer, tmp_path)[-1]
+        assert progress == {1: 72, 2: 25}
+        assert "predictor not refined this epoch: out of memory" in notes
+        assert len(load_from_store(store, source="observed")) == 1  # the observation is kept all the same
