@@ -25,8 +25,10 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import json
+import shlex
 import sqlite3
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,9 +40,11 @@ import yaml
 from slurm_elastico.config import Settings
 from slurm_elastico.errors import ConfigError, ElasticoError
 from slurm_elastico.interference.base import SlowdownModel
+from slurm_elastico.interference.measurements import load_from_store, save_to_store
 from slurm_elastico.model import Action, ActionKind, Family, JobState, Plan, Snapshot
 from slurm_elastico.observe import SOURCE, Reading, merge_solo, observe
 from slurm_elastico.planner import run_epoch
+from slurm_elastico.runtime.progress import ProgressError, progress_path, read_progress
 from slurm_elastico.shapes import load_directory, parse_family
 from slurm_elastico.store import Store
 
@@ -193,8 +197,6 @@ class ProgressObserver:
         self.model, self.model_path, self.reference = model, model_path, reference or []
 
     def _reports(self, snapshot: Snapshot, families: dict[int, Family]) -> tuple[dict, list[str]]:
-        from slurm_elastico.runtime.progress import ProgressError, progress_path, read_progress
-
         reports, notes = {}, []
         for job in snapshot.jobs:
             if job.state is not JobState.RUNNING or job.job_id not in families or not job.work_dir:
@@ -209,8 +211,6 @@ class ProgressObserver:
         return reports, notes
 
     def __call__(self, snapshot: Snapshot, families: dict[int, Family], dry_run: bool) -> tuple[dict[int, float], list[str]]:
-        from slurm_elastico.interference.measurements import save_to_store
-
         reports, notes = self._reports(snapshot, families)
         previous = {r["job_id"]: Reading(r["done"], r["updated"], r["restarts"], r["context"], r["since"])
                     for r in self.store.query("SELECT * FROM progress_reading")}
@@ -238,10 +238,7 @@ class ProgressObserver:
         return obs.progress, notes
 
     def _refine(self, new: list) -> str:
-        import time
-
-        from slurm_elastico.interference.measurements import load_from_store
-        from slurm_elastico.interference.online import refine
+        from slurm_elastico.interference.online import refine  # imports torch: only with a trained model
 
         earlier = load_from_store(self.store, self.gpu_type, SOURCE, last=2000)[:-len(new)]  # the new ones are last
         result = refine(self.model, self.reference, earlier, new)  # type: ignore[arg-type]
@@ -353,15 +350,11 @@ def render(result: EpochResult) -> str:
 
 
 def _quote(arg: str) -> str:
-    import shlex
-
     return shlex.quote(arg)
 
 
 def main_loop(step, interval_s: float, epochs: int | None, sleep=None) -> int:
     """Call `step()` every `interval_s` seconds (`epochs` times, or forever); return the failed-epoch count."""
-    import time
-
     sleep = sleep or time.sleep
     failures = 0
     n = 0
@@ -381,5 +374,4 @@ def main_loop(step, interval_s: float, epochs: int | None, sleep=None) -> int:
 
 
 __all__ = ["DirectoryFamilies", "EpochBusy", "EpochResult", "Journal", "Outcome", "ProgressObserver", "StoreFamilies",
-           "epoch_lock",
-           "main_loop", "recover", "render", "run_once"]
+           "epoch_lock", "main_loop", "recover", "render", "run_once"]
