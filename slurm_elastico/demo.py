@@ -164,10 +164,9 @@ def _observed(store_path: Path) -> str:
 
     with Store(store_path) as store:
         obs = load_from_store(store, source=SOURCE)
-        solo = store.query("SELECT COUNT(*) AS n FROM solo_rate")[0]["n"]
     if not obs:
-        return (f"progress reports: no co-located pair ran long enough beside a known solo speed to be observed "
-                f"({solo} solo speed(s) still held for running jobs)")
+        return ("progress reports: no pair of jobs ran side by side long enough, with both solo speeds known, "
+                "to be observed")
     norms = [x for o in obs for x in (o.norm_a, o.norm_b)]
     return (f"progress reports: {len(obs)} co-located pair(s) observed, jobs at {min(norms):.2f}-{max(norms):.2f} "
             f"of their solo speed (store table `colocation`, source '{SOURCE}')")

@@ -6,17 +6,23 @@ Each epoch the helper reads every running family job's report
 
 * the work done feeds the planner (remaining work, instead of a guess from
   the start time);
-* a job's rate over the interval, Δdone / Δt of the reports' own times, counts
-  only if nothing changed in between: the same restart, the same shape and the
-  same partners on its GPU (its *context*), and the earlier report was written
-  at least `WARMUP_S` after everyone in that context had started;
-* a rate with no partner is a solo rate of that job at that shape (kept as
-  total work / total seconds);
-* two single-GPU family jobs sharing one GPU, each with a rate this epoch and a
-  solo rate at its shape, make one co-location observation: each job's
-  normalized throughput is its rate ÷ its solo rate. That is the measurement
-  format the predictor learns from (`interference.measurements`), with the
-  solo profiles the planner itself asks the model about (`shapes.solo_profile`).
+* a job's progress over the interval, Δdone in Δt of the reports' own times,
+  counts only if nothing changed in between: the same restart, the same shape
+  and the same partners on its GPU (its *context*), and the earlier report was
+  written at least `WARMUP_S` after everyone in that context had started;
+* with no partner it adds to the job's solo speed at that shape (total work /
+  total seconds); with exactly one partner on its one GPU, it adds to the
+  job's co-located speed next to that partner at their two shapes.
+
+A pair becomes a co-location observation once both directions have run
+`MIN_PAIR_S` together and both jobs' solo speeds at those shapes are known,
+in whichever order that happens (a job that starts beside a partner gets its
+solo speed when the partner leaves): each job's normalized throughput is its
+co-located speed ÷ its solo speed. That is the measurement format the
+predictor learns from (`interference.measurements`), with the solo profiles
+the planner itself asks the model about (`shapes.solo_profile`). The pair's
+accumulated time is then spent, so a long co-location gives one observation
+per `MIN_PAIR_S` or more.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ MIN_INTERVAL_S = 5.0
 """A rate needs reports at least this far apart: shorter intervals are mostly noise of step boundaries."""
 WARMUP_S = 5.0
 """A rate counts from a report at least this long after everyone in the context (re)started: start-up is not speed."""
+MIN_PAIR_S = 10.0
+"""Seconds each job of a pair must have run beside the other before the pair is an observation."""
 MAX_NORM = 1.25
 """Co-located ÷ solo above this is not a speed-up but a wrong solo rate (taken while the machine was busier): dropped."""
 
@@ -52,6 +60,10 @@ class Reading:
     since: float  # when everyone in the context had started (Unix seconds)
 
 
+PairKey = tuple[int, str, int, str]
+"""(job, its shape, partner, partner's shape): one direction of a co-located pair."""
+
+
 @dataclass
 class Observation:
     """The result of one epoch's look at the reports."""
@@ -59,8 +71,7 @@ class Observation:
     progress: dict[int, float] = field(default_factory=dict)  # job id -> work done (for the planner)
     readings: dict[int, Reading] = field(default_factory=dict)  # to keep for the next epoch
     solo: list[tuple[int, str, float, float]] = field(default_factory=list)  # (job, shape, work, seconds)
-    colocations: list[Colocation] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    beside: list[tuple[PairKey, float, float]] = field(default_factory=list)  # (key, work, seconds), one partner
 
 
 def _shape_of(job, family: Family, report: Progress) -> Shape:
@@ -73,8 +84,8 @@ def _shape_of(job, family: Family, report: Progress) -> Shape:
 
 
 def observe(snapshot: Snapshot, families: Mapping[int, Family], reports: Mapping[int, Progress],
-            previous: Mapping[int, Reading], solo_rates: Mapping[tuple[int, str], float], gpu_type: str) -> Observation:
-    """One epoch's progress, rate samples and co-location observations (see the module text)."""
+            previous: Mapping[int, Reading]) -> Observation:
+    """One epoch's work done, readings, and solo and co-located progress samples (see the module text)."""
     out = Observation()
     running = {j.job_id: j for j in snapshot.jobs
                if j.state is JobState.RUNNING and j.job_id in families and j.job_id in reports}
@@ -85,7 +96,6 @@ def observe(snapshot: Snapshot, families: Mapping[int, Family], reports: Mapping
             for node, index, _ in j.gpu_alloc:
                 on_gpu.setdefault((node, index), []).append(j.job_id)
     starts = {j.job_id: j.start_time for j in snapshot.jobs}
-    rates: dict[int, float] = {}
     for jid, job in running.items():
         report = reports[jid]
         out.progress[jid] = report.done
@@ -101,38 +111,45 @@ def observe(snapshot: Snapshot, families: Mapping[int, Family], reports: Mapping
         dt = reading.updated - before.updated
         if dt < MIN_INTERVAL_S or before.updated < reading.since + WARMUP_S or reading.done <= before.done:
             continue
-        rate = (reading.done - before.done) / dt
+        work = reading.done - before.done
         if not partners:
-            out.solo.append((jid, shapes[jid].name, reading.done - before.done, dt))
-        elif len(gpus) == 1 and len(partners) == 1:
-            rates[jid] = rate
-    if rates and not gpu_type:
-        out.notes.append("co-located jobs report their speed, but gpu.type is not set: observations need the GPU type, "
-                         "none is recorded")
-        rates = {}
-    seen: set[tuple[int, int]] = set()
-    for a, rate_a in sorted(rates.items()):
-        gpu = next(iter({(n, i) for n, i, _ in running[a].gpu_alloc}))
-        b = next(p for p in on_gpu[gpu] if p != a)
-        if b not in rates or (min(a, b), max(a, b)) in seen:
+            out.solo.append((jid, shapes[jid].name, work, dt))
+        elif len(gpus) == 1 and len(partners) == 1 and partners[0] in shapes:
+            out.beside.append(((jid, shapes[jid].name, partners[0], shapes[partners[0]].name), work, dt))
+    return out
+
+
+def pair_observations(beside: Mapping[PairKey, tuple[float, float]], solo_rates: Mapping[tuple[int, str], float],
+                      families: Mapping[int, Family], gpu_type: str) -> tuple[list[Colocation], list[PairKey], list[str]]:
+    """(observations, keys spent, notes) from accumulated co-located (work, seconds) per direction (see the module)."""
+    found: list[Colocation] = []
+    spent: list[PairKey] = []
+    notes: list[str] = []
+    for key in sorted(beside):
+        a, sa, b, sb = key
+        back = (b, sb, a, sa)
+        if a > b or back not in beside or a not in families or b not in families:
             continue
-        seen.add((min(a, b), max(a, b)))
-        solo_a = solo_rates.get((a, shapes[a].name))
-        solo_b = solo_rates.get((b, shapes[b].name))
-        if not solo_a or not solo_b:
-            out.notes.append(f"jobs {a} and {b} share a GPU, but no solo rate is known yet for "
-                             f"{'both' if not solo_a and not solo_b else f'job {a if not solo_a else b}'}: not recorded")
+        (wa, ta), (wb, tb) = beside[key], beside[back]
+        if min(ta, tb) < MIN_PAIR_S or (a, sa) not in solo_rates or (b, sb) not in solo_rates:
             continue
-        norm_a, norm_b = rate_a / solo_a, rates[b] / solo_b
+        if not gpu_type:
+            notes.append(f"jobs {a} and {b} ran side by side, but gpu.type is not set: observations need the GPU "
+                         "type, none is recorded")
+            continue
+        spent += [key, back]
+        norm_a, norm_b = wa / ta / solo_rates[(a, sa)], wb / tb / solo_rates[(b, sb)]
         if not (0 < norm_a <= MAX_NORM and 0 < norm_b <= MAX_NORM):
-            out.notes.append(f"jobs {a} and {b}: co-located / solo = {norm_a:.2f} / {norm_b:.2f} is outside "
-                             f"(0, {MAX_NORM:g}]: not recorded")
+            notes.append(f"jobs {a} and {b}: co-located / solo = {norm_a:.2f} / {norm_b:.2f} is outside "
+                         f"(0, {MAX_NORM:g}]: a solo speed is off, not recorded")
             continue
         fa, fb = families[a], families[b]
-        out.colocations.append(Colocation(gpu_type, solo_profile(shapes[a], fa.kind, fa.name),
-                                          solo_profile(shapes[b], fb.kind, fb.name), norm_a, norm_b, True, SOURCE))
-        out.notes.append(f"observed: jobs {a} and {b} on one GPU run at {norm_a:.2f} and {norm_b:.2f} of solo speed")
-    return out
+        if sa not in {x.name for x in fa.shapes} or sb not in {x.name for x in fb.shapes}:
+            continue  # the family changed since: the samples describe shapes it no longer has
+        found.append(Colocation(gpu_type, solo_profile(fa.shape(sa), fa.kind, fa.name),
+                                solo_profile(fb.shape(sb), fb.kind, fb.name), norm_a, norm_b, True, SOURCE))
+        notes.append(f"observed: jobs {a} and {b} on one GPU run at {norm_a:.2f} and {norm_b:.2f} of solo speed")
+    return found, spent, notes
 
 
 def merge_solo(work_s: Mapping[tuple[int, str], tuple[float, float]]) -> dict[tuple[int, str], float]:

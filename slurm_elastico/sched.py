@@ -42,7 +42,7 @@ from slurm_elastico.errors import ConfigError, ElasticoError
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.interference.measurements import load_from_store, save_to_store
 from slurm_elastico.model import Action, ActionKind, Family, JobState, Plan, Snapshot
-from slurm_elastico.observe import SOURCE, Reading, merge_solo, observe
+from slurm_elastico.observe import SOURCE, Reading, merge_solo, observe, pair_observations
 from slurm_elastico.planner import run_epoch
 from slurm_elastico.runtime.progress import ProgressError, progress_path, read_progress
 from slurm_elastico.shapes import load_directory, parse_family
@@ -214,25 +214,38 @@ class ProgressObserver:
         reports, notes = self._reports(snapshot, families)
         previous = {r["job_id"]: Reading(r["done"], r["updated"], r["restarts"], r["context"], r["since"])
                     for r in self.store.query("SELECT * FROM progress_reading")}
-        solo_ws = {(r["job_id"], r["shape"]): (r["work"], r["seconds"]) for r in self.store.query("SELECT * FROM solo_rate")}
-        obs = observe(snapshot, families, reports, previous, merge_solo(solo_ws), self.gpu_type)
+        obs = observe(snapshot, families, reports, previous)
         if dry_run:
             return obs.progress, notes
-        active = {j.job_id for j in snapshot.jobs}
+        active = [(j.job_id,) for j in snapshot.jobs]
         with self.store.transaction() as conn:
-            conn.executemany("DELETE FROM progress_reading WHERE job_id = ?", [(j,) for j in previous if j not in active])
-            conn.executemany("DELETE FROM solo_rate WHERE job_id = ?", [(j,) for j in {k[0] for k in solo_ws} if j not in active])
+            # Jobs that left the queue take their state with them.
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS active (job_id INTEGER PRIMARY KEY)")
+            conn.execute("DELETE FROM active")
+            conn.executemany("INSERT INTO active VALUES (?)", active)
+            for table, column in (("progress_reading", "job_id"), ("solo_rate", "job_id"), ("pair_rate", "job_id"),
+                                  ("pair_rate", "partner")):
+                conn.execute(f"DELETE FROM {table} WHERE {column} NOT IN (SELECT job_id FROM active)")
             conn.executemany("INSERT OR REPLACE INTO progress_reading VALUES (?,?,?,?,?,?)",
                              [(j, r.done, r.updated, r.restarts, r.context, r.since) for j, r in obs.readings.items()])
-            for job_id, shape, work, seconds in obs.solo:
-                w, t = solo_ws.get((job_id, shape), (0.0, 0.0))
-                conn.execute("INSERT OR REPLACE INTO solo_rate VALUES (?,?,?,?)", (job_id, shape, w + work, t + seconds))
-        notes += obs.notes
-        if obs.colocations:
-            save_to_store(self.store, obs.colocations)
+            conn.executemany("INSERT INTO solo_rate VALUES (?,?,?,?) ON CONFLICT DO UPDATE SET "
+                             "work = work + excluded.work, seconds = seconds + excluded.seconds", obs.solo)
+            conn.executemany("INSERT INTO pair_rate VALUES (?,?,?,?,?,?) ON CONFLICT DO UPDATE SET "
+                             "work = work + excluded.work, seconds = seconds + excluded.seconds",
+                             [(*key, work, seconds) for key, work, seconds in obs.beside])
+        solo = merge_solo({(r["job_id"], r["shape"]): (r["work"], r["seconds"])
+                           for r in self.store.query("SELECT * FROM solo_rate")})
+        beside = {(r["job_id"], r["shape"], r["partner"], r["partner_shape"]): (r["work"], r["seconds"])
+                  for r in self.store.query("SELECT * FROM pair_rate")}
+        found, spent, pair_notes = pair_observations(beside, solo, families, self.gpu_type)
+        notes += pair_notes
+        with self.store.transaction() as conn:
+            conn.executemany("DELETE FROM pair_rate WHERE job_id=? AND shape=? AND partner=? AND partner_shape=?", spent)
+        if found:
+            save_to_store(self.store, found)
             if self.reference and hasattr(self.model, "fine_tune"):
                 try:
-                    notes.append(self._refine(obs.colocations))
+                    notes.append(self._refine(found))
                 except (ElasticoError, OSError, RuntimeError, ValueError) as exc:  # learning must not stop scheduling
                     notes.append(f"predictor not refined this epoch: {exc}")
         return obs.progress, notes

@@ -70,6 +70,16 @@ SCHEMA: list[str] = [
         seconds REAL NOT NULL,
         PRIMARY KEY (job_id, shape)
     )""",
+    # The same beside one partner on one GPU, per direction, until the pair is an observation.
+    """CREATE TABLE IF NOT EXISTS pair_rate (
+        job_id INTEGER NOT NULL,
+        shape TEXT NOT NULL,
+        partner INTEGER NOT NULL,
+        partner_shape TEXT NOT NULL,
+        work REAL NOT NULL,
+        seconds REAL NOT NULL,
+        PRIMARY KEY (job_id, shape, partner, partner_shape)
+    )""",
     # Online refinements of the predictor (slurm_elastico.interference.online): one row
     # per attempt; `last_observation` is the newest colocation id it had seen.
     """CREATE TABLE IF NOT EXISTS model_update (

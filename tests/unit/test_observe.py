@@ -9,7 +9,7 @@ from slurm_elastico import sched
 from slurm_elastico.interference.gavel import import_gavel
 from slurm_elastico.interference.measurements import load_from_store
 from slurm_elastico.interference.predictor import MlpPredictor, TrainConfig, train
-from slurm_elastico.observe import observe
+from slurm_elastico.observe import merge_solo, observe, pair_observations
 from slurm_elastico.planner.synthetic import cluster, family, running, snapshot
 from slurm_elastico.runtime.progress import Progress, progress_path, write_progress
 from slurm_elastico.store import Store
@@ -32,78 +32,97 @@ def report(done, at, shape="", restarts=0):
     return Progress(done, 1000, at, shape, restarts)
 
 
-def epochs(snaps_reports, solo=None):
-    """Run observe over a list of (snapshot, reports), carrying readings and solo rates like the helper does."""
-    previous, solo_ws, outs = {}, {}, []
-    for s, reps in snaps_reports:
-        rates = {k: w / t for k, (w, t) in solo_ws.items()} if solo is None else solo
-        out = observe(s, {1: FAM, 2: FAM}, reps, previous, rates, "cpu")
+def epochs(steps, solo=None, gpu_type="cpu"):
+    """observe + pair_observations over [(snapshot, reports)], carrying state the way ProgressObserver does.
+
+    `solo` fixes the solo rates instead of accumulating them. Returns, per epoch, (observation, found, notes).
+    """
+    previous, solo_ws, beside, outs = {}, {}, {}, []
+    for s, reps in steps:
+        out = observe(s, {1: FAM, 2: FAM}, reps, previous)
         for j, shape, w, t in out.solo:
             a, b = solo_ws.get((j, shape), (0.0, 0.0))
             solo_ws[(j, shape)] = (a + w, b + t)
+        for key, w, t in out.beside:
+            a, b = beside.get(key, (0.0, 0.0))
+            beside[key] = (a + w, b + t)
+        rates = merge_solo(solo_ws) if solo is None else solo
+        found, spent, notes = pair_observations(beside, rates, {1: FAM, 2: FAM}, gpu_type)
+        for key in spent:
+            del beside[key]
         previous = out.readings
-        outs.append(out)
+        outs.append((out, found, notes))
     return outs, solo_ws
 
 
+ALONE = snap(job(1, 0, 50), job(2, 1, 50))
+SHARED = snap(job(1, 0, 50), job(2, 0, 50, start=T0 + 25))  # job 2 moved onto job 1's GPU
+ALONE_THEN_SHARED = [
+    (ALONE, {1: report(10, T0), 2: report(0, T0)}),
+    (ALONE, {1: report(50, T0 + 20), 2: report(20, T0 + 20)}),      # solo: 2.0 and 1.0 units/s
+    (SHARED, {1: report(60, T0 + 30), 2: report(20, T0 + 30)}),     # context changed: no sample
+    (SHARED, {1: report(72, T0 + 40), 2: report(25, T0 + 40)}),     # 1.2 and 0.5 units/s for 10 s
+]
+
+
 def test_solo_then_shared_gives_one_observation_with_each_jobs_share_of_its_solo_speed():
-    alone = snap(job(1, 0, 50), job(2, 1, 50))
-    shared = snap(job(1, 0, 50), job(2, 0, 50, start=T0 + 25))  # job 2 moved onto job 1's GPU
-    outs, solo = epochs([
-        (alone, {1: report(10, T0), 2: report(0, T0)}),
-        (alone, {1: report(50, T0 + 20), 2: report(20, T0 + 20)}),      # solo: 2.0 and 1.0 units/s
-        (shared, {1: report(60, T0 + 30), 2: report(20, T0 + 30)}),     # context changed: no rate
-        (shared, {1: report(72, T0 + 40), 2: report(25, T0 + 40)}),     # 1.2 and 0.5 units/s
-    ])
+    outs, solo = epochs(ALONE_THEN_SHARED)
     assert solo == {(1, "mps50-0"): (40.0, 20.0), (2, "mps50-0"): (20.0, 20.0)}
-    assert outs[2].colocations == []
-    (obs,) = outs[3].colocations
+    assert [len(found) for _, found, _ in outs] == [0, 0, 0, 1]
+    (obs,) = outs[3][1]
     assert (obs.norm_a, obs.norm_b) == pytest.approx((0.6, 0.5))
     assert obs.source == "observed" and obs.gpu_type == "cpu" and obs.a.mps_share == 50
-    assert outs[3].progress == {1: 72, 2: 25}
+    assert outs[3][0].progress == {1: 72, 2: 25}
+
+
+def test_jobs_that_start_side_by_side_are_observed_once_they_have_run_alone():
+    shared = snap(job(1, 0, 50), job(2, 0, 50))
+    apart = snap(job(1, 0, 50), job(2, 1, 50, start=T0 + 25))  # job 2 moved to another GPU
+    outs, _ = epochs([
+        (shared, {1: report(10, T0), 2: report(10, T0)}),
+        (shared, {1: report(22, T0 + 10), 2: report(15, T0 + 10)}),     # together: 1.2 and 0.5 units/s
+        (apart, {1: report(30, T0 + 30), 2: report(15, T0 + 30)}),
+        (apart, {1: report(50, T0 + 40), 2: report(25, T0 + 40)}),      # alone: 2.0 and 1.0 units/s
+    ])
+    assert [len(found) for _, found, _ in outs] == [0, 0, 0, 1]
+    (obs,) = outs[3][1]
+    assert (obs.norm_a, obs.norm_b) == pytest.approx((0.6, 0.5))
+
+
+def test_a_pair_needs_ten_seconds_together_in_both_directions():
+    outs, _ = epochs(ALONE_THEN_SHARED[:3] + [(SHARED, {1: report(68, T0 + 36), 2: report(23, T0 + 36)})])
+    assert outs[3][1] == []
 
 
 def test_without_a_gpu_type_nothing_is_recorded_and_the_admin_is_told():
-    alone = snap(job(1, 0, 50), job(2, 1, 50))
-    shared = snap(job(1, 0, 50), job(2, 0, 50, start=T0 + 25))
-    steps = [(alone, {1: report(10, T0), 2: report(0, T0)}), (alone, {1: report(50, T0 + 20), 2: report(20, T0 + 20)}),
-             (shared, {1: report(60, T0 + 30), 2: report(20, T0 + 30)}),
-             (shared, {1: report(72, T0 + 40), 2: report(25, T0 + 40)})]
-    previous, rates = {}, {(1, "mps50-0"): 2.0, (2, "mps50-0"): 1.0}
-    for s, reps in steps:
-        out = observe(s, {1: FAM, 2: FAM}, reps, previous, rates, "")
-        previous = out.readings
-    assert out.colocations == [] and any("gpu.type is not set" in n for n in out.notes)
+    outs, _ = epochs(ALONE_THEN_SHARED, gpu_type="")
+    assert outs[3][1] == [] and any("gpu.type is not set" in n for n in outs[3][2])
 
 
-def test_a_report_written_before_the_partner_started_gives_no_rate():
+def test_a_report_written_before_the_partner_started_gives_no_sample():
     shared_late = snap(job(1, 0, 50), job(2, 0, 50, start=T0 + 15))
     outs, _ = epochs([
         (shared_late, {1: report(10, T0 + 10), 2: report(0, T0 + 16)}),
         (shared_late, {1: report(30, T0 + 30), 2: report(10, T0 + 36)}),
-    ], solo={(1, "mps50-0"): 2.0, (2, "mps50-0"): 1.0})
-    assert outs[1].colocations == []  # job 1's first report predates job 2: its rate mixes solo and shared
+    ])
+    assert outs[1][0].beside == []  # job 1's first report predates job 2; job 2's is inside its warm-up
 
 
-def test_a_restart_or_another_shape_resets_the_rate_and_a_missing_solo_rate_is_noted():
+def test_a_restart_resets_the_interval():
     shared = snap(job(1, 0, 50), job(2, 0, 50))
     outs, _ = epochs([
         (shared, {1: report(10, T0), 2: report(10, T0)}),
         (shared, {1: report(20, T0 + 10, restarts=1), 2: report(20, T0 + 10)}),
-        (shared, {1: report(30, T0 + 20, restarts=1), 2: report(30, T0 + 20)}),
-    ], solo={(1, "mps50-0"): 2.0})
-    assert outs[1].colocations == [] and not any("solo" in n for n in outs[1].notes)  # job 1 restarted
-    assert outs[2].colocations == []
-    assert any("no solo rate is known yet for job 2" in n for n in outs[2].notes)
+    ])
+    assert [k[0] for k, _, _ in outs[1][0].beside] == [2]
 
 
-def test_an_impossible_ratio_is_not_recorded():
-    shared = snap(job(1, 0, 50), job(2, 0, 50))
+def test_an_impossible_ratio_is_dropped_with_a_note():
     outs, _ = epochs([
-        (shared, {1: report(10, T0), 2: report(10, T0)}),
-        (shared, {1: report(36, T0 + 10), 2: report(20, T0 + 10)}),  # 2.6 units/s, 1.3 x its solo 2.0
+        (SHARED, {1: report(10, T0 + 30), 2: report(10, T0 + 30)}),
+        (SHARED, {1: report(36, T0 + 40), 2: report(20, T0 + 40)}),  # 2.6 units/s, 1.3 x its solo 2.0
     ], solo={(1, "mps50-0"): 2.0, (2, "mps50-0"): 1.0})
-    assert outs[1].colocations == [] and any("outside" in n for n in outs[1].notes)
+    assert outs[1][1] == [] and any("outside" in n for n in outs[1][2])
 
 
 GAVEL = Path(__file__).parent.parent / "data" / "gavel"
