@@ -29,6 +29,8 @@ def sched(ctx, once, interval, epochs, dry_run, families_dir, as_json) -> None:
     from slurm_elastico import sched as helper
     from slurm_elastico.cli.view import gateway_from
     from slurm_elastico.interference import load_model
+    from slurm_elastico.errors import ConfigError
+    from slurm_elastico.interference.errors import MeasurementError
     from slurm_elastico.interference.measurements import read_csv
     from slurm_elastico.planner import policies
     from slurm_elastico.store import Store
@@ -43,7 +45,15 @@ def sched(ctx, once, interval, epochs, dry_run, families_dir, as_json) -> None:
                 else helper.StoreFamilies(store, cfg.gpu.memory_mib))
     model = load_model(cfg.interference.model)
     journal = None if dry_run else helper.Journal(store)
-    reference = read_csv(cfg.interference.reference) if cfg.interference.reference else []
+    reference = []
+    if cfg.interference.reference:
+        if not cfg.interference.model:
+            click.echo("note: interference.reference is set but interference.model is empty: observed slowdowns "
+                       "are recorded, no model is refined", err=True)
+        try:
+            reference = read_csv(cfg.interference.reference)
+        except MeasurementError as exc:
+            raise ConfigError("interference.reference", [f"{exc} (the measurement CSV the model was trained on)"]) from None
     observer = helper.ProgressObserver(store, cfg.gpu.type, model, cfg.interference.model, reference)
 
     def step() -> None:

@@ -215,3 +215,16 @@ def test_a_failing_refinement_is_a_note_not_a_failed_epoch(tmp_path, reference, 
         assert progress == {1: 72, 2: 25}
         assert "predictor not refined this epoch: out of memory" in notes
         assert len(load_from_store(store, source="observed")) == 1  # the observation is kept all the same
+
+
+def test_sched_refuses_a_reference_file_it_cannot_read_naming_the_setting(tmp_path):
+    from click.testing import CliRunner
+
+    from slurm_elastico.cli import main
+
+    conf = tmp_path / "elastico.yaml"
+    conf.write_text(f"state_dir: {tmp_path / 'state'}\ninterference: {{reference: {tmp_path / 'gone.csv'}}}\n")
+    result = CliRunner().invoke(main, ["--config", str(conf), "sched", "--once", "--dry-run"])
+    assert result.exit_code == 2
+    assert "interference.reference" in result.output and "gone.csv: cannot be read" in result.output
+    assert "no model is refined" in result.output  # a reference without a model is pointless: said so
