@@ -8,7 +8,8 @@ import json
 import click
 
 from slurm_elastico.cli import settings
-from slurm_elastico.model import Snapshot
+from slurm_elastico.model import JobState, Snapshot
+from slurm_elastico.runtime.progress import Progress, ProgressError, progress_path, read_progress
 
 
 def gateway_from(cfg):
@@ -24,8 +25,23 @@ def gateway_from(cfg):
     )
 
 
-def snapshot_dict(snap: Snapshot) -> dict:
-    """A JSON-ready view of a snapshot, with the derived per-GPU figures a script wants."""
+def progress_of(snap: Snapshot) -> dict[int, Progress]:
+    """The progress reports of the running jobs that have one (an unreadable one counts as none)."""
+    out = {}
+    for j in snap.jobs:
+        if j.state is JobState.RUNNING and j.work_dir:
+            try:
+                report = read_progress(progress_path(j.work_dir, j.job_id))
+            except ProgressError:
+                continue
+            if report is not None:
+                out[j.job_id] = report
+    return out
+
+
+def snapshot_dict(snap: Snapshot, progress: dict[int, Progress] | None = None) -> dict:
+    """A JSON-ready view of a snapshot, with the derived per-GPU figures a script wants and each job's progress."""
+    progress = progress or {}
     data = dataclasses.asdict(snap)
     for node_d, node in zip(data["nodes"], snap.nodes):
         for gpu_d, gpu in zip(node_d["gpus"], node.gpus):
@@ -33,11 +49,14 @@ def snapshot_dict(snap: Snapshot) -> dict:
             gpu_d["held_whole"] = gpu.held_whole
     for job_d in data["jobs"]:
         job_d["state"] = job_d["state"].value if hasattr(job_d["state"], "value") else job_d["state"]
+        report = progress.get(job_d["job_id"])
+        job_d["progress"] = None if report is None else dataclasses.asdict(report)
     return data
 
 
-def render(snap: Snapshot) -> str:
-    """The text table: one line per GPU, then one line per active job."""
+def render(snap: Snapshot, progress: dict[int, Progress] | None = None) -> str:
+    """The text table: one line per GPU, then one line per active job (DONE: its progress report, if any)."""
+    progress = progress or {}
     lines = [f"Slurm {snap.slurm_version}: {len(snap.nodes)} nodes, {len(snap.gpus)} GPUs, "
              f"{len(snap.running)} running, {len(snap.pending)} pending"]
     lines.append(f"{'NODE':<10}{'STATE':<12}{'GPU':>4}  {'SHARES':>9}  JOBS")
@@ -47,12 +66,14 @@ def render(snap: Snapshot) -> str:
             lines.append(f"{node.name:<10}{node.state:<12}{gpu.index:>4}  {gpu.shares_used:>4}/{gpu.shares_total:<4}  {users}")
     if snap.jobs:
         lines.append("")
-        lines.append(f"{'JOBID':>7}  {'STATE':<10}{'GRES':<10}{'WHERE':<14}{'USER':<10}NAME")
+        lines.append(f"{'JOBID':>7}  {'STATE':<10}{'GRES':<10}{'WHERE':<14}{'DONE':>6}  {'USER':<10}NAME")
         for j in snap.jobs:
             where = f"{j.node}:{','.join(map(str, j.gpu_indices))}" if j.node else (j.reason or "-")
             state = j.state.value + ("*" if j.held else "")
             name = j.name.replace("\n", "\\n")
-            lines.append(f"{j.job_id:>7}  {state:<10}{str(j.gres or '-'):<10}{where:<14}{j.user:<10}{name}")
+            report = progress.get(j.job_id)
+            done = f"{report.done / report.total:.0%}" if report is not None and report.total > 0 else "-"
+            lines.append(f"{j.job_id:>7}  {state:<10}{str(j.gres or '-'):<10}{where:<14}{done:>6}  {j.user:<10}{name}")
     return "\n".join(lines)
 
 
@@ -60,9 +81,13 @@ def render(snap: Snapshot) -> str:
 @click.option("--json", "as_json", is_flag=True, help="print the snapshot as JSON")
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
-    """Show nodes, GPUs with their MPS shares, and active jobs, from one squeue call and one node listing."""
+    """Show nodes, GPUs with their MPS shares, and active jobs, from one squeue call and one node listing.
+
+    DONE is the work a running job reports done (elastico-run jobs; see `slurm_elastico.runtime.progress`).
+    """
     snap = gateway_from(settings(ctx)).snapshot()
-    click.echo(json.dumps(snapshot_dict(snap), indent=2) if as_json else render(snap))
+    progress = progress_of(snap)
+    click.echo(json.dumps(snapshot_dict(snap, progress), indent=2) if as_json else render(snap, progress))
 
 
 @click.command("config")

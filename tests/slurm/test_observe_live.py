@@ -80,6 +80,10 @@ def test_helper_learns_solo_speeds_and_records_the_observed_slowdown(slurm_clust
         wait_report(c, a, 0)
         wait_report(c, b, 0)
         until(c, lambda notes: solo_rates(tmp_path) == {a, b}, "a solo rate for each job")
+        status = subprocess.run([str(BIN / "elastico"), "status", "--json"], env=c.env, capture_output=True, text=True,
+                                timeout=60)
+        jobs = {j["job_id"]: j for j in json.loads(status.stdout)["jobs"]}
+        assert 0 < jobs[a]["progress"]["done"] < jobs[a]["progress"]["total"] == 100000  # what `elastico status` shows
 
         c.gateway.requeue_with_share(b, 50, ("n1",))  # b joins a's node; with mps:50 each they fit one GPU
         wait_report(c, b, 1)

@@ -85,3 +85,20 @@ def test_the_inference_runner_reports_requests_done(tmp_path):
                            should_stop=lambda: next(stops), progress=ProgressReporter(path, env={}))
     assert result.status == "checkpointed"
     assert (read_progress(path).done, read_progress(path).total) == (4, 5)
+
+
+def test_status_shows_the_work_a_running_job_reports_done(tmp_path):
+    from dataclasses import replace
+
+    from slurm_elastico.cli.view import progress_of, render, snapshot_dict
+    from slurm_elastico.planner.synthetic import cluster, pending, running, snapshot
+
+    job = replace(running(7, "n0000", 0, 50), work_dir=str(tmp_path))
+    snap = snapshot(cluster(1), [job, pending(8)])
+    write_progress(progress_path(tmp_path, 7), Progress(30, 120, 1.0))
+    progress = progress_of(snap)
+    assert list(progress) == [7]
+    line = next(ln for ln in render(snap, progress).splitlines() if ln.strip().startswith("7 "))
+    assert " 25% " in line
+    assert snapshot_dict(snap, progress)["jobs"][0]["progress"]["done"] == 30
+    assert snapshot_dict(snap, progress)["jobs"][1]["progress"] is None
