@@ -23,6 +23,7 @@ on training data only (`evaluation.fit_model`).
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -280,7 +281,10 @@ class MlpPredictor:
                     "schema": self.transfer.schema.to_dict(), "config": asdict(self.transfer.config),
                     "nets": [net.state_dict() for net in self.transfer.nets]}}
         tmp = path.with_name(path.name + ".tmp")
-        torch.save(blob, tmp)
+        with open(tmp, "wb") as f:  # write, fsync, rename: a crash leaves the old file or the new, never half of one
+            torch.save(blob, f)
+            f.flush()
+            os.fsync(f.fileno())
         tmp.replace(path)
 
     @classmethod
