@@ -13,6 +13,7 @@ a job could run as and what the helper decides.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 
 MPS_SHARES_PER_GPU = 100
@@ -250,6 +251,16 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class Counters:
+    """NVML counters of a job running one shape alone on its GPU: utilisation in [0, 1], MiB, W; NaN = not measured."""
+
+    sm_util: float = math.nan
+    membw_util: float = math.nan
+    mem_used_mib: float = math.nan
+    power_w: float = math.nan
+
+
+@dataclass(frozen=True)
 class Shape:
     """One equivalent configuration of a job and what it costs and yields.
 
@@ -257,12 +268,15 @@ class Shape:
     precision, checkpointing; or vLLM engine arguments), as sorted
     (name, value) pairs so the shape stays hashable. `throughput` is work units
     per second (optimizer steps or requests) at this shape, running alone.
+    `measured` holds the counters this job showed running the shape alone,
+    when the helper has them (`slurm_elastico.observe`); None: not measured.
     """
 
     name: str
     resources: Resources
     throughput: float
     knobs: tuple[tuple[str, object], ...] = ()
+    measured: Counters | None = None
 
     def knob(self, name: str, default: object = None) -> object:
         for k, v in self.knobs:

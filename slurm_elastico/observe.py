@@ -11,8 +11,11 @@ Each epoch the helper reads every running family job's report
   and the same partners on its GPU (its *context*), and the earlier report was
   written at least `WARMUP_S` after everyone in that context had started;
 * with no partner it adds to the job's solo speed at that shape (total work /
-  total seconds); with exactly one partner on its one GPU, it adds to the
-  job's co-located speed next to that partner at their two shapes.
+  total seconds), and a GPU counters report (`runtime.counters`) taken wholly
+  in that time becomes the shape's measured counters (`Shape.measured`, which
+  the planner's and the observations' solo profiles then use); with exactly
+  one partner on its one GPU, it adds to the job's co-located speed next to
+  that partner at their two shapes.
 
 A pair becomes a co-location observation once both directions have run
 `MIN_PAIR_S` together and both jobs' solo speeds at those shapes are known,
@@ -30,10 +33,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from slurm_elastico.interference.measurements import Colocation
-from slurm_elastico.model import Family, JobState, Shape, Snapshot
+from slurm_elastico.model import Counters, Family, JobState, Shape, Snapshot
 from slurm_elastico.runtime.progress import Progress
 from slurm_elastico.shapes.current import running_shape
 from slurm_elastico.shapes.solo import solo_profile
@@ -62,6 +65,8 @@ class Reading:
 
 PairKey = tuple[int, str, int, str]
 """(job, its shape, partner, partner's shape): one direction of a co-located pair."""
+CounterReport = tuple[Counters, float, float]
+"""(counters, since, updated): what `runtime.counters.read_counters` returns."""
 
 
 @dataclass
@@ -72,6 +77,7 @@ class Observation:
     readings: dict[int, Reading] = field(default_factory=dict)  # to keep for the next epoch
     solo: list[tuple[int, str, float, float]] = field(default_factory=list)  # (job, shape, work, seconds)
     beside: list[tuple[PairKey, float, float]] = field(default_factory=list)  # (key, work, seconds), one partner
+    solo_counters: list[tuple[int, str, Counters]] = field(default_factory=list)  # (job, shape, counters) alone
 
 
 def _shape_of(job, family: Family, report: Progress) -> Shape:
@@ -84,8 +90,13 @@ def _shape_of(job, family: Family, report: Progress) -> Shape:
 
 
 def observe(snapshot: Snapshot, families: Mapping[int, Family], reports: Mapping[int, Progress],
-            previous: Mapping[int, Reading]) -> Observation:
-    """One epoch's work done, readings, and solo and co-located progress samples (see the module text)."""
+            previous: Mapping[int, Reading], counters: Mapping[int, CounterReport] | None = None) -> Observation:
+    """One epoch's work done, readings, and solo and co-located progress samples (see the module text).
+
+    `counters` are the jobs' GPU counter reports (`runtime.counters`): one taken wholly while a job ran
+    alone, after its warm-up, and newer than the previous reading, is that job's solo counters at its shape.
+    """
+    counters = counters or {}
     out = Observation()
     running = {j.job_id: j for j in snapshot.jobs
                if j.state is JobState.RUNNING and j.job_id in families and j.job_id in reports}
@@ -102,11 +113,14 @@ def observe(snapshot: Snapshot, families: Mapping[int, Family], reports: Mapping
         gpus = {(n, i) for n, i, _ in job.gpu_alloc}
         partners = sorted({p for g in gpus for p in on_gpu.get(g, []) if p != jid})
         context = json.dumps([shapes[jid].name, [[p, shapes[p].name if p in shapes else "?"] for p in partners]])
-        since = max((starts.get(p) or 0 for p in [jid, *partners]), default=0)
-        reading = Reading(report.done, report.updated, report.restarts, context, float(since))
-        out.readings[jid] = reading
         before = previous.get(jid)
-        if before is None or (before.restarts, before.context) != (reading.restarts, reading.context):
+        same = before is not None and (before.restarts, before.context) == (report.restarts, context)
+        # When the context began: a start is known exactly; a departure only as "since the last epoch".
+        since = before.since if same else max(
+            [float(starts.get(p) or 0) for p in [jid, *partners]] + ([snapshot.taken_at] if before is not None else []))
+        reading = Reading(report.done, report.updated, report.restarts, context, since)
+        out.readings[jid] = reading
+        if not same:
             continue
         dt = reading.updated - before.updated
         if dt < MIN_INTERVAL_S or before.updated < reading.since + WARMUP_S or reading.done <= before.done:
@@ -114,6 +128,9 @@ def observe(snapshot: Snapshot, families: Mapping[int, Family], reports: Mapping
         work = reading.done - before.done
         if not partners:
             out.solo.append((jid, shapes[jid].name, work, dt))
+            measured = counters.get(jid)
+            if measured is not None and measured[1] >= since + WARMUP_S and measured[2] > before.updated:
+                out.solo_counters.append((jid, shapes[jid].name, measured[0]))
         elif len(gpus) == 1 and len(partners) == 1 and partners[0] in shapes:
             out.beside.append(((jid, shapes[jid].name, partners[0], shapes[partners[0]].name), work, dt))
     return out
@@ -150,6 +167,17 @@ def pair_observations(beside: Mapping[PairKey, tuple[float, float]], solo_rates:
                                 solo_profile(fb.shape(sb), fb.kind, fb.name), norm_a, norm_b, True, SOURCE))
         notes.append(f"observed: jobs {a} and {b} on one GPU run at {norm_a:.2f} and {norm_b:.2f} of solo speed")
     return found, spent, notes
+
+
+def with_measured(families: Mapping[int, Family], measured: Mapping[tuple[int, str], Counters]) -> dict[int, Family]:
+    """The families with each shape a job was measured alone at carrying its counters (`Shape.measured`)."""
+    out = dict(families)
+    for job_id, fam in families.items():
+        mine = {shape: c for (j, shape), c in measured.items() if j == job_id}
+        if mine:
+            out[job_id] = replace(fam, shapes=tuple(replace(s, measured=mine[s.name]) if s.name in mine else s
+                                                    for s in fam.shapes))
+    return out
 
 
 def merge_solo(work_s: Mapping[tuple[int, str], tuple[float, float]]) -> dict[tuple[int, str], float]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import json
+import math
 import shlex
 import sqlite3
 import sys
@@ -41,10 +42,12 @@ from slurm_elastico.config import Settings
 from slurm_elastico.errors import ConfigError, ElasticoError
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.interference.measurements import load_from_store, save_to_store
-from slurm_elastico.model import Action, ActionKind, Family, JobState, Plan, Snapshot
-from slurm_elastico.observe import SOURCE, Reading, merge_solo, observe, pair_observations
+from slurm_elastico.model import Action, ActionKind, Counters, Family, JobState, Plan, Snapshot
+from slurm_elastico.observe import SOURCE, Observation, Reading, merge_solo, observe, pair_observations, with_measured
 from slurm_elastico.planner import run_epoch
-from slurm_elastico.runtime.progress import ProgressError, progress_path, read_progress
+from slurm_elastico.runtime.counters import FIELDS as COUNTER_FIELDS
+from slurm_elastico.runtime.counters import counters_path, read_counters
+from slurm_elastico.runtime.progress import ReportError, progress_path, read_progress
 from slurm_elastico.shapes import load_directory, parse_family
 from slurm_elastico.store import Store
 
@@ -196,43 +199,36 @@ class ProgressObserver:
         self.store, self.gpu_type = store, gpu_type
         self.model, self.model_path, self.reference = model, model_path, reference or []
 
-    def _reports(self, snapshot: Snapshot, families: dict[int, Family]) -> tuple[dict, list[str]]:
-        reports, notes = {}, []
+    def _reports(self, snapshot: Snapshot, families: dict[int, Family]) -> tuple[dict, dict, list[str]]:
+        """The running family jobs' progress reports and GPU counter reports, and a note for each unusable one."""
+        reports, counters, notes = {}, {}, []
         for job in snapshot.jobs:
             if job.state is not JobState.RUNNING or job.job_id not in families or not job.work_dir:
                 continue
-            try:
-                report = read_progress(progress_path(job.work_dir, job.job_id))
-            except ProgressError as exc:
-                notes.append(f"job {job.job_id}: progress report ignored: {exc}")
-                continue
-            if report is not None:
-                reports[job.job_id] = report
-        return reports, notes
+            for found, read, path in ((reports, read_progress, progress_path), (counters, read_counters, counters_path)):
+                try:
+                    value = read(path(job.work_dir, job.job_id))
+                except ReportError as exc:
+                    notes.append(f"job {job.job_id}: report ignored: {exc}")
+                    continue
+                if value is not None:
+                    found[job.job_id] = value
+        return reports, counters, notes
 
-    def __call__(self, snapshot: Snapshot, families: dict[int, Family], dry_run: bool) -> tuple[dict[int, float], list[str]]:
-        reports, notes = self._reports(snapshot, families)
+    def __call__(self, snapshot: Snapshot, families: dict[int, Family],
+                 dry_run: bool) -> tuple[dict[int, float], dict[int, Family], list[str]]:
+        """(work done per job, the families with measured shapes, notes) for this epoch; records what it learned."""
+        reports, counters, notes = self._reports(snapshot, families)
         previous = {r["job_id"]: Reading(r["done"], r["updated"], r["restarts"], r["context"], r["since"])
                     for r in self.store.query("SELECT * FROM progress_reading")}
-        obs = observe(snapshot, families, reports, previous)
+        obs = observe(snapshot, families, reports, previous, counters)
+        if not dry_run:
+            self._record(snapshot, obs)
+        measured = {(r["job_id"], r["shape"]): Counters(*(math.nan if r[f] is None else r[f] for f in COUNTER_FIELDS))
+                    for r in self.store.query("SELECT * FROM solo_counters")}
+        families = with_measured(families, measured)
         if dry_run:
-            return obs.progress, notes
-        active = [(j.job_id,) for j in snapshot.jobs]
-        with self.store.transaction() as conn:
-            # Jobs that left the queue take their state with them.
-            conn.execute("CREATE TEMP TABLE IF NOT EXISTS active (job_id INTEGER PRIMARY KEY)")
-            conn.execute("DELETE FROM active")
-            conn.executemany("INSERT INTO active VALUES (?)", active)
-            for table, column in (("progress_reading", "job_id"), ("solo_rate", "job_id"), ("pair_rate", "job_id"),
-                                  ("pair_rate", "partner")):
-                conn.execute(f"DELETE FROM {table} WHERE {column} NOT IN (SELECT job_id FROM active)")
-            conn.executemany("INSERT OR REPLACE INTO progress_reading VALUES (?,?,?,?,?,?)",
-                             [(j, r.done, r.updated, r.restarts, r.context, r.since) for j, r in obs.readings.items()])
-            conn.executemany("INSERT INTO solo_rate VALUES (?,?,?,?) ON CONFLICT DO UPDATE SET "
-                             "work = work + excluded.work, seconds = seconds + excluded.seconds", obs.solo)
-            conn.executemany("INSERT INTO pair_rate VALUES (?,?,?,?,?,?) ON CONFLICT DO UPDATE SET "
-                             "work = work + excluded.work, seconds = seconds + excluded.seconds",
-                             [(*key, work, seconds) for key, work, seconds in obs.beside])
+            return obs.progress, families, notes
         solo = merge_solo({(r["job_id"], r["shape"]): (r["work"], r["seconds"])
                            for r in self.store.query("SELECT * FROM solo_rate")})
         beside = {(r["job_id"], r["shape"], r["partner"], r["partner_shape"]): (r["work"], r["seconds"])
@@ -248,7 +244,27 @@ class ProgressObserver:
                     notes.append(self._refine(found))
                 except (ElasticoError, OSError, RuntimeError, ValueError) as exc:  # learning must not stop scheduling
                     notes.append(f"predictor not refined this epoch: {exc}")
-        return obs.progress, notes
+        return obs.progress, families, notes
+
+    def _record(self, snapshot: Snapshot, obs: Observation) -> None:
+        """Keep this epoch's readings and samples; forget the jobs that left the queue."""
+        with self.store.transaction() as conn:
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS active (job_id INTEGER PRIMARY KEY)")
+            conn.execute("DELETE FROM active")
+            conn.executemany("INSERT INTO active VALUES (?)", [(j.job_id,) for j in snapshot.jobs])
+            for table, column in (("progress_reading", "job_id"), ("solo_rate", "job_id"), ("solo_counters", "job_id"),
+                                  ("pair_rate", "job_id"), ("pair_rate", "partner")):
+                conn.execute(f"DELETE FROM {table} WHERE {column} NOT IN (SELECT job_id FROM active)")
+            conn.executemany("INSERT OR REPLACE INTO progress_reading VALUES (?,?,?,?,?,?)",
+                             [(j, r.done, r.updated, r.restarts, r.context, r.since) for j, r in obs.readings.items()])
+            conn.executemany("INSERT INTO solo_rate VALUES (?,?,?,?) ON CONFLICT DO UPDATE SET "
+                             "work = work + excluded.work, seconds = seconds + excluded.seconds", obs.solo)
+            conn.executemany("INSERT OR REPLACE INTO solo_counters VALUES (?,?,?,?,?,?)",
+                             [(j, shape, *(None if math.isnan(getattr(c, f)) else getattr(c, f) for f in COUNTER_FIELDS))
+                              for j, shape, c in obs.solo_counters])
+            conn.executemany("INSERT INTO pair_rate VALUES (?,?,?,?,?,?) ON CONFLICT DO UPDATE SET "
+                             "work = work + excluded.work, seconds = seconds + excluded.seconds",
+                             [(*key, work, seconds) for key, work, seconds in obs.beside])
 
     def _refine(self, new: list) -> str:
         from slurm_elastico.interference.online import refine  # imports torch: only with a trained model
@@ -281,7 +297,7 @@ def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model
         if recovered:
             snap = gateway.snapshot()
     fams, warnings = families.families({j.job_id for j in snap.jobs})
-    progress, observed = observer(snap, fams, dry_run) if observer is not None else ({}, [])
+    progress, fams, observed = observer(snap, fams, dry_run) if observer is not None else ({}, fams, [])
     plan = run_epoch(snap, fams, settings, model, now, progress)
     plan = dataclasses.replace(plan, notes=(*plan.notes, *observed))
     comments = {j.job_id: j.admin_comment for j in snap.jobs}

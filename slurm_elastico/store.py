@@ -70,6 +70,13 @@ SCHEMA: list[str] = [
         seconds REAL NOT NULL,
         PRIMARY KEY (job_id, shape)
     )""",
+    # The GPU counters of a job's latest counters report taken while it ran a shape alone.
+    """CREATE TABLE IF NOT EXISTS solo_counters (
+        job_id INTEGER NOT NULL,
+        shape TEXT NOT NULL,
+        sm_util REAL, membw_util REAL, mem_used_mib REAL, power_w REAL,
+        PRIMARY KEY (job_id, shape)
+    )""",
     # The same beside one partner on one GPU, per direction, until the pair is an observation.
     """CREATE TABLE IF NOT EXISTS pair_rate (
         job_id INTEGER NOT NULL,

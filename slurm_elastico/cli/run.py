@@ -4,7 +4,8 @@ On every (re)start of the job it reads the shape the scheduler chose (the
 job's AdminComment `elastico:shape=<name>`, else the family default), exports
 it as ELASTICO_* variables (`slurm_elastico.runtime.shape`) plus
 ELASTICO_CKPT_DIR and ELASTICO_PROGRESS_FILE (`slurm_elastico.runtime.progress`),
-and starts the program. Then:
+and starts the program; on a job with a GPU it samples the GPU's NVML
+counters while the program runs (`slurm_elastico.runtime.counters`). Then:
 
 * SIGUSR1 (an in-place reshape, or Slurm's warning before the time limit) is
   forwarded; the program checkpoints and exits 75. The shape is read again:
@@ -49,6 +50,7 @@ from slurm_elastico import config
 from slurm_elastico.errors import ConfigError, ElasticoError
 from slurm_elastico.model import Family
 from slurm_elastico.model import Shape as PlannedShape
+from slurm_elastico.runtime.counters import CounterRecorder, counters_path, gpu_of
 from slurm_elastico.runtime.progress import ENV as PROGRESS_ENV
 from slurm_elastico.runtime.progress import progress_path
 from slurm_elastico.runtime.shape import EXIT_CHECKPOINTED, runtime_shape, shape_env
@@ -110,8 +112,9 @@ class Supervisor:
 
     def __init__(self, program: Sequence[str], family: Family, shapes: Callable[[], Found], env: Mapping[str, str], *,
                  grace_s: float, lead_s: int, requeue: Callable[[], None], log: Log,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, counters: Callable[[int], object] | None = None):
         self.program, self.family, self.shapes = list(program), family, shapes
+        self.counters = counters  # pid -> a started recorder with stop(), for each launch (see runtime.counters)
         self.env, self.grace_s, self.lead_s = dict(env), grace_s, lead_s
         self.requeue, self.log, self.clock = requeue, log, clock
         self.child: subprocess.Popen | None = None
@@ -215,6 +218,14 @@ class Supervisor:
         for sig in pending:  # a USR1 that came between two runs: this run checkpoints at once and the shape is re-read
             self.usr1 = self.usr1 or sig == signal.SIGUSR1
             self._forward(sig)
+        recorder = self.counters(self.child.pid) if self.counters is not None else None
+        try:
+            return self._wait()
+        finally:
+            if recorder is not None:
+                recorder.stop()
+
+    def _wait(self) -> int:
         killed = False
         while True:
             try:
@@ -271,6 +282,15 @@ def ckpt_dir(env: Mapping[str, str]) -> str:
     return str(Path(os.getcwd()) / "elastico-ckpt")
 
 
+def _counter_recorder(env: Mapping[str, str], job: str | None) -> Callable[[int], CounterRecorder] | None:
+    """For a job with a GPU: start a recorder of its counters for a launched program's pid (runtime.counters)."""
+    gpu = gpu_of(env)
+    if not job or gpu is None:
+        return None
+    path = counters_path(os.getcwd(), job)
+    return lambda pid: CounterRecorder(path, gpu).start(pid)
+
+
 def _log_to_stderr(job: str | None) -> Log:
     tag = f"elastico-run[{job}]" if job else "elastico-run"
 
@@ -303,7 +323,8 @@ def supervise(program: Sequence[str], family: Family, candidates: Sequence[Plann
             gateway.requeue(job_id)
 
     shapes = JobShapes(family, candidates, job_id, gateway, log)
-    sup = Supervisor(program, family, shapes, env, grace_s=grace_s, lead_s=lead_s, requeue=requeue, log=log)
+    sup = Supervisor(program, family, shapes, env, grace_s=grace_s, lead_s=lead_s, requeue=requeue, log=log,
+                     counters=_counter_recorder(env, job))
     return sup.run()
 
 

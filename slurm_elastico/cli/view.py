@@ -9,7 +9,7 @@ import click
 
 from slurm_elastico.cli import settings
 from slurm_elastico.model import JobState, Snapshot
-from slurm_elastico.runtime.progress import Progress, ProgressError, progress_path, read_progress
+from slurm_elastico.runtime.progress import Progress, ReportError, progress_path, read_progress
 
 
 def gateway_from(cfg):
@@ -32,7 +32,7 @@ def progress_of(snap: Snapshot) -> dict[int, Progress]:
         if j.state is JobState.RUNNING and j.work_dir:
             try:
                 report = read_progress(progress_path(j.work_dir, j.job_id))
-            except ProgressError:
+            except ReportError:
                 continue
             if report is not None:
                 out[j.job_id] = report

@@ -60,13 +60,25 @@ class Sample:
     power_w: float
 
 
-class NvmlSampler:
-    """Samples GPU `gpu_index` every `interval_s` between `start()` and `stop()`; a context manager."""
+def summarize(samples: list[Sample]) -> dict[str, float]:
+    """Mean utilisation and power, peak memory, over `samples` (NaN where none): SoloProfile keywords."""
+    out = {}
+    for name in ("sm_util", "membw_util", "mem_used_mib", "power_w"):
+        values = [getattr(s, name) for s in samples if not math.isnan(getattr(s, name))]
+        out[name] = (max(values) if name == "mem_used_mib" else sum(values) / len(values)) if values else math.nan
+    return out
 
-    def __init__(self, gpu_index: int = 0, interval_s: float = 0.5, pids: tuple[int, ...] = ()):
+
+class NvmlSampler:
+    """Samples GPU `gpu_index` (an NVML index, or a GPU-/MIG- UUID) every `interval_s` between `start()` and
+    `stop()`, calling `on_sample(sample)` from its thread after each; a context manager."""
+
+    def __init__(self, gpu_index: int | str = 0, interval_s: float = 0.5, pids: tuple[int, ...] = (),
+                 on_sample=None):
         self.gpu_index = gpu_index
         self.interval_s = interval_s
         self.pids = set(pids)
+        self.on_sample = on_sample
         self.samples: list[Sample] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -82,7 +94,10 @@ class NvmlSampler:
             import pynvml
 
             pynvml.nvmlInit()
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(self.gpu_index)
+            if isinstance(self.gpu_index, str):
+                self._handle = pynvml.nvmlDeviceGetHandleByUUID(self.gpu_index)
+            else:
+                self._handle = pynvml.nvmlDeviceGetHandleByIndex(self.gpu_index)
             self._nvml = pynvml
         except ImportError:
             _warn_once("nvidia-ml-py (pynvml) is not installed")
@@ -99,10 +114,17 @@ class NvmlSampler:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.samples.append(self.sample())
+                sample = self.sample()
             except Exception as exc:  # never into the job: stop sampling, say why once
                 _warn_once(f"NVML error while sampling, sampler stopped ({exc})")
                 return
+            self.samples.append(sample)
+            if self.on_sample is not None:
+                try:
+                    self.on_sample(sample)
+                except Exception as exc:
+                    _warn_once(f"the sample's consumer failed, sampler stopped ({exc})")
+                    return
             self._stop.wait(self.interval_s)
 
     def sample(self) -> Sample:
@@ -144,14 +166,8 @@ class NvmlSampler:
         return self
 
     def summary(self) -> dict[str, float]:
-        """Mean utilisation and power, peak memory, over the samples (NaN where none): SoloProfile keywords."""
-        out = {}
-        for name in ("sm_util", "membw_util", "mem_used_mib", "power_w"):
-            values = [getattr(s, name) for s in self.samples if not math.isnan(getattr(s, name))]
-            out[name] = sum(values) / len(values) if values else math.nan
-        if not math.isnan(out["mem_used_mib"]):
-            out["mem_used_mib"] = max(s.mem_used_mib for s in self.samples if not math.isnan(s.mem_used_mib))
-        return out
+        """`summarize` of every sample so far."""
+        return summarize(self.samples)
 
     def __enter__(self) -> NvmlSampler:
         return self.start()

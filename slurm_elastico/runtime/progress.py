@@ -55,41 +55,41 @@ class Progress:
                            "restarts": self.restarts, "updated": self.updated}, sort_keys=True)
 
 
-class ProgressError(ValueError):
+class ReportError(ValueError):
     """A report that cannot be used; the message names the file and what is wrong."""
 
 
 def parse_progress(text: str, source: str) -> Progress:
-    """A report's JSON text as `Progress`; raises `ProgressError` naming `source` and the bad field."""
+    """A report's JSON text as `Progress`; raises `ReportError` naming `source` and the bad field."""
     try:
         d = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ProgressError(f"{source}: not JSON ({exc.msg})") from None
+        raise ReportError(f"{source}: not JSON ({exc.msg})") from None
     if not isinstance(d, dict) or d.get("version") != VERSION:
-        raise ProgressError(f"{source}: not a progress report of version {VERSION}")
+        raise ReportError(f"{source}: not a progress report of version {VERSION}")
     values = {}
     for key in ("done", "total", "updated"):
         v = d.get(key)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ProgressError(f"{source}: {key} = {v!r}, expected a finite number >= 0")
+            raise ReportError(f"{source}: {key} = {v!r}, expected a finite number >= 0")
         values[key] = float(v)
     if values["done"] > values["total"]:
-        raise ProgressError(f"{source}: done {values['done']:g} exceeds total {values['total']:g}")
+        raise ReportError(f"{source}: done {values['done']:g} exceeds total {values['total']:g}")
     restarts = d.get("restarts", 0)
     if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
-        raise ProgressError(f"{source}: restarts = {restarts!r}, expected an integer >= 0")
+        raise ReportError(f"{source}: restarts = {restarts!r}, expected an integer >= 0")
     return Progress(values["done"], values["total"], values["updated"], str(d.get("shape", "")), restarts)
 
 
 def read_progress(path: str | os.PathLike[str]) -> Progress | None:
-    """The report at `path`, or None when there is none yet; `ProgressError` when it is unreadable or invalid."""
+    """The report at `path`, or None when there is none yet; `ReportError` when it is unreadable or invalid."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ProgressError(f"{path}: cannot be read ({exc})") from None
+        raise ReportError(f"{path}: cannot be read ({exc})") from None
     return parse_progress(text, str(path))
 
 

@@ -1,12 +1,16 @@
 """The solo profile an interference model sees for one shape: the one place that mapping lives.
 
-Until the profiler stores NVML measurements per shape, utilisation is a
-first-order guess from the kind and the share: training fills the SMs it is
-given and reads memory moderately; inference decode reads memory hard whatever
-its share (MPS partitions SMs, not bandwidth).
+A shape a job was measured at alone (`Shape.measured`, from the NVML
+counters elastico-run records, see `slurm_elastico.observe`) gives its
+measured counters. Otherwise utilisation is a first-order guess from the kind
+and the share: training fills the SMs it is given and reads memory moderately;
+inference decode reads memory hard whatever its share (MPS partitions SMs,
+not bandwidth).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from slurm_elastico.interference.base import SoloProfile
 from slurm_elastico.model import Shape
@@ -25,7 +29,7 @@ def solo_profile(shape: Shape, kind: str, model_family: str = "") -> SoloProfile
     else:
         batch = shape.knob("micro_batch", float("nan"))
         precision = str(shape.knob("precision", "fp32"))
-    return SoloProfile(
+    guess = SoloProfile(
         kind=kind if kind in UTIL else "train",
         throughput=shape.throughput,
         batch=float(batch),
@@ -36,3 +40,7 @@ def solo_profile(shape: Shape, kind: str, model_family: str = "") -> SoloProfile
         mem_used_mib=float(shape.resources.gpu_mem_mib),
         mps_share=share,
     )
+    if shape.measured is None:
+        return guess
+    m = shape.measured
+    return replace(guess, sm_util=m.sm_util, membw_util=m.membw_util, mem_used_mib=m.mem_used_mib, power_w=m.power_w)

@@ -134,8 +134,10 @@ def reference():
     return [o for o in obs if o.fits and o.gpu_type == "p100"][:120]
 
 
-def alone_then_shared(observer, root):
-    """Jobs 1 and 2 alone for two reports, then on one GPU for two: the observer's result after each epoch."""
+def alone_then_shared(observer, root, before_epoch=lambda at, d1, d2: None):
+    """Jobs 1 and 2 alone for two reports, then on one GPU for two: the observer's result after each epoch.
+
+    `before_epoch(time, work dir 1, work dir 2)` may write more reports first."""
     d1, d2 = root / "w1", root / "w2"
     alone = snap(job(1, 0, 50, work_dir=str(d1)), job(2, 1, 50, work_dir=str(d2)))
     shared = snap(job(1, 0, 50, work_dir=str(d1)), job(2, 0, 50, start=T0 + 25, work_dir=str(d2)))
@@ -144,6 +146,7 @@ def alone_then_shared(observer, root):
                                 (shared, 72, 25, T0 + 40)]:
         write_progress(progress_path(d1, 1), report(done1, at, "mps50-0"))
         write_progress(progress_path(d2, 2), report(done2, at, "mps50-0"))
+        before_epoch(at, d1, d2)
         out.append(observer(s, {1: FAM, 2: FAM}, dry_run=False))
     return out
 
@@ -155,7 +158,7 @@ def test_the_observer_reads_report_files_keeps_state_in_the_store_and_refines_th
     before = model_path.read_bytes()
     with Store(tmp_path / "s.sqlite") as store:
         observer = sched.ProgressObserver(store, "p100", model, str(model_path), reference)
-        progress, notes = alone_then_shared(observer, tmp_path)[-1]
+        progress, _, notes = alone_then_shared(observer, tmp_path)[-1]
         assert progress == {1: 72, 2: 25}
         (obs,) = load_from_store(store, source="observed")
         assert (obs.norm_a, obs.norm_b) == pytest.approx((0.6, 0.5))
@@ -177,10 +180,10 @@ def test_a_dry_run_reads_progress_but_writes_nothing(tmp_path):
     (d1 / ".elastico" / "2" / "progress.json").write_text("{broken")
     with Store(tmp_path / "s.sqlite") as store:
         observer = sched.ProgressObserver(store, "p100")
-        progress, notes = observer(snap(job(1, 0, 50, work_dir=str(d1)), job(2, 1, 50, work_dir=str(d1))),
-                                   {1: FAM, 2: FAM}, dry_run=True)
+        progress, _, notes = observer(snap(job(1, 0, 50, work_dir=str(d1)), job(2, 1, 50, work_dir=str(d1))),
+                                      {1: FAM, 2: FAM}, dry_run=True)
         assert progress == {1: 5}
-        assert any("job 2: progress report ignored" in n and "not JSON" in n for n in notes)
+        assert any("job 2: report ignored" in n and "not JSON" in n for n in notes)
         assert store.query("SELECT COUNT(*) AS n FROM progress_reading")[0]["n"] == 0
 
 
@@ -195,7 +198,7 @@ def test_a_rolled_back_refinement_leaves_the_model_file_alone(tmp_path, referenc
     monkeypatch.setattr(online.OnlineLearner, "_worse", lambda self, b, a: True)
     with Store(tmp_path / "s.sqlite") as store:
         observer = sched.ProgressObserver(store, "p100", model, str(model_path), reference)
-        _, notes = alone_then_shared(observer, tmp_path)[-1]
+        _, _, notes = alone_then_shared(observer, tmp_path)[-1]
         assert store.query("SELECT accepted FROM model_update")[0]["accepted"] == 0
         assert any("rolled back" in n for n in notes)
     assert model_path.read_bytes() == before
@@ -211,7 +214,7 @@ def test_a_failing_refinement_is_a_note_not_a_failed_epoch(tmp_path, reference, 
     model = train(reference, TrainConfig(hidden=8, epochs=20, use_family=False), seed=0)
     with Store(tmp_path / "s.sqlite") as store:
         observer = sched.ProgressObserver(store, "p100", model, str(tmp_path / "iac.pt"), reference)
-        progress, notes = alone_then_shared(observer, tmp_path)[-1]
+        progress, _, notes = alone_then_shared(observer, tmp_path)[-1]
         assert progress == {1: 72, 2: 25}
         assert "predictor not refined this epoch: out of memory" in notes
         assert len(load_from_store(store, source="observed")) == 1  # the observation is kept all the same

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from slurm_elastico.runtime.infer import TorchEngine, run_inference, Request
-from slurm_elastico.runtime.progress import (ENV, Progress, ProgressError, ProgressReporter, parse_progress,
+from slurm_elastico.runtime.progress import (ENV, Progress, ReportError, ProgressReporter, parse_progress,
                                              progress_path, read_progress, write_progress)
 from slurm_elastico.runtime.shape import InferShape, TrainShape
 from slurm_elastico.runtime.tinylm import TinyConfig, build_tiny_lm, lm_loss, synthetic_tokens
@@ -32,7 +32,7 @@ def test_a_report_round_trips_and_the_path_rule_is_one_function(tmp_path):
     ('{"version": 1, "done": 1, "total": 2, "updated": 3, "restarts": "x"}', "restarts"),
 ])
 def test_a_bad_report_is_refused_with_the_file_and_the_field(text, problem):
-    with pytest.raises(ProgressError, match=problem) as err:
+    with pytest.raises(ReportError, match=problem) as err:
         parse_progress(text, "job.json")
     assert str(err.value).startswith("job.json: ")
 

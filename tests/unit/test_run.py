@@ -118,6 +118,34 @@ def test_program_that_finishes_runs_once_with_the_shape_exported(tmp_path, famil
     assert json.loads(log.read_text().splitlines()[-1]) == {"shape": "mb16-fp32-mps25", "micro": "16"}
 
 
+def test_each_launch_is_watched_by_a_counter_recorder_stopped_when_the_program_exits(tmp_path, family):
+    a, b = shape(family, "mb8-fp32-mps25"), shape(family, "mb32-fp32-mps25")
+    sup, log, _ = make(tmp_path, family, Script(Found(a, "default", 25), Found(b, "AdminComment", 25)), "done-second")
+    recorders = []
+
+    class Recorder:
+        def __init__(self, pid):
+            self.pid, self.alive_at_start, self.stopped = pid, _alive(pid), False
+            recorders.append(self)
+
+        def stop(self):
+            self.stopped = True
+
+    sup.counters = Recorder
+    signal_when_ready(log, signal.SIGUSR1)
+    assert sup.run() == 0
+    assert len(recorders) == 2 and recorders[0].pid != recorders[1].pid  # one per launch, of that launch's program
+    assert all(r.alive_at_start and r.stopped for r in recorders)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def test_usr1_with_a_new_shape_at_the_same_share_relaunches_in_place(tmp_path, family):
     a, b = shape(family, "mb8-fp32-mps25"), shape(family, "mb32-fp32-mps25")
     sup, log, messages = make(tmp_path, family, Script(Found(a, "default", 25), Found(b, "AdminComment", 25)), "done-second")

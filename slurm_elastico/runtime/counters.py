@@ -1,0 +1,134 @@
+"""A job's GPU counters: NVML sampled by elastico-run while the program runs, read by the helper.
+
+`elastico-run` starts a `CounterRecorder` for each launch of the program when
+the job has a GPU (CUDA_VISIBLE_DEVICES set). Every `every_s` seconds it
+replaces (write, fsync, rename) `counters_path(<working directory>, <job id>)`,
+beside the progress report, with the means of the samples since the previous
+write (memory: the peak):
+
+    {"version": 1, "sm_util": 0.62, "membw_util": 0.31, "mem_used_mib": 5120.0, "power_w": 210.5,
+     "since": 1764489590.0, "updated": 1764489600.0}
+
+The helper keeps them with the job's solo speed when the job ran alone over
+that time (`slurm_elastico.observe`), so the interference model sees the
+job's measured counters instead of a guess from its kind and share.
+
+Which GPU: a UUID in CUDA_VISIBLE_DEVICES is used as is; otherwise the first
+of SLURM_JOB_GPUS (Slurm's physical index), else of CUDA_VISIBLE_DEVICES.
+Without nvidia-ml-py, a driver or a GPU the sampler says so once and nothing
+is written; nothing here ever fails the job. Not yet run on a GPU: tested
+against a fake NVML only (the index rule under cgroups is the part to check
+on real hardware).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from slurm_elastico.interference.nvml import NvmlSampler, Sample, summarize
+from slurm_elastico.model import Counters
+from slurm_elastico.runtime.progress import ReportError, progress_path
+
+log = logging.getLogger(__name__)
+
+VERSION = 1
+FIELDS = ("sm_util", "membw_util", "mem_used_mib", "power_w")
+
+
+def counters_path(work_dir: str | os.PathLike[str], job_id: int | str) -> Path:
+    """Where elastico-run writes the job's counters: beside its progress report."""
+    return progress_path(work_dir, job_id).with_name("counters.json")
+
+
+def gpu_of(env: Mapping[str, str]) -> int | str | None:
+    """The GPU to watch (NVML index or UUID) from the job's environment; None when the job has no GPU."""
+    visible = (env.get("CUDA_VISIBLE_DEVICES") or "").split(",")[0].strip()
+    if not visible or visible == "-1" or visible.lower() == "nodevfiles":
+        return None
+    if not visible.isdigit():
+        return visible  # GPU-<uuid> or MIG-<uuid>
+    physical = (env.get("SLURM_JOB_GPUS") or "").split(",")[0].strip()
+    return int(physical) if physical.isdigit() else int(visible)
+
+
+def write_counters(path: str | os.PathLike[str], counters: Counters, since: float, updated: float) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"version": VERSION, "since": since, "updated": updated,
+            **{f: (None if math.isnan(getattr(counters, f)) else getattr(counters, f)) for f in FIELDS}}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(data, sort_keys=True))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_counters(path: str | os.PathLike[str]) -> tuple[Counters, float, float] | None:
+    """(counters, since, updated) at `path`, None when there are none; `ReportError` when unusable."""
+    path = Path(path)
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ReportError(f"{path}: cannot be read ({exc})") from None
+    if not isinstance(d, dict) or d.get("version") != VERSION:
+        raise ReportError(f"{path}: not a counters report of version {VERSION}")
+    values = {}
+    for key in (*FIELDS, "since", "updated"):
+        v = d.get(key)
+        if v is None and key in FIELDS:
+            values[key] = math.nan
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ReportError(f"{path}: {key} = {v!r}, expected a finite number >= 0")
+        values[key] = float(v)
+    for key in ("sm_util", "membw_util"):
+        if values[key] > 1:
+            raise ReportError(f"{path}: {key} = {values[key]:g}, expected a utilisation in [0, 1]")
+    return Counters(*(values[f] for f in FIELDS)), values["since"], values["updated"]
+
+
+class CounterRecorder:
+    """Samples the job's GPU while the program runs and writes the counters report every `every_s` seconds."""
+
+    def __init__(self, path: str | os.PathLike[str], gpu: int | str, every_s: float = 10.0, interval_s: float = 1.0,
+                 clock=time.time):
+        self.path, self.every_s, self.clock = Path(path), every_s, clock
+        self.sampler = NvmlSampler(gpu, interval_s, on_sample=self._on_sample)
+        self._batch: list[Sample] = []
+        self._since = clock()
+
+    def start(self, pid: int) -> CounterRecorder:
+        self._since = self.clock()
+        self.sampler.watch(pid)
+        self.sampler.start()
+        return self
+
+    def stop(self) -> None:
+        self.sampler.stop()
+        self._flush()
+
+    def _on_sample(self, sample: Sample) -> None:
+        self._batch.append(sample)
+        if self.clock() - self._since >= self.every_s:
+            self._flush()
+
+    def _flush(self) -> None:
+        batch, self._batch = self._batch, []
+        self.sampler.samples.clear()  # the report keeps what matters; a job may run for days
+        if not batch:
+            return
+        now = self.clock()
+        try:
+            write_counters(self.path, Counters(**summarize(batch)), self._since, now)
+        except OSError as exc:
+            log.warning("GPU counters are not written: %s: %s", self.path, exc)
+        self._since = now
