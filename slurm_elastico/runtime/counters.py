@@ -23,7 +23,6 @@ on real hardware).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -33,11 +32,10 @@ from pathlib import Path
 
 from slurm_elastico.interference.nvml import NvmlSampler, Sample, summarize
 from slurm_elastico.model import Counters
-from slurm_elastico.runtime.progress import ReportError, progress_path
+from slurm_elastico.runtime.progress import MAX_NUMBER, VERSION, number, progress_path, read_report, write_report
 
 log = logging.getLogger(__name__)
 
-VERSION = 1
 FIELDS = ("sm_util", "membw_util", "mem_used_mib", "power_w")
 
 
@@ -58,42 +56,20 @@ def gpu_of(env: Mapping[str, str]) -> int | str | None:
 
 
 def write_counters(path: str | os.PathLike[str], counters: Counters, since: float, updated: float) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"version": VERSION, "since": since, "updated": updated,
-            **{f: (None if math.isnan(getattr(counters, f)) else getattr(counters, f)) for f in FIELDS}}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps(data, sort_keys=True))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    values = {f: getattr(counters, f) for f in FIELDS}
+    write_report(path, {"version": VERSION, "since": since, "updated": updated,
+                        **{f: (None if math.isnan(v) else v) for f, v in values.items()}})
 
 
 def read_counters(path: str | os.PathLike[str]) -> tuple[Counters, float, float] | None:
     """(counters, since, updated) at `path`, None when there are none; `ReportError` when unusable."""
-    path = Path(path)
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    d = read_report(path, "counters")
+    if d is None:
         return None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReportError(f"{path}: cannot be read ({exc})") from None
-    if not isinstance(d, dict) or d.get("version") != VERSION:
-        raise ReportError(f"{path}: not a counters report of version {VERSION}")
-    values = {}
-    for key in (*FIELDS, "since", "updated"):
-        v = d.get(key)
-        if v is None and key in FIELDS:
-            values[key] = math.nan
-            continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ReportError(f"{path}: {key} = {v!r}, expected a finite number >= 0")
-        values[key] = float(v)
-    for key in ("sm_util", "membw_util"):
-        if values[key] > 1:
-            raise ReportError(f"{path}: {key} = {values[key]:g}, expected a utilisation in [0, 1]")
-    return Counters(*(values[f] for f in FIELDS)), values["since"], values["updated"]
+    source = str(path)
+    values = {f: number(d, f, source, required=False, high=1.0 if f.endswith("_util") else MAX_NUMBER)
+              for f in FIELDS}
+    return Counters(**values), number(d, "since", source), number(d, "updated", source)
 
 
 class CounterRecorder:

@@ -3,13 +3,15 @@
 The training loop (`runtime.train.train`) and the inference runner
 (`runtime.infer.run_inference`) report after every optimizer step or batch;
 a program with its own loop calls `report_progress(done, total)`. A report
-is a small JSON file, replaced atomically (write, fsync, rename), at most
-every `min_interval_s` seconds and always at the end of a run:
+is a small JSON file, replaced atomically (write, rename), at most every
+`min_interval_s` seconds and always at the start and end of a run:
 
-    {"version": 1, "done": 120, "total": 400, "shape": "m16-fp32", "restarts": 2, "updated": 1764489600.0}
+    {"version": 1, "done": 120, "total": 400, "shape": "m16-fp32", "restarts": 2,
+     "started": 1764489500.0, "updated": 1764489600.0}
 
 `done` and `total` are in the family's work units (optimizer steps for
-training, requests for inference). `updated` is the writer's Unix time.
+training, requests for inference); `started` and `updated` are the writer's
+Unix times of this run's first report and of this one.
 
 Where: `elastico-run` sets ELASTICO_PROGRESS_FILE to
 `progress_path(<job's working directory>, <job id>)`, a path the helper can
@@ -26,6 +28,8 @@ import json
 import logging
 import math
 import os
+import stat
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,60 +53,105 @@ class Progress:
     updated: float
     shape: str = ""
     restarts: int = 0
+    started: float = 0.0  # when this run's reporting began (writer's Unix time): its warm-up counts from here
 
-    def to_json(self) -> str:
-        return json.dumps({"version": VERSION, "done": self.done, "total": self.total, "shape": self.shape,
-                           "restarts": self.restarts, "updated": self.updated}, sort_keys=True)
+    def to_dict(self) -> dict:
+        return {"version": VERSION, "done": self.done, "total": self.total, "shape": self.shape,
+                "restarts": self.restarts, "started": self.started, "updated": self.updated}
 
 
 class ReportError(ValueError):
     """A report that cannot be used; the message names the file and what is wrong."""
 
 
-def parse_progress(text: str, source: str) -> Progress:
-    """A report's JSON text as `Progress`; raises `ReportError` naming `source` and the bad field."""
+MAX_BYTES = 65536
+"""A report is a few hundred bytes; anything larger is not one (and is not read into memory)."""
+MAX_NUMBER = 1e15
+MAX_RESTARTS = 2**31 - 1
+
+
+def read_report(path: str | os.PathLike[str], kind: str) -> dict | None:
+    """The JSON object of a `kind` report at `path` (version checked), None when there is none.
+
+    Reports live in users' directories and the helper may run as root: the
+    file must be a regular file (no FIFO, device or symlink: it is opened
+    without following one and without blocking) and small; anything else is a
+    `ReportError` naming the file, never a hang or a crash.
+    """
+    path = Path(path)
     try:
-        d = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ReportError(f"{source}: not JSON ({exc.msg})") from None
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ReportError(f"{path}: cannot be read ({exc.strerror})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ReportError(f"{path}: not a regular file")
+        data = os.read(fd, MAX_BYTES + 1)
+    except OSError as exc:
+        raise ReportError(f"{path}: cannot be read ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_BYTES:
+        raise ReportError(f"{path}: larger than {MAX_BYTES} bytes, not a {kind} report")
+    try:
+        d = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ReportError(f"{path}: not JSON ({type(exc).__name__})") from None
     if not isinstance(d, dict) or d.get("version") != VERSION:
-        raise ReportError(f"{source}: not a progress report of version {VERSION}")
-    values = {}
-    for key in ("done", "total", "updated"):
-        v = d.get(key)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ReportError(f"{source}: {key} = {v!r}, expected a finite number >= 0")
-        values[key] = float(v)
-    if values["done"] > values["total"]:
-        raise ReportError(f"{source}: done {values['done']:g} exceeds total {values['total']:g}")
-    restarts = d.get("restarts", 0)
-    if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
-        raise ReportError(f"{source}: restarts = {restarts!r}, expected an integer >= 0")
-    return Progress(values["done"], values["total"], values["updated"], str(d.get("shape", "")), restarts)
+        raise ReportError(f"{path}: not a {kind} report of version {VERSION}")
+    return d
+
+
+def number(d: dict, key: str, source: str, *, required: bool = True, integer: bool = False,
+           high: float = MAX_NUMBER) -> float:
+    """`d[key]` as a finite number in [0, high] (an int if `integer`); NaN when absent and not `required`."""
+    v = d.get(key)
+    if v is None and not required:
+        return math.nan
+    ok = not isinstance(v, bool) and isinstance(v, int if integer else (int, float))
+    if not ok or not 0 <= v <= high:  # NaN and inf fail the range; huge ints compare without overflow
+        kind = "an integer" if integer else "a finite number"
+        raise ReportError(f"{source}: {key} = {str(v)[:40]}, expected {kind} in [0, {high:g}]")
+    return v if integer else float(v)
+
+
+def write_report(path: str | os.PathLike[str], data: dict) -> None:
+    """Replace the report at `path` (write, rename): a reader sees the old or the new one, never a torn one.
+
+    No fsync: a report is a hint, and a stalled network file system must not stall the job's training step.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def parse_progress(d: dict, source: str) -> Progress:
+    """A progress report's JSON object as `Progress`; raises `ReportError` naming `source` and the bad field."""
+    done, total, updated = (number(d, k, source) for k in ("done", "total", "updated"))
+    if done > total:
+        raise ReportError(f"{source}: done {done:g} exceeds total {total:g}")
+    restarts = number(d, "restarts", source, required=False, integer=True, high=MAX_RESTARTS)
+    started = number(d, "started", source, required=False)
+    return Progress(done, total, updated, str(d.get("shape", ""))[:200], 0 if math.isnan(restarts) else int(restarts),
+                    updated if math.isnan(started) else started)
 
 
 def read_progress(path: str | os.PathLike[str]) -> Progress | None:
-    """The report at `path`, or None when there is none yet; `ReportError` when it is unreadable or invalid."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ReportError(f"{path}: cannot be read ({exc})") from None
-    return parse_progress(text, str(path))
+    """The progress report at `path`, or None when there is none yet; `ReportError` when it is unusable."""
+    d = read_report(path, "progress")
+    return None if d is None else parse_progress(d, str(path))
 
 
 def write_progress(path: str | os.PathLike[str], progress: Progress) -> None:
-    """Replace the report at `path` atomically: a reader sees the old or the new report, never a torn one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(progress.to_json())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_report(path, progress.to_dict())
 
 
 class ProgressReporter:
@@ -119,6 +168,7 @@ class ProgressReporter:
         self.min_interval_s = min_interval_s
         self.clock = clock
         self._last = -math.inf
+        self._started: float | None = None
 
     def report(self, done: float, total: float, final: bool = False) -> bool:
         """Write a report if `min_interval_s` has passed since the last one (always when `final`); True if written."""
@@ -128,7 +178,9 @@ class ProgressReporter:
         if not final and now - self._last < self.min_interval_s:
             return False
         try:
-            write_progress(self.path, Progress(float(done), float(total), now, self.shape, self.restarts))
+            if self._started is None:
+                self._started = now
+            write_progress(self.path, Progress(float(done), float(total), now, self.shape, self.restarts, self._started))
         except OSError as exc:
             log.warning("progress reports stop for this run: %s: %s", self.path, exc)
             self.path = None

@@ -1,13 +1,14 @@
 """Progress reports: the file format, atomic writes, rate limiting, and the runtime loops that write them."""
 
 import json
+import os
 
 import pytest
 import torch
 
 from slurm_elastico.runtime.infer import TorchEngine, run_inference, Request
-from slurm_elastico.runtime.progress import (ENV, Progress, ReportError, ProgressReporter, parse_progress,
-                                             progress_path, read_progress, write_progress)
+from slurm_elastico.runtime.progress import (ENV, Progress, ProgressReporter, ReportError, progress_path,
+                                             read_progress, write_progress)
 from slurm_elastico.runtime.shape import InferShape, TrainShape
 from slurm_elastico.runtime.tinylm import TinyConfig, build_tiny_lm, lm_loss, synthetic_tokens
 from slurm_elastico.runtime.train import train
@@ -17,24 +18,42 @@ def test_a_report_round_trips_and_the_path_rule_is_one_function(tmp_path):
     path = progress_path(tmp_path, 42)
     assert path == tmp_path / ".elastico" / "42" / "progress.json"
     assert read_progress(path) is None  # no report yet is not an error
-    write_progress(path, Progress(3, 10, 1000.5, "m8", 2))
-    assert read_progress(path) == Progress(3.0, 10.0, 1000.5, "m8", 2)
+    write_progress(path, Progress(3, 10, 1000.5, "m8", 2, 990.0))
+    assert read_progress(path) == Progress(3.0, 10.0, 1000.5, "m8", 2, 990.0)
     assert [p.name for p in path.parent.iterdir()] == ["progress.json"]  # no temporary file left behind
 
 
 @pytest.mark.parametrize("text, problem", [
     ("{", "not JSON"),
+    ("[" * 30000 + "]" * 30000, "not JSON"),  # deep nesting: RecursionError, not a crash
     ('{"version": 9, "done": 1, "total": 2, "updated": 3}', "version 1"),
     ('{"version": 1, "done": -1, "total": 2, "updated": 3}', "done = -1"),
+    ('{"version": 1, "done": 1e400, "total": 2, "updated": 3}', "done = inf"),
+    ('{"version": 1, "done": 1' + "0" * 400 + ', "total": 2, "updated": 3}', "done = 1000"),  # a huge int
     ('{"version": 1, "done": 3, "total": 2, "updated": 3}', "exceeds total"),
     ('{"version": 1, "done": 1, "total": 2}', "updated = None"),
     ('{"version": 1, "done": true, "total": 2, "updated": 3}', "done = True"),
     ('{"version": 1, "done": 1, "total": 2, "updated": 3, "restarts": "x"}', "restarts"),
+    ('{"version": 1, "done": 1, "total": 2, "updated": 3, "restarts": 1180591620717411303424}', "restarts"),
+    ('{"version": 1, "pad": "' + "x" * 70000 + '"}', "larger than"),
 ])
-def test_a_bad_report_is_refused_with_the_file_and_the_field(text, problem):
+def test_a_bad_report_is_refused_with_the_file_and_the_field(tmp_path, text, problem):
+    path = tmp_path / "progress.json"
+    path.write_text(text)
     with pytest.raises(ReportError, match=problem) as err:
-        parse_progress(text, "job.json")
-    assert str(err.value).startswith("job.json: ")
+        read_progress(path)
+    assert str(err.value).startswith(f"{path}: ")
+
+
+def test_a_fifo_device_or_symlink_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # nobody writes: a plain open would block the helper forever
+    with pytest.raises(ReportError, match="not a regular file"):
+        read_progress(fifo)
+    link = tmp_path / "link.json"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(ReportError, match="cannot be read"):
+        read_progress(link)
 
 
 def test_the_reporter_is_rate_limited_but_always_writes_a_final_report(tmp_path):
@@ -49,7 +68,7 @@ def test_the_reporter_is_rate_limited_but_always_writes_a_final_report(tmp_path)
     assert rep.report(3, 10, final=True)
     t[0] = 108.0
     assert rep.report(4, 10)
-    assert read_progress(path) == Progress(4, 10, 108.0, "s1", 3)
+    assert read_progress(path) == Progress(4, 10, 108.0, "s1", 3, started=100.0)
 
 
 def test_without_a_report_file_nothing_is_written(tmp_path, monkeypatch):
