@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from slurm_elastico.interference.measurements import Colocation
-from slurm_elastico.model import Counters, Family, JobState, Shape, Snapshot
+from slurm_elastico.model import Counters, Family, JobState, JobView, Shape, Snapshot
 from slurm_elastico.runtime.progress import Progress
 from slurm_elastico.shapes.current import running_shape
 from slurm_elastico.shapes.solo import solo_profile
@@ -45,7 +45,10 @@ SOURCE = "observed"
 MIN_INTERVAL_S = 5.0
 """A rate needs reports at least this far apart: shorter intervals are mostly noise of step boundaries."""
 WARMUP_S = 5.0
-"""A rate counts from a report at least this long after everyone in the context (re)started: start-up is not speed."""
+"""A rate counts from a report at least this long after everyone in the context (re)started and after the job's
+own run began reporting: start-up (imports, compilation, first steps) is not speed."""
+MAX_INTERVAL_S = 1800.0
+"""Longer gaps between readings (a helper that was down) give no sample: jobs may have come and gone unseen."""
 MIN_PAIR_S = 10.0
 """Seconds each job of a pair must have run beside the other before the pair is an observation."""
 MAX_NORM = 1.25
@@ -89,47 +92,64 @@ def _shape_of(job, family: Family, report: Progress) -> Shape:
     return running_shape(family.shapes, family.default_shape, job.admin_comment, held)[0]
 
 
+def _who(job: JobView, shapes: Mapping[int, Shape]) -> list:
+    """A job as part of a context: a restart or another shape makes it another context."""
+    return [job.job_id, shapes[job.job_id].name if job.job_id in shapes else "?", job.start_time or 0, job.restarts]
+
+
 def observe(snapshot: Snapshot, families: Mapping[int, Family], reports: Mapping[int, Progress],
             previous: Mapping[int, Reading], counters: Mapping[int, CounterReport] | None = None) -> Observation:
     """One epoch's work done, readings, and solo and co-located progress samples (see the module text).
 
     `counters` are the jobs' GPU counter reports (`runtime.counters`): one taken wholly while a job ran
     alone, after its warm-up, and newer than the previous reading, is that job's solo counters at its shape.
+    Jobs on a node where a GPU job's GPUs are unknown give no samples (who shares with whom is unknown).
     """
     counters = counters or {}
     out = Observation()
+    views = {j.job_id: j for j in snapshot.jobs}
     running = {j.job_id: j for j in snapshot.jobs
                if j.state is JobState.RUNNING and j.job_id in families and j.job_id in reports}
     shapes = {jid: _shape_of(j, families[jid], reports[jid]) for jid, j in running.items()}
     on_gpu: dict[tuple[str, int], list[int]] = {}
+    blind: set[str] = set()  # nodes with a GPU job whose GPUs squeue did not say
     for j in snapshot.jobs:
         if j.state is JobState.RUNNING:
             for node, index, _ in j.gpu_alloc:
                 on_gpu.setdefault((node, index), []).append(j.job_id)
-    starts = {j.job_id: j.start_time for j in snapshot.jobs}
+            if j.gres is not None and not j.gpu_alloc:
+                blind.update(j.nodes)
+    for jid, reading in previous.items():  # a job requeued for a reshape keeps its work done while it waits
+        if jid in views and jid not in running:
+            out.progress[jid] = reading.done
     for jid, job in running.items():
         report = reports[jid]
         out.progress[jid] = report.done
         gpus = {(n, i) for n, i, _ in job.gpu_alloc}
         partners = sorted({p for g in gpus for p in on_gpu.get(g, []) if p != jid})
-        context = json.dumps([shapes[jid].name, [[p, shapes[p].name if p in shapes else "?"] for p in partners]])
+        # An in-place relaunch (a new `started`) is a new context too: the interval would span the restart.
+        context = json.dumps([_who(job, shapes), report.started, [_who(views[p], shapes) for p in partners]])
         before = previous.get(jid)
         same = before is not None and (before.restarts, before.context) == (report.restarts, context)
+        if same and MIN_INTERVAL_S > report.updated - before.updated >= 0:
+            out.readings[jid] = before  # too soon to tell: measure from the earlier reading next epoch
+            continue
         # When the context began: a start is known exactly; a departure only as "since the last epoch".
         since = before.since if same else max(
-            [float(starts.get(p) or 0) for p in [jid, *partners]] + ([snapshot.taken_at] if before is not None else []))
+            [float(views[p].start_time or 0) for p in [jid, *partners]] + ([snapshot.taken_at] if before else []))
         reading = Reading(report.done, report.updated, report.restarts, context, since)
         out.readings[jid] = reading
-        if not same:
+        if not same or not gpus or blind.intersection(job.nodes):
             continue
         dt = reading.updated - before.updated
-        if dt < MIN_INTERVAL_S or before.updated < reading.since + WARMUP_S or reading.done <= before.done:
+        warm_from = max(since, report.started) + WARMUP_S
+        if dt > MAX_INTERVAL_S or before.updated < warm_from or reading.done <= before.done:
             continue
         work = reading.done - before.done
         if not partners:
             out.solo.append((jid, shapes[jid].name, work, dt))
             measured = counters.get(jid)
-            if measured is not None and measured[1] >= since + WARMUP_S and measured[2] > before.updated:
+            if measured is not None and measured[1] >= warm_from and measured[2] > before.updated:
                 out.solo_counters.append((jid, shapes[jid].name, measured[0]))
         elif len(gpus) == 1 and len(partners) == 1 and partners[0] in shapes:
             out.beside.append(((jid, shapes[jid].name, partners[0], shapes[partners[0]].name), work, dt))

@@ -215,9 +215,12 @@ class ProgressObserver:
                     found[job.job_id] = value
         return reports, counters, notes
 
-    def __call__(self, snapshot: Snapshot, families: dict[int, Family],
-                 dry_run: bool) -> tuple[dict[int, float], dict[int, Family], list[str]]:
-        """(work done per job, the families with measured shapes, notes) for this epoch; records what it learned."""
+    def __call__(self, snapshot: Snapshot, families: dict[int, Family], dry_run: bool,
+                 source: FamilySource | None = None) -> tuple[dict[int, float], dict[int, Family], list[str]]:
+        """(work done per job, the families with measured shapes, notes) for this epoch; records what it learned.
+
+        `source` gives the families of jobs that left the queue with a pair still open (see `_resolve`).
+        """
         reports, counters, notes = self._reports(snapshot, families)
         previous = {r["job_id"]: Reading(r["done"], r["updated"], r["restarts"], r["context"], r["since"])
                     for r in self.store.query("SELECT * FROM progress_reading")}
@@ -226,17 +229,10 @@ class ProgressObserver:
             self._record(snapshot, obs)
         measured = {(r["job_id"], r["shape"]): Counters(*(math.nan if r[f] is None else r[f] for f in COUNTER_FIELDS))
                     for r in self.store.query("SELECT * FROM solo_counters")}
-        families = with_measured(families, measured)
         if dry_run:
-            return obs.progress, families, notes
-        solo = merge_solo({(r["job_id"], r["shape"]): (r["work"], r["seconds"])
-                           for r in self.store.query("SELECT * FROM solo_rate")})
-        beside = {(r["job_id"], r["shape"], r["partner"], r["partner_shape"]): (r["work"], r["seconds"])
-                  for r in self.store.query("SELECT * FROM pair_rate")}
-        found, spent, pair_notes = pair_observations(beside, solo, families, self.gpu_type)
-        notes += pair_notes
-        with self.store.transaction() as conn:
-            conn.executemany("DELETE FROM pair_rate WHERE job_id=? AND shape=? AND partner=? AND partner_shape=?", spent)
+            return obs.progress, with_measured(families, measured), notes
+        found = self._resolve(families, measured, source, notes)
+        self._forget({j.job_id for j in snapshot.jobs})
         if found:
             save_to_store(self.store, found)
             if self.reference and hasattr(self.model, "fine_tune"):
@@ -244,26 +240,50 @@ class ProgressObserver:
                     notes.append(self._refine(found))
                 except (ElasticoError, OSError, RuntimeError, ValueError) as exc:  # learning must not stop scheduling
                     notes.append(f"predictor not refined this epoch: {exc}")
-        return obs.progress, families, notes
+        return obs.progress, with_measured(families, measured), notes
 
-    def _record(self, snapshot: Snapshot, obs: Observation) -> None:
-        """Keep this epoch's readings and samples; forget the jobs that left the queue."""
+    def _resolve(self, families: dict[int, Family], measured: dict, source: FamilySource | None,
+                 notes: list[str]) -> list:
+        """Turn the pairs that are ready into observations (also pairs whose jobs have left) and spend their time."""
+        beside = {(r["job_id"], r["shape"], r["partner"], r["partner_shape"]): (r["work"], r["seconds"])
+                  for r in self.store.query("SELECT * FROM pair_rate")}
+        gone = {j for key in beside for j in (key[0], key[2])} - set(families)
+        known = dict(families)
+        if gone and source is not None:
+            known.update(source.families(gone)[0])
+        solo = merge_solo({(r["job_id"], r["shape"]): (r["work"], r["seconds"])
+                           for r in self.store.query("SELECT * FROM solo_rate")})
+        found, spent, pair_notes = pair_observations(beside, solo, with_measured(known, measured), self.gpu_type)
+        notes += pair_notes
+        with self.store.transaction() as conn:
+            conn.executemany("DELETE FROM pair_rate WHERE job_id=? AND shape=? AND partner=? AND partner_shape=?", spent)
+        return found
+
+    def _forget(self, active: set[int]) -> None:
+        """Drop what jobs that left the queue can no longer give: all of it, once no open pair needs their solo speed."""
         with self.store.transaction() as conn:
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS active (job_id INTEGER PRIMARY KEY)")
             conn.execute("DELETE FROM active")
-            conn.executemany("INSERT INTO active VALUES (?)", [(j.job_id,) for j in snapshot.jobs])
-            for table, column in (("progress_reading", "job_id"), ("solo_rate", "job_id"), ("solo_counters", "job_id"),
-                                  ("pair_rate", "job_id"), ("pair_rate", "partner")):
-                conn.execute(f"DELETE FROM {table} WHERE {column} NOT IN (SELECT job_id FROM active)")
+            conn.executemany("INSERT INTO active VALUES (?)", [(j,) for j in active])
+            conn.execute("DELETE FROM progress_reading WHERE job_id NOT IN (SELECT job_id FROM active)")
+            conn.execute("DELETE FROM pair_rate WHERE job_id NOT IN (SELECT job_id FROM active) "
+                         "AND partner NOT IN (SELECT job_id FROM active)")  # both gone: it cannot complete
+            for table in ("solo_rate", "solo_counters"):
+                conn.execute(f"DELETE FROM {table} WHERE job_id NOT IN (SELECT job_id FROM active) "
+                             "AND job_id NOT IN (SELECT job_id FROM pair_rate) AND job_id NOT IN (SELECT partner FROM pair_rate)")
+
+    def _record(self, snapshot: Snapshot, obs: Observation) -> None:
+        """Keep this epoch's readings and samples."""
+        with self.store.transaction() as conn:
             conn.executemany("INSERT OR REPLACE INTO progress_reading VALUES (?,?,?,?,?,?)",
                              [(j, r.done, r.updated, r.restarts, r.context, r.since) for j, r in obs.readings.items()])
-            conn.executemany("INSERT INTO solo_rate VALUES (?,?,?,?) ON CONFLICT DO UPDATE SET "
+            conn.executemany("INSERT INTO solo_rate VALUES (?,?,?,?) ON CONFLICT (job_id, shape) DO UPDATE SET "
                              "work = work + excluded.work, seconds = seconds + excluded.seconds", obs.solo)
             conn.executemany("INSERT OR REPLACE INTO solo_counters VALUES (?,?,?,?,?,?)",
                              [(j, shape, *(None if math.isnan(getattr(c, f)) else getattr(c, f) for f in COUNTER_FIELDS))
                               for j, shape, c in obs.solo_counters])
-            conn.executemany("INSERT INTO pair_rate VALUES (?,?,?,?,?,?) ON CONFLICT DO UPDATE SET "
-                             "work = work + excluded.work, seconds = seconds + excluded.seconds",
+            conn.executemany("INSERT INTO pair_rate VALUES (?,?,?,?,?,?) ON CONFLICT (job_id, shape, partner, partner_shape) "
+                             "DO UPDATE SET work = work + excluded.work, seconds = seconds + excluded.seconds",
                              [(*key, work, seconds) for key, work, seconds in obs.beside])
 
     def _refine(self, new: list) -> str:
@@ -297,7 +317,7 @@ def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model
         if recovered:
             snap = gateway.snapshot()
     fams, warnings = families.families({j.job_id for j in snap.jobs})
-    progress, fams, observed = observer(snap, fams, dry_run) if observer is not None else ({}, fams, [])
+    progress, fams, observed = observer(snap, fams, dry_run, families) if observer is not None else ({}, fams, [])
     plan = run_epoch(snap, fams, settings, model, now, progress)
     plan = dataclasses.replace(plan, notes=(*plan.notes, *observed))
     comments = {j.job_id: j.admin_comment for j in snap.jobs}

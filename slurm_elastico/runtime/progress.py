@@ -53,7 +53,7 @@ class Progress:
     updated: float
     shape: str = ""
     restarts: int = 0
-    started: float = 0.0  # when this run's reporting began (writer's Unix time): its warm-up counts from here
+    started: float = 0.0  # when this run's reporting began (writer's Unix time; 0 = unknown): warm-up counts from here
 
     def to_dict(self) -> dict:
         return {"version": VERSION, "done": self.done, "total": self.total, "shape": self.shape,
@@ -141,7 +141,7 @@ def parse_progress(d: dict, source: str) -> Progress:
     restarts = number(d, "restarts", source, required=False, integer=True, high=MAX_RESTARTS)
     started = number(d, "started", source, required=False)
     return Progress(done, total, updated, str(d.get("shape", ""))[:200], 0 if math.isnan(restarts) else int(restarts),
-                    updated if math.isnan(started) else started)
+                    0.0 if math.isnan(started) else started)
 
 
 def read_progress(path: str | os.PathLike[str]) -> Progress | None:

@@ -11,6 +11,7 @@ from slurm_elastico.interference.measurements import load_from_store
 from slurm_elastico.interference.predictor import MlpPredictor, TrainConfig, train
 from slurm_elastico.observe import merge_solo, observe, pair_observations
 from slurm_elastico.planner.synthetic import cluster, family, running, snapshot
+from slurm_elastico.model import JobState
 from slurm_elastico.runtime.progress import Progress, progress_path, write_progress
 from slurm_elastico.store import Store
 
@@ -117,6 +118,45 @@ def test_a_restart_resets_the_interval():
     assert [k[0] for k, _, _ in outs[1][0].beside] == [2]
 
 
+def test_readings_too_close_together_keep_the_earlier_one_as_the_baseline():
+    outs, _ = epochs([(s, {1: report(d, T0 + t), 2: report(d, T0 + t)}) for s, d, t in
+                      [(ALONE, 10, 0), (ALONE, 16, 3), (ALONE, 22, 6)]])  # epochs 3 s apart
+    assert [(j, w, t) for j, _, w, t in outs[2][0].solo] == [(1, 12, 6), (2, 12, 6)]  # measured from 0 s, not 3 s
+
+
+def test_a_partner_that_restarted_between_two_epochs_makes_another_context():
+    before = snap(job(1, 0, 50), job(2, 0, 50))
+    after = snap(job(1, 0, 50), replace(job(2, 0, 50, start=T0 - 100), restarts=1))
+    outs, _ = epochs([(before, {1: report(10, T0), 2: report(10, T0)}),
+                      (after, {1: report(30, T0 + 10), 2: report(15, T0 + 10, restarts=1)})])
+    assert outs[1][0].beside == []
+
+
+def test_no_sample_across_a_long_gap_or_inside_the_runs_own_warm_up():
+    gap, _ = epochs([(ALONE, {1: report(10, T0)}), (ALONE, {1: report(5000, T0 + 3600)})])
+    assert gap[1][0].solo == []
+    # Slurm started job 1 long ago, but this run of its program began reporting at T0 + 8.
+    warm, _ = epochs([(ALONE, {1: Progress(10, 1000, T0 + 10, "", 0, T0 + 8)}),
+                      (ALONE, {1: Progress(30, 1000, T0 + 20, "", 0, T0 + 8)})])
+    assert warm[1][0].solo == []
+    relaunched, _ = epochs([(ALONE, {1: Progress(10, 1000, T0 + 10, "", 0, T0 - 50)}),
+                            (ALONE, {1: Progress(30, 1000, T0 + 30, "", 0, T0 + 12)})])  # relaunched in place at T0 + 12
+    assert relaunched[1][0].solo == []
+
+
+def test_where_a_gpu_job_sits_is_unknown_no_job_on_that_node_gives_samples():
+    lost = replace(job(3, 0, 50), gpu_alloc=())  # squeue gave no GPU index for it
+    s = snap(job(1, 0, 50), job(2, 1, 50), lost)
+    outs, _ = epochs([(s, {1: report(10, T0), 2: report(10, T0)}), (s, {1: report(30, T0 + 10), 2: report(20, T0 + 10)})])
+    assert outs[1][0].solo == [] and outs[1][0].progress == {1: 30, 2: 20}
+
+
+def test_a_requeued_job_keeps_its_work_done_while_it_waits():
+    waiting = snap(job(1, 0, 50), replace(job(2, 1, 50), state=JobState.PENDING, gpu_alloc=()))
+    outs, _ = epochs([(ALONE, {1: report(10, T0), 2: report(40, T0)}), (waiting, {1: report(20, T0 + 10)})])
+    assert outs[1][0].progress == {1: 20, 2: 40}
+
+
 def test_an_impossible_ratio_is_dropped_with_a_note():
     outs, _ = epochs([
         (SHARED, {1: report(10, T0 + 30), 2: report(10, T0 + 30)}),
@@ -171,6 +211,36 @@ def test_the_observer_reads_report_files_keeps_state_in_the_store_and_refines_th
         observer(snap(), {}, dry_run=False)
         assert store.query("SELECT COUNT(*) AS n FROM progress_reading")[0]["n"] == 0
         assert store.query("SELECT COUNT(*) AS n FROM solo_rate")[0]["n"] == 0
+
+
+class Families:
+    """The family source of run_once: here both jobs were submitted with FAM."""
+
+    def families(self, job_ids):
+        return {j: FAM for j in job_ids if j in (1, 2)}, []
+
+
+def test_a_pair_is_observed_after_the_job_that_ran_alone_first_has_left(tmp_path):
+    d1, d2 = tmp_path / "w1", tmp_path / "w2"
+    a = job(1, 0, 50, work_dir=str(d1))
+    b = job(2, 0, 50, start=T0 + 25, work_dir=str(d2))  # starts beside job 1, never alone while job 1 runs
+    steps = [(snap(a), 10, None, T0), (snap(a), 50, None, T0 + 20),   # job 1 alone: 2.0/s
+             (snap(a, b), 60, 0, T0 + 30), (snap(a, b), 72, 5, T0 + 40),   # together 10 s: 1.2/s and 0.5/s
+             (snap(b), None, 10, T0 + 50), (snap(b), None, 20, T0 + 60)]   # job 1 has finished; job 2 alone: 1.0/s
+    with Store(tmp_path / "s.sqlite") as store:
+        observer = sched.ProgressObserver(store, "p100")
+        for s, done1, done2, at in steps:
+            for d, j, done in ((d1, 1, done1), (d2, 2, done2)):
+                if done is not None:
+                    write_progress(progress_path(d, j), report(done, at, "mps50-0"))
+            observer(s, {j.job_id: FAM for j in s.jobs}, dry_run=False, source=Families())
+            if at == T0 + 50:
+                assert store.query("SELECT COUNT(*) AS n FROM solo_rate WHERE job_id = 1")[0]["n"] == 1  # still needed
+        (obs,) = load_from_store(store, source="observed")
+        assert (obs.norm_a, obs.norm_b) == pytest.approx((0.6, 0.5))
+        # Nothing of job 1 is left once its pair is done.
+        assert store.query("SELECT COUNT(*) AS n FROM solo_rate WHERE job_id = 1")[0]["n"] == 0
+        assert store.query("SELECT COUNT(*) AS n FROM pair_rate")[0]["n"] == 0
 
 
 def test_a_dry_run_reads_progress_but_writes_nothing(tmp_path):
