@@ -1,6 +1,8 @@
-"""Progress reports through real Slurm: two PyTorch training jobs, first alone, then on one GPU; `elastico sched`
-reads their reports, learns each job's solo speed, and records the slowdown they show side by side.
+"""Progress reports through real Slurm: two jobs, first alone, then on one GPU; `elastico sched` reads their
+reports, learns each job's solo speed, and records the slowdown they show side by side.
 
+The jobs are a CPU-bound loop that reports through the runtime API (`report_progress`), so the test needs no
+torch and runs on both Slurm versions (the training loop's own reports are tested in tests/unit/test_progress.py).
 The slowdown is real (the jobs share this machine's CPUs, as they would share a GPU's SMs); the test checks it
 is recorded as a valid observation, not what its value is.
 """
@@ -18,7 +20,7 @@ from slurm_elastico.model import JobState
 from slurm_elastico.runtime.progress import progress_path, read_progress
 from slurm_elastico.store import Store
 
-from live_helpers import BIN, EXAMPLES, Cluster
+from live_helpers import BIN, Cluster
 
 pytestmark = pytest.mark.live
 
@@ -34,6 +36,26 @@ mps_shares: [50]
 throughput_floor: 0.01
 cpus: 1
 host_mem_mib: 512
+"""
+
+
+# A job of fixed steps of CPU work; on SIGUSR1/SIGTERM it saves its step and exits 75 (elastico-run's contract).
+PROGRAM = """#!/usr/bin/env python3
+import os, signal, sys
+from slurm_elastico.runtime import report_progress
+ckpt = os.path.join(os.environ["ELASTICO_CKPT_DIR"], "step")
+step = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
+stop = []
+signal.signal(signal.SIGTERM, lambda s, f: stop.append(s))
+signal.signal(signal.SIGUSR1, lambda s, f: stop.append(s))
+total = int(os.environ["ELASTICO_STEPS"])
+report_progress(step, total, final=True)
+while step < total and not stop:
+    sum(i * i for i in range(20000))
+    step += 1
+    report_progress(step, total)
+open(ckpt, "w").write(str(step))
+sys.exit(75 if stop else 0)
 """
 
 
@@ -73,10 +95,11 @@ def wait_report(c: Cluster, job_id: int, restarts: int, timeout: float = 90) -> 
 
 def test_helper_learns_solo_speeds_and_records_the_observed_slowdown(slurm_cluster, tmp_path):
     c = Cluster(dict(slurm_cluster.env()), tmp_path, {"f.yaml": FAMILY}, config="planner: {policy: static}\ngpu: {type: fake}\n")
-    args = ("--deterministic",)  # one thread each: on this machine's CPUs two jobs contend only a little
+    program = tmp_path / "busy.py"
+    program.write_text(PROGRAM)
     try:
-        a = c.submit("f.yaml", EXAMPLES / "train_tiny.py", *args, options=("-w", "n1"))
-        b = c.submit("f.yaml", EXAMPLES / "train_tiny.py", *args, options=("-w", "n2"))
+        a = c.submit("f.yaml", program, options=("-w", "n1"))
+        b = c.submit("f.yaml", program, options=("-w", "n2"))
         wait_report(c, a, 0)
         wait_report(c, b, 0)
         until(c, lambda notes: solo_rates(tmp_path) == {a, b}, "a solo rate for each job")
@@ -95,7 +118,7 @@ def test_helper_learns_solo_speeds_and_records_the_observed_slowdown(slurm_clust
         with Store(tmp_path / "state" / "elastico.sqlite") as store:
             (obs,) = load_from_store(store, source="observed")
         assert 0 < obs.norm_a <= 2 and 0 < obs.norm_b <= 2
-        print(f"\n  two tiny training jobs on one fake GPU (shared CPUs): {obs.norm_a:.2f} and {obs.norm_b:.2f} of solo speed")
+        print(f"\n  two CPU-bound jobs on one fake GPU (shared CPUs): {obs.norm_a:.2f} and {obs.norm_b:.2f} of solo speed")
         assert obs.a.mps_share == 50 and obs.a.kind == "train" and obs.a.model_family == "observe-live"
         assert c.gateway.job(a).state is JobState.RUNNING  # the helper changed nothing
     finally:
