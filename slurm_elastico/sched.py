@@ -41,7 +41,7 @@ import yaml
 from slurm_elastico.config import Settings
 from slurm_elastico.errors import ConfigError, ElasticoError
 from slurm_elastico.interference.base import SlowdownModel
-from slurm_elastico.interference.measurements import load_from_store, save_to_store
+from slurm_elastico.interference.measurements import load_rows, save_to_store
 from slurm_elastico.model import Action, ActionKind, Counters, Family, JobState, Plan, Snapshot
 from slurm_elastico.observe import SOURCE, Observation, Reading, merge_solo, observe, pair_observations, with_measured
 from slurm_elastico.planner import run_epoch
@@ -185,19 +185,28 @@ def recover(gateway: Gateway, journal: Journal, snapshot: Snapshot, at: float) -
     return notes
 
 
+REFINE_BATCH = 5
+"""Observations to gather before refining the predictor again (a long co-location gives one every 10 s or so)."""
+REPLAY = 2000
+"""Observed rows kept in the online learner's replay (besides its whole reference data)."""
+
+
 class ProgressObserver:
     """The I/O around `observe.observe`: report files in, readings, solo rates and observations in the store.
 
     With `model` a trained predictor (it has `fine_tune`) and `reference` its
-    training observations, each epoch that records new co-locations refines
-    the model in place (`interference.online.refine`) and, if the update is
-    kept, replaces `model_path` atomically. Every attempt is a `model_update` row.
+    training observations, every `refine_batch` new observations refine the
+    model in place (`interference.online.refine`: held out by row id, drift
+    judged against the model's first recorded reference error) and, if the
+    update is kept, replace `model_path` atomically; if saving fails the
+    weights go back too. Every attempt is a `model_update` row.
     """
 
     def __init__(self, store: Store, gpu_type: str, model: SlowdownModel | None = None, model_path: str = "",
-                 reference: list | None = None):
+                 reference: list | None = None, refine_batch: int = REFINE_BATCH):
         self.store, self.gpu_type = store, gpu_type
         self.model, self.model_path, self.reference = model, model_path, reference or []
+        self.refine_batch = refine_batch
 
     def _reports(self, snapshot: Snapshot, families: dict[int, Family]) -> tuple[dict, dict, list[str]]:
         """The running family jobs' progress reports and GPU counter reports, and a note for each unusable one."""
@@ -237,9 +246,10 @@ class ProgressObserver:
             save_to_store(self.store, found)
             if self.reference and hasattr(self.model, "fine_tune"):
                 try:
-                    notes.append(self._refine(found))
+                    note = self._refine()
                 except (ElasticoError, OSError, RuntimeError, ValueError) as exc:  # learning must not stop scheduling
-                    notes.append(f"predictor not refined this epoch: {exc}")
+                    note = f"predictor not refined this epoch (its weights are as before): {exc}"
+                notes += [note] if note else []
         return obs.progress, with_measured(families, measured), notes
 
     def _resolve(self, families: dict[int, Family], measured: dict, source: FamilySource | None,
@@ -286,19 +296,27 @@ class ProgressObserver:
                              "DO UPDATE SET work = work + excluded.work, seconds = seconds + excluded.seconds",
                              [(*key, work, seconds) for key, work, seconds in obs.beside])
 
-    def _refine(self, new: list) -> str:
+    def _refine(self) -> str | None:
+        """Refine the model once `refine_batch` observations arrived since the last attempt; a note, or None."""
         from slurm_elastico.interference.online import refine  # imports torch: only with a trained model
 
-        earlier = load_from_store(self.store, self.gpu_type, SOURCE, last=2000)[:-len(new)]  # the new ones are last
-        result = refine(self.model, self.reference, earlier, new)  # type: ignore[arg-type]
-        if result.accepted and self.model_path:
-            self.model.save(self.model_path)  # type: ignore[union-attr]
-        last = self.store.query("SELECT COALESCE(MAX(id), 0) AS m FROM colocation")[0]["m"]
+        last = self.store.query("SELECT COALESCE(MAX(last_observation), 0) AS m FROM model_update WHERE model = ?",
+                                (self.model_path,))[0]["m"]
+        new = load_rows(self.store, self.gpu_type, SOURCE, after_id=last)
+        if len(new) < self.refine_batch:
+            return None
+        earlier = [r for r in load_rows(self.store, self.gpu_type, SOURCE, last=REPLAY + len(new)) if r[0] <= last]
+        first = self.store.query("SELECT error_before FROM model_update WHERE model = ? ORDER BY id LIMIT 1",
+                                 (self.model_path,))
+        baseline = first[0]["error_before"] if first else None
+        save = (lambda: self.model.save(self.model_path)) if self.model_path else None  # type: ignore[union-attr]
+        result = refine(self.model, self.reference, earlier, new, save, replay_size=REPLAY,  # type: ignore[arg-type]
+                        baseline_error=baseline)
         self.store.execute(
             "INSERT INTO model_update (at, model, accepted, error_before, error_after, recent_before, recent_after,"
             " new_observations, last_observation) VALUES (?,?,?,?,?,?,?,?,?)",
             (time.time(), self.model_path, int(result.accepted), result.error_before, result.error_after,
-             result.recent_before, result.recent_after, len(new), last))
+             result.recent_before, result.recent_after, len(new), new[-1][0]))
         verdict = "kept" if result.accepted else "rolled back"
         return (f"predictor refined from {len(new)} new observation(s): {verdict} (reference error "
                 f"{result.error_before:.1%} -> {result.error_after:.1%})")

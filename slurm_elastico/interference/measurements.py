@@ -168,25 +168,30 @@ def save_to_store(store, observations: Sequence[Colocation]) -> int:
     return len(rows)
 
 
-def load_from_store(store, gpu_type: str | None = None, source: str | None = None,
-                    last: int | None = None) -> list[Colocation]:
-    """Observations in the store (optionally of one GPU type, one source, only the `last` N), oldest first."""
-    sql = f"SELECT id, {', '.join(COLUMNS)} FROM colocation"
-    where, params = [], []
+def load_rows(store, gpu_type: str | None = None, source: str | None = None, last: int | None = None,
+              after_id: int = 0) -> list[tuple[int, Colocation]]:
+    """(row id, observation) in the store, oldest first: optionally of one GPU type, one source, with an id
+    above `after_id`, only the `last` N."""
+    sql = f"SELECT id, {', '.join(COLUMNS)} FROM colocation WHERE id > ?"
+    params: list = [after_id]
     for column, value in (("gpu_type", gpu_type), ("source", source)):
         if value is not None:
-            where.append(f"{column} = ?")
+            sql += f" AND {column} = ?"
             params.append(value)
-    if where:
-        sql += " WHERE " + " AND ".join(where)
     sql += " ORDER BY id DESC"
     if last is not None:
         sql += f" LIMIT {int(last)}"
     out = []
     for r in reversed(store.query(sql, params)):
         row = {c: ("" if r[c] is None else str(r[c])) for c in COLUMNS}
-        out.append(parse_row(row, f"store colocation id {r['id']}"))
+        out.append((int(r["id"]), parse_row(row, f"store colocation id {r['id']}")))
     return out
+
+
+def load_from_store(store, gpu_type: str | None = None, source: str | None = None,
+                    last: int | None = None) -> list[Colocation]:
+    """Observations in the store (optionally of one GPU type, one source, only the `last` N), oldest first."""
+    return [obs for _, obs in load_rows(store, gpu_type, source, last)]
 
 
 def samples(observations: Iterable[Colocation]) -> tuple[list[SoloProfile], list[SoloProfile], list[float], list[int]]:

@@ -152,12 +152,18 @@ class NvmlSampler:
         power = nv.nvmlDeviceGetPowerUsage(h) / 1000.0
         return Sample(time.monotonic() - self._t0, sm, bw, mem, power)
 
+    @property
+    def sampling(self) -> bool:
+        """True while the sampling thread runs (after `stop()`: only if an NVML call hangs)."""
+        return self._thread is not None
+
     def stop(self) -> NvmlSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=max(5.0, 4 * self.interval_s))
-            self._thread = None
-        if self._nvml is not None:
+            if not self._thread.is_alive():
+                self._thread = None  # still set: a hung NVML call; the daemon thread dies with the process
+        if self._nvml is not None and self._thread is None:
             try:
                 self._nvml.nvmlShutdown()
             except Exception:

@@ -21,7 +21,7 @@ view (`MlpPredictor.on_gpu`) until it is retrained with `elastico iac train`.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,14 +50,22 @@ def holdout_error(model: MlpPredictor, observations: Sequence[Colocation]) -> fl
 
 
 class OnlineLearner:
-    """Refines `model` in place from new observations, with a bounded replay buffer and held-out rollback."""
+    """Refines `model` in place from new observations, with a bounded replay buffer and held-out rollback.
+
+    The replay is the reference data's training part (kept whole: new observations never push it out)
+    plus the newest `replay_size` observations. Which observations are held out is decided by a key when
+    one is given (e.g. the store's row id: the same row is held out in every epoch), else by arrival order.
+    `baseline_error` (e.g. the reference error of the model as first trained) caps drift across updates:
+    the reference error must hold against the lower of it and the error before this update.
+    """
 
     def __init__(self, model: MlpPredictor, reference: Sequence[Colocation], replay_size: int = 2000,
                  holdout_size: int = 500, holdout_every: int = 5, epochs: int = 40, lr: float = 3e-3,
-                 tolerance: float = 0.10, slack: float = 0.01):
+                 tolerance: float = 0.10, slack: float = 0.01, baseline_error: float | None = None):
         if holdout_every < 2:
             raise ValueError(f"holdout_every must be >= 2 (one in N goes to the held-out set), got {holdout_every}")
         self.model = model
+        self.anchor: list[Colocation] = []
         self.replay: deque[Colocation] = deque(maxlen=replay_size)
         self.reference: deque[Colocation] = deque(maxlen=holdout_size)
         self.recent: deque[Colocation] = deque(maxlen=holdout_size)
@@ -66,37 +74,56 @@ class OnlineLearner:
         self.lr = lr
         self.tolerance = tolerance
         self.slack = slack  # absolute MAPE slack: a 7 % -> 8 % wobble on a small set is noise, not drift
+        self.baseline_error = baseline_error
         self._seen = 0
-        self._route([o for o in reference if o.fits], self.reference)
+        for i, obs in enumerate(o for o in reference if o.fits):
+            (self.reference if (i + 1) % holdout_every == 0 else self.anchor).append(obs)
 
-    def _route(self, observations: Sequence[Colocation], holdout: deque) -> None:
-        for obs in observations:
+    def _route(self, observations: Sequence[Colocation], keys: Sequence[int] | None) -> None:
+        for i, obs in enumerate(observations):
+            if not obs.fits:
+                continue
             self._seen += 1
-            (holdout if self._seen % self.holdout_every == 0 else self.replay).append(obs)
+            key = keys[i] if keys is not None else self._seen
+            (self.recent if key % self.holdout_every == 0 else self.replay).append(obs)
 
     def _worse(self, before: float, after: float) -> bool:
         return after > before * (1.0 + self.tolerance) + self.slack  # NaN (empty set) is never worse
 
-    def remember(self, observations: Sequence[Colocation]) -> None:
+    def remember(self, observations: Sequence[Colocation], keys: Sequence[int] | None = None) -> None:
         """Adds earlier observations without training (a helper that restarts rebuilds its learner this way)."""
-        self._route([o for o in observations if o.fits], self.recent)
+        self._route(observations, keys)
 
-    def observe(self, observations: Sequence[Colocation]) -> UpdateResult:
-        """Adds new observations, fine-tunes, and keeps the new weights only if both held-out errors hold."""
-        self._route([o for o in observations if o.fits], self.recent)
+    def observe(self, observations: Sequence[Colocation], keys: Sequence[int] | None = None,
+                on_accept: Callable[[], None] | None = None) -> UpdateResult:
+        """Adds new observations, fine-tunes, and keeps the new weights only if both held-out errors hold.
+
+        `on_accept` (e.g. saving the model) runs before the update is final: if it raises, or training
+        does, the previous weights are restored and the error is raised.
+        """
+        self._route(observations, keys)
         before = holdout_error(self.model, self.reference), holdout_error(self.model, self.recent)
+        ref_bar = before[0] if self.baseline_error is None else min(before[0], self.baseline_error)
         saved = self.model.state()
-        self.model.fine_tune(list(self.replay), self.epochs, self.lr)
-        after = holdout_error(self.model, self.reference), holdout_error(self.model, self.recent)
-        accepted = not (self._worse(before[0], after[0]) or self._worse(before[1], after[1]))
+        try:
+            self.model.fine_tune(self.anchor + list(self.replay), self.epochs, self.lr)
+            after = holdout_error(self.model, self.reference), holdout_error(self.model, self.recent)
+            accepted = not (self._worse(ref_bar, after[0]) or self._worse(before[1], after[1]))
+            if accepted and on_accept is not None:
+                on_accept()
+        except BaseException:
+            self.model.restore(saved)
+            raise
         if not accepted:
             self.model.restore(saved)
-        return UpdateResult(accepted, before[0], after[0], before[1], after[1], len(self.replay))
+        return UpdateResult(accepted, before[0], after[0], before[1], after[1], len(self.anchor) + len(self.replay))
 
 
-def refine(model: MlpPredictor, reference: Sequence[Colocation], earlier: Sequence[Colocation],
-           new: Sequence[Colocation], **learner_args) -> UpdateResult:
-    """One online update of `model` in place: replay = reference + `earlier` + `new`, judged as `observe` does."""
+def refine(model: MlpPredictor, reference: Sequence[Colocation], earlier: Sequence[tuple[int, Colocation]],
+           new: Sequence[tuple[int, Colocation]], save: Callable[[], None] | None = None,
+           **learner_args) -> UpdateResult:
+    """One online update of `model` in place from (key, observation) pairs: replay = reference + earlier + new,
+    held out by key, judged as `OnlineLearner.observe` does; `save` runs when the update is kept."""
     learner = OnlineLearner(model, reference, **learner_args)
-    learner.remember(earlier)
-    return learner.observe(new)
+    learner.remember([o for _, o in earlier], [k for k, _ in earlier])
+    return learner.observe([o for _, o in new], [k for k, _ in new], on_accept=save)

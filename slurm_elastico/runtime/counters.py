@@ -13,8 +13,10 @@ The helper keeps them with the job's solo speed when the job ran alone over
 that time (`slurm_elastico.observe`), so the interference model sees the
 job's measured counters instead of a guess from its kind and share.
 
-Which GPU: a UUID in CUDA_VISIBLE_DEVICES is used as is; otherwise the first
-of SLURM_JOB_GPUS (Slurm's physical index), else of CUDA_VISIBLE_DEVICES.
+Which GPU: the first entry of CUDA_VISIBLE_DEVICES, a UUID as is, an index as
+NVML's index. Without device cgroups Slurm gives physical indices, which NVML
+numbers the same way (both by PCI bus when CUDA_DEVICE_ORDER=PCI_BUS_ID);
+with ConstrainDevices NVML should see only the job's GPUs, from 0, as CUDA does.
 Without nvidia-ml-py, a driver or a GPU the sampler says so once and nothing
 is written; nothing here ever fails the job. Not yet run on a GPU: tested
 against a fake NVML only (the index rule under cgroups is the part to check
@@ -49,10 +51,7 @@ def gpu_of(env: Mapping[str, str]) -> int | str | None:
     visible = (env.get("CUDA_VISIBLE_DEVICES") or "").split(",")[0].strip()
     if not visible or visible == "-1" or visible.lower() == "nodevfiles":
         return None
-    if not visible.isdigit():
-        return visible  # GPU-<uuid> or MIG-<uuid>
-    physical = (env.get("SLURM_JOB_GPUS") or "").split(",")[0].strip()
-    return int(physical) if physical.isdigit() else int(visible)
+    return int(visible) if visible.isdigit() else visible  # an index, or GPU-<uuid> / MIG-<uuid>
 
 
 def write_counters(path: str | os.PathLike[str], counters: Counters, since: float, updated: float) -> None:
@@ -90,7 +89,8 @@ class CounterRecorder:
 
     def stop(self) -> None:
         self.sampler.stop()
-        self._flush()
+        if not self.sampler.sampling:  # joined: nobody else writes now (a hung NVML call keeps it alive)
+            self._flush()
 
     def _on_sample(self, sample: Sample) -> None:
         self._batch.append(sample)

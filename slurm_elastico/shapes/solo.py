@@ -10,6 +10,7 @@ not bandwidth).
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from slurm_elastico.interference.base import SoloProfile
@@ -42,5 +43,6 @@ def solo_profile(shape: Shape, kind: str, model_family: str = "") -> SoloProfile
     )
     if shape.measured is None:
         return guess
-    m = shape.measured
-    return replace(guess, sm_util=m.sm_util, membw_util=m.membw_util, mem_used_mib=m.mem_used_mib, power_w=m.power_w)
+    m = shape.measured  # a counter NVML did not give (NaN) keeps the guess
+    return replace(guess, **{f: getattr(m, f) for f in ("sm_util", "membw_util", "mem_used_mib", "power_w")
+                             if math.isfinite(getattr(m, f))})

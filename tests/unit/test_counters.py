@@ -24,7 +24,7 @@ from test_observe import FAM, T0, alone_then_shared, job, report, snap
     ({"CUDA_VISIBLE_DEVICES": ""}, None),
     ({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}, None),
     ({"CUDA_VISIBLE_DEVICES": "0"}, 0),
-    ({"CUDA_VISIBLE_DEVICES": "0", "SLURM_JOB_GPUS": "3"}, 3),  # Slurm's physical index wins over the remapped one
+    ({"CUDA_VISIBLE_DEVICES": "2,3"}, 2),
     ({"CUDA_VISIBLE_DEVICES": "GPU-8f2a,GPU-1"}, "GPU-8f2a"),
 ])
 def test_which_gpu_a_job_watches(env, gpu):
@@ -76,6 +76,12 @@ def test_counters_count_only_when_taken_alone_after_the_warm_up():
                 2: (MEASURED, T0 + 11, T0 + 15)}  # job 2 started at T0 + 10: inside its warm-up
     out = observe(alone, {1: FAM, 2: FAM}, {1: report(40, T0 + 20), 2: report(20, T0 + 31)}, prev, counters)
     assert [(j, s) for j, s, _ in out.solo_counters] == [(1, "mps50-0")]
+
+
+def test_a_counter_nvml_did_not_give_keeps_the_guess():
+    fams = with_measured({1: FAM}, {(1, "mps50-0"): Counters(0.7, math.nan, math.nan, 180.0)})
+    profile = solo_profile(fams[1].shape("mps50-0"), "train")
+    assert (profile.sm_util, profile.membw_util, profile.mem_used_mib) == (0.7, 0.25, 1000.0)  # 0.5 x share 50; GPU MiB
 
 
 def test_a_measured_shape_gives_its_counters_to_the_planner_and_to_observations():

@@ -50,3 +50,24 @@ def test_consistent_observations_are_learned(gavel):
 def test_holdout_every_must_leave_some_replay(gavel):
     with pytest.raises(ValueError, match="holdout_every"):
         OnlineLearner(train(gavel[0][:40], CFG), gavel[0], holdout_every=1)
+
+
+def test_a_failure_while_keeping_an_update_restores_the_weights(gavel):
+    old, new = gavel
+    model = train(old, CFG, seed=0)
+    s, p, _, _ = samples(new[:40])
+    before = model.predict(s, p)
+
+    def full_disk():
+        raise OSError("No space left on device")
+
+    with pytest.raises(OSError, match="No space"):
+        OnlineLearner(model, old).observe(new[:25], on_accept=full_disk)
+    assert np.array_equal(model.predict(s, p), before)
+
+
+def test_held_out_rows_are_chosen_by_key_the_same_in_every_epoch(gavel):
+    old, new = gavel
+    learner = OnlineLearner(train(old[:40], CFG), old[:10], holdout_every=5)
+    learner.remember(new[:10], keys=list(range(100, 110)))
+    assert list(learner.recent) == [new[0], new[5]]  # keys 100 and 105

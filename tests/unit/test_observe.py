@@ -197,7 +197,7 @@ def test_the_observer_reads_report_files_keeps_state_in_the_store_and_refines_th
     model.save(model_path)
     before = model_path.read_bytes()
     with Store(tmp_path / "s.sqlite") as store:
-        observer = sched.ProgressObserver(store, "p100", model, str(model_path), reference)
+        observer = sched.ProgressObserver(store, "p100", model, str(model_path), reference, refine_batch=1)
         progress, _, notes = alone_then_shared(observer, tmp_path)[-1]
         assert progress == {1: 72, 2: 25}
         (obs,) = load_from_store(store, source="observed")
@@ -243,18 +243,42 @@ def test_a_pair_is_observed_after_the_job_that_ran_alone_first_has_left(tmp_path
         assert store.query("SELECT COUNT(*) AS n FROM pair_rate")[0]["n"] == 0
 
 
-def test_a_dry_run_reads_progress_but_writes_nothing(tmp_path):
-    d1 = tmp_path / "w1"
-    write_progress(progress_path(d1, 1), report(5, T0))
-    (d1 / ".elastico" / "2").mkdir(parents=True)
-    (d1 / ".elastico" / "2" / "progress.json").write_text("{broken")
+def test_a_dry_run_reads_progress_but_writes_nothing(tmp_path, reference):
+    model_path = tmp_path / "iac.pt"
+    model = train(reference, TrainConfig(hidden=8, epochs=20, use_family=False), seed=0)
+    model.save(model_path)
+    tables = ("progress_reading", "solo_rate", "pair_rate", "colocation", "model_update")
     with Store(tmp_path / "s.sqlite") as store:
-        observer = sched.ProgressObserver(store, "p100")
-        progress, _, notes = observer(snap(job(1, 0, 50, work_dir=str(d1)), job(2, 1, 50, work_dir=str(d1))),
-                                      {1: FAM, 2: FAM}, dry_run=True)
-        assert progress == {1: 5}
-        assert any("job 2: report ignored" in n and "not JSON" in n for n in notes)
-        assert store.query("SELECT COUNT(*) AS n FROM progress_reading")[0]["n"] == 0
+        observer = sched.ProgressObserver(store, "p100", model, str(model_path), reference, refine_batch=1)
+        alone_then_shared(observer, tmp_path)  # 4 epochs: readings, solo rates, one observation
+        counts = {t: store.query(f"SELECT COUNT(*) AS n FROM {t}")[0]["n"] for t in tables}
+        readings = store.query("SELECT * FROM progress_reading ORDER BY job_id")
+        saved = model_path.read_bytes()
+        # The next epoch would give a second observation; as a dry run it only reads.
+        d1, d2 = tmp_path / "w1", tmp_path / "w2"
+        write_progress(progress_path(d1, 1), report(84, T0 + 50, "mps50-0"))
+        write_progress(progress_path(d2, 2), report(30, T0 + 50, "mps50-0"))
+        (d2 / ".elastico" / "3").mkdir(parents=True)
+        (d2 / ".elastico" / "3" / "progress.json").write_text("{broken")
+        shared = snap(job(1, 0, 50, work_dir=str(d1)), job(2, 0, 50, start=T0 + 25, work_dir=str(d2)),
+                      job(3, 1, 50, work_dir=str(d2)))
+        progress, _, notes = observer(shared, {1: FAM, 2: FAM, 3: FAM}, dry_run=True)
+        assert progress == {1: 84, 2: 30}
+        assert any("job 3: report ignored" in n and "not JSON" in n for n in notes)
+        assert counts["colocation"] == 1 and counts["progress_reading"] == 2
+        assert {t: store.query(f"SELECT COUNT(*) AS n FROM {t}")[0]["n"] for t in tables} == counts
+        assert [tuple(r) for r in store.query("SELECT * FROM progress_reading ORDER BY job_id")] == [
+            tuple(r) for r in readings]
+    assert model_path.read_bytes() == saved
+
+
+def test_one_observation_is_not_enough_to_refine_by_default(tmp_path, reference):
+    model = train(reference, TrainConfig(hidden=8, epochs=20, use_family=False), seed=0)
+    with Store(tmp_path / "s.sqlite") as store:
+        observer = sched.ProgressObserver(store, "p100", model, str(tmp_path / "iac.pt"), reference)
+        _, _, notes = alone_then_shared(observer, tmp_path)[-1]
+        assert store.query("SELECT COUNT(*) AS n FROM model_update")[0]["n"] == 0
+        assert not any("refined" in n for n in notes) and not (tmp_path / "iac.pt").exists()
 
 
 def test_a_rolled_back_refinement_leaves_the_model_file_alone(tmp_path, reference, monkeypatch):
@@ -267,7 +291,7 @@ def test_a_rolled_back_refinement_leaves_the_model_file_alone(tmp_path, referenc
     # Any change at all counts as drift: the update must be rolled back and the file kept.
     monkeypatch.setattr(online.OnlineLearner, "_worse", lambda self, b, a: True)
     with Store(tmp_path / "s.sqlite") as store:
-        observer = sched.ProgressObserver(store, "p100", model, str(model_path), reference)
+        observer = sched.ProgressObserver(store, "p100", model, str(model_path), reference, refine_batch=1)
         _, _, notes = alone_then_shared(observer, tmp_path)[-1]
         assert store.query("SELECT accepted FROM model_update")[0]["accepted"] == 0
         assert any("rolled back" in n for n in notes)
@@ -283,10 +307,10 @@ def test_a_failing_refinement_is_a_note_not_a_failed_epoch(tmp_path, reference, 
     monkeypatch.setattr(online, "refine", broken)
     model = train(reference, TrainConfig(hidden=8, epochs=20, use_family=False), seed=0)
     with Store(tmp_path / "s.sqlite") as store:
-        observer = sched.ProgressObserver(store, "p100", model, str(tmp_path / "iac.pt"), reference)
+        observer = sched.ProgressObserver(store, "p100", model, str(tmp_path / "iac.pt"), reference, refine_batch=1)
         progress, _, notes = alone_then_shared(observer, tmp_path)[-1]
         assert progress == {1: 72, 2: 25}
-        assert "predictor not refined this epoch: out of memory" in notes
+        assert "predictor not refined this epoch (its weights are as before): out of memory" in notes
         assert len(load_from_store(store, source="observed")) == 1  # the observation is kept all the same
 
 
