@@ -62,8 +62,8 @@ class Reading:
     done: float
     updated: float
     restarts: int
-    context: str  # json of [shape, [[partner id, partner shape], ...]]; equal strings = nothing changed
-    since: float  # when everyone in the context had started (Unix seconds)
+    context: str  # json of [self, run start, [partners]], each job as [id, shape, start, restarts]; equal = unchanged
+    since: float  # when the context began: everyone in it had started (Unix seconds)
 
 
 PairKey = tuple[int, str, int, str]
@@ -83,7 +83,7 @@ class Observation:
     solo_counters: list[tuple[int, str, Counters]] = field(default_factory=list)  # (job, shape, counters) alone
 
 
-def _shape_of(job, family: Family, report: Progress) -> Shape:
+def _shape_of(job: JobView, family: Family, report: Progress) -> Shape:
     """The shape the job says it ran (its report), else the one elastico-run's rule gives."""
     named = next((s for s in family.shapes if report.shape and s.name == report.shape), None)
     if named is not None:
@@ -175,14 +175,14 @@ def pair_observations(beside: Mapping[PairKey, tuple[float, float]], solo_rates:
                          "type, none is recorded")
             continue
         spent += [key, back]
+        fa, fb = families[a], families[b]
+        if sa not in {x.name for x in fa.shapes} or sb not in {x.name for x in fb.shapes}:
+            continue  # the family changed since: the samples describe shapes it no longer has
         norm_a, norm_b = wa / ta / solo_rates[(a, sa)], wb / tb / solo_rates[(b, sb)]
         if not (0 < norm_a <= MAX_NORM and 0 < norm_b <= MAX_NORM):
             notes.append(f"jobs {a} and {b}: co-located / solo = {norm_a:.2f} / {norm_b:.2f} is outside "
                          f"(0, {MAX_NORM:g}]: a solo speed is off, not recorded")
             continue
-        fa, fb = families[a], families[b]
-        if sa not in {x.name for x in fa.shapes} or sb not in {x.name for x in fb.shapes}:
-            continue  # the family changed since: the samples describe shapes it no longer has
         found.append(Colocation(gpu_type, solo_profile(fa.shape(sa), fa.kind, fa.name),
                                 solo_profile(fb.shape(sb), fb.kind, fb.name), norm_a, norm_b, True, SOURCE))
         notes.append(f"observed: jobs {a} and {b} on one GPU run at {norm_a:.2f} and {norm_b:.2f} of solo speed")
