@@ -103,3 +103,51 @@ def test_the_observer_keeps_solo_counters_and_hands_the_planner_measured_shapes(
         assert fams[1].shape("mps50-0").measured == MEASURED and fams[2].shape("mps50-0").measured is None
         (obs,) = load_from_store(store, source="observed")
         assert obs.a.sm_util == pytest.approx(0.7) and obs.b.sm_util == pytest.approx(0.45)
+
+
+def test_run_once_plans_with_the_measured_counters(tmp_path):
+    from slurm_elastico.config import Settings
+    from slurm_elastico.interference.base import ContentionModel
+
+    class Recording(ContentionModel):
+        """The planner's model, noting every profile it is asked about."""
+
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def predict_matrix(self, profiles):
+            self.seen.extend(profiles)
+            return super().predict_matrix(profiles)
+
+        def predict(self, a, b):
+            self.seen.extend(a)
+            return super().predict(a, b)
+
+    class Gateway:
+        def __init__(self, snap):
+            self.snap = snap
+
+        def snapshot(self):
+            return self.snap
+
+        def argv_for(self, action):
+            return []
+
+    def counters_of_job_1(at, d1, d2):
+        if at == T0 + 20:
+            write_counters(counters_path(d1, 1), MEASURED, T0 + 5, T0 + 19)
+
+    with Store(tmp_path / "s.sqlite") as store:
+        observer = sched.ProgressObserver(store, "p100")
+        alone_then_shared(observer, tmp_path, counters_of_job_1)
+        shared = snap(job(1, 0, 50, work_dir=str(tmp_path / "w1")), job(2, 0, 50, start=T0 + 25,
+                                                                           work_dir=str(tmp_path / "w2")))
+
+        class Both:
+            def families(self, job_ids):
+                return {j: FAM for j in job_ids}, []
+
+        model = Recording()
+        sched.run_once(Gateway(shared), Settings(), Both(), model, None, T0 + 50, dry_run=True, observer=observer)
+    assert any(p.sm_util == pytest.approx(0.7) and p.power_w == pytest.approx(180.0) for p in model.seen)
