@@ -163,10 +163,11 @@ class GpuState:
         if slow * bar > 1.0 or row.tput < seat.floor * slow * scale:
             return 0.0
         for o, s in zip(occ, got[k:]):
-            if s > 1.0:  # o was admitted at its slowdown; only a harmful newcomer can break its floors
-                after = o.slow + s - 1.0
-                if after * bar > 1.0 or o.row.tput < o.floor * after * scale:
-                    return 0.0
+            # Every occupant, even next to a harmless newcomer: one that was alone was never checked with
+            # the margin, and co-located it must hold its floors at slowdown × (1 + margin).
+            after = o.slow + s - 1.0
+            if after * bar > 1.0 or o.row.tput < o.floor * after * scale:
+                return 0.0
         return slow
 
     def _fits_per_pair(self, seat: Seat, row: Row, occ: list[Seat], pairs: list[tuple[int, int]],
