@@ -7,7 +7,9 @@ Latency: one `elastico` epoch on a synthetic snapshot already in memory
 (`slurm_elastico.planner.synthetic`, ~8 shapes per job, a fifth of the jobs
 running), median of repeats, one thread. Targets: 200 jobs / 64 GPUs ≤ 15 ms,
 1,000 / 512 ≤ 150 ms, 10,000 / 4,096 ≤ 1.5 s. The growth exponent between two
-sizes is log(t2/t1) / log(jobs2/jobs1).
+sizes is log(t2/t1) / log(jobs2/jobs1). The same epochs at the two smaller
+sizes are timed again with a predictor trained on tests/data/gavel (the
+helper's `interference.model`), beside the contention model.
 
 Optimality: random small instances (≤ 12 jobs, ≤ 4 GPUs on nodes of 2, idle)
 planned by `elastico` without queue-head reservation (the MILP knows no
@@ -33,6 +35,7 @@ import json  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -42,6 +45,7 @@ from slurm_elastico.model import JobState  # noqa: E402
 from slurm_elastico.planner import exact, policies, synthetic  # noqa: E402
 from slurm_elastico.planner.weights import weight_of  # noqa: E402
 
+ROOT = Path(__file__).resolve().parent.parent
 NOW = 1_000_000.0
 SIZES = ((200, 64, 0.015), (1000, 512, 0.150), (10000, 4096, 1.5))
 
@@ -78,6 +82,30 @@ def latency(quick: bool) -> list[dict]:
                      "target_s": target, "started": len(plan.placements), "actions": len(plan.actions)})
     for prev, cur in zip(rows, rows[1:]):
         cur["growth_exponent"] = math.log(cur["median_s"] / prev["median_s"]) / math.log(cur["jobs"] / prev["jobs"])
+    return rows
+
+
+def latency_trained(quick: bool) -> list[dict]:
+    """Epoch latency with a trained predictor (Gavel data) beside the contention model, same snapshots."""
+    from slurm_elastico.interference.gavel import import_gavel
+    from slurm_elastico.interference.predictor import TrainConfig, train
+
+    data = ROOT / "tests" / "data" / "gavel"
+    obs = import_gavel(data / "throughputs_pairs.csv", data / "throughputs_isolated.csv").observations
+    mlp = train(obs, TrainConfig(hidden=32, weight_decay=1e-4, epochs=200, use_family=True), seed=0)
+    policy, settings, rows = policies.REGISTRY["elastico"], Settings(), []
+    for jobs, gpus, _ in SIZES[:2]:
+        snap, fams = synthetic.instance(np.random.default_rng(jobs), jobs, gpus, running_frac=0.2)
+        row = {"jobs": jobs, "gpus": gpus}
+        for name, model in (("contention", ContentionModel()), ("trained", mlp)):
+            policy.plan(snap, fams, settings, model, NOW)
+            times = []
+            for _ in range(3 if quick else 10):
+                t0 = time.perf_counter()
+                policy.plan(snap, fams, settings, model, NOW)
+                times.append(time.perf_counter() - t0)
+            row[f"{name}_median_s"] = statistics.median(times)
+        rows.append(row)
     return rows
 
 
@@ -166,6 +194,14 @@ def main() -> None:
         print(f"{r['jobs']:>6} {r['gpus']:>5} {1000 * r['median_s']:>8.1f}ms {1000 * r['target_s']:>6.0f}ms {ok:>3} "
               f"{growth:>7} {r['started']:>8}")
 
+    trained = latency_trained(args.quick)
+    print()
+    print("epoch latency with a trained predictor (tests/data/gavel) beside the contention model")
+    print(f"{'jobs':>6} {'GPUs':>5} {'contention':>11} {'trained':>9}")
+    for r in trained:
+        print(f"{r['jobs']:>6} {r['gpus']:>5} {1000 * r['contention_median_s']:>9.1f}ms "
+              f"{1000 * r['trained_median_s']:>7.1f}ms")
+
     n = 200 if args.quick else 500
     opt = {"contention": optimality(n, ContentionModel(), 7), "bandwidth": optimality(n, BandwidthModel(), 8)}
     print()
@@ -178,7 +214,7 @@ def main() -> None:
     print()
     print(f"weight monotonicity: raising w_j lowered job j's throughput in {mono['drops']} of {mono['cases']} "
           "random cases")
-    print(json.dumps({"latency": lat, "optimality": opt, "monotonicity": mono}))
+    print(json.dumps({"latency": lat, "latency_trained": trained, "optimality": opt, "monotonicity": mono}))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ fixed seed in a forked RNG (the caller's torch RNG is untouched) and one
 thread, because multi-threaded float sums differ run to run. An ensemble of
 `members` nets averages log S. Inference deduplicates profiles by identity, so
 10,000 pairs of 100 jobs encode 100 jobs, not 20,000, and applies the first
-layer per job (see `_predict_indexed`).
+layer per job (see `PairScorer`).
 
 Outside what it was trained on the model is cautious (`Coverage`): it records
 the GPU types and model families of its training data. A pair with a family
@@ -135,7 +135,42 @@ def _rest_inplace(rest: nn.Sequential, h: torch.Tensor) -> torch.Tensor:
     return h
 
 
-class MlpPredictor:
+class _ByScorer:
+    """`predict`, `predict_matrix` and `admission_margins` of a model through its `scorer(profiles)`: one path."""
+
+    def scorer(self, profiles: Sequence[SoloProfile]) -> PairScorer:
+        raise NotImplementedError
+
+    def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
+        """Slowdown S >= 1 of a[k] when it shares one GPU with b[k], for every k, in one batched call."""
+        if len(a) != len(b):
+            raise ValueError(f"predict needs as many partners as jobs: {len(a)} != {len(b)}")
+        if len(a) == 0:
+            return np.zeros(0)
+        profiles, ia, ib = _distinct(a, b)
+        return self.scorer(profiles).slowdown(ia, ib)
+
+    def predict_matrix(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
+        """S[i, j]: slowdown of profiles[i] next to profiles[j], all pairs (the diagonal is a job with its twin)."""
+        n = len(profiles)
+        if n == 0:
+            return np.zeros((0, 0))
+        ia, ib = np.divmod(np.arange(n * n), n)
+        scorer = self.scorer(profiles)
+        scorer.tabulate(limit=n * n)  # never more pairs than asked for; fewer when profiles repeat
+        return scorer.slowdown(ia, ib).reshape(n, n)
+
+    def admission_margins(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
+        """Safety margin on the floor per pair: the calibrated one, larger outside the training data."""
+        if len(a) != len(b):
+            raise ValueError(f"admission_margins needs as many partners as jobs: {len(a)} != {len(b)}")
+        if len(a) == 0:
+            return np.zeros(0)
+        profiles, ia, ib = _distinct(a, b)
+        return self.scorer(profiles).margins(ia, ib)
+
+
+class MlpPredictor(_ByScorer):
     """A trained model; implements `SlowdownModel`. Build with `train()` or `MlpPredictor.load()`."""
 
     def __init__(self, schema: FeatureSchema, nets: list[nn.Module], config: TrainConfig,
@@ -152,19 +187,6 @@ class MlpPredictor:
             net.eval()
 
     # -- outside the training data ---------------------------------------------
-    def unseen_family(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
-        """Per pair: does either job have a model family absent from the training data?"""
-        known = set(self.coverage.families)
-        if not known:
-            return np.zeros(len(a), dtype=bool)
-        return np.array([x.model_family not in known or y.model_family not in known
-                         for x, y in zip(a, b, strict=True)], dtype=bool)
-
-    def admission_margins(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
-        """Safety margin on the floor per pair: the calibrated one, larger where a family is unseen."""
-        cautious = max(self.admission_margin, self.coverage.family_margin)
-        return np.where(self.unseen_family(a, b), cautious, self.admission_margin)
-
     def seen_gpu(self, gpu_type: str) -> bool:
         return not self.coverage.gpu_types or gpu_type in self.coverage.gpu_types
 
@@ -179,7 +201,8 @@ class MlpPredictor:
             raise ValueError(f"predict needs as many partners as jobs: {len(a)} != {len(b)}")
         if len(a) == 0:
             return np.zeros((0, len(self.schema.names())), dtype=np.float32)
-        enc, codes, ia, ib = self._encode_pairs(a, b)
+        profiles, ia, ib = _distinct(a, b)
+        enc, codes = self.schema.encode(profiles)
         return self.schema.pairs(enc[ia], enc[ib], codes[ia], codes[ib])
 
     def predict_features(self, x: np.ndarray) -> np.ndarray:
@@ -188,63 +211,11 @@ class MlpPredictor:
             logs = torch.stack([torch.log(_slowdown(net, t)) for net in self.nets]).mean(0)
             return torch.exp(logs).double().numpy()
 
-    def _encode_pairs(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]):
-        """(job encodings, family codes, row of a[k], row of b[k]): each distinct profile object encoded once."""
-        n = len(a)
-        ids = np.fromiter(map(id, a), dtype=np.int64, count=n)
-        ids = np.concatenate([ids, np.fromiter(map(id, b), dtype=np.int64, count=n)])
-        _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-        enc, codes = self.schema.encode([a[i] if i < n else b[i - n] for i in first.tolist()])
-        return enc, codes, inverse[:n], inverse[n:]
-
-    def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
-        """Slowdown S >= 1 of a[k] when it shares one GPU with b[k], for every k, in one batched call."""
-        if len(a) != len(b):
-            raise ValueError(f"predict needs as many partners as jobs: {len(a)} != {len(b)}")
-        if len(a) == 0:
-            return np.zeros(0)
-        enc, codes, ia, ib = self._encode_pairs(a, b)
-        return self._predict_indexed(enc, codes, ia, ib)
-
-    def predict_matrix(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
-        """S[i, j]: slowdown of profiles[i] next to profiles[j], all pairs (the diagonal is a job with its twin)."""
-        n = len(profiles)
-        if n == 0:
-            return np.zeros((0, 0))
-        enc, codes = self.schema.encode(list(profiles))
-        ia, ib = np.divmod(np.arange(n * n), n)
-        return self._predict_indexed(enc, codes, ia, ib).reshape(n, n)
-
-    def _predict_indexed(self, enc: np.ndarray, codes: np.ndarray, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
-        """Same result as predict_features(features(...)), faster: the first layer is applied per job, not per pair.
-
-        W·[s, p, f, j] + c = (W_s·s + c) + W_p·p + w_f·f + w_j·j: the first two terms are computed
-        once per distinct job and gathered per pair; f and j are rare 0/1 flags, added only where set.
-        """
-        d = enc.shape[1]
-        _, row_id = np.unique(enc, axis=0, return_inverse=True)
-        row_id = row_id.reshape(-1)
-        flag_f = np.flatnonzero((codes[ia] == codes[ib]) & (codes[ia] >= 0))
-        flag_j = np.flatnonzero(row_id[ia] == row_id[ib])
-        with torch.inference_mode():
-            e = torch.from_numpy(enc)
-            ta, tb = torch.from_numpy(ia), torch.from_numpy(ib)
-            tf, tj = torch.from_numpy(flag_f), torch.from_numpy(flag_j)
-            total = None
-            for net in self.nets:
-                first, rest = net[0], net[1:]
-                w = first.weight
-                # Column slices are strided: make them contiguous, or matmul takes a slow path.
-                per_self = nn.functional.linear(e, w[:, :d].contiguous(), first.bias)
-                per_partner = nn.functional.linear(e, w[:, d:2 * d].contiguous())
-                h = per_self.index_select(0, ta).add_(per_partner.index_select(0, tb))
-                if len(tf):
-                    h.index_add_(0, tf, w[:, 2 * d].expand(len(tf), -1))
-                if len(tj):
-                    h.index_add_(0, tj, w[:, 2 * d + 1].expand(len(tj), -1))
-                log_s = torch.log1p(nn.functional.softplus(_rest_inplace(rest, h)))
-                total = log_s if total is None else total.add_(log_s)
-            return torch.exp(total / len(self.nets)).double().numpy()
+    def scorer(self, profiles: Sequence[SoloProfile]) -> PairScorer:
+        """Slowdowns and margins of pairs of `profiles` by index, the profiles encoded once (see `PairScorer`)."""
+        cov = self.coverage
+        return PairScorer(self, profiles, cov.families, self.admission_margin,
+                          max(self.admission_margin, cov.family_margin))
 
     # -- learning ------------------------------------------------------------
     def fine_tune(self, observations: Sequence[Colocation], epochs: int, lr: float) -> None:
@@ -330,7 +301,113 @@ def _parts(blob: dict, source: str) -> tuple[FeatureSchema, TrainConfig, list[nn
     return schema, config, nets
 
 
-class UnseenGpu:
+TABLE_PAIRS = 4_000_000
+"""Largest table of distinct-profile pairs `PairScorer.tabulate` fills (2,000 distinct profiles: ~1.5 s)."""
+BLOCK = 131_072
+"""Pairs computed at once while tabulating (hidden 32: ~17 MB of activations)."""
+
+
+def _distinct(a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> tuple[list[SoloProfile], np.ndarray, np.ndarray]:
+    """(each distinct profile object once, row of a[k], row of b[k]): 10,000 pairs of 100 jobs encode 100 jobs."""
+    n = len(a)
+    ids = np.concatenate([np.fromiter(map(id, a), dtype=np.int64, count=n),
+                          np.fromiter(map(id, b), dtype=np.int64, count=n)])
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    return [a[i] if i < n else b[i - n] for i in first.tolist()], inverse[:n], inverse[n:]
+
+
+class PairScorer:
+    """Slowdowns and admission margins of pairs (profiles[ia[k]], profiles[ib[k]]) by index.
+
+    The profiles are encoded and each net's first layer applied once, here:
+    W·[s, p, f, j] + c = (W_s·s + c) + W_p·p + w_f·f + w_j·j, the first two
+    terms per profile, gathered per pair; f (same family) and j (same job) are
+    rare 0/1 flags, added only where set. A call then costs only the pairs it
+    asks for, which is what the planner's many small lookups need
+    (`planner.slowdown.PairCache`). Predictions are the ensemble's mean log S,
+    shrunk toward `prior_norm` with weight `1 − shrink` (an unseen GPU type);
+    the margin is `margin_unseen` where either profile's family is not in
+    `known_families` (none known: every family counts as seen).
+    """
+
+    def __init__(self, model: MlpPredictor, profiles: Sequence[SoloProfile], known_families: Sequence[str],
+                 margin_seen: float, margin_unseen: float, shrink: float = 1.0, prior_norm: float = 1.0):
+        enc, self.codes = model.schema.encode(list(profiles))
+        _, row_id = np.unique(enc, axis=0, return_inverse=True)
+        self.row_id = row_id.reshape(-1)
+        d = enc.shape[1]
+        self.layers = []
+        with torch.inference_mode():
+            e = torch.from_numpy(enc)
+            for net in model.nets:
+                first, rest = net[0], net[1:]
+                w = first.weight
+                # Column slices are strided: make them contiguous, or matmul takes a slow path.
+                self.layers.append((nn.functional.linear(e, w[:, :d].contiguous(), first.bias),
+                                    nn.functional.linear(e, w[:, d:2 * d].contiguous()),
+                                    w[:, 2 * d].clone(), w[:, 2 * d + 1].clone(), rest))
+        known = set(known_families)
+        self.unseen = np.array([bool(known) and p.model_family not in known for p in profiles], dtype=bool)
+        self.margin_seen, self.margin_unseen = margin_seen, margin_unseen
+        self.shrink, self.prior_norm = shrink, prior_norm
+        # Profiles that look the same to the net (same encoding and family) share one row of the table of
+        # every pair's slowdown that `tabulate` fills: then a call is a lookup.
+        _, first, self.kind_of = np.unique(np.stack([self.row_id, self.codes], axis=1), axis=0, return_index=True,
+                                           return_inverse=True)
+        self.kind_of = self.kind_of.reshape(-1)
+        self._kinds = first
+        self._table: np.ndarray | None = None
+
+    def tabulate(self, limit: int = TABLE_PAIRS) -> bool:
+        """Fill the table of every pair of distinct profiles if it has at most `limit` pairs; True if it is filled.
+
+        Worth it when many calls follow (the planner's lookups) or one call asks for more pairs than the
+        table has (`predict_matrix`); computed in blocks so memory stays bounded.
+        """
+        k = len(self._kinds)
+        if self._table is None and k * k <= limit:
+            ka, kb = np.divmod(np.arange(k * k), k)
+            ka, kb = self._kinds[ka], self._kinds[kb]
+            self._table = np.concatenate([self._compute(ka[i:i + BLOCK], kb[i:i + BLOCK])
+                                          for i in range(0, k * k, BLOCK)]).reshape(k, k)
+        return self._table is not None
+
+    def slowdown(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
+        """Slowdown S >= 1 of profiles[ia[k]] next to profiles[ib[k]]."""
+        ia, ib = np.asarray(ia, dtype=np.int64), np.asarray(ib, dtype=np.int64)
+        if self._table is not None:
+            return self._table[self.kind_of[ia], self.kind_of[ib]]
+        return self._compute(ia, ib)
+
+    def _compute(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
+        if len(ia) == 0:
+            return np.zeros(0)
+        codes, row_id = self.codes, self.row_id
+        flag_f = torch.from_numpy(np.flatnonzero((codes[ia] == codes[ib]) & (codes[ia] >= 0)))
+        flag_j = torch.from_numpy(np.flatnonzero(row_id[ia] == row_id[ib]))
+        with torch.inference_mode():
+            ta, tb = torch.from_numpy(ia), torch.from_numpy(ib)
+            total = None
+            for per_self, per_partner, w_f, w_j, rest in self.layers:
+                h = per_self.index_select(0, ta).add_(per_partner.index_select(0, tb))
+                if len(flag_f):
+                    h.index_add_(0, flag_f, w_f.expand(len(flag_f), -1))
+                if len(flag_j):
+                    h.index_add_(0, flag_j, w_j.expand(len(flag_j), -1))
+                log_s = torch.log1p(nn.functional.softplus(_rest_inplace(rest, h)))
+                total = log_s if total is None else total.add_(log_s)
+            s = torch.exp(total / len(self.layers)).double().numpy()
+        if self.shrink == 1.0:
+            return s
+        return 1.0 / (self.shrink / s + (1.0 - self.shrink) * self.prior_norm)
+
+    def margins(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
+        """Admission margin of each pair (see `interference.base.admissible`)."""
+        unseen = self.unseen[np.asarray(ia, dtype=np.int64)] | self.unseen[np.asarray(ib, dtype=np.int64)]
+        return np.where(unseen, self.margin_unseen, self.margin_seen)
+
+
+class UnseenGpu(_ByScorer):
     """A predictor on a GPU type it was not trained on: family-free nets shrunk toward the training mean.
 
     Normalized throughput = shrink·model + (1 − shrink)·prior_norm, so it stays
@@ -341,22 +418,12 @@ class UnseenGpu:
     def __init__(self, model: MlpPredictor):
         self.model = model
         self.inner = model.transfer if model.transfer is not None else model
-        cov = model.coverage
-        self.shrink, self.prior_norm = cov.shrink, cov.prior_norm
 
-    def _shrunk(self, s: np.ndarray) -> np.ndarray:
-        return 1.0 / (self.shrink / s + (1.0 - self.shrink) * self.prior_norm)
-
-    def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
-        return self._shrunk(self.inner.predict(a, b))
-
-    def predict_matrix(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
-        return self._shrunk(self.inner.predict_matrix(profiles))
-
-    def admission_margins(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
+    def scorer(self, profiles: Sequence[SoloProfile]) -> PairScorer:
         cov = self.model.coverage
         gpu = max(self.model.admission_margin, cov.gpu_margin)
-        return np.where(self.model.unseen_family(a, b), max(gpu, cov.family_margin), gpu)
+        return PairScorer(self.inner, profiles, cov.families, gpu, max(gpu, cov.family_margin), cov.shrink,
+                          cov.prior_norm)
 
 
 def coverage_of(observations: Sequence[Colocation], family_margin: float = 0.0, gpu_margin: float = 0.0,

@@ -70,6 +70,8 @@ class PairCache:
         self._dense_margin = np.zeros((0, 0))  # their margins (per_pair only)
         self._known: dict[tuple[int, int], float] = {}  # pairs outside the dense block
         self._known_margin: dict[tuple[int, int], float] = {}  # their margins (per_pair only)
+        self._scorer = None  # the model's scorer over `profiles` (models with `scorer`), past the dense limit
+        self._scorer_size = 0
 
     @property
     def enabled(self) -> bool:
@@ -92,6 +94,8 @@ class PairCache:
         n, m = len(self.profiles), len(self._dense)
         if n == m:
             return True
+        if hasattr(self.model, "scorer"):
+            return self._dense_from_scorer(n)
         # A model with an all-pairs call (`predict_matrix`) fills a block 16 times larger as fast as one
         # without fills the default block; past that, only the pairs asked for are predicted.
         limit = self.max_dense_pairs * (16 if hasattr(self.model, "predict_matrix") and not self.per_pair else 1)
@@ -124,15 +128,50 @@ class PairCache:
         self._dense, self._dense_margin = dense, margin
         return True
 
+    def _current_scorer(self):
+        """The model's scorer over every profile so far, its table of distinct pairs filled if not too large."""
+        if self._scorer is None or self._scorer_size != len(self.profiles):
+            self._scorer, self._scorer_size = self.model.scorer(self.profiles), len(self.profiles)
+            self._scorer.tabulate()
+        return self._scorer
+
+    def _dense_from_scorer(self, n: int) -> bool:
+        """All pairs from the scorer's table (an index per pair, so a block 16 times the default is cheap)."""
+        scorer = self._current_scorer()
+        if n * n > 16 * self.max_dense_pairs or not scorer.tabulate():
+            return False
+        ia, ib = np.divmod(np.arange(n * n), n)
+        self.model_calls += 1
+        self._dense = _clean(scorer.slowdown(ia, ib)).reshape(n, n)
+        if self.per_pair:
+            self.margin_calls += 1
+            self._dense_margin = _clean_margin(scorer.margins(ia, ib)).reshape(n, n)
+        return True
+
     def _lookup(self, pairs: Sequence[tuple[int, int]]) -> None:
-        """Past the dense limit: predicts the pairs not known yet (and their margins) in one batched call."""
+        """Past the dense limit: predicts the pairs not known yet (and their margins) in one batched call.
+
+        A model with `scorer(profiles)` (the trained predictor) encodes every profile once per set of
+        profiles, and tabulates every pair of distinct profiles when there are not too many; a lookup then
+        costs only its own pairs, or an index (see `benchmarks/interference.py`).
+        """
         known = self._known
         missing = list(dict.fromkeys(q for q in pairs if q not in known))
-        if missing:
-            a, b = [self.profiles[i] for i, _ in missing], [self.profiles[j] for _, j in missing]
-            known.update(zip(missing, self._call(a, b).tolist()))
+        if not missing:
+            return
+        if hasattr(self.model, "scorer"):
+            scorer = self._current_scorer()
+            ia, ib = np.array(missing, dtype=np.int64).T
+            self.model_calls += 1
+            known.update(zip(missing, _clean(scorer.slowdown(ia, ib)).tolist()))
             if self.per_pair:
-                self._known_margin.update(zip(missing, self._margins(a, b).tolist()))
+                self.margin_calls += 1
+                self._known_margin.update(zip(missing, _clean_margin(scorer.margins(ia, ib)).tolist()))
+            return
+        a, b = [self.profiles[i] for i, _ in missing], [self.profiles[j] for _, j in missing]
+        known.update(zip(missing, self._call(a, b).tolist()))
+        if self.per_pair:
+            self._known_margin.update(zip(missing, self._margins(a, b).tolist()))
 
     def get(self, pairs: Sequence[tuple[int, int]]) -> list[float]:
         """Slowdown (>= 1) of each pair's first id next to its second; the model is asked at most once per call."""

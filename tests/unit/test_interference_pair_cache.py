@@ -136,3 +136,27 @@ def test_contention_model_matrix_equals_its_pairs():
     mat = cm.predict_matrix(profs)
     pairs = cm.predict([p for p in profs for _ in profs], profs * 3).reshape(3, 3)
     assert np.allclose(mat, pairs) and mat.shape == (3, 3)
+
+
+def test_a_trained_model_answers_lookups_from_its_scorer_past_the_dense_limit():
+    from pathlib import Path
+
+    from slurm_elastico.interference.gavel import import_gavel
+    from slurm_elastico.interference.predictor import TrainConfig, train
+
+    data = Path(__file__).parent.parent / "data" / "gavel"
+    obs = [o for o in import_gavel(data / "throughputs_pairs.csv", data / "throughputs_isolated.csv").observations
+           if o.gpu_type == "p100"][:80]
+    model = train(obs, TrainConfig(hidden=8, epochs=30, use_family=False), seed=0)
+    profiles = [SoloProfile(kind="train", throughput=t, batch=16, mps_share=s) for t in (1.0, 2.0, 4.0)
+                for s in (25, 50, 100)]
+    pairs = [(0, 1), (4, 8), (8, 4)]
+    for dense_limit in (4, 1_000_000):  # 9 profiles: past a tiny block (lookups), or all at once
+        cache = PairCache(model, max_dense_pairs=dense_limit)
+        for p in profiles:
+            cache.add(p)
+        want = model.predict([profiles[i] for i, _ in pairs], [profiles[j] for _, j in pairs])
+        assert np.allclose(cache.get(pairs), want, rtol=1e-5)
+        assert cache.margins(pairs) == model.admission_margins([profiles[i] for i, _ in pairs],
+                                                               [profiles[j] for _, j in pairs]).tolist()
+        assert cache.model_calls == 1  # one table, then lookups or the dense block

@@ -147,3 +147,21 @@ def test_fast_path_equals_plain_pair_features(model, data):
     s, p, _, _ = samples(data[1][:200])
     plain = model.predict_features(model.features(s, p))
     assert np.allclose(model.predict(s, p), plain, rtol=1e-5)
+
+
+def test_the_scorer_table_equals_pair_by_pair_prediction(model):
+    # Equal numbers under two unknown family names: the same encoding, but "same family" differs between pairs.
+    a1 = SoloProfile(kind="train", throughput=3.0, batch=32, model_family="unknown-a")
+    a2 = SoloProfile(kind="train", throughput=3.0, batch=32, model_family="unknown-a")
+    b = SoloProfile(kind="train", throughput=3.0, batch=32, model_family="unknown-b")
+    c = SoloProfile(kind="infer", throughput=40.0, batch=8, precision="bf16", model_family="ResNet-50")
+    profiles = [a1, a2, b, c, c]
+    ia, ib = np.divmod(np.arange(25), 5)
+    scorer = model.scorer(profiles)
+    direct = scorer.slowdown(ia, ib)
+    assert scorer.tabulate() and len(scorer._kinds) == 3  # a1 = a2, b, c
+    assert np.allclose(scorer.slowdown(ia, ib), direct, rtol=1e-6)
+    plain = model.predict_features(model.features([profiles[i] for i in ia], [profiles[j] for j in ib]))
+    assert np.allclose(direct, plain, rtol=1e-5)
+    assert direct[1] != direct[2]  # a1 next to a2 (same family) is not a1 next to b
+    assert not model.scorer(profiles).tabulate(limit=8)  # 9 distinct pairs: over the limit, stays direct
