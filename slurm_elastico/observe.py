@@ -143,7 +143,7 @@ def observe(snapshot: Snapshot, families: Mapping[int, Family], reports: Mapping
             continue
         dt = reading.updated - before.updated
         warm_from = max(since, report.started) + WARMUP_S
-        if dt > MAX_INTERVAL_S or before.updated < warm_from or reading.done <= before.done:
+        if not MIN_INTERVAL_S <= dt <= MAX_INTERVAL_S or before.updated < warm_from or reading.done <= before.done:
             continue
         work = reading.done - before.done
         if not partners:

@@ -138,7 +138,10 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
             by_id[jv.job_id] = Job(jv, t, 1.0, Seat(jv.job_id, fam.throughput_floor))
         elif jv.state is JobState.RUNNING:
             by_id[jv.job_id] = Job(jv, table_of(fam, jv), 1.0, Seat(jv.job_id, fam.throughput_floor), running=True)
-    foreign: dict[int, int] = {}
+    # Stand-ins for what the planner does not manage, one per share, all added before the first lookup
+    # (a trained model's scorer covers the profiles it was built for; a later one would rebuild it).
+    foreign = {shares: cache.add(SoloProfile(kind="train", mps_share=shares))
+               for shares in sorted({u.shares for n in nodes for gv in n.gpus for u in gv.users if not u.whole})}
     for n in nodes:
         for gv in n.gpus:
             g = where[(n.name, gv.index)]
@@ -153,8 +156,6 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
                                        float(job.view.cpus), float(job.view.memory_mib))
                     state.attach(job.seat, g, base.mem)
                 else:
-                    if use.shares not in foreign:
-                        foreign[use.shares] = cache.add(SoloProfile(kind="train", mps_share=use.shares))
                     row = Row(-1, foreign[use.shares], math.inf, use.shares, gpu_mem[g] * use.shares / gs.shares_per_gpu, 0, 0)
                     state.attach(Seat(use.job_id, 0.0, row), g, row.mem)
     _contention(list(tables.values()), cache, gs.shares_per_gpu)

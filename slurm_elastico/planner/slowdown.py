@@ -11,7 +11,8 @@ all pairs at once). Past `max_dense_pairs` only the pairs asked for are
 predicted, in one batched call per lookup. A model with `scorer(profiles)`
 (the trained predictor) is asked once per set of profiles: its scorer
 tabulates every pair of distinct profiles, so a block 16 times larger, or any
-lookup, is an index into that table. With several
+lookup, is an index into that table; a profile added after that rebuilds the
+scorer, so the epoch adds every profile before its first lookup. With several
 co-runners, slowdowns add: `S = 1 + Σ_k (S_k − 1)` — the pairwise model knows
 nothing better, and adding is the cautious choice (it is never below the worst
 pair).

@@ -88,7 +88,12 @@ def read_report(path: str | os.PathLike[str], kind: str) -> dict | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise ReportError(f"{path}: not a regular file")
-        data = os.read(fd, MAX_BYTES + 1)
+        data = b""
+        while len(data) <= MAX_BYTES:  # a network file system may return less than asked
+            chunk = os.read(fd, MAX_BYTES + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
     except OSError as exc:
         raise ReportError(f"{path}: cannot be read ({exc.strerror})") from None
     finally:

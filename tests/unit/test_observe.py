@@ -132,6 +132,11 @@ def test_a_partner_that_restarted_between_two_epochs_makes_another_context():
     assert outs[1][0].beside == []
 
 
+def test_a_clock_that_steps_back_gives_no_sample():
+    outs, _ = epochs([(ALONE, {1: report(10, T0)}), (ALONE, {1: report(50, T0 - 20)})])
+    assert outs[1][0].solo == []
+
+
 def test_no_sample_across_a_long_gap_or_inside_the_runs_own_warm_up():
     gap, _ = epochs([(ALONE, {1: report(10, T0)}), (ALONE, {1: report(5000, T0 + 3600)})])
     assert gap[1][0].solo == []
