@@ -83,6 +83,20 @@ def until(c: Cluster, done, what: str, timeout: float = 90) -> None:
     raise AssertionError(f"no {what} within {timeout:g} s; last epoch's notes: {notes}")
 
 
+def idle_nodes(c: Cluster, timeout: float = 60) -> tuple[str, str]:
+    """Two nodes no job uses (waiting for other tests' jobs to end)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        snap = c.gateway.snapshot()
+        busy = {n for j in snap.jobs if j.state is JobState.RUNNING for n in j.nodes}
+        idle = sorted(n.name for n in snap.nodes if n.usable and n.name not in busy)
+        if len(idle) >= 2:
+            return idle[0], idle[1]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no two idle nodes within {timeout:g} s: {sorted(busy)} are busy")
+        time.sleep(1)
+
+
 def wait_report(c: Cluster, job_id: int, restarts: int, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -98,8 +112,9 @@ def test_helper_learns_solo_speeds_and_records_the_observed_slowdown(slurm_clust
     program = tmp_path / "busy.py"
     program.write_text(PROGRAM)
     try:
-        a = c.submit("f.yaml", program, options=("-w", "n1"))
-        b = c.submit("f.yaml", program, options=("-w", "n2"))
+        first, second = idle_nodes(c)  # jobs of other tests must not share these jobs' GPUs
+        a = c.submit("f.yaml", program, options=("-w", first))
+        b = c.submit("f.yaml", program, options=("-w", second))
         wait_report(c, a, 0)
         wait_report(c, b, 0)
         until(c, lambda notes: solo_rates(tmp_path) == {a, b}, "a solo rate for each job")
@@ -108,7 +123,7 @@ def test_helper_learns_solo_speeds_and_records_the_observed_slowdown(slurm_clust
         jobs = {j["job_id"]: j for j in json.loads(status.stdout)["jobs"]}
         assert 0 < jobs[a]["progress"]["done"] < jobs[a]["progress"]["total"] == 100000  # what `elastico status` shows
 
-        c.gateway.requeue_with_share(b, 50, ("n1",))  # b joins a's node; with mps:50 each they fit one GPU
+        c.gateway.requeue_with_share(b, 50, (first,))  # b joins a's node; with mps:50 each they fit one GPU
         wait_report(c, b, 1)
         gpus = {j.job_id: {(n, i) for n, i, _ in j.gpu_alloc} for j in c.gateway.snapshot().jobs}
         if gpus[a] != gpus[b]:
