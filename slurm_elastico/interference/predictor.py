@@ -143,18 +143,12 @@ class _ByScorer:
 
     def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
         """Slowdown S >= 1 of a[k] when it shares one GPU with b[k], for every k, in one batched call."""
-        if len(a) != len(b):
-            raise ValueError(f"predict needs as many partners as jobs: {len(a)} != {len(b)}")
-        if len(a) == 0:
-            return np.zeros(0)
-        profiles, ia, ib = _distinct(a, b)
+        profiles, ia, ib = _distinct(a, b, "predict")
         return self.scorer(profiles).slowdown(ia, ib)
 
     def predict_matrix(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
         """S[i, j]: slowdown of profiles[i] next to profiles[j], all pairs (the diagonal is a job with its twin)."""
         n = len(profiles)
-        if n == 0:
-            return np.zeros((0, 0))
         ia, ib = np.divmod(np.arange(n * n), n)
         scorer = self.scorer(profiles)
         scorer.tabulate(limit=n * n)  # never more pairs than asked for; fewer when profiles repeat
@@ -162,11 +156,7 @@ class _ByScorer:
 
     def admission_margins(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
         """Safety margin on the floor per pair: the calibrated one, larger outside the training data."""
-        if len(a) != len(b):
-            raise ValueError(f"admission_margins needs as many partners as jobs: {len(a)} != {len(b)}")
-        if len(a) == 0:
-            return np.zeros(0)
-        profiles, ia, ib = _distinct(a, b)
+        profiles, ia, ib = _distinct(a, b, "admission_margins")
         return self.scorer(profiles).margins(ia, ib)
 
 
@@ -197,11 +187,9 @@ class MlpPredictor(_ByScorer):
     # -- inference -----------------------------------------------------------
     def features(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
         """Pair features of (a[k], b[k]) as the net sees them (training and tests; `predict` is faster)."""
-        if len(a) != len(b):
-            raise ValueError(f"predict needs as many partners as jobs: {len(a)} != {len(b)}")
-        if len(a) == 0:
-            return np.zeros((0, len(self.schema.names())), dtype=np.float32)
         profiles, ia, ib = _distinct(a, b)
+        if not profiles:
+            return np.zeros((0, len(self.schema.names())), dtype=np.float32)
         enc, codes = self.schema.encode(profiles)
         return self.schema.pairs(enc[ia], enc[ib], codes[ia], codes[ib])
 
@@ -307,8 +295,11 @@ BLOCK = 131_072
 """Pairs computed at once while tabulating (hidden 32: ~17 MB of activations)."""
 
 
-def _distinct(a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> tuple[list[SoloProfile], np.ndarray, np.ndarray]:
+def _distinct(a: Sequence[SoloProfile], b: Sequence[SoloProfile],
+              what: str = "predict") -> tuple[list[SoloProfile], np.ndarray, np.ndarray]:
     """(each distinct profile object once, row of a[k], row of b[k]): 10,000 pairs of 100 jobs encode 100 jobs."""
+    if len(a) != len(b):
+        raise ValueError(f"{what} needs as many partners as jobs: {len(a)} != {len(b)}")
     n = len(a)
     ids = np.concatenate([np.fromiter(map(id, a), dtype=np.int64, count=n),
                           np.fromiter(map(id, b), dtype=np.int64, count=n)])
@@ -368,8 +359,8 @@ class PairScorer:
         if self._table is None and k * k <= limit:
             ka, kb = np.divmod(np.arange(k * k), k)
             ka, kb = self._kinds[ka], self._kinds[kb]
-            self._table = np.concatenate([self._compute(ka[i:i + BLOCK], kb[i:i + BLOCK])
-                                          for i in range(0, k * k, BLOCK)]).reshape(k, k)
+            self._table = np.concatenate([np.zeros(0)] + [self._compute(ka[i:i + BLOCK], kb[i:i + BLOCK])
+                                                          for i in range(0, k * k, BLOCK)]).reshape(k, k)
         return self._table is not None
 
     def slowdown(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:

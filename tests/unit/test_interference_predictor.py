@@ -165,3 +165,11 @@ def test_the_scorer_table_equals_pair_by_pair_prediction(model):
     assert np.allclose(direct, plain, rtol=1e-5)
     assert direct[1] != direct[2]  # a1 next to a2 (same family) is not a1 next to b
     assert not model.scorer(profiles).tabulate(limit=8)  # 9 distinct pairs: over the limit, stays direct
+
+
+def test_no_pairs_give_empty_answers_and_unequal_lists_are_refused(model):
+    assert model.predict([], []).shape == (0,) and model.predict_matrix([]).shape == (0, 0)
+    assert model.admission_margins([], []).shape == (0,) and model.on_gpu("never-seen").predict([], []).shape == (0,)
+    one = SoloProfile(kind="train", throughput=1.0, batch=8)
+    with pytest.raises(ValueError, match="as many partners as jobs"):
+        model.predict([one], [])
