@@ -1,10 +1,10 @@
 """Progress reports through real Slurm: two jobs, first alone, then on one GPU; `elastico sched` reads their
 reports, learns each job's solo speed, and records the slowdown they show side by side.
 
-The jobs are a CPU-bound loop that reports through the runtime API (`report_progress`), so the test needs no
-torch and runs on both Slurm versions (the training loop's own reports are tested in tests/unit/test_progress.py).
-The slowdown is real (the jobs share this machine's CPUs, as they would share a GPU's SMs); the test checks it
-is recorded as a valid observation, not what its value is.
+The jobs are a loop that reports through the runtime API (`report_progress`), so the test needs no torch and
+runs on both Slurm versions (the training loop's own reports are tested in tests/unit/test_progress.py). The
+fake GPUs share nothing but this machine's CPUs, so the jobs mostly wait and their slowdown stays near 1; the
+test checks that the path records a valid observation, not what its value is.
 """
 
 from __future__ import annotations
@@ -40,9 +40,10 @@ host_mem_mib: 512
 """
 
 
-# A job of fixed steps of CPU work; on SIGUSR1/SIGTERM it saves its step and exits 75 (elastico-run's contract).
+# A job of fixed steps (a little CPU work and a short wait, so other load on this machine hardly moves its
+# speed); on SIGUSR1/SIGTERM it saves its step and exits 75 (elastico-run's contract).
 PROGRAM = """#!/usr/bin/env python3
-import os, signal, sys
+import os, signal, sys, time
 from slurm_elastico.runtime import report_progress
 ckpt = os.path.join(os.environ["ELASTICO_CKPT_DIR"], "step")
 step = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
@@ -52,7 +53,8 @@ signal.signal(signal.SIGUSR1, lambda s, f: stop.append(s))
 total = int(os.environ["ELASTICO_STEPS"])
 report_progress(step, total, final=True)
 while step < total and not stop:
-    sum(i * i for i in range(20000))
+    sum(i * i for i in range(2000))
+    time.sleep(0.01)
     step += 1
     report_progress(step, total)
 open(ckpt, "w").write(str(step))
@@ -84,17 +86,17 @@ def until(c: Cluster, done, what: str, timeout: float = 90) -> None:
     raise AssertionError(f"no {what} within {timeout:g} s; last epoch's notes: {notes}")
 
 
-def idle_nodes(c: Cluster, timeout: float = 60) -> tuple[str, str]:
-    """Two nodes no job uses (waiting for other tests' jobs to end)."""
+def idle_nodes(c: Cluster, timeout: float = 120) -> tuple[str, str]:
+    """Two nodes, once no job runs anywhere: other tests' jobs would share these jobs' GPUs or this machine's CPUs."""
     deadline = time.monotonic() + timeout
     while True:
         snap = c.gateway.snapshot()
-        busy = {n for j in snap.jobs if j.state is JobState.RUNNING for n in j.nodes}
-        idle = sorted(n.name for n in snap.nodes if n.usable and n.name not in busy)
-        if len(idle) >= 2:
+        running = sorted(j.job_id for j in snap.jobs if j.state is JobState.RUNNING)
+        idle = sorted(n.name for n in snap.nodes if n.usable)
+        if not running and len(idle) >= 2:
             return idle[0], idle[1]
         if time.monotonic() > deadline:
-            raise AssertionError(f"no two idle nodes within {timeout:g} s: {sorted(busy)} are busy")
+            raise AssertionError(f"the cluster did not become idle within {timeout:g} s: jobs {running} still run")
         time.sleep(1)
 
 
@@ -134,7 +136,7 @@ def test_helper_learns_solo_speeds_and_records_the_observed_slowdown(slurm_clust
         with Store(tmp_path / "state" / "elastico.sqlite") as store:
             (obs,) = load_from_store(store, source="observed")
         assert 0 < obs.norm_a <= MAX_NORM and 0 < obs.norm_b <= MAX_NORM
-        print(f"\n  two CPU-bound jobs on one fake GPU (shared CPUs): {obs.norm_a:.2f} and {obs.norm_b:.2f} of solo speed")
+        print(f"\n  two jobs on one fake GPU (shared CPUs): {obs.norm_a:.2f} and {obs.norm_b:.2f} of solo speed")
         assert obs.a.mps_share == 50 and obs.a.kind == "train" and obs.a.model_family == "observe-live"
         assert c.gateway.job(a).state is JobState.RUNNING  # the helper changed nothing
     finally:
