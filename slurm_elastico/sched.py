@@ -42,12 +42,12 @@ from slurm_elastico.config import Settings
 from slurm_elastico.errors import ConfigError, ElasticoError
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.interference.measurements import load_rows, save_to_store
-from slurm_elastico.model import Action, ActionKind, Counters, Family, JobState, Plan, Snapshot
+from slurm_elastico.model import Action, ActionKind, Counters, Family, Plan, Snapshot
 from slurm_elastico.observe import SOURCE, Observation, Reading, merge_solo, observe, pair_observations, with_measured
 from slurm_elastico.planner import run_epoch
 from slurm_elastico.runtime.counters import FIELDS as COUNTER_FIELDS
 from slurm_elastico.runtime.counters import counters_path, read_counters
-from slurm_elastico.runtime.progress import ReportError, progress_path, read_progress
+from slurm_elastico.runtime.progress import read_job_reports
 from slurm_elastico.shapes import load_directory, parse_family
 from slurm_elastico.store import Store
 
@@ -208,29 +208,16 @@ class ProgressObserver:
         self.model, self.model_path, self.reference = model, model_path, reference or []
         self.refine_batch = refine_batch
 
-    def _reports(self, snapshot: Snapshot, families: dict[int, Family]) -> tuple[dict, dict, list[str]]:
-        """The running family jobs' progress reports and GPU counter reports, and a note for each unusable one."""
-        reports, counters, notes = {}, {}, []
-        for job in snapshot.jobs:
-            if job.state is not JobState.RUNNING or job.job_id not in families or not job.work_dir:
-                continue
-            for found, read, path in ((reports, read_progress, progress_path), (counters, read_counters, counters_path)):
-                try:
-                    value = read(path(job.work_dir, job.job_id))
-                except ReportError as exc:
-                    notes.append(f"job {job.job_id}: report ignored: {exc}")
-                    continue
-                if value is not None:
-                    found[job.job_id] = value
-        return reports, counters, notes
-
     def __call__(self, snapshot: Snapshot, families: dict[int, Family], dry_run: bool,
                  source: FamilySource | None = None) -> tuple[dict[int, float], dict[int, Family], list[str]]:
         """(work done per job, the families with measured shapes, notes) for this epoch; records what it learned.
 
         `source` gives the families of jobs that left the queue with a pair still open (see `_resolve`).
         """
-        reports, counters, notes = self._reports(snapshot, families)
+        mine = [j for j in snapshot.jobs if j.job_id in families]
+        reports, notes = read_job_reports(mine)
+        counters, counter_notes = read_job_reports(mine, read_counters, counters_path)
+        notes += counter_notes
         previous = {r["job_id"]: Reading(r["done"], r["updated"], r["restarts"], r["context"], r["since"])
                     for r in self.store.query("SELECT * FROM progress_reading")}
         obs = observe(snapshot, families, reports, previous, counters)
@@ -238,8 +225,9 @@ class ProgressObserver:
             self._record(snapshot, obs)
         measured = {(r["job_id"], r["shape"]): Counters(*(math.nan if r[f] is None else r[f] for f in COUNTER_FIELDS))
                     for r in self.store.query("SELECT * FROM solo_counters")}
+        families = with_measured(families, measured)
         if dry_run:
-            return obs.progress, with_measured(families, measured), notes
+            return obs.progress, families, notes
         found = self._resolve(families, measured, source, notes)
         self._forget({j.job_id for j in snapshot.jobs})
         if found:
@@ -250,7 +238,7 @@ class ProgressObserver:
                 except (ElasticoError, OSError, RuntimeError, ValueError) as exc:  # learning must not stop scheduling
                     note = f"predictor not refined this epoch (its weights are as before): {exc}"
                 notes += [note] if note else []
-        return obs.progress, with_measured(families, measured), notes
+        return obs.progress, families, notes
 
     def _resolve(self, families: dict[int, Family], measured: dict, source: FamilySource | None,
                  notes: list[str]) -> list:
@@ -258,12 +246,12 @@ class ProgressObserver:
         beside = {(r["job_id"], r["shape"], r["partner"], r["partner_shape"]): (r["work"], r["seconds"])
                   for r in self.store.query("SELECT * FROM pair_rate")}
         gone = {j for key in beside for j in (key[0], key[2])} - set(families)
-        known = dict(families)
+        known = dict(families)  # the queue's, measured shapes included; those of departed jobs from `source`
         if gone and source is not None:
-            known.update(source.families(gone)[0])
+            known.update(with_measured(source.families(gone)[0], measured))
         solo = merge_solo({(r["job_id"], r["shape"]): (r["work"], r["seconds"])
                            for r in self.store.query("SELECT * FROM solo_rate")})
-        found, spent, pair_notes = pair_observations(beside, solo, with_measured(known, measured), self.gpu_type)
+        found, spent, pair_notes = pair_observations(beside, solo, known, self.gpu_type)
         notes += pair_notes
         with self.store.transaction() as conn:
             conn.executemany("DELETE FROM pair_rate WHERE job_id=? AND shape=? AND partner=? AND partner_shape=?", spent)

@@ -120,9 +120,8 @@ class Store:
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         """Runs `sql` for every row in one transaction: all rows land or none."""
-        with self.conn:
-            self.conn.execute("BEGIN")
-            self.conn.executemany(sql, rows)
+        with self.transaction() as conn:
+            conn.executemany(sql, rows)
 
     def transaction(self) -> sqlite3.Connection:
         """`with store.transaction():` groups the writes inside into one transaction."""

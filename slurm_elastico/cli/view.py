@@ -8,8 +8,8 @@ import json
 import click
 
 from slurm_elastico.cli import settings
-from slurm_elastico.model import JobState, Snapshot
-from slurm_elastico.runtime.progress import Progress, ReportError, progress_path, read_progress
+from slurm_elastico.model import Snapshot
+from slurm_elastico.runtime.progress import Progress, read_job_reports
 
 
 def gateway_from(cfg):
@@ -27,16 +27,7 @@ def gateway_from(cfg):
 
 def progress_of(snap: Snapshot) -> dict[int, Progress]:
     """The progress reports of the running jobs that have one (an unreadable one counts as none)."""
-    out = {}
-    for j in snap.jobs:
-        if j.state is JobState.RUNNING and j.work_dir:
-            try:
-                report = read_progress(progress_path(j.work_dir, j.job_id))
-            except ReportError:
-                continue
-            if report is not None:
-                out[j.job_id] = report
-    return out
+    return read_job_reports(snap.jobs)[0]
 
 
 def snapshot_dict(snap: Snapshot, progress: dict[int, Progress] | None = None) -> dict:

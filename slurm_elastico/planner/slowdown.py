@@ -157,7 +157,7 @@ class PairCache:
 
         A model with `scorer(profiles)` (the trained predictor) encodes every profile once per set of
         profiles, and tabulates every pair of distinct profiles when there are not too many; a lookup then
-        costs only its own pairs, or an index (see `benchmarks/interference.py`).
+        costs only its own pairs, or an index (epoch latency: `benchmarks/planner.py`).
         """
         known = self._known
         missing = list(dict.fromkeys(q for q in pairs if q not in known))

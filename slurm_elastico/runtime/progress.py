@@ -31,8 +31,11 @@ import os
 import stat
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from slurm_elastico.model import JobState, JobView
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +156,28 @@ def read_progress(path: str | os.PathLike[str]) -> Progress | None:
     """The progress report at `path`, or None when there is none yet; `ReportError` when it is unusable."""
     d = read_report(path, "progress")
     return None if d is None else parse_progress(d, str(path))
+
+
+def read_job_reports(jobs: Iterable[JobView], read: Callable | None = None,
+                     path: Callable | None = None) -> tuple[dict, list[str]]:
+    """{job id: report} of the running jobs' reports of one kind (default: progress), and a note per unusable one.
+
+    `jobs` are `JobView`s; those not running or without a working directory are skipped. `read` and
+    `path` name the kind (`read_progress`, `progress_path` or the counters' pair, `runtime.counters`).
+    """
+    read, path = read or read_progress, path or progress_path
+    found, notes = {}, []
+    for job in jobs:
+        if job.state is not JobState.RUNNING or not job.work_dir:
+            continue
+        try:
+            value = read(path(job.work_dir, job.job_id))
+        except ReportError as exc:
+            notes.append(f"job {job.job_id}: report ignored: {exc}")
+            continue
+        if value is not None:
+            found[job.job_id] = value
+    return found, notes
 
 
 def write_progress(path: str | os.PathLike[str], progress: Progress) -> None:
