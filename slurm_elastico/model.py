@@ -269,7 +269,7 @@ class Shape:
     (name, value) pairs so the shape stays hashable. `throughput` is work units
     per second (optimizer steps or requests) at this shape, running alone.
     `measured` holds the counters this job showed running the shape alone,
-    when the helper has them (`slurm_elastico.observe`); None: not measured.
+    when the helper has them (`slurm_elastico.helper.observe`); None: not measured.
     """
 
     name: str

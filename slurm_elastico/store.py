@@ -30,7 +30,7 @@ SCHEMA: list[str] = [
         b_sm_util REAL, b_membw_util REAL, b_mem_used_mib REAL, b_power_w REAL, b_mps_share INTEGER,
         b_norm REAL
     )""",
-    # Shape families recorded by elastico-submit (slurm_elastico.sched reads them):
+    # Shape families recorded by elastico-submit (slurm_elastico.helper.families reads them):
     # the spec exactly as the user wrote it, re-validated every epoch.
     """CREATE TABLE IF NOT EXISTS job_family (
         job_id INTEGER PRIMARY KEY,
@@ -38,7 +38,7 @@ SCHEMA: list[str] = [
         source TEXT NOT NULL DEFAULT '',
         submitted_at REAL NOT NULL
     )""",
-    # The helper's journal (slurm_elastico.sched): a row is written before an action
+    # The helper's journal (slurm_elastico.helper.journal): a row is written before an action
     # is issued ('planned') and updated after ('done' / 'failed' / 'recovered'), so a
     # crash between the two is found and repaired by the next epoch.
     """CREATE TABLE IF NOT EXISTS journal (
@@ -54,7 +54,7 @@ SCHEMA: list[str] = [
     )""",
     "CREATE INDEX IF NOT EXISTS journal_status ON journal (status)",
     # What the helper last read of each running job's progress report, and each
-    # job's solo speed per shape as total work / total seconds (slurm_elastico.observe).
+    # job's solo speed per shape as total work / total seconds (slurm_elastico.helper.observe).
     """CREATE TABLE IF NOT EXISTS progress_reading (
         job_id INTEGER PRIMARY KEY,
         done REAL NOT NULL,

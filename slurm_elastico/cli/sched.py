@@ -26,8 +26,12 @@ def sched(ctx, once, interval, epochs, dry_run, families_dir, as_json) -> None:
     Without --interval it runs one epoch (for cron, a systemd timer or PrologSlurmctld). Epochs take a lock
     in the state directory: one that finds it taken is skipped.
     """
-    from slurm_elastico import sched as helper
     from slurm_elastico.cli.view import gateway_from
+    from slurm_elastico.helper.epoch import main_loop, render, run_once
+    from slurm_elastico.helper.families import DirectoryFamilies, StoreFamilies
+    from slurm_elastico.helper.journal import Journal
+    from slurm_elastico.helper.lock import EpochBusy, epoch_lock
+    from slurm_elastico.helper.observer import ProgressObserver
     from slurm_elastico.interference import load_model
     from slurm_elastico.errors import ConfigError
     from slurm_elastico.interference.errors import MeasurementError
@@ -41,10 +45,10 @@ def sched(ctx, once, interval, epochs, dry_run, families_dir, as_json) -> None:
     policies.get(cfg.planner.policy)  # an unknown policy stops here, not at every epoch
     gateway = gateway_from(cfg)
     store = Store(cfg.store_path)
-    families = (helper.DirectoryFamilies(families_dir, cfg.gpu.memory_mib) if families_dir
-                else helper.StoreFamilies(store, cfg.gpu.memory_mib))
+    families = (DirectoryFamilies(families_dir, cfg.gpu.memory_mib) if families_dir
+                else StoreFamilies(store, cfg.gpu.memory_mib))
     model = load_model(cfg.interference.model)
-    journal = None if dry_run else helper.Journal(store)
+    journal = None if dry_run else Journal(store)
     reference = []
     if cfg.interference.reference:
         if not cfg.interference.model:
@@ -54,20 +58,20 @@ def sched(ctx, once, interval, epochs, dry_run, families_dir, as_json) -> None:
             reference = read_csv(cfg.interference.reference)
         except MeasurementError as exc:
             raise ConfigError("interference.reference", [f"{exc} (the measurement CSV the model was trained on)"]) from None
-    observer = helper.ProgressObserver(store, cfg.gpu.type, model, cfg.interference.model, reference)
+    observer = ProgressObserver(store, cfg.gpu.type, model, cfg.interference.model, reference)
 
     def step() -> None:
-        with contextlib.nullcontext() if dry_run else helper.epoch_lock(cfg.state_dir):
-            result = helper.run_once(gateway, cfg, families, model, journal, time.time(), dry_run=dry_run,
+        with contextlib.nullcontext() if dry_run else epoch_lock(cfg.state_dir):
+            result = run_once(gateway, cfg, families, model, journal, time.time(), dry_run=dry_run,
                                      observer=observer)
-        click.echo(json.dumps(result.to_dict()) if as_json else helper.render(result))
+        click.echo(json.dumps(result.to_dict()) if as_json else render(result))
 
     if interval is None:
         try:
             step()
-        except helper.EpochBusy as exc:
+        except EpochBusy as exc:
             click.echo(f"note: {exc}", err=True)
         return
-    failures = helper.main_loop(step, interval, epochs)
+    failures = main_loop(step, interval, epochs)
     if failures:
         raise SystemExit(1)

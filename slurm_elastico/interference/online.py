@@ -1,6 +1,6 @@
 """Online refinement: learn from slowdowns observed on the cluster, roll back when it makes things worse.
 
-After each epoch that observed co-location slowdowns (`slurm_elastico.observe`)
+After each epoch that observed co-location slowdowns (`slurm_elastico.helper.observe`)
 the helper calls `refine`: a learner over the model's reference data and the
 earlier observations, then `OnlineLearner.observe` of the new ones; the
 helper replaces the model file (atomically) only when the update is kept.

@@ -10,7 +10,7 @@ write (memory: the peak):
      "since": 1764489590.0, "updated": 1764489600.0}
 
 The helper keeps them with the job's solo speed when the job ran alone over
-that time (`slurm_elastico.observe`), so the interference model sees the
+that time (`slurm_elastico.helper.observe`), so the interference model sees the
 job's measured counters instead of a guess from its kind and share.
 
 Which GPU: the first entry of CUDA_VISIBLE_DEVICES, a UUID as is, an index as

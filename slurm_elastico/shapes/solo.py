@@ -1,7 +1,7 @@
 """The solo profile an interference model sees for one shape: the one place that mapping lives.
 
 A shape a job was measured at alone (`Shape.measured`, from the NVML
-counters elastico-run records, see `slurm_elastico.observe`) gives its
+counters elastico-run records, see `slurm_elastico.helper.observe`) gives its
 measured counters. Otherwise utilisation is a first-order guess from the kind
 and the share: training fills the SMs it is given and reads memory moderately;
 inference decode reads memory hard whatever its share (MPS partitions SMs,

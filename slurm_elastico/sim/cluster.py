@@ -101,7 +101,6 @@ class Counters:
     starts: int = 0
     requeues: int = 0
     relaunches: int = 0
-    refused: int = 0
     memory_overcommits: int = 0
     actions: dict[str, int] = field(default_factory=dict)
 
@@ -336,7 +335,6 @@ class SimCluster:
             job.comment = action.text or ""
         elif kind in (ActionKind.SET_SHARE, ActionKind.SET_NODES, ActionKind.START_NOW):
             if job.state is not JobState.PENDING:
-                self.counters.refused += 1
                 raise JobNotPendingError(argv, 1, "Job is no longer pending execution")
             if kind is ActionKind.SET_SHARE:
                 share = commands.need(action.share, action)
@@ -351,7 +349,6 @@ class SimCluster:
                 job.begin = min(job.begin, self.now)
         elif kind is ActionKind.RESHAPE_RUNNING:
             if job.state is not JobState.RUNNING:
-                self.counters.refused += 1
                 raise SlurmError(argv, 1, "Job is not running: requeue refused")
             share = commands.need(action.share, action)
             if not 1 <= share <= self.shares_per_gpu:
@@ -359,7 +356,6 @@ class SimCluster:
             self.requeue(job, share, action.nodes[0] if action.nodes else None)
         elif kind is ActionKind.SIGNAL:
             if job.state is not JobState.RUNNING:
-                self.counters.refused += 1
                 raise SlurmError(argv, 1, "Job is not running: nothing to signal")
             if action.signal == "USR1":  # elastico-run checkpoints and relaunches in place as the AdminComment says
                 self.before_stop(job)

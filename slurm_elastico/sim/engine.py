@@ -1,9 +1,11 @@
 """The discrete-event loop: arrivals, Slurm starts, completions, reshapes, and a planner epoch every `epoch_s`.
 
-Each epoch does what `elastico sched` does — snapshot, `run_epoch`, apply
-every action through the gateway, a refused action counted and skipped —
-with the simulated cluster as the gateway and the exact progress of every
-running job. The policy is chosen by name from the planner's registry (the
+Each epoch is `elastico sched`'s own epoch (`helper.epoch.run_once`: recover,
+plan, act through the one action executor) with the simulated cluster as the
+gateway, an in-memory journal, and the exact progress of every running job.
+So a refused action has the live consequences — the job's later actions are
+skipped, its AdminComment put back, a failed reshape recovered next epoch —
+and is counted (`refused_actions`, `skipped_actions`). The policy is chosen by name from the planner's registry (the
 loop never branches on it). Between epochs Slurm starts what fits
 (`SimCluster.schedule`).
 
@@ -29,14 +31,16 @@ import dataclasses
 import heapq
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from slurm_elastico.config import Settings
-from slurm_elastico.errors import ElasticoError
+from slurm_elastico.helper.epoch import run_once
+from slurm_elastico.helper.journal import MemoryJournal
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Family, GresRequest, JobState
-from slurm_elastico.planner import policies, run_epoch
+from slurm_elastico.planner import policies
 from slurm_elastico.sim.cluster import SimCluster, SimJob
 from slurm_elastico.sim.families import (INFER_CPUS, INFER_HOST_MIB, TRAIN_CPUS, TRAIN_HOST_MIB, fastest_speed,
                                          family_of, goodput_factor)
@@ -117,6 +121,9 @@ class Engine:
         self.heap: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
         self.families: dict[int, Family] = {}
+        self.family_source = _Families(self.families)
+        self.journal = MemoryJournal()
+        self.outcomes: Counter[str] = Counter()
         self.results: list[JobResult] = []
         self.solo: dict[int, tuple[float, float, tuple[str, int]]] = {}
         self.events = 0
@@ -203,7 +210,9 @@ class Engine:
             wall_s=time.perf_counter() - started, plan_s=plan_s,
             counters={"starts": self.cluster.counters.starts, "requeues": self.cluster.counters.requeues,
                       "relaunches": self.cluster.counters.relaunches,
-                      "refused_actions": self.cluster.counters.refused,
+                      "refused_actions": self.outcomes["failed"],
+                      "skipped_actions": self.outcomes["skipped"],
+                      "recovered_actions": self.journal.settled["recovered"],
                       "memory_overcommits": self.cluster.counters.memory_overcommits,
                       "actions": dict(sorted(self.cluster.counters.actions.items()))},
             unfinished=unfinished)
@@ -247,17 +256,17 @@ class Engine:
         self.dirty = True
 
     def _epoch(self, now: float) -> None:
-        snap = self.cluster.snapshot()
+        result = run_once(self.cluster, self.settings, self.family_source, self.model, self.journal, now, observer=self._observe)
+        self.outcomes.update(o.status for o in result.outcomes)
+        self.acted = bool(result.plan.actions)
+        self._settle()
+
+    def _observe(self, snap, families: dict[int, Family], dry_run: bool, source) -> tuple[dict[int, float], dict, list]:
+        """The epoch's observer: the exact work done of every running family job."""
+        now = self.cluster.now
         progress = {j.job_id: self._done_at(j, now) for j in self.cluster.jobs.values()
                     if j.state is JobState.RUNNING and j.family is not None}
-        plan = run_epoch(snap, self.families, self.settings, self.model, now, progress)
-        for action in plan.actions:
-            try:
-                self.cluster.apply(action)
-            except ElasticoError:
-                pass  # as `elastico sched` does: journaled as failed, the next epoch decides again
-        self.acted = bool(plan.actions)
-        self._settle()
+        return progress, families, []
 
     def _settle(self) -> None:
         """Let Slurm start what fits, then re-rate every job whose GPU changed."""
@@ -333,6 +342,16 @@ class Engine:
             return  # stalled (a shape that cannot run here); it completes only if its neighbours change
         left = max(0.0, job.trace.work - job.done)
         self._push(max(self.cluster.now, job.ready_at) + left / rate, COMPLETE, job.job_id, job.version)
+
+
+class _Families:
+    """The epoch's family source: the families of the queue's jobs, in arrival order."""
+
+    def __init__(self, families: dict[int, Family]):
+        self.known = families
+
+    def families(self, job_ids: set[int]) -> tuple[dict[int, Family], list[str]]:
+        return {j: f for j, f in self.known.items() if j in job_ids}, []
 
 
 def run(trace: Sequence[TraceJob], policy: str, settings: Settings, sim: SimSettings, model: SlowdownModel | None,

@@ -17,7 +17,7 @@ import pytest
 
 from slurm_elastico.interference.measurements import load_from_store
 from slurm_elastico.model import JobState
-from slurm_elastico.observe import MAX_NORM
+from slurm_elastico.helper.observe import MAX_NORM
 from slurm_elastico.runtime.progress import progress_path, read_progress
 from slurm_elastico.store import Store
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from slurm_elastico.model import Action, ActionKind, JobState
-from slurm_elastico.sched import Journal
+from slurm_elastico.helper.journal import Journal
 from slurm_elastico.slurm.gateway import SlurmGateway
 from slurm_elastico.slurm.runner import SubprocessRunner
 from slurm_elastico.store import Store

@@ -7,10 +7,11 @@ import time
 
 import pytest
 
-from slurm_elastico import sched
+from slurm_elastico.helper.epoch import run_once
+from slurm_elastico.helper.observer import ProgressObserver
 from slurm_elastico.interference.measurements import load_from_store
 from slurm_elastico.model import Counters
-from slurm_elastico.observe import observe, with_measured
+from slurm_elastico.helper.observe import observe, with_measured
 from slurm_elastico.runtime.counters import CounterRecorder, counters_path, gpu_of, read_counters, write_counters
 from slurm_elastico.runtime.progress import ReportError, progress_path
 from slurm_elastico.shapes.solo import solo_profile
@@ -99,7 +100,7 @@ def test_the_observer_keeps_solo_counters_and_hands_the_planner_measured_shapes(
             write_counters(counters_path(d1, 1), MEASURED, T0 + 5, T0 + 19)
 
     with Store(tmp_path / "s.sqlite") as store:
-        _, fams, _ = alone_then_shared(sched.ProgressObserver(store, "p100"), tmp_path, counters_of_job_1)[-1]
+        _, fams, _ = alone_then_shared(ProgressObserver(store, "p100"), tmp_path, counters_of_job_1)[-1]
         assert fams[1].shape("mps50-0").measured == MEASURED and fams[2].shape("mps50-0").measured is None
         (obs,) = load_from_store(store, source="observed")
         assert obs.a.sm_util == pytest.approx(0.7) and obs.b.sm_util == pytest.approx(0.45)
@@ -139,7 +140,7 @@ def test_run_once_plans_with_the_measured_counters(tmp_path):
             write_counters(counters_path(d1, 1), MEASURED, T0 + 5, T0 + 19)
 
     with Store(tmp_path / "s.sqlite") as store:
-        observer = sched.ProgressObserver(store, "p100")
+        observer = ProgressObserver(store, "p100")
         alone_then_shared(observer, tmp_path, counters_of_job_1)
         shared = snap(job(1, 0, 50, work_dir=str(tmp_path / "w1")), job(2, 0, 50, start=T0 + 25,
                                                                            work_dir=str(tmp_path / "w2")))
@@ -149,5 +150,5 @@ def test_run_once_plans_with_the_measured_counters(tmp_path):
                 return {j: FAM for j in job_ids}, []
 
         model = Recording()
-        sched.run_once(Gateway(shared), Settings(), Both(), model, None, T0 + 50, dry_run=True, observer=observer)
+        run_once(Gateway(shared), Settings(), Both(), model, None, T0 + 50, dry_run=True, observer=observer)
     assert any(p.sm_util == pytest.approx(0.7) and p.power_w == pytest.approx(180.0) for p in model.seen)

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from slurm_elastico import sched
+from slurm_elastico.helper.observer import ProgressObserver
 from slurm_elastico.interference.gavel import import_gavel
 from slurm_elastico.interference.measurements import load_from_store
 from slurm_elastico.interference.predictor import MlpPredictor, TrainConfig, train
-from slurm_elastico.observe import merge_solo, observe, pair_observations
+from slurm_elastico.helper.observe import merge_solo, observe, pair_observations
 from slurm_elastico.planner.synthetic import cluster, family, running, snapshot
 from slurm_elastico.model import JobState
 from slurm_elastico.runtime.progress import Progress, progress_path, write_progress
@@ -202,7 +202,7 @@ def test_the_observer_reads_report_files_keeps_state_in_the_store_and_refines_th
     model.save(model_path)
     before = model_path.read_bytes()
     with Store(tmp_path / "s.sqlite") as store:
-        observer = sched.ProgressObserver(store, "p100", model, str(model_path), reference, refine_batch=1)
+        observer = ProgressObserver(store, "p100", model, str(model_path), reference, refine_batch=1)
         progress, _, notes = alone_then_shared(observer, tmp_path)[-1]
         assert progress == {1: 72, 2: 25}
         (obs,) = load_from_store(store, source="observed")
@@ -233,7 +233,7 @@ def test_a_pair_is_observed_after_the_job_that_ran_alone_first_has_left(tmp_path
              (snap(a, b), 60, 0, T0 + 30), (snap(a, b), 72, 5, T0 + 40),   # together 10 s: 1.2/s and 0.5/s
              (snap(b), None, 10, T0 + 50), (snap(b), None, 20, T0 + 60)]   # job 1 has finished; job 2 alone: 1.0/s
     with Store(tmp_path / "s.sqlite") as store:
-        observer = sched.ProgressObserver(store, "p100")
+        observer = ProgressObserver(store, "p100")
         for s, done1, done2, at in steps:
             for d, j, done in ((d1, 1, done1), (d2, 2, done2)):
                 if done is not None:
@@ -254,7 +254,7 @@ def test_a_dry_run_reads_progress_but_writes_nothing(tmp_path, reference):
     model.save(model_path)
     tables = ("progress_reading", "solo_rate", "pair_rate", "colocation", "model_update")
     with Store(tmp_path / "s.sqlite") as store:
-        observer = sched.ProgressObserver(store, "p100", model, str(model_path), reference, refine_batch=1)
+        observer = ProgressObserver(store, "p100", model, str(model_path), reference, refine_batch=1)
         alone_then_shared(observer, tmp_path)  # 4 epochs: readings, solo rates, one observation
         counts = {t: store.query(f"SELECT COUNT(*) AS n FROM {t}")[0]["n"] for t in tables}
         readings = store.query("SELECT * FROM progress_reading ORDER BY job_id")
@@ -280,7 +280,7 @@ def test_a_dry_run_reads_progress_but_writes_nothing(tmp_path, reference):
 def test_one_observation_is_not_enough_to_refine_by_default(tmp_path, reference):
     model = train(reference, TrainConfig(hidden=8, epochs=20, use_family=False), seed=0)
     with Store(tmp_path / "s.sqlite") as store:
-        observer = sched.ProgressObserver(store, "p100", model, str(tmp_path / "iac.pt"), reference)
+        observer = ProgressObserver(store, "p100", model, str(tmp_path / "iac.pt"), reference)
         _, _, notes = alone_then_shared(observer, tmp_path)[-1]
         assert store.query("SELECT COUNT(*) AS n FROM model_update")[0]["n"] == 0
         assert not any("refined" in n for n in notes) and not (tmp_path / "iac.pt").exists()
@@ -296,7 +296,7 @@ def test_a_rolled_back_refinement_leaves_the_model_file_alone(tmp_path, referenc
     # Any change at all counts as drift: the update must be rolled back and the file kept.
     monkeypatch.setattr(online.OnlineLearner, "_worse", lambda self, b, a: True)
     with Store(tmp_path / "s.sqlite") as store:
-        observer = sched.ProgressObserver(store, "p100", model, str(model_path), reference, refine_batch=1)
+        observer = ProgressObserver(store, "p100", model, str(model_path), reference, refine_batch=1)
         _, _, notes = alone_then_shared(observer, tmp_path)[-1]
         assert store.query("SELECT accepted FROM model_update")[0]["accepted"] == 0
         assert any("rolled back" in n for n in notes)
@@ -312,7 +312,7 @@ def test_a_failing_refinement_is_a_note_not_a_failed_epoch(tmp_path, reference, 
     monkeypatch.setattr(online, "refine", broken)
     model = train(reference, TrainConfig(hidden=8, epochs=20, use_family=False), seed=0)
     with Store(tmp_path / "s.sqlite") as store:
-        observer = sched.ProgressObserver(store, "p100", model, str(tmp_path / "iac.pt"), reference, refine_batch=1)
+        observer = ProgressObserver(store, "p100", model, str(tmp_path / "iac.pt"), reference, refine_batch=1)
         progress, _, notes = alone_then_shared(observer, tmp_path)[-1]
         assert progress == {1: 72, 2: 25}
         assert "predictor not refined this epoch (its weights are as before): out of memory" in notes

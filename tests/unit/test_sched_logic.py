@@ -9,7 +9,9 @@ from slurm_elastico.config import Settings
 from slurm_elastico.errors import JobNotPendingError, SlurmError
 from slurm_elastico.model import Action, ActionKind, GpuUse
 from slurm_elastico.planner.synthetic import cluster, family, pending, running, snapshot, with_users
-from slurm_elastico import sched
+from slurm_elastico.helper.epoch import main_loop, run_once
+from slurm_elastico.helper.journal import Journal, action_from_json, action_to_json
+from slurm_elastico.helper.lock import EpochBusy, epoch_lock
 from slurm_elastico.store import Store
 
 NOW = 1_000_000.0
@@ -48,7 +50,7 @@ class Fixed:
 @pytest.fixture
 def journal(tmp_path):
     with Store(tmp_path / "s.sqlite") as store:
-        yield sched.Journal(store)
+        yield Journal(store)
 
 
 def statuses(journal):
@@ -60,7 +62,7 @@ def test_a_failed_share_update_skips_the_jobs_other_actions_and_restores_its_com
     snap = snapshot(cluster(1), [pending(1, NOW - 60), pending(2, NOW - 60)])
     gw = FakeGateway(snap, fail=lambda a: JobNotPendingError(("scontrol",), 1, "Job is no longer pending execution")
                      if a.job_id == 1 and a.kind is ActionKind.SET_SHARE else None)
-    result = sched.run_once(gw, Settings(), Fixed({1: fam, 2: fam}), None, journal, NOW)
+    result = run_once(gw, Settings(), Fixed({1: fam, 2: fam}), None, journal, NOW)
     by_job = {}
     for o in result.outcomes:
         by_job.setdefault(o.action.job_id, []).append((o.action.kind, o.status))
@@ -78,7 +80,7 @@ def test_a_failed_reshape_stays_planned_and_the_next_epoch_releases_the_held_job
     job = running(1, "n0000", 0, 25, start=NOW - 100, shape="mps25-0")
     gw = FakeGateway(snapshot(nodes, [job]), fail=lambda a: SlurmError(("scontrol", "release"), 1, "timeout")
                      if a.kind is ActionKind.RESHAPE_RUNNING else None)
-    first = sched.run_once(gw, Settings(), Fixed({1: fam}), None, journal, NOW)
+    first = run_once(gw, Settings(), Fixed({1: fam}), None, journal, NOW)
     assert [o.status for o in first.outcomes if o.action.kind is ActionKind.RESHAPE_RUNNING] == ["failed"]
     assert (1, "reshape_running", "planned") in statuses(journal)
     # The job was left held by the failed sequence: the next epoch finds the row and releases it.
@@ -87,7 +89,7 @@ def test_a_failed_reshape_stays_planned_and_the_next_epoch_releases_the_held_job
     held = dataclasses.replace(job, state=pending(1).state, held=True, nodes=(), gpu_indices=(), gpu_alloc=())
     gw.snap = snapshot(cluster(1), [held])
     gw.fail = lambda a: None
-    second = sched.run_once(gw, Settings(), Fixed({}), None, journal, NOW + 60)
+    second = run_once(gw, Settings(), Fixed({}), None, journal, NOW + 60)
     assert gw.released == [1] and any("released" in r for r in second.recovered)
     assert (1, "reshape_running", "recovered") in statuses(journal)
 
@@ -95,23 +97,23 @@ def test_a_failed_reshape_stays_planned_and_the_next_epoch_releases_the_held_job
 def test_dry_run_issues_nothing(journal):
     fam = family((100, 1.0, 1000))
     gw = FakeGateway(snapshot(cluster(1), [pending(1)]))
-    result = sched.run_once(gw, Settings(), Fixed({1: fam}), None, None, NOW, dry_run=True)
+    result = run_once(gw, Settings(), Fixed({1: fam}), None, None, NOW, dry_run=True)
     assert result.outcomes and all(o.status == "dry-run" and o.argv for o in result.outcomes)
     assert gw.applied == []
 
 
 def test_only_one_epoch_at_a_time(tmp_path):
-    with sched.epoch_lock(tmp_path):
-        with pytest.raises(sched.EpochBusy, match="sched.lock"):
-            with sched.epoch_lock(tmp_path):
+    with epoch_lock(tmp_path):
+        with pytest.raises(EpochBusy, match="sched.lock"):
+            with epoch_lock(tmp_path):
                 pass
-    with sched.epoch_lock(tmp_path):  # released: the next epoch gets it
+    with epoch_lock(tmp_path):  # released: the next epoch gets it
         pass
 
 
 def test_journal_round_trips_actions():
     a = Action(ActionKind.RESHAPE_RUNNING, 7, "why", share=50, nodes=("n1",), shape="s")
-    assert sched.action_from_json(sched.action_to_json(a)) == a
+    assert action_from_json(action_to_json(a)) == a
 
 
 def test_loop_survives_a_bad_epoch_and_counts_it():
@@ -122,5 +124,5 @@ def test_loop_survives_a_bad_epoch_and_counts_it():
         if len(calls) == 1:
             raise SlurmError(("squeue",), 1, "slurmctld down")
 
-    assert sched.main_loop(step, 0.0, 3, sleep=lambda s: None) == 1
+    assert main_loop(step, 0.0, 3, sleep=lambda s: None) == 1
     assert len(calls) == 3

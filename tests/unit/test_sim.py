@@ -188,3 +188,46 @@ def test_load_sweep_plot_is_a_png(tmp_path):
     out = plots.load_sweep({"elastico": [(1.0, 2.0, 0.1), (2.0, 3.0, 0.2)], "static": [(1.0, 2.5, 0.1)]},
                            tmp_path / "sweep.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+class ScriptedPolicy:
+    """A policy whose first plan is a fixed action list for job 1 (then nothing): to make Slurm refuse one."""
+
+    name = "scripted"
+
+    def __init__(self, actions):
+        self.actions, self.plans = tuple(actions), 0
+
+    def plan(self, snapshot, families, settings, model, now, progress=None):
+        from slurm_elastico.model import Plan
+
+        self.plans += 1
+        return Plan(actions=self.actions if self.plans == 1 else ())
+
+
+def test_a_refused_action_stops_that_jobs_later_actions_and_is_counted_as_live(toy, monkeypatch):
+    # The simulator acts through the helper's executor: a USR1 to a job still pending is refused (as Slurm
+    # refuses it), the job's later action is skipped, the AdminComment set before it is put back, and both
+    # are counted. Without the shared executor the sim used to swallow the refusal and go on.
+    from slurm_elastico.planner import policies
+
+    actions = [
+        Action(ActionKind.SET_ADMIN_COMMENT, 1, "t", text="elastico:shape=mb8-fp32-mps50"),
+        Action(ActionKind.SIGNAL, 1, "t", signal="USR1"),
+        Action(ActionKind.START_NOW, 1, "t"),
+    ]
+    monkeypatch.setitem(policies.REGISTRY, "scripted", ScriptedPolicy(actions))
+    jobs = [toy_job(1, 0, 10)]
+    sim = SimSettings(gpus=1, gpus_per_node=1, epoch_s=4, placement_window_s=8.0, profile_noise=0.0, audit=True)
+    e = engine.Engine(jobs, "scripted", Settings(), sim, ContentionModel(), toy, seed=0)
+    e._arrive(jobs[0])
+    e._epoch(0.0)
+    job = e.cluster.jobs[1]
+    assert job.comment == ""  # restored: elastico-run must not start a shape whose change never happened
+    assert job.begin == 8.0  # START_NOW was skipped
+    assert (e.outcomes["done"], e.outcomes["failed"], e.outcomes["skipped"]) == (1, 1, 1)
+    assert e.journal.unsettled() == [] and e.journal.settled == {"done": 1, "failed": 1}
+    monkeypatch.setitem(policies.REGISTRY, "scripted", ScriptedPolicy(actions))
+    r = engine.run(jobs, "scripted", Settings(), sim, ContentionModel(), toy, seed=0)  # a whole run reports them
+    assert (r.counters["refused_actions"], r.counters["skipped_actions"]) == (1, 1)
+    assert r.unfinished == 0 and r.jobs[0].first_start == pytest.approx(8.0)  # Slurm starts it at its BeginTime

@@ -1,6 +1,6 @@
 """What the jobs' progress reports tell the helper: work done, solo speeds, and observed co-location slowdowns.
 
-Pure logic; `sched.ProgressObserver` does the I/O (report files, the store).
+Pure logic; `helper.observer.ProgressObserver` does the I/O (report files, the store).
 Each epoch the helper reads every running family job's report
 (`runtime.progress`) and compares it with the previous epoch's reading:
 

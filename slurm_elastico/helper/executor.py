@@ -1,0 +1,84 @@
+"""The one action executor: the helper and the simulator carry out a plan through it.
+
+For each action: journal it ('planned'), issue it through the gateway, settle
+the row ('done' or 'failed'). A reshape that fails stays 'planned' with its
+error noted: it may have left the job requeue-held, and the next epoch's
+`recovery.recover` checks. A job's actions go together: after one fails the
+rest are skipped, and an AdminComment set earlier in the plan is put back, so
+elastico-run never reads a shape whose share change did not happen.
+
+`gateway` is anything with `apply` and `argv_for` (`slurm.gateway.SlurmGateway`,
+`sim.cluster.SimCluster`); `journal` anything with the journal's methods
+(`journal.Journal` in the store, `journal.MemoryJournal` in the simulator).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from slurm_elastico.errors import ElasticoError
+from slurm_elastico.helper.journal import JournalLike
+from slurm_elastico.model import Action, ActionKind
+
+
+class Actuator(Protocol):
+    def apply(self, action: Action) -> None: ...
+    def argv_for(self, action: Action) -> list[list[str]]: ...
+
+
+@dataclass(frozen=True)
+class Outcome:
+    action: Action
+    status: str  # done | failed | skipped | dry-run
+    error: str = ""
+    argv: tuple[tuple[str, ...], ...] = ()
+
+
+def execute(actions: Iterable[Action], gateway: Actuator, journal: JournalLike | None, now: float, *,
+            dry_run: bool = False, comments: dict[int, str] | None = None) -> list[Outcome]:
+    """Carry out `actions` in order; one `Outcome` each. `journal` may be None only for a dry run.
+
+    `comments` are the jobs' AdminComments before the plan: what a failed job's comment is put back to.
+    """
+    if journal is None and not dry_run:
+        raise ValueError("a journal is required unless dry_run is set")
+    comments = comments or {}
+    failed: set[int] = set()
+    commented: set[int] = set()
+    outcomes: list[Outcome] = []
+    for action in actions:
+        argv = tuple(tuple(a) for a in gateway.argv_for(action))
+        if dry_run:
+            outcomes.append(Outcome(action, "dry-run", argv=argv))
+            continue
+        if action.job_id in failed:  # after one fails, the job's later actions would mislead
+            outcomes.append(Outcome(action, "skipped", "an earlier action for this job failed", argv))
+            continue
+        row = journal.plan(now, action)  # type: ignore[union-attr]
+        try:
+            gateway.apply(action)
+        except ElasticoError as exc:
+            failed.add(action.job_id)
+            if action.kind is ActionKind.RESHAPE_RUNNING:
+                journal.note(row, str(exc), now)  # type: ignore[union-attr]
+            else:
+                journal.settle(row, "failed", now, str(exc))  # type: ignore[union-attr]
+            outcomes.append(Outcome(action, "failed", str(exc), argv))
+            if action.job_id in commented:
+                _restore_comment(gateway, action.job_id, comments.get(action.job_id, ""))
+        else:
+            journal.settle(row, "done", now)  # type: ignore[union-attr]
+            outcomes.append(Outcome(action, "done", argv=argv))
+            if action.kind is ActionKind.SET_ADMIN_COMMENT:
+                commented.add(action.job_id)
+    return outcomes
+
+
+def _restore_comment(gateway: Actuator, job_id: int, text: str) -> None:
+    """Put back the AdminComment a failed plan had changed, so elastico-run does not start a shape never set up."""
+    try:
+        gateway.apply(Action(ActionKind.SET_ADMIN_COMMENT, job_id, "restore after a failed action", text=text))
+    except ElasticoError:
+        pass  # the job may be gone; elastico-run checks the share of a named shape anyway

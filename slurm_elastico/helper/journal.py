@@ -1,0 +1,89 @@
+"""The journal: every action is written before it is issued and settled after.
+
+A row is 'planned' when written, then 'done', 'failed' or 'recovered'. A row
+that stays 'planned' past its epoch (a crash, a failed reshape that may have
+left its job held) is for the next epoch's `recovery.recover` to settle.
+
+`Journal` keeps the rows in the store (the helper's); `MemoryJournal` keeps
+them in memory (the simulator's): the same states and the same open rows, so
+a refused action has the same consequences in both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+from typing import Protocol
+
+from slurm_elastico.model import Action, ActionKind
+from slurm_elastico.store import Store
+
+
+class JournalLike(Protocol):
+    def plan(self, epoch: float, action: Action) -> int: ...
+    def note(self, row_id: int, error: str, at: float) -> None: ...
+    def settle(self, row_id: int, status: str, at: float, error: str = "") -> None: ...
+    def unsettled(self) -> list[tuple[int, Action]]: ...
+
+
+class Journal:
+    """Decisions in the store, written before they are issued and settled after."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def plan(self, epoch: float, action: Action) -> int:
+        cur = self.store.execute(
+            "INSERT INTO journal (epoch, job_id, kind, action, reason, status, updated) VALUES (?,?,?,?,?,?,?)",
+            (epoch, action.job_id, action.kind.value, action_to_json(action), action.reason, "planned", epoch),
+        )
+        return int(cur.lastrowid)
+
+    def note(self, row_id: int, error: str, at: float) -> None:
+        """Record an error on a row that stays 'planned' (its outcome is for the next epoch to find out)."""
+        self.store.execute("UPDATE journal SET error=?, updated=? WHERE id=?", (error, at, row_id))
+
+    def settle(self, row_id: int, status: str, at: float, error: str = "") -> None:
+        self.store.execute("UPDATE journal SET status=?, error=?, updated=? WHERE id=?", (status, error, at, row_id))
+
+    def unsettled(self) -> list[tuple[int, Action]]:
+        rows = self.store.query("SELECT id, action FROM journal WHERE status='planned' ORDER BY id")
+        return [(r["id"], action_from_json(r["action"])) for r in rows]
+
+
+class MemoryJournal:
+    """The journal kept in memory: open rows only, and a count of settled rows by status (the simulator's)."""
+
+    def __init__(self) -> None:
+        self.open: dict[int, Action] = {}
+        self.settled: Counter[str] = Counter()
+        self._last = 0
+
+    def plan(self, epoch: float, action: Action) -> int:
+        self._last += 1
+        self.open[self._last] = action
+        return self._last
+
+    def note(self, row_id: int, error: str, at: float) -> None:
+        pass  # the row stays open; nothing else is kept
+
+    def settle(self, row_id: int, status: str, at: float, error: str = "") -> None:
+        del self.open[row_id]
+        self.settled[status] += 1
+
+    def unsettled(self) -> list[tuple[int, Action]]:
+        return sorted(self.open.items())
+
+
+def action_to_json(action: Action) -> str:
+    d = dataclasses.asdict(action)
+    d["kind"] = action.kind.value
+    return json.dumps(d, sort_keys=True)
+
+
+def action_from_json(text: str) -> Action:
+    d = json.loads(text)
+    d["kind"] = ActionKind(d["kind"])
+    d["nodes"] = tuple(d.get("nodes") or ())
+    return Action(**d)

@@ -1,0 +1,150 @@
+"""The I/O around `helper.observe`: report files in; readings, solo rates and observations in the store.
+
+Before planning, the epoch's `ProgressObserver` reads the running jobs'
+progress reports: the work they have done goes to the planner, and the
+slowdowns they show next to each other go to the store's `colocation` table
+and, with a trained predictor and its reference data, refine it online
+(`interference.online`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from slurm_elastico.errors import ElasticoError
+from slurm_elastico.helper.families import FamilySource
+from slurm_elastico.helper.observe import (SOURCE, Observation, Reading, merge_solo, observe, pair_observations,
+                                           with_measured)
+from slurm_elastico.interference.base import SlowdownModel
+from slurm_elastico.interference.measurements import load_rows, save_to_store
+from slurm_elastico.model import Counters, Family, Snapshot
+from slurm_elastico.runtime.counters import FIELDS as COUNTER_FIELDS
+from slurm_elastico.runtime.counters import counters_path, read_counters
+from slurm_elastico.runtime.progress import read_job_reports
+from slurm_elastico.store import Store
+
+REFINE_BATCH = 5
+"""Observations to gather before refining the predictor again (a long co-location gives one every 10 s or so)."""
+REPLAY = 2000
+"""Observed rows kept in the online learner's replay (besides its whole reference data)."""
+
+
+class ProgressObserver:
+    """The I/O around `observe.observe`: report files in, readings, solo rates and observations in the store.
+
+    With `model` a trained predictor (it has `fine_tune`) and `reference` its
+    training observations, every `refine_batch` new observations refine the
+    model in place (`interference.online.refine`: held out by row id, drift
+    judged against the model's first recorded reference error) and, if the
+    update is kept, replace `model_path` atomically; if saving fails the
+    weights go back too. Every attempt is a `model_update` row.
+    """
+
+    def __init__(self, store: Store, gpu_type: str, model: SlowdownModel | None = None, model_path: str = "",
+                 reference: list | None = None, refine_batch: int = REFINE_BATCH):
+        self.store, self.gpu_type = store, gpu_type
+        self.model, self.model_path, self.reference = model, model_path, reference or []
+        self.refine_batch = refine_batch
+
+    def __call__(self, snapshot: Snapshot, families: dict[int, Family], dry_run: bool,
+                 source: FamilySource | None = None) -> tuple[dict[int, float], dict[int, Family], list[str]]:
+        """(work done per job, the families with measured shapes, notes) for this epoch; records what it learned.
+
+        `source` gives the families of jobs that left the queue with a pair still open (see `_resolve`).
+        """
+        mine = [j for j in snapshot.jobs if j.job_id in families]
+        reports, notes = read_job_reports(mine)
+        counters, counter_notes = read_job_reports(mine, read_counters, counters_path)
+        notes += counter_notes
+        previous = {r["job_id"]: Reading(r["done"], r["updated"], r["restarts"], r["context"], r["since"])
+                    for r in self.store.query("SELECT * FROM progress_reading")}
+        obs = observe(snapshot, families, reports, previous, counters)
+        if not dry_run:
+            self._record(snapshot, obs)
+        measured = {(r["job_id"], r["shape"]): Counters(*(math.nan if r[f] is None else r[f] for f in COUNTER_FIELDS))
+                    for r in self.store.query("SELECT * FROM solo_counters")}
+        families = with_measured(families, measured)
+        if dry_run:
+            return obs.progress, families, notes
+        found = self._resolve(families, measured, source, notes)
+        self._forget({j.job_id for j in snapshot.jobs})
+        if found:
+            save_to_store(self.store, found)
+            if self.reference and hasattr(self.model, "fine_tune"):
+                try:
+                    note = self._refine()
+                except (ElasticoError, OSError, RuntimeError, ValueError) as exc:  # learning must not stop scheduling
+                    note = f"predictor not refined this epoch (its weights are as before): {exc}"
+                notes += [note] if note else []
+        return obs.progress, families, notes
+
+    def _resolve(self, families: dict[int, Family], measured: dict, source: FamilySource | None,
+                 notes: list[str]) -> list:
+        """Turn the pairs that are ready into observations (also pairs whose jobs have left) and spend their time."""
+        beside = {(r["job_id"], r["shape"], r["partner"], r["partner_shape"]): (r["work"], r["seconds"])
+                  for r in self.store.query("SELECT * FROM pair_rate")}
+        gone = {j for key in beside for j in (key[0], key[2])} - set(families)
+        known = dict(families)  # the queue's, measured shapes included; those of departed jobs from `source`
+        if gone and source is not None:
+            known.update(with_measured(source.families(gone)[0], measured))
+        solo = merge_solo({(r["job_id"], r["shape"]): (r["work"], r["seconds"])
+                           for r in self.store.query("SELECT * FROM solo_rate")})
+        found, spent, pair_notes = pair_observations(beside, solo, known, self.gpu_type)
+        notes += pair_notes
+        with self.store.transaction() as conn:
+            conn.executemany("DELETE FROM pair_rate WHERE job_id=? AND shape=? AND partner=? AND partner_shape=?", spent)
+        return found
+
+    def _forget(self, active: set[int]) -> None:
+        """Drop what jobs that left the queue can no longer give: all of it, once no open pair needs their solo speed."""
+        with self.store.transaction() as conn:
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS active (job_id INTEGER PRIMARY KEY)")
+            conn.execute("DELETE FROM active")
+            conn.executemany("INSERT INTO active VALUES (?)", [(j,) for j in active])
+            conn.execute("DELETE FROM progress_reading WHERE job_id NOT IN (SELECT job_id FROM active)")
+            conn.execute("DELETE FROM pair_rate WHERE job_id NOT IN (SELECT job_id FROM active) "
+                         "AND partner NOT IN (SELECT job_id FROM active)")  # both gone: it cannot complete
+            for table in ("solo_rate", "solo_counters"):
+                conn.execute(f"DELETE FROM {table} WHERE job_id NOT IN (SELECT job_id FROM active) "
+                             "AND job_id NOT IN (SELECT job_id FROM pair_rate) AND job_id NOT IN (SELECT partner FROM pair_rate)")
+
+    def _record(self, snapshot: Snapshot, obs: Observation) -> None:
+        """Keep this epoch's readings and samples."""
+        with self.store.transaction() as conn:
+            conn.executemany("INSERT OR REPLACE INTO progress_reading VALUES (?,?,?,?,?,?)",
+                             [(j, r.done, r.updated, r.restarts, r.context, r.since) for j, r in obs.readings.items()])
+            conn.executemany("INSERT INTO solo_rate VALUES (?,?,?,?) ON CONFLICT (job_id, shape) DO UPDATE SET "
+                             "work = work + excluded.work, seconds = seconds + excluded.seconds", obs.solo)
+            conn.executemany("INSERT OR REPLACE INTO solo_counters VALUES (?,?,?,?,?,?)",
+                             [(j, shape, *(None if math.isnan(getattr(c, f)) else getattr(c, f) for f in COUNTER_FIELDS))
+                              for j, shape, c in obs.solo_counters])
+            conn.executemany("INSERT INTO pair_rate VALUES (?,?,?,?,?,?) ON CONFLICT (job_id, shape, partner, partner_shape) "
+                             "DO UPDATE SET work = work + excluded.work, seconds = seconds + excluded.seconds",
+                             [(*key, work, seconds) for key, work, seconds in obs.beside])
+
+    def _refine(self) -> str | None:
+        """Refine the model once `refine_batch` observations arrived since the last attempt; a note, or None."""
+        from slurm_elastico.interference.online import refine  # imports torch: only with a trained model
+
+        last = self.store.query("SELECT COALESCE(MAX(last_observation), 0) AS m FROM model_update WHERE model = ?",
+                                (self.model_path,))[0]["m"]
+        new = load_rows(self.store, self.gpu_type, SOURCE, after_id=last)
+        if len(new) < self.refine_batch:
+            return None
+        earlier = [r for r in load_rows(self.store, self.gpu_type, SOURCE, last=REPLAY + len(new)) if r[0] <= last]
+        first = self.store.query("SELECT error_before FROM model_update WHERE model = ? ORDER BY id LIMIT 1",
+                                 (self.model_path,))
+        baseline = first[0]["error_before"] if first else None
+        save = (lambda: self.model.save(self.model_path)) if self.model_path else None  # type: ignore[union-attr]
+        result = refine(self.model, self.reference, earlier, new, save, replay_size=REPLAY,  # type: ignore[arg-type]
+                        baseline_error=baseline)
+        self.store.execute(
+            "INSERT INTO model_update (at, model, accepted, error_before, error_after, recent_before, recent_after,"
+            " new_observations, last_observation) VALUES (?,?,?,?,?,?,?,?,?)",
+            (time.time(), self.model_path, int(result.accepted), result.error_before, result.error_after,
+             result.recent_before, result.recent_after, len(new), new[-1][0]))
+        verdict = "kept" if result.accepted else "rolled back"
+        return (f"predictor refined from {len(new)} new observation(s): {verdict} (reference error "
+                f"{result.error_before:.1%} -> {result.error_after:.1%})")
+
