@@ -1,44 +1,17 @@
-"""`elastico iac`: interference measurements, training and honest evaluation of the slowdown predictor."""
+"""`elastico iac`: interference measurements, training and honest evaluation of the slowdown predictor.
+
+Parses and prints; the work is in `slurm_elastico.interference` (measurements, evaluation, gavel, measure).
+"""
 
 from __future__ import annotations
 
 import json
 import shlex
-from pathlib import Path
 
 import click
 
+from slurm_elastico.interference import measurements
 from slurm_elastico.interference.errors import MeasurementError
-
-_STORE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
-
-
-def _load(data: str):
-    """Observations from a measurement CSV, or from a store file (by suffix)."""
-    from slurm_elastico.interference import measurements
-
-    if Path(data).suffix in _STORE_SUFFIXES:
-        from slurm_elastico.store import Store
-
-        with Store(data) as store:
-            return measurements.load_from_store(store)
-    return measurements.read_csv(data)
-
-
-def _save(observations, out: str | None, store_path: str | None) -> list[str]:
-    from slurm_elastico.interference import measurements
-
-    done = []
-    if out:
-        n = measurements.write_csv(out, observations, append=True)
-        done.append(f"{n} row(s) appended to {out}")
-    if store_path:
-        from slurm_elastico.store import Store
-
-        with Store(store_path) as store:
-            n = measurements.save_to_store(store, observations)
-        done.append(f"{n} row(s) added to store {store_path}")
-    return done
 
 
 @click.group()
@@ -63,7 +36,7 @@ def evaluate(data: str, kind: str, floor: float, folds: int, seed: int, as_json:
     """
     from slurm_elastico.interference.evaluation import evaluate as run, format_report
 
-    report = run(_load(data), kind, floor=floor, k=folds, seed=seed)
+    report = run(measurements.load(data), kind, floor=floor, k=folds, seed=seed)
     click.echo(json.dumps(report.to_dict(), indent=2) if as_json else format_report(report))
 
 
@@ -83,17 +56,11 @@ def train_cmd(data: str, out: str, select_by: str, floor: float, seed: int) -> N
     GPU types and families trained on; pairs outside them get the cautious
     margins calibrated on held-out groups (use `model.on_gpu(type)`).
     """
-    from slurm_elastico.interference.evaluation import fit_model
+    from slurm_elastico.interference.evaluation import fit_model, format_fit
 
-    model, scores = fit_model(_load(data), select_by, floor, seed)
+    model, scores = fit_model(measurements.load(data), select_by, floor, seed)
     model.save(out)
-    cfg, cov = model.config, model.coverage
-    click.echo(f"inner-fold MAPE per config: {', '.join(f'{s:.1%}' for s in scores.values())}")
-    click.echo(f"chosen: hidden={cfg.hidden} weight_decay={cfg.weight_decay:g} family={cfg.use_family}; "
-               f"admission margin {model.admission_margin:.2f}; saved {out}")
-    click.echo(f"trained on GPU types {', '.join(cov.gpu_types)}; {len(cov.families)} families. Outside them: "
-               f"margin {cov.family_margin:.2f} for an unseen family; on an unseen GPU type margin "
-               f"{cov.gpu_margin:.2f}, predictions shrunk toward mean {cov.prior_norm:.2f} (weight {1 - cov.shrink:g})")
+    click.echo(format_fit(model, scores, out))
 
 
 @iac.command("import-gavel")
@@ -104,7 +71,6 @@ def train_cmd(data: str, out: str, select_by: str, floor: float, seed: int) -> N
 @click.option("--store", "store_path", type=click.Path(dir_okay=False), help="store .db to append to")
 def import_gavel_cmd(pairs: str, isolated: str, out: str | None, store_path: str | None) -> None:
     """Converts Gavel's K80/P100 co-location data into the measurement format."""
-    from slurm_elastico.interference import measurements
     from slurm_elastico.interference.gavel import import_gavel
 
     if not out and not store_path:
@@ -113,7 +79,7 @@ def import_gavel_cmd(pairs: str, isolated: str, out: str | None, store_path: str
     if out:
         measurements.write_csv(out, result.observations)
     if store_path:
-        _save(result.observations, None, store_path)
+        measurements.save(result.observations, None, store_path)
     fits = sum(o.fits for o in result.observations)
     click.echo(f"{len(result.observations)} pairs: {fits} ran together, {result.did_not_fit} did not fit (kept, fits=0); "
                f"skipped {result.multi_gpu_skipped} multi-GPU rows (not measured) and {result.duplicates} mirrored rows")
@@ -154,5 +120,5 @@ def measure(cmd_a, cmd_b, gpu_type, gpu_index, a_kind, b_kind, a_family, b_famil
     obs = measure_pair(shlex.split(cmd_a), shlex.split(cmd_b), pa, pb, gpu_type, gpu_index, timeout)
     click.echo(f"a: solo {obs.a.throughput:.4g}/s, normalized {obs.norm_a:.3f}; "
                f"b: solo {obs.b.throughput:.4g}/s, normalized {obs.norm_b:.3f}")
-    for line in _save([obs], out, store_path):
+    for line in measurements.save([obs], out, store_path):
         click.echo(line)

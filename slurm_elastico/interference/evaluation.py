@@ -321,3 +321,16 @@ def format_report(report: Report) -> str:
                      f"{f.margin:.2f} ({k.get('family_margin', f.margin):.2f} / {k.get('gpu_margin', f.margin):.2f}, "
                      f"{k.get('shrink', 1.0):g}){'  [unseen GPU: cautious view]' if f.unseen_gpu else ''}")
     return "\n".join(lines)
+
+
+def format_fit(model: MlpPredictor, scores: dict[int, float], out: str) -> str:
+    """What `elastico iac train` says about a model `fit_model` chose and trained, saved at `out`."""
+    cfg, cov = model.config, model.coverage
+    return "\n".join([
+        f"inner-fold MAPE per config: {', '.join(f'{s:.1%}' for s in scores.values())}",
+        f"chosen: hidden={cfg.hidden} weight_decay={cfg.weight_decay:g} family={cfg.use_family}; "
+        f"admission margin {model.admission_margin:.2f}; saved {out}",
+        f"trained on GPU types {', '.join(cov.gpu_types)}; {len(cov.families)} families. Outside them: "
+        f"margin {cov.family_margin:.2f} for an unseen family; on an unseen GPU type margin "
+        f"{cov.gpu_margin:.2f}, predictions shrunk toward mean {cov.prior_norm:.2f} (weight {1 - cov.shrink:g})",
+    ])

@@ -206,3 +206,31 @@ def samples(observations: Iterable[Colocation]) -> tuple[list[SoloProfile], list
             norms.append(n)
             index.append(i)
     return selves, partners, norms, index
+
+
+STORE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+
+
+def load(data: str) -> list[Colocation]:
+    """Observations from a measurement CSV, or from a store file (by suffix: STORE_SUFFIXES)."""
+    if Path(data).suffix in STORE_SUFFIXES:
+        from slurm_elastico.store import Store
+
+        with Store(data) as store:
+            return load_from_store(store)
+    return read_csv(data)
+
+
+def save(observations: Sequence[Colocation], out: str | None, store_path: str | None) -> list[str]:
+    """Append observations to a CSV, to a store file, or both; a line per destination saying what was added."""
+    done = []
+    if out:
+        n = write_csv(out, observations, append=True)
+        done.append(f"{n} row(s) appended to {out}")
+    if store_path:
+        from slurm_elastico.store import Store
+
+        with Store(store_path) as store:
+            n = save_to_store(store, observations)
+        done.append(f"{n} row(s) added to store {store_path}")
+    return done

@@ -9,6 +9,7 @@ before any command runs (Slurm itself accepts `Gres=mps:500`).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from slurm_elastico.errors import InvalidActionError
 from slurm_elastico.model import MPS_SHARES_PER_GPU, Action, ActionKind
@@ -58,6 +59,11 @@ def sacct_json(*, start: str = "now-7days", end: str = "now", duplicates: bool =
     if job_ids:
         argv.append("--jobs=" + ",".join(_job_id(j) for j in job_ids))
     return argv
+
+
+def sbatch(options: Sequence[str], program: str = "sbatch") -> list[str]:
+    """sbatch reading the batch script from stdin; `options` are a user's own sbatch options, passed verbatim."""
+    return [program, *options]
 
 
 def set_share(job_id: int, share: int, shares_per_gpu: int = MPS_SHARES_PER_GPU) -> list[str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from slurm_elastico.cli.run import family_from_spec
+from slurm_elastico.jobwrap.shape import family_from_spec
 from slurm_elastico.model import JobState
 from slurm_elastico.runtime.checkpoint import load_latest
 

@@ -12,11 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from slurm_elastico.cli.run import MAX_QUICK_RELAUNCHES, Found, JobShapes, Supervisor, ckpt_dir, family_from_spec, run_embedded
+from slurm_elastico.cli.run import run_embedded
 from slurm_elastico.errors import SlurmError
+from slurm_elastico.jobwrap.job import ckpt_dir
+from slurm_elastico.jobwrap.payload import Payload
+from slurm_elastico.jobwrap.shape import Found, JobShapes, choose_shape, family_from_spec
+from slurm_elastico.jobwrap.supervisor import MAX_QUICK_RELAUNCHES, Supervisor
 from slurm_elastico.model import JobState, JobView
 from slurm_elastico.shapes.current import named_in_comment as shape_name_from_comment
-from slurm_elastico.wrap import Payload, choose_shape
 
 FAMILY = """kind: train
 global_batch: 32

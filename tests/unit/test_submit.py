@@ -16,18 +16,11 @@ from hypothesis import strategies as st
 
 from slurm_elastico.cli.submit import submit
 from slurm_elastico.errors import ConfigError
-from slurm_elastico.wrap import (
-    Option,
-    Payload,
-    added_options,
-    batch_script,
-    directive_options,
-    job_id_from,
-    payload_from_script,
-    shebang_argv,
-    signal_lead,
-    split_argv,
-)
+from slurm_elastico.jobwrap.additions import added_options, signal_lead
+from slurm_elastico.jobwrap.options import Option, directive_options, split_argv
+from slurm_elastico.jobwrap.payload import Payload
+from slurm_elastico.jobwrap.script import batch_script, payload_from_script, shebang_argv
+from slurm_elastico.slurm.submit import job_id_from
 
 FAMILY = """kind: train
 global_batch: 32

@@ -1,0 +1,100 @@
+"""elastico-run inside a Slurm job: wires the supervisor (`slurm_elastico.jobwrap.supervisor`) to the job.
+
+Where checkpoints and the progress report go, the GPU counter recorder, the
+Slurm gateway that reads the job's shape and requeues it (every Slurm command
+goes through `slurm_elastico.slurm`), and the embedded payload of a generated
+batch script written to a private file and run. The entry points are
+`slurm_elastico.cli.run` (`elastico-run` and `run_embedded`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from slurm_elastico.jobwrap.payload import Payload
+from slurm_elastico.jobwrap.script import shebang_argv
+from slurm_elastico.jobwrap.shape import JobShapes, Log, family_from_spec
+from slurm_elastico.jobwrap.supervisor import Supervisor
+from slurm_elastico.model import Family
+from slurm_elastico.model import Shape as PlannedShape
+from slurm_elastico.runtime.counters import CounterRecorder, counters_path, gpu_of
+from slurm_elastico.runtime.progress import ENV as PROGRESS_ENV
+from slurm_elastico.runtime.progress import progress_path
+
+
+def ckpt_dir(env: Mapping[str, str]) -> str:
+    """ELASTICO_CKPT_DIR if the user set it, else <submit dir>/.elastico/<job id> (per job, kept across requeues)."""
+    if env.get("ELASTICO_CKPT_DIR"):
+        return env["ELASTICO_CKPT_DIR"]
+    job = env.get("SLURM_JOB_ID")
+    if job:
+        return str(Path(env.get("SLURM_SUBMIT_DIR") or os.getcwd()) / ".elastico" / job)
+    return str(Path(os.getcwd()) / "elastico-ckpt")
+
+
+def counter_recorder(env: Mapping[str, str], job: str | None) -> Callable[[int], CounterRecorder] | None:
+    """For a job with a GPU: start a recorder of its counters for a launched program's pid (runtime.counters)."""
+    gpu = gpu_of(env)
+    if not job or gpu is None:
+        return None
+    path = counters_path(os.getcwd(), job)
+    return lambda pid: CounterRecorder(path, gpu).start(pid)
+
+
+def stderr_log(job: str | None) -> Log:
+    """Log lines as `elastico-run[<job id>]: ...` on stderr."""
+    tag = f"elastico-run[{job}]" if job else "elastico-run"
+
+    def log(msg: str) -> None:
+        print(f"{tag}: {msg}", file=sys.stderr, flush=True)
+
+    return log
+
+
+def supervise(program: Sequence[str], family: Family, candidates: Sequence[PlannedShape], *, grace_s: float,
+              lead_s: int, slurm_conf: str = "", env: Mapping[str, str] | None = None) -> int:
+    """Wire the Slurm-facing parts (gateway, requeue) to a Supervisor and run it."""
+    from slurm_elastico.slurm.gateway import SlurmGateway
+    from slurm_elastico.slurm.runner import SubprocessRunner
+
+    env = dict(os.environ if env is None else env)
+    job = env.get("SLURM_JOB_ID")
+    log = stderr_log(job)
+    runner = SubprocessRunner(env={"SLURM_CONF": slurm_conf} if slurm_conf else None)
+    gateway = SlurmGateway(runner) if job else None
+    job_id = int(job) if job else None
+    env["ELASTICO_CKPT_DIR"] = ckpt_dir(env)
+    Path(env["ELASTICO_CKPT_DIR"]).mkdir(parents=True, exist_ok=True)
+    if job:  # where the helper looks for it (see runtime.progress): the job's working directory and id
+        env[PROGRESS_ENV] = str(progress_path(os.getcwd(), job))
+    log(f"restart {env.get('SLURM_RESTART_COUNT', '0')}, checkpoints in {env['ELASTICO_CKPT_DIR']}")
+
+    def requeue() -> None:
+        if gateway is not None and job_id is not None:
+            gateway.requeue(job_id)
+
+    shapes = JobShapes(family, candidates, job_id, gateway, log)
+    sup = Supervisor(program, family, shapes, env, grace_s=grace_s, lead_s=lead_s, requeue=requeue, log=log,
+                     counters=counter_recorder(env, job))
+    return sup.run()
+
+
+def run_payload(payload: Payload) -> int:
+    """Run the job a generated batch script carries: write its script privately, supervise it, remove the copy."""
+    family, candidates = family_from_spec(payload.family_spec, payload.family_source, payload.gpu_memory_mib)
+    workdir = tempfile.mkdtemp(prefix="elastico-run-")
+    try:
+        path = os.path.join(workdir, payload.script_name or "job-script")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload.script)
+        program = shebang_argv(payload.script, path) + list(payload.args)
+        return supervise(program, family, candidates, grace_s=payload.grace_s, lead_s=payload.signal_lead_s,
+                         slurm_conf=payload.slurm_conf)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,67 @@
+"""The payload of the batch script elastico-submit generates (`jobwrap.script`): what each (re)start of the job needs.
+
+The user's script, its arguments, the family spec and the wrapper's settings
+travel as JSON inside base64, so no user string is ever parsed by a shell or
+by Python's tokenizer, and a requeue replays them without a shared filesystem.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+
+from slurm_elastico.errors import ConfigError
+
+PAYLOAD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Payload:
+    """What every (re)start of the job needs, carried inside the batch script (no shared filesystem assumed)."""
+
+    script: bytes
+    script_name: str
+    args: tuple[str, ...]
+    family_spec: str
+    family_source: str
+    gpu_memory_mib: int
+    grace_s: float
+    signal_lead_s: int
+    slurm_conf: str = ""
+
+    def encode(self) -> str:
+        data = {
+            "version": PAYLOAD_VERSION,
+            "script": base64.b64encode(self.script).decode("ascii"),
+            "script_name": self.script_name,
+            "args": list(self.args),
+            "family_spec": self.family_spec,
+            "family_source": self.family_source,
+            "gpu_memory_mib": self.gpu_memory_mib,
+            "grace_s": self.grace_s,
+            "signal_lead_s": self.signal_lead_s,
+            "slurm_conf": self.slurm_conf,
+        }
+        text = json.dumps(data, ensure_ascii=True, sort_keys=True)
+        return base64.b64encode(text.encode("ascii")).decode("ascii")
+
+    @classmethod
+    def decode(cls, blob: str) -> Payload:
+        try:
+            data = json.loads(base64.b64decode(blob.encode("ascii"), validate=True))
+            if data.get("version") != PAYLOAD_VERSION:
+                raise ConfigError("embedded payload", [f"version {data.get('version')!r}; this elastico-run reads {PAYLOAD_VERSION}"])
+            return cls(
+                script=base64.b64decode(data["script"], validate=True),
+                script_name=str(data["script_name"]),
+                args=tuple(str(a) for a in data["args"]),
+                family_spec=str(data["family_spec"]),
+                family_source=str(data["family_source"]),
+                gpu_memory_mib=int(data["gpu_memory_mib"]),
+                grace_s=float(data["grace_s"]),
+                signal_lead_s=int(data["signal_lead_s"]),
+                slurm_conf=str(data.get("slurm_conf", "")),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError("embedded payload", [f"unreadable ({type(exc).__name__}: {exc}); was it made by elastico-submit?"]) from None

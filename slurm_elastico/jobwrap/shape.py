@@ -1,0 +1,77 @@
+"""The shape elastico-run runs: the family from its spec, and the shape the job's AdminComment names, on each (re)start."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import yaml
+
+from slurm_elastico.errors import ConfigError, ElasticoError
+from slurm_elastico.model import Family
+from slurm_elastico.model import Shape as PlannedShape
+from slurm_elastico.shapes import build_family, enumerate_shapes, parse_spec
+from slurm_elastico.shapes.current import running_shape
+
+Log = Callable[[str], None]
+
+
+def choose_shape(family: Family, candidates: Sequence[PlannedShape], admin_comment: str,
+                 held_share: int | None = None) -> tuple[PlannedShape, str]:
+    """The shape to run and where it came from: `shapes.current.running_shape`, the rule the planner follows too.
+
+    `candidates` is every shape of the spec that fits the GPU (a superset of the
+    pruned family), so a shape named by hand or by an older plan is honoured too.
+    """
+    return running_shape(candidates, family.default_shape, admin_comment, held_share)
+
+
+def family_from_spec(text: str, source: str, gpu_memory_mib: int) -> tuple[Family, list[PlannedShape]]:
+    """The job's family and every shape of its spec that fits the GPU (names the planner may write)."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
+    spec = parse_spec(data, source)
+    return build_family(spec, gpu_memory_mib), enumerate_shapes(spec, gpu_memory_mib)
+
+
+@dataclass(frozen=True)
+class Found:
+    """The shape to run now and what Slurm says about the job: its MPS share, seconds to its time limit and since this run began (None = unknown)."""
+
+    shape: PlannedShape
+    origin: str
+    allocated_share: int | None = None
+    remaining_s: float | None = None
+    elapsed_s: float | None = None
+
+
+class JobShapes:
+    """Reads the job's shape from Slurm on each call; falls back to the family default when Slurm cannot be read."""
+
+    def __init__(self, family: Family, candidates: Sequence[PlannedShape], job_id: int | None, gateway, log: Log,
+                 retries: int = 3, sleep: Callable[[float], None] = time.sleep):
+        self.family, self.candidates, self.job_id, self.gateway = family, tuple(candidates), job_id, gateway
+        self.log, self.retries, self.sleep = log, retries, sleep
+
+    def __call__(self) -> Found:
+        if self.job_id is None or self.gateway is None:
+            return Found(self.family.default_shape, "default (not in a Slurm job)")
+        problem = ""
+        for attempt in range(self.retries):
+            try:
+                view = self.gateway.job(self.job_id)
+            except ElasticoError as exc:  # Slurm down, or squeue printed something unparsable
+                problem = str(exc)
+                if attempt + 1 < self.retries:
+                    self.sleep(1.0)
+                continue
+            shape, origin = choose_shape(self.family, self.candidates, view.admin_comment, view.mps_share or None)
+            now = time.time()
+            remaining = view.end_time - now if view.end_time is not None and view.time_limit_s is not None else None
+            elapsed = now - view.start_time if view.start_time is not None else None
+            return Found(shape, origin, view.mps_share or None, remaining, elapsed)
+        self.log(f"warning: cannot read job {self.job_id} from Slurm ({problem}); running the family default")
+        return Found(self.family.default_shape, "default (Slurm unreadable)")

@@ -1,0 +1,99 @@
+"""elastico-submit's checks and record: family and script checked before anything is submitted, the family stored after.
+
+`prepare` reports every problem at once (ConfigError) and builds the batch
+script (`slurm_elastico.jobwrap.script`) and the options a reshape needs
+(`slurm_elastico.jobwrap.additions`); `record` stores the family for the
+helper once sbatch printed the job id. The command: `slurm_elastico.cli.submit`;
+sbatch itself runs in `slurm_elastico.slurm.submit`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TextIO
+
+from slurm_elastico import config
+from slurm_elastico.errors import ConfigError
+from slurm_elastico.jobwrap.additions import added_options, signal_lead
+from slurm_elastico.jobwrap.options import SubmitArgs, directive_options
+from slurm_elastico.jobwrap.payload import Payload
+from slurm_elastico.jobwrap.script import batch_script
+from slurm_elastico.shapes import load_family
+from slurm_elastico.store import Store
+
+
+class Prepared:
+    """A checked submission: the batch script for sbatch's stdin, the options to add, notes for the user, the family."""
+
+    def __init__(self, script: str, additions: tuple[str, ...], notes: tuple[str, ...], spec: str, source: str):
+        self.script, self.additions, self.notes, self.spec, self.source = script, additions, notes, spec, source
+
+
+def prepare(args: SubmitArgs, settings: config.Settings, env: Mapping[str, str], interpreter: str) -> Prepared:
+    """Check everything before submitting (every problem at once) and build the batch script and added options."""
+    problems: list[str] = []
+    if any(o.name == "wrap" for o in args.options):
+        problems.append("--wrap is not supported: put the command in a script file")
+    if args.family is None:
+        problems.append("--family FILE is required (the job's shape family, YAML)")
+    script_bytes = b""
+    if args.script is None:
+        problems.append("no job script given: elastico-submit [sbatch options] --family FILE script [args] (stdin is not read)")
+    else:
+        try:
+            script_bytes = Path(args.script).read_bytes()
+        except OSError as exc:
+            problems.append(f"job script {args.script}: cannot read it: {exc.strerror}")
+        else:
+            if not script_bytes.startswith(b"#!"):
+                problems.append(f"job script {args.script}: the first line must start with #! (as sbatch requires)")
+    family = spec_text = None
+    if args.family is not None:
+        try:
+            spec_text = Path(args.family).read_text()
+            family = load_family(args.family, settings.gpu.memory_mib)
+        except OSError as exc:
+            problems.append(f"family {args.family}: cannot read it: {exc.strerror}")
+        except UnicodeDecodeError:
+            problems.append(f"family {args.family}: not UTF-8 text (a YAML file is expected)")
+        except ConfigError as exc:
+            problems += [f"family {exc.source}: {p}" for p in exc.problems]
+    if family is not None and family.default_shape.resources.mps > settings.gpu.shares_per_gpu:
+        problems.append(f"family {args.family}: default shape {family.default_shape.name} asks for "
+                        f"{family.default_shape.resources.mps} MPS shares, above gpu.shares_per_gpu={settings.gpu.shares_per_gpu}")
+    if problems:
+        raise ConfigError("elastico-submit", problems)
+    assert family is not None and spec_text is not None and args.script is not None
+    user_text = script_bytes.decode("utf-8", errors="surrogateescape")
+    options = (*directive_options(user_text), *args.options)  # command line last: it wins, as in sbatch
+    lead = signal_lead(options, settings.submit.signal_lead_s)
+    payload = Payload(
+        script=script_bytes,
+        script_name=os.path.basename(args.script),
+        args=args.script_args,
+        family_spec=spec_text,
+        family_source=str(Path(args.family).absolute()),
+        gpu_memory_mib=settings.gpu.memory_mib,
+        grace_s=settings.submit.grace_s,
+        signal_lead_s=lead,
+        slurm_conf=settings.slurm.conf,
+    )
+    additions = added_options(options, env, share=family.default_shape.resources.mps,
+                              window_s=settings.submit.placement_window_s, lead_s=settings.submit.signal_lead_s,
+                              job_name=os.path.basename(args.script))
+    return Prepared(batch_script(interpreter, user_text, payload), additions.argv, additions.notes,
+                     spec_text, payload.family_source)
+
+
+def record(settings: config.Settings, job_id: int, job: Prepared, err: TextIO) -> None:
+    """Store the family for the helper; a failure leaves the job running at its default shape, so it only warns."""
+    try:
+        with Store(settings.store_path) as store:
+            store.execute("INSERT OR REPLACE INTO job_family (job_id, spec, source, submitted_at) VALUES (?, ?, ?, ?)",
+                          (job_id, job.spec, job.source, time.time()))
+    except Exception as exc:  # noqa: BLE001 - any store failure must not hide that the job was submitted
+        err.write(f"elastico-submit: warning: job {job_id} was submitted but its family was not recorded in "
+                  f"{settings.store_path} ({exc}); the helper will leave it at its default shape\n")

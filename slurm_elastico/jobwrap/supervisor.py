@@ -1,0 +1,206 @@
+"""elastico-run's in-job supervisor: runs the user's program at the job's current shape, turns signals into checkpoints.
+
+On every (re)start of the job `slurm_elastico.jobwrap.job` exports the shape
+the scheduler chose (the job's AdminComment `elastico:shape=<name>`, else the
+family default; `slurm_elastico.jobwrap.shape`) as ELASTICO_* variables
+(`slurm_elastico.runtime.shape`) plus ELASTICO_CKPT_DIR and
+ELASTICO_PROGRESS_FILE (`slurm_elastico.runtime.progress`), and starts the
+program under the Supervisor below; on a job with a GPU it samples the GPU's
+NVML counters while the program runs (`slurm_elastico.runtime.counters`).
+The relaunch and requeue rules:
+
+* SIGUSR1 (an in-place reshape, or Slurm's warning before the time limit) is
+  forwarded; the program checkpoints and exits 75. The shape is read again:
+  a new shape at the share the job already holds is relaunched in place; a
+  shape that needs another share is not (the helper moves the job with a
+  requeue, which sends SIGTERM), so the same shape is relaunched; no change
+  and the time limit near: the job requeues itself (`scontrol requeue`) and
+  continues with a fresh time limit after Slurm's ~120 s BeginTime (the helper's
+  StartTime=now shortens it; from inside the job it cannot: the update lands
+  before the requeue completes and is overwritten), unless it started under
+  30 s ago (Slurm may warn up to a minute early: it is relaunched and
+  checkpoints at the limit's SIGTERM, ending as TIMEOUT); otherwise the same
+  shape is relaunched.
+* SIGTERM (requeuehold, preemption, scancel, time limit) is forwarded; the
+  program has `grace_s` (below Slurm's KillWait) to checkpoint and exit, then
+  its process group is killed. Either way elastico-run exits and the next
+  start resumes from the last good checkpoint. SIGINT acts like SIGTERM.
+* Exit 0 from the program ends the job (0); any other code is passed on
+  (a signal death as 128+N).
+
+The program runs in its own process group so a kill after the grace takes its
+children too; Slurm's own signals reach every process of the job anyway.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from slurm_elastico.errors import ElasticoError
+from slurm_elastico.jobwrap.shape import Found, Log
+from slurm_elastico.model import Family
+from slurm_elastico.model import Shape as PlannedShape
+from slurm_elastico.runtime.shape import EXIT_CHECKPOINTED, runtime_shape, shape_env
+
+QUICK_RUN_S = 2.0
+MAX_QUICK_RELAUNCHES = 5
+"""A program that asks to be relaunched this many times in a row, each run shorter than QUICK_RUN_S, is failing, not checkpointing."""
+
+MIN_RUN_BEFORE_REQUEUE_S = 30.0
+"""A time-limit warning this soon after the job started does not requeue it (no progress would be made)."""
+
+
+class Supervisor:
+    """Runs the program at a shape, relaunching on request; owns the signal handling. One per process."""
+
+    def __init__(self, program: Sequence[str], family: Family, shapes: Callable[[], Found], env: Mapping[str, str], *,
+                 grace_s: float, lead_s: int, requeue: Callable[[], None], log: Log,
+                 clock: Callable[[], float] = time.monotonic, counters: Callable[[int], object] | None = None):
+        self.program, self.family, self.shapes = list(program), family, shapes
+        self.counters = counters  # pid -> a started recorder with stop(), for each launch (see runtime.counters)
+        self.env, self.grace_s, self.lead_s = dict(env), grace_s, lead_s
+        self.requeue, self.log, self.clock = requeue, log, clock
+        self.child: subprocess.Popen | None = None
+        self.pending: list[int] = []
+        self.usr1 = False
+        self.stopping = False
+        self.kill_at: float | None = None
+
+    # ------------------------------------------------------------------ signals
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if signum == signal.SIGUSR1:
+            self.usr1 = True
+            forward = signal.SIGUSR1
+        else:  # SIGTERM, SIGINT: stop for good
+            if self.stopping:
+                return
+            self.stopping = True
+            self.kill_at = self.clock() + self.grace_s
+            forward = signal.SIGTERM
+        self._forward(forward)
+
+    def _forward(self, sig: int) -> None:
+        child = self.child
+        if child is None or child.returncode is not None:
+            self.pending.append(sig)  # delivered to the next program started (if any)
+            return
+        try:
+            os.kill(child.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    # ------------------------------------------------------------------ running
+
+    def run(self) -> int:
+        """Run until the program finishes, fails, or the job is stopped; returns the exit code for the job."""
+        handled = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
+        previous = {s: signal.signal(s, self._on_signal) for s in handled}
+        try:
+            return self._loop()
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+    def _loop(self) -> int:
+        found = self.shapes()
+        quick = 0
+        while True:
+            if self.stopping:
+                self.log("stopping before the program started again; its last checkpoint is on disk")
+                return EXIT_CHECKPOINTED
+            self.log(f"starting the program as shape {found.shape.name} ({found.origin})")
+            self.usr1 = False
+            started = self.clock()
+            rc = self._launch(found.shape)
+            ran = self.clock() - started
+            if self.stopping:
+                self.log(f"program exited {_describe(rc)} after the stop signal")
+                return _exit_code(rc)
+            if rc == 0:
+                self.log("program finished (exit 0)")
+                return 0
+            if not (rc == EXIT_CHECKPOINTED or (self.usr1 and rc == -signal.SIGUSR1)):
+                self.log(f"program failed: {_describe(rc)}")
+                return _exit_code(rc)
+            quick = quick + 1 if ran < QUICK_RUN_S else 0
+            if quick > MAX_QUICK_RELAUNCHES:
+                self.log(f"program asked to be relaunched {quick} times in a row within {QUICK_RUN_S:g} s each; giving up")
+                return _exit_code(rc)
+            new = self.shapes()
+            if self.stopping:
+                continue
+            if new.shape.name != found.shape.name:
+                held = new.allocated_share or found.shape.resources.mps
+                if new.shape.resources.mps == held:
+                    self.log(f"reshape in place: {found.shape.name} -> {new.shape.name} (same share {held})")
+                    found = new
+                else:
+                    self.log(f"shape {new.shape.name} needs share {new.shape.resources.mps} but the job holds {held}: "
+                             f"relaunching {found.shape.name}; a requeue moves it")
+                continue
+            if _time_limit_near(new, self.lead_s):
+                if new.elapsed_s is not None and new.elapsed_s < MIN_RUN_BEFORE_REQUEUE_S:
+                    # Slurm may send the warning up to a minute early; a job whose limit is barely above the
+                    # lead would be requeued before doing any work, again and again.
+                    self.log(f"time-limit warning after only {new.elapsed_s:.0f} s with {new.remaining_s:.0f} s left: "
+                             f"relaunching {found.shape.name}; it checkpoints again at the limit's SIGTERM")
+                    continue
+                self.log(f"time limit in {new.remaining_s:.0f} s: checkpointed; requeueing the job to continue later")
+                try:
+                    self.requeue()
+                except ElasticoError as exc:
+                    self.log(f"requeue refused ({exc}); the job ends here and can be resubmitted to resume")
+                return EXIT_CHECKPOINTED
+            self.log(f"checkpointed without a new shape: relaunching {found.shape.name}")
+
+    def _launch(self, shape: PlannedShape) -> int:
+        env = {**self.env, **shape_env(runtime_shape(self.family, shape))}
+        self.child = subprocess.Popen(self.program, env=env, start_new_session=True)
+        pending, self.pending = self.pending, []
+        for sig in pending:  # a USR1 that came between two runs: this run checkpoints at once and the shape is re-read
+            self.usr1 = self.usr1 or sig == signal.SIGUSR1
+            self._forward(sig)
+        recorder = self.counters(self.child.pid) if self.counters is not None else None
+        try:
+            return self._wait()
+        finally:
+            if recorder is not None:
+                recorder.stop()
+
+    def _wait(self) -> int:
+        killed = False
+        while True:
+            try:
+                return self.child.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                if not killed and self.kill_at is not None and self.clock() >= self.kill_at:
+                    self.log(f"program did not exit within the {self.grace_s:g} s grace: killing it; "
+                             "the job resumes from its last good checkpoint")
+                    try:
+                        os.killpg(self.child.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    killed = True
+
+
+def _time_limit_near(found: Found, lead_s: int) -> bool:
+    """The USR1 was Slurm's time-limit warning (`--signal=B:USR1@lead`): the limit is about `lead_s` away."""
+    return found.remaining_s is not None and found.remaining_s <= lead_s * 1.5 + 30
+
+
+def _exit_code(rc: int) -> int:
+    return 128 - rc if rc < 0 else rc
+
+
+def _describe(rc: int) -> str:
+    if rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exit {rc}"
