@@ -56,14 +56,15 @@ class JobState(str, enum.Enum):
 
 @dataclass(frozen=True)
 class GresRequest:
-    """What a job asked for per node: `mps:N` (percent of one GPU) or `gpu:N` (whole GPUs)."""
+    """What a job asked for: per node `mps:N` (percent of one GPU) or `gpu:N` (whole GPUs), or `gpus:N`,
+    N whole GPUs for the whole job on as many nodes as it takes (Slurm's `--gpus=N`, a data-parallel gang)."""
 
-    kind: str  # "mps" or "gpu"
+    kind: str  # "mps", "gpu" or "gpus"
     count: int
 
     def __post_init__(self) -> None:
-        if self.kind not in ("mps", "gpu"):
-            raise ValueError(f"GRES kind must be 'mps' or 'gpu', not {self.kind!r}")
+        if self.kind not in ("mps", "gpu", "gpus"):
+            raise ValueError(f"GRES kind must be 'mps', 'gpu' or 'gpus', not {self.kind!r}")
         if self.count < 0:
             raise ValueError(f"GRES count must be >= 0, not {self.count}")
 
@@ -239,15 +240,30 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class Resources:
-    """A shape's demand on one node: MPS shares of one GPU, GPU memory, CPUs, host memory."""
+    """A shape's demand: an MPS share of one GPU (`mps`, percent), or `gpus` whole GPUs on any nodes.
+
+    A single-GPU shape has `gpus` 0 and its share in `mps`; a data-parallel
+    shape of n ranks has `gpus` n (one whole GPU per rank) and `mps` 0.
+    `gpu_mem_mib` is per GPU; `cpus` and `host_mem_mib` are for the whole job.
+    """
 
     mps: int = 0
     gpu_mem_mib: int = 0
     cpus: int = 0
     host_mem_mib: int = 0
+    gpus: int = 0
 
     def as_tuple(self) -> tuple[int, int, int, int]:
         return (self.mps, self.gpu_mem_mib, self.cpus, self.host_mem_mib)
+
+    def footprint(self) -> tuple[float, int, int, int]:
+        """What the shape holds in all, comparable across share and multi-GPU shapes: GPUs, GPU memory, CPUs, host memory."""
+        return (self.gpu_size, self.gpu_mem_mib * max(1, self.gpus), self.cpus, self.host_mem_mib)
+
+    @property
+    def gpu_size(self) -> float:
+        """How much GPU the shape holds, in GPUs: n for n whole GPUs, the share ÷ 100 for a share of one."""
+        return float(self.gpus) if self.gpus else self.mps / MPS_SHARES_PER_GPU
 
 
 @dataclass(frozen=True)
@@ -297,7 +313,7 @@ class Family:
     name: str = ""
     """What the job runs (a model name); an interference feature, nothing more."""
     default: str | None = None
-    """The shape the job runs as when nobody plans it (static baseline); None = the fastest at the largest share."""
+    """The shape the job runs as when nobody plans it (static baseline); None = the fastest at the most GPU."""
 
     def shape(self, name: str) -> Shape:
         for s in self.shapes:
@@ -309,12 +325,13 @@ class Family:
     def default_shape(self) -> Shape:
         if self.default is not None:
             return self.shape(self.default)
-        top = max(s.resources.mps for s in self.shapes)
-        return max((s for s in self.shapes if s.resources.mps == top), key=lambda s: s.throughput)
+        top = max(s.resources.gpu_size for s in self.shapes)
+        return max((s for s in self.shapes if s.resources.gpu_size == top), key=lambda s: s.throughput)
 
 
 class ActionKind(str, enum.Enum):
     SET_SHARE = "set_share"  # pending/held job: Gres=mps:N
+    SET_GPUS = "set_gpus"  # pending/held job: N whole GPUs for the job (a data-parallel gang), NodeList=
     SET_NODES = "set_nodes"  # pending/held job: NodeList=
     RESHAPE_RUNNING = "reshape_running"  # signal, requeuehold, update, StartTime=now, release
     SIGNAL = "signal"
@@ -330,6 +347,8 @@ class Action:
     job_id: int
     reason: str
     share: int | None = None
+    gpus: int | None = None
+    """Whole GPUs for the job (SET_GPUS, or a RESHAPE_RUNNING to a data-parallel shape); None: a share."""
     nodes: tuple[str, ...] = ()
     shape: str | None = None
     signal: str | None = None

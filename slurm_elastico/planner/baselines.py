@@ -34,6 +34,13 @@ from slurm_elastico.planner.epoch import ADMIN_PREFIX, shape_of_running
 HALF = 50
 
 
+def _whole_gpu(fam: Family) -> Family:
+    """`policies.whole_gpu` (imported late: policies imports this module)."""
+    from slurm_elastico.planner.policies import whole_gpu
+
+    return whole_gpu(fam)
+
+
 def _same_knobs(fam: Family, d: Shape, share: int) -> Shape:
     """The family's shape with `d`'s knobs at `share`; if pruned away, `d` at that share with throughput in proportion."""
     for s in fam.shapes:
@@ -44,22 +51,27 @@ def _same_knobs(fam: Family, d: Shape, share: int) -> Shape:
 
 
 def half_gpu(fam: Family) -> Family:
-    """The submitted knobs on half a GPU; no floor (static sharing checks nothing)."""
+    """The submitted knobs on half a GPU (a multi-GPU job as submitted); no floor (static sharing checks nothing)."""
+    if fam.default_shape.resources.gpus:
+        return _whole_gpu(fam)
     d = _same_knobs(fam, fam.default_shape, HALF)
     return dataclasses.replace(fam, shapes=(d,), default=d.name, throughput_floor=0.0)
 
 
 def whole_gpu_any_batch(fam: Family) -> Family:
-    """Every shape the family offers at its largest share (a whole GPU), the default kept."""
+    """Every shape the family offers on whole GPUs (its largest share of one, or several), the default kept."""
     top = max(s.resources.mps for s in fam.shapes)
-    keep = tuple(s for s in fam.shapes if s.resources.mps == top)
+    keep = tuple(s for s in fam.shapes if s.resources.gpus or s.resources.mps == top)
     d = fam.default_shape
     default = d.name if d in keep else max(keep, key=lambda s: s.throughput).name
     return dataclasses.replace(fam, shapes=keep, default=default, throughput_floor=0.0)
 
 
 def las_shapes(fam: Family) -> Family:
-    """The submitted knobs on a whole GPU and on half of one: all `LasPolicy` ever runs a job as."""
+    """The submitted knobs on a whole GPU and on half of one (a multi-GPU job as submitted): all `LasPolicy`
+    ever runs a job as."""
+    if fam.default_shape.resources.gpus:
+        return _whole_gpu(fam)
     top = max(s.resources.mps for s in fam.shapes)
     whole = _same_knobs(fam, fam.default_shape, top)
     half = _same_knobs(fam, fam.default_shape, HALF)

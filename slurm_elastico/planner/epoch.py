@@ -10,7 +10,15 @@ running jobs whose gain pays their restart; then write the actions.
 Pure: no clock (`now` is passed in), no subprocess, no globals; the same
 inputs give the same plan. Jobs without a family are never acted on, but what
 they hold counts. Held jobs are left alone (held by a user, or mid-reshape).
-Families are single-GPU: a family job is planned on one GPU of one node.
+
+A shape is a share of one GPU, or a data-parallel gang of n whole GPUs on as
+few nodes as hold them (`Resources.gpus`; the global batch is the same at
+every n). A running job that holds whole GPUs and whose family has gang
+shapes is *elastic*: it takes part in the pricing with the pending jobs, at
+a restart charge for any shape but its own, so that when the queue makes
+GPUs dear it gives some back (shrinks before the packing), and when GPUs
+sit idle it takes them (grows after the packing) — each only when the gain
+over its remaining work pays the restart.
 """
 
 from __future__ import annotations
@@ -69,6 +77,17 @@ def shape_of_running(job: JobView, table: Table, held_share: int) -> int:
     return table.family.shapes.index(shape)
 
 
+def gang_of_running(job: JobView, table: Table, gpus: int) -> int | None:
+    """Slot of the data-parallel shape a running job holding `gpus` whole GPUs runs as: the one its AdminComment
+    names if it has that many GPUs, else the fastest with that many (None: the family has none)."""
+    rows = [r for r in table.rows if r.gpus == gpus]
+    named = _named_shape(job, table.family)
+    for r in rows:
+        if named is not None and table.family.shapes[r.slot] is named:
+            return r.slot
+    return max(rows, key=lambda r: (r.tput, -r.slot)).slot if rows else None
+
+
 def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Settings,
                model: SlowdownModel | None, now: float, policy, progress: Mapping[int, float] | None = None) -> Plan:
     """Plan one epoch under `policy` (its fields, never its name, decide what runs)."""
@@ -81,7 +100,7 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
 
     # -- capacity -----------------------------------------------------------
     nodes = [n for n in snapshot.nodes if n.usable and (not part or part in n.partitions)]
-    gpu_node, free_share, free_mem, gpu_mem, gpu_key = [], [], [], [], []
+    gpu_node, free_share, total_share, free_mem, gpu_mem, gpu_key = [], [], [], [], [], []
     where: dict[tuple[str, int], int] = {}
     node_cpu, node_mem = [], []
     for ni, n in enumerate(nodes):
@@ -92,11 +111,12 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
             where[(n.name, gv.index)] = len(gpu_node)
             gpu_node.append(ni)
             free_share.append(gv.shares_free)
+            total_share.append(gv.shares_total)
             free_mem.append(mem)
             gpu_mem.append(mem)
             gpu_key.append((n.name, gv.index))
     n_gpus = len(gpu_node)
-    state = GpuState(gpu_node, free_share, free_mem, node_cpu, node_mem, cache, floor)
+    state = GpuState(gpu_node, free_share, free_mem, node_cpu, node_mem, cache, floor, total_share=total_share)
     per_gpu = np.array([
         float(gs.shares_per_gpu),
         float(np.mean(gpu_mem)) if n_gpus else float(gs.memory_mib),
@@ -133,7 +153,7 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
         fam = families.get(jv.job_id)
         if fam is None or not fam.shapes or (part and jv.partition != part):
             continue
-        if jv.state is JobState.PENDING and not jv.held and (jv.gres is None or jv.gres.kind == "mps"):
+        if jv.state is JobState.PENDING and not jv.held and (jv.gres is None or jv.gres.kind in ("mps", "gpus")):
             t = table_of(fam)
             by_id[jv.job_id] = Job(jv, t, 1.0, Seat(jv.job_id, fam.throughput_floor))
         elif jv.state is JobState.RUNNING:
@@ -142,11 +162,15 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
     # (a trained model's scorer covers the profiles it was built for; a later one would rebuild it).
     foreign = {shares: cache.add(SoloProfile(kind="train", mps_share=shares))
                for shares in sorted({u.shares for n in nodes for gv in n.gpus for u in gv.users if not u.whole})}
+    gangs: dict[int, list[int]] = {}
     for n in nodes:
         for gv in n.gpus:
             g = where[(n.name, gv.index)]
             for use in gv.users:
                 if use.whole:
+                    job = by_id.get(use.job_id)
+                    if job is not None and job.running:
+                        gangs.setdefault(use.job_id, []).append(g)
                     continue
                 job = by_id.get(use.job_id)
                 if job is not None and job.running and job.seat.gpu < 0:
@@ -158,6 +182,15 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
                 else:
                     row = Row(-1, foreign[use.shares], math.inf, use.shares, gpu_mem[g] * use.shares / gs.shares_per_gpu, 0, 0)
                     state.attach(Seat(use.job_id, 0.0, row), g, row.mem)
+    for jid, held in gangs.items():
+        job = by_id[jid]
+        slot = gang_of_running(job.view, job.table, len(held))
+        if slot is None or job.seat.gpu >= 0:
+            continue  # no shape of its family holds that many GPUs: left alone
+        base = job.table.rows[slot]
+        job.seat.row = Row(slot, base.uid, base.tput, 0, base.mem, float(job.view.cpus), float(job.view.memory_mib),
+                           gpus=len(held))
+        state.attach_gang(job.seat, tuple(held), base.mem)
     _contention(list(tables.values()), cache, gs.shares_per_gpu)
     for j in by_id.values():
         if not j.running or j.seat.gpu >= 0:
@@ -167,6 +200,8 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
         j.weight = weights.weight_of(j.view, j.table.family, ps.fairness, now, progress.get(j.view.job_id))
     pending = [j for j in jobs if not j.running]
     running = [j for j in jobs if j.running]
+    elastic = [j for j in running if policy.reshape and _elastic(j, state)] if any(
+        r.gpus for t in tables.values() for r in t.rows) else []
     notes: list[str] = []
 
     # -- reservation for the head of the queue -------------------------------
@@ -180,15 +215,26 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
             notes.append(note)
 
     # -- prices ---------------------------------------------------------------
-    problem = _problem(pending, state, per_gpu)
-    if policy.price and pending:
+    restart = [_restart_charge(j, now, progress, ps.reshape_cost_s, ps.hysteresis) for j in elastic]
+    problem = _problem(pending, state, per_gpu, elastic, restart)
+    if policy.price and (pending or elastic):
         result = pricing.solve(problem, ps.rounds, ps.step)
     else:
         z = np.zeros(len(RESOURCES))
         result = pricing.PriceResult(z, pricing.choose(problem, z), 0)
-    choice = result.choice
+    choice = result.choice[:len(pending)]
+    targets = {j.view.job_id: int(c) for j, c in zip(elastic, result.choice[len(pending):])}
     notes.append("prices (GPU equivalents): " + ", ".join(f"{r}={v:.3g}" for r, v in zip(RESOURCES, result.prices))
                  + f" after {result.rounds} round(s)")
+
+    # -- elastic running jobs give back what the queue prices above their use --
+    reshaped: dict[int, tuple[int, float]] = {}
+    for j in sorted(elastic, key=lambda j: (j.weight, j.view.job_id)):
+        t = targets[j.view.job_id]
+        if _size(j.table.rows[t], state, j.seat.gpu) < _size(j.seat.row, state, j.seat.gpu):
+            got = _regang(j, state, t, now, progress, ps.reshape_cost_s, shrink=True)
+            if got is not None:
+                reshaped[j.view.job_id] = got
 
     # -- packing --------------------------------------------------------------
     order = policy.order(pending)
@@ -215,16 +261,24 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
                 state.block(g, state.free_share[g])
                 notes.append(f"job {job.view.job_id} heads the queue and fits nowhere yet: "
                              f"GPU {gpu_key[g][0]}:{gpu_key[g][1]} kept free for it")
-    for i in deferred:
-        _place(pending[i], state, pending[i].table.by_speed)
+    for i in deferred:  # what the prices left out, where room remains: the fastest share, else the smallest gang
+        t = pending[i].table
+        _place(pending[i], state, [s for s in t.by_speed if not t.rows[s].gpus]
+               + sorted((s for s in t.by_speed if t.rows[s].gpus), key=lambda s: (t.rows[s].gpus, -t.rows[s].tput)))
     if policy.price:
         for i in order:
             _upgrade(pending[i], state)
 
     # -- running jobs ---------------------------------------------------------
-    reshaped: dict[int, tuple[int, float]] = {}
     if policy.reshape:
+        for j in sorted(elastic, key=lambda j: (-j.weight, j.view.job_id)):
+            if j.view.job_id not in reshaped:  # grow into what the packing left idle
+                got = _grow(j, state, targets[j.view.job_id], now, progress, ps.reshape_cost_s, ps.hysteresis)
+                if got is not None:
+                    reshaped[j.view.job_id] = got
         for j in sorted(running, key=lambda j: (-j.weight, j.view.job_id)):
+            if j in elastic or j.seat.gang:
+                continue
             got = _reshape(j, state, now, progress, ps.reshape_cost_s, ps.hysteresis)
             if got is not None:
                 reshaped[j.view.job_id] = got
@@ -251,27 +305,40 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
         placements.append(Placement(jid, node, gpu, shape.name, seat.row.share, rate))
         comment = f"{ADMIN_PREFIX}{shape.name}"
         unit = "steps/s" if t.family.kind == "train" else "req/s"
+        on = tuple(dict.fromkeys(gpu_key[g][0] for g in seat.gang))  # the gang's nodes, in GPU order
         if j.running:
             if jid not in reshaped:
                 continue
             saved, left = reshaped[jid]
-            why = (f"reshape to {shape.name} ({rate:.3g} {unit}): saves {saved:.0f} s of {left:.0f} s remaining "
-                   f"after a {ps.reshape_cost_s:g} s restart")
+            if saved >= 0:
+                why = (f"reshape to {shape.name} ({rate:.3g} {unit}): saves {saved:.0f} s of {left:.0f} s remaining "
+                       f"after a {ps.reshape_cost_s:g} s restart")
+            else:
+                why = (f"shrink to {shape.name} ({rate:.3g} {unit}): the queue prices its GPUs above their use "
+                       f"({-saved:.0f} s slower over {left:.0f} s remaining)")
             actions.append(Action(ActionKind.SET_ADMIN_COMMENT, jid, why, shape=shape.name, text=comment))
-            if seat.row.share == j.view.mps_share:
+            if seat.gang:
+                actions.append(Action(ActionKind.RESHAPE_RUNNING, jid, why, gpus=seat.row.gpus, nodes=on,
+                                      shape=shape.name))
+            elif seat.row.share == j.view.mps_share:
                 # Same resources, new knobs: elastico-run relaunches in place on USR1, no requeue.
                 actions.append(Action(ActionKind.SIGNAL, jid, why, signal="USR1", shape=shape.name))
             else:
                 actions.append(Action(ActionKind.RESHAPE_RUNNING, jid, why, share=seat.row.share, nodes=(node,),
                                       shape=shape.name))
             continue
-        why = (f"start as {shape.name} at {seat.row.share}% of GPU {node}:{gpu} "
+        where_to = (f"on {seat.row.gpus} GPUs of {','.join(on)}" if seat.gang
+                    else f"at {seat.row.share}% of GPU {node}:{gpu}")
+        why = (f"start as {shape.name} {where_to} "
                f"({rate:.3g} {unit}, {100 * rate / tmax:.0f}% of its fastest; weight {j.weight:.2f})")
         if j.view.admin_comment != comment:
             actions.append(Action(ActionKind.SET_ADMIN_COMMENT, jid, why, shape=shape.name, text=comment))
-        if j.view.gres is None or j.view.gres.kind != "mps" or j.view.gres.count != seat.row.share:
+        if seat.gang:
+            actions.append(Action(ActionKind.SET_GPUS, jid, why, gpus=seat.row.gpus, nodes=on, shape=shape.name))
+        elif j.view.gres is None or j.view.gres.kind != "mps" or j.view.gres.count != seat.row.share:
             actions.append(Action(ActionKind.SET_SHARE, jid, why, share=seat.row.share, shape=shape.name))
-        actions.append(Action(ActionKind.SET_NODES, jid, why, nodes=(node,), shape=shape.name))
+        if not seat.gang:
+            actions.append(Action(ActionKind.SET_NODES, jid, why, nodes=(node,), shape=shape.name))
         if j.view.reason == "BeginTime":  # placed now: no need to sit out the submit's placement window
             actions.append(Action(ActionKind.START_NOW, jid, why, shape=shape.name))
     return Plan(actions=tuple(actions), objective=objective, notes=tuple(notes),
@@ -290,7 +357,11 @@ def _table(fam: Family, cache: PairCache, per_gpu: np.ndarray) -> Table:
     for i, s in enumerate(shapes):
         uid = cache.add(solo_profile(s, fam.kind, fam.name))
         r = s.resources
-        rows.append(Row(i, uid, s.throughput, r.mps, float(r.gpu_mem_mib), float(r.cpus), float(r.host_mem_mib)))
+        rows.append(Row(i, uid, s.throughput, r.mps, float(r.gpu_mem_mib), float(r.cpus), float(r.host_mem_mib),
+                        gpus=r.gpus))
+        if r.gpus:  # n whole GPUs: n GPU equivalents of shares and of GPU memory
+            demand[i, 0] = r.gpus
+            demand[i, 1] = r.gpus * r.gpu_mem_mib / per_gpu[1]
     tput = np.array([s.throughput for s in shapes])
     allowed = tput >= fam.throughput_floor
     contention = np.zeros(len(shapes))  # filled for all tables at once by _contention
@@ -304,7 +375,7 @@ def _table(fam: Family, cache: PairCache, per_gpu: np.ndarray) -> Table:
 
 def _contention(tables: list[Table], cache: PairCache, shares_per_gpu: int) -> None:
     """Γ's slowdown for every partial-GPU shape, next to a stand-in neighbour holding the rest; one model call."""
-    todo = [(t, i) for t in tables for i, r in enumerate(t.rows) if r.share < shares_per_gpu]
+    todo = [(t, i) for t in tables for i, r in enumerate(t.rows) if r.share < shares_per_gpu and not r.gpus]
     if not todo or not cache.enabled:
         return
     partners = [SoloProfile(kind="train", mps_share=shares_per_gpu - t.rows[i].share) for t, i in todo]
@@ -313,13 +384,17 @@ def _contention(tables: list[Table], cache: PairCache, shares_per_gpu: int) -> N
         t.contention[i] = 1.0 - 1.0 / s
 
 
-def _problem(pending: list[Job], state: GpuState, per_gpu: np.ndarray) -> pricing.PriceProblem:
-    """Stack the pending jobs' tables into padded [J, C] arrays over the free pool."""
-    width = max((len(j.table.rows) for j in pending), default=1)
+def _problem(pending: list[Job], state: GpuState, per_gpu: np.ndarray, elastic: list[Job] = (),
+             restart: list[float] = ()) -> pricing.PriceProblem:
+    """Stack the jobs' tables into padded [J, C] arrays over the free pool: the pending jobs, then the elastic
+    running ones (never left out; only their whole-GPU shapes; `restart` charged on all but the current one;
+    what they hold is added to the pool)."""
+    every = [*pending, *elastic]
+    width = max((len(j.table.rows) for j in every), default=1)
     uniq: dict[int, int] = {}
     tabs: list[Table] = []
-    idx = np.empty(len(pending), dtype=int)
-    for k, j in enumerate(pending):
+    idx = np.empty(len(every), dtype=int)
+    for k, j in enumerate(every):
         u = uniq.get(id(j.table))
         if u is None:
             u = uniq[id(j.table)] = len(tabs)
@@ -333,7 +408,7 @@ def _problem(pending: list[Job], state: GpuState, per_gpu: np.ndarray) -> pricin
     for u, t in enumerate(tabs):
         c = len(t.rows)
         value[u, :c], demand[u, :c], allowed[u, :c], contention[u, :c] = t.value, t.demand, t.allowed, t.contention
-    w = np.array([j.weight for j in pending], dtype=float)
+    w = np.array([j.weight for j in every], dtype=float)
     v = value[idx]
     open_gpus = [g for g, f in enumerate(state.free_share) if f > 0]
     open_nodes = sorted({state.gpu_node[g] for g in open_gpus})
@@ -342,20 +417,38 @@ def _problem(pending: list[Job], state: GpuState, per_gpu: np.ndarray) -> pricin
         sum(max(0.0, state.free_mem[g]) for g in open_gpus),
         sum(max(0.0, state.node_cpu[n]) for n in open_nodes),
         sum(min(max(0.0, state.node_mem[n]), 1e15) for n in open_nodes),
-    ])
+    ], dtype=float)
     allow = allowed[idx]
+    penalty = w[:, None] * v * contention[idx]
+    optional = np.ones(len(every), dtype=bool)
+    for k, (j, charge) in enumerate(zip(elastic, restart), start=len(pending)):
+        rows = j.table.rows
+        allow[k, :len(rows)] &= np.array([bool(r.gpus) or r.share >= state.total_share[j.seat.gpu] for r in rows])
+        allow[k, j.seat.row.slot] = True
+        penalty[k, :len(rows)] += charge
+        penalty[k, j.seat.row.slot] -= charge
+        optional[k] = False
+        held = j.seat.gang or (j.seat.gpu,)
+        free += np.array([sum(state.total_share[g] for g in held), len(held) * j.seat.row.mem,
+                          j.seat.row.cpus, j.seat.row.hmem])
     cap = free / per_gpu
     if cap[0] <= 0:
-        allow = np.zeros_like(allow)
+        allow[:len(pending)] = False
     return pricing.PriceProblem(
-        value=v, demand=demand[idx], penalty=w[:, None] * v * contention[idx], allowed=allow,
-        weight=w, capacity=cap, optional=np.ones(len(pending), dtype=bool))
+        value=v, demand=demand[idx], penalty=penalty, allowed=allow,
+        weight=w, capacity=cap, optional=optional)
 
 
 def _place(job: Job, state: GpuState, slots: list[int]) -> bool:
     """Put `job` at the first of `slots` that fits anywhere."""
     for s in slots:
         row = job.table.rows[s]
+        if row.gpus:
+            gang = state.find_gang(row)
+            if gang:
+                state.place_gang(job.seat, row, gang)
+                return True
+            continue
         g, _ = state.find(job.seat, row)
         if g >= 0:
             state.place(job.seat, row, g)
@@ -372,12 +465,16 @@ def _upgrade(job: Job, state: GpuState) -> None:
     if not faster:
         return
     need = min(job.table.rows[s].share for s in faster)
-    if state.free_share[seat.gpu] + seat.row.share < need and state.max_free() < need:
+    if (not seat.gang and not any(job.table.rows[s].gpus for s in faster)
+            and state.free_share[seat.gpu] + seat.row.share < need and state.max_free() < need):
         return  # nowhere has the shares: skip the remove/re-place
-    old, g0 = seat.row, seat.gpu
+    old, g0, gang = seat.row, seat.gpu, seat.gang
     state.remove(seat)
     if not _place(job, state, faster):
-        state.place(seat, old, g0)
+        if gang:
+            state.place_gang(seat, old, gang)
+        else:
+            state.place(seat, old, g0)
 
 
 def _reshape(job: Job, state: GpuState, now: float, progress: Mapping[int, float], cost_s: float,
@@ -388,7 +485,7 @@ def _reshape(job: Job, state: GpuState, now: float, progress: Mapping[int, float
     rate_now = old.tput / seat.slow
     work = reshape.remaining_work(job.table.family.total_work, progress.get(job.view.job_id),
                                   job.view.start_time, now, rate_now)
-    faster = [s for s in job.table.by_speed if job.table.rows[s].tput > old.tput]
+    faster = [s for s in job.table.by_speed if job.table.rows[s].tput > old.tput and not job.table.rows[s].gpus]
     if not job.view.requeue:  # `--no-requeue`: Slurm refuses the requeue, so only an in-place reshape can work
         faster = [s for s in faster if job.table.rows[s].share == old.share]
     if not faster or work <= 0:
@@ -407,6 +504,77 @@ def _reshape(job: Job, state: GpuState, now: float, progress: Mapping[int, float
     if best is None:
         return None
     return best_saved, work / rate_now if rate_now > 0 else math.inf
+
+
+def _size(row: Row, state: GpuState, g: int) -> float:
+    """GPUs a row holds: its gang's, or its share of GPU g."""
+    return float(row.gpus) if row.gpus else row.share / state.total_share[g]
+
+
+def _elastic(job: Job, state: GpuState) -> bool:
+    """A running job that holds whole GPUs, may be requeued, and whose family has data-parallel shapes."""
+    whole = bool(job.seat.gang) or job.seat.row.share >= state.total_share[job.seat.gpu]
+    return whole and job.view.requeue and any(r.gpus for r in job.table.rows)
+
+
+def _left_s(job: Job, now: float, progress: Mapping[int, float]) -> tuple[float, float]:
+    """(work left, seconds left at its current rate) of a running job."""
+    rate = job.seat.row.tput / job.seat.slow
+    work = reshape.remaining_work(job.table.family.total_work, progress.get(job.view.job_id), job.view.start_time,
+                                  now, rate)
+    return work, (work / rate if rate > 0 else math.inf)
+
+
+def _restart_charge(job: Job, now: float, progress: Mapping[int, float], cost_s: float, hysteresis: float) -> float:
+    """What a reshape costs an elastic job in the pricing's units: its weight × the share of its remaining time
+    the restart takes (with the hysteresis margin), at most its weight."""
+    _, left = _left_s(job, now, progress)
+    return job.weight * min(1.0, (1.0 + hysteresis) * cost_s / max(left, 1e-9)) if math.isfinite(left) else 0.0
+
+
+def _regang(job: Job, state: GpuState, slot: int, now: float, progress: Mapping[int, float], cost_s: float,
+            shrink: bool = False) -> tuple[float, float] | None:
+    """Move an elastic running job to `slot` (the pricing's choice); (seconds saved — negative for a shrink —,
+    seconds left), or None when it does not fit (the job keeps what it holds)."""
+    seat = job.seat
+    old, gang, g0 = seat.row, seat.gang, seat.gpu
+    work, left = _left_s(job, now, progress)
+    if work <= 0:
+        return None
+    state.remove(seat)
+    row = job.table.rows[slot]
+    row = Row(row.slot, row.uid, row.tput, row.share, row.mem, old.cpus, old.hmem, gpus=row.gpus)
+    if row.gpus:
+        got = state.find_gang(row)
+        if got:
+            state.place_gang(seat, row, got)
+    elif state.fits(seat, row, g0):
+        state.place(seat, row, g0)
+    if seat.gpu < 0:  # back where it was
+        if gang:
+            state.place_gang(seat, old, gang)
+        else:
+            state.place(seat, old, g0)
+        return None
+    after = work / row.tput + cost_s
+    return left - after, left
+
+
+def _grow(job: Job, state: GpuState, target: int, now: float, progress: Mapping[int, float], cost_s: float,
+          hysteresis: float) -> tuple[float, float] | None:
+    """Give an elastic job more GPUs when they sit idle: the pricing's target, else the largest that fits,
+    only if the time saved over its remaining work beats the restart by the hysteresis margin."""
+    old = job.seat.row
+    work, _ = _left_s(job, now, progress)
+    rate_now = old.tput / job.seat.slow
+    bigger = [s for s in job.table.by_speed if job.table.rows[s].gpus > max(old.gpus, 1)
+              and reshape.saving(work, rate_now, job.table.rows[s].tput, cost_s, hysteresis) > 0]
+    bigger.sort(key=lambda s: (s != target, -job.table.rows[s].tput, s))
+    for s in bigger:
+        got = _regang(job, state, s, now, progress, cost_s)
+        if got is not None:
+            return got
+    return None
 
 
 def _queue_head(snapshot: Snapshot, part: str) -> int | None:

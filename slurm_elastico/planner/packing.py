@@ -34,10 +34,11 @@ class Row:
     slot: int  # index of the shape in its family table
     uid: int  # profile id for the interference cache
     tput: float  # solo throughput
-    share: int
-    mem: float
-    cpus: float
-    hmem: float
+    share: int  # MPS shares of one GPU (0 for a data-parallel row)
+    mem: float  # GPU memory per GPU
+    cpus: float  # for the whole job
+    hmem: float  # for the whole job
+    gpus: int = 0  # whole GPUs of a data-parallel row (a gang); 0 for a share of one GPU
 
 
 @dataclass
@@ -50,14 +51,19 @@ class Seat:
     gpu: int = -1
     slow: float = 1.0
     margin: float = 0.0  # admission margin next to its current co-runners (per-pair margins only)
+    gang: tuple[int, ...] = ()  # every GPU of a data-parallel row (`gpu` is the first); () for a share
 
 
 class GpuState:
     def __init__(self, gpu_node: list[int], free_share: list[int], free_mem: list[float],
                  node_cpu: list[float], node_mem: list[float], cache: PairCache, floor: float,
-                 max_tries: int = 64):
+                 max_tries: int = 64, total_share: list[int] | None = None):
         self.gpu_node = gpu_node
         self.free_share = free_share
+        self.total_share = list(total_share if total_share is not None else free_share)
+        self.node_gpus: dict[int, list[int]] = {}
+        for g, n in enumerate(gpu_node):
+            self.node_gpus.setdefault(n, []).append(g)
         self.free_mem = free_mem
         self.node_cpu = node_cpu
         self.node_mem = node_mem
@@ -68,7 +74,7 @@ class GpuState:
         self.bar = floor * self.scale
         self.max_tries = max_tries
         self.top = max(free_share, default=0)
-        self.top = max(self.top, 100)
+        self.top = max(self.top, 100, *self.total_share)
         self.buckets: list[dict[int, None]] = [dict() for _ in range(self.top + 1)]
         for g, f in enumerate(free_share):
             self.buckets[f][g] = None
@@ -113,8 +119,43 @@ class GpuState:
         self.occ[g].append(seat)
         self._refresh(g)
 
+    def attach_gang(self, seat: Seat, gpus: tuple[int, ...], mem: float) -> None:
+        """Record a job already holding these whole GPUs (already off `free_share`)."""
+        seat.gpu, seat.gang = gpus[0], gpus
+        for g in gpus:
+            self.free_mem[g] -= mem
+            self.occ[g].append(seat)
+
+    def place_gang(self, seat: Seat, row: Row, gpus: tuple[int, ...]) -> None:
+        """Put a data-parallel row on these idle GPUs (see `find_gang`)."""
+        seat.row, seat.gpu, seat.gang, seat.slow, seat.margin = row, gpus[0], gpus, 1.0, 0.0
+        for n, k in self._per_node(gpus).items():
+            self.node_cpu[n] -= row.cpus * k / len(gpus)
+            self.node_mem[n] -= row.hmem * k / len(gpus)
+        for g in gpus:
+            self._set_share(g, 0)
+            self.free_mem[g] -= row.mem
+            self.occ[g].append(seat)
+
+    def _per_node(self, gpus: tuple[int, ...]) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for g in gpus:
+            out[self.gpu_node[g]] = out.get(self.gpu_node[g], 0) + 1
+        return out
+
     def remove(self, seat: Seat) -> None:
-        """Take a planned or running job off its GPU, giving back what it held."""
+        """Take a planned or running job off its GPU(s), giving back what it held."""
+        if seat.gang:
+            row, gpus = seat.row, seat.gang
+            for n, k in self._per_node(gpus).items():
+                self.node_cpu[n] += row.cpus * k / len(gpus)
+                self.node_mem[n] += row.hmem * k / len(gpus)
+            for g in gpus:
+                self.occ[g].remove(seat)
+                self._set_share(g, self.total_share[g])
+                self.free_mem[g] += row.mem
+            seat.gpu, seat.gang = -1, ()
+            return
         g, row = seat.gpu, seat.row
         self.occ[g].remove(seat)
         self._set_share(g, self.free_share[g] + row.share)
@@ -185,6 +226,38 @@ class GpuState:
             if after * self.floor > 1.0 or (o.row.tput < o.floor * after):
                 return 0.0
         return slow
+
+    def find_gang(self, row: Row) -> tuple[int, ...]:
+        """Idle GPUs for a data-parallel row on the fewest nodes, or () when they are not there.
+
+        Idle: no occupant and every share free. One node if any can hold the
+        whole gang (the one with the fewest idle GPUs that can: best fit);
+        else nodes in order of most idle GPUs. Each node must have the CPUs and
+        host memory for its part (the row's, in proportion to its GPUs there).
+        """
+        n = row.gpus
+        if n <= 0 or self.max_free() <= 0:
+            return ()
+        idle: dict[int, list[int]] = {}
+        for node, gpus in self.node_gpus.items():
+            ok = [g for g in gpus if not self.occ[g] and self.free_share[g] == self.total_share[g] > 0
+                  and self.free_mem[g] >= row.mem]
+            k = len(ok)
+            while k and (self.node_cpu[node] < row.cpus * k / n - 1e-9 or self.node_mem[node] < row.hmem * k / n - 1e-9):
+                k -= 1
+            if k:
+                idle[node] = ok[:k]
+        whole = [(len(v), node) for node, v in idle.items() if len(v) >= n]
+        if whole:
+            return tuple(idle[min(whole)[1]][:n])
+        if sum(len(v) for v in idle.values()) < n:
+            return ()
+        picked: list[int] = []
+        for node in sorted(idle, key=lambda m: (-len(idle[m]), m)):
+            picked += idle[node][: n - len(picked)]
+            if len(picked) == n:
+                break
+        return tuple(picked)
 
     def find(self, seat: Seat, row: Row) -> tuple[int, float]:
         """(GPU, slowdown) of the best-fit GPU for `row`, or (-1, 0.0)."""

@@ -49,8 +49,10 @@ def default_shape(fam: Family) -> Family:
 
 
 def whole_gpu(fam: Family) -> Family:
-    """The default shape on a whole GPU: the job's knobs as submitted, no sharing (plain Slurm with gpu:1)."""
+    """The default shape on whole GPUs: the job's knobs and GPU count as submitted, no sharing (plain Slurm)."""
     d = fam.default_shape
+    if d.resources.gpus:  # submitted on several GPUs: already whole ones
+        return dataclasses.replace(fam, shapes=(d,), default=d.name, throughput_floor=0.0)
     top = max(s.resources.mps for s in fam.shapes)
     if d.resources.mps != top:
         same = [s for s in fam.shapes if s.resources.mps == top and s.knobs == d.knobs]

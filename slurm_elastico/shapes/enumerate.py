@@ -57,12 +57,12 @@ def pareto(shapes: Sequence[Shape], keep: str | None = None) -> list[Shape]:
     """
     out: list[Shape] = []
     for i, a in enumerate(shapes):
-        ra = a.resources.as_tuple()
+        ra = a.resources.footprint()
         dominated = False
         for j, b in enumerate(shapes):
             if i == j:
                 continue
-            rb = b.resources.as_tuple()
+            rb = b.resources.footprint()
             no_worse = b.throughput >= a.throughput and all(x <= y for x, y in zip(rb, ra))
             if not no_worse:
                 continue

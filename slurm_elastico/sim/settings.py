@@ -34,6 +34,9 @@ class SimSettings:
     colocation: str = _opt("gavel", choices=COLOCATION, help="ground truth of co-location (sim.truth): Gavel's co-run "
                                                              "speed as a ceiling, its residual beyond time-slicing, "
                                                              "or none (sharing costs only the share)")
+    max_gpus_per_job: int = _opt(16, lo=0, hi=4096, help="training families also offer data-parallel shapes of up to "
+                                 "this many whole GPUs at the same global batch (where the ground truth measured the "
+                                 "app on several GPUs); 0 = every job keeps the GPU count it was submitted with")
     adaptive_batch: bool = _opt(False, help="training families also offer other global batches with an LR rule "
                                             "(goodput shapes; what the pollux policy adapts)")
     audit: bool = _opt(False, help="check capacity and bookkeeping after every event (slow; for tests)")

@@ -1,0 +1,98 @@
+"""GPU count as a shape dimension: data-parallel shapes of n whole GPUs at a fixed global batch.
+
+Pending jobs start at the GPU count the prices choose, on the fewest nodes; an
+elastic running job grows into idle GPUs when its remaining work pays the
+restart, and shrinks when the queue prices its GPUs above their use.
+"""
+
+from __future__ import annotations
+
+from slurm_elastico.config import Settings
+from slurm_elastico.interference.base import ContentionModel
+from slurm_elastico.model import (ActionKind, Family, GpuUse, GresRequest, JobState, JobView, Resources, Shape,
+                                  Snapshot)
+from slurm_elastico.planner import run_epoch
+from tests.synthetic import cluster, with_users
+
+NOW = 1_000_000.0
+SPEEDUP = {1: 1.0, 2: 1.9, 4: 3.6, 8: 6.4}  # a job that scales well, as measured data-parallel jobs often do
+
+
+def gang_family(work: float = 20000.0, default_gpus: int = 1) -> Family:
+    shapes = [Shape("gpus1", Resources(100, 8000, 2, 4096), SPEEDUP[1])]
+    shapes += [Shape(f"gpus{n}", Resources(0, 8000, 2 * n, 4096 * n, gpus=n), SPEEDUP[n]) for n in (2, 4, 8)]
+    return Family(kind="train", shapes=tuple(shapes), total_work=work, default=f"gpus{default_gpus}")
+
+
+def pend(job_id: int, submit: float = 0.0) -> JobView:
+    return JobView(job_id, f"j{job_id}", "u", "gpu", JobState.PENDING, gres=GresRequest("mps", 100),
+                   submit_time=int(submit))
+
+
+def gang_running(job_id: int, gpus: list[tuple[str, int]], start: float) -> JobView:
+    return JobView(job_id, f"j{job_id}", "u", "gpu", JobState.RUNNING, gres=GresRequest("gpus", len(gpus)),
+                   nodes=tuple(dict.fromkeys(n for n, _ in gpus)), gpu_indices=(gpus[0][1],), cpus=2 * len(gpus),
+                   memory_mib=4096 * len(gpus), submit_time=int(start), start_time=int(start), requeue=True,
+                   admin_comment=f"elastico:shape=gpus{len(gpus)}", gpu_alloc=tuple((n, g, 0) for n, g in gpus))
+
+
+def plan(nodes, jobs, families, settings=None):
+    return run_epoch(Snapshot(NOW, "24.11.5", nodes, tuple(jobs)), families, settings or Settings(),
+                     ContentionModel(), NOW)
+
+
+def test_an_idle_cluster_starts_a_lone_job_on_its_fastest_gpu_count_on_one_node():
+    p = plan(cluster(16, gpus_per_node=8), [pend(1)], {1: gang_family()})
+    kinds = [a.kind for a in p.actions]
+    assert ActionKind.SET_GPUS in kinds and ActionKind.SET_SHARE not in kinds
+    a = next(a for a in p.actions if a.kind is ActionKind.SET_GPUS)
+    assert (a.gpus, a.nodes, a.shape) == (8, ("n0000",), "gpus8")  # consolidated: one node holds all 8
+
+
+def test_a_gang_larger_than_a_node_spans_the_fewest_nodes():
+    p = plan(cluster(16, gpus_per_node=4), [pend(1)], {1: gang_family()})
+    a = next(a for a in p.actions if a.kind is ActionKind.SET_GPUS)
+    assert a.gpus == 8 and len(a.nodes) == 2
+
+
+def test_a_queue_makes_gpus_dear_so_jobs_start_smaller_and_all_start():
+    jobs = [pend(i, submit=NOW - 60 + i) for i in range(1, 9)]
+    p = plan(cluster(8, gpus_per_node=8), jobs, {i: gang_family() for i in range(1, 9)})
+    started = {pl.job_id for pl in p.placements}
+    assert started == set(range(1, 9))  # 8 jobs on 8 GPUs: one GPU each, nobody hogs the cluster
+    assert not any(a.kind is ActionKind.SET_GPUS for a in p.actions)
+
+
+def test_an_elastic_job_grows_into_idle_gpus_when_its_remaining_work_pays_the_restart():
+    nodes = cluster(8, gpus_per_node=8)
+    held = [("n0000", 0), ("n0000", 1)]
+    nodes = with_users(nodes, {k: (GpuUse(1, 0, whole=True),) for k in held})
+    p = plan(nodes, [gang_running(1, held, start=NOW - 60)], {1: gang_family()})
+    a = next(a for a in p.actions if a.kind is ActionKind.RESHAPE_RUNNING)
+    assert a.gpus == 8 and a.nodes == ("n0000",)
+    # Nearly done: a restart would cost more than it saves, so it keeps its two GPUs.
+    small = gang_family(work=100.0)
+    assert not plan(nodes, [gang_running(1, held, start=NOW - 60)], {1: small}).actions
+
+
+def test_an_elastic_job_shrinks_when_the_queue_needs_its_gpus():
+    nodes = cluster(8, gpus_per_node=8)
+    held = [("n0000", g) for g in range(8)]
+    nodes = with_users(nodes, {k: (GpuUse(1, 0, whole=True),) for k in held})
+    jobs = [gang_running(1, held, start=NOW - 60)] + [pend(i, submit=NOW - 600) for i in range(2, 6)]
+    p = plan(nodes, jobs, {i: gang_family() for i in range(1, 6)})
+    shrink = next(a for a in p.actions if a.kind is ActionKind.RESHAPE_RUNNING)
+    assert shrink.job_id == 1 and (shrink.gpus or 1) < 8 and "shrink" in shrink.reason
+    started = {pl.job_id for pl in p.placements} - {1}
+    assert started  # the queue got what it gave back
+    # Without the queue it keeps all eight.
+    alone = plan(nodes, jobs[:1], {1: gang_family()})
+    assert not any(a.kind is ActionKind.RESHAPE_RUNNING for a in alone.actions)
+
+
+def test_static_keeps_a_multi_gpu_job_at_its_submitted_count():
+    s = Settings()
+    s = s.__class__(**{**s.__dict__, "planner": s.planner.__class__(**{**s.planner.__dict__, "policy": "static"})})
+    p = plan(cluster(16, gpus_per_node=4), [pend(1)], {1: gang_family(default_gpus=4)}, s)
+    a = next(a for a in p.actions if a.kind is ActionKind.SET_GPUS)
+    assert a.gpus == 4 and len(a.nodes) == 1
