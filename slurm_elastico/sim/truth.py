@@ -8,7 +8,24 @@ default `ContentionModel`); it never sees the co-location factors below.
 Training (measured, Pollux on NVIDIA T4): one optimizer step at global batch
 G and micro-batch m runs `G/m` micro-steps of the measured `step_time(m)`
 (log-log interpolation between measured per-GPU batches) plus one
-`sync_time`. MPS share: a job at micro-batch m uses a fraction
+`sync_time` (`train_speed`: the rule of every one-GPU figure).
+
+Several GPUs (`gang_speed`, and `rigid_speed`, which places r GPUs the way
+Slurm fills nodes, full nodes first: 6 → (4, 2)): Pollux measured
+data-parallel step and sync times per placement (GPUs on each node, e.g.
+(4, 2)) and per-GPU batch on 1–4 nodes of 4 T4s, and per (nodes, GPUs) on
+6–16 nodes; `pollux_placements.csv.gz` bundles both. At a fixed global
+batch G on r GPUs each runs `a = ceil(G/r / micro)` micro-steps per
+optimizer step, which takes `a·(step − sync) + sync` (Pollux's rule:
+gradients are all-reduced once). A measured placement (up to a rotation of
+its nodes: the ring all-reduce visits them in a cycle) is log-log
+interpolated in the per-GPU batch; any other is linearly interpolated, in
+log time, over (nodes, GPUs, log per-GPU batch) between the placement rows
+averaged per such triple and the 6–16-node rows, nodes capped at 16, and
+takes the nearest measurement outside them. Per-GPU batches are clamped to
+the measured range.
+
+MPS share: a job at micro-batch m uses a fraction
 `d(m) = τ_min / τ(m)` of the GPU (τ = step time per sample; small batches
 leave SMs idle). MPS caps its SMs at the share s, so its speed is
 `min(1, s / (100·d))` of whole-GPU speed — a roofline: no loss until the cap
@@ -54,6 +71,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator
+from scipy.spatial import QhullError
 
 from slurm_elastico.errors import ConfigError
 
@@ -98,6 +117,64 @@ class TrainProfile:
                 float(np.exp(np.interp(x, lb, np.log(np.maximum(self.sync, 1e-9))))))
 
 
+def slurm_placement(gpus: int, gpus_per_node: int = 4) -> tuple[int, ...]:
+    """GPUs per node as Slurm gives `gpus` GPUs on empty nodes of `gpus_per_node`: full nodes first (6 → (4, 2))."""
+    full, rest = divmod(gpus, gpus_per_node)
+    return (gpus_per_node,) * full + ((rest,) if rest else ())
+
+
+def _ring(placement: tuple[int, ...]) -> tuple[int, ...]:
+    """The placement's smallest rotation: how Pollux keys its measured placements ((2, 1) and (1, 2) → (1, 2))."""
+    return min(placement[i:] + placement[:i] for i in range(len(placement)))
+
+
+class GangTable:
+    """One app's measured multi-GPU step and sync times (see `GroundTruth.gang_speed`).
+
+    `exact`: per measured placement (smallest rotation), times per per-GPU batch. `points`: (nodes, GPUs,
+    log per-GPU batch) of the placement rows averaged per such triple plus the scalability rows; `values`:
+    (log step, log sync) there.
+    """
+
+    def __init__(self, app: str, rows: list[tuple[str, int, int, float, float, float]]):
+        """From (placement digits or "" for a scalability row, nodes, GPUs, per-GPU batch, step, sync) rows."""
+        per: dict[tuple[int, ...], list[tuple[float, float, float]]] = {}
+        avg: dict[tuple[int, int, float], list[tuple[float, float]]] = {}
+        for digits, nodes, ranks, bsz, step, sync in rows:
+            if digits:
+                per.setdefault(_ring(tuple(int(c) for c in digits)), []).append((bsz, step, sync))
+            avg.setdefault((nodes, ranks, bsz), []).append((step, sync))
+        self.exact: dict[tuple[int, ...], TrainProfile] = {}
+        for p, vals in per.items():
+            a = np.array(sorted(vals))
+            self.exact[p] = TrainProfile(app, sum(p), a[:, 0], a[:, 1], a[:, 2])
+        keys = sorted(avg)
+        self.points = np.array([(n, r, math.log(b)) for n, r, b in keys])
+        self.values = np.log(np.maximum(np.array([np.mean(avg[k], axis=0) for k in keys]), 1e-9))
+        self.max_nodes = max(k[0] for k in keys)
+        self.bsz_range = (min(k[2] for k in keys), max(k[2] for k in keys))
+        self._linear: LinearNDInterpolator | NearestNDInterpolator | None = None
+        self._nearest: NearestNDInterpolator | None = None
+
+    def at(self, placement: tuple[int, ...], m: float) -> tuple[float, float]:
+        """(step, sync) seconds of one micro-step at per-GPU batch m on `placement` (already `_ring`-normalised)."""
+        prof = self.exact.get(placement)
+        if prof is not None:
+            return prof.at(m)
+        lo, hi = self.bsz_range
+        x = np.array([[min(len(placement), self.max_nodes), sum(placement), math.log(min(max(m, lo), hi))]])
+        if self._nearest is None:
+            self._nearest = NearestNDInterpolator(self.points, self.values)
+            try:
+                self._linear = LinearNDInterpolator(self.points, self.values)
+            except QhullError:  # too few measurements to span a volume: the nearest one everywhere
+                self._linear = self._nearest
+        v = self._linear(x)[0]
+        if not np.all(np.isfinite(v)):  # outside the measured hull: the nearest measurement
+            v = self._nearest(x)[0]
+        return float(np.exp(v[0])), float(np.exp(v[1]))
+
+
 def _read_csv(path: Path) -> list[dict[str, str]]:
     try:
         raw = gzip.open(path, "rt", newline="") if path.suffix == ".gz" else path.open(newline="")
@@ -110,7 +187,15 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 class GroundTruth:
     """Solo speeds, memory and co-location factors from documented files (defaults: the bundled copies)."""
 
-    def __init__(self, profiles: Path | None = None, iterations: Path | None = None, pairs: Path | None = None):
+    def __init__(self, profiles: Path | None = None, iterations: Path | None = None, pairs: Path | None = None,
+                 placements: Path | None = None):
+        self.placement_rows: dict[str, list[tuple[str, int, int, float, float, float]]] = {}
+        for r in _read_csv(placements or DATA / "pollux_placements.csv.gz"):
+            self.placement_rows.setdefault(r["app"], []).append(
+                (r["placement"], int(r["num_nodes"]), int(r["num_replicas"]), float(r["local_bsz"]),
+                 float(r["step_time"]), float(r["sync_time"])))
+        self._several = {app for app, rs in self.placement_rows.items() if any(r[2] > 1 for r in rs)}
+        self._gangs: dict[str, GangTable] = {}
         self.profiles: dict[tuple[str, int], TrainProfile] = {}
         rows: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
         for r in _read_csv(profiles or DATA / "pollux_profiles.csv"):
@@ -181,8 +266,61 @@ class GroundTruth:
         per_sample = max(1.0, 0.9 * T4_MEM_MIB - base) / hi
         return base + micro * per_sample
 
-    def rigid_speed(self, app: str, global_batch: int, gpus: int) -> float:
-        """Steps/s of a whole-GPU job on `gpus` GPUs of one node (measured up to 4; linear beyond)."""
+    def measured_on_several_gpus(self, app: str) -> bool:
+        """Whether the placement data measure the app on 2 or more GPUs (so `gang_speed` can answer for it)."""
+        return app in self._several
+
+    def gang(self, app: str) -> GangTable:
+        if app not in self._gangs:
+            rows = self.placement_rows.get(app)
+            if not rows:
+                raise ConfigError("ground truth", [f"no measured placements for app {app!r}; "
+                                                   f"apps: {', '.join(sorted(self.placement_rows))}"])
+            self._gangs[app] = GangTable(app, rows)
+        return self._gangs[app]
+
+    def gang_speed(self, app: str, global_batch: int, placement: Sequence[int], micro: int | None = None) -> float:
+        """Optimizer steps/s of a data-parallel job on `placement` (GPUs on each node) at a fixed global batch.
+
+        Each of the r = sum(placement) GPUs holds G/r samples per step, in `a = ceil(G/r / micro)` micro-steps;
+        a step takes `a·(step − sync) + sync` at that micro-batch and placement (see the module docstring for
+        the lookup). `micro` defaults to the fewest micro-steps the largest measured per-GPU batch allows
+        (micro = ceil(G/r / a)); a micro above G/r is G/r. Nodes holding no GPU are dropped, and a placement
+        counts up to a rotation ((2, 1) = (1, 2)).
+
+        One GPU: the simulator uses `train_speed` (and `rigid_speed`, which keeps the same single-GPU profile
+        rule) so its one-GPU figures stay as they were; `gang_speed((1,))` follows the measured placement "1"
+        rows and differs from those only in counting the sync time once (at a measured batch it is exactly
+        1 / step_time).
+        """
+        p = tuple(int(n) for n in placement if n)
+        if not p or min(p) < 0 or global_batch <= 0 or (micro is not None and micro < 1):
+            raise ConfigError("ground truth", [f"gang_speed({app!r}, {global_batch}, {tuple(placement)}, {micro}): "
+                                               "needs GPUs, a positive global batch and micro-batch"])
+        return self._gang_speed(app, global_batch, _ring(p), micro)
+
+    @lru_cache(maxsize=65536)
+    def _gang_speed(self, app: str, global_batch: int, placement: tuple[int, ...], micro: int | None) -> float:
+        table = self.gang(app)
+        local = global_batch / sum(placement)
+        if micro is None:
+            accumulation = max(1, math.ceil(local / table.bsz_range[1] - 1e-9))
+            m = float(math.ceil(local / accumulation - 1e-9))
+        else:
+            accumulation = max(1, math.ceil(local / micro - 1e-9))
+            m = min(float(micro), local)
+        step, sync = table.at(placement, m)
+        return 1.0 / (accumulation * (step - sync) + sync)
+
+    def rigid_speed(self, app: str, global_batch: int, gpus: int, *, gpus_per_node: int = 4) -> float:
+        """Steps/s of a whole-GPU job that keeps `gpus` GPUs, placed as Slurm fills nodes of `gpus_per_node`.
+
+        Several GPUs: `gang_speed` at `slurm_placement(gpus, gpus_per_node)`. One GPU, or an app not measured
+        on several GPUs (a custom profile file): the single-node profile rule of earlier versions (measured up to
+        4 GPUs of one node, linear beyond), so one-GPU figures are unchanged.
+        """
+        if gpus > 1 and self.measured_on_several_gpus(app):
+            return self.gang_speed(app, global_batch, slurm_placement(gpus, gpus_per_node))
         g = min(gpus, max(n for a, n in self.profiles if a == app))
         step, sync = self.profile(app, g).at(global_batch / g)
         lo, hi = self.batch_range(app)
