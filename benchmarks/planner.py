@@ -4,7 +4,7 @@ Run from the repository root: `python benchmarks/planner.py` (or `--quick`,
 under a minute). Prints a table per part and ends with one line of JSON.
 
 Latency: one `elastico` epoch on a synthetic snapshot already in memory
-(`slurm_elastico.planner.synthetic`, ~8 shapes per job, a fifth of the jobs
+(`tests/synthetic.py`, ~8 shapes per job, a fifth of the jobs
 running), median of repeats, one thread. Targets: 200 jobs / 64 GPUs ≤ 15 ms,
 1,000 / 512 ≤ 150 ms, 10,000 / 4,096 ≤ 1.5 s. The growth exponent between two
 sizes is log(t2/t1) / log(jobs2/jobs1). The same epochs at the two smaller
@@ -39,13 +39,16 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # for `tests.synthetic`, the fixtures the unit tests share
+
 from slurm_elastico.config import Settings  # noqa: E402
 from slurm_elastico.interference.base import ContentionModel  # noqa: E402
 from slurm_elastico.model import JobState  # noqa: E402
-from slurm_elastico.planner import exact, policies, synthetic  # noqa: E402
+from slurm_elastico.planner import exact, policies  # noqa: E402
 from slurm_elastico.planner.weights import weight_of  # noqa: E402
+from tests import synthetic  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 NOW = 1_000_000.0
 SIZES = ((200, 64, 0.015), (1000, 512, 0.150), (10000, 4096, 1.5))
 

@@ -1,4 +1,4 @@
-"""`elastico demo`: the main job end to end (see `slurm_elastico.demo`)."""
+"""`elastico demo`: the main job end to end (see `slurm_elastico.cluster.demo`)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,6 @@ import click
 def demo(state_dir: str | None, train_jobs: int, infer_jobs: int, keep: bool) -> None:
     """A local Slurm cluster with fake GPUs, a mixed training and inference workload submitted with
     elastico-submit, the helper scheduling it, and the report."""
-    from slurm_elastico import demo as main_job
+    from slurm_elastico.cluster import demo as main_job
 
     main_job.run(state_dir, main_job.Workload(train_jobs=train_jobs, infer_jobs=infer_jobs), say=click.echo, keep=keep)

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from slurm_elastico.model import JobState
-from slurm_elastico.slurm.parse import SacctRecord, runs_by_job
+from slurm_elastico.slurm.accounting import SacctRecord, runs_by_job
 
 FINISHED = (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT, JobState.NODE_FAIL,
             JobState.OUT_OF_MEMORY, JobState.PREEMPTED)

@@ -1,1 +1,9 @@
-"""slurm."""
+"""The only code that runs Slurm: argv builders, the runner, JSON parsers per object, the gateway.
+
+`commands` builds every argv; `runner` runs one with a timeout; `schema`
+loads a command's JSON and detects its schema (22.05 v0.0.38, 24.11
+v0.0.42); `jobs`, `nodes` and `accounting` parse squeue/scontrol-job,
+sinfo/scontrol-node and sacct output; `snapshot` turns records into the
+model's node and partition views; `gateway` sequences them; `gres` and
+`hostlist` read Slurm's GRES, TRES and host-list strings.
+"""

@@ -105,6 +105,11 @@ def signal(job_id: int, sig: str, *, whole_job: bool = False) -> list[str]:
     return ["scancel", f"--signal={name}", "--full" if whole_job else "--batch", _job_id(job_id)]
 
 
+def cancel(job_ids: tuple[int, ...] | list[int]) -> list[str]:
+    """Cancel jobs outright (the local cluster's `down` does, before it stops its daemons)."""
+    return ["scancel", *(_job_id(j) for j in job_ids)]
+
+
 def set_admin_comment(job_id: int, text: str) -> list[str]:
     if not isinstance(text, str):
         raise InvalidActionError(f"admin comment must be text, not {type(text).__name__}")

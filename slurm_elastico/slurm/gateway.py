@@ -3,9 +3,9 @@
 It reads the cluster (`snapshot()`: one `squeue` call and one node listing, whatever
 the number of jobs) and acts on it (MPS share, node pin, requeue with a new
 share, signals, admin comments). Argv comes from `commands`, parsing from
-`parse`; this class only sequences them through an injected runner, so a test
-or the simulator can hand in another runner (or another gateway with the same
-methods).
+`jobs`, `nodes` and `accounting`, assembly from `snapshot`; this class only
+sequences them through an injected runner, so a test or the simulator can
+hand in another runner (or another gateway with the same methods).
 
 Every failure is a typed error carrying the argv, exit code and stderr.
 """
@@ -22,8 +22,13 @@ from slurm_elastico.errors import (
     UnknownJobError,
 )
 from slurm_elastico.model import Action, ActionKind, JobState, JobView, Snapshot
-from slurm_elastico.slurm import commands, parse
+from slurm_elastico.slurm import commands
+from slurm_elastico.slurm.accounting import SacctRecord, parse_sacct
+from slurm_elastico.slurm.jobs import parse_squeue
+from slurm_elastico.slurm.nodes import parse_sinfo
 from slurm_elastico.slurm.runner import Completed, Runner
+from slurm_elastico.slurm.schema import slurm_version
+from slurm_elastico.slurm.snapshot import build_nodes, partitions_from
 
 REVOKE_GAP_S = 2.0
 """Least time between a requeue-hold and the release of the job (see `requeue_with_share`)."""
@@ -75,37 +80,37 @@ class SlurmGateway:
 
     def jobs(self) -> tuple[JobView, ...]:
         """Active jobs (pending, running, suspended, completing), from one squeue call."""
-        jobs = parse.parse_squeue(self._run(commands.squeue_json()).stdout)
+        jobs = parse_squeue(self._run(commands.squeue_json()).stdout)
         return tuple(j for j in jobs if j.state.active)
 
     def snapshot(self) -> Snapshot:
         """The cluster now: one squeue call and one node listing, whatever the number of jobs."""
         squeue_text = self._run(commands.squeue_json()).stdout
-        version = parse.slurm_version(squeue_text)
+        version = slurm_version(squeue_text)
         nodes_text = self._run(commands.nodes_json(version)).stdout
         taken_at = self._clock()
-        jobs = tuple(j for j in parse.parse_squeue(squeue_text) if j.state.active)
-        records = parse.parse_sinfo(nodes_text)
-        nodes = parse.build_nodes(records, jobs, shares_per_gpu=self.shares_per_gpu, gpu_memory_mib=self.gpu_memory_mib)
+        jobs = tuple(j for j in parse_squeue(squeue_text) if j.state.active)
+        records = parse_sinfo(nodes_text)
+        nodes = build_nodes(records, jobs, shares_per_gpu=self.shares_per_gpu, gpu_memory_mib=self.gpu_memory_mib)
         return Snapshot(
             taken_at=taken_at,
             slurm_version=version,
             nodes=nodes,
             jobs=jobs,
-            partitions=parse.partitions_from(records),
+            partitions=partitions_from(records),
         )
 
     def job(self, job_id: int) -> JobView:
         """One job's current view (from squeue); `UnknownJobError` when Slurm no longer lists it."""
         argv = commands.squeue_job_json(job_id)
-        for j in parse.parse_squeue(self._run(argv).stdout):
+        for j in parse_squeue(self._run(argv).stdout):
             if j.job_id == job_id:
                 return j
         raise UnknownJobError(argv, 0, f"job {job_id} is not in squeue")
 
-    def sacct(self, **kwargs) -> tuple[parse.SacctRecord, ...]:
+    def sacct(self, **kwargs) -> tuple[SacctRecord, ...]:
         """Accounting records (needs slurmdbd or a jobcomp file); see `commands.sacct_json`."""
-        return parse.parse_sacct(self._run(commands.sacct_json(**kwargs)).stdout)
+        return parse_sacct(self._run(commands.sacct_json(**kwargs)).stdout)
 
     # ----------------------------------------------------------------- acting
 

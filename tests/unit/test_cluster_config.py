@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_elastico.cluster import LocalCluster, config, daemons, install
+from slurm_elastico.cluster import ClusterStatus, DaemonStatus, LocalCluster, config, daemons, install
 from slurm_elastico.cluster.config import ClusterSpec, Layout, Ports
 from slurm_elastico.errors import ClusterError
 
@@ -160,6 +160,18 @@ def test_from_state_dir_uses_saved_settings_under_overrides(tmp_path):
     cluster = LocalCluster.from_state_dir(tmp_path, nodes=None, gpus_per_node=2)
     assert cluster.nodes == ("n1", "n2") and cluster.accounting
     assert LocalCluster.from_state_dir(tmp_path, nodes=3).nodes == ("n1", "n2", "n3")
+
+
+def test_a_cluster_runs_only_when_every_node_state_means_usable():
+    # Node states as slurm.nodes writes them from 22.05 sinfo --json and 24.11 scontrol show node --json.
+    up = (DaemonStatus("slurmctld", 1, "ctld.log"),)
+
+    def running(*states):
+        return ClusterStatus("d", "c", False, up, {f"n{i}": s for i, s in enumerate(states)}).running
+    assert running("idle", "mixed", "allocated", "mixed+completing")
+    assert not running("idle", "idle+not_responding")
+    assert not running("idle+drain") and not running("down") and not running("idle+planned")
+    assert not running()
 
 
 def test_status_of_a_never_started_cluster_lists_every_daemon_stopped(tmp_path):

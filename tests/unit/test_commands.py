@@ -40,6 +40,12 @@ def test_signal_batch_and_full():
         commands.signal(7, "USR1; reboot")
 
 
+def test_cancel_lists_each_job():
+    assert commands.cancel([7, 12]) == ["scancel", "7", "12"]
+    with pytest.raises(InvalidActionError, match="positive integer"):
+        commands.cancel([7, "8; reboot"])
+
+
 @pytest.mark.parametrize("text", HOSTILE)
 def test_admin_comment_is_one_argv_element(text):
     argv = commands.set_admin_comment(9, text)

@@ -10,7 +10,7 @@ from slurm_elastico.interference.gavel import import_gavel
 from slurm_elastico.interference.measurements import load_from_store
 from slurm_elastico.interference.predictor import MlpPredictor, TrainConfig, train
 from slurm_elastico.helper.observe import merge_solo, observe, pair_observations
-from slurm_elastico.planner.synthetic import cluster, family, running, snapshot
+from tests.synthetic import cluster, family, running, snapshot
 from slurm_elastico.model import JobState
 from slurm_elastico.runtime.progress import Progress, progress_path, write_progress
 from slurm_elastico.store import Store

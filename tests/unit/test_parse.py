@@ -17,21 +17,19 @@ from slurm_elastico.errors import ParseError
 from slurm_elastico.model import GpuUse, GresRequest, JobState
 from slurm_elastico.slurm.gres import GpuHold, gres_counts, parse_gres_detail, parse_gres_request, parse_tres
 from slurm_elastico.slurm.hostlist import compress_hostlist, expand_hostlist
-from slurm_elastico.slurm.parse import (
+from slurm_elastico.slurm.accounting import parse_sacct, runs_by_job
+from slurm_elastico.slurm.jobs import parse_squeue
+from slurm_elastico.slurm.nodes import parse_sinfo
+from slurm_elastico.slurm.schema import (
     SCHEMA_V0038,
     SCHEMA_V0042,
-    build_nodes,
     job_state,
     number,
-    parse_sacct,
-    parse_sinfo,
-    parse_squeue,
-    partitions_from,
-    runs_by_job,
     schema_of,
     slurm_errors,
     slurm_version,
 )
+from slurm_elastico.slurm.snapshot import build_nodes, partitions_from
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "slurm"
 
@@ -276,6 +274,13 @@ def test_scontrol_show_node_2411_matches_sinfo():
         assert (a.name, a.state, a.cpus, a.alloc_cpus, a.real_memory, a.gpus, a.mps_total) == (
             b.name, b.state, b.cpus, b.alloc_cpus, b.real_memory, b.gpus, b.mps_total)
     assert by_node[0].tres_used == {"cpu": 2, "gres/mps": 45}
+
+
+def test_slurmd_start_time_from_both_per_node_listings():
+    # The local cluster waits on it: a slurmd it just launched counts once the controller has this launch's time.
+    assert [r.slurmd_start_time for r in parse_sinfo(text("22.05", "sinfo_json.json"))] == [1796007300] * 4
+    assert [r.slurmd_start_time for r in parse_sinfo(text("24.11", "scontrol_show_node_json.json"))] == [1796007268] * 4
+    assert {r.slurmd_start_time for r in parse_sinfo(text("24.11", "sinfo_json.json"))} == {None}  # groups lack it
 
 
 # --------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from slurm_elastico.planner import ADMIN_PREFIX, policies, run_epoch
 from slurm_elastico.planner import reshape as rule
 from slurm_elastico.planner.packing import GpuState, Row, Seat
 from slurm_elastico.planner.slowdown import PairCache
-from slurm_elastico.planner.synthetic import cluster, family, pending, running, snapshot, with_users
+from tests.synthetic import cluster, family, pending, running, snapshot, with_users
 
 NOW = 100_000.0
 

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import ContentionModel
 from slurm_elastico.model import JobState
-from slurm_elastico.planner import exact, policies, synthetic
+from slurm_elastico.planner import exact, policies
 from slurm_elastico.planner.weights import weight_of
+from tests import synthetic
 
 NOW = 1_000_000.0
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -110,7 +110,7 @@ def test_status_shows_the_work_a_running_job_reports_done(tmp_path):
     from dataclasses import replace
 
     from slurm_elastico.cli.view import progress_of, render, snapshot_dict
-    from slurm_elastico.planner.synthetic import cluster, pending, running, snapshot
+    from tests.synthetic import cluster, pending, running, snapshot
 
     job = replace(running(7, "n0000", 0, 50), work_dir=str(tmp_path))
     snap = snapshot(cluster(1), [job, pending(8)])

@@ -5,7 +5,7 @@ from pathlib import Path
 from slurm_elastico.model import JobState
 from slurm_elastico.report import group_rows, job_rows
 from slurm_elastico.report.render import table, to_csv, to_json
-from slurm_elastico.slurm.parse import SacctRecord, parse_sacct
+from slurm_elastico.slurm.accounting import SacctRecord, parse_sacct
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 

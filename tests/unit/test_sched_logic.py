@@ -8,7 +8,7 @@ import pytest
 from slurm_elastico.config import Settings
 from slurm_elastico.errors import JobNotPendingError, SlurmError
 from slurm_elastico.model import Action, ActionKind, GpuUse
-from slurm_elastico.planner.synthetic import cluster, family, pending, running, snapshot, with_users
+from tests.synthetic import cluster, family, pending, running, snapshot, with_users
 from slurm_elastico.helper.epoch import main_loop, run_once
 from slurm_elastico.helper.journal import Journal, action_from_json, action_to_json
 from slurm_elastico.helper.lock import EpochBusy, epoch_lock

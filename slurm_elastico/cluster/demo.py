@@ -1,4 +1,4 @@
-"""The main job, end to end on a local real Slurm cluster with fake GPUs.
+"""The main job (`elastico demo`), end to end on the local development cluster (`cluster.local`) with fake GPUs.
 
 1. Bring the local cluster up (slurmctld, 4 slurmd × 4 fake GPUs, MPS, slurmdbd
    + MariaDB for sacct).
@@ -26,13 +26,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurm_elastico.cluster import LocalCluster
+from slurm_elastico.cluster.local import LocalCluster
 from slurm_elastico.errors import ElasticoError
 from slurm_elastico.slurm.gateway import SlurmGateway
 from slurm_elastico.slurm.runner import SubprocessRunner
 from slurm_elastico.store import Store
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "wrappers" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "wrappers" / "examples"
 
 
 class DemoError(ElasticoError):
@@ -158,9 +158,9 @@ def _actions(log: Path) -> str:
 
 
 def _observed(store_path: Path) -> str:
-    """What the helper learned from the jobs' progress reports (see slurm_elastico.observe)."""
+    """What the helper learned from the jobs' progress reports (see slurm_elastico.helper.observe)."""
     from slurm_elastico.interference.measurements import load_from_store
-    from slurm_elastico.observe import SOURCE
+    from slurm_elastico.helper.observe import SOURCE
 
     with Store(store_path) as store:
         obs = load_from_store(store, source=SOURCE)

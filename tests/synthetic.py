@@ -1,4 +1,7 @@
-"""Synthetic clusters and job mixes for tests, benchmarks and the simulator's smoke runs.
+"""Synthetic clusters and job mixes: fixtures for the unit tests and benchmarks/planner.py (not installed).
+
+Import it as `tests.synthetic`: pytest puts the repository root on sys.path
+(`pythonpath` in pyproject.toml), and the benchmarks put it there themselves.
 
 Deterministic from a `numpy.random.Generator`. Families come from a few
 templates shared by many jobs, as on a real cluster where users submit many

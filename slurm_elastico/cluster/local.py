@@ -1,0 +1,544 @@
+"""A real Slurm cluster on this one machine, for development and the live tests.
+
+`LocalCluster(state_dir).up()` installs what is missing (Debian packages),
+writes every config under the state directory and starts its own munged,
+optionally MariaDB + slurmdbd, one slurmctld and N slurmd with fake GPUs, all
+on ports away from a system Slurm. `down()` stops exactly those daemons, by
+their pid files. Both are idempotent: `up` on a running cluster does nothing,
+on a half-started one starts what is missing. Needs root (daemons run as
+SlurmUser=root; fake GPUs are device nodes).
+
+It reads its own Slurm as the gateway does: argv from `slurm.commands`, run
+through `slurm.runner` with `SLURM_CONF` aimed at this cluster, and parsed by
+the same JSON parsers (`slurm.nodes`, `slurm.jobs`), so node states are
+Slurm's JSON words joined by '+' ("idle", "mixed+completing",
+"idle+not_responding") on 22.05 and 24.11 alike. Only the daemons' own
+setup (munged, MariaDB, `slurmd -V`, `sacctmgr` for slurmdbd's cluster list)
+runs through `daemons.run`: those print no JSON the parsers read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import stat
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from slurm_elastico.cluster import config, daemons, install
+from slurm_elastico.cluster.config import DEFAULT_PORT_BASE, ClusterSpec, Layout, Ports
+from slurm_elastico.errors import ClusterError, ParseError, SlurmError
+from slurm_elastico.slurm import commands
+from slurm_elastico.slurm.jobs import parse_squeue
+from slurm_elastico.slurm.nodes import NodeRecord, parse_sinfo
+from slurm_elastico.slurm.runner import Completed, SubprocessRunner
+
+__all__ = ["LocalCluster", "ClusterStatus", "DaemonStatus", "UpResult", "DownResult", "DEFAULT_PORT_BASE",
+           "STATE_DIR_ENV", "default_state_dir"]
+
+STATE_DIR_ENV = "ELASTICO_CLUSTER_DIR"
+# The words of a node state ("mixed+completing") that mean "registered and usable"; a node with any other
+# flag (not_responding, drain, planned, powered_down, ...) is not ready.
+READY_STATES = frozenset({"idle", "mixed", "allocated", "completing"})
+COMMAND_TIMEOUT_S = 15.0
+MARIADB_START_S = 60.0
+SLURMDBD_START_S = 60.0
+DAEMON_START_S = 15.0
+
+_R = TypeVar("_R")
+
+
+def _usable(state: str) -> bool:
+    """Whether a node state such as "mixed+completing" (as `slurm.nodes` writes it) means registered and usable."""
+    return set(state.split("+")) <= READY_STATES
+
+
+def default_state_dir() -> Path:
+    """`$ELASTICO_CLUSTER_DIR`, else ~/.local/state/slurm-elastico/cluster."""
+    env = os.environ.get(STATE_DIR_ENV)
+    return Path(env) if env else Path.home() / ".local" / "state" / "slurm-elastico" / "cluster"
+
+
+@dataclass(frozen=True)
+class DaemonStatus:
+    name: str
+    pid: int | None
+    log: str
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    """What runs now: each expected daemon with its pid (None = not running) and each node's state."""
+
+    state_dir: str
+    slurm_conf: str
+    accounting: bool
+    daemons: tuple[DaemonStatus, ...]
+    nodes: dict[str, str]
+
+    @property
+    def running(self) -> bool:
+        """Every daemon runs and every node is usable."""
+        return (all(d.running for d in self.daemons) and bool(self.nodes)
+                and all(_usable(s) for s in self.nodes.values()))
+
+    @property
+    def stopped(self) -> bool:
+        return not any(d.running for d in self.daemons)
+
+    def to_dict(self) -> dict:
+        return {
+            "state_dir": self.state_dir,
+            "slurm_conf": self.slurm_conf,
+            "accounting": self.accounting,
+            "running": self.running,
+            "daemons": [{"name": d.name, "pid": d.pid, "running": d.running, "log": d.log} for d in self.daemons],
+            "nodes": dict(self.nodes),
+        }
+
+
+@dataclass(frozen=True)
+class UpResult:
+    started: tuple[str, ...]
+    installed: tuple[str, ...]
+    seconds: float
+    version: str
+
+    @property
+    def already_running(self) -> bool:
+        return not self.started
+
+
+@dataclass(frozen=True)
+class DownResult:
+    stopped: tuple[str, ...]
+    cancelled_jobs: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _Daemon:
+    name: str        # as reported: "slurmd-n1"
+    program: str     # the process's command name
+    pid_file: Path
+    log: Path
+
+
+class LocalCluster:
+    """One local Slurm cluster living in `state_dir`: configs, spool, logs, pids, sockets, fake GPUs."""
+
+    def __init__(self, state_dir: str | os.PathLike | None = None, nodes: int = 4, gpus_per_node: int = 4,
+                 shares_per_gpu: int = 100, accounting: bool = False, port_base: int = DEFAULT_PORT_BASE,
+                 kill_wait: int = 30, cpus_per_node: int = 8, memory_mb: int = 8000, timeout: float = 60.0):
+        self.layout = Layout(Path(state_dir or default_state_dir()).expanduser().absolute())
+        self.accounting = accounting
+        self.timeout = timeout
+        self._params = dict(nodes=nodes, gpus_per_node=gpus_per_node, shares_per_gpu=shares_per_gpu,
+                            accounting=accounting, port_base=port_base, kill_wait=kill_wait,
+                            cpus_per_node=cpus_per_node, memory_mb=memory_mb)
+        # Validate now, not at `up`: the version is a placeholder until slurmd is installed.
+        self._spec_for((22, 5))
+        self._spec: ClusterSpec | None = None
+        self._version_text = ""
+        self._children: list[subprocess.Popen] = []  # foreground daemons (mariadbd) to reap
+        self._runner = SubprocessRunner(self.env(), COMMAND_TIMEOUT_S)  # Slurm's client commands
+
+    @classmethod
+    def from_state_dir(cls, state_dir: str | os.PathLike | None = None, **overrides) -> "LocalCluster":
+        """The cluster as last brought up in `state_dir` (its saved settings), with non-None `overrides` applied."""
+        layout = Layout(Path(state_dir or default_state_dir()).expanduser().absolute())
+        saved = {}
+        if layout.spec_file.is_file():
+            try:
+                saved = json.loads(layout.spec_file.read_text())
+            except (OSError, ValueError) as exc:
+                raise ClusterError(f"cannot read the saved cluster settings {layout.spec_file}: {exc}") from None
+        known = set(cls._param_names())
+        params = {k: v for k, v in saved.items() if k in known}
+        params.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(layout.root, **params)
+
+    @staticmethod
+    def _param_names() -> tuple[str, ...]:
+        return ("nodes", "gpus_per_node", "shares_per_gpu", "accounting", "port_base", "kill_wait",
+                "cpus_per_node", "memory_mb", "timeout")
+
+    # ----- public surface -------------------------------------------------------------------------
+
+    @property
+    def state_dir(self) -> Path:
+        return self.layout.root
+
+    @property
+    def slurm_conf(self) -> Path:
+        return self.layout.slurm_conf
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(f"n{i}" for i in range(1, self._params["nodes"] + 1))
+
+    def env(self) -> dict[str, str]:
+        """Environment for Slurm commands aimed at this cluster."""
+        return {"SLURM_CONF": str(self.layout.slurm_conf)}
+
+    def up(self) -> UpResult:
+        """Start what is not running (installing packages first if needed); wait until every node is usable."""
+        start = time.monotonic()
+        if os.geteuid() != 0:
+            raise ClusterError("the local cluster must be started as root (its daemons run as SlurmUser=root "
+                               "and its fake GPUs are device nodes); run `elastico cluster up` as root")
+        installed = install.ensure_installed(self.accounting)
+        spec = self.spec
+        running_before = [d.name for d in self._daemons() if self._pid(d) is not None]
+        self._write_files(spec, config_locked=bool(running_before))
+        self._check_ports(spec, [d for d in self._daemons() if d.name not in running_before])
+        started: list[str] = []
+        launched: dict[str, float] = {}
+        for daemon in self._daemons():
+            if self._pid(daemon) is not None:
+                continue
+            if daemon.program == "slurmd":
+                launched[daemon.name.removeprefix("slurmd-")] = time.time()
+            self._start(daemon, spec)
+            started.append(daemon.name)
+        self._wait_for_nodes(spec, launched)
+        return UpResult(tuple(started), tuple(installed), time.monotonic() - start, self._version_text)
+
+    def down(self) -> DownResult:
+        """Cancel every job, then stop this cluster's daemons by their pid files (nothing else)."""
+        start = time.monotonic()
+        cancelled = self._cancel_jobs()
+        stopped = []
+        for daemon in self._stop_order():
+            if daemons.stop(daemon.pid_file, daemon.program) is not None:
+                stopped.append(daemon.name)
+        for child in self._children:
+            child.poll()  # reap, so no zombie of ours is left behind
+        self._children.clear()
+        return DownResult(tuple(stopped), cancelled, time.monotonic() - start)
+
+    def status(self) -> ClusterStatus:
+        """Each expected daemon's pid and, when the controller runs, each node's state."""
+        listed = tuple(DaemonStatus(d.name, self._pid(d), str(d.log)) for d in self._daemons())
+        by_name = {d.name: d for d in listed}
+        running = by_name["slurmctld"].running and by_name["munged"].running
+        nodes = {r.name: r.state for r in self._node_records()} if running else {}
+        return ClusterStatus(str(self.state_dir), str(self.slurm_conf), self.accounting, listed, nodes)
+
+    @property
+    def spec(self) -> ClusterSpec:
+        """The full specification, with the installed Slurm's version (runs `slurmd -V` once)."""
+        if self._spec is None:
+            slurmd = install.which("slurmd")
+            if slurmd is None:
+                raise ClusterError("slurmd is not installed; `up` installs it (Debian package slurmd)")
+            out = daemons.run([slurmd, "-V"], COMMAND_TIMEOUT_S)
+            self._version_text = (out.stdout or out.stderr).strip()
+            self._spec = self._spec_for(config.parse_version(self._version_text))
+        return self._spec
+
+    # ----- configuration on disk ------------------------------------------------------------------
+
+    def _spec_for(self, version: tuple[int, int]) -> ClusterSpec:
+        p = self._params
+        return ClusterSpec(
+            hostname=socket.gethostname().split(".")[0], nodes=p["nodes"], gpus_per_node=p["gpus_per_node"],
+            shares_per_gpu=p["shares_per_gpu"], cpus_per_node=p["cpus_per_node"], memory_mb=p["memory_mb"],
+            accounting=p["accounting"], kill_wait=p["kill_wait"], ports=Ports.from_base(p["port_base"]),
+            version=version,
+        )
+
+    def _write_files(self, spec: ClusterSpec, config_locked: bool) -> None:
+        """Create the directories, configs, munge key and fake GPUs; refuse to change a running cluster's config."""
+        lay = self.layout
+        for path in (lay.root, lay.etc, lay.logs, lay.run, lay.spool, lay.state_save, lay.dev):
+            path.mkdir(parents=True, exist_ok=True)
+        # munged refuses a key, socket or log directory others can write to.
+        for path in (lay.root, lay.etc, lay.logs, lay.run):
+            path.chmod(0o755)
+        if not lay.db_password.exists():
+            _write_private(lay.db_password, secrets.token_urlsafe(18))
+        password = lay.db_password.read_text().strip()
+        files = {lay.slurm_conf: config.slurm_conf(spec, lay), lay.gres_conf: config.gres_conf(spec, lay)}
+        cgroup = config.cgroup_conf(spec)
+        if cgroup is not None:
+            files[lay.cgroup_conf] = cgroup
+        if spec.accounting:
+            files[lay.slurmdbd_conf] = config.slurmdbd_conf(spec, lay, password)
+        changed = [path for path, text in files.items() if not path.is_file() or path.read_text() != text]
+        if changed and config_locked:
+            raise ClusterError(
+                f"the cluster in {lay.root} runs with other settings ({', '.join(p.name for p in changed)} would "
+                "change); run `elastico cluster down` first, then `up` with the new settings")
+        for path in changed:
+            # slurmdbd refuses a slurmdbd.conf others can read (it holds the DB password).
+            _write_private(path, files[path]) if path == lay.slurmdbd_conf else path.write_text(files[path])
+        if not config_locked and cgroup is None:
+            lay.cgroup_conf.unlink(missing_ok=True)
+        if not lay.munge_key.exists():
+            _write_private(lay.munge_key, os.urandom(1024), mode=0o400)
+        for node in spec.node_names:
+            (lay.spool / node).mkdir(exist_ok=True)
+            _make_gpus(lay.gpu_dir(node), spec.gpus_per_node)
+        params = {**self._params, "timeout": self.timeout}
+        lay.spec_file.write_text(json.dumps(params, indent=2, sort_keys=True) + "\n")
+
+    # ----- daemons --------------------------------------------------------------------------------
+
+    def _daemons(self) -> list[_Daemon]:
+        """Every daemon of this cluster, in start order."""
+        lay = self.layout
+
+        def d(name: str, program: str) -> _Daemon:
+            return _Daemon(name, program, lay.pid_file(name), lay.log_file(name))
+
+        listed = [d("munged", "munged")]
+        if self.accounting:
+            listed += [d("mariadbd", "mariadbd"), d("slurmdbd", "slurmdbd")]
+        listed.append(d("slurmctld", "slurmctld"))
+        listed += [d(f"slurmd-{node}", "slurmd") for node in self.nodes]
+        return listed
+
+    def _stop_order(self) -> list[_Daemon]:
+        """Everything that may run, whatever the settings: slurmd (all pid files), controller, database, munge."""
+        lay = self.layout
+        slurmds = sorted({p.stem for p in lay.run.glob("slurmd-*.pid")} | {f"slurmd-{n}" for n in self.nodes})
+        names = [*slurmds, "slurmctld", "slurmdbd", "mariadbd", "munged"]
+        return [_Daemon(n, n.split("-")[0], lay.pid_file(n), lay.log_file(n)) for n in names]
+
+    def _check_ports(self, spec: ClusterSpec, to_start: list[_Daemon]) -> None:
+        """Refuse early, naming the port, when another program holds a port a daemon is about to bind."""
+        ports = {"mariadbd": spec.ports.mariadb, "slurmdbd": spec.ports.slurmdbd, "slurmctld": spec.ports.slurmctld}
+        ports.update({f"slurmd-{n}": spec.ports.slurmd(i) for i, n in enumerate(spec.node_names, 1)})
+        for daemon in to_start:
+            port = ports.get(daemon.name)
+            if port is not None and not _port_free(port):
+                raise ClusterError(
+                    f"{daemon.name} cannot start: TCP port {port} is already in use by another program (another "
+                    f"local cluster or a system service); stop it or choose another port base (now "
+                    f"{self._params['port_base']}; --port-base)")
+
+    def _pid(self, daemon: _Daemon) -> int | None:
+        return daemons.running_pid(daemon.pid_file, daemon.program)
+
+    def _start(self, daemon: _Daemon, spec: ClusterSpec) -> None:
+        daemon.pid_file.unlink(missing_ok=True)  # stale: its process is gone
+        if daemon.name == "munged":
+            self._start_munged(daemon)
+        elif daemon.name == "mariadbd":
+            self._start_mariadb(daemon, spec)
+        elif daemon.name == "slurmdbd":
+            self._start_slurmdbd(daemon, spec)
+        elif daemon.name == "slurmctld":
+            self._launch(daemon, [_bin("slurmctld"), "-f", self.slurm_conf])
+        else:
+            self._launch(daemon, [_bin("slurmd"), "-f", self.slurm_conf, "-N", daemon.name.split("-", 1)[1]])
+
+    def _launch(self, daemon: _Daemon, argv: list, ready=None, timeout: float = DAEMON_START_S) -> None:
+        """Run a self-daemonizing program and wait for its pid file (and `ready`, if given)."""
+        out = self.layout.logs / f"{daemon.name}.out"
+        log_start = daemon.log.stat().st_size if daemon.log.exists() else 0
+        rc = daemons.launch(argv, out, env=self.env())
+        if rc != 0:
+            raise daemons.failure(daemon.name, f"exited with code {rc} at start (its output is in {out})", daemon.log)
+
+        def started() -> bool:
+            if self._pid(daemon) is not None:
+                return True
+            # Fail fast instead of waiting out the timeout: Slurm logs "fatal:" before it exits.
+            pid = daemons.read_pid(daemon.pid_file)
+            if (pid is not None and not daemons.is_alive(pid)) or daemons.logged_fatal(daemon.log, log_start):
+                raise daemons.failure(daemon.name, "exited at start", daemon.log)
+            return False
+
+        if not daemons.wait_for(started, timeout):
+            raise daemons.failure(daemon.name, f"wrote no live pid to {daemon.pid_file} within {timeout:g} s",
+                                  daemon.log)
+        if ready is not None and not daemons.wait_for(lambda: self._pid(daemon) is None or ready(), timeout):
+            raise daemons.failure(daemon.name, f"was not ready within {timeout:g} s", daemon.log)
+        if self._pid(daemon) is None:
+            raise daemons.failure(daemon.name, "exited right after starting", daemon.log)
+
+    def _start_munged(self, daemon: _Daemon) -> None:
+        lay = self.layout
+        lay.munge_socket.unlink(missing_ok=True)
+        argv = [_bin("munged"), f"--socket={lay.munge_socket}", f"--key-file={lay.munge_key}",
+                f"--pid-file={daemon.pid_file}", f"--log-file={daemon.log}", f"--seed-file={lay.run / 'munged.seed'}",
+                "--force"]
+        self._launch(daemon, argv, ready=lay.munge_socket.exists)
+
+    def _start_mariadb(self, daemon: _Daemon, spec: ClusterSpec) -> None:
+        lay = self.layout
+        if not (lay.db / "mysql").is_dir():
+            lay.db.mkdir(parents=True, exist_ok=True)
+            argv = [_bin("mariadb-install-db"), "--no-defaults", "--user=root", f"--datadir={lay.db}",
+                    "--auth-root-authentication-method=socket", "--skip-test-db"]
+            out = daemons.run(argv, 180)
+            if out.returncode != 0:
+                raise ClusterError(f"mariadb-install-db failed (exit {out.returncode}):\n"
+                                   + "\n".join((out.stderr + out.stdout).strip().splitlines()[-15:]))
+        lay.mariadb_socket.unlink(missing_ok=True)
+        # --user=root: the state dir may be private to root (pytest's tmp dirs are 0700).
+        argv = [_bin("mariadbd"), "--no-defaults", "--user=root", f"--datadir={lay.db}",
+                f"--socket={lay.mariadb_socket}", f"--port={spec.ports.mariadb}", "--bind-address=127.0.0.1",
+                f"--pid-file={daemon.pid_file}", f"--log-error={daemon.log}", "--skip-name-resolve",
+                # slurmdbd warns below these; 900 s is its recommended lock wait.
+                "--innodb-lock-wait-timeout=900", "--skip-log-bin"]
+        child = daemons.spawn(argv, lay.logs / "mariadbd.out")
+        self._children.append(child)
+
+        def accepting() -> bool:
+            if child.poll() is not None:
+                raise daemons.failure("mariadbd", f"exited with code {child.returncode} at start", daemon.log)
+            return self._pid(daemon) is not None and self._sql("SELECT 1;") == 0
+
+        if not daemons.wait_for(accepting, MARIADB_START_S, interval=0.2):
+            raise daemons.failure("mariadbd", f"did not accept connections on {lay.mariadb_socket} "
+                                  f"within {MARIADB_START_S:g} s", daemon.log)
+        if self._sql(config.db_setup_sql(lay.db_password.read_text().strip())) != 0:
+            raise daemons.failure("mariadbd", "refused to create the accounting database and user", daemon.log)
+
+    def _sql(self, sql: str) -> int:
+        argv = [_bin("mariadb"), "--no-defaults", f"--socket={self.layout.mariadb_socket}", "-u", "root", "--batch"]
+        return daemons.run(argv, COMMAND_TIMEOUT_S, input=sql).returncode
+
+    def _start_slurmdbd(self, daemon: _Daemon, spec: ClusterSpec) -> None:
+        # slurmdbd reads slurmdbd.conf from the directory of $SLURM_CONF (set by _launch).
+        self._launch(daemon, [_bin("slurmdbd")], ready=lambda: self._clusters() is not None,
+                     timeout=SLURMDBD_START_S)
+        if spec.name not in (self._clusters() or ()):
+            out = daemons.run([_bin("sacctmgr"), "-i", "add", "cluster", spec.name], COMMAND_TIMEOUT_S, env=self.env())
+            if out.returncode != 0 or spec.name not in (self._clusters() or ()):
+                raise daemons.failure("slurmdbd", f"did not register cluster {spec.name!r} "
+                                      f"(sacctmgr: {(out.stderr or out.stdout).strip()})", daemon.log)
+
+    def _clusters(self) -> list[str] | None:
+        """Cluster names slurmdbd knows, or None while it does not answer."""
+        out = daemons.run([_bin("sacctmgr"), "-n", "-P", "list", "cluster", "format=cluster"], COMMAND_TIMEOUT_S,
+                          env=self.env())
+        return out.stdout.split() if out.returncode == 0 else None
+
+    def _slurm(self, argv: list[str]) -> Completed:
+        """Run a Slurm client command built by `slurm.commands` against this cluster."""
+        try:
+            return self._runner([_bin(argv[0]), *argv[1:]])
+        except SlurmError as exc:  # not installed, or no answer in time
+            raise ClusterError(str(exc)) from None
+
+    def _node_records(self) -> tuple[NodeRecord, ...]:
+        """Each node as the controller knows it (`commands.nodes_json` for this version); none while it does not answer."""
+        major, minor = self.spec.version
+        return _parsed(parse_sinfo, self._slurm(commands.nodes_json(f"{major}.{minor:02d}")))
+
+    def _job_ids(self) -> list[int]:
+        """The jobs still active (pending, running, suspended, completing); none while the controller does not answer."""
+        return [j.job_id for j in _parsed(parse_squeue, self._slurm(commands.squeue_json())) if j.state.active]
+
+    def _wait_for_nodes(self, spec: ClusterSpec, launched: dict[str, float]) -> None:
+        """Wait until every node is usable and each slurmd started now has registered.
+
+        A restarted slurmctld restores the old node states, so "idle" alone can
+        be stale; a node whose slurmd was just launched counts only once the
+        controller reports a SlurmdStartTime from this launch.
+        """
+        ctld = next(d for d in self._daemons() if d.name == "slurmctld")
+        states: dict[str, str] = {}
+        fresh = [n for n in spec.node_names if n in launched]
+
+        def ready() -> bool:
+            nonlocal states
+            dead = [d for d in self._daemons() if self._pid(d) is None]
+            if dead:
+                raise daemons.failure(dead[0].name, "stopped while the cluster came up", dead[0].log)
+            records = self._node_records()
+            states = {r.name: r.state for r in records}
+            if not (set(spec.node_names) <= states.keys() and all(_usable(states[n]) for n in spec.node_names)):
+                return False
+            if not fresh:
+                return True
+            registered = {r.name: r.slurmd_start_time or 0 for r in records}
+            # slurmd_start_time has whole seconds: compare with the launch second.
+            late = [n for n in fresh if registered.get(n, 0) < int(launched[n])]
+            for n in late:
+                states[n] = f"{states[n]} (slurmd not registered yet)"
+            return not late
+
+        if daemons.wait_for(ready, self.timeout, interval=0.1):
+            return
+        late = [n for n in spec.node_names if not _usable(states.get(n, "absent"))]
+        shown = ", ".join(f"{n}={states.get(n, 'absent')}" for n in late)
+        node_log = self.layout.log_file(f"slurmd-{late[0]}") if late else ctld.log
+        raise ClusterError(
+            f"nodes not usable after {self.timeout:g} s ({shown}); read {node_log} and {ctld.log}. "
+            f"Last lines of {node_log}:\n{daemons.tail(node_log)}\nLast lines of {ctld.log}:\n{daemons.tail(ctld.log)}")
+
+    def _cancel_jobs(self) -> int:
+        """Cancel every job and wait (up to KillWait + 10 s) until they are gone; 0 when the controller is down."""
+        daemon = next(d for d in self._stop_order() if d.name == "slurmctld")
+        munge = next(d for d in self._stop_order() if d.name == "munged")
+        if self._pid(daemon) is None or self._pid(munge) is None:
+            return 0
+        jobs = self._job_ids()
+        if jobs:
+            self._slurm(commands.cancel(jobs))
+            daemons.wait_for(lambda: not self._job_ids(), self._params["kill_wait"] + 10, interval=0.2)
+        return len(jobs)
+
+
+def _bin(name: str) -> str:
+    path = install.which(name)
+    if path is None:
+        raise ClusterError(f"`{name}` is not installed; `elastico cluster up` installs it as root")
+    return path
+
+
+def _parsed(parse: Callable[[str], tuple[_R, ...]], out: Completed) -> tuple[_R, ...]:
+    """`parse` of a command's JSON output; nothing when the command failed (the controller is not answering)."""
+    if out.returncode != 0:
+        return ()
+    try:
+        return parse(out.stdout)
+    except ParseError as exc:
+        raise ClusterError(f"`{' '.join(out.argv)}` printed what the parser does not understand: {exc}") from None
+
+
+def _port_free(port: int) -> bool:
+    """Whether a listening socket could bind `port` on all addresses now (TIME_WAIT does not count)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def _write_private(path: Path, content: str | bytes, mode: int = 0o600) -> None:
+    """Create `path` readable by its owner only, with no moment of wider permissions."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(content.encode() if isinstance(content, str) else content)
+
+
+def _make_gpus(directory: Path, count: int) -> None:
+    """Fake NVIDIA devices nvidia0..N-1 (char 195:N): slurmd only stats them; a plain file if mknod is refused."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for index in range(count):
+        path = directory / f"nvidia{index}"
+        if path.exists() or path.is_symlink():
+            continue
+        try:
+            os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(config.NVIDIA_MAJOR, index))
+        except PermissionError:
+            path.touch()
