@@ -180,7 +180,18 @@ class SlurmGateway:
         return commands.argv_for(action, self.shares_per_gpu)
 
     def apply(self, action: Action) -> None:
-        """Carry out one planner action."""
+        """Carry out one planner action.
+
+        A change of a job's GPU count (`SET_GPUS`, or a `RESHAPE_RUNNING` to a
+        data-parallel shape) is refused before any command runs: which
+        `scontrol update` fields Slurm 22.05 and 24.11 honour for it is not yet
+        verified on a live cluster (22.05 silently ignores `TresPerNode=`; the
+        same may hold for `TresPerJob=`). The planner offers such shapes only to
+        families that list them, which elastico-submit does not accept yet.
+        """
+        if action.kind is ActionKind.SET_GPUS or action.gpus is not None:
+            raise InvalidActionError(f"job {action.job_id}: changing a job's GPU count through Slurm is not "
+                                     "supported yet (only the simulator carries it out)")
         if action.kind is ActionKind.SET_SHARE:
             self.set_share(action.job_id, commands.need(action.share, action))
         elif action.kind is ActionKind.SET_NODES:

@@ -121,3 +121,14 @@ def test_start_now_action():
     assert gw.argv_for(act) == [["scontrol", "update", "JobId=4", "StartTime=now"]]
     gw.apply(act)
     assert runner.calls == [["scontrol", "update", "JobId=4", "StartTime=now"]]
+
+
+@pytest.mark.parametrize("action", [
+    Action(ActionKind.SET_GPUS, 7, "t", gpus=4, nodes=("n1",)),
+    Action(ActionKind.RESHAPE_RUNNING, 7, "t", gpus=4, nodes=("n1",)),
+])
+def test_a_gpu_count_change_is_refused_before_any_command_runs(action):
+    runner = ScriptedRunner([])
+    with pytest.raises(InvalidActionError, match="GPU count"):
+        SlurmGateway(runner, sleep=lambda s: None).apply(action)
+    assert runner.calls == []  # nothing reached Slurm: no job requeued and left held
