@@ -3,11 +3,13 @@
 The gateway methods (`snapshot`, `apply`, `argv_for`, `release`) behave like
 `slurm.gateway.SlurmGateway` where it matters to a policy:
 
-- `SET_SHARE` / `SET_NODES` change a pending job; on a running job they are
-  refused with `JobNotPendingError`, as Slurm refuses a running job's GRES.
-- `RESHAPE_RUNNING` is requeue-hold → new share (and node pin) → StartTime=now
-  → release: the job goes back to pending with its new request, and pays its
-  checkpoint-and-restart time when it starts again.
+- `SET_SHARE` / `SET_GPUS` / `SET_NODES` change a pending job; on a running
+  job they are refused with `JobNotPendingError`, as Slurm refuses a running
+  job's GRES. `SET_GPUS` asks for `gpus:N` pinned to the action's nodes.
+- `RESHAPE_RUNNING` is requeue-hold → new share, or N whole GPUs (`gpus`),
+  and node pin → StartTime=now → release: the job goes back to pending with
+  its new request, and pays its checkpoint-and-restart time when it starts
+  again.
 - `START_NOW` lifts the job's BeginTime (the submit's placement window).
 - `SET_ADMIN_COMMENT` names the shape the job runs as at its next start.
 - `SIGNAL` USR1 to a running job: elastico-run checkpoints and relaunches in
@@ -15,11 +17,18 @@ The gateway methods (`snapshot`, `apply`, `argv_for`, `release`) behave like
 
 Slurm's scheduler (`schedule`): pending jobs in priority order (then submit
 time, then id), each at its requested GRES — `mps:N` on one GPU with N free
-shares (best fit within the first node that has one, or within its pinned
-node), `gpu:N` on N idle GPUs of one node. Backfill without time limits: the
-first job that cannot start reserves the GPU (mps) or node (gpu) it is
-closest to fitting on, and later jobs may start anywhere else. Slurm knows no
-GPU memory, so jobs it starts may overcommit it; those are counted.
+shares (best fit within the first node that has one, or within the first
+node of its pin), `gpus:N` on N idle whole GPUs (no MPS user) of as few
+nodes as it takes: the one node with the fewest idle GPUs that still has N
+(best fit), else nodes by most idle GPUs first; pinned, only on its nodes
+and at least one GPU on each (Slurm's NodeList= is required nodes). A gang's
+CPUs and host memory are for the whole job, split over its nodes in
+proportion to its GPUs there (rounded up per node) and checked per node.
+Backfill without time limits: the first job that cannot start reserves the
+GPU (mps) or whole nodes (gpus) it is closest to fitting on, and later jobs
+may start anywhere else. Slurm knows no GPU memory, so jobs it starts may
+overcommit it; those are counted. (`gpu:N`, whole GPUs per node, is not
+simulated: nothing submits it here.)
 
 Time is the engine's clock (`now`), in simulated seconds.
 """
@@ -27,6 +36,7 @@ Time is the engine's clock (`now`), in simulated seconds.
 from __future__ import annotations
 
 import bisect
+from collections import Counter
 from dataclasses import dataclass, field
 
 from slurm_elastico.errors import InvalidActionError, JobNotPendingError, SlurmError, UnknownJobError
@@ -52,12 +62,14 @@ class SimJob:
     state: JobState = JobState.PENDING
     held: bool = False
     begin: float = 0.0
-    pin: str | None = None
+    pin: tuple[str, ...] = ()
+    """Node names the job must run on (NodeList=); an `mps` job uses only the first."""
     comment: str = ""
     # while running
-    node: int = -1
-    gpus: tuple[int, ...] = ()
+    alloc: tuple[tuple[int, int], ...] = ()
+    """(node index, GPU index) of every GPU the job holds, in node then GPU order."""
     share: int = 0
+    """MPS shares it holds on each of its GPUs (all of them when it holds them whole)."""
     shape: str = ""
     start: float = -1.0
     # progress accounting (the engine's)
@@ -76,6 +88,21 @@ class SimJob:
     @property
     def job_id(self) -> int:
         return self.trace.job_id
+
+    @property
+    def whole(self) -> bool:
+        """Whether the job asks for whole GPUs (a `gpus:N` gang) rather than an MPS share."""
+        return self.gres.kind == "gpus"
+
+    @property
+    def placement(self) -> tuple[int, ...]:
+        """GPUs it holds on each of its nodes, most first (e.g. (4, 2)); () when not running."""
+        return tuple(sorted(Counter(ni for ni, _ in self.alloc).values(), reverse=True))
+
+    @property
+    def node_indices(self) -> tuple[int, ...]:
+        """Its nodes, in index order."""
+        return tuple(sorted({ni for ni, _ in self.alloc}))
 
     def shape_name(self) -> str:
         """The shape the job runs as when it starts: the rule elastico-run follows (`shapes.current.running_shape`)."""
@@ -138,6 +165,8 @@ class SimCluster:
     # ------------------------------------------------------------- job life
 
     def submit(self, job: SimJob) -> None:
+        if job.gres.kind not in ("mps", "gpus"):
+            raise ValueError(f"the simulated cluster runs mps:N and gpus:N jobs, not {job.gres}")
         self.jobs[job.job_id] = job
         bisect.insort(self.queue, (job.trace.submit_s, job.job_id))
 
@@ -155,19 +184,30 @@ class SimCluster:
         else:
             self.open.discard(g)
 
-    def start(self, job: SimJob, ni: int, gpus: tuple[int, ...]) -> None:
-        node = self.nodes[ni]
-        whole = job.gres.kind == "gpu"
+    @staticmethod
+    def host_share(job: SimJob, k: int, total: int) -> tuple[int, int]:
+        """(CPUs, host MiB) of `job` on a node where it holds k of its `total` GPUs: its share, rounded up."""
+        return -(-job.cpus * k // total), -(-job.mem_mib * k // total)
+
+    def host_split(self, job: SimJob, alloc: tuple[tuple[int, int], ...]) -> list[tuple[int, int, int]]:
+        """(node, CPUs, host MiB) of `job` on each node of `alloc`; one node gets all of it."""
+        counts = Counter(ni for ni, _ in alloc)
+        return [(ni, *self.host_share(job, k, len(alloc))) for ni, k in sorted(counts.items())]
+
+    def start(self, job: SimJob, alloc: tuple[tuple[int, int], ...]) -> None:
+        whole = job.whole
         share = self.shares_per_gpu if whole else job.gres.count
-        for gi in gpus:
-            node.gpus[gi][job.job_id] = GpuUse(job.job_id, 0 if whole else share, whole)
+        alloc = tuple(sorted(alloc))
+        for ni, gi in alloc:
+            self.nodes[ni].gpus[gi][job.job_id] = GpuUse(job.job_id, 0 if whole else share, whole)
             self._set_free(ni, gi, -share, whole)
             self.changed.add((ni, gi))
-        node.cpus_alloc += job.cpus
-        node.mem_alloc += job.mem_mib
-        self.alloc_shares += share * len(gpus)
+        for ni, cpus, mem in self.host_split(job, alloc):
+            self.nodes[ni].cpus_alloc += cpus
+            self.nodes[ni].mem_alloc += mem
+        self.alloc_shares += share * len(alloc)
         self.queue.remove((job.trace.submit_s, job.job_id))
-        job.state, job.node, job.gpus, job.share = JobState.RUNNING, ni, gpus, share
+        job.state, job.alloc, job.share = JobState.RUNNING, alloc, share
         job.shape = job.shape_name()
         job.start = self.now
         job.starts += 1
@@ -178,16 +218,16 @@ class SimCluster:
     def stop(self, job: SimJob) -> None:
         """Take a running job off its GPUs (completion or requeue)."""
         self.before_stop(job)
-        node = self.nodes[job.node]
-        whole = job.gres.kind == "gpu"
-        for gi in job.gpus:
-            del node.gpus[gi][job.job_id]
-            self._set_free(job.node, gi, job.share, whole)
-            self.changed.add((job.node, gi))
-        node.cpus_alloc -= job.cpus
-        node.mem_alloc -= job.mem_mib
-        self.alloc_shares -= job.share * len(job.gpus)
-        job.node, job.gpus, job.share = -1, (), 0
+        whole = job.whole
+        for ni, gi in job.alloc:
+            del self.nodes[ni].gpus[gi][job.job_id]
+            self._set_free(ni, gi, job.share, whole)
+            self.changed.add((ni, gi))
+        for ni, cpus, mem in self.host_split(job, job.alloc):
+            self.nodes[ni].cpus_alloc -= cpus
+            self.nodes[ni].mem_alloc -= mem
+        self.alloc_shares -= job.share * len(job.alloc)
+        job.alloc, job.share = (), 0
 
     def finish(self, job: SimJob) -> None:
         self.stop(job)
@@ -195,10 +235,10 @@ class SimCluster:
         job.end = self.now
         del self.jobs[job.job_id]
 
-    def requeue(self, job: SimJob, share: int, pin: str | None) -> None:
+    def requeue(self, job: SimJob, gres: GresRequest, pin: tuple[str, ...]) -> None:
         self.stop(job)
         job.state, job.held, job.begin = JobState.PENDING, False, self.now
-        job.gres = GresRequest("mps", share)
+        job.gres = gres
         job.pin = pin
         job.restarts += 1
         self.counters.requeues += 1
@@ -220,13 +260,12 @@ class SimCluster:
             if job.held or job.begin > self.now:
                 continue
             blocked = not reserved and not reserved_nodes
-            if job.gres.kind == "mps" and job.gres.count > top and not blocked:
+            too_big = not job.whole and job.gres.count > top
+            if too_big and not blocked:
                 continue  # cannot fit anywhere: skip the search
-            where = None if job.gres.kind == "mps" and job.gres.count > top else \
-                self._fit(job, open_gpus, reserved, reserved_nodes)
+            where = None if too_big else self._fit(job, open_gpus, reserved, reserved_nodes)
             if where is not None:
-                ni, gpus = where
-                self.start(job, ni, gpus)
+                self.start(job, where)
                 started.append(job)
                 if not self.open:
                     break
@@ -236,17 +275,10 @@ class SimCluster:
                 self._reserve(job, open_gpus, reserved, reserved_nodes)
         return started
 
-    def _fit(self, job: SimJob, open_gpus, reserved, reserved_nodes) -> tuple[int, tuple[int, ...]] | None:
-        pin = self.node_index.get(job.pin) if job.pin else None
-        if job.gres.kind == "gpu":
-            by_node: dict[int, list[int]] = {}
-            for ni, gi in open_gpus:
-                if ni not in reserved_nodes and (pin is None or ni == pin) and not self.nodes[ni].gpus[gi]:
-                    by_node.setdefault(ni, []).append(gi)
-            for ni, idle in by_node.items():
-                if len(idle) >= job.gres.count and self._host_fits(ni, job):
-                    return ni, tuple(idle[: job.gres.count])
-            return None
+    def _fit(self, job: SimJob, open_gpus, reserved, reserved_nodes) -> tuple[tuple[int, int], ...] | None:
+        if job.whole:
+            return self._fit_gang(job, open_gpus, reserved, reserved_nodes)
+        pin = self.node_index.get(job.pin[0]) if job.pin else None
         need = job.gres.count
         best: tuple[int, int] | None = None
         for ni, gi in open_gpus:
@@ -261,11 +293,83 @@ class SimCluster:
             return None
         if self._gpu_mem_used(*best) + self._gpu_mem_of(job) > self.nodes[best[0]].gpu_mem_mib:
             self.counters.memory_overcommits += 1
-        return best[0], (best[1],)
+        return (best,)
 
-    def _host_fits(self, ni: int, job: SimJob) -> bool:
+    def _idle(self, open_gpus, reserved, reserved_nodes) -> dict[int, list[int]]:
+        """Idle GPUs (no user at all) per node, outside the reservation, in node and GPU order."""
+        idle: dict[int, list[int]] = {}
+        for ni, gi in open_gpus:
+            if ni not in reserved_nodes and (ni, gi) not in reserved and not self.nodes[ni].gpus[gi]:
+                idle.setdefault(ni, []).append(gi)
+        return idle
+
+    def _fit_gang(self, job: SimJob, open_gpus, reserved, reserved_nodes) -> tuple[tuple[int, int], ...] | None:
+        """`gpus:N` on idle GPUs: one node (best fit), else most idle nodes first; pinned: on each of its nodes."""
+        n = job.gres.count
+        idle = self._idle(open_gpus, reserved, reserved_nodes)
+
+        def room(ni: int, k: int) -> int:
+            """How many of k GPUs node ni can take: idle ones whose share of the host still fits."""
+            k = min(k, len(idle.get(ni, ())))
+            while k > 0 and not self._host_fits(ni, job, k, n):
+                k -= 1
+            return k
+
+        most_idle = lambda ni: (-len(idle.get(ni, ())), ni)  # noqa: E731
+        take: dict[int, int] = {}
+        if job.pin:
+            pins = sorted({self.node_index.get(name, -1) for name in job.pin})
+            if pins[0] < 0 or n < len(pins) or any(room(ni, 1) < 1 for ni in pins):
+                return None
+            take = dict.fromkeys(pins, 1)
+            left = n - len(pins)
+            for ni in sorted(pins, key=most_idle):
+                extra = room(ni, take[ni] + left) - take[ni]
+                take[ni] += extra
+                left -= extra
+        else:
+            whole_node = [ni for ni in idle if room(ni, n) == n]
+            if whole_node:
+                take = {min(whole_node, key=lambda ni: (len(idle[ni]), ni)): n}
+                left = 0
+            else:
+                left = n
+                for ni in sorted(idle, key=most_idle):
+                    k = room(ni, left)
+                    if k:
+                        take[ni] = k
+                        left -= k
+                    if not left:
+                        break
+        if left:
+            return None
+        alloc = tuple((ni, gi) for ni, k in sorted(take.items()) for gi in idle[ni][:k])
+        if self._gpu_mem_of(job) > min(self.nodes[ni].gpu_mem_mib for ni in take):
+            self.counters.memory_overcommits += 1
+        return alloc
+
+    def _fits_empty(self, job: SimJob, nodes: list[int]) -> bool:
+        """Whether gang `job` would fit on `nodes` (pinned: on each of them) if they were empty."""
+        if not nodes or nodes[0] < 0:
+            return False
+        n = job.gres.count
+
+        def room(ni: int, k: int) -> int:
+            node = self.nodes[ni]
+            k = min(k, len(node.gpus))
+            while k > 0 and not all(a <= b for a, b in zip(self.host_share(job, k, n), (node.cpus, node.mem_mib))):
+                k -= 1
+            return k
+
+        if job.pin and (n < len(nodes) or any(room(ni, 1) < 1 for ni in nodes)):
+            return False
+        return sum(room(ni, n) for ni in nodes) >= n
+
+    def _host_fits(self, ni: int, job: SimJob, k: int = 1, total: int = 1) -> bool:
+        """Whether node ni has the CPUs and memory for `job` holding k of its `total` GPUs there."""
         n = self.nodes[ni]
-        return n.cpus - n.cpus_alloc >= job.cpus and n.mem_mib - n.mem_alloc >= job.mem_mib
+        cpus, mem = self.host_share(job, k, total)
+        return n.cpus - n.cpus_alloc >= cpus and n.mem_mib - n.mem_alloc >= mem
 
     def _gpu_mem_of(self, job: SimJob) -> int:
         if job.family is None:
@@ -279,16 +383,30 @@ class SimCluster:
         return sum(self._gpu_mem_of(self.jobs[j]) for j in self.nodes[ni].gpus[gi])
 
     def _reserve(self, job: SimJob, open_gpus, reserved, reserved_nodes) -> None:
-        """The blocked head keeps what it is closest to fitting on, so backfill cannot starve it."""
-        if job.gres.kind == "gpu":
-            counts: dict[int, int] = {}
-            for ni, gi in open_gpus:
-                if not self.nodes[ni].gpus[gi]:
-                    counts[ni] = counts.get(ni, 0) + 1
-            if counts:
-                reserved_nodes.add(max(counts, key=lambda n: (counts[n], -n)))
+        """The blocked head keeps what it is closest to fitting on, so backfill cannot starve it.
+
+        A gang keeps whole nodes: its pinned nodes, else the nodes with the most idle GPUs until they hold
+        its N GPUs. A request its nodes could not hold even empty keeps nothing: Slurm's backfill finds no
+        start time for it, and holding nodes for it would starve the rest for ever.
+        """
+        if job.whole:
+            n = job.gres.count
+            pins = sorted({self.node_index.get(name, -1) for name in job.pin}) if job.pin else \
+                list(range(len(self.nodes)))
+            if not self._fits_empty(job, pins):
+                return
+            if job.pin:
+                reserved_nodes.update(pins)
+                return
+            idle = self._idle(open_gpus, (), ())
+            held = 0
+            for ni in sorted(pins, key=lambda ni: (-len(idle.get(ni, ())), ni)):
+                if held >= n:
+                    break
+                reserved_nodes.add(ni)
+                held += len(self.nodes[ni].gpus)
             return
-        pin = self.node_index.get(job.pin) if job.pin else None
+        pin = self.node_index.get(job.pin[0]) if job.pin else None
         cands = [(ni, gi) for ni, gi in open_gpus if pin is None or ni == pin]
         if cands:
             reserved.add(max(cands, key=lambda k: (self.gpu_free(*k), -k[0], -k[1])))
@@ -309,14 +427,15 @@ class SimCluster:
 
     def _view(self, j: SimJob) -> JobView:
         running = j.state is JobState.RUNNING
-        node = self.nodes[j.node].name if running else None
+        nodes = tuple(self.nodes[ni].name for ni in j.node_indices) if running else ()
+        first = j.alloc[0][0] if running else -1
         reason = "" if running else ("BeginTime" if j.begin > self.now else "Priority")
         return JobView(
             job_id=j.job_id, name=f"j{j.job_id}", user="sim", partition=PARTITION, state=j.state, reason=reason,
-            held=j.held, gres=j.gres, nodes=(node,) if node else (), gpu_indices=j.gpus if running else (),
+            held=j.held, gres=j.gres, nodes=nodes, gpu_indices=tuple(gi for ni, gi in j.alloc if ni == first),
             cpus=j.cpus, memory_mib=j.mem_mib, submit_time=int(j.trace.submit_s),
             start_time=int(j.start) if running else None, restarts=j.restarts, requeue=True, admin_comment=j.comment,
-            gpu_alloc=tuple((node, g, 0 if j.gres.kind == "gpu" else j.share) for g in j.gpus) if running else ())
+            gpu_alloc=tuple((self.nodes[ni].name, gi, 0 if j.whole else j.share) for ni, gi in j.alloc))
 
     def _job(self, action: Action) -> SimJob:
         job = self.jobs.get(action.job_id)
@@ -333,27 +452,24 @@ class SimCluster:
         argv = self.argv_for(action)[0]
         if kind is ActionKind.SET_ADMIN_COMMENT:
             job.comment = action.text or ""
-        elif kind in (ActionKind.SET_SHARE, ActionKind.SET_NODES, ActionKind.START_NOW):
+        elif kind in (ActionKind.SET_SHARE, ActionKind.SET_GPUS, ActionKind.SET_NODES, ActionKind.START_NOW):
             if job.state is not JobState.PENDING:
                 raise JobNotPendingError(argv, 1, "Job is no longer pending execution")
             if kind is ActionKind.SET_SHARE:
-                share = commands.need(action.share, action)
-                if not 1 <= share <= self.shares_per_gpu:
-                    raise InvalidActionError(f"share {share} of job {job.job_id} is outside 1..{self.shares_per_gpu}")
-                job.gres = GresRequest("mps", share)
+                job.gres = self._share_request(action)
+            elif kind is ActionKind.SET_GPUS:
+                job.gres, job.pin = self._gang_request(action, argv)
             elif kind is ActionKind.SET_NODES:
-                job.pin = action.nodes[0] if action.nodes else None
-                if job.pin is not None and job.pin not in self.node_index:
-                    raise SlurmError(argv, 1, f"Invalid node name specified: {job.pin}")
+                job.pin = self._nodes(action, argv)
             else:
                 job.begin = min(job.begin, self.now)
         elif kind is ActionKind.RESHAPE_RUNNING:
             if job.state is not JobState.RUNNING:
                 raise SlurmError(argv, 1, "Job is not running: requeue refused")
-            share = commands.need(action.share, action)
-            if not 1 <= share <= self.shares_per_gpu:
-                raise InvalidActionError(f"share {share} of job {job.job_id} is outside 1..{self.shares_per_gpu}")
-            self.requeue(job, share, action.nodes[0] if action.nodes else None)
+            if action.gpus is not None:
+                self.requeue(job, *self._gang_request(action, argv))
+            else:
+                self.requeue(job, self._share_request(action), tuple(action.nodes[:1]))
         elif kind is ActionKind.SIGNAL:
             if job.state is not JobState.RUNNING:
                 raise SlurmError(argv, 1, "Job is not running: nothing to signal")
@@ -363,9 +479,32 @@ class SimCluster:
                 job.relaunches += 1
                 self.counters.relaunches += 1
                 self.relaunched.append(job)
-                self.changed.update((job.node, g) for g in job.gpus)
+                self.changed.update(job.alloc)
         else:  # pragma: no cover - the enum is closed
             raise InvalidActionError(f"unknown action kind {kind!r}")
+
+    def _share_request(self, action: Action) -> GresRequest:
+        share = commands.need(action.share, action)
+        if not 1 <= share <= self.shares_per_gpu:
+            raise InvalidActionError(f"share {share} of job {action.job_id} is outside 1..{self.shares_per_gpu}")
+        return GresRequest("mps", share)
+
+    def _nodes(self, action: Action, argv: list[str]) -> tuple[str, ...]:
+        """The action's node names, each once, or SlurmError naming one Slurm does not know."""
+        for name in action.nodes:
+            if name not in self.node_index:
+                raise SlurmError(argv, 1, f"Invalid node name specified: {name}")
+        return tuple(dict.fromkeys(action.nodes))
+
+    def _gang_request(self, action: Action, argv: list[str]) -> tuple[GresRequest, tuple[str, ...]]:
+        """`gpus:N` pinned to the action's nodes: N at least one per listed node and at most the GPUs they have."""
+        n = commands.need(action.gpus, action)
+        pin = self._nodes(action, argv)
+        room = sum(len(self.nodes[self.node_index[name]].gpus) for name in pin) if pin else self.n_gpus
+        if not max(1, len(pin)) <= n <= room:
+            where = f"nodes {','.join(pin)}" if pin else "the cluster"
+            raise InvalidActionError(f"{n} GPUs for job {action.job_id}: {where} take {max(1, len(pin))}..{room}")
+        return GresRequest("gpus", n), pin
 
     def argv_for(self, action: Action) -> list[list[str]]:
         """The Slurm commands the real gateway would run for `action` (for logs and dry runs)."""
@@ -382,9 +521,28 @@ class SimCluster:
     def check(self) -> None:
         """Raise AssertionError if any GPU, node or job breaks capacity or bookkeeping (tests, audits)."""
         total = 0
+        host: dict[int, list[int]] = {ni: [0, 0] for ni in range(len(self.nodes))}
+        for j in self.jobs.values():
+            if j.state is not JobState.RUNNING:
+                assert not j.alloc and j.share == 0, f"job {j.job_id} is {j.state.value} but holds {j.alloc}"
+                continue
+            assert j.alloc and len(set(j.alloc)) == len(j.alloc), f"job {j.job_id} runs on {j.alloc}"
+            if j.whole:
+                assert len(j.alloc) == j.gres.count and j.share == self.shares_per_gpu, \
+                    f"gang {j.job_id} holds {j.alloc} for {j.gres}"
+            else:
+                assert len(j.alloc) == 1 and j.share == j.gres.count, f"job {j.job_id} holds {j.alloc} for {j.gres}"
+            names = {self.nodes[ni].name for ni in j.node_indices}
+            if j.pin:
+                want = set(j.pin) if j.whole else {j.pin[0]}
+                assert names == want, f"job {j.job_id} pinned to {j.pin} runs on {sorted(names)}"
+            for ni, gi in j.alloc:
+                use = self.nodes[ni].gpus[gi].get(j.job_id)
+                assert use is not None and use.whole == j.whole, f"job {j.job_id} missing from GPU {ni}:{gi}"
+            for ni, cpus, mem in self.host_split(j, j.alloc):
+                host[ni][0] += cpus
+                host[ni][1] += mem
         for ni, n in enumerate(self.nodes):
-            cpus = mem = 0
-            seen: set[int] = set()
             for gi, uses in enumerate(n.gpus):
                 whole = [u for u in uses.values() if u.whole]
                 assert not whole or len(uses) == 1, f"GPU {n.name}:{gi} held whole and shared: {uses}"
@@ -396,11 +554,8 @@ class SimCluster:
                 total += used
                 for jid in uses:
                     j = self.jobs[jid]
-                    assert j.state is JobState.RUNNING and j.node == ni and gi in j.gpus, f"job {jid} misplaced"
-                    if jid not in seen:
-                        seen.add(jid)
-                        cpus += j.cpus
-                        mem += j.mem_mib
+                    assert j.state is JobState.RUNNING and (ni, gi) in j.alloc, f"job {jid} misplaced"
+            cpus, mem = host[ni]
             assert cpus == n.cpus_alloc <= n.cpus and mem == n.mem_alloc <= n.mem_mib, f"node {n.name} host overcommit"
         assert total == self.alloc_shares, "share count drifted"
         pending = sorted((j.trace.submit_s, j.job_id) for j in self.jobs.values() if j.state is JobState.PENDING)

@@ -10,11 +10,12 @@ loop never branches on it). Between epochs Slurm starts what fits
 (`SimCluster.schedule`).
 
 A job's rate is piecewise constant: it changes only when its GPU's occupants
-change, so progress is accrued exactly at those instants and a completion
-is an event at `max(now, ready_at) + work_left / rate` (`ready_at` ends a
-restart's checkpoint-and-restart time, during which a job makes no
-progress). A stale completion (the rate changed since) is ignored by its
-version number.
+change (a job holding whole GPUs runs alone on them, at the speed of its
+placement: the GPUs it holds on each node), so progress is accrued exactly
+at those instants and a completion is an event at
+`max(now, ready_at) + work_left / rate` (`ready_at` ends a restart's
+checkpoint-and-restart time, during which a job makes no progress). A
+stale completion (the rate changed since) is ignored by its version number.
 
 An epoch is skipped when nothing happened since the last one and that one
 acted on nothing: the planner is pure, so the same cluster gets the same
@@ -222,12 +223,13 @@ class Engine:
     def _arrive(self, tj: TraceJob) -> None:
         fam = family_of(tj, self.truth, self.sim.share_levels(), self.sim.gpu_memory_mib, self.sim.profile_noise,
                         self.seed, self.sim.adaptive_batch)
-        if fam is None:
-            gres, cpus, mem = GresRequest("gpu", tj.gpus), TRAIN_CPUS * tj.gpus, TRAIN_HOST_MIB * tj.gpus
+        if fam is None:  # rigid: `--gpus=N`, on as many nodes as it takes
+            gres, cpus, mem = GresRequest("gpus", tj.gpus), TRAIN_CPUS * tj.gpus, TRAIN_HOST_MIB * tj.gpus
             begin = tj.submit_s
         else:
             d = fam.default_shape.resources
-            gres, cpus, mem = GresRequest("mps", d.mps), d.cpus, d.host_mem_mib
+            gres = GresRequest("gpus", d.gpus) if d.gpus else GresRequest("mps", d.mps)
+            cpus, mem = d.cpus, d.host_mem_mib
             window = self.sim.placement_window_s
             begin = math.inf if window < 0 else tj.submit_s + window
             self.families[tj.job_id] = fam
@@ -303,14 +305,23 @@ class Engine:
         job.version += 1
 
     def _solo(self, job: SimJob) -> tuple[float, float, tuple[str, int]]:
-        """(speed at its share, speed at a whole GPU, Gavel identity) of a started job, from the ground truth."""
+        """(speed at its share, speed at a whole GPU, Gavel identity) of a started job, from the ground truth.
+
+        A job holding whole GPUs (`gpus:N`) runs data-parallel on its placement: `truth.gang_speed`; one GPU of a
+        rigid job keeps `rigid_speed`, so one-GPU figures stay those of the single-GPU rule.
+        """
+        placement = job.placement
+        key = (job.shape, job.share, placement)
         got = self.solo.get(job.job_id)
-        if got is not None and got[3] == (job.shape, job.share):
+        if got is not None and got[3] == key:
             return got[:3]
         tj, t = job.trace, self.truth
         if job.family is None:
-            speed = t.rigid_speed(tj.app, tj.global_batch, tj.gpus)
+            speed = (t.gang_speed(tj.app, tj.global_batch, placement) if sum(placement) > 1
+                     else t.rigid_speed(tj.app, tj.global_batch, 1))
             val = (speed, speed, t.identity(tj.kind, tj.app, tj.global_batch))
+        elif job.whole:
+            val = self._gang_solo(job, placement)
         else:
             try:
                 shape = job.family.shape(job.shape)
@@ -328,14 +339,37 @@ class Engine:
                 mem = float(self.sim.gpu_memory_mib)
                 val = (t.infer_speed(*args, job.share, mem), t.infer_speed(*args, 100, mem),
                        t.identity("infer", tj.app, args[3]))
-        self.solo[job.job_id] = (*val, (job.shape, job.share))
+        self.solo[job.job_id] = (*val, key)
         return val
+
+    def _gang_solo(self, job: SimJob, placement: tuple[int, ...]) -> tuple[float, float, tuple[str, int]]:
+        """A family job on whole GPUs: its shape's micro-batch and global batch on the GPUs it really holds.
+
+        Inference holds one engine per GPU (independent replicas), so its speed is one engine's times the GPUs.
+        """
+        tj, t = job.trace, self.truth
+        try:
+            shape = job.family.shape(job.shape)
+        except KeyError:
+            shape = job.family.default_shape
+        if tj.kind == "train":
+            m = int(shape.knob("micro_batch"))
+            b = int(shape.knob("global_batch", tj.global_batch))
+            speed = t.gang_speed(tj.app, b, placement, m) * goodput_factor(t, tj, b)
+            return speed, speed, t.identity("train", tj.app, m)
+        args = (tj.context_tokens, tj.generated_tokens, float(shape.knob("gpu_memory_utilization")),
+                int(shape.knob("max_num_seqs")), str(shape.knob("kv_cache_dtype")))
+        speed = t.infer_speed(*args, 100, float(self.sim.gpu_memory_mib)) * sum(placement)
+        return speed, speed, t.identity("infer", tj.app, args[3])
 
     def _rerate(self, job: SimJob) -> None:
         self._accrue(job)
         share_speed, whole_speed, me = self._solo(job)
-        uses = self.cluster.nodes[job.node].gpus[job.gpus[0]]
-        others = [self._solo(self.cluster.jobs[o])[2] for o in uses if o != job.job_id]
+        if job.whole:  # alone on its GPUs: Slurm gives a gang only idle ones, and nobody joins a whole GPU
+            others = []
+        else:
+            ni, gi = job.alloc[0]
+            others = [self._solo(self.cluster.jobs[o])[2] for o in self.cluster.nodes[ni].gpus[gi] if o != job.job_id]
         rate = self.truth.colocated(share_speed, whole_speed, me, others, self.sim.colocation)
         job.rate = rate
         if rate <= 0:

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from slurm_elastico.config import Settings
-from slurm_elastico.errors import ConfigError, JobNotPendingError
+from slurm_elastico.errors import ConfigError, InvalidActionError, JobNotPendingError, SlurmError
 from slurm_elastico.interference.base import ContentionModel
-from slurm_elastico.model import Action, ActionKind, JobState
+from slurm_elastico.model import Action, ActionKind, Family, GresRequest, JobState, Resources, Shape
 from slurm_elastico.sim import engine, metrics, trace
+from slurm_elastico.sim.cluster import SimCluster, SimJob
 from slurm_elastico.sim.settings import SimSettings, from_mapping
 from slurm_elastico.sim.trace import TraceJob
 from slurm_elastico.sim.truth import GroundTruth
@@ -231,3 +232,194 @@ def test_a_refused_action_stops_that_jobs_later_actions_and_is_counted_as_live(t
     r = engine.run(jobs, "scripted", Settings(), sim, ContentionModel(), toy, seed=0)  # a whole run reports them
     assert (r.counters["refused_actions"], r.counters["skipped_actions"]) == (1, 1)
     assert r.unfinished == 0 and r.jobs[0].first_start == pytest.approx(8.0)  # Slurm starts it at its BeginTime
+
+
+# --------------------------------------------------------------------------- whole GPUs over several nodes (gangs)
+
+
+def gang_settings(**kw) -> SimSettings:
+    base = dict(gpus=8, gpus_per_node=4, epoch_s=1000, placement_window_s=0, profile_noise=0.0, audit=True)
+    return SimSettings(**{**base, **kw})
+
+
+def test_a_six_gpu_rigid_job_spans_two_four_gpu_nodes(truth):
+    # Before gangs a rigid job asked for gpu:6 per node, which 4-GPU nodes never have: it never started.
+    tj = TraceJob(1, 0.0, "train", "cifar10", 6, 2000.0, global_batch=2048)
+    e = engine.Engine([tj], "static", Settings(), gang_settings(), ContentionModel(), truth)
+    e._arrive(tj)
+    e._settle()
+    job = e.cluster.jobs[1]
+    assert job.state is JobState.RUNNING and job.gres == GresRequest("gpus", 6)
+    assert job.placement == (4, 2) and job.alloc == ((0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1))
+    speed = truth.gang_speed("cifar10", 2048, (4, 2))
+    assert job.rate == pytest.approx(speed)
+    view = e.cluster.snapshot().job(1)
+    assert view.gres == GresRequest("gpus", 6) and view.nodes == ("n0000", "n0001") and view.gpu_indices == (0, 1, 2, 3)
+    assert view.gpu_alloc == tuple((n, g, 0) for n, g in (("n0000", 0), ("n0000", 1), ("n0000", 2), ("n0000", 3),
+                                                           ("n0001", 0), ("n0001", 1)))
+    held = [g for g in e.cluster.snapshot().gpus if g.users]
+    assert len(held) == 6 and all(g.held_whole and g.job_ids == (1,) for g in held)
+    # 4 CPUs and 16 GiB per GPU for the whole job, split 4:2 over its nodes
+    assert [(n.cpus_alloc, n.mem_alloc) for n in e.cluster.nodes] == [(16, 4 * 16384), (8, 2 * 16384)]
+    r = engine.run([tj], "static", Settings(), gang_settings(), ContentionModel(), truth)
+    assert r.unfinished == 0 and r.jobs[0].jct == pytest.approx(2000.0 / speed, rel=1e-6)
+
+
+def sim_job(jid: int, gres: GresRequest, cpus: int = 4) -> SimJob:
+    return SimJob(trace=TraceJob(jid, 0.0, "train", "cifar10", 1, 100.0, global_batch=64), family=None, gres=gres,
+                  cpus=cpus, mem_mib=1024)
+
+
+def test_gangs_take_the_fewest_nodes_best_fit_first():
+    c = SimCluster(12, gpus_per_node=4)
+    c.submit(sim_job(1, GresRequest("mps", 50)))
+    c.submit(sim_job(2, GresRequest("gpus", 3)))
+    c.submit(sim_job(3, GresRequest("gpus", 6)))
+    c.schedule()
+    c.check()
+    jobs = c.jobs
+    assert jobs[1].alloc == ((0, 0),)  # n0000 keeps 3 idle GPUs next to the MPS job
+    assert jobs[2].alloc == ((0, 1), (0, 2), (0, 3))  # best fit: the node with the fewest idle GPUs that has 3
+    assert jobs[3].placement == (4, 2) and {ni for ni, _ in jobs[3].alloc} == {1, 2}  # no node has 6: most idle first
+    c.submit(sim_job(4, GresRequest("mps", 60)))
+    c.schedule()
+    c.check()
+    assert jobs[4].alloc == ((2, 2),)  # too big for job 1's GPU; never on a GPU a gang holds whole
+    assert c.snapshot().job(3).gpu_alloc[0] == ("n0001", 0, 0)
+
+
+def test_a_pinned_gang_starts_only_on_its_nodes_and_every_node_gets_a_gpu():
+    c = SimCluster(12, gpus_per_node=4)
+    for jid in (1, 2, 3):
+        c.submit(sim_job(jid, GresRequest("mps", 50)))
+        c.jobs[jid].held = True  # Slurm must not start them before they are reshaped
+    c.apply(Action(ActionKind.SET_GPUS, 1, "t", gpus=3, nodes=("n0002",)))
+    c.apply(Action(ActionKind.SET_GPUS, 2, "t", gpus=3, nodes=("n0000", "n0002")))
+    c.apply(Action(ActionKind.SET_GPUS, 3, "t", gpus=2, nodes=("n0002",)))
+    assert c.jobs[1].gres == GresRequest("gpus", 3) and c.jobs[1].pin == ("n0002",)
+    for jid in (1, 2, 3):
+        c.jobs[jid].held = False
+    c.schedule()
+    c.check()
+    assert c.jobs[1].alloc == ((2, 0), (2, 1), (2, 2))  # unpinned it would take n0000, the first best fit
+    assert c.jobs[2].alloc == ((0, 0), (0, 1), (2, 3))  # one on each listed node, the rest where most are idle
+    assert c.jobs[3].state is JobState.PENDING  # n0002 is full; n0001 is idle but not its node
+    assert c.snapshot().job(2).nodes == ("n0000", "n0002")
+    with pytest.raises(InvalidActionError):  # more GPUs than the listed nodes have
+        c.apply(Action(ActionKind.SET_GPUS, 3, "t", gpus=5, nodes=("n0001",)))
+    with pytest.raises(InvalidActionError):  # fewer GPUs than listed nodes
+        c.apply(Action(ActionKind.SET_GPUS, 3, "t", gpus=1, nodes=("n0000", "n0001")))
+    with pytest.raises(InvalidActionError):
+        c.apply(Action(ActionKind.SET_GPUS, 3, "t", gpus=13))
+    with pytest.raises(InvalidActionError):
+        c.apply(Action(ActionKind.SET_GPUS, 3, "t", gpus=0, nodes=("n0001",)))
+    with pytest.raises(SlurmError, match="Invalid node name"):
+        c.apply(Action(ActionKind.SET_GPUS, 3, "t", gpus=2, nodes=("n0009",)))
+    assert c.jobs[3].gres == GresRequest("gpus", 2) and c.jobs[3].pin == ("n0002",)  # refusals changed nothing
+    c.apply(Action(ActionKind.SET_GPUS, 3, "t", gpus=2, nodes=("n0001",)))
+    c.schedule()
+    assert c.jobs[3].alloc == ((1, 0), (1, 1))
+
+
+def test_a_blocked_gang_reserves_whole_nodes_against_backfill():
+    c = SimCluster(8, gpus_per_node=4)
+    c.submit(sim_job(1, GresRequest("mps", 50)))
+    c.schedule()
+    c.submit(sim_job(2, GresRequest("gpus", 8)))  # 7 GPUs idle: blocked until job 1 ends
+    c.submit(sim_job(3, GresRequest("mps", 50)))
+    c.schedule()
+    assert c.jobs[2].state is JobState.PENDING
+    assert c.jobs[3].state is JobState.PENDING  # both nodes are held for the gang; without that, 3 would start
+    c.finish(c.jobs[1])
+    c.schedule()
+    c.check()
+    assert c.jobs[2].placement == (4, 4) and c.jobs[3].state is JobState.PENDING
+    # A gang its nodes could not hold even empty (its CPUs) holds nothing back: it would starve the rest for ever.
+    c = SimCluster(4, gpus_per_node=4, cpus_per_gpu=16)
+    c.submit(sim_job(1, GresRequest("gpus", 2), cpus=2 * 64))
+    c.submit(sim_job(2, GresRequest("mps", 50)))
+    c.schedule()
+    assert c.jobs[1].state is JobState.PENDING and c.jobs[2].state is JobState.RUNNING
+
+
+def test_a_gangs_speed_is_that_of_the_placement_it_got(truth):
+    tj = TraceJob(1, 0.0, "train", "cifar10", 4, 5000.0, global_batch=2048)
+    e = engine.Engine([tj], "static", Settings(), gang_settings(), ContentionModel(), truth)
+    e._arrive(tj)
+    e.cluster.apply(Action(ActionKind.SET_GPUS, 1, "t", gpus=4, nodes=("n0000", "n0001")))
+    e._settle()
+    job = e.cluster.jobs[1]
+    assert job.placement == (3, 1)  # one GPU on each listed node, the rest on the first of the most idle
+    split, packed = truth.gang_speed("cifar10", 2048, (3, 1)), truth.gang_speed("cifar10", 2048, (4,))
+    assert job.rate == pytest.approx(split) and split != pytest.approx(packed)
+
+
+def test_set_gpus_is_refused_on_a_running_job_and_a_reshape_moves_a_gang_from_two_to_four_gpus(truth):
+    tj = TraceJob(1, 0.0, "train", "cifar10", 2, 5000.0, global_batch=2048)
+    e = engine.Engine([tj], "static", Settings(), gang_settings(restart_cost_s=30.0), ContentionModel(), truth)
+    e.cluster.now = 0.0
+    e._arrive(tj)
+    e._settle()
+    job = e.cluster.jobs[1]
+    two, four = truth.gang_speed("cifar10", 2048, (2,)), truth.gang_speed("cifar10", 2048, (4,))
+    assert job.alloc == ((0, 0), (0, 1)) and job.rate == pytest.approx(two)
+    with pytest.raises(JobNotPendingError):  # Slurm refuses a running job's GPU count
+        e.cluster.apply(Action(ActionKind.SET_GPUS, 1, "t", gpus=4, nodes=("n0001",)))
+    assert job.gres == GresRequest("gpus", 2) and job.pin == ()
+    e.cluster.now = 100.0
+    reshape = Action(ActionKind.RESHAPE_RUNNING, 1, "t", gpus=4, nodes=("n0001",))
+    assert e.cluster.argv_for(reshape) == [
+        ["scontrol", "requeuehold", "1"],
+        ["scontrol", "update", "JobId=1", "TresPerJob=gres/gpu:4", "NodeList=n0001"],
+        ["scontrol", "update", "JobId=1", "StartTime=now"], ["scontrol", "release", "1"]]
+    e.cluster.apply(reshape)
+    assert job.state is JobState.PENDING and job.gres == GresRequest("gpus", 4) and job.pin == ("n0001",)
+    assert job.done == pytest.approx(100.0 * two)
+    e._settle()
+    assert job.state is JobState.RUNNING and job.alloc == ((1, 0), (1, 1), (1, 2), (1, 3))  # its pin, not n0000
+    assert job.ready_at == 130.0 and job.restarts == 1 and job.rate == pytest.approx(four) and four > two
+    assert e._done_at(job, 130.0) == pytest.approx(100.0 * two)  # the restart makes no progress ...
+    assert e._done_at(job, 180.0) == pytest.approx(100.0 * two + 50.0 * four)  # ... and the work done is kept
+
+
+def test_the_audit_holds_on_a_mixed_run_of_gangs_and_shared_gpus(truth):
+    jobs = trace.pollux(6, truth)[:60]
+    assert any(j.gpus > 4 for j in jobs) and any(j.gpus == 1 for j in jobs)
+    e = engine.Engine(jobs, "static", Settings(), SimSettings(gpus=64, gpus_per_node=4, audit=True),
+                      ContentionModel(), truth)
+    placements = []
+    start = e.cluster.start
+
+    def watched(job, alloc):
+        start(job, alloc)
+        placements.append((job.gres.kind, job.placement))
+
+    e.cluster.start = watched
+    r = e.run()  # audit: SimCluster.check after every event
+    assert r.unfinished == 0 and len(r.jobs) == len(jobs)
+    assert any(kind == "gpus" and len(p) > 1 for kind, p in placements)  # gangs over several nodes ...
+    assert any(kind == "mps" for kind, p in placements)  # ... next to shared GPUs
+
+
+def test_pollux_workload_6_finishes_every_job_on_sixteen_four_gpu_nodes(truth):
+    # Before gangs a job larger than one node never started: 42 of 160 jobs here (up to 48 GPUs).
+    jobs = trace.pollux(6, truth)
+    assert max(j.gpus for j in jobs) > 8
+    r = engine.run(jobs, "static", Settings(), SimSettings(gpus=64, gpus_per_node=4), ContentionModel(), truth)
+    assert r.unfinished == 0 and len(r.jobs) == 160
+
+
+def test_a_family_job_at_a_gang_shape_runs_at_the_gang_speed_of_its_knobs(truth):
+    knobs = (("accumulation", 2), ("global_batch", 2048), ("micro_batch", 256), ("ranks", 4))
+    gang = Shape("mb256-fp32-gpus4", Resources(0, 8000, 16, 65536, gpus=4), 1.0, knobs)
+    one = Shape("mb1024-fp32-mps100", Resources(100, 14000, 4, 16384), 1.0,
+                (("global_batch", 2048), ("micro_batch", 1024)))
+    fam = Family("train", (gang, one), 5000.0, name="cifar10", default=gang.name)
+    tj = TraceJob(1, 0.0, "train", "cifar10", 1, 5000.0, global_batch=2048)
+    e = engine.Engine([tj], "static", Settings(), gang_settings(), ContentionModel(), truth)
+    e.cluster.submit(SimJob(trace=tj, family=fam, gres=GresRequest("gpus", 4), cpus=16, mem_mib=65536))
+    e._settle()
+    job = e.cluster.jobs[1]
+    assert job.shape == gang.name and job.placement == (4,)
+    assert job.rate == pytest.approx(truth.gang_speed("cifar10", 2048, (4,), 256))
+    assert job.rate != pytest.approx(truth.gang_speed("cifar10", 2048, (4,)))  # its micro-batch, not the default
