@@ -15,6 +15,11 @@ a ceiling); the full run repeats elastico and static under the optimistic
 `gavel-residual` reading. Nothing here is tuned to a result: the constants
 are the defaults of `SimSettings` and `Settings`.
 
+A job a run leaves unfinished is never dropped silently: each table shows
+every policy's unfinished jobs beside its means (marked `*`), a policy row
+with any is marked "NOT A RESULT", and the final JSON counts such rows
+(`unfinished_rows`) and their jobs (`unfinished_jobs`).
+
 Scale: a 24-hour replay (arrivals over 24 simulated hours) on 512 GPUs with
 ≥ 5,000 jobs under elastico, and a one-hour replay on 4,096 GPUs; wall time
 and events per second on one core (events: arrivals, Slurm starts,
@@ -41,6 +46,7 @@ from slurm_elastico.config import Settings  # noqa: E402
 from slurm_elastico.interference.base import ContentionModel  # noqa: E402
 from slurm_elastico.planner import policies  # noqa: E402
 from slurm_elastico.sim import compare, engine, metrics, trace  # noqa: E402
+from slurm_elastico.sim.experiment import seed_varies  # noqa: E402
 from slurm_elastico.sim.settings import SimSettings  # noqa: E402
 from slurm_elastico.sim.truth import GroundTruth  # noqa: E402
 
@@ -53,18 +59,28 @@ def comparison(truth, gpus, jobs, load, seeds, window, colocation, names):
     spec = trace.MixSpec(n_jobs=jobs, gpus=gpus, load=load, gpu_memory_mib=sim.gpu_memory_mib)
     t0 = time.perf_counter()
     res = compare.compare(lambda s: trace.synthetic(spec, s, truth), names, list(range(seeds)), Settings(), sim,
-                          ContentionModel(), truth)
+                          ContentionModel(), truth, seed_varies=seed_varies("synthetic", 0.0, sim.profile_noise))
     agg = res.aggregated()
+    left = res.unfinished()
     label = f"{gpus} GPUs, {jobs} jobs, load {load:g}, window {'hold' if window < 0 else f'{window:g} s'}, " \
             f"truth {colocation}, {seeds} seeds ({time.perf_counter() - t0:.0f} s)"
     print(f"\n== {label}")
-    print(metrics.table(agg, SHOWN))
+    print(res.table(SHOWN))
     el = agg["elastico"]["mean_jct_h"]
-    out = {"label": label, "static_util_arrivals": agg["static"]["util_arrivals"][0], "policies": {}}
+    out = {"label": label, "static_util_arrivals": agg["static"]["util_arrivals"][0], "policies": {},
+           "unfinished_rows": 0, "unfinished_jobs": 0}
     mine = [s["mean_jct_h"] for s in res.summaries["elastico"]]
     for n in names:
         m = agg[n]["mean_jct_h"]
-        out["policies"][n] = {"mean_jct_h": m[0], "ci95": m[1], "ratio_to_lb": agg[n]["ratio_to_lb"][0]}
+        count = sum(c for c, _ in left[n].values())
+        out["policies"][n] = {"mean_jct_h": m[0], "ci95": m[1], "ratio_to_lb": agg[n]["ratio_to_lb"][0],
+                              "unfinished": count, "unfinished_by_seed": {str(sd): c for sd, (c, _) in left[n].items()},
+                              "result": count == 0}
+        out["unfinished_rows"] += count > 0
+        out["unfinished_jobs"] += count
+        if count:
+            print(f"  {n:>16}: NOT A RESULT: {metrics.unfinished_cell(left[n])} jobs unfinished; its means are over "
+                  "finished jobs only")
         if n != "elastico":
             ratio = m[0] / el[0] if el[0] > 0 else math.nan
             # Paired by seed (the same trace): the ratio's own interval, free of the traces' spread.
@@ -121,6 +137,14 @@ def main() -> int:
                             scale(truth, 4096, 1.0, 0.9, 2 * 3600, 120.0)]
     first = out["comparison"][0]["policies"]
     out["elastico_vs_static"] = first["static"]["over_elastico"]
+    # A row with unfinished jobs is not a result; counted here so no reader of this line can miss it.
+    out["unfinished_rows"] = sum(c["unfinished_rows"] for c in out["comparison"])
+    out["unfinished_jobs"] = sum(c["unfinished_jobs"] for c in out["comparison"])
+    scale_left = any(r["unfinished"] for r in out.get("scale", []))
+    out["complete"] = out["unfinished_rows"] == 0 and not scale_left
+    if not out["complete"]:
+        print(f"\nNOT A RESULT: {out['unfinished_rows']} comparison row(s) with {out['unfinished_jobs']} unfinished "
+              "job(s)" + (", and unfinished jobs in the scale runs" if scale_left else ""))
     print("\n" + json.dumps(out, sort_keys=True))
     return 0
 

@@ -1,6 +1,10 @@
 """`elastico sim run|compare`: replay a trace on a simulated cluster with the real planner and its policies.
 
 Parses and prints; the experiment itself is `slurm_elastico.sim.experiment` and `slurm_elastico.sim.compare`.
+Every table shows each policy's unfinished jobs beside its means; `sim run`
+warns when its run left jobs unfinished, and `sim compare` then prints its
+table and fails (exit 5, naming each policy and seed): a comparison with
+unfinished jobs is not a result.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import click
 
 from slurm_elastico.cli import settings
 from slurm_elastico.sim.experiment import ProgressBar, load_sweep, setup, write_sweep
+from slurm_elastico.sim.trace import DEFAULT_JITTER_S
 
 TRACE_HELP = ("synthetic (a training/inference mix), pollux:N (bundled workload N=1..8), pollux1:N (the same on one "
               "GPU each), philly[:PATH], alibaba:PATH (openb_pod_list_default.csv), or a CSV in the trace format")
@@ -33,6 +38,9 @@ def _options(f):
                      help="placement window before Slurm starts a job as submitted; -1 = until planned"),
         click.option("--colocation", type=click.Choice(["gavel", "gavel-residual", "none"]), default=None,
                      help="ground truth of co-location slowdown"),
+        click.option("--jitter-s", type=click.FloatRange(min=0), default=DEFAULT_JITTER_S, show_default=True,
+                     help="pollux or CSV traces: each seed moves every arrival by its own seeded uniform offset "
+                          "within ± this many seconds (0 = the trace's exact times)"),
         click.option("--sim-config", type=click.Path(exists=True, dir_okay=False), default=None,
                      help="YAML with a `sim:` section (see slurm_elastico.sim.settings)"),
         click.option("--out", type=click.Path(file_okay=False), default=None,
@@ -56,16 +64,21 @@ def sim() -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.pass_context
 def run_cmd(ctx, policy, seed, out, as_json, progress, **recipe) -> None:
-    """Replay one trace under one policy and print its figures."""
+    """Replay one trace under one policy and print its figures (and how many jobs it left unfinished)."""
+    from slurm_elastico.planner import policies
     from slurm_elastico.sim import compare as cmp
-    from slurm_elastico.sim import metrics
 
-    cfg, sim_s, truth, make, model = setup(settings(ctx), **recipe)
+    cfg = settings(ctx)
     name = policy or cfg.planner.policy
+    policies.get(name)  # an unknown name fails before the trace is loaded
+    s = setup(cfg, **recipe)
     bar = ProgressBar(sys.stderr.isatty() if progress is None else progress)
-    result = cmp.compare(make, [name], [seed], cfg, sim_s, model, truth, bar)
+    result = cmp.compare(s.make, [name], [seed], s.cfg, s.sim, s.model, s.truth, bar, s.seed_varies)
     bar.done()
-    _emit(result, out, as_json, metrics)
+    _emit(result, out, as_json)
+    for p, sd, c, n in result.incomplete():
+        click.echo(f"warning: policy {p} seed {sd} left {c} of {n} jobs unfinished; the means are over finished "
+                   "jobs only", err=True)
 
 
 @sim.command("compare")
@@ -76,38 +89,48 @@ def run_cmd(ctx, policy, seed, out, as_json, progress, **recipe) -> None:
 @click.option("--loads", default=None, help="synthetic: comma-separated loads for a sweep (writes load_sweep.png)")
 @click.pass_context
 def compare_cmd(ctx, names, seeds, loads, out, as_json, progress, **recipe) -> None:
-    """Every policy over several seeds: mean and 95 % interval of each figure, ratio to the lower bound."""
+    """Every policy over several seeds: mean and 95 % interval of each figure, ratio to the lower bound.
+
+    Fails (exit 5) after printing if any run left jobs unfinished.
+    """
     from slurm_elastico.planner import policies
     from slurm_elastico.sim import compare as cmp
-    from slurm_elastico.sim import metrics
 
     names_l = [n.strip() for n in names.split(",")] if names else list(policies.REGISTRY)
+    for n in names_l:
+        policies.get(n)  # an unknown name fails before the trace is loaded
     bar = ProgressBar(sys.stderr.isatty() if progress is None else progress)
     if loads:
-        def each(ld, agg):
+        def each(ld, res):
             if not as_json:
                 bar.done()
-                click.echo(f"load {ld:g}:\n" + metrics.table(agg, SHOWN))
+                click.echo(f"load {ld:g}:\n" + res.table(SHOWN))
 
-        sweep, report = load_sweep(lambda ld: setup(settings(ctx), **{**recipe, "load": ld}),
-                                   [float(x) for x in loads.split(",")], names_l, seeds, bar, each)
+        loads_f = [float(x) for x in loads.split(",")]
+        sweep, report, results = load_sweep(lambda ld: setup(settings(ctx), **{**recipe, "load": ld}),
+                                            loads_f, names_l, seeds, bar, each)
         bar.done()
         if out:
             write_sweep(sweep, report, out)
         if as_json:
             click.echo(json.dumps(report, sort_keys=True))
+        bad = [(f"{p} at load {ld:g}", sd, c, n) for ld, res in zip(loads_f, results) for p, sd, c, n in
+               res.incomplete()]
+        if bad:
+            raise cmp.Incomplete(bad)
         return
-    cfg, sim_s, truth, make, model = setup(settings(ctx), **recipe)
-    result = cmp.compare(make, names_l, range(seeds), cfg, sim_s, model, truth, bar)
+    s = setup(settings(ctx), **recipe)
+    result = cmp.compare(s.make, names_l, range(seeds), s.cfg, s.sim, s.model, s.truth, bar, s.seed_varies)
     bar.done()
-    _emit(result, out, as_json, metrics)
+    _emit(result, out, as_json)
+    result.check_complete()
 
 
 SHOWN = ("mean_jct_h", "median_jct_h", "p99_jct_h", "makespan_h", "util_arrivals", "mean_queue_h",
          "reshapes_per_job", "ftf_mean", "ratio_to_lb")
 
 
-def _emit(result, out, as_json, metrics) -> None:
+def _emit(result, out, as_json) -> None:
     from slurm_elastico.sim import compare as cmp
 
     if out:
@@ -116,4 +139,4 @@ def _emit(result, out, as_json, metrics) -> None:
     if as_json:
         click.echo(json.dumps(result.to_json(), sort_keys=True))
     else:
-        click.echo(metrics.table(result.aggregated(), SHOWN))
+        click.echo(result.table(SHOWN))

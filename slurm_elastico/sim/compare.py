@@ -2,7 +2,13 @@
 
 `compare` is what `elastico sim compare` and the benchmark call. A seed
 changes the trace where the recipe draws (synthetic mixes, Philly's model
-assignment) and the profiling error; every policy sees the same traces.
+assignment), the arrival jitter of a fixed trace (see `experiment.setup`)
+and the profiling error; every policy sees the same traces. What it varies
+is said in `Comparison.seed_varies`, printed with the table.
+
+A run that leaves jobs unfinished is kept and reported (`unfinished`), never
+dropped: its means are over finished jobs and marked, and the comparison is
+not a result — `check_complete` raises `Incomplete` naming each such run.
 """
 
 from __future__ import annotations
@@ -10,10 +16,11 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from slurm_elastico.config import Settings
+from slurm_elastico.errors import ElasticoError
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.planner import policies
 from slurm_elastico.sim import metrics, plots
@@ -23,37 +30,102 @@ from slurm_elastico.sim.trace import TraceJob
 from slurm_elastico.sim.truth import GroundTruth
 
 
+class Incomplete(ElasticoError):
+    """Runs of a comparison left jobs unfinished, so its figures are not a result; names each policy and seed."""
+
+    exit_code = 5
+
+    def __init__(self, runs: Sequence[tuple[str, int, int, int]]):
+        self.runs = tuple(runs)
+        lines = "\n".join(f"  - policy {p} seed {s}: {c} of {n} jobs unfinished" for p, s, c, n in self.runs)
+        super().__init__(f"{len(self.runs)} run(s) left jobs unfinished; their means are over finished jobs only "
+                         f"and the comparison is not a result:\n{lines}")
+
+
 @dataclass
 class Comparison:
     runs: dict[str, list[RunResult]]
     summaries: dict[str, list[dict[str, float]]]
+    traces: dict[int, list[TraceJob]] = field(default_factory=dict)
+    """The trace of each seed, as every policy got it (names the unfinished jobs)."""
+    seed_varies: str = ""
+    """What differs between seeds, in words (printed with the table)."""
 
     def aggregated(self) -> dict[str, dict[str, tuple[float, float]]]:
         return {p: metrics.aggregate(s) for p, s in self.summaries.items()}
 
+    def unfinished(self) -> dict[str, dict[int, tuple[int, int]]]:
+        """{policy: {seed: (jobs left unfinished, jobs given)}}."""
+        return {p: {r.seed: (r.unfinished, len(r.jobs) + r.unfinished) for r in rs} for p, rs in self.runs.items()}
+
+    def incomplete(self) -> list[tuple[str, int, int, int]]:
+        """(policy, seed, unfinished, jobs) of every run that left jobs unfinished."""
+        return [(p, s, c, n) for p, per in self.unfinished().items() for s, (c, n) in per.items() if c]
+
+    def unfinished_ids(self, r: RunResult) -> list[int]:
+        """The job ids of `r`'s trace that `r` did not finish (empty when the trace was not kept)."""
+        done = {j.job_id for j in r.jobs}
+        return [j.job_id for j in self.traces.get(r.seed, []) if j.job_id not in done]
+
+    def check_complete(self) -> None:
+        """Raise `Incomplete` if any run left a job unfinished."""
+        bad = self.incomplete()
+        if bad:
+            raise Incomplete(bad)
+
+    def table(self, figures: Sequence[str]) -> str:
+        """The aggregated figures per policy with each row's unfinished jobs, then what the seeds varied."""
+        seeds = sorted({r.seed for rs in self.runs.values() for r in rs})
+        text = metrics.table(self.aggregated(), figures, self.unfinished())
+        if self.seed_varies:
+            label = f"seed {seeds[0]}" if len(seeds) == 1 else f"{len(seeds)} seeds ({_span(seeds)})"
+            text += f"\n{label}; a seed varies {self.seed_varies}"
+        return text
+
     def to_json(self) -> dict:
+        """{"policies": {policy: {figure: {mean, ci95, unfinished}, unfinished_by_seed}}, "complete", "unfinished",
+        "seeds", "seed_varies"}; `unfinished` beside each mean over finished jobs is the policy's total."""
         agg = self.aggregated()
-        return {p: {k: {"mean": m, "ci95": h} for k, (m, h) in a.items()} for p, a in agg.items()}
+        per = self.unfinished()
+        out: dict = {}
+        for p, a in agg.items():
+            total = sum(c for c, _ in per[p].values())
+            out[p] = {k: {"mean": m, "ci95": h} | ({"unfinished": total} if k in metrics.OVER_FINISHED else {})
+                      for k, (m, h) in a.items()}
+            out[p]["unfinished_by_seed"] = {str(s): c for s, (c, _) in per[p].items()}
+            out[p]["jobs_by_seed"] = {str(s): n for s, (_, n) in per[p].items()}
+        bad = [{"policy": p, "seed": r.seed, "unfinished": r.unfinished, "jobs": len(r.jobs) + r.unfinished,
+                "job_ids": self.unfinished_ids(r)} for p, rs in self.runs.items() for r in rs if r.unfinished]
+        seeds = sorted({r.seed for rs in self.runs.values() for r in rs})
+        return {"policies": out, "complete": not bad, "unfinished": bad, "seeds": seeds,
+                "seed_varies": self.seed_varies, "means_over": "finished jobs"}
+
+
+def _span(seeds: Sequence[int]) -> str:
+    contiguous = list(seeds) == list(range(seeds[0], seeds[0] + len(seeds)))
+    return f"{seeds[0]}..{seeds[-1]}" if contiguous else ", ".join(map(str, seeds))
 
 
 def compare(make_trace: Callable[[int], Sequence[TraceJob]], names: Sequence[str], seeds: Sequence[int],
             settings: Settings, sim: SimSettings, model: SlowdownModel | None, truth: GroundTruth | None = None,
-            on_progress: Callable[[str, int, float], None] | None = None) -> Comparison:
-    """Every policy in `names` on `make_trace(seed)` for every seed."""
+            on_progress: Callable[[str, int, float], None] | None = None, seed_varies: str = "") -> Comparison:
+    """Every policy in `names` on `make_trace(seed)` for every seed; `seed_varies` says what a seed changes."""
     for n in names:
         policies.get(n)
     truth = truth or GroundTruth()
     runs: dict[str, list[RunResult]] = {n: [] for n in names}
+    traces: dict[int, list[TraceJob]] = {}
     for seed in seeds:
-        trace = make_trace(seed)
+        trace = traces[seed] = list(make_trace(seed))
         for n in names:
             cb = (lambda f, n=n, seed=seed: on_progress(n, seed, f)) if on_progress else None
             runs[n].append(run(trace, n, settings, sim, model, truth, seed, cb))
-    return Comparison(runs, {n: [metrics.summarize(r) for r in rs] for n, rs in runs.items()})
+    return Comparison(runs, {n: [metrics.summarize(r) for r in rs] for n, rs in runs.items()}, traces, seed_varies)
 
 
 def write(result: Comparison, out: str | Path, plot: bool = True) -> list[Path]:
-    """runs.csv (one row per policy and seed), jobs.csv (one row per job), summary.json, and PNG plots."""
+    """runs.csv (one row per policy and seed), jobs.csv (one row per job, unfinished ones with `finished` 0 and
+    no start, end or JCT), summary.json, and PNG plots."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "runs.csv", out / "jobs.csv", out / "summary.json"]
@@ -66,12 +138,17 @@ def write(result: Comparison, out: str | Path, plot: bool = True) -> list[Path]:
     with paths[1].open("w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         cols = ["job_id", "kind", "app", "gpus", "submit", "first_start", "end", "restarts", "work", "best_s"]
-        w.writerow(["policy", "seed", *cols, "jct"])
+        w.writerow(["policy", "seed", *cols, "jct", "finished"])
         for p, rs in result.runs.items():
             for r in rs:
                 for j in r.jobs:
                     d = asdict(j)
-                    w.writerow([p, r.seed, *(d[c] for c in cols), j.jct])
+                    w.writerow([p, r.seed, *(d[c] for c in cols), j.jct, 1])
+                left = set(result.unfinished_ids(r))
+                for t in result.traces.get(r.seed, []):
+                    if t.job_id in left:
+                        w.writerow([p, r.seed, t.job_id, t.kind, t.app, t.gpus, t.submit_s, "", "", "", t.work,
+                                    "", "", 0])
     paths[2].write_text(json.dumps(result.to_json(), indent=2, sort_keys=True))
     if plot:
         paths.append(plots.jct_cdf(result.runs, out / "jct_cdf.png"))

@@ -1,7 +1,12 @@
 """A simulation experiment as `elastico sim` sets it up: settings, trace recipe, ground truth and model; the load sweep.
 
 `setup` reads the `sim:` section of a YAML file, applies the command line's
-overrides and returns a trace factory per seed (`trace.load`); `load_sweep`
+overrides and returns a trace factory per seed (`trace.load`), every trace
+checked runnable on the cluster (`check_runnable`: some job, none asking
+more GPUs or GPU memory than there are), and says what a seed varies. A
+fixed trace (Pollux, a CSV) is loaded once and each seed's replica gets its
+own arrival jitter (`trace.jitter_arrivals`, ±`jitter_s`), so seeds vary
+something real besides the profiling noise. `load_sweep`
 runs `compare.compare` at several offered loads and `write_sweep` saves the
 result (sweep.json, load_sweep.png); `ProgressBar` shows the runs' progress.
 The command: `slurm_elastico.cli.sim`.
@@ -14,10 +19,73 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any, NamedTuple
 
 
-def setup(cfg, trace_name, jobs, load, infer_fraction, hours, gpus, epoch_s, window_s, colocation, sim_config):
-    """`cfg`, the simulator's settings, the ground truth, a trace factory `make(seed)` and `cfg`'s slowdown model."""
+class Setup(NamedTuple):
+    cfg: Any
+    sim: Any
+    truth: Any
+    make: Callable[[int], list]
+    """The trace of a seed."""
+    model: Any
+    seed_varies: str
+    """What a seed changes, in words (`Comparison.seed_varies`)."""
+
+
+def seed_varies(trace_name: str, jitter_s: float, profile_noise: float) -> str:
+    """What differs between seeds of `trace_name`: the trace itself, the jobs' drawn apps, or arrival jitter; and
+    the profiling noise. Says so when nothing does (then "± 0" is not replication)."""
+    from slurm_elastico.sim import trace as traces
+
+    kind = trace_name.partition(":")[0]
+    if kind == "synthetic":
+        parts = ["the synthetic trace itself (arrivals, durations, apps and batches, inference sizes)"]
+    elif not traces.is_fixed(trace_name):
+        parts = ["the app and global batch drawn for each job (arrivals and durations are the trace's)"]
+    elif jitter_s > 0:
+        parts = [f"the arrival jitter (each arrival moved by a seeded uniform offset within ±{jitter_s:g} s)"]
+    else:
+        parts = []
+    if profile_noise > 0:
+        parts.append(f"the profiling noise (lognormal, sigma {profile_noise:g})")
+    if not parts:
+        return "nothing (arrival jitter and profiling noise are off): every seed replays the same run"
+    return " and ".join(parts)
+
+
+def check_runnable(jobs, truth, sim, source: str) -> None:
+    """Raise one `ConfigError` unless every job can run on the cluster of `sim`: `trace.check_cluster` (some job,
+    none asking more GPUs than there are), then GPU memory: a one-GPU training job whose smallest micro-batch, or
+    an inference job whose smallest vLLM shape, does not fit in a GPU would never get a shape."""
+    from slurm_elastico.errors import ConfigError
+    from slurm_elastico.sim import families
+    from slurm_elastico.sim import trace as traces
+
+    traces.check_cluster(jobs, sim.gpus, source)
+    mem = float(sim.gpu_memory_mib)
+    problems = []
+    for j in jobs:
+        if j.kind == "train" and j.gpus == 1:
+            m = min(families.micro_batches(truth, j.app, j.global_batch))
+            need = truth.train_mem_mib(j.app, m)
+            if need > mem:
+                problems.append(f"job {j.job_id} ({j.app}, global batch {j.global_batch}) needs {need:.0f} MiB of "
+                                f"GPU memory at its smallest micro-batch {m}; a GPU has {mem:.0f} MiB "
+                                "(sim.gpu_memory_mib)")
+        elif j.kind == "infer" and not any(
+                truth.infer_speed(j.context_tokens, j.generated_tokens, g, n, kv, 100, mem) > 0
+                for g in families.GMUS for n in families.SEQS for kv in families.KV):
+            problems.append(f"job {j.job_id} (inference) fits no vLLM shape in a GPU of {mem:.0f} MiB "
+                            "(sim.gpu_memory_mib)")
+    if problems:
+        raise ConfigError(source, problems)
+
+
+def setup(cfg, trace_name, jobs, load, infer_fraction, hours, gpus, epoch_s, window_s, colocation, sim_config,
+          jitter_s=None) -> Setup:
+    """`cfg`, the simulator's settings, the ground truth, a trace factory `make(seed)`, `cfg`'s slowdown model and
+    what a seed varies. `jitter_s` (default `trace.DEFAULT_JITTER_S`) jitters a fixed trace's arrivals per seed."""
     import yaml
 
     from slurm_elastico.interference import load_model
@@ -34,35 +102,51 @@ def setup(cfg, trace_name, jobs, load, infer_fraction, hours, gpus, epoch_s, win
                                  ("colocation", colocation)) if v is not None}
     sim = sim_settings.replace(sim, **changes)
     truth = GroundTruth()
+    jitter = traces.DEFAULT_JITTER_S if jitter_s is None else float(jitter_s)
 
-    def make(seed: int):
-        return traces.load(trace_name, truth, seed, n_jobs=jobs, gpus=sim.gpus, load=load,
-                           infer_fraction=infer_fraction, hours=hours, gpu_memory_mib=sim.gpu_memory_mib)
+    def load_seed(seed: int):
+        got = traces.load(trace_name, truth, seed, n_jobs=jobs, gpus=sim.gpus, load=load,
+                          infer_fraction=infer_fraction, hours=hours, gpu_memory_mib=sim.gpu_memory_mib)
+        check_runnable(got, truth, sim, trace_name)
+        return got
 
-    return cfg, sim, truth, make, load_model(cfg.interference.model)
+    if traces.is_fixed(trace_name):
+        base = load_seed(0)  # before any run: a bad trace fails at once
+
+        def make(seed: int):
+            return traces.jitter_arrivals(base, seed, jitter)
+    else:
+        make = load_seed
+        jitter = 0.0
+    return Setup(cfg, sim, truth, make, load_model(cfg.interference.model),
+                 seed_varies(trace_name, jitter, sim.profile_noise))
 
 
-def load_sweep(setup_for: Callable[[float], tuple], loads: Iterable[float], names: Sequence[str], seeds: int,
-               progress, each: Callable[[float, dict], None] | None = None) -> tuple[dict, dict]:
-    """Every policy of `names` over seeds 0..seeds-1 at each load: mean JCT per policy and load, each load's report.
+def load_sweep(setup_for: Callable[[float], Setup], loads: Iterable[float], names: Sequence[str], seeds: int,
+               progress, each: Callable[[float, Any], None] | None = None) -> tuple[dict, dict, list]:
+    """Every policy of `names` over seeds 0..seeds-1 at each load: mean JCT per policy and load, each load's report,
+    and the comparisons (check each with `check_complete`: a load with unfinished jobs is not a result).
 
-    `setup_for(load)` gives `(settings, sim settings, truth, make, model)`;
-    `each(load, aggregated)` is called after each load.
+    `setup_for(load)` gives a `Setup`; `each(load, comparison)` is called after each load. A sweep point is
+    (load, mean, 95 % half-width, unfinished jobs over the seeds).
     """
     from slurm_elastico.sim import compare as cmp
 
-    sweep: dict[str, list[tuple[float, float, float]]] = {n: [] for n in names}
+    sweep: dict[str, list[tuple[float, float, float, int]]] = {n: [] for n in names}
     report = {}
+    results = []
     for ld in loads:
-        cfg, sim_s, truth, make, model = setup_for(ld)
-        res = cmp.compare(make, names, range(seeds), cfg, sim_s, model, truth, progress)
+        s = setup_for(ld)
+        res = cmp.compare(s.make, names, range(seeds), s.cfg, s.sim, s.model, s.truth, progress, s.seed_varies)
         agg = res.aggregated()
+        left = res.unfinished()
         for n in names:
-            sweep[n].append((ld, *agg[n]["mean_jct_h"]))
+            sweep[n].append((ld, *agg[n]["mean_jct_h"], sum(c for c, _ in left[n].values())))
         report[str(ld)] = res.to_json()
+        results.append(res)
         if each is not None:
-            each(ld, agg)
-    return sweep, report
+            each(ld, res)
+    return sweep, report, results
 
 
 def write_sweep(sweep: dict, report: dict, out: str) -> None:

@@ -10,6 +10,12 @@ one GPU at most — as its mean, p99 and Jain's index, and the lower bound on
 mean JCT (every job alone at its fastest shape from submission) with the
 run's ratio to it.
 
+Every figure from jobs is over the jobs the run finished: a job left
+unfinished (never started, or still running when the run gave up) has no
+JCT. So the run's `unfinished` count (and `jobs`, all it was given) travels
+beside every mean — in each table row, marked `*`, and in the JSON — and a
+comparison with any unfinished job is not a result (`compare.Incomplete`).
+
 Across seeds (`aggregate`): mean and the half-width of a Student-t 95 %
 confidence interval for every figure.
 """
@@ -17,7 +23,7 @@ confidence interval for every figure.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from scipy import stats
@@ -27,15 +33,19 @@ from slurm_elastico.sim.engine import RunResult
 H = 3600.0
 FIGURES = ("mean_jct_h", "median_jct_h", "p99_jct_h", "makespan_h", "train_samples_per_h", "infer_requests_per_h",
            "util", "util_arrivals", "mean_queue_h", "reshapes_per_job", "ftf_mean", "ftf_p99", "ftf_jain",
-           "lower_bound_h", "ratio_to_lb", "unfinished", "events_per_s", "plan_ms_per_epoch", "wall_s")
+           "lower_bound_h", "ratio_to_lb", "unfinished", "jobs", "events_per_s", "plan_ms_per_epoch", "wall_s")
+OVER_FINISHED = tuple(f for f in FIGURES if f not in ("unfinished", "jobs", "events_per_s", "plan_ms_per_epoch",
+                                                       "wall_s"))
+"""The figures computed over finished jobs only (the makespan and utilisation end at the last completion)."""
 LOWER_IS_BETTER = {"mean_jct_h", "median_jct_h", "p99_jct_h", "makespan_h", "mean_queue_h", "ftf_mean", "ftf_p99",
                    "ratio_to_lb"}
 
 
 def summarize(r: RunResult) -> dict[str, float]:
-    """One run's figures (hours for times; NaN where the run finished no job)."""
+    """One run's figures (hours for times; NaN where the run finished no job), over its finished jobs."""
+    counts = {"unfinished": float(r.unfinished), "jobs": float(len(r.jobs) + r.unfinished)}
     if not r.jobs:
-        return {k: math.nan for k in FIGURES} | {"unfinished": float(r.unfinished)}
+        return {k: math.nan for k in FIGURES} | counts
     jct = np.array([j.jct for j in r.jobs])
     best = np.array([j.best_s for j in r.jobs])
     ftf = jct / np.maximum(best, 1e-9)
@@ -58,7 +68,7 @@ def summarize(r: RunResult) -> dict[str, float]:
         "ftf_jain": float(ftf.sum() ** 2 / (len(ftf) * (ftf ** 2).sum())),
         "lower_bound_h": lb / H,
         "ratio_to_lb": float(jct.mean()) / lb if lb > 0 else math.nan,
-        "unfinished": float(r.unfinished),
+        **counts,
         "events_per_s": r.events / max(r.wall_s, 1e-9),
         "plan_ms_per_epoch": 1000.0 * r.plan_s / max(r.epochs_planned, 1),
         "wall_s": r.wall_s,
@@ -88,15 +98,51 @@ def separated(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return ma + ha < mb - hb or mb + hb < ma - ha
 
 
-def table(rows: dict[str, dict[str, tuple[float, float]]], figures: Sequence[str]) -> str:
-    """A fixed-width text table: one row per policy, `mean ± half-width` per figure."""
-    head = ["policy"] + list(figures)
+Unfinished = Mapping[int, tuple[int, int]]
+"""One policy's runs: {seed: (jobs left unfinished, jobs given)}."""
+
+
+def unfinished_cell(per_seed: Unfinished) -> str:
+    """`0`; `42 of 160` for one seed; `7 (seed 0: 3/40, seed 2: 4/40)` over several."""
+    total = sum(c for c, _ in per_seed.values())
+    if total == 0:
+        return "0"
+    if len(per_seed) == 1:
+        (c, n), = per_seed.values()
+        return f"{c} of {n}"
+    return f"{total} (" + ", ".join(f"seed {s}: {c}/{n}" for s, (c, n) in per_seed.items() if c) + ")"
+
+
+def table(rows: Mapping[str, Mapping[str, tuple[float, float]]], figures: Sequence[str],
+          unfinished: Mapping[str, Unfinished] | None = None) -> str:
+    """A fixed-width text table: one row per policy, its unfinished jobs, then `mean ± half-width` per figure.
+
+    A row with unfinished jobs has its means over finished jobs marked `*`,
+    explained under the table. Without `unfinished` ({policy: {seed:
+    (count, jobs)}}) the count is the mean per seed from `rows`.
+    """
+    head = ["policy", "unfinished"] + list(figures)
     lines = [head]
+    notes = []
     for name, agg in rows.items():
-        cells = [name]
+        if unfinished is not None and name in unfinished:
+            per_seed = unfinished[name]
+            count = sum(c for c, _ in per_seed.values())
+            cell = unfinished_cell(per_seed)
+        else:
+            count = agg["unfinished"][0]
+            cell = "0" if count == 0 else f"{count:.3g} per seed"
+        mark = "*" if count else ""
+        if count:
+            notes.append(name)
+        cells = [name, cell]
         for f in figures:
             m, h = agg[f]
-            cells.append(f"{m:.3g}" + ("" if math.isnan(h) else f" ± {h:.2g}"))
+            cells.append(f"{m:.3g}" + ("" if math.isnan(h) else f" ± {h:.2g}") + (mark if f in OVER_FINISHED else ""))
         lines.append(cells)
     widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in lines)
+    text = "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in lines)
+    if notes:
+        text += (f"\n* over finished jobs only: {', '.join(notes)} left jobs unfinished, so "
+                 f"{'its' if len(notes) == 1 else 'their'} figures are not a result")
+    return text

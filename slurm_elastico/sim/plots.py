@@ -33,13 +33,19 @@ def _save(plt, fig, ax, path: str | Path) -> Path:
 
 
 def jct_cdf(runs: Mapping[str, Sequence[RunResult]], path: str | Path) -> Path:
-    """CDF of job completion time per policy, every seed's jobs pooled."""
+    """CDF of job completion time per policy, every seed's jobs pooled.
+
+    The fraction is of all jobs given, so a policy that left jobs unfinished
+    never reaches 1 (and says how many in its label).
+    """
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, rs in runs.items():
         jct = np.sort([j.jct / 3600 for r in rs for j in r.jobs])
+        left = sum(r.unfinished for r in rs)
         if len(jct):
-            ax.step(jct, np.arange(1, len(jct) + 1) / len(jct), where="post", label=name)
+            label = f"{name} ({left} unfinished)" if left else name
+            ax.step(jct, np.arange(1, len(jct) + 1) / (len(jct) + left), where="post", label=label)
     ax.set_xscale("log")
     ax.set_xlabel("job completion time (h)")
     ax.set_ylabel("fraction of jobs")
@@ -60,15 +66,24 @@ def utilization(runs: Mapping[str, Sequence[RunResult]], path: str | Path) -> Pa
     return _save(plt, fig, ax, path)
 
 
-def load_sweep(points: Mapping[str, Sequence[tuple[float, float, float]]], path: str | Path,
+def load_sweep(points: Mapping[str, Sequence[tuple[float, ...]]], path: str | Path,
                ylabel: str = "mean JCT (h)") -> Path:
-    """A figure against offered load per policy: {policy: [(load, mean, 95 % half-width)]}."""
+    """A figure against offered load per policy: {policy: [(load, mean, 95 % half-width[, unfinished])]}.
+
+    A point whose runs left jobs unfinished (the optional fourth value > 0)
+    is drawn hollow and counted in the label: its mean is over finished jobs.
+    """
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, pts in points.items():
-        p = np.array(sorted(pts), dtype=float)
+        p = np.array(sorted(tuple(x) + (0.0,) * (4 - len(x)) for x in pts), dtype=float)
         if len(p):
-            ax.errorbar(p[:, 0], p[:, 1], yerr=np.nan_to_num(p[:, 2]), label=name, marker="o", capsize=3)
+            left = int(p[:, 3].sum())
+            bar = ax.errorbar(p[:, 0], p[:, 1], yerr=np.nan_to_num(p[:, 2]), marker="o", capsize=3,
+                              label=f"{name} ({left} unfinished, hollow)" if left else name)
+            bad = p[:, 3] > 0
+            if bad.any():
+                ax.plot(p[bad, 0], p[bad, 1], "o", mfc="white", mec=bar[0].get_color(), ms=8)
     ax.set_xlabel("offered load")
     ax.set_ylabel(ylabel)
     return _save(plt, fig, ax, path)

@@ -19,12 +19,19 @@ Loaders turn public traces into this: Pollux workloads (`pollux`), Philly
 training/inference generator (`synthetic`) whose inference jobs are sized
 from the Azure LLM request trace (`azure_requests`). Every loader takes a
 seed where it draws anything, so a trace is reproducible.
+
+A fixed trace (a Pollux workload or a CSV) draws nothing, so replicas of it
+differ only by what `jitter_arrivals` moves: each arrival by its own seeded
+uniform offset within ±`jitter_s` (`DEFAULT_JITTER_S`). `check_cluster` is
+what a run needs beyond a well-formed trace: at least one job, and none
+asking more GPUs than the cluster has (Slurm would hold it pending forever).
 """
 
 from __future__ import annotations
 
 import csv
 import math
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -37,6 +44,11 @@ from slurm_elastico.sim.truth import DATA, GPU_MEM_MIB, GroundTruth, _read_csv
 COLUMNS = ("job_id", "submit_s", "kind", "app", "gpus", "work", "global_batch", "share", "context_tokens",
            "generated_tokens")
 INFER_APP = "llm"
+DEFAULT_JITTER_S = 60.0
+"""Arrival jitter of a fixed trace's replicas (`elastico sim --jitter-s`): small beside Pollux's minutes between
+arrivals and hours of work, large beside an epoch, so replicas order their planning differently."""
+SEEDED = ("synthetic", "philly", "alibaba")
+"""Trace kinds that draw from the seed; the others (pollux, pollux1, a CSV) give the same jobs at the same times."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +93,50 @@ def validate(jobs: Sequence[TraceJob], truth: GroundTruth, source: str = "trace"
             problems.append(f"{where}: inference needs context_tokens and generated_tokens > 0")
     if problems:
         raise ConfigError(source, problems)
+
+
+def check_cluster(jobs: Sequence[TraceJob], gpus: int, source: str = "trace") -> None:
+    """Raise one `ConfigError` if the trace has no job or a job asks for more GPUs than the `gpus` there are.
+
+    Either would make a run with nothing to measure: no job gives NaN
+    figures, and an oversize job stays pending forever (left unfinished).
+    """
+    if not jobs:
+        raise ConfigError(source, ["the trace has no jobs (an empty or header-only file, or a slice with no "
+                                   "submissions)"])
+    problems = [f"job {j.job_id} asks for {j.gpus} GPUs; the cluster has {gpus} (--gpus or sim.gpus)"
+                for j in jobs if j.gpus > gpus]
+    if problems:
+        raise ConfigError(source, problems)
+
+
+def is_fixed(name: str) -> bool:
+    """Whether the trace spec `name` (as `load` takes it) gives the same jobs at the same times for every seed."""
+    return name.partition(":")[0] not in SEEDED
+
+
+def jitter_arrivals(jobs: Sequence[TraceJob], seed: int, jitter_s: float = DEFAULT_JITTER_S) -> list[TraceJob]:
+    """The jobs with each arrival moved by a seeded uniform offset in [-jitter_s, +jitter_s], in submission order.
+
+    What replicates a fixed trace: the offset of a job depends only on
+    (seed, job_id), so the result does not depend on the input's order and
+    the same seed gives the same trace. Times are clipped at 0 (a trace
+    starts there), which keeps every job within the bound; `jitter_s` 0
+    returns the trace unchanged.
+    """
+    if not (jitter_s >= 0 and math.isfinite(jitter_s)):
+        raise ConfigError("jitter", [f"jitter_s {jitter_s!r} must be a finite number >= 0"])
+    if jitter_s == 0:
+        out = list(jobs)
+    else:
+        out = [replace(j, submit_s=max(0.0, j.submit_s + _offset(seed, j.job_id, jitter_s))) for j in jobs]
+    return sorted(out, key=lambda j: (j.submit_s, j.job_id))
+
+
+def _offset(seed: int, job_id: int, jitter_s: float) -> float:
+    # Its own stream per (seed, job), like the families' profiling noise, so no job's draw depends on another's.
+    rng = np.random.default_rng(zlib.crc32(f"arrival:{seed}:{job_id}".encode()))
+    return float(rng.uniform(-jitter_s, jitter_s))
 
 
 def read_csv(path: str | Path, truth: GroundTruth | None = None) -> list[TraceJob]:

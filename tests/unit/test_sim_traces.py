@@ -102,8 +102,8 @@ def test_cli_run_and_compare(tmp_path):
     runner = CliRunner()
     res = runner.invoke(main, ["sim", "run", "--jobs", "20", "--gpus", "4", "--policy", "static", "--json"])
     assert res.exit_code == 0, res.output
-    out = json.loads(res.output.strip().splitlines()[-1])
-    assert out["static"]["mean_jct_h"]["mean"] > 0
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["policies"]["static"]["mean_jct_h"]["mean"] > 0 and out["complete"] is True
     res = runner.invoke(main, ["sim", "compare", "--jobs", "12", "--gpus", "2", "--seeds", "2",
                                "--policies", "static,elastico", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
