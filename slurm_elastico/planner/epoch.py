@@ -200,7 +200,7 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
         j.weight = weights.weight_of(j.view, j.table.family, ps.fairness, now, progress.get(j.view.job_id))
     pending = [j for j in jobs if not j.running]
     running = [j for j in jobs if j.running]
-    elastic = [j for j in running if policy.reshape and _elastic(j, state)] if any(
+    elastic = [j for j in running if policy.reshape and _elastic(j, state, now, ps.reshape_cost_s)] if any(
         r.gpus for t in tables.values() for r in t.rows) else []
     notes: list[str] = []
 
@@ -229,12 +229,15 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
 
     # -- elastic running jobs give back what the queue prices above their use --
     reshaped: dict[int, tuple[int, float]] = {}
+    shrunk: dict[int, tuple[Row, tuple[int, ...]]] = {}  # what each shrunk job held before
     for j in sorted(elastic, key=lambda j: (j.weight, j.view.job_id)):
         t = targets[j.view.job_id]
         if _size(j.table.rows[t], state, j.seat.gpu) < _size(j.seat.row, state, j.seat.gpu):
-            got = _regang(j, state, t, now, progress, ps.reshape_cost_s, shrink=True)
+            before = (j.seat.row, j.seat.gang or (j.seat.gpu,))
+            got = _regang(j, state, t, now, progress, ps.reshape_cost_s)
             if got is not None:
                 reshaped[j.view.job_id] = got
+                shrunk[j.view.job_id] = before
 
     # -- packing --------------------------------------------------------------
     order = policy.order(pending)
@@ -265,14 +268,25 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
         t = pending[i].table
         _place(pending[i], state, [s for s in t.by_speed if not t.rows[s].gpus]
                + sorted((s for s in t.by_speed if t.rows[s].gpus), key=lambda s: (t.rows[s].gpus, -t.rows[s].tput)))
+    for j in elastic:  # a shrink whose GPUs nobody took would be a restart for nothing: undone
+        if j.view.job_id in shrunk:
+            old, held = shrunk[j.view.job_id]
+            if all(not state.occ[g] or state.occ[g] == [j.seat] for g in held):
+                state.remove(j.seat)
+                if old.gpus:
+                    state.place_gang(j.seat, old, held)
+                else:
+                    state.place(j.seat, old, held[0])
+                del reshaped[j.view.job_id]
     if policy.price:
         for i in order:
             _upgrade(pending[i], state)
 
     # -- running jobs ---------------------------------------------------------
     if policy.reshape:
+        waiting = any(j.seat.gpu < 0 for j in pending)
         for j in sorted(elastic, key=lambda j: (-j.weight, j.view.job_id)):
-            if j.view.job_id not in reshaped:  # grow into what the packing left idle
+            if j.view.job_id not in reshaped and not waiting:  # grow into what nobody waiting could use
                 got = _grow(j, state, targets[j.view.job_id], now, progress, ps.reshape_cost_s, ps.hysteresis)
                 if got is not None:
                     reshaped[j.view.job_id] = got
@@ -411,7 +425,8 @@ def _problem(pending: list[Job], state: GpuState, per_gpu: np.ndarray, elastic: 
     w = np.array([j.weight for j in every], dtype=float)
     v = value[idx]
     open_gpus = [g for g, f in enumerate(state.free_share) if f > 0]
-    open_nodes = sorted({state.gpu_node[g] for g in open_gpus})
+    held = {g: j for j in elastic for g in (j.seat.gang or (j.seat.gpu,))}  # GPUs an elastic job could give back
+    open_nodes = sorted({state.gpu_node[g] for g in (*open_gpus, *held)})
     free = np.array([
         sum(state.free_share[g] for g in open_gpus),
         sum(max(0.0, state.free_mem[g]) for g in open_gpus),
@@ -428,9 +443,9 @@ def _problem(pending: list[Job], state: GpuState, per_gpu: np.ndarray, elastic: 
         penalty[k, :len(rows)] += charge
         penalty[k, j.seat.row.slot] -= charge
         optional[k] = False
-        held = j.seat.gang or (j.seat.gpu,)
-        free += np.array([sum(state.total_share[g] for g in held), len(held) * j.seat.row.mem,
-                          j.seat.row.cpus, j.seat.row.hmem])
+        mine = j.seat.gang or (j.seat.gpu,)
+        free += np.array([sum(state.total_share[g] for g in mine), sum(max(0.0, state.free_mem[g]) + j.seat.row.mem
+                                                                       for g in mine), j.seat.row.cpus, j.seat.row.hmem])
     cap = free / per_gpu
     if cap[0] <= 0:
         allow[:len(pending)] = False
@@ -511,10 +526,17 @@ def _size(row: Row, state: GpuState, g: int) -> float:
     return float(row.gpus) if row.gpus else row.share / state.total_share[g]
 
 
-def _elastic(job: Job, state: GpuState) -> bool:
-    """A running job that holds whole GPUs, may be requeued, and whose family has data-parallel shapes."""
+DWELL_RESTARTS = 10
+"""An elastic job keeps a GPU count for at least this many restart costs before it is reshaped again, so
+restarts take at most about a tenth of its time however the queue moves."""
+
+
+def _elastic(job: Job, state: GpuState, now: float, cost_s: float) -> bool:
+    """A running job that holds whole GPUs, may be requeued, whose family has data-parallel shapes, and that
+    has run `DWELL_RESTARTS` restart costs since it last started."""
     whole = bool(job.seat.gang) or job.seat.row.share >= state.total_share[job.seat.gpu]
-    return whole and job.view.requeue and any(r.gpus for r in job.table.rows)
+    settled = job.view.start_time is None or now - job.view.start_time >= DWELL_RESTARTS * cost_s
+    return whole and settled and job.view.requeue and any(r.gpus for r in job.table.rows)
 
 
 def _left_s(job: Job, now: float, progress: Mapping[int, float]) -> tuple[float, float]:
@@ -532,8 +554,8 @@ def _restart_charge(job: Job, now: float, progress: Mapping[int, float], cost_s:
     return job.weight * min(1.0, (1.0 + hysteresis) * cost_s / max(left, 1e-9)) if math.isfinite(left) else 0.0
 
 
-def _regang(job: Job, state: GpuState, slot: int, now: float, progress: Mapping[int, float], cost_s: float,
-            shrink: bool = False) -> tuple[float, float] | None:
+def _regang(job: Job, state: GpuState, slot: int, now: float, progress: Mapping[int, float],
+            cost_s: float) -> tuple[float, float] | None:
     """Move an elastic running job to `slot` (the pricing's choice); (seconds saved — negative for a shrink —,
     seconds left), or None when it does not fit (the job keeps what it holds)."""
     seat = job.seat

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from slurm_elastico.model import Family, JobView
+from slurm_elastico.model import Family, JobState, JobView
 
 WAIT_UNIT_S = 3600.0
 """waiting: one more unit of weight per hour waited (starved jobs rise in the order)."""
 
 
 def waiting(submit_time: float | None, remaining_s: float, now: float) -> float:
-    """1 + hours waited since submission: the longer a job waits, the more it counts."""
+    """1 + hours waited since submission (until `now`, or until it started for a running job): the longer a
+    job waits, the more it counts."""
     waited = max(0.0, now - submit_time) if submit_time is not None else 0.0
     return 1.0 + waited / WAIT_UNIT_S
 
@@ -42,4 +43,6 @@ def weight_of(job: JobView, family: Family, fairness: str, now: float, done: flo
     best = max(s.throughput for s in family.shapes)
     work = max(0.0, family.total_work - (done or 0.0))
     left = work / best if best > 0 else float("inf")
-    return RULES[fairness](job.submit_time, left, now)
+    # A running job waits no longer: its wait ended when it last started (it must not outweigh the queue by age).
+    until = min(now, job.start_time) if job.state is JobState.RUNNING and job.start_time is not None else now
+    return RULES[fairness](job.submit_time, left, until)

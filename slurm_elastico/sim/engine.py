@@ -222,7 +222,7 @@ class Engine:
 
     def _arrive(self, tj: TraceJob) -> None:
         fam = family_of(tj, self.truth, self.sim.share_levels(), self.sim.gpu_memory_mib, self.sim.profile_noise,
-                        self.seed, self.sim.adaptive_batch)
+                        self.seed, self.sim.adaptive_batch, self.sim.max_gpus_per_job, self.sim.gpus_per_node)
         if fam is None:  # rigid: `--gpus=N`, on as many nodes as it takes
             gres, cpus, mem = GresRequest("gpus", tj.gpus), TRAIN_CPUS * tj.gpus, TRAIN_HOST_MIB * tj.gpus
             begin = tj.submit_s
@@ -249,7 +249,8 @@ class Engine:
         self.families.pop(job.job_id, None)
         self.solo.pop(job.job_id, None)
         tj = job.trace
-        best = tj.work / fastest_speed(tj, self.truth, self.sim.gpu_memory_mib, self.sim.adaptive_batch)
+        best = tj.work / fastest_speed(tj, self.truth, self.sim.gpu_memory_mib, self.sim.adaptive_batch,
+                                       self.sim.max_gpus_per_job, self.sim.gpus_per_node)
         self.results.append(JobResult(
             tj.job_id, tj.kind, tj.app, tj.gpus, tj.submit_s, job.first_start, job.end, job.restarts + job.relaunches,
             tj.work,

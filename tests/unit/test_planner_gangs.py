@@ -18,7 +18,7 @@ NOW = 1_000_000.0
 SPEEDUP = {1: 1.0, 2: 1.9, 4: 3.6, 8: 6.4}  # a job that scales well, as measured data-parallel jobs often do
 
 
-def gang_family(work: float = 20000.0, default_gpus: int = 1) -> Family:
+def gang_family(work: float = 200000.0, default_gpus: int = 1) -> Family:
     shapes = [Shape("gpus1", Resources(100, 8000, 2, 4096), SPEEDUP[1])]
     shapes += [Shape(f"gpus{n}", Resources(0, 8000, 2 * n, 4096 * n, gpus=n), SPEEDUP[n]) for n in (2, 4, 8)]
     return Family(kind="train", shapes=tuple(shapes), total_work=work, default=f"gpus{default_gpus}")
@@ -67,19 +67,19 @@ def test_an_elastic_job_grows_into_idle_gpus_when_its_remaining_work_pays_the_re
     nodes = cluster(8, gpus_per_node=8)
     held = [("n0000", 0), ("n0000", 1)]
     nodes = with_users(nodes, {k: (GpuUse(1, 0, whole=True),) for k in held})
-    p = plan(nodes, [gang_running(1, held, start=NOW - 60)], {1: gang_family()})
+    p = plan(nodes, [gang_running(1, held, start=NOW - 3600)], {1: gang_family()})
     a = next(a for a in p.actions if a.kind is ActionKind.RESHAPE_RUNNING)
     assert a.gpus == 8 and a.nodes == ("n0000",)
     # Nearly done: a restart would cost more than it saves, so it keeps its two GPUs.
     small = gang_family(work=100.0)
-    assert not plan(nodes, [gang_running(1, held, start=NOW - 60)], {1: small}).actions
+    assert not plan(nodes, [gang_running(1, held, start=NOW - 3600)], {1: small}).actions
 
 
 def test_an_elastic_job_shrinks_when_the_queue_needs_its_gpus():
     nodes = cluster(8, gpus_per_node=8)
     held = [("n0000", g) for g in range(8)]
     nodes = with_users(nodes, {k: (GpuUse(1, 0, whole=True),) for k in held})
-    jobs = [gang_running(1, held, start=NOW - 60)] + [pend(i, submit=NOW - 600) for i in range(2, 6)]
+    jobs = [gang_running(1, held, start=NOW - 3600)] + [pend(i, submit=NOW - 600) for i in range(2, 6)]
     p = plan(nodes, jobs, {i: gang_family() for i in range(1, 6)})
     shrink = next(a for a in p.actions if a.kind is ActionKind.RESHAPE_RUNNING)
     assert shrink.job_id == 1 and (shrink.gpus or 1) < 8 and "shrink" in shrink.reason
@@ -96,3 +96,23 @@ def test_static_keeps_a_multi_gpu_job_at_its_submitted_count():
     p = plan(cluster(16, gpus_per_node=4), [pend(1)], {1: gang_family(default_gpus=4)}, s)
     a = next(a for a in p.actions if a.kind is ActionKind.SET_GPUS)
     assert a.gpus == 4 and len(a.nodes) == 1
+
+
+def test_a_job_that_just_restarted_is_not_reshaped_again_so_restarts_stay_a_small_share_of_its_time():
+    nodes = cluster(8, gpus_per_node=8)
+    held = [("n0000", 0), ("n0000", 1)]
+    nodes = with_users(nodes, {k: (GpuUse(1, 0, whole=True),) for k in held})
+    fresh = plan(nodes, [gang_running(1, held, start=NOW - 60)], {1: gang_family()})  # 60 s < 10 × the 60 s restart
+    assert not fresh.actions
+
+
+def test_a_shrink_nobody_needs_is_undone():
+    # The queue's job asks for more GPU memory than any GPU has: it cannot use what a shrink would free,
+    # so the running job keeps its eight GPUs.
+    nodes = cluster(8, gpus_per_node=8)
+    held = [("n0000", g) for g in range(8)]
+    nodes = with_users(nodes, {k: (GpuUse(1, 0, whole=True),) for k in held})
+    huge = Family(kind="train", shapes=(Shape("big", Resources(100, 10**7, 2, 4096), 1.0),), total_work=1e5)
+    jobs = [gang_running(1, held, start=NOW - 3600), pend(2, submit=NOW - 600)]
+    p = plan(nodes, jobs, {1: gang_family(), 2: huge})
+    assert not any(a.kind is ActionKind.RESHAPE_RUNNING for a in p.actions)

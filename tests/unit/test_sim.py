@@ -238,7 +238,8 @@ def test_a_refused_action_stops_that_jobs_later_actions_and_is_counted_as_live(t
 
 
 def gang_settings(**kw) -> SimSettings:
-    base = dict(gpus=8, gpus_per_node=4, epoch_s=1000, placement_window_s=0, profile_noise=0.0, audit=True)
+    base = dict(gpus=8, gpus_per_node=4, epoch_s=1000, placement_window_s=0, profile_noise=0.0, audit=True,
+                max_gpus_per_job=0)  # rigid: every job keeps its submitted GPU count
     return SimSettings(**{**base, **kw})
 
 
