@@ -337,6 +337,8 @@ class ActionKind(str, enum.Enum):
     SIGNAL = "signal"
     SET_ADMIN_COMMENT = "set_admin_comment"
     START_NOW = "start_now"  # pending job held back only by its BeginTime (elastico-submit's placement window)
+    PREEMPT = "preempt"  # running job: requeuehold, request unchanged; it stays pending HELD (Slurm will not restart it)
+    RESUME = "resume"  # a job the policy held: NodeList= (when `nodes`), StartTime=now, release
 
 
 @dataclass(frozen=True)

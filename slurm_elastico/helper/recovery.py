@@ -13,7 +13,12 @@ class Releaser(Protocol):
 
 
 def recover(gateway: Releaser, journal: JournalLike, snapshot: Snapshot, at: float) -> list[str]:
-    """Settle what an interrupted epoch left 'planned'; release any job it left requeue-held."""
+    """Settle what an interrupted epoch left 'planned'; release any job an interrupted reshape left requeue-held.
+
+    Only a RESHAPE_RUNNING row releases: its hold was a step on the way back to running. A PREEMPT's hold is
+    the point (the policy stopped the job until it resumes it), and an interrupted RESUME is decided again by
+    the next plan, which sees the job still held.
+    """
     notes: list[str] = []
     active = {j.job_id: j for j in snapshot.jobs}
     for row_id, action in journal.unsettled():

@@ -7,14 +7,18 @@
   whole GPUs only, any knobs the family offers — including other global
   batches when the family declares them with a learning-rate rule (their
   throughput is then goodput, in steps of the submitted batch per second).
-- `LasPolicy` is *Tiresias-style* least attained service on a sharing
-  cluster. The gateway has no plain preemption (requeue and stay pending),
-  so LAS demotes instead: when a waiting job finds no room, the running job
-  with the most attained GPU-seconds beyond `threshold_gpu_s` is reshaped
-  from a whole GPU to half of one, and the waiting job takes the other half.
-  Jobs start first come, first served, on a whole GPU when one is free, else
-  on half of one. A demoted job gets its whole GPU back when its neighbour
-  leaves and the restart pays.
+- `LasPolicy` is *Tiresias* (Gu et al., NSDI 2019) as the Pollux artifact's
+  simulator runs it (`tiresias.py`): discretised two-dimensional least
+  attained service. Attained service is GPUs × time run. Two queues: Q0
+  holds every job until its service reaches `threshold_gpu_s` (16 GPU-hours,
+  the peer's limit), then it moves to the back of Q1 for good (the peer's
+  starvation rule is switched off: `_solve_starvation = 0`). Each epoch the
+  jobs are walked Q0 first (arrival order), then Q1 (order of demotion);
+  each runs if its submitted GPU count fits in what the walk has left, else
+  it waits, and a running job that no longer fits is preempted (requeue-held
+  with its progress, resumed later, paying its restart). Jobs start on whole
+  GPUs at their submitted count, taking the free GPUs of the node with the
+  most free first (the peer's placement); running jobs keep theirs.
 
 All are pure: a `Snapshot` and families in, a `Plan` out.
 """
@@ -22,14 +26,14 @@ All are pure: a `Snapshot` and families in, a `Plan` out.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Action, ActionKind, Family, JobState, JobView, Placement, Plan, Shape, Snapshot
-from slurm_elastico.planner import reshape
-from slurm_elastico.planner.epoch import ADMIN_PREFIX, shape_of_running
+from slurm_elastico.shapes.current import ADMIN_PREFIX, named_in_comment
 
 HALF = 50
 
@@ -67,21 +71,68 @@ def whole_gpu_any_batch(fam: Family) -> Family:
     return dataclasses.replace(fam, shapes=keep, default=default, throughput_floor=0.0)
 
 
-def las_shapes(fam: Family) -> Family:
-    """The submitted knobs on a whole GPU and on half of one (a multi-GPU job as submitted): all `LasPolicy`
-    ever runs a job as."""
-    if fam.default_shape.resources.gpus:
-        return _whole_gpu(fam)
-    top = max(s.resources.mps for s in fam.shapes)
-    whole = _same_knobs(fam, fam.default_shape, top)
-    half = _same_knobs(fam, fam.default_shape, HALF)
-    return dataclasses.replace(fam, shapes=(whole, half) if half.name != whole.name else (whole,), default=whole.name,
-                               throughput_floor=0.0)
+QUEUE_LIMIT_GPU_S = 16 * 3600.0
+"""The peer's one queue limit: Q0 until 16 GPU-hours of attained service, then Q1 (`tiresias.py`)."""
+
+STATE = "tiresias:"
+"""AdminComment parts where Tiresias keeps what Slurm forgets across a preemption, beside `elastico:shape=`:
+`tiresias:gpu_s=<attained GPU-seconds up to its last stop>`, `tiresias:q1_at=<when it reached Q1>` and
+`tiresias:held=1` (a job this policy preempted and will resume; a job held by anyone else is left alone)."""
+
+
+@dataclass(frozen=True)
+class LasState:
+    """What a job's AdminComment says of its past (see `STATE`)."""
+
+    gpu_s: float = 0.0
+    q1_at: float | None = None
+    held: bool = False
+
+
+def las_state(admin_comment: str) -> LasState:
+    vals: dict[str, str] = {}
+    for part in (admin_comment or "").split(","):
+        part = part.strip()
+        if part.startswith(STATE) and "=" in part:
+            k, v = part[len(STATE):].split("=", 1)
+            vals[k.strip()] = v.strip()
+
+    def num(key: str) -> float | None:
+        try:
+            x = float(vals[key])
+        except (KeyError, ValueError):
+            return None
+        return x if math.isfinite(x) else None
+
+    return LasState(num("gpu_s") or 0.0, num("q1_at"), vals.get("held") == "1")
+
+
+def las_comment(old: str, shape: str, state: LasState) -> str:
+    """`old` with its shape and Tiresias parts replaced (anything else an admin wrote kept after them)."""
+    keep = [p.strip() for p in (old or "").split(",")
+            if p.strip() and not p.strip().startswith(ADMIN_PREFIX) and not p.strip().startswith(STATE)]
+    parts = [f"{ADMIN_PREFIX}{shape}", f"{STATE}gpu_s={state.gpu_s:.0f}"]
+    if state.q1_at is not None:
+        parts.append(f"{STATE}q1_at={state.q1_at:.0f}")
+    if state.held:
+        parts.append(f"{STATE}held=1")
+    return ",".join(parts + keep)
+
+
+@dataclass
+class _Entry:
+    view: JobView
+    shape: Shape
+    gpus: int  # submitted GPU count (what it runs on)
+    holds: int  # GPUs it holds now (running), else gpus
+    attained: float  # GPU-seconds
+    q1_at: float | None  # None: in Q0
+    banked: float
 
 
 @dataclass(frozen=True)
 class LasPolicy:
-    """Tiresias-style least attained service with demotion to half a GPU (see the module docstring).
+    """Tiresias: two-queue discretised least attained service with preemption (see the module docstring).
 
     Has the fields other code reads from a `Policy` (`narrow`, `price`,
     `interference`, `reshape`) with what they mean here.
@@ -89,137 +140,137 @@ class LasPolicy:
 
     name: str
     description: str
-    threshold_gpu_s: float = 3600.0
-    """Attained GPU-seconds after which a running job may be demoted (Tiresias' first queue limit)."""
-    narrow: Callable[[Family], Family] = las_shapes
+    threshold_gpu_s: float = QUEUE_LIMIT_GPU_S
+    """Attained GPU-seconds at which a job leaves Q0 for Q1."""
+    narrow: Callable[[Family], Family] = _whole_gpu
     price: bool = False
     interference: bool = False
-    reshape: bool = True
+    reshape: bool = False
+
+    def queue_key(self, e: _Entry) -> tuple:
+        """Q0 (arrival order) before Q1 (order of demotion, then arrival)."""
+        sub = e.view.submit_time if e.view.submit_time is not None else math.inf
+        if e.q1_at is None:
+            return (0, 0.0, sub, e.view.job_id)
+        return (1, e.q1_at, sub, e.view.job_id)
 
     def plan(self, snapshot: Snapshot, families: Mapping[int, Family], settings: Settings,
              model: SlowdownModel | None, now: float, progress: Mapping[int, float] | None = None) -> Plan:
         part = settings.slurm.partition
-        per_gpu = settings.gpu.shares_per_gpu
-        progress = progress or {}
         nodes = [n for n in snapshot.nodes if n.usable and (not part or part in n.partitions)]
-        free: dict[tuple[str, int], int] = {(n.name, g.index): g.shares_free for n in nodes for g in n.gpus}
-        order = [(n.name, g.index) for n in nodes for g in n.gpus]
-        mine = {j.job_id: j for j in snapshot.jobs if j.job_id in families and (not part or j.partition == part)}
-        cpus = {n.name: n.cpus - n.cpus_alloc for n in nodes}
-        mem: dict[tuple[str, int], float] = {}
+        entries: dict[int, _Entry] = {}
+        for j in snapshot.jobs:
+            fam = families.get(j.job_id)
+            if fam is None or not fam.shapes or (part and j.partition != part):
+                continue
+            st = las_state(j.admin_comment)
+            running = j.state is JobState.RUNNING and bool(j.gpu_alloc)
+            pending = (j.state is JobState.PENDING and (st.held if j.held else True)
+                       and j.gres is not None and j.gres.kind in ("mps", "gpus"))
+            if not running and not pending:
+                continue  # held by someone else, suspended, completing, or a request we do not start
+            shape = self.narrow(fam).default_shape
+            n = max(1, shape.resources.gpus)
+            holds = len({(g[0], g[1]) for g in j.gpu_alloc}) if running else n
+            attained, q1_at = st.gpu_s, st.q1_at
+            if running and j.start_time is not None:
+                attained += n * max(0.0, now - j.start_time)
+                if q1_at is None and attained >= self.threshold_gpu_s:  # demoted during this run
+                    q1_at = j.start_time + max(0.0, self.threshold_gpu_s - st.gpu_s) / n
+            if q1_at is None and attained >= self.threshold_gpu_s:
+                q1_at = now
+            if running:
+                cur = named_in_comment(j.admin_comment)
+                shape = next((s for s in fam.shapes if s.name == cur), shape)
+            entries[j.job_id] = _Entry(j, shape, n, holds, attained, q1_at, st.gpu_s)
+
+        # GPUs this policy may hand out: those of usable nodes nobody else holds.
+        mine_on: dict[tuple[str, int], list[int]] = {}
+        free: dict[str, list[int]] = {}
         for n in nodes:
-            size = float(n.gpu_memory_mib or settings.gpu.memory_mib)
             for g in n.gpus:
-                used = 0.0
-                for u in g.users:
-                    j = mine.get(u.job_id)
-                    if j is not None and j.state is JobState.RUNNING and not u.whole:
-                        fam = families[j.job_id]
-                        used += fam.shapes[shape_of_running(j, _Table(fam), u.shares)].resources.gpu_mem_mib
-                    else:
-                        used += size * (1.0 if u.whole else u.shares / per_gpu)
-                mem[(n.name, g.index)] = size - used
+                users = [u.job_id for u in g.users]
+                if all(u in entries for u in users):
+                    mine_on[(n.name, g.index)] = users
+        capacity = len(mine_on)
 
-        def fits(k: tuple[str, int], shape: Shape) -> bool:
-            r = shape.resources
-            return free[k] >= r.mps and mem[k] >= r.gpu_mem_mib and cpus[k[0]] >= r.cpus
-        running = [j for j in mine.values() if j.state is JobState.RUNNING and j.gpu_alloc]
-        pending = sorted((j for j in mine.values() if j.state is JobState.PENDING and not j.held
-                          and (j.gres is None or j.gres.kind == "mps")),
-                         key=lambda j: (j.submit_time if j.submit_time is not None else float("inf"), j.job_id))
+        order = sorted(entries.values(), key=self.queue_key)
+        keep = [e for e in order if e.view.state is JobState.RUNNING and not e.view.requeue]  # cannot be preempted
+        left = capacity - sum(e.holds for e in keep)
+        run = {e.view.job_id for e in keep}
+        for e in order:
+            if e.view.job_id in run:
+                continue
+            need = e.holds if e.view.state is JobState.RUNNING else e.gpus
+            if need <= left:
+                run.add(e.view.job_id)
+                left -= need
+        stop = [e for e in order if e.view.state is JobState.RUNNING and e.view.job_id not in run]
+        begin = [e for e in order if e.view.state is JobState.PENDING and e.view.job_id in run]
 
-        def attained(j: JobView) -> float:
-            share = j.gpu_alloc[0][2] or per_gpu
-            return max(0.0, now - (j.start_time or now)) * share / per_gpu
+        gone = {e.view.job_id for e in stop}
+        for (node, gi), users in mine_on.items():
+            if all(u in gone for u in users):
+                free.setdefault(node, []).append(gi)
+        index = {n.name: i for i, n in enumerate(nodes)}
 
-        victims = sorted((j for j in running if j.gpu_alloc[0][2] == per_gpu and attained(j) >= self.threshold_gpu_s),
-                         key=lambda j: (-attained(j), j.job_id))
         actions: list[Action] = []
         placements: list[Placement] = []
-        notes: list[str] = []
-        for job in pending:
-            fam = families[job.job_id]
-            whole, half = _same_knobs(fam, fam.default_shape, per_gpu), half_gpu(fam).shapes[0]
-            spot = next((k for k in order if fits(k, whole)), None)
-            shape = whole
-            if spot is None:
-                spot, shape = next((k for k in order if fits(k, half)), None), half
-            while spot is None and victims:
-                v = victims.pop(0)
-                vf = families[v.job_id]
-                vhalf = half_gpu(vf).shapes[0]
-                node, gpu, _ = v.gpu_alloc[0]
-                vnow = vf.shapes[shape_of_running(v, _Table(vf), per_gpu)]
-                room = mem[(node, gpu)] + vnow.resources.gpu_mem_mib - vhalf.resources.gpu_mem_mib
-                if room < half.resources.gpu_mem_mib or cpus[node] < half.resources.cpus:
-                    continue  # even halved, this victim leaves no room for the job
-                mem[(node, gpu)] = room
-                why = (f"attained {attained(v):.0f} GPU-s > {self.threshold_gpu_s:g}: demoted to half a GPU for job "
-                       f"{job.job_id}")
-                actions.append(Action(ActionKind.SET_ADMIN_COMMENT, v.job_id, why, shape=vhalf.name,
-                                      text=f"{ADMIN_PREFIX}{vhalf.name}"))
-                actions.append(Action(ActionKind.RESHAPE_RUNNING, v.job_id, why, share=vhalf.resources.mps,
-                                      nodes=(node,), shape=vhalf.name))
-                placements.append(Placement(v.job_id, node, gpu, vhalf.name, vhalf.resources.mps, vhalf.throughput))
-                free[(node, gpu)] = per_gpu - vhalf.resources.mps
-                spot, shape = (node, gpu), half
-            if spot is None or not fits(spot, shape):
-                notes.append(f"job {job.job_id} waits: no GPU has room and no job has attained enough to yield")
-                break  # first come, first served: nobody overtakes the head
-            free[spot] -= shape.resources.mps
-            mem[spot] -= shape.resources.gpu_mem_mib
-            cpus[spot[0]] -= shape.resources.cpus
-            why = f"least attained service: start as {shape.name} at {shape.resources.mps}% of GPU {spot[0]}:{spot[1]}"
-            actions += _start(job, shape, spot[0], why)
-            placements.append(Placement(job.job_id, spot[0], spot[1], shape.name, shape.resources.mps, shape.throughput))
-        if not notes:  # nobody left waiting
-            actions += self._promote(running, families, free, mem, now, progress, settings)
+        notes: list[str] = [f"Tiresias: {sum(e.q1_at is None for e in order)} job(s) in Q0, "
+                            f"{sum(e.q1_at is not None for e in order)} in Q1; {capacity} GPU(s) to share"]
+        for e in stop:
+            q = "Q1" if e.q1_at is not None else "Q0"
+            why = (f"preempted ({q}, {e.attained:.0f} GPU-s attained): jobs ahead of it in least attained "
+                   "service need its GPUs")
+            state = LasState(e.attained, e.q1_at, True)
+            actions.append(Action(ActionKind.SET_ADMIN_COMMENT, e.view.job_id, why, shape=e.shape.name,
+                                  text=las_comment(e.view.admin_comment, e.shape.name, state)))
+            actions.append(Action(ActionKind.PREEMPT, e.view.job_id, why, shape=e.shape.name))
+        # Start in Slurm's own order, so that its fill of each job's nodes is the one planned here.
+        for e in sorted(begin, key=lambda e: (-e.view.priority, e.view.submit_time if e.view.submit_time is not None
+                                              else math.inf, e.view.job_id)):
+            take: list[tuple[str, list[int]]] = []
+            need = e.gpus
+            while need > 0 and free:
+                node = min(free, key=lambda k: (-len(free[k]), index[k]))  # most free GPUs first (the peer's rule)
+                got = free[node][:need]
+                free[node] = free[node][need:]
+                if not free[node]:
+                    del free[node]
+                take.append((node, got))
+                need -= len(got)
+            if need > 0:
+                notes.append(f"job {e.view.job_id}: {e.gpus} GPU(s) counted free but not found; it waits")
+                continue
+            on = tuple(sorted((nd for nd, _ in take), key=lambda k: index[k]))
+            jid, shape, view = e.view.job_id, e.shape, e.view
+            q = "Q1" if e.q1_at is not None else "Q0"
+            why = f"least attained service ({q}, {e.attained:.0f} GPU-s): runs on {e.gpus} GPU(s) of {','.join(on)}"
+            comment = las_comment(view.admin_comment, shape.name, LasState(e.banked, e.q1_at, False))
+            if view.admin_comment != comment:
+                actions.append(Action(ActionKind.SET_ADMIN_COMMENT, jid, why, shape=shape.name, text=comment))
+            if view.held:
+                actions.append(Action(ActionKind.RESUME, jid, why, nodes=on, shape=shape.name))
+            else:
+                if shape.resources.gpus:
+                    actions.append(Action(ActionKind.SET_GPUS, jid, why, gpus=shape.resources.gpus, nodes=on,
+                                          shape=shape.name))
+                else:
+                    if view.gres is None or view.gres.kind != "mps" or view.gres.count != shape.resources.mps:
+                        actions.append(Action(ActionKind.SET_SHARE, jid, why, share=shape.resources.mps,
+                                              shape=shape.name))
+                    actions.append(Action(ActionKind.SET_NODES, jid, why, nodes=on, shape=shape.name))
+                if view.reason == "BeginTime":
+                    actions.append(Action(ActionKind.START_NOW, jid, why, shape=shape.name))
+            node, gpus = take[0]
+            placements.append(Placement(jid, node, gpus[0], shape.name, shape.resources.mps, shape.throughput))
+        for e in order:
+            if e.view.state is JobState.RUNNING and e.view.job_id in run:
+                node, gpu, share = e.view.gpu_alloc[0]
+                placements.append(Placement(e.view.job_id, node, gpu, e.shape.name, share or settings.gpu.shares_per_gpu,
+                                            e.shape.throughput))
+        waiting = [e.view.job_id for e in order if e.view.job_id not in run]
+        if waiting:
+            notes.append(f"waiting: {', '.join(map(str, waiting[:20]))}{' …' if len(waiting) > 20 else ''}")
         return Plan(actions=tuple(actions), notes=tuple(notes),
                     placements=tuple(sorted(placements, key=lambda p: p.job_id)))
-
-    def _promote(self, running, families, free, mem, now, progress, settings) -> list[Action]:
-        """With nobody waiting, give a half-GPU job its whole GPU back when its neighbour has gone and it pays."""
-        out: list[Action] = []
-        per_gpu = settings.gpu.shares_per_gpu
-        for j in sorted(running, key=lambda j: j.job_id):
-            node, gpu, share = j.gpu_alloc[0]
-            if not share or share >= per_gpu or free.get((node, gpu), 0) < per_gpu - share:
-                continue
-            fam = families[j.job_id]
-            cur = fam.shapes[shape_of_running(j, _Table(fam), share)] if fam.shapes else None
-            if cur is None:
-                continue
-            whole = _same_knobs(fam, cur, per_gpu)
-            if mem.get((node, gpu), 0.0) + cur.resources.gpu_mem_mib < whole.resources.gpu_mem_mib:
-                continue
-            work = reshape.remaining_work(fam.total_work, progress.get(j.job_id), j.start_time, now, cur.throughput)
-            if reshape.saving(work, cur.throughput, whole.throughput, settings.planner.reshape_cost_s,
-                              settings.planner.hysteresis) <= 0:
-                continue
-            free[(node, gpu)] -= per_gpu - share
-            mem[(node, gpu)] -= whole.resources.gpu_mem_mib - cur.resources.gpu_mem_mib
-            why = f"alone on its GPU again: back to a whole GPU as {whole.name}"
-            out.append(Action(ActionKind.SET_ADMIN_COMMENT, j.job_id, why, shape=whole.name,
-                              text=f"{ADMIN_PREFIX}{whole.name}"))
-            out.append(Action(ActionKind.RESHAPE_RUNNING, j.job_id, why, share=per_gpu, nodes=(node,), shape=whole.name))
-        return out
-
-
-@dataclass
-class _Table:
-    """The one field of the epoch's table that `shape_of_running` reads."""
-
-    family: Family
-
-
-def _start(job: JobView, shape: Shape, node: str, why: str) -> list[Action]:
-    out = []
-    comment = f"{ADMIN_PREFIX}{shape.name}"
-    if job.admin_comment != comment:
-        out.append(Action(ActionKind.SET_ADMIN_COMMENT, job.job_id, why, shape=shape.name, text=comment))
-    if job.gres is None or job.gres.count != shape.resources.mps:
-        out.append(Action(ActionKind.SET_SHARE, job.job_id, why, share=shape.resources.mps, shape=shape.name))
-    out.append(Action(ActionKind.SET_NODES, job.job_id, why, nodes=(node,), shape=shape.name))
-    if job.reason == "BeginTime":
-        out.append(Action(ActionKind.START_NOW, job.job_id, why, shape=shape.name))
-    return out

@@ -99,8 +99,9 @@ REGISTRY.update({p.name: p for p in (  # type: ignore[misc]  (LasPolicy has Poli
     Policy("static-mps", "static MPS sharing: each job at its submitted knobs on half a GPU, first come first "
            "served, blind to interference", _baselines.half_gpu, price=False, interference=False, reshape=False,
            order=fifo_order),
-    _baselines.LasPolicy("tiresias", "Tiresias-style least attained service: jobs past an hour of GPU time yield "
-                         "half their GPU to waiting jobs"),
+    _baselines.LasPolicy("tiresias", "Tiresias (NSDI 2019) as the Pollux artifact runs it: two-queue least "
+                         "attained service (Q0 until 16 GPU-hours, then Q1), whole GPUs at the submitted count, "
+                         "lower-queue jobs preempted and resumed later"),
     Policy("pollux", "Pollux-style goodput: whole GPUs, first come first served, each job reshaped to its "
            "best-goodput knobs (other global batches where the family declares them with an LR rule)",
            _baselines.whole_gpu_any_batch, price=False, interference=False, reshape=True, order=fifo_order),

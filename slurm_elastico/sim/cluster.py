@@ -11,6 +11,11 @@ The gateway methods (`snapshot`, `apply`, `argv_for`, `release`) behave like
   its new request, and pays its checkpoint-and-restart time when it starts
   again.
 - `START_NOW` lifts the job's BeginTime (the submit's placement window).
+- `PREEMPT` is requeue-hold with the request unchanged: the job goes back to
+  pending HELD with the work it has done (the scheduler never starts a held
+  job) and pays its restart time when it runs again.
+- `RESUME` pins a held job to the action's nodes (when given), lifts its
+  BeginTime and releases it.
 - `SET_ADMIN_COMMENT` names the shape the job runs as at its next start.
 - `SIGNAL` USR1 to a running job: elastico-run checkpoints and relaunches in
   place (same resources) as its AdminComment now says, paying the restart time.
@@ -470,6 +475,18 @@ class SimCluster:
                 self.requeue(job, *self._gang_request(action, argv))
             else:
                 self.requeue(job, self._share_request(action), tuple(action.nodes[:1]))
+        elif kind is ActionKind.PREEMPT:  # requeuehold: back to pending, held, its request and work done kept
+            if job.state is not JobState.RUNNING:
+                raise SlurmError(argv, 1, "Job is not running: requeue refused")
+            self.requeue(job, job.gres, job.pin)
+            job.held = True
+        elif kind is ActionKind.RESUME:  # NodeList= when given, StartTime=now, release
+            if job.state is not JobState.PENDING:
+                raise JobNotPendingError(argv, 1, "Job is no longer pending execution")
+            if action.nodes:
+                job.pin = self._nodes(action, argv)
+            job.begin = min(job.begin, self.now)
+            job.held = False
         elif kind is ActionKind.SIGNAL:
             if job.state is not JobState.RUNNING:
                 raise SlurmError(argv, 1, "Job is not running: nothing to signal")

@@ -161,4 +161,9 @@ def argv_for(action: Action, shares_per_gpu: int = MPS_SHARES_PER_GPU) -> list[l
         return [set_admin_comment(jid, need(action.text, action))]
     if action.kind is ActionKind.START_NOW:
         return [start_now(jid)]
+    if action.kind is ActionKind.PREEMPT:
+        return [requeue_hold(jid)]
+    if action.kind is ActionKind.RESUME:
+        # StartTime=now as a reshape does: a requeued job otherwise waits out Slurm's ~120 s BeginTime.
+        return [*([set_nodes(jid, action.nodes)] if action.nodes else []), start_now(jid), release(jid)]
     raise InvalidActionError(f"unknown action kind {action.kind!r}")  # pragma: no cover - enum is closed

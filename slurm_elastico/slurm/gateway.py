@@ -72,6 +72,7 @@ class SlurmGateway:
         self.gpu_memory_mib = gpu_memory_mib
         self._sleep = sleep
         self._clock = clock
+        self._held_at: dict[int, float] = {}  # when `preempt` held each job (the release waits REVOKE_GAP_S)
 
     # ----------------------------------------------------------------- reading
 
@@ -175,6 +176,33 @@ class SlurmGateway:
                 self._sleep(wait)
             self._run(commands.release(job_id))
 
+    def preempt(self, job_id: int, *, stop_timeout_s: float = 120.0) -> None:
+        """Stop a running job and keep it pending HELD, its request unchanged (a policy's preemption).
+
+        `requeuehold` sends SIGTERM (elastico-run checkpoints within KillWait); this returns once the job is
+        pending, so the GPUs it held are free for the epoch's next actions. It stays held until `resume`.
+        """
+        self._run(commands.requeue_hold(job_id))
+        self._held_at[job_id] = self._clock()
+        self.wait_state(job_id, (JobState.PENDING,), stop_timeout_s)
+
+    def resume(self, job_id: int, nodes: Sequence[str] = ()) -> None:
+        """Release a job a policy held, pinned to `nodes` when given, with StartTime=now (no ~120 s BeginTime).
+
+        At least `REVOKE_GAP_S` after its hold, as `requeue_with_share` waits (a release in the same second as
+        the revocation of the job's credential makes it fail).
+        """
+        nodes_argv = commands.set_nodes(job_id, tuple(nodes)) if nodes else None  # validate before touching it
+        if nodes_argv:
+            self._run(nodes_argv)
+        self._run(commands.start_now(job_id))
+        held_at = self._held_at.pop(job_id, None)
+        if held_at is not None:
+            wait = held_at + REVOKE_GAP_S - self._clock()
+            if wait > 0:
+                self._sleep(wait)
+        self._run(commands.release(job_id))
+
     def argv_for(self, action: Action) -> list[list[str]]:
         """The exact commands `apply(action)` runs, for `--dry-run`."""
         return commands.argv_for(action, self.shares_per_gpu)
@@ -204,5 +232,9 @@ class SlurmGateway:
             self.set_admin_comment(action.job_id, commands.need(action.text, action))
         elif action.kind is ActionKind.START_NOW:
             self._run(commands.start_now(action.job_id))
+        elif action.kind is ActionKind.PREEMPT:
+            self.preempt(action.job_id)
+        elif action.kind is ActionKind.RESUME:
+            self.resume(action.job_id, action.nodes)
         else:  # pragma: no cover - enum is closed
             raise InvalidActionError(f"unknown action kind {action.kind!r}")
