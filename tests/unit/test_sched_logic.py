@@ -126,3 +126,20 @@ def test_loop_survives_a_bad_epoch_and_counts_it():
 
     assert main_loop(step, 0.0, 3, sleep=lambda s: None) == 1
     assert len(calls) == 3
+
+
+def test_recovery_never_releases_a_job_a_preemption_held(journal):
+    # An epoch died after Tiresias' requeuehold (PREEMPT) and mid-reshape of another job: both are held. Only the
+    # reshape's hold was a step on the way back to running; the preemption's hold is the point, and stays.
+    import dataclasses
+
+    from slurm_elastico.helper.recovery import recover
+
+    held = [dataclasses.replace(pending(j), held=True) for j in (1, 2)]
+    journal.plan(NOW, Action(ActionKind.PREEMPT, 1, "preempted"))
+    journal.plan(NOW, Action(ActionKind.RESHAPE_RUNNING, 2, "reshape", share=50))
+    gw = FakeGateway(snapshot(cluster(1), held))
+    notes = recover(gw, journal, gw.snap, NOW + 60)
+    assert gw.released == [2]
+    assert any("job 1" in n and "abandoned" in n for n in notes)
+    assert (1, "preempt", "recovered") in statuses(journal) and not journal.unsettled()
