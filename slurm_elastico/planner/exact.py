@@ -4,9 +4,13 @@ Maximises `Σ_j w_j·T_j(c)/T_j(c_max)` over pending family jobs (the planner's
 objective up to the constant `Σ_j w_j`), with one shape and one GPU per job
 at most, shares and memory per GPU, CPUs and memory per node, and no pair of
 shapes on one GPU that the interference model puts under a floor (with its
-admission margin, as packing checks it: speed >= floor × (1 + margin)). Pairs only:
-the planner also refuses three-way co-locations whose added slowdowns break a
-floor, so this optimum is an upper bound on what the planner may reach.
+admission margin, as packing checks it: speed >= floor × (1 + margin)) or that
+does not gain (packing's gain rule: f_a + f_b >= 1 + the pair's margin, f a
+job's predicted co-located throughput ÷ its throughput alone at its family's
+fastest single-GPU shape). Pairs only: the planner also refuses three-way
+co-locations whose added slowdowns break a floor or the whole GPU's gain, and
+it checks every pair it puts together, so this optimum is an upper bound on
+what the planner may reach.
 
 Only for idle clusters with pending jobs (no running jobs): it is a
 benchmark and test oracle, far too slow for a real epoch.
@@ -105,12 +109,24 @@ def _conflicts(jobs, families, opts, gpus, index, model, floor, row) -> None:
     else:
         margin = dict.fromkeys(pairs, float(getattr(model, "admission_margin", 0.0)))
 
+    # The reference of each job's fraction of solo speed, as `packing.best_solo` gives the epoch's seats.
+    best = {k: max((s.throughput for s in families[jobs[k].job_id].shapes if s.resources.gpus <= 1), default=0.0)
+            for k in {a[0] for a in keys}}
+
+    def fraction(a, tput: float, s: float) -> float:  # as packing.GpuState.fraction
+        ref = max(best[a[0]], tput)
+        return tput / ref / s if ref > 0 else 0.0
+
     def bad(a, b) -> bool:
         fa, fb = families[jobs[a[0]].job_id], families[jobs[b[0]].job_id]
-        scale = 1.0 + max(margin[(a, b)], margin[(b, a)])  # as packing: the larger of the pair's two directions
+        m = max(margin[(a, b)], margin[(b, a)])  # as packing: the larger of the pair's two directions
+        scale = 1.0 + m
         sa, sb = slow[(a, b)] * scale, slow[(b, a)] * scale
-        return (sa * floor > 1.0 or sb * floor > 1.0 or fa.shapes[a[1]].throughput < fa.throughput_floor * sa
-                or fb.shapes[b[1]].throughput < fb.throughput_floor * sb)
+        ta, tb = fa.shapes[a[1]].throughput, fb.shapes[b[1]].throughput
+        # The gain rule with a hair of slack: rounding must never make this stricter than packing.
+        gain = fraction(a, ta, slow[(a, b)]) + fraction(b, tb, slow[(b, a)])
+        return (sa * floor > 1.0 or sb * floor > 1.0 or ta < fa.throughput_floor * sa
+                or tb < fb.throughput_floor * sb or gain < (1.0 + m) * (1.0 - 1e-12))
 
     clash: dict[tuple, list] = {}
     for a, b in pairs:

@@ -3,8 +3,9 @@
 Mutable, but only inside one epoch: the epoch builds it from the snapshot,
 places jobs one at a time, and reads the result. A placement is accepted only
 when, on that GPU, the shares still sum to at most the GPU's, the memory fits,
-the node has the CPUs and memory, and nobody's co-located speed (its own or a
-neighbour's) falls under the floor or under its job's throughput floor.
+the node has the CPUs and memory, nobody's co-located speed (its own or a
+neighbour's) falls under the floor or under its job's throughput floor, and a
+shared GPU gains over one job alone (the gain rule below).
 
 The floors are checked as `interference.base.admissible` does: predicted
 speed >= floor × (1 + margin), with the model's admission margin (one for all
@@ -14,14 +15,37 @@ margin guards against the model's error, so it applies to the job's own
 throughput floor as well; the slowdown itself (and so Γ and the rates) stays
 the prediction.
 
+Besides the floors, a GPU is shared only when the GPU as a whole gains
+(DESIGN, IAC): with f_i = job i's predicted co-located throughput ÷ its
+throughput alone at its family's best single-GPU shape (`fraction`), a
+placement next to others is admitted only if Σ_i f_i >= 1 + m over everyone
+on the GPU, m the largest admission margin of the GPU's pairs (the one margin
+of all pairs when margins are not per pair); a pair that only breaks even is
+waste plus risk, and a model unsure of a GPU type (wide margins) shares only
+clear wins. Co-runners leave at different times and what stays behind is never
+re-checked, so with three or more on a GPU each pair of the newcomer and an
+occupant must also gain on its own (f's of the pair alone, that pair's
+margin); by induction every pair the packing puts on a GPU gains, whatever
+leaves — the pair rule `planner.exact` applies, which keeps it an upper bound.
+The reference of f is `Seat.best_solo`, which the epoch sets. A job alone on its
+GPU is always admitted (nothing is shared). A foreign occupant (not managed:
+`Row.tput` inf) counts as f = its share of the GPU ÷ its predicted slowdown:
+a neutral guess, as if its speed were linear in its share.
+
 Finding a GPU is best fit on free shares (the fullest GPU that still fits),
 through buckets keyed by free shares, so it costs little even at thousands of
 GPUs; at most `max_tries` GPUs are examined per shape, which bounds the
-epoch's time when most GPUs fail on memory, CPUs or interference.
+epoch's time when most GPUs fail on memory, CPUs or interference. GPUs the
+gain rule's cheap bound rules out, and questions `fits` already answered no
+to on an unchanged GPU (jobs of one family ask the same), are passed over
+without counting: under the gain rule most shared GPUs are no place for most
+jobs, and the tries would otherwise run out before a GPU that fits.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from slurm_elastico.planner.slowdown import PairCache
@@ -52,6 +76,15 @@ class Seat:
     slow: float = 1.0
     margin: float = 0.0  # admission margin next to its current co-runners (per-pair margins only)
     gang: tuple[int, ...] = ()  # every GPU of a data-parallel row (`gpu` is the first); () for a share
+    # Throughput alone at its family's best single-GPU shape (`best_solo`): the reference of its fraction of solo
+    # speed in the gain rule. 0 = unknown: its row's own solo throughput is the reference (f = 1 / slowdown),
+    # which the floors already imply whenever floor >= 0.5, i.e. the rule as it was before the gain check.
+    best_solo: float = 0.0
+
+
+def best_solo(rows: Iterable[Row]) -> float:
+    """`Seat.best_solo` of a job whose family has these rows: the fastest that holds at most one GPU (0: none)."""
+    return max((r.tput for r in rows if r.gpus <= 1), default=0.0)
 
 
 class GpuState:
@@ -80,14 +113,41 @@ class GpuState:
             self.buckets[f][g] = None
         self.occ: list[list[Seat]] = [[] for _ in free_share]
         self._hi = self.top  # upper bound on the largest free share; see max_free
+        # The gain rule's cheap bound (see `fits`): a newcomer whose fraction of solo speed with no slowdown is
+        # below need[g] cannot gain on GPU g (-inf: no occupant, nothing to gain against); need_min[level] is a
+        # lower bound of need over the GPUs with that free share, so `find` skips a whole bucket on one compare.
+        self.need = [-math.inf] * len(free_share)
+        self.need_min = [-math.inf] * (self.top + 1)
+        # Refusals `find` already got, per GPU and per bucket, for a question (`find`'s key: jobs of one family
+        # ask the same one). A refusal stays one while the GPU is as it was (its `version`; a bucket's version
+        # moves with each of its GPUs' and with each GPU that enters it): placing elsewhere only takes node CPUs
+        # and memory, which never turns a refusal into a fit, and anything that gives some back (a removal)
+        # moves the version of every GPU of its node.
+        self.version = [0] * len(free_share)
+        self.bucket_version = [0] * (self.top + 1)
+        self.refused_at = [-1] * len(free_share)  # the version `refused` was gathered at
+        self.refused: list[set[int]] = [set() for _ in free_share]
+        self.bucket_refused: list[dict[int, int]] = [{} for _ in range(self.top + 1)]
+        self.keys: dict[tuple, int] = {}
 
     # -- bookkeeping -------------------------------------------------------
 
     def _set_share(self, g: int, value: int) -> None:
-        del self.buckets[self.free_share[g]][g]
+        old = self.free_share[g]
+        del self.buckets[old][g]  # fewer GPUs never turn a bucket's refusal into a fit: its version stays
         self.free_share[g] = value
         self.buckets[value][g] = None
         self._hi = max(self._hi, value)
+        self.need_min[value] = min(self.need_min[value], self.need[g])
+        self._touch(g)
+        if value > old:  # a removal: its node's CPUs and memory come back too, which any of its GPUs may now fit
+            for k in self.node_gpus[self.gpu_node[g]]:
+                self._touch(k)
+
+    def _touch(self, g: int) -> None:
+        """GPU g changed: refusals `find` remembers for it, or for its bucket, no longer hold."""
+        self.version[g] += 1
+        self.bucket_version[self.free_share[g]] += 1
 
     def max_free(self) -> int:
         """The largest free share of any GPU (amortised O(1): the bound only walks down over empty buckets)."""
@@ -167,20 +227,31 @@ class GpuState:
         self._refresh(g)
 
     def _refresh(self, g: int) -> None:
-        """Recompute every occupant's slowdown on GPU g from the pairs."""
+        """Recompute every occupant's slowdown on GPU g from the pairs, and the GPU's `need`."""
         occ = self.occ[g]
         if len(occ) < 2 or not self.cache.enabled:
             for s in occ:
                 s.slow, s.margin = 1.0, 0.0
-            return
-        pairs = [(a.row.uid, b.row.uid) for a in occ for b in occ if a is not b]
-        got = iter(self.cache.get(pairs))
-        for a in occ:
-            a.slow = 1.0 + sum(next(got) - 1.0 for b in occ if b is not a)
-        if self.cache.per_pair:
-            m = dict(zip(pairs, self.cache.margins(pairs)))
+        else:
+            pairs = [(a.row.uid, b.row.uid) for a in occ for b in occ if a is not b]
+            got = iter(self.cache.get(pairs))
             for a in occ:
-                a.margin = max(max(m[(a.row.uid, b.row.uid)], m[(b.row.uid, a.row.uid)]) for b in occ if b is not a)
+                a.slow = 1.0 + sum(next(got) - 1.0 for b in occ if b is not a)
+            if self.cache.per_pair:
+                m = dict(zip(pairs, self.cache.margins(pairs)))
+                for a in occ:
+                    a.margin = max(max(m[(a.row.uid, b.row.uid)], m[(b.row.uid, a.row.uid)])
+                                   for b in occ if b is not a)
+        if not occ or not self.cache.enabled:
+            need = -math.inf
+        else:
+            # The gain without the newcomer's slowdowns bounds the real one from above, and the GPU's margin is at
+            # least its occupants' own (or the one of all pairs); the slack leaves ties to the full check.
+            least = self.cache.margin if not self.per_pair else max(o.margin for o in occ)
+            need = (1.0 + least) * (1.0 - 1e-12) - sum(self.fraction(o, o.row, g, o.slow) for o in occ)
+        self.need[g] = need
+        self.need_min[self.free_share[g]] = min(self.need_min[self.free_share[g]], need)
+        self._touch(g)
 
     # -- questions ---------------------------------------------------------
 
@@ -194,12 +265,14 @@ class GpuState:
         occ = self.occ[g]
         if not occ or not self.cache.enabled:
             return 1.0
+        if self.alone(seat, row) < self.need[g]:  # cannot gain here whatever the slowdowns: no lookup
+            return 0.0
         k = len(occ)
         pairs = [(row.uid, o.row.uid) for o in occ] + [(o.row.uid, row.uid) for o in occ]
         got = self.cache.get(pairs)
         slow = 1.0 + sum(s - 1.0 for s in got[:k])
         if self.per_pair:
-            return self._fits_per_pair(seat, row, occ, pairs, got, slow)
+            return self._fits_per_pair(seat, row, occ, pairs, got, slow, g)
         bar, scale = self.bar, self.scale
         if slow * bar > 1.0 or row.tput < seat.floor * slow * scale:
             return 0.0
@@ -209,10 +282,11 @@ class GpuState:
             after = o.slow + s - 1.0
             if after * bar > 1.0 or o.row.tput < o.floor * after * scale:
                 return 0.0
-        return slow
+        m = self.cache.margin
+        return slow if self._gains(seat, row, g, occ, got, slow, [m] * k, m) else 0.0
 
     def _fits_per_pair(self, seat: Seat, row: Row, occ: list[Seat], pairs: list[tuple[int, int]],
-                       got: list[float], slow: float) -> float:
+                       got: list[float], slow: float, g: int) -> float:
         """`fits` with a margin per pair; `pairs` (and `got`) are row→each occupant, then each occupant→row."""
         k = len(occ)
         ms = self.cache.margins(pairs)
@@ -225,7 +299,42 @@ class GpuState:
             after = (o.slow + s - 1.0) * (1.0 + max(o.margin, m))
             if after * self.floor > 1.0 or (o.row.tput < o.floor * after):
                 return 0.0
-        return slow
+        # The GPU's margin: the largest of its pairs' after the placement (an occupant's `margin` is its pairs').
+        gpu_m = max(max(pair_m), max(o.margin for o in occ))
+        return slow if self._gains(seat, row, g, occ, got, slow, pair_m, gpu_m) else 0.0
+
+    @staticmethod
+    def alone(seat: Seat, row: Row) -> float:
+        """`seat`'s fraction of solo speed at `row` with no slowdown (a managed job; see `fraction`)."""
+        ref = max(seat.best_solo, row.tput)
+        return row.tput / ref if ref > 0 else 0.0
+
+    def fraction(self, seat: Seat, row: Row, g: int, slow: float) -> float:
+        """f: `seat`'s predicted speed at `row` on GPU g at slowdown `slow` ÷ its speed alone at its best shape.
+
+        The reference is `seat.best_solo`, never below the row's own solo throughput (so 0, unknown, gives
+        1 / slow). A foreign occupant (tput inf): its share of the GPU ÷ its slowdown, a neutral guess.
+        """
+        if row.tput == math.inf:
+            return row.share / max(1, self.total_share[g]) / slow
+        ref = max(seat.best_solo, row.tput)
+        return row.tput / ref / slow if ref > 0 else 0.0
+
+    def _gains(self, seat: Seat, row: Row, g: int, occ: list[Seat], got: list[float], slow: float,
+               pair_m: list[float], gpu_m: float) -> bool:
+        """The gain rule (module docstring): Σ f >= 1 + the GPU's margin, and with two occupants or more already,
+        f(newcomer) + f(occupant) >= 1 + that pair's margin for each pair of the two alone.
+
+        `got` as in `fits` (newcomer→each occupant, then each occupant→newcomer); `slow` the newcomer's summed
+        slowdown; `pair_m` each pair's margin, in occupant order.
+        """
+        k = len(occ)
+        total = self.fraction(seat, row, g, slow)
+        for o, s_in, s_out, m in zip(occ, got[:k], got[k:], pair_m):
+            total += self.fraction(o, o.row, g, o.slow + s_out - 1.0)
+            if k > 1 and self.fraction(seat, row, g, s_in) + self.fraction(o, o.row, g, s_out) < 1.0 + m:
+                return False
+        return total >= 1.0 + gpu_m
 
     def find_gang(self, row: Row) -> tuple[int, ...]:
         """Idle GPUs for a data-parallel row on the fewest nodes, or () when they are not there.
@@ -260,16 +369,44 @@ class GpuState:
         return tuple(picked)
 
     def find(self, seat: Seat, row: Row) -> tuple[int, float]:
-        """(GPU, slowdown) of the best-fit GPU for `row`, or (-1, 0.0)."""
+        """(GPU, slowdown) of the best-fit GPU for `row`, or (-1, 0.0).
+
+        GPUs the gain rule's bound rules out (`need`) are passed over without counting as tries, a whole bucket
+        at once where its `need_min` does: with the gain rule most shared GPUs are no place for most jobs, and
+        `max_tries` would otherwise run out on them before the search reached a GPU the job could take. A bucket
+        scanned to its end gets its exact `need_min` back.
+        """
         if row.share > self.max_free():
             return -1, 0.0
+        x = self.alone(seat, row)
+        need, need_min, version = self.need, self.need_min, self.version
+        refused, refused_at = self.refused, self.refused_at
+        key = self.keys.setdefault((row, seat.floor, seat.best_solo), len(self.keys))  # all `fits` reads of `seat`
         tries = 0
         for level in range(row.share, self._hi + 1):
+            if x < need_min[level]:
+                continue
+            at = self.bucket_version[level]
+            if self.bucket_refused[level].get(key) == at:
+                continue  # every GPU here said no to this question, and none has changed since
+            low = math.inf
             for g in self.buckets[level]:
+                ng = need[g]
+                if ng < low:
+                    low = ng
+                if x < ng:
+                    continue
+                if refused_at[g] != version[g]:
+                    refused_at[g], refused[g] = version[g], set()
+                elif key in refused[g]:
+                    continue  # asked before, nothing changed since: counted then
                 slow = self.fits(seat, row, g)
                 if slow:
                     return g, slow
+                refused[g].add(key)
                 tries += 1
                 if tries >= self.max_tries:
                     return -1, 0.0
+            need_min[level] = low
+            self.bucket_refused[level][key] = at
         return -1, 0.0

@@ -74,7 +74,8 @@ def test_a_job_whose_every_shape_is_below_its_floor_is_not_started():
 
 
 def test_jobs_without_family_are_left_alone_but_their_shares_count():
-    fam = family((50, 0.5, 1000), (75, 0.9, 1000), (100, 1.0, 1000))
+    # At 50 % the job keeps 0.8 of its best: next to the foreign 40 % (counted as 0.4) the GPU gains.
+    fam = family((50, 0.8, 1000), (75, 0.9, 1000), (100, 1.0, 1000))
     nodes = with_users(cluster(1), {("n0000", 0): (GpuUse(9, 40),)})
     other = JobView(9, "x", "u", "gpu", JobState.RUNNING, gres=GresRequest("mps", 40), nodes=("n0000",))
     plan = run_epoch(snapshot(nodes, [other, pending(1), pending(77)]), {1: fam}, cfg(), ContentionModel(), NOW)

@@ -1,8 +1,9 @@
-"""Planner invariants over random snapshots (hypothesis): capacity, determinism, floors, weights, optimum bound."""
+"""Planner invariants over random snapshots (hypothesis): capacity, determinism, floors, gain, weights, optimum."""
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections import defaultdict
 
 import numpy as np
@@ -14,6 +15,7 @@ from slurm_elastico.interference.base import ContentionModel
 from slurm_elastico.model import JobState
 from slurm_elastico.planner import exact, policies
 from slurm_elastico.planner.weights import weight_of
+from slurm_elastico.shapes.solo import solo_profile
 from tests import synthetic
 
 NOW = 1_000_000.0
@@ -100,6 +102,32 @@ def check_capacity(snap, fams, plan, floor, full=None):
             assert p.throughput >= floor * solo * (1 - 1e-9) or floor == 0
 
 
+def check_gain(snap, fams, plan, model, full):
+    """Every pair sharing a GPU with a job the plan starts gains: f_a + f_b >= 1 + the pair's margin, each f the
+    job's speed next to the other alone ÷ its speed alone at the fastest single-GPU shape of its (narrowed)
+    family (packing's gain rule; three or more on a GPU are also checked as a whole there, not here)."""
+    by_gpu = defaultdict(list)
+    for p in plan.placements:
+        if p.share > 0:
+            by_gpu[(p.node, p.gpu)].append(p)
+    for group in by_gpu.values():
+        for a, b in itertools.combinations(group, 2):
+            if JobState.PENDING not in (snap.job(a.job_id).state, snap.job(b.job_id).state):
+                continue  # two running jobs were put together before this epoch
+            shapes = [planned_shape(fams, full, p) for p in (a, b)]
+            prof = [solo_profile(s, fams[p.job_id].kind, fams[p.job_id].name) for s, p in zip(shapes, (a, b))]
+            slow = np.maximum(1.0, np.asarray(model.predict(prof, prof[::-1]), dtype=float))
+            if hasattr(model, "admission_margins"):
+                m = float(np.max(model.admission_margins(prof, prof[::-1])))
+            else:
+                m = float(getattr(model, "admission_margin", 0.0))
+            gain = 0.0
+            for p, shape, s in zip((a, b), shapes, slow):
+                best = max((x.throughput for x in fams[p.job_id].shapes if x.resources.gpus <= 1), default=0.0)
+                gain += shape.throughput / max(best, shape.throughput) / s
+            assert gain >= (1.0 + m) * (1 - 1e-9), (a, b, gain, m)
+
+
 @FAST
 @given(cases())
 def test_no_plan_exceeds_a_capacity_or_a_floor(case):
@@ -108,6 +136,8 @@ def test_no_plan_exceeds_a_capacity_or_a_floor(case):
     floor = Settings().interference.floor * (1 + getattr(model, "least_margin", 0.0)) if policy.interference else 0.0
     narrowed = {k: policy.narrow(f) for k, f in fams.items()} if policy.narrow is not policies.all_shapes else fams
     check_capacity(snap, narrowed, plan, floor, full=fams)
+    if policy.interference:
+        check_gain(snap, narrowed, plan, model, fams)
     assert all(p >= 0 for p in plan.prices)
 
 
