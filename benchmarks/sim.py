@@ -93,6 +93,55 @@ def comparison(truth, gpus, jobs, load, seeds, window, colocation, names):
     return out
 
 
+PEER_MEAN_JCT_S = {  # Pollux's published per-job JCTs (results-jobload/<policy>-1.0/summary.json), mean per workload
+    1: (2089, 2474, 4087), 2: (3323, 5145, 6914), 3: (2188, 3876, 3944), 4: (2721, 3280, 5968),
+    5: (2674, 3501, 5656), 6: (2446, 3470, 5302), 7: (3616, 5480, 7291), 8: (2952, 5080, 6294)}
+"""(Pollux, Tiresias, Optimus) in seconds, 16 nodes × 4 T4, as the Pollux artifact published them."""
+
+
+def pollux_workloads(truth, workloads, names, seeds):
+    """The Pollux workloads on the peer's cluster (16 nodes × 4 GPUs, 60 s rounds, 30 s restarts), beside the
+    peer's figures.
+
+    Every job's work is its measured iterations to the app's end at its
+    submitted global batch; elastico keeps that batch (data-parallel shapes
+    at the same global batch), so its completion is the same point as a
+    fixed-batch policy's. A seed moves each arrival by a seeded ±60 s and
+    draws the profiling noise.
+    """
+    # The peer's simulator: its scheduler starts every job (no Slurm placement window) and charges 30 s per restart.
+    sim = SimSettings(gpus=64, gpus_per_node=4, epoch_s=60.0, placement_window_s=-1.0, restart_cost_s=30.0)
+    t0 = time.perf_counter()
+    rows, table = [], []
+    for w in workloads:
+        base = trace.pollux(w, truth)
+        means = {}
+        for n in names:
+            got, left = [], 0
+            for sd in range(seeds):
+                r = engine.run(trace.jitter_arrivals(base, sd), n, Settings(), sim, ContentionModel(), truth, seed=sd)
+                got.append(metrics.summarize(r)["mean_jct_h"] * 3600)
+                left += r.unfinished
+            means[n] = (sum(got) / len(got), left)
+        peer = PEER_MEAN_JCT_S[w]
+        rows.append({"workload": w, "mean_jct_s": {n: m for n, (m, _) in means.items()},
+                     "unfinished": {n: c for n, (_, c) in means.items()},
+                     "peer_mean_jct_s": {"pollux": peer[0], "tiresias": peer[1], "optimus": peer[2]}})
+        table.append(f"  {w:8d}  " + "  ".join(f"{means[n][0]:>9.0f}{'*' if means[n][1] else ' '}" for n in names)
+                     + "  " + "  ".join(f"{v:>9d}" for v in peer))
+    print(f"\n== Pollux workloads, 64 GPUs (16 nodes × 4), 60 s rounds, {seeds} seed(s) each "
+          f"({time.perf_counter() - t0:.0f} s); mean JCT in seconds; * = unfinished jobs (not a result)")
+    print("  workload  " + "  ".join(f"{n:>10}" for n in names) + "  " + "  ".join(
+        f"{'peer ' + p:>9}" for p in ("pollux", "tiresias", "optimus")))
+    print("\n".join(table))
+    avg = {n: sum(r["mean_jct_s"][n] for r in rows) / len(rows) for n in names}
+    peer_avg = [sum(PEER_MEAN_JCT_S[w][k] for w in workloads) / len(workloads) for k in range(3)]
+    print("  mean      " + "  ".join(f"{avg[n]:>9.0f} " for n in names) + "  " + "  ".join(f"{v:>9.0f}" for v in peer_avg))
+    return {"workloads": rows, "mean_jct_s": avg, "seeds": seeds,
+            "peer_mean_jct_s": dict(zip(("pollux", "tiresias", "optimus"), peer_avg)),
+            "unfinished_jobs": sum(sum(r["unfinished"].values()) for r in rows)}
+
+
 def scale(truth, gpus, hours, load, max_duration_s, epoch_s, policy="elastico"):
     """Arrivals over `hours` on `gpus` GPUs at `load`; returns the run's figures."""
     pilot = trace.synthetic(trace.MixSpec(n_jobs=2000, gpus=gpus, load=load, max_duration_s=max_duration_s), 99, truth)
@@ -128,6 +177,10 @@ def main() -> int:
         out["comparison"] = [comparison(truth, 32, 300, 2.0, 5, 60.0, "gavel", names),
                              comparison(truth, 32, 300, 2.0, 5, -1.0, "gavel", names),
                              comparison(truth, 32, 300, 2.0, 5, -1.0, "gavel-residual", ["elastico", "static"])]
+    if args.quick:
+        out["pollux"] = pollux_workloads(truth, [1], ["static", "elastico"], 1)
+    else:
+        out["pollux"] = pollux_workloads(truth, range(1, 9), ["static", "tiresias", "pollux", "elastico"], 2)
     if not args.skip_scale:
         print("\n== scale (elastico, one core)")
         if args.quick:
@@ -139,7 +192,7 @@ def main() -> int:
     out["elastico_vs_static"] = first["static"]["over_elastico"]
     # A row with unfinished jobs is not a result; counted here so no reader of this line can miss it.
     out["unfinished_rows"] = sum(c["unfinished_rows"] for c in out["comparison"])
-    out["unfinished_jobs"] = sum(c["unfinished_jobs"] for c in out["comparison"])
+    out["unfinished_jobs"] = sum(c["unfinished_jobs"] for c in out["comparison"]) + out["pollux"]["unfinished_jobs"]
     scale_left = any(r["unfinished"] for r in out.get("scale", []))
     out["complete"] = out["unfinished_rows"] == 0 and not scale_left
     if not out["complete"]:

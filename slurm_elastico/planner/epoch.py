@@ -35,7 +35,7 @@ from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import SlowdownModel, SoloProfile
 from slurm_elastico.model import (Action, ActionKind, Family, JobState, JobView, Placement, Plan, Shape, Snapshot)
 from slurm_elastico.planner import reshape, weights
-from slurm_elastico.planner.packing import GpuState, Row, Seat
+from slurm_elastico.planner.packing import GpuState, Row, Seat, best_solo
 from slurm_elastico.planner.slowdown import PairCache, for_gpu
 from slurm_elastico.shapes.current import ADMIN_PREFIX, named_in_comment, running_shape
 from slurm_elastico.shapes.solo import solo_profile
@@ -155,9 +155,11 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
             continue
         if jv.state is JobState.PENDING and not jv.held and (jv.gres is None or jv.gres.kind in ("mps", "gpus")):
             t = table_of(fam)
-            by_id[jv.job_id] = Job(jv, t, 1.0, Seat(jv.job_id, fam.throughput_floor))
+            by_id[jv.job_id] = Job(jv, t, 1.0, Seat(jv.job_id, fam.throughput_floor, best_solo=best_solo(t.rows)))
         elif jv.state is JobState.RUNNING:
-            by_id[jv.job_id] = Job(jv, table_of(fam, jv), 1.0, Seat(jv.job_id, fam.throughput_floor), running=True)
+            t = table_of(fam, jv)
+            by_id[jv.job_id] = Job(jv, t, 1.0, Seat(jv.job_id, fam.throughput_floor, best_solo=best_solo(t.rows)),
+                                   running=True)
     # Stand-ins for what the planner does not manage, one per share, all added before the first lookup
     # (a trained model's scorer covers the profiles it was built for; a later one would rebuild it).
     foreign = {shares: cache.add(SoloProfile(kind="train", mps_share=shares))
