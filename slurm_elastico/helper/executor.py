@@ -65,9 +65,10 @@ def execute(actions: Iterable[Action], gateway: Actuator, journal: JournalLike |
                 journal.note(row, str(exc), now)  # type: ignore[union-attr]
             else:
                 journal.settle(row, "failed", now, str(exc))  # type: ignore[union-attr]
-            outcomes.append(Outcome(action, "failed", str(exc), argv))
+            error = str(exc)
             if action.job_id in commented:
-                _restore_comment(gateway, action.job_id, comments.get(action.job_id, ""))
+                error += _restore_comment(gateway, action.job_id, comments.get(action.job_id, ""))
+            outcomes.append(Outcome(action, "failed", error, argv))
         else:
             journal.settle(row, "done", now)  # type: ignore[union-attr]
             outcomes.append(Outcome(action, "done", argv=argv))
@@ -76,9 +77,13 @@ def execute(actions: Iterable[Action], gateway: Actuator, journal: JournalLike |
     return outcomes
 
 
-def _restore_comment(gateway: Actuator, job_id: int, text: str) -> None:
-    """Put back the AdminComment a failed plan had changed, so elastico-run does not start a shape never set up."""
+def _restore_comment(gateway: Actuator, job_id: int, text: str) -> str:
+    """Put back the AdminComment a failed plan had changed, so elastico-run does not start a shape never set up.
+
+    Returns '' or, when that fails too (the job may be gone), what to add to the failed action's error; elastico-run
+    checks the share of a named shape anyway."""
     try:
         gateway.apply(Action(ActionKind.SET_ADMIN_COMMENT, job_id, "restore after a failed action", text=text))
-    except ElasticoError:
-        pass  # the job may be gone; elastico-run checks the share of a named shape anyway
+    except ElasticoError as exc:
+        return f"; its AdminComment could not be put back either: {exc}"
+    return ""

@@ -143,3 +143,21 @@ def test_recovery_never_releases_a_job_a_preemption_held(journal):
     assert gw.released == [2]
     assert any("job 1" in n and "abandoned" in n for n in notes)
     assert (1, "preempt", "recovered") in statuses(journal) and not journal.unsettled()
+
+
+def test_a_comment_that_cannot_be_put_back_is_said_in_the_failed_actions_error():
+    from slurm_elastico.errors import UnknownJobError
+    from slurm_elastico.helper.executor import execute
+    from slurm_elastico.helper.journal import MemoryJournal
+
+    class Gone:
+        def argv_for(self, action):
+            return [["echo"]]
+
+        def apply(self, action):
+            if action.kind is ActionKind.SET_SHARE or action.reason.startswith("restore"):
+                raise UnknownJobError(["scontrol"], 1, "Invalid job id specified")
+
+    acts = [Action(ActionKind.SET_ADMIN_COMMENT, 1, "t", text="elastico:shape=x"), Action(ActionKind.SET_SHARE, 1, "t", share=50)]
+    out = execute(acts, Gone(), MemoryJournal(), NOW, comments={1: "site data"})
+    assert out[1].status == "failed" and "could not be put back" in out[1].error
