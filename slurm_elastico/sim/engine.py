@@ -324,10 +324,7 @@ class Engine:
         elif job.whole:
             val = self._gang_solo(job, placement)
         else:
-            try:
-                shape = job.family.shape(job.shape)
-            except KeyError:
-                shape = job.family.default_shape
+            shape = _shape_of(job)
             if tj.kind == "train":
                 m = int(shape.knob("micro_batch"))
                 b = int(shape.knob("global_batch", tj.global_batch))
@@ -349,10 +346,7 @@ class Engine:
         Inference holds one engine per GPU (independent replicas), so its speed is one engine's times the GPUs.
         """
         tj, t = job.trace, self.truth
-        try:
-            shape = job.family.shape(job.shape)
-        except KeyError:
-            shape = job.family.default_shape
+        shape = _shape_of(job)
         if tj.kind == "train":
             m = int(shape.knob("micro_batch"))
             b = int(shape.knob("global_batch", tj.global_batch))
@@ -377,6 +371,14 @@ class Engine:
             return  # stalled (a shape that cannot run here); it completes only if its neighbours change
         left = max(0.0, job.trace.work - job.done)
         self._push(max(self.cluster.now, job.ready_at) + left / rate, COMPLETE, job.job_id, job.version)
+
+
+def _shape_of(job: SimJob):
+    """The family shape a started job runs as (its default when the name is not one of its shapes)."""
+    try:
+        return job.family.shape(job.shape)
+    except KeyError:
+        return job.family.default_shape
 
 
 class _Families:
