@@ -43,9 +43,15 @@ _FLOAT_RANGES = {  # column -> (low, high, inclusive low)
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Colocation:
-    """One observed pair: `norm_a` is a's co-located / solo throughput when sharing a GPU with b."""
+    """One observed pair: `norm_a` is a's co-located / solo throughput when sharing a GPU with b.
+
+    Two observations are equal when they have the same row (`to_row`), so an unmeasured (NaN) field
+    equals an unmeasured one. A dataclass's own `==` would not say so on every Python: from 3.13 it
+    compares field by field, and NaN != NaN, while 3.11 compared tuples, where the one NaN object
+    `math.nan` equals itself.
+    """
 
     gpu_type: str
     a: SoloProfile
@@ -57,6 +63,14 @@ class Colocation:
 
     def swapped(self) -> Colocation:
         return Colocation(self.gpu_type, self.b, self.a, self.norm_b, self.norm_a, self.fits, self.source)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Colocation):
+            return NotImplemented
+        return to_row(self) == to_row(other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(to_row(self).values()))
 
 
 def _float(text: str, column: str, where: str) -> float:

@@ -1,4 +1,5 @@
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,9 +26,19 @@ def test_csv_round_trip_keeps_missing_fields(tmp_path):
     assert write_csv(path, _obs()) == 2
     assert write_csv(path, _obs()[:1], append=True) == 1
     back = read_csv(path)
-    assert len(back) == 3
-    assert back[0].a == _obs()[0].a and back[0].norm_b == 0.83
+    assert back == _obs() + _obs()[:1]
     assert math.isnan(back[0].b.batch) and back[1].fits is False and math.isnan(back[1].norm_a)
+
+
+def test_equality_takes_unmeasured_fields_as_equal_and_measured_ones_by_value():
+    # float("nan") is a NaN object other than math.nan: equal all the same, with the same hash.
+    obs = _obs()[0]
+    other_nan = replace(obs, b=replace(obs.b, membw_util=float("nan")))
+    assert obs == other_nan and hash(obs) == hash(other_nan)
+    assert obs != replace(obs, b=replace(obs.b, membw_util=0.4))  # measured vs unmeasured
+    assert obs != replace(obs, norm_a=0.72) and obs != replace(obs, source="observed")
+    assert obs != obs.swapped() and obs.swapped().swapped() == obs
+    assert len({obs, other_nan, obs.swapped()}) == 2
 
 
 @pytest.mark.parametrize("column, value, words", [
@@ -68,7 +79,7 @@ def test_store_round_trip(tmp_path):
         assert save_to_store(s, _obs()) == 2
         back = load_from_store(s)
         assert load_from_store(s, gpu_type="a100") == []
-    assert back[0].a == _obs()[0].a and back[0].norm_a == 0.71 and not back[1].fits
+    assert back == _obs()
 
 
 def test_samples_use_both_directions_of_fitting_pairs_only():
