@@ -32,13 +32,19 @@ def validate_share(share: object, shares_per_gpu: int = MPS_SHARES_PER_GPU) -> i
 
 
 def squeue_json() -> list[str]:
-    # Every job Slurm still holds in memory; the gateway keeps the active ones.
+    """The active jobs, for a snapshot: 24.11 lists only those; 22.05 adds the finished jobs it still holds
+    in memory, which the gateway drops."""
     return ["squeue", "--all", "--json"]
 
 
 def squeue_job_json(job_id: int) -> list[str]:
-    """One job's record. 22.05 ignores `--jobs` under `--json` and prints every job: callers filter by id."""
-    return ["squeue", "--all", "--json", f"--jobs={_job_id(job_id)}"]
+    """One job's record, finished or not (a caller waits for a job to end through it).
+
+    `--states=all`: without it 24.11 leaves a finished job out (an empty list), while 22.05 lists it either
+    way and accepts the option. 22.05 ignores `--jobs` under `--json` and prints every job: callers filter
+    by id.
+    """
+    return ["squeue", "--all", "--json", "--states=all", f"--jobs={_job_id(job_id)}"]
 
 
 def nodes_json(slurm_version: str) -> list[str]:
