@@ -43,8 +43,8 @@ from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Family, GresRequest, JobState
 from slurm_elastico.planner import policies
 from slurm_elastico.sim.cluster import SimCluster, SimJob
-from slurm_elastico.sim.families import (INFER_CPUS, INFER_HOST_MIB, TRAIN_CPUS, TRAIN_HOST_MIB, fastest_speed,
-                                         family_of, goodput_factor)
+from slurm_elastico.sim.families import (INFER_CPUS, INFER_HOST_MIB, TRAIN_CPUS, TRAIN_HOST_MIB, at_epoch,
+                                         efficiency_epoch, efficiency_segment, fastest_speed, family_of)
 from slurm_elastico.sim.settings import SimSettings
 from slurm_elastico.sim.trace import TraceJob
 from slurm_elastico.sim.truth import GroundTruth
@@ -107,11 +107,14 @@ class Engine:
     def __init__(self, trace: Sequence[TraceJob], policy: str, settings: Settings, sim: SimSettings,
                  model: SlowdownModel | None, truth: GroundTruth | None = None, seed: int = 0,
                  on_progress: Callable[[float], None] | None = None):
-        policies.get(policy)  # an unknown name fails before anything runs
+        chosen = policies.get(policy)  # an unknown name fails before anything runs
         self.trace = sorted(trace, key=lambda j: (j.submit_s, j.job_id))
         self.policy = policy
         self.settings = dataclasses.replace(settings, planner=dataclasses.replace(settings.planner, policy=policy))
         self.sim = sim
+        # Goodput shapes (other global batches) for every training family when the settings ask for them or the
+        # policy adapts batch sizes (a policy attribute, as the epoch reads `narrow` or `reshape`).
+        self.adaptive = sim.adaptive_batch or bool(getattr(chosen, "adapts_batch", False))
         self.model = model
         self.truth = truth or GroundTruth()
         self.seed = seed
@@ -127,6 +130,11 @@ class Engine:
         self.outcomes: Counter[str] = Counter()
         self.results: list[JobResult] = []
         self.solo: dict[int, tuple[float, float, tuple[str, int]]] = {}
+        self.until: dict[int, float] = {}
+        """Work done at which a running job's rate next changes without a change of its GPUs (an epoch of
+        statistical efficiency ends), when that comes before its end."""
+        self.seen: dict[int, tuple[int, Family]] = {}
+        """The family each adaptive job last showed the planner, and the epoch of its goodput."""
         self.events = 0
         self.dirty = True
         self.acted = True
@@ -169,7 +177,12 @@ class Engine:
                 job = self.cluster.jobs.get(jid)
                 if job is None or job.version != version or job.state is not JobState.RUNNING:
                     continue
-                self._complete(job)
+                if jid in self.until:  # an epoch of statistical efficiency ended: same GPUs, a new rate
+                    self._accrue(job)
+                    job.done = max(job.done, self.until.pop(jid))
+                    self._rerate(job)
+                else:
+                    self._complete(job)
             elif kind == ARRIVAL:
                 self._arrive(by_id[jid])
                 arrived += 1
@@ -222,7 +235,7 @@ class Engine:
 
     def _arrive(self, tj: TraceJob) -> None:
         fam = family_of(tj, self.truth, self.sim.share_levels(), self.sim.gpu_memory_mib, self.sim.profile_noise,
-                        self.seed, self.sim.adaptive_batch, self.sim.max_gpus_per_job, self.sim.gpus_per_node)
+                        self.seed, self.adaptive, self.sim.max_gpus_per_job, self.sim.gpus_per_node)
         if fam is None:  # rigid: `--gpus=N`, on as many nodes as it takes
             gres, cpus, mem = GresRequest("gpus", tj.gpus), TRAIN_CPUS * tj.gpus, TRAIN_HOST_MIB * tj.gpus
             begin = tj.submit_s
@@ -248,8 +261,9 @@ class Engine:
         self.cluster.finish(job)
         self.families.pop(job.job_id, None)
         self.solo.pop(job.job_id, None)
+        self.seen.pop(job.job_id, None)
         tj = job.trace
-        best = tj.work / fastest_speed(tj, self.truth, self.sim.gpu_memory_mib, self.sim.adaptive_batch,
+        best = tj.work / fastest_speed(tj, self.truth, self.sim.gpu_memory_mib, self.adaptive,
                                        self.sim.max_gpus_per_job, self.sim.gpus_per_node)
         self.results.append(JobResult(
             tj.job_id, tj.kind, tj.app, tj.gpus, tj.submit_s, job.first_start, job.end, job.restarts + job.relaunches,
@@ -269,7 +283,19 @@ class Engine:
         now = self.cluster.now
         progress = {j.job_id: self._done_at(j, now) for j in self.cluster.jobs.values()
                     if j.state is JobState.RUNNING and j.family is not None}
+        if self.adaptive:  # goodput at the statistical efficiency each job's gradients show now
+            families = {jid: self._goodput_family(jid, fam, progress.get(jid)) for jid, fam in families.items()}
         return progress, families, []
+
+    def _goodput_family(self, jid: int, fam: Family, done: float | None) -> Family:
+        job = self.cluster.jobs[jid]
+        if fam.kind != "train":
+            return fam
+        epoch = efficiency_epoch(self.truth, job.trace, job.done if done is None else done)
+        seen = self.seen.get(jid)
+        if seen is None or seen[0] != epoch:
+            seen = self.seen[jid] = (epoch, at_epoch(fam, job.trace, self.truth, epoch))
+        return seen[1]
 
     def _settle(self) -> None:
         """Let Slurm start what fits, then re-rate every job whose GPU changed."""
@@ -312,7 +338,7 @@ class Engine:
         rigid job keeps `rigid_speed`, so one-GPU figures stay those of the single-GPU rule.
         """
         placement = job.placement
-        key = (job.shape, job.share, placement)
+        key = (job.shape, job.share, placement, self._stat_epoch(job))
         got = self.solo.get(job.job_id)
         if got is not None and got[3] == key:
             return got[:3]
@@ -328,7 +354,7 @@ class Engine:
             if tj.kind == "train":
                 m = int(shape.knob("micro_batch"))
                 b = int(shape.knob("global_batch", tj.global_batch))
-                f = goodput_factor(t, tj, b)
+                f = efficiency_segment(t, tj, b, job.done)[0]
                 val = (t.train_speed(tj.app, b, m, job.share) * f, t.train_speed(tj.app, b, m, 100) * f,
                        t.identity("train", tj.app, m))
             else:
@@ -350,7 +376,7 @@ class Engine:
         if tj.kind == "train":
             m = int(shape.knob("micro_batch"))
             b = int(shape.knob("global_batch", tj.global_batch))
-            speed = t.gang_speed(tj.app, b, placement, m) * goodput_factor(t, tj, b)
+            speed = t.gang_speed(tj.app, b, placement, m) * efficiency_segment(t, tj, b, job.done)[0]
             return speed, speed, t.identity("train", tj.app, m)
         args = (tj.context_tokens, tj.generated_tokens, float(shape.knob("gpu_memory_utilization")),
                 int(shape.knob("max_num_seqs")), str(shape.knob("kv_cache_dtype")))
@@ -367,10 +393,22 @@ class Engine:
             others = [self._solo(self.cluster.jobs[o])[2] for o in self.cluster.nodes[ni].gpus[gi] if o != job.job_id]
         rate = self.truth.colocated(share_speed, whole_speed, me, others, self.sim.colocation)
         job.rate = rate
+        end = job.trace.work
+        self.until.pop(job.job_id, None)
+        if self._stat_epoch(job) >= 0:
+            _, until = efficiency_segment(self.truth, job.trace, int(_shape_of(job).knob("global_batch")), job.done)
+            if until < end:
+                self.until[job.job_id] = end = until
         if rate <= 0:
             return  # stalled (a shape that cannot run here); it completes only if its neighbours change
-        left = max(0.0, job.trace.work - job.done)
+        left = max(0.0, end - job.done)
         self._push(max(self.cluster.now, job.ready_at) + left / rate, COMPLETE, job.job_id, job.version)
+
+    def _stat_epoch(self, job: SimJob) -> int:
+        """The epoch of statistical efficiency a training family job is in when goodput shapes exist, else -1."""
+        if not self.adaptive or job.family is None or job.trace.kind != "train":
+            return -1
+        return efficiency_epoch(self.truth, job.trace, job.done)
 
 
 def _shape_of(job: SimJob):

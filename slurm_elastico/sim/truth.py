@@ -25,6 +25,17 @@ averaged per such triple and the 6–16-node rows, nodes capped at 16, and
 takes the nearest measurement outside them. Per-GPU batches are clamped to
 the measured range.
 
+Statistical efficiency (measured, Pollux's validation runs, `pollux_validation.csv.gz`): at each
+measured global batch, per epoch, the iterations done and the gradient's squared mean and variance
+(`grad_sqr`, `grad_var`). As Pollux's simulator has it, one step at global batch b during epoch e
+makes `gain = (var + sqr) / (var / s + sqr)` steps' worth of progress at the app's smallest
+measured batch (s = b / that batch), with the statistics linearly interpolated between the measured
+batches around b (`gain`). A job's epochs are those of its own batch: epoch e ends at the measured
+iterations after e + 1 epochs, as a fraction of the iterations to the end (`epoch_ends`). So one step
+at b is worth `gain(b, e) / gain(B, e)` steps of the job's own batch B (`efficiency_ratio`), which
+changes as training goes on (the gradient noise grows, and large batches lose less); at B itself it
+is exactly 1, so a job that keeps its batch finishes after its measured iterations, as before.
+
 MPS share: a job at micro-batch m uses a fraction
 `d(m) = τ_min / τ(m)` of the GPU (τ = step time per sample; small batches
 leave SMs idle). MPS caps its SMs at the share s, so its speed is
@@ -175,6 +186,57 @@ class GangTable:
         return float(np.exp(v[0])), float(np.exp(v[1]))
 
 
+class GradientNoise:
+    """One app's measured gradient statistics and iterations per epoch at each measured global batch.
+
+    From (global batch, epoch, iteration, grad_sqr, grad_var) rows; every batch must have the same epochs.
+    """
+
+    def __init__(self, app: str, rows: list[tuple[int, int, float, float, float]]):
+        per: dict[int, dict[int, tuple[float, float, float]]] = {}
+        for batch, epoch, it, sqr, var in rows:
+            per.setdefault(batch, {})[epoch] = (it, sqr, var)
+        counts = {len(v) for v in per.values()}
+        if len(counts) != 1 or any(sorted(v) != list(range(len(v))) for v in per.values()):
+            raise ConfigError("ground truth", [f"validation rows of app {app!r} must give epochs 0..E-1 at every "
+                                               f"global batch; got {sorted((b, len(v)) for b, v in per.items())}"])
+        self.app = app
+        epochs = counts.pop()
+        self.batches = np.array(sorted(per), dtype=float)
+        table = np.array([[per[int(b)][e] for e in range(epochs)] for b in self.batches])
+        self.iterations, self.sqr, self.var = table[:, :, 0], table[:, :, 1], table[:, :, 2]
+
+    @property
+    def epochs(self) -> int:
+        return self.iterations.shape[1]
+
+    def _at(self, values: np.ndarray, batch: float) -> np.ndarray:
+        """The row of `values` at `batch`: linear between the measured batches around it, clamped outside them."""
+        b = self.batches
+        if batch <= b[0]:
+            return values[0]
+        if batch >= b[-1]:
+            return values[-1]
+        hi = int(np.searchsorted(b, batch))
+        if b[hi] == batch:
+            return values[hi]
+        w = (batch - b[hi - 1]) / (b[hi] - b[hi - 1])
+        return (1.0 - w) * values[hi - 1] + w * values[hi]
+
+    def gain(self, batch: float, epoch: int) -> float:
+        """Progress of one step at `batch` during `epoch`, in steps at the smallest measured batch."""
+        e = min(max(epoch, 0), self.epochs - 1)
+        sqr, var = float(self._at(self.sqr[:, e], batch)), float(self._at(self.var[:, e], batch))
+        scale = batch / self.batches[0]
+        denom = var / scale + sqr
+        return (var + sqr) / denom if denom > 0 else 1.0
+
+    def epoch_ends(self, batch: float) -> np.ndarray:
+        """Fraction of the training done at the end of each epoch at `batch` (the last is 1)."""
+        it = self._at(self.iterations, batch)
+        return it / it[-1]
+
+
 def _read_csv(path: Path) -> list[dict[str, str]]:
     try:
         raw = gzip.open(path, "rt", newline="") if path.suffix == ".gz" else path.open(newline="")
@@ -188,7 +250,7 @@ class GroundTruth:
     """Solo speeds, memory and co-location factors from documented files (defaults: the bundled copies)."""
 
     def __init__(self, profiles: Path | None = None, iterations: Path | None = None, pairs: Path | None = None,
-                 placements: Path | None = None):
+                 placements: Path | None = None, validation: Path | None = None):
         self.placement_rows: dict[str, list[tuple[str, int, int, float, float, float]]] = {}
         for r in _read_csv(placements or DATA / "pollux_placements.csv.gz"):
             self.placement_rows.setdefault(r["app"], []).append(
@@ -204,6 +266,12 @@ class GroundTruth:
         for key, vals in rows.items():
             a = np.array(sorted(vals))
             self.profiles[key] = TrainProfile(key[0], key[1], a[:, 0], a[:, 1], a[:, 2])
+        noise_rows: dict[str, list[tuple[int, int, float, float, float]]] = {}
+        for r in _read_csv(validation or DATA / "pollux_validation.csv.gz"):
+            noise_rows.setdefault(r["app"], []).append(
+                (int(r["global_batch"]), int(r["epoch"]), float(r["iteration"]), float(r["grad_sqr"]),
+                 float(r["grad_var"])))
+        self.noise = {app: GradientNoise(app, rows) for app, rows in noise_rows.items()}
         self.iterations: dict[str, dict[int, int]] = {}
         for r in _read_csv(iterations or DATA / "pollux_iterations.csv"):
             self.iterations.setdefault(r["app"], {})[int(r["global_batch"])] = int(r["iterations"])
@@ -336,6 +404,34 @@ class GroundTruth:
         b = np.array(sorted(table), dtype=float)
         it = np.array([table[int(x)] for x in b], dtype=float)
         return int(round(float(np.exp(np.interp(math.log(global_batch), np.log(b), np.log(it))))))
+
+    def gradient_noise(self, app: str) -> GradientNoise:
+        try:
+            return self.noise[app]
+        except KeyError:
+            raise ConfigError("ground truth", [f"no measured gradient statistics for app {app!r} (needed for other "
+                                               f"global batches); apps: {', '.join(sorted(self.noise))}"]) from None
+
+    def batch_limits(self, app: str) -> tuple[int, int]:
+        """The smallest and largest global batch the app's statistical efficiency was measured at."""
+        b = self.gradient_noise(app).batches
+        return int(b[0]), int(b[-1])
+
+    @lru_cache(maxsize=262144)
+    def gain(self, app: str, batch: float, epoch: int) -> float:
+        """Progress of one step at global batch `batch` during `epoch` (see the module docstring)."""
+        return self.gradient_noise(app).gain(batch, epoch)
+
+    def efficiency_ratio(self, app: str, own_batch: int, batch: float, epoch: int) -> float:
+        """Steps of `own_batch` one step at `batch` is worth during `epoch`: exactly 1 at the own batch."""
+        if batch == own_batch:
+            return 1.0
+        return self.gain(app, batch, epoch) / self.gain(app, own_batch, epoch)
+
+    @lru_cache(maxsize=4096)
+    def epoch_ends(self, app: str, own_batch: int) -> tuple[float, ...]:
+        """Fraction of a job's work done at the end of each of its epochs, at its own global batch."""
+        return tuple(float(x) for x in self.gradient_noise(app).epoch_ends(own_batch))
 
     # -- inference -----------------------------------------------------------
 
