@@ -43,7 +43,20 @@ class SlurmError(ElasticoError):
         super().__init__(f"{text}: {detail}" if detail else text)
 
 
-class SlurmTimeout(SlurmError):
+class SlurmUnavailable(SlurmError):
+    """Slurm did not answer: the cluster's state is unknown, which is never an empty cluster.
+
+    Raised for a read that exits non-zero or times out, prints no JSON, or prints Slurm's own top-level
+    `errors` list (22.05's `squeue --json` exits 0 with `slurm_load_jobs` errors and no jobs while
+    slurmctld is down), and for an action refused because the controller cannot be reached. The helper
+    plans nothing on it, leaves its journal rows open and tries again later. Exit code 75 (EX_TEMPFAIL:
+    try again later).
+    """
+
+    exit_code = 75
+
+
+class SlurmTimeout(SlurmUnavailable):
     """A Slurm command did not finish within its timeout (the controller may be down or overloaded)."""
 
     def __init__(self, argv: Sequence[str], timeout: float, stderr: str = ""):
@@ -65,6 +78,10 @@ class JobNotPendingError(SlurmError):
 
 class ParseError(ElasticoError):
     """Slurm printed something the parser does not understand (schema drift); names the field."""
+
+
+class NotJsonError(ParseError):
+    """A command printed no JSON object at all (empty, cut off, or an error text): a non-answer, not drift."""
 
 
 class ClusterError(ElasticoError):

@@ -23,26 +23,46 @@ from slurm_elastico.cli import settings
 def sched(ctx, once, interval, epochs, dry_run, families_dir, as_json) -> None:
     """Plan one epoch over the live cluster and act on it (journaled, so a crash leaves no job held).
 
-    Without --interval it runs one epoch (for cron, a systemd timer or PrologSlurmctld). Epochs take a lock
-    in the state directory: one that finds it taken is skipped.
+    Without --interval it runs one epoch (for cron, a systemd timer or PrologSlurmctld). A helper holds its
+    cluster's lock (by slurm.conf's ClusterName, in /run/slurm-elastico) and its state directory's for its
+    whole life: a second --interval helper is refused, naming the first one's pid; a --once that finds
+    them taken skips its epoch. While Slurm does not answer, nothing is planned: --once exits 75,
+    --interval waits longer each time and says so.
     """
-    from slurm_elastico.cli.view import gateway_from
-    from slurm_elastico.helper.epoch import main_loop, render, run_once
-    from slurm_elastico.helper.families import DirectoryFamilies, StoreFamilies
-    from slurm_elastico.helper.journal import Journal
-    from slurm_elastico.helper.lock import EpochBusy, epoch_lock
-    from slurm_elastico.helper.observer import ProgressObserver
-    from slurm_elastico.interference import load_model
-    from slurm_elastico.errors import ConfigError
-    from slurm_elastico.interference.errors import MeasurementError
-    from slurm_elastico.interference.measurements import read_csv
+    from slurm_elastico.helper.lock import HelperBusy, helper_lock
     from slurm_elastico.planner import policies
-    from slurm_elastico.store import Store
+    from slurm_elastico.slurm.conf import read_cluster_name
 
     if once and interval is not None:
         raise click.UsageError("--once and --interval exclude each other")
     cfg = settings(ctx)
     policies.get(cfg.planner.policy)  # an unknown policy stops here, not at every epoch
+    lifetime = contextlib.ExitStack()
+    if not dry_run:  # a dry run changes nothing: it may look while the helper runs
+        try:
+            lifetime.enter_context(helper_lock(read_cluster_name(cfg.slurm.conf), cfg.state_dir))
+        except HelperBusy as exc:
+            if interval is not None:
+                raise
+            click.echo(f"note: {exc}; this epoch is skipped", err=True)
+            return
+    with lifetime:
+        _serve(cfg, interval, epochs, dry_run, families_dir, as_json)
+
+
+def _serve(cfg, interval, epochs, dry_run, families_dir, as_json) -> None:
+    """The helper's life once it holds its locks: one epoch, or epochs every `interval` seconds."""
+    from slurm_elastico.cli.view import gateway_from
+    from slurm_elastico.errors import ConfigError, SlurmUnavailable
+    from slurm_elastico.helper.epoch import main_loop, outage_line, render, run_once
+    from slurm_elastico.helper.families import DirectoryFamilies, StoreFamilies
+    from slurm_elastico.helper.journal import Journal
+    from slurm_elastico.helper.observer import ProgressObserver
+    from slurm_elastico.interference import load_model
+    from slurm_elastico.interference.errors import MeasurementError
+    from slurm_elastico.interference.measurements import read_csv
+    from slurm_elastico.store import Store
+
     gateway = gateway_from(cfg)
     store = Store(cfg.store_path)
     families = (DirectoryFamilies(families_dir, cfg.gpu.memory_mib) if families_dir
@@ -60,17 +80,19 @@ def sched(ctx, once, interval, epochs, dry_run, families_dir, as_json) -> None:
             raise ConfigError("interference.reference", [f"{exc} (the measurement CSV the model was trained on)"]) from None
     observer = ProgressObserver(store, cfg.gpu.type, model, cfg.interference.model, reference)
 
-    def step() -> None:
-        with contextlib.nullcontext() if dry_run else epoch_lock(cfg.state_dir):
-            result = run_once(gateway, cfg, families, model, journal, time.time(), dry_run=dry_run,
-                                     observer=observer)
+    def step():
+        result = run_once(gateway, cfg, families, model, journal, time.time(), dry_run=dry_run, observer=observer)
         click.echo(json.dumps(result.to_dict()) if as_json else render(result))
+        return result
 
     if interval is None:
         try:
-            step()
-        except EpochBusy as exc:
-            click.echo(f"note: {exc}", err=True)
+            result = step()
+        except SlurmUnavailable as exc:
+            click.echo(f"elastico sched: {outage_line(exc)}; try again later", err=True)
+            raise SystemExit(exc.exit_code) from None
+        if result.outage:
+            raise SystemExit(SlurmUnavailable.exit_code)
         return
     failures = main_loop(step, interval, epochs)
     if failures:

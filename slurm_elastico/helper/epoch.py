@@ -5,6 +5,14 @@ function against its simulated cluster with an in-memory journal, so an
 action Slurm refuses has the same consequences in both. `main_loop` repeats
 epochs for `--interval`; `render` shows one to a person.
 
+An outage plans nothing: a snapshot Slurm did not answer raises
+`SlurmUnavailable` before recovery, observation or planning (so no journal
+row is abandoned and no learned progress is dropped); Slurm that stops
+answering mid-epoch ends the epoch's actions (`EpochResult.outage`).
+`main_loop` then waits longer each time (doubling from the interval, at most
+`BACKOFF_CAP_S`), says so on stderr, and goes back to the interval once Slurm
+answers.
+
 `gateway` is anything with the `SlurmGateway` methods used here (`snapshot`,
 `apply`, `argv_for`, `release`); the simulator's cluster has the same methods.
 """
@@ -22,11 +30,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from slurm_elastico.config import Settings
-from slurm_elastico.errors import ElasticoError
+from slurm_elastico.errors import ElasticoError, SlurmUnavailable
 from slurm_elastico.helper.executor import Outcome, execute
 from slurm_elastico.helper.families import FamilySource
 from slurm_elastico.helper.journal import JournalLike, action_to_json
-from slurm_elastico.helper.lock import EpochBusy
 from slurm_elastico.helper.recovery import recover
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Action, Family, Plan, Snapshot
@@ -45,6 +52,10 @@ Observer = Callable[[Snapshot, dict[int, Family], bool, FamilySource],
 """(snapshot, families, dry run, family source) -> (work done per job, families, notes); see `observer.ProgressObserver`."""
 
 
+BACKOFF_CAP_S = 300.0
+"""Longest wait between epochs while Slurm does not answer (or the interval, when that is longer)."""
+
+
 @dataclass(frozen=True)
 class EpochResult:
     at: float
@@ -52,6 +63,8 @@ class EpochResult:
     outcomes: tuple[Outcome, ...]
     recovered: tuple[str, ...]
     warnings: tuple[str, ...]
+    outage: str = ""
+    """Why Slurm stopped answering during this epoch's actions ('' when it did not); the rest were skipped."""
 
     def to_dict(self) -> dict:
         return {
@@ -62,28 +75,42 @@ class EpochResult:
                          "argv": [list(a) for a in o.argv]} for o in self.outcomes],
             "recovered": list(self.recovered),
             "warnings": list(self.warnings),
+            "outage": self.outage,
         }
 
 
 def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model: SlowdownModel | None,
              journal: JournalLike | None, now: float, *, dry_run: bool = False,
              observer: Observer | None = None) -> EpochResult:
-    """One epoch. `journal` may be None only for a dry run (nothing is issued then)."""
+    """One epoch. `journal` may be None only for a dry run (nothing is issued then).
+
+    `SlurmUnavailable` from the snapshot or from recovery propagates: nothing is planned, nothing settled
+    that Slurm's state did not settle. A job whose journal row is still open after recovery (it is still
+    stopping) gets no new action this epoch.
+    """
     if journal is None and not dry_run:
         raise ValueError("a journal is required unless dry_run is set")
     snap = gateway.snapshot()
     recovered: list[str] = []
+    unsettled: set[int] = set()
     if journal is not None and not dry_run:
         recovered = recover(gateway, journal, snap, now)
+        unsettled = {action.job_id for _, action in journal.unsettled()}
         if recovered:
             snap = gateway.snapshot()
     fams, warnings = families.families({j.job_id for j in snap.jobs})
     progress, fams, observed = observer(snap, fams, dry_run, families) if observer is not None else ({}, fams, [])
     plan = run_epoch(snap, fams, settings, model, now, progress)
+    waiting = sorted({a.job_id for a in plan.actions} & unsettled)
+    if waiting:  # acting on a job Slurm is still requeueing would race its recovery
+        plan = dataclasses.replace(plan, actions=tuple(a for a in plan.actions if a.job_id not in unsettled),
+                                   notes=(*plan.notes, *(f"job {j}: no new action while an interrupted one is "
+                                                         "still open in the journal" for j in waiting)))
     plan = dataclasses.replace(plan, notes=(*plan.notes, *observed))
     outcomes = execute(plan.actions, gateway, journal, now, dry_run=dry_run,
                        comments={j.job_id: j.admin_comment for j in snap.jobs})
-    return EpochResult(now, plan, tuple(outcomes), tuple(recovered), tuple(warnings))
+    outage = next((o.error for o in outcomes if o.status == "unanswered"), "")
+    return EpochResult(now, plan, tuple(outcomes), tuple(recovered), tuple(warnings), outage)
 
 
 def render(result: EpochResult) -> str:
@@ -98,26 +125,75 @@ def render(result: EpochResult) -> str:
         if o.status == "dry-run":
             lines += ["      $ " + " ".join(shlex.quote(a) for a in argv) for argv in o.argv]
     lines += [f"  note: {n}" for n in result.plan.notes]
+    if result.outage:
+        lines.append(f"  outage: Slurm stopped answering; the epoch's later actions were skipped: {result.outage}")
     return "\n".join(lines)
 
 
-def main_loop(step, interval_s: float, epochs: int | None, sleep=None) -> int:
-    """Call `step()` every `interval_s` seconds (`epochs` times, or forever); return the failed-epoch count."""
+def backoff_s(interval_s: float, outages: int) -> float:
+    """The wait before the next epoch after `outages` epochs in a row found Slurm not answering.
+
+    The interval when Slurm answered; else doubling from it (2x, 4x, ...), at most `BACKOFF_CAP_S` (or the
+    interval, if that is longer): an outage is not hammered, and its end is noticed within the cap.
+    """
+    if outages <= 0:
+        return interval_s
+    return min(interval_s * 2.0 ** min(outages, 32), max(interval_s, BACKOFF_CAP_S))
+
+
+def outage_line(problem: BaseException | str, wait_s: float | None = None, outages: int = 1, *,
+                mid_epoch: bool = False) -> str:
+    """The one line that says an epoch found Slurm not answering (and when the next one tries)."""
+    what = ("Slurm stopped answering during this epoch's actions; the rest were skipped" if mid_epoch
+            else "Slurm is unavailable; planned nothing, changed nothing")
+    line = f"{what}: {problem}"
+    if wait_s is not None:
+        line += f"; next try in {wait_s:.0f} s ({outages} epoch(s) in a row without an answer)"
+    return line
+
+
+def _stderr(line: str) -> None:
+    print(f"elastico sched: {line}", file=sys.stderr, flush=True)
+
+
+def main_loop(step: Callable[[], EpochResult | None], interval_s: float, epochs: int | None, sleep=None,
+              log: Callable[[str], None] = _stderr) -> int:
+    """Call `step()` every `interval_s` seconds (`epochs` times, or forever); return the failed-epoch count.
+
+    An epoch that finds Slurm unavailable (`SlurmUnavailable`, or a result with an `outage`) counts as
+    failed and the next one waits `backoff_s`; the first epoch Slurm answers again says so and the interval
+    is back. Other failures of one epoch (a locked store, an OS error) are logged and do not end the loop.
+    """
     sleep = sleep or time.sleep
     failures = 0
+    outages = 0
+    outage_started = 0.0
     n = 0
     while epochs is None or n < epochs:
         started = time.monotonic()
+        problem, mid_epoch = "", False
         try:
-            step()
-        except EpochBusy as exc:
-            print(f"note: {exc}", file=sys.stderr)
-        except (ElasticoError, sqlite3.Error, OSError) as exc:  # one bad epoch (slurmctld restarting, a
-            failures += 1                                       # locked store) must not end the loop
-            print(f"error: epoch failed: {exc}", file=sys.stderr)
+            result = step()
+            problem = result.outage if result is not None else ""
+            mid_epoch = bool(problem)
+        except SlurmUnavailable as exc:
+            problem = str(exc)
+        except (ElasticoError, sqlite3.Error, OSError) as exc:  # one bad epoch (a locked store, a full
+            failures += 1                                       # disk) must not end the loop
+            log(f"error: epoch failed: {exc}")
+        if problem:
+            failures += 1
+            if outages == 0:
+                outage_started = started
+            outages += 1
+        elif outages:
+            log(f"Slurm answers again after {outages} epoch(s) without an answer "
+                f"({time.monotonic() - outage_started:.0f} s); an epoch every {interval_s:g} s again")
+            outages = 0
         n += 1
+        wait = backoff_s(interval_s, outages)
+        if problem:
+            log(outage_line(problem, wait if epochs is None or n < epochs else None, outages, mid_epoch=mid_epoch))
         if epochs is None or n < epochs:
-            sleep(max(0.0, interval_s - (time.monotonic() - started)))
+            sleep(max(0.0, wait - (time.monotonic() - started)))
     return failures
-
-

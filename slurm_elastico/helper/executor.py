@@ -7,6 +7,11 @@ error noted: it may have left the job requeue-held, and the next epoch's
 rest are skipped, and an AdminComment set earlier in the plan is put back, so
 elastico-run never reads a shape whose share change did not happen.
 
+When Slurm stops answering (`SlurmUnavailable`) the action's outcome is
+unknown: its row stays 'planned' with the error noted, for recovery to settle
+from Slurm's state once it answers again, and every later action of the plan
+is skipped (each would wait out the same timeout and fail the same way).
+
 `gateway` is anything with `apply` and `argv_for` (`slurm.gateway.SlurmGateway`,
 `sim.cluster.SimCluster`); `journal` anything with the journal's methods
 (`journal.Journal` in the store, `journal.MemoryJournal` in the simulator).
@@ -18,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from slurm_elastico.errors import ElasticoError
+from slurm_elastico.errors import ElasticoError, SlurmUnavailable
 from slurm_elastico.helper.journal import JournalLike
 from slurm_elastico.model import Action, ActionKind
 
@@ -31,7 +36,7 @@ class Actuator(Protocol):
 @dataclass(frozen=True)
 class Outcome:
     action: Action
-    status: str  # done | failed | skipped | dry-run
+    status: str  # done | failed | unanswered (Slurm did not answer: outcome unknown) | skipped | dry-run
     error: str = ""
     argv: tuple[tuple[str, ...], ...] = ()
 
@@ -48,10 +53,14 @@ def execute(actions: Iterable[Action], gateway: Actuator, journal: JournalLike |
     failed: set[int] = set()
     commented: set[int] = set()
     outcomes: list[Outcome] = []
+    outage = ""
     for action in actions:
         argv = tuple(tuple(a) for a in gateway.argv_for(action))
         if dry_run:
             outcomes.append(Outcome(action, "dry-run", argv=argv))
+            continue
+        if outage:
+            outcomes.append(Outcome(action, "skipped", f"Slurm stopped answering earlier in this epoch: {outage}", argv))
             continue
         if action.job_id in failed:  # after one fails, the job's later actions would mislead
             outcomes.append(Outcome(action, "skipped", "an earlier action for this job failed", argv))
@@ -59,6 +68,10 @@ def execute(actions: Iterable[Action], gateway: Actuator, journal: JournalLike |
         row = journal.plan(now, action)  # type: ignore[union-attr]
         try:
             gateway.apply(action)
+        except SlurmUnavailable as exc:
+            outage = str(exc)
+            journal.note(row, f"outcome unknown, Slurm did not answer: {exc}", now)  # type: ignore[union-attr]
+            outcomes.append(Outcome(action, "unanswered", f"{exc} (the journal row stays open for recovery)", argv))
         except ElasticoError as exc:
             failed.add(action.job_id)
             if action.kind is ActionKind.RESHAPE_RUNNING:

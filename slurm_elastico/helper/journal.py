@@ -2,7 +2,10 @@
 
 A row is 'planned' when written, then 'done', 'failed' or 'recovered'. A row
 that stays 'planned' past its epoch (a crash, a failed reshape that may have
-left its job held) is for the next epoch's `recovery.recover` to settle.
+left its job held, an action Slurm did not answer) is for `recovery.recover`
+to settle from Slurm's state of the job; it stays 'planned', with a note of
+why, until that state settles it. A 'recovered' row's `error` says what was
+found and done.
 
 `Journal` keeps the rows in the store (the helper's); `MemoryJournal` keeps
 them in memory (the simulator's): the same states and the same open rows, so

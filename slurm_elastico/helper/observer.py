@@ -68,7 +68,10 @@ class ProgressObserver:
         if dry_run:
             return obs.progress, families, notes
         found = self._resolve(families, measured, source, notes)
-        self._forget({j.job_id for j in snapshot.jobs})
+        if snapshot.nodes:
+            self._forget({j.job_id for j in snapshot.jobs})
+        else:
+            notes.append("the cluster listed no node: nothing learned is forgotten this epoch")
         if found:
             save_to_store(self.store, found)
             if self.reference and hasattr(self.model, "fine_tune"):
@@ -97,7 +100,12 @@ class ProgressObserver:
         return found
 
     def _forget(self, active: set[int]) -> None:
-        """Drop what jobs that left the queue can no longer give: all of it, once no open pair needs their solo speed."""
+        """Drop what jobs that left the queue can no longer give: all of it, once no open pair needs their solo speed.
+
+        Only from a snapshot Slurm answered for: the gateway raises `SlurmUnavailable` on an outage (22.05's
+        squeue exits 0 with an `errors` list and no jobs then), so the epoch never gets here; a snapshot that
+        lists no node at all is no cluster either, and forgets nothing.
+        """
         with self.store.transaction() as conn:
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS active (job_id INTEGER PRIMARY KEY)")
             conn.execute("DELETE FROM active")

@@ -1,32 +1,146 @@
-"""Settling what an interrupted epoch left 'planned' in the journal."""
+"""Settling the journal rows an interrupted epoch left 'planned', from Slurm's real state of each job.
+
+A row stays open until Slurm's state settles it; a job the helper
+requeue-held and did not release is never abandoned. What each open row
+means, by the job's state now (`decide`, pure):
+
+| row               | job held (pending)        | job stopping (COMPLETING)   | running / pending, not held | gone  |
+|-------------------|---------------------------|-----------------------------|-----------------------------|-------|
+| RESHAPE_RUNNING   | complete it: share, start now, release | keep open: it will be held | close: nothing is held | close |
+| PREEMPT           | close: held, as meant     | keep open                   | close (next plan decides)   | close |
+| RESUME            | complete it: release      | close                       | close                       | close |
+| any other action  | close (next plan decides) | close                       | close                       | close |
+
+Measured on 22.05: right after `scontrol requeuehold` a job is COMPLETING
+(priority 0, reason JobHeldUser) while it checkpoints, and only then PENDING
+and held; a recovery that looked once at a COMPLETING job and closed its row
+left it held for good. Every step is journaled: a closed row is 'recovered'
+with what was found and done; a kept row gets a note. `SlurmUnavailable`
+from any call propagates with the row still open: recovery waits for Slurm.
+"""
 
 from __future__ import annotations
 
+import enum
+from dataclasses import dataclass
 from typing import Protocol
 
+from slurm_elastico.errors import ElasticoError, SlurmUnavailable, UnknownJobError
 from slurm_elastico.helper.journal import JournalLike
-from slurm_elastico.model import ActionKind, Snapshot
+from slurm_elastico.model import Action, ActionKind, JobState, JobView, Snapshot
 
 
-class Releaser(Protocol):
+class Settler(Protocol):
+    def apply(self, action: Action) -> None: ...
     def release(self, job_id: int) -> None: ...
 
 
-def recover(gateway: Releaser, journal: JournalLike, snapshot: Snapshot, at: float) -> list[str]:
-    """Settle what an interrupted epoch left 'planned'; release any job an interrupted reshape left requeue-held.
+class Step(enum.Enum):
+    CLOSE = "close"          # nothing held, nothing to do: settle the row
+    KEEP = "keep"            # Slurm has not settled it yet: the row stays open for the next epoch
+    COMPLETE = "complete"    # a held job the action meant to release: finish the action, then settle
 
-    Only a RESHAPE_RUNNING row releases: its hold was a step on the way back to running. A PREEMPT's hold is
-    the point (the policy stopped the job until it resumes it), and an interrupted RESUME is decided again by
-    the next plan, which sees the job still held.
+
+@dataclass(frozen=True)
+class Decision:
+    step: Step
+    why: str
+
+
+_HOLDS = (ActionKind.RESHAPE_RUNNING, ActionKind.PREEMPT)
+
+
+def decide(action: Action, job: JobView | None) -> Decision:
+    """What an open row of `action` needs, given its job as Slurm shows it now (None: no longer active)."""
+    kind = action.kind.value
+    if job is None:
+        return Decision(Step.CLOSE, f"interrupted {kind}: the job is no longer active (ended, cancelled or purged)")
+    if job.state is JobState.COMPLETING:
+        if action.kind in _HOLDS:
+            return Decision(Step.KEEP, f"interrupted {kind}: the job is still stopping (COMPLETING); "
+                                       "settled once Slurm shows it held or running")
+        return Decision(Step.CLOSE, f"interrupted {kind}: the job is ending")
+    held = job.state is JobState.PENDING and job.held
+    if action.kind is ActionKind.RESHAPE_RUNNING:
+        if held:
+            return Decision(Step.COMPLETE, "interrupted reshape_running had left it held")
+        return Decision(Step.CLOSE, f"interrupted reshape_running: the job is {job.state.value.lower()} and not "
+                                    "held (the requeue did not happen, or its release did)")
+    if action.kind is ActionKind.PREEMPT:
+        if held:
+            return Decision(Step.CLOSE, "interrupted preempt took effect: the job stays held until the policy "
+                                        "resumes it")
+        return Decision(Step.CLOSE, f"interrupted preempt: the job is {job.state.value.lower()} and not held; "
+                                    "the next plan decides again")
+    if action.kind is ActionKind.RESUME and held:
+        return Decision(Step.COMPLETE, "interrupted resume had not released it")
+    return Decision(Step.CLOSE, f"interrupted {kind}: nothing held; the next plan decides again")
+
+
+def recover(gateway: Settler, journal: JournalLike, snapshot: Snapshot, at: float) -> list[str]:
+    """Settle what interrupted epochs left 'planned', from `snapshot` (Slurm's answer, never an outage's).
+
+    Returns one note per open row. A row whose job is still stopping stays open (noted); a held job an
+    interrupted reshape or resume left behind is released through `_complete`. `SlurmUnavailable`
+    propagates, leaving the rows not yet settled open.
     """
     notes: list[str] = []
     active = {j.job_id: j for j in snapshot.jobs}
+    settled_by: dict[int, int] = {}  # job id -> the row whose completion acted on it this time
     for row_id, action in journal.unsettled():
-        job = active.get(action.job_id)
-        if action.kind is ActionKind.RESHAPE_RUNNING and job is not None and job.held:
-            gateway.release(action.job_id)
-            notes.append(f"job {action.job_id}: released; an interrupted reshape had left it held")
+        jid = action.job_id
+        if jid in settled_by:  # the job's state above is from before that row's completion
+            _close(journal, row_id, at, notes, jid, f"interrupted {action.kind.value}: settled with row {settled_by[jid]}")
+            continue
+        decision = decide(action, active.get(jid))
+        if decision.step is Step.KEEP:
+            journal.note(row_id, f"open: {decision.why}", at)
+            notes.append(f"job {jid}: {decision.why}")
+        elif decision.step is Step.CLOSE:
+            _close(journal, row_id, at, notes, jid, decision.why)
         else:
-            notes.append(f"job {action.job_id}: interrupted {action.kind.value} abandoned; the next plan decides again")
-        journal.settle(row_id, "recovered", at)
+            done, outcome = _complete(gateway, action)
+            settled_by[jid] = row_id
+            if done:
+                _close(journal, row_id, at, notes, jid, f"{outcome}; {decision.why}")
+            else:
+                journal.note(row_id, f"open: {decision.why}; {outcome}", at)
+                notes.append(f"job {jid}: {decision.why}; {outcome}")
     return notes
+
+
+def _close(journal: JournalLike, row_id: int, at: float, notes: list[str], job_id: int, why: str) -> None:
+    journal.settle(row_id, "recovered", at, why)
+    notes.append(f"job {job_id}: {why}")
+
+
+def _complete(gateway: Settler, action: Action) -> tuple[bool, str]:
+    """Finish an interrupted action on its held job; (settled, what happened). `SlurmUnavailable` propagates.
+
+    A reshape: its share (the job's AdminComment already names the new shape), StartTime=now (no ~120 s
+    BeginTime), release. A share Slurm refuses does not keep the job held: it is released with the share
+    it has. A resume: the gateway's own resume (node pin, StartTime=now, release).
+    """
+    jid = action.job_id
+    try:
+        if action.kind is ActionKind.RESUME:
+            gateway.apply(action)
+            return True, "released (resume completed)"
+        problem = ""
+        if action.share is not None and action.gpus is None:
+            try:
+                gateway.apply(Action(ActionKind.SET_SHARE, jid, "complete an interrupted reshape", share=action.share))
+            except SlurmUnavailable:
+                raise
+            except ElasticoError as exc:  # UnknownJobError included: the release below says so too
+                problem = f" (its new share was refused: {exc})"
+        gateway.apply(Action(ActionKind.START_NOW, jid, "complete an interrupted reshape"))
+        gateway.release(jid)
+        share = f"share {action.share}, " if action.share is not None and not problem else ""
+        return True, f"released ({share}StartTime=now){problem}"
+    except UnknownJobError as exc:
+        return True, f"the job is gone ({exc})"
+    except SlurmUnavailable:
+        raise
+    except ElasticoError as exc:  # refused, not unanswered: try again next epoch rather than abandon the hold
+        return False, f"not released yet, tried again next epoch: {exc}"

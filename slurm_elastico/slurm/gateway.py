@@ -7,7 +7,11 @@ share, signals, admin comments). Argv comes from `commands`, parsing from
 sequences them through an injected runner, so a test or the simulator can
 hand in another runner (or another gateway with the same methods).
 
-Every failure is a typed error carrying the argv, exit code and stderr.
+Every failure is a typed error carrying the argv, exit code and stderr. A read
+that gets no answer (a non-zero exit, a timeout, no JSON, or Slurm's own
+`errors` list in the JSON) is `SlurmUnavailable`, never an empty cluster:
+22.05's `squeue --json` exits 0 with `slurm_load_jobs` errors and no jobs while
+slurmctld is down.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ from collections.abc import Callable, Sequence
 from slurm_elastico.errors import (
     InvalidActionError,
     JobNotPendingError,
+    NotJsonError,
     SlurmError,
+    SlurmUnavailable,
     UnknownJobError,
 )
 from slurm_elastico.model import Action, ActionKind, JobState, JobView, Snapshot
@@ -27,7 +33,7 @@ from slurm_elastico.slurm.accounting import SacctRecord, parse_sacct
 from slurm_elastico.slurm.jobs import parse_squeue
 from slurm_elastico.slurm.nodes import parse_sinfo
 from slurm_elastico.slurm.runner import Completed, Runner
-from slurm_elastico.slurm.schema import slurm_version
+from slurm_elastico.slurm.schema import slurm_errors, slurm_version
 from slurm_elastico.slurm.snapshot import build_nodes, partitions_from
 
 REVOKE_GAP_S = 2.0
@@ -35,6 +41,17 @@ REVOKE_GAP_S = 2.0
 
 _UNKNOWN_JOB = ("invalid job id", "unknown job", "does not exist")
 _NOT_PENDING = ("no longer pending", "job is not pending", "already running")
+# What Slurm's clients print when the controller cannot be reached (measured on 22.05 with slurmctld
+# stopped: `scontrol show config` "Unable to contact slurm controller (connect failure)", `scontrol release`
+# and `update` "Unexpected message received"); the rest are the other texts of Slurm's communication errors.
+_UNREACHABLE = ("unable to contact slurm controller", "connect failure", "connection refused",
+                "unexpected message received", "socket timed out", "zero bytes were transmitted",
+                "communication connection failure", "connection timed out")
+
+
+def _says(text: str, phrases: Sequence[str]) -> bool:
+    low = text.lower()
+    return any(s in low for s in phrases)
 
 
 def classify(result: Completed) -> Completed:
@@ -42,12 +59,41 @@ def classify(result: Completed) -> Completed:
     if result.returncode == 0:
         return result
     text = (result.stderr or result.stdout).strip()
-    low = text.lower()
-    if any(s in low for s in _UNKNOWN_JOB):
+    if _says(text, _UNKNOWN_JOB):
         raise UnknownJobError(result.argv, result.returncode, text)
-    if any(s in low for s in _NOT_PENDING):
+    if _says(text, _NOT_PENDING):
         raise JobNotPendingError(result.argv, result.returncode, text)
+    if _says(text, _UNREACHABLE):
+        raise SlurmUnavailable(result.argv, result.returncode, text,
+                               f"`{' '.join(result.argv)}` could not reach Slurm's controller (exit {result.returncode})")
     raise SlurmError(result.argv, result.returncode, text)
+
+
+def check_answer(result: Completed) -> Completed:
+    """A read's result when Slurm answered; otherwise the typed error (see the module's docstring).
+
+    `UnknownJobError` when Slurm answered that the job does not exist (by exit code or in its `errors`);
+    `SlurmUnavailable` for any other non-zero exit, output that is no JSON object, or a non-empty `errors`
+    list; `ParseError` (from the parsers, later) for JSON of an unknown schema.
+    """
+    command = " ".join(result.argv)
+    if result.returncode != 0:
+        text = (result.stderr or result.stdout).strip()
+        if _says(text, _UNKNOWN_JOB):
+            raise UnknownJobError(result.argv, result.returncode, text)
+        raise SlurmUnavailable(result.argv, result.returncode, text,
+                               f"`{command}` did not answer (exit {result.returncode})")
+    try:
+        errors = slurm_errors(result.stdout)
+    except NotJsonError as exc:
+        raise SlurmUnavailable(result.argv, 0, result.stderr, f"`{command}` did not answer: {exc}") from None
+    if errors:
+        text = "; ".join(errors)
+        if _says(text, _UNKNOWN_JOB):
+            raise UnknownJobError(result.argv, 0, text)
+        raise SlurmUnavailable(result.argv, 0, text,
+                               f"`{command}` answered with Slurm errors and no trustworthy data (is slurmctld down?)")
+    return result
 
 
 class SlurmGateway:
@@ -77,18 +123,26 @@ class SlurmGateway:
     # ----------------------------------------------------------------- reading
 
     def _run(self, argv: Sequence[str]) -> Completed:
+        """An action: typed errors by exit code and message (`classify`)."""
         return classify(self.runner(argv))
+
+    def _read(self, argv: Sequence[str]) -> str:
+        """A read's JSON text; `SlurmUnavailable` when Slurm did not answer (`check_answer`)."""
+        return check_answer(self.runner(argv)).stdout
 
     def jobs(self) -> tuple[JobView, ...]:
         """Active jobs (pending, running, suspended, completing), from one squeue call."""
-        jobs = parse_squeue(self._run(commands.squeue_json()).stdout)
+        jobs = parse_squeue(self._read(commands.squeue_json()))
         return tuple(j for j in jobs if j.state.active)
 
     def snapshot(self) -> Snapshot:
-        """The cluster now: one squeue call and one node listing, whatever the number of jobs."""
-        squeue_text = self._run(commands.squeue_json()).stdout
+        """The cluster now: one squeue call and one node listing, whatever the number of jobs.
+
+        `SlurmUnavailable` when either did not answer: an outage is never an empty cluster.
+        """
+        squeue_text = self._read(commands.squeue_json())
         version = slurm_version(squeue_text)
-        nodes_text = self._run(commands.nodes_json(version)).stdout
+        nodes_text = self._read(commands.nodes_json(version))
         taken_at = self._clock()
         jobs = tuple(j for j in parse_squeue(squeue_text) if j.state.active)
         records = parse_sinfo(nodes_text)
@@ -104,14 +158,14 @@ class SlurmGateway:
     def job(self, job_id: int) -> JobView:
         """One job's current view (from squeue); `UnknownJobError` when Slurm no longer lists it."""
         argv = commands.squeue_job_json(job_id)
-        for j in parse_squeue(self._run(argv).stdout):
+        for j in parse_squeue(self._read(argv)):
             if j.job_id == job_id:
                 return j
         raise UnknownJobError(argv, 0, f"job {job_id} is not in squeue")
 
     def sacct(self, **kwargs) -> tuple[SacctRecord, ...]:
         """Accounting records (needs slurmdbd or a jobcomp file); see `commands.sacct_json`."""
-        return parse_sacct(self._run(commands.sacct_json(**kwargs)).stdout)
+        return parse_sacct(self._read(commands.sacct_json(**kwargs)))
 
     # ----------------------------------------------------------------- acting
 
@@ -126,6 +180,15 @@ class SlurmGateway:
         self._run(commands.requeue(job_id))
 
     def release(self, job_id: int) -> None:
+        """Release a held job, at least `REVOKE_GAP_S` after its hold.
+
+        A job this gateway did not hold itself (recovery, after a helper that held it died) may have been
+        held within the last second, and a release in the hold's second makes it fail: wait the whole gap.
+        """
+        held_at = self._held_at.pop(job_id, None)
+        wait = REVOKE_GAP_S if held_at is None else held_at + REVOKE_GAP_S - self._clock()
+        if wait > 0:
+            self._sleep(wait)
         self._run(commands.release(job_id))
 
     def signal(self, job_id: int, sig: str, *, whole_job: bool = False) -> None:

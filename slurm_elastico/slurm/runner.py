@@ -1,8 +1,12 @@
 """The thin runner: the one place a Slurm command is executed.
 
 Always an argv list, never a shell: job names and comments are user input.
-Every call has a timeout. It is passed into the gateway (never patched), so a
-test or the simulator can hand in another runner with the same signature.
+Every call has a timeout; one that runs out is `SlurmTimeout`, a kind of
+`SlurmUnavailable` (an overloaded or unreachable controller). It only runs:
+what an exit code or an output means is the gateway's to judge
+(`gateway.classify`, `gateway.check_answer`). It is passed into the gateway
+(never patched), so a test or the simulator can hand in another runner with
+the same signature.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from slurm_elastico.errors import SlurmError, SlurmNotFound, SlurmTimeout
+from slurm_elastico.errors import SlurmNotFound, SlurmTimeout
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -52,9 +56,3 @@ class SubprocessRunner:
             raise SlurmNotFound(argv, None, "", f"`{argv[0]}` is not installed or not on PATH") from None
         return Completed(argv, proc.returncode, proc.stdout, proc.stderr)
 
-
-def check(result: Completed) -> Completed:
-    """Raise `SlurmError` for a non-zero exit; return the result otherwise."""
-    if result.returncode != 0:
-        raise SlurmError(result.argv, result.returncode, result.stderr or result.stdout)
-    return result

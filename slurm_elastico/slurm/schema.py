@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from slurm_elastico.errors import ParseError
+from slurm_elastico.errors import NotJsonError, ParseError
 from slurm_elastico.model import JobState
 
 __all__ = [
@@ -82,13 +82,17 @@ class Doc:
 
 
 def load(text: str, source: str) -> Doc:
-    """The JSON object a command printed, with its schema; `ParseError` for anything else."""
+    """The JSON object a command printed, with its schema.
+
+    `NotJsonError` when the text is no JSON object at all (a command that did not answer), `ParseError` when
+    its schema is unknown (drift).
+    """
     try:
         data = json.loads(text)
     except (TypeError, ValueError) as exc:
-        raise ParseError(f"{source}: output is not JSON ({exc})") from None
+        raise NotJsonError(f"{source}: output is not JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise ParseError(f"{source}: output is a JSON {type(data).__name__}, not an object")
+        raise NotJsonError(f"{source}: output is a JSON {type(data).__name__}, not an object")
     return Doc(source, _detect_schema(data, source), data)
 
 
@@ -228,12 +232,19 @@ def slurm_version(text: str) -> str:
 
 
 def slurm_errors(text: str) -> tuple[str, ...]:
-    """The messages of Slurm's top-level `errors` list (empty when the command succeeded)."""
+    """The messages of Slurm's top-level `errors` list (empty when the command succeeded).
+
+    Each is the entry's description (else its error text), after the Slurm call that failed when the entry
+    names one: 22.05's squeue prints `{"description": "Failed while looking for jobs", "source":
+    "slurm_load_jobs", ...}` while slurmctld is down, and exits 0.
+    """
     doc = load(text, "Slurm JSON")
     out = []
     for err in Fields(doc.data, "", doc).items("errors"):
         if isinstance(err, dict):
-            out.append(str(err.get("description") or err.get("error") or err))
+            message = str(err.get("description") or err.get("error") or err)
+            source = err.get("source")
+            out.append(f"{source}: {message}" if isinstance(source, str) and source else message)
         else:
             out.append(str(err))
     return tuple(out)
