@@ -8,6 +8,7 @@ import shlex
 import click
 
 from slurm_elastico.cluster import LocalCluster
+from slurm_elastico.cluster.programs import typed
 
 _state_dir = click.option(
     "--state-dir", type=click.Path(file_okay=False), default=None,
@@ -52,7 +53,7 @@ def up(state_dir, nodes, gpus, shares_per_gpu, accounting, port_base, kill_wait,
         click.echo(f"cluster in {local.state_dir} is already running ({result.version})")
     else:
         click.echo(f"started {', '.join(result.started)} in {result.seconds:.1f} s ({result.version})")
-    click.echo(f"use it with: eval \"$(elastico cluster env --state-dir {shlex.quote(str(local.state_dir))})\"")
+    click.echo(f"use it with: eval \"$({typed('elastico')} cluster env --state-dir {shlex.quote(str(local.state_dir))})\"")
 
 
 @cluster.command()

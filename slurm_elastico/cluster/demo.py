@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_elastico.cluster.local import LocalCluster
+from slurm_elastico.cluster.programs import program, typed
 from slurm_elastico.errors import ElasticoError
 from slurm_elastico.slurm.gateway import SlurmGateway
 from slurm_elastico.slurm.runner import SubprocessRunner
@@ -50,8 +52,7 @@ class Workload:
 
 
 def _bin(name: str) -> str:
-    """A console script of this installation (beside the running interpreter)."""
-    return str(Path(sys.executable).with_name(name))
+    return str(program(name))
 
 
 def settings_yaml(state: Path, slurm_conf: Path) -> str:
@@ -118,7 +119,8 @@ def run(state_dir: str | None, workload: Workload = Workload(), say: Callable[[s
         cluster.down()
         say("== cluster stopped")
     else:
-        say(f"== the cluster keeps running; stop it with: elastico cluster down --state-dir {cluster.state_dir}")
+        say(f"== the cluster keeps running; stop it with: {typed('elastico')} cluster down "
+            f"--state-dir {shlex.quote(str(cluster.state_dir))}")
     return data
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
 import socket
 import stat
 import subprocess
@@ -33,6 +34,7 @@ from typing import TypeVar
 
 from slurm_elastico.cluster import config, daemons, install
 from slurm_elastico.cluster.config import DEFAULT_PORT_BASE, ClusterSpec, Layout, Ports
+from slurm_elastico.cluster.programs import typed
 from slurm_elastico.errors import ClusterError, ParseError, SlurmError
 from slurm_elastico.slurm import commands
 from slurm_elastico.slurm.jobs import parse_squeue
@@ -196,7 +198,7 @@ class LocalCluster:
         start = time.monotonic()
         if os.geteuid() != 0:
             raise ClusterError("the local cluster must be started as root (its daemons run as SlurmUser=root "
-                               "and its fake GPUs are device nodes); run `elastico cluster up` as root")
+                               f"and its fake GPUs are device nodes); run `{typed('elastico')} cluster up` as root")
         installed = install.ensure_installed(self.accounting)
         spec = self.spec
         running_before = [d.name for d in self._daemons() if self._pid(d) is not None]
@@ -279,7 +281,8 @@ class LocalCluster:
         if changed and config_locked:
             raise ClusterError(
                 f"the cluster in {lay.root} runs with other settings ({', '.join(p.name for p in changed)} would "
-                "change); run `elastico cluster down` first, then `up` with the new settings")
+                f"change); run `{typed('elastico')} cluster down --state-dir {shlex.quote(str(lay.root))}` first, "
+                "then `up` with the new settings")
         for path in changed:
             # slurmdbd refuses a slurmdbd.conf others can read (it holds the DB password).
             _write_private(path, files[path]) if path == lay.slurmdbd_conf else path.write_text(files[path])
@@ -498,7 +501,7 @@ class LocalCluster:
 def _bin(name: str) -> str:
     path = install.which(name)
     if path is None:
-        raise ClusterError(f"`{name}` is not installed; `elastico cluster up` installs it as root")
+        raise ClusterError(f"`{name}` is not installed; `{typed('elastico')} cluster up` installs it as root")
     return path
 
 
