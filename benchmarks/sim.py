@@ -15,10 +15,27 @@ a ceiling); the full run repeats elastico and static under the optimistic
 `gavel-residual` reading. Nothing here is tuned to a result: the constants
 are the defaults of `SimSettings` and `Settings`.
 
+Pollux workloads: 1..8 on the peer's cluster (16 nodes × 4 GPUs, 60 s
+rounds, 30 s restarts), each policy's mean JCT and the lower bound beside
+the peer's published means.
+
+Alibaba GPU-sharing trace (`--alibaba PATH` or $ELASTICO_ALIBABA_TRACE:
+`openb_pod_list_default.csv` of Alibaba's cluster-trace-gpu-v2023; it states
+no license, so it is not bundled, and without it the run says "alibaba: not
+run" and records `"alibaba": null` with the reason): the pods created in a
+window centred on the trace's median pod (12 h with `--quick`, 96 h in
+full), on 8-GPU nodes just large enough for what those pods held in the
+trace (their GPU shares, while they arrived), the baselines and elastico,
+seeds 0..2 with paired intervals as in the comparison. A pod asking for part
+of a GPU is an inference job on that MPS share; whole-GPU pods are training
+jobs (see `trace.alibaba_slice`).
+
 A job a run leaves unfinished is never dropped silently: each table shows
 every policy's unfinished jobs beside its means (marked `*`), a policy row
 with any is marked "NOT A RESULT", and the final JSON counts such rows
-(`unfinished_rows`) and their jobs (`unfinished_jobs`).
+(`unfinished_rows`), their jobs (`unfinished_jobs`, all sections) and each
+section's (`unfinished_by_section`); `lower_bound` holds every section's
+lower bound on mean JCT and each policy's ratio to it.
 
 Scale: a 24-hour replay (arrivals over 24 simulated hours) on 512 GPUs with
 ≥ 5,000 jobs under elastico, and a one-hour replay on 4,096 GPUs; wall time
@@ -39,6 +56,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
+import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
@@ -46,7 +64,7 @@ from slurm_elastico.config import Settings  # noqa: E402
 from slurm_elastico.interference.base import ContentionModel  # noqa: E402
 from slurm_elastico.planner import policies  # noqa: E402
 from slurm_elastico.sim import compare, engine, metrics, trace  # noqa: E402
-from slurm_elastico.sim.experiment import seed_varies  # noqa: E402
+from slurm_elastico.sim.experiment import check_runnable, seed_varies  # noqa: E402
 from slurm_elastico.sim.settings import SimSettings  # noqa: E402
 from slurm_elastico.sim.truth import GroundTruth  # noqa: E402
 
@@ -60,10 +78,16 @@ def comparison(truth, gpus, jobs, load, seeds, window, colocation, names):
     t0 = time.perf_counter()
     res = compare.compare(lambda s: trace.synthetic(spec, s, truth), names, list(range(seeds)), Settings(), sim,
                           ContentionModel(), truth, seed_varies=seed_varies("synthetic", 0.0, sim.profile_noise))
-    agg = res.aggregated()
-    left = res.unfinished()
     label = f"{gpus} GPUs, {jobs} jobs, load {load:g}, window {'hold' if window < 0 else f'{window:g} s'}, " \
             f"truth {colocation}, {seeds} seeds ({time.perf_counter() - t0:.0f} s)"
+    return report(res, label, names)
+
+
+def report(res, label, names):
+    """Print a comparison's table, its unfinished jobs and each policy's mean JCT over elastico's, paired by seed;
+    return its figures for the final JSON (mean JCT, lower bound, unfinished jobs per policy)."""
+    agg = res.aggregated()
+    left = res.unfinished()
     print(f"\n== {label}")
     print(res.table(SHOWN))
     el = agg["elastico"]["mean_jct_h"]
@@ -73,8 +97,9 @@ def comparison(truth, gpus, jobs, load, seeds, window, colocation, names):
     for n in names:
         m = agg[n]["mean_jct_h"]
         count = sum(c for c, _ in left[n].values())
-        out["policies"][n] = {"mean_jct_h": m[0], "ci95": m[1], "ratio_to_lb": agg[n]["ratio_to_lb"][0],
-                              "unfinished": count, "unfinished_by_seed": {str(sd): c for sd, (c, _) in left[n].items()},
+        out["policies"][n] = {"mean_jct_h": m[0], "ci95": m[1], "lower_bound_h": agg[n]["lower_bound_h"][0],
+                              "ratio_to_lb": agg[n]["ratio_to_lb"][0], "unfinished": count,
+                              "unfinished_by_seed": {str(sd): c for sd, (c, _) in left[n].items()},
                               "result": count == 0}
         out["unfinished_rows"] += count > 0
         out["unfinished_jobs"] += count
@@ -90,6 +115,64 @@ def comparison(truth, gpus, jobs, load, seeds, window, colocation, names):
                   f"unpaired intervals {'separate' if metrics.separated(m, el) else 'overlap'}"
                   f"{'' if m[0] > el[0] else '  (elastico NOT lower)'}")
     print(f"  static keeps GPUs {100 * out['static_util_arrivals']:.0f} % allocated while jobs arrive")
+    return out
+
+
+ALIBABA_ENV = "ELASTICO_ALIBABA_TRACE"
+ALIBABA_FILE = "openb_pod_list_default.csv"
+ALIBABA_LOAD = 1.0
+"""The cluster holds on average what the slice's pods held in the trace while they arrived (`AlibabaSlice.gpus_for`)."""
+
+
+ALIBABA_POLICIES = ("static", "static-mps", "tiresias", "pollux", "elastico")
+
+
+def alibaba_or_why_not(truth, path, quick):
+    """(the Alibaba section's figures, None), or without `path` (None, why) after printing one line saying so."""
+    if not path:
+        why = (f"give --alibaba PATH to {ALIBABA_FILE} (or set {ALIBABA_ENV}); the trace is not bundled: it states "
+               "no license")
+        print(f"\nalibaba: not run ({why})")
+        return None, why
+    return alibaba(truth, path, 12.0 if quick else 96.0, 3, list(ALIBABA_POLICIES)), None
+
+
+def alibaba(truth, path, hours, seeds, names):
+    """A slice of Alibaba's GPU-sharing trace: `hours` of pod creations centred on the trace's median one, on
+    whole 8-GPU nodes (the trace's usual node) sized to the slice's GPU demand at `ALIBABA_LOAD`.
+
+    The window follows a rule, not a result: the median pod (the trace's
+    pods are spread over 149 days, nearly all in its last 36) and the
+    cluster the pods' own GPU shares ask for. A seed draws each job's model,
+    batch and inference sizes (the trace has none) and the profiling noise;
+    arrivals and durations are the trace's.
+    """
+    whole = trace.alibaba_slice(path, truth)
+    centre_h = (whole.start_s + statistics.median(j.submit_s for j in whole.jobs)) / 3600
+    start_h = max(0.0, centre_h - hours / 2)
+    first = trace.alibaba_slice(path, truth, 0, start_h, hours)
+    sim = SimSettings(gpus=first.gpus_for(ALIBABA_LOAD, 8), gpus_per_node=8, placement_window_s=60.0,
+                      colocation="gavel")
+
+    def make(seed):
+        jobs = trace.alibaba(path, truth, seed, start_h, hours)
+        check_runnable(jobs, truth, sim, f"alibaba slice {start_h:g} h + {hours:g} h")
+        return jobs
+
+    t0 = time.perf_counter()
+    res = compare.compare(make, names, list(range(seeds)), Settings(), sim, ContentionModel(), truth,
+                          seed_varies=seed_varies("alibaba", 0.0, sim.profile_noise))
+    jobs = first.jobs
+    shared = sum(j.kind == "infer" for j in jobs)
+    multi = sum(j.gpus > 1 for j in jobs)
+    left_out = ", ".join(f"{k} {v}" for k, v in first.skipped.items() if v) or "none"
+    label = (f"Alibaba GPU-sharing trace, {hours:g} h of pods from day {start_h / 24:.1f} (centred on its median "
+             f"pod), {len(jobs)} jobs ({shared} on a GPU share, {multi} on several GPUs; pods left out: {left_out}), "
+             f"{sim.gpus} GPUs (8 per node; the pods held {first.load_on(sim.gpus):.2f} of them while they arrived), "
+             f"window 60 s, truth gavel, {seeds} seeds ({time.perf_counter() - t0:.0f} s)")
+    out = report(res, label, names)
+    out.update(start_h=start_h, hours=hours, jobs=len(jobs), shared_gpu_jobs=shared, multi_gpu_jobs=multi,
+               gpus=sim.gpus, demand=first.load_on(sim.gpus), pods_left_out=first.skipped, seeds=seeds)
     return out
 
 
@@ -117,29 +200,41 @@ def pollux_workloads(truth, workloads, names, seeds):
         base = trace.pollux(w, truth)
         means = {}
         for n in names:
-            got, left = [], 0
+            got, bound, left = [], [], 0
             for sd in range(seeds):
                 r = engine.run(trace.jitter_arrivals(base, sd), n, Settings(), sim, ContentionModel(), truth, seed=sd)
-                got.append(metrics.summarize(r)["mean_jct_h"] * 3600)
+                s = metrics.summarize(r)
+                got.append(s["mean_jct_h"] * 3600)
+                bound.append(s["lower_bound_h"] * 3600)
                 left += r.unfinished
-            means[n] = (sum(got) / len(got), left)
+            means[n] = (statistics.fmean(got), statistics.fmean(bound), left)
         peer = PEER_MEAN_JCT_S[w]
-        rows.append({"workload": w, "mean_jct_s": {n: m for n, (m, _) in means.items()},
-                     "unfinished": {n: c for n, (_, c) in means.items()},
+        rows.append({"workload": w, "mean_jct_s": {n: m for n, (m, _, _) in means.items()},
+                     "lower_bound_s": {n: b for n, (_, b, _) in means.items()},
+                     "unfinished": {n: c for n, (_, _, c) in means.items()},
                      "peer_mean_jct_s": {"pollux": peer[0], "tiresias": peer[1], "optimus": peer[2]}})
-        table.append(f"  {w:8d}  " + "  ".join(f"{means[n][0]:>9.0f}{'*' if means[n][1] else ' '}" for n in names)
-                     + "  " + "  ".join(f"{v:>9d}" for v in peer))
+        # The bound is the trace's (every job alone at its fastest shape); a row differs only where a policy left
+        # jobs unfinished, and those are marked.
+        table.append(f"  {w:8d}  " + "  ".join(f"{means[n][0]:>9.0f}{'*' if means[n][2] else ' '}" for n in names)
+                     + f"  {means[names[0]][1]:>11.0f}  " + "  ".join(f"{v:>13d}" for v in peer))
     print(f"\n== Pollux workloads, 64 GPUs (16 nodes × 4), 60 s rounds, {seeds} seed(s) each "
           f"({time.perf_counter() - t0:.0f} s); mean JCT in seconds; * = unfinished jobs (not a result)")
-    print("  workload  " + "  ".join(f"{n:>10}" for n in names) + "  " + "  ".join(
-        f"{'peer ' + p:>9}" for p in ("pollux", "tiresias", "optimus")))
+    print("  workload  " + "  ".join(f"{n:>10}" for n in names) + "  lower bound  " + "  ".join(
+        f"{'peer ' + p:>13}" for p in ("pollux", "tiresias", "optimus")))
     print("\n".join(table))
-    avg = {n: sum(r["mean_jct_s"][n] for r in rows) / len(rows) for n in names}
-    peer_avg = [sum(PEER_MEAN_JCT_S[w][k] for w in workloads) / len(workloads) for k in range(3)]
-    print("  mean      " + "  ".join(f"{avg[n]:>9.0f} " for n in names) + "  " + "  ".join(f"{v:>9.0f}" for v in peer_avg))
-    return {"workloads": rows, "mean_jct_s": avg, "seeds": seeds,
+    avg = {n: statistics.fmean(r["mean_jct_s"][n] for r in rows) for n in names}
+    lb = {n: statistics.fmean(r["lower_bound_s"][n] for r in rows) for n in names}
+    peer_avg = [statistics.fmean(PEER_MEAN_JCT_S[w][k] for w in workloads) for k in range(3)]
+    print("  mean      " + "  ".join(f"{avg[n]:>9.0f} " for n in names) + f"  {lb[names[0]]:>11.0f}  "
+          + "  ".join(f"{v:>13.0f}" for v in peer_avg))
+    left = {n: sum(r["unfinished"][n] for r in rows) for n in names}
+    for n in names:
+        if left[n]:
+            print(f"  {n}: NOT A RESULT: {left[n]} job(s) unfinished over the workloads and seeds")
+    return {"workloads": rows, "mean_jct_s": avg, "lower_bound_s": lb, "seeds": seeds,
+            "ratio_to_lb": {n: avg[n] / lb[n] if lb[n] > 0 else math.nan for n in names},
             "peer_mean_jct_s": dict(zip(("pollux", "tiresias", "optimus"), peer_avg)),
-            "unfinished_jobs": sum(sum(r["unfinished"].values()) for r in rows)}
+            "unfinished": left, "unfinished_jobs": sum(left.values())}
 
 
 def scale(truth, gpus, hours, load, max_duration_s, epoch_s, policy="elastico"):
@@ -156,7 +251,8 @@ def scale(truth, gpus, hours, load, max_duration_s, epoch_s, policy="elastico"):
     row = {"gpus": gpus, "jobs": n, "arrival_hours": jobs[-1].submit_s / 3600, "wall_s": wall, "events": r.events,
            "events_per_s": r.events / wall, "epochs": r.epochs, "epochs_planned": r.epochs_planned,
            "plan_ms_per_epoch": s["plan_ms_per_epoch"], "epoch_s": sim.epoch_s, "unfinished": r.unfinished,
-           "mean_jct_h": s["mean_jct_h"], "util_arrivals": s["util_arrivals"]}
+           "mean_jct_h": s["mean_jct_h"], "lower_bound_h": s["lower_bound_h"], "ratio_to_lb": s["ratio_to_lb"],
+           "util_arrivals": s["util_arrivals"]}
     print(f"  {gpus:5d} GPUs {n:6d} jobs over {row['arrival_hours']:.1f} h, epoch {epoch_s:g} s: {wall:6.1f} s wall, {r.events} events "
           f"({row['events_per_s']:.0f}/s), {r.epochs_planned}/{r.epochs} epochs planned at "
           f"{row['plan_ms_per_epoch']:.0f} ms, unfinished {r.unfinished}")
@@ -167,7 +263,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, under a minute")
     ap.add_argument("--skip-scale", action="store_true")
+    ap.add_argument("--alibaba", metavar="PATH", default=os.environ.get(ALIBABA_ENV) or None,
+                    help=f"Alibaba's {ALIBABA_FILE} (cluster-trace-gpu-v2023), not bundled since it states no "
+                         f"license; default: ${ALIBABA_ENV}. Without it the Alibaba slice is not run (and says so)")
     args = ap.parse_args()
+    if args.alibaba is not None and not os.path.isfile(args.alibaba):
+        ap.error(f"--alibaba {args.alibaba!r} (or ${ALIBABA_ENV}) is not a file; give the path to {ALIBABA_FILE}")
     truth = GroundTruth()
     names = list(policies.REGISTRY)
     out: dict = {"quick": args.quick}
@@ -181,6 +282,9 @@ def main() -> int:
         out["pollux"] = pollux_workloads(truth, [1], ["static", "elastico"], 1)
     else:
         out["pollux"] = pollux_workloads(truth, range(1, 9), ["static", "tiresias", "pollux", "elastico"], 2)
+    out["alibaba"], reason = alibaba_or_why_not(truth, args.alibaba, args.quick)
+    if reason:
+        out["alibaba_not_run"] = reason
     if not args.skip_scale:
         print("\n== scale (elastico, one core)")
         if args.quick:
@@ -190,14 +294,30 @@ def main() -> int:
                             scale(truth, 4096, 1.0, 0.9, 2 * 3600, 120.0)]
     first = out["comparison"][0]["policies"]
     out["elastico_vs_static"] = first["static"]["over_elastico"]
-    # A row with unfinished jobs is not a result; counted here so no reader of this line can miss it.
-    out["unfinished_rows"] = sum(c["unfinished_rows"] for c in out["comparison"])
-    out["unfinished_jobs"] = sum(c["unfinished_jobs"] for c in out["comparison"]) + out["pollux"]["unfinished_jobs"]
-    scale_left = any(r["unfinished"] for r in out.get("scale", []))
-    out["complete"] = out["unfinished_rows"] == 0 and not scale_left
+    # A row with unfinished jobs is not a result; counted per section here so no reader of this line can miss it.
+    sections = {"comparison": [c["unfinished_jobs"] for c in out["comparison"]],
+                "pollux": out["pollux"]["unfinished_jobs"],
+                "alibaba": out["alibaba"]["unfinished_jobs"] if out["alibaba"] else None,
+                "scale": [r["unfinished"] for r in out.get("scale", [])]}
+    out["unfinished_by_section"] = sections
+    out["unfinished_rows"] = sum(c["unfinished_rows"] for c in out["comparison"]) + (
+        out["alibaba"]["unfinished_rows"] if out["alibaba"] else 0)
+    out["unfinished_jobs"] = sum(sections["comparison"]) + sections["pollux"] + (sections["alibaba"] or 0) + sum(
+        sections["scale"])
+    # The lower bound on mean JCT (every job alone at its fastest shape from submission) and each policy's ratio.
+    out["lower_bound"] = {
+        "comparison": [{n: {"lower_bound_h": p["lower_bound_h"], "ratio_to_lb": p["ratio_to_lb"]}
+                        for n, p in c["policies"].items()} for c in out["comparison"]],
+        "pollux": {n: {"lower_bound_s": out["pollux"]["lower_bound_s"][n], "ratio_to_lb": r}
+                   for n, r in out["pollux"]["ratio_to_lb"].items()},
+        "alibaba": {n: {"lower_bound_h": p["lower_bound_h"], "ratio_to_lb": p["ratio_to_lb"]}
+                    for n, p in out["alibaba"]["policies"].items()} if out["alibaba"] else None,
+        "scale": [{"lower_bound_h": r["lower_bound_h"], "ratio_to_lb": r["ratio_to_lb"]} for r in out.get("scale", [])]}
+    out["complete"] = out["unfinished_jobs"] == 0
     if not out["complete"]:
-        print(f"\nNOT A RESULT: {out['unfinished_rows']} comparison row(s) with {out['unfinished_jobs']} unfinished "
-              "job(s)" + (", and unfinished jobs in the scale runs" if scale_left else ""))
+        totals = {k: sum(v) if isinstance(v, list) else v or 0 for k, v in sections.items()}
+        print(f"\nNOT A RESULT: {out['unfinished_jobs']} unfinished job(s): " + ", ".join(
+            f"{k} {v}" for k, v in totals.items() if v))
     print("\n" + json.dumps(out, sort_keys=True))
     return 0
 
