@@ -10,16 +10,29 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-# torch is pinned: this release resolves to the CPU build on a CPU-only machine
-# that carries it; an open range pulls a multi-GB CUDA build.
+# torch is pinned to 2.13.0. pip takes a CPU build of it where pip's configuration
+# offers one (a wheel directory, or a CPU-only package index); from PyPI alone, on
+# Linux x86_64, it is the CUDA build on Python 3.11 and 3.13 alike: 2.7 GB of wheels
+# (torch, triton and 18 CUDA packages), 5.2 GB in the venv, measured on Python 3.13.
+# It runs on the CPU all the same. An open range would take a newer CUDA build.
 $(STAMP): pyproject.toml
+	@echo "setup: a virtual environment in $(VENV) ($$($(PYTHON) --version))"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	@echo "setup: torch 2.13.0 (a CPU build if pip's configuration offers one; else PyPI's CUDA build, 2.7 GB to download)"
 	$(PY) -m pip install -q "torch==2.13.0"
+	@$(PY) -c 'import torch; print("setup: torch", torch.__version__, f"(CUDA {torch.version.cuda} build)" if torch.version.cuda else "(CPU build)")'
+	@echo "setup: slurm-elastico, editable, with numpy, scipy, click, pyyaml, nvidia-ml-py, matplotlib, transformers, pytest, hypothesis"
 	$(PY) -m pip install -q -e ".[torch,test,plot,cpu-infer]"
 	touch $(STAMP)
+	@echo "setup: done; $(VENV) holds $$(du -sh $(VENV) | cut -f1)"
 
-test: setup
+# Says which Debian packages the local cluster will install (elastico cluster up does it, with apt-get).
+.PHONY: packages
+packages: setup
+	@$(PY) -c 'from slurm_elastico.cluster.install import missing_packages as m; p = m(True); print("setup: the local cluster installs " + " ".join(p) + " with apt-get (with their dependencies) when it first starts" if p else "setup: Slurm, munge, slurmdbd and MariaDB are installed")'
+
+test: setup packages
 	$(PY) -m pytest -q
 
 test-unit: setup
@@ -51,7 +64,7 @@ test-vllm-cpu: $(VLLM_STAMP)
 test-other-slurm:
 	etc/dev/other-slurm
 
-demo: setup
+demo: setup packages
 	$(VENV)/bin/elastico demo
 
 clean:
