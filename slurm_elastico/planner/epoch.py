@@ -34,10 +34,10 @@ from slurm_elastico import pricing
 from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import SlowdownModel, SoloProfile
 from slurm_elastico.model import (Action, ActionKind, Family, JobState, JobView, Placement, Plan, Shape, Snapshot)
-from slurm_elastico.planner import reshape, weights
+from slurm_elastico.planner import allot, reshape, weights
 from slurm_elastico.planner.packing import GpuState, Row, Seat, best_solo
 from slurm_elastico.planner.slowdown import PairCache, for_gpu
-from slurm_elastico.shapes.current import ADMIN_PREFIX, named_in_comment, running_shape
+from slurm_elastico.shapes.current import ADMIN_PREFIX, PREEMPTED_MARK, named_in_comment, preempted_by_us, running_shape
 from slurm_elastico.shapes.solo import solo_profile
 
 RESOURCES = ("mps", "gpu_mem", "cpus", "host_mem")
@@ -153,7 +153,8 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
         fam = families.get(jv.job_id)
         if fam is None or not fam.shapes or (part and jv.partition != part):
             continue
-        if jv.state is JobState.PENDING and not jv.held and (jv.gres is None or jv.gres.kind in ("mps", "gpus")):
+        if (jv.state is JobState.PENDING and (not jv.held or (policy.allot and preempted_by_us(jv.admin_comment)))
+                and (jv.gres is None or jv.gres.kind in ("mps", "gpus"))):
             t = table_of(fam)
             by_id[jv.job_id] = Job(jv, t, 1.0, Seat(jv.job_id, fam.throughput_floor, best_solo=best_solo(t.rows)))
         elif jv.state is JobState.RUNNING:
@@ -224,25 +225,43 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
     else:
         z = np.zeros(len(RESOURCES))
         result = pricing.PriceResult(z, pricing.choose(problem, z), 0)
-    choice = result.choice[:len(pending)]
+    choice = result.choice[:len(pending)].copy()
     targets = {j.view.job_id: int(c) for j, c in zip(elastic, result.choice[len(pending):])}
+    allotted: list[int] = []  # pending jobs whose GPU count the allotment chose, in its order
+    growers: list[Job] = []  # elastic running jobs, in the allotment's order
+    if policy.allot:
+        allotted, growers = _allot(pending, elastic, choice, targets, problem, now, progress, ps, float(per_gpu[0]))
     notes.append("prices (GPU equivalents): " + ", ".join(f"{r}={v:.3g}" for r, v in zip(RESOURCES, result.prices))
                  + f" after {result.rounds} round(s)")
 
     # -- elastic running jobs give back what the queue prices above their use --
     reshaped: dict[int, tuple[int, float]] = {}
-    shrunk: dict[int, tuple[Row, tuple[int, ...]]] = {}  # what each shrunk job held before
+    shrunk: dict[int, tuple[Row, tuple[int, ...]]] = {}  # what each shrunk or preempted job held before
+    preempted: set[int] = set()
     for j in sorted(elastic, key=lambda j: (j.weight, j.view.job_id)):
         t = targets[j.view.job_id]
-        if _size(j.table.rows[t], state, j.seat.gpu) < _size(j.seat.row, state, j.seat.gpu):
+        if t == pricing.NONE:  # the allotment gave what it holds to shorter jobs
+            shrunk[j.view.job_id] = (j.seat.row, j.seat.gang or (j.seat.gpu,))
+            state.remove(j.seat)
+            preempted.add(j.view.job_id)
+        elif _size(j.table.rows[t], state, j.seat.gpu) < _size(j.seat.row, state, j.seat.gpu):
             before = (j.seat.row, j.seat.gang or (j.seat.gpu,))
             got = _regang(j, state, t, now, progress, ps.reshape_cost_s)
             if got is not None:
                 reshaped[j.view.job_id] = got
                 shrunk[j.view.job_id] = before
+    for j in growers:  # the allotment's grows come before the queue's starts, in its order
+        t = targets[j.view.job_id]
+        if t != pricing.NONE and j.table.rows[t].tput > j.seat.row.tput and _size(j.table.rows[t], state, j.seat.gpu) > _size(j.seat.row, state, j.seat.gpu):
+            got = _regang(j, state, t, now, progress, ps.reshape_cost_s)
+            if got is not None:
+                reshaped[j.view.job_id] = got
 
     # -- packing --------------------------------------------------------------
     order = policy.order(pending)
+    if allotted:  # the allotment's jobs after the others (budgeted first), in its order
+        mine = set(allotted)
+        order = [i for i in order if i not in mine] + allotted
     if head is not None and ps.reserve_queue_head:
         hi = pending.index(head)
         order = [hi] + [i for i in order if i != hi]
@@ -267,19 +286,23 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
                 notes.append(f"job {job.view.job_id} heads the queue and fits nowhere yet: "
                              f"GPU {gpu_key[g][0]}:{gpu_key[g][1]} kept free for it")
     for i in deferred:  # what the prices left out, where room remains: the fastest share, else the smallest gang
+        if i in allotted:
+            continue  # the allotment made it wait: shorter jobs have its GPUs
         t = pending[i].table
         _place(pending[i], state, [s for s in t.by_speed if not t.rows[s].gpus]
                + sorted((s for s in t.by_speed if t.rows[s].gpus), key=lambda s: (t.rows[s].gpus, -t.rows[s].tput)))
-    for j in elastic:  # a shrink whose GPUs nobody took would be a restart for nothing: undone
+    for j in elastic:  # a shrink or preemption whose GPUs nobody took would be a restart for nothing: undone
         if j.view.job_id in shrunk:
             old, held = shrunk[j.view.job_id]
             if all(not state.occ[g] or state.occ[g] == [j.seat] for g in held):
-                state.remove(j.seat)
+                if j.seat.gpu >= 0:
+                    state.remove(j.seat)
                 if old.gpus:
                     state.place_gang(j.seat, old, held)
                 else:
                     state.place(j.seat, old, held[0])
-                del reshaped[j.view.job_id]
+                reshaped.pop(j.view.job_id, None)
+                preempted.discard(j.view.job_id)
     if policy.price:
         for i in order:
             _upgrade(pending[i], state)
@@ -288,7 +311,9 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
     if policy.reshape:
         waiting = any(j.seat.gpu < 0 for j in pending)
         for j in sorted(elastic, key=lambda j: (-j.weight, j.view.job_id)):
-            if j.view.job_id not in reshaped and not waiting:  # grow into what nobody waiting could use
+            if j.view.job_id in preempted:
+                continue
+            if j.view.job_id not in reshaped and (policy.allot or not waiting):  # grow into what nobody waiting could use
                 got = _grow(j, state, targets[j.view.job_id], now, progress, ps.reshape_cost_s, ps.hysteresis)
                 if got is not None:
                     reshaped[j.view.job_id] = got
@@ -306,6 +331,15 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
     for j in jobs:
         t, seat, jid = j.table, j.seat, j.view.job_id
         tmax = max(s.throughput for s in t.family.shapes)
+        if jid in preempted:
+            objective += j.weight
+            shape = t.family.shapes[shrunk[jid][0].slot]
+            why = (f"preempted: jobs with less time left (weighted) need its {_size(shrunk[jid][0], state, shrunk[jid][1][0]):g} "
+                   f"GPU(s); it resumes when its turn comes")
+            actions.append(Action(ActionKind.SET_ADMIN_COMMENT, jid, why, shape=shape.name,
+                                  text=f"{ADMIN_PREFIX}{shape.name},{PREEMPTED_MARK}"))
+            actions.append(Action(ActionKind.PREEMPT, jid, why, shape=shape.name))
+            continue
         if seat.gpu < 0:
             objective += j.weight
             if not t.by_speed:
@@ -353,6 +387,9 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
             actions.append(Action(ActionKind.SET_GPUS, jid, why, gpus=seat.row.gpus, nodes=on, shape=shape.name))
         elif j.view.gres is None or j.view.gres.kind != "mps" or j.view.gres.count != seat.row.share:
             actions.append(Action(ActionKind.SET_SHARE, jid, why, share=seat.row.share, shape=shape.name))
+        if j.view.held:  # one this policy preempted: pinned to its place, started, released
+            actions.append(Action(ActionKind.RESUME, jid, why, nodes=on if seat.gang else (node,), shape=shape.name))
+            continue
         if not seat.gang:
             actions.append(Action(ActionKind.SET_NODES, jid, why, nodes=(node,), shape=shape.name))
         if j.view.reason == "BeginTime":  # placed now: no need to sit out the submit's placement window
@@ -454,6 +491,46 @@ def _problem(pending: list[Job], state: GpuState, per_gpu: np.ndarray, elastic: 
     return pricing.PriceProblem(
         value=v, demand=demand[idx], penalty=penalty, allowed=allow,
         weight=w, capacity=cap, optional=optional)
+
+
+def _gang_capable(job: Job) -> bool:
+    return any(r.gpus for r in job.table.rows)
+
+
+def _allot(pending: list[Job], elastic: list[Job], choice: np.ndarray, targets: dict[int, int],
+           problem: pricing.PriceProblem, now: float, progress: Mapping[int, float], ps,
+           per_gpu_share: float) -> tuple[list[int], list[Job]]:
+    """Replace the prices' choice for the jobs with data-parallel shapes by `planner.allot` (weighted shortest
+    remaining time first); the other pending jobs keep the prices' choice and are budgeted first. Returns the
+    allotted pending jobs' indices and the elastic jobs, each in the allotment's order."""
+    budget = float(problem.capacity[0])
+    for i, j in enumerate(pending):
+        if not _gang_capable(j) and choice[i] != pricing.NONE:
+            budget -= float(problem.demand[i, choice[i], 0])
+    who = [i for i, j in enumerate(pending) if _gang_capable(j)]
+    claims = []
+    for j in [pending[i] for i in who] + list(elastic):
+        rows, t = j.table.rows, j.table
+        sizes = [float(r.gpus) if r.gpus else r.share / per_gpu_share for r in rows]
+        best = max(r.tput for r in rows)
+        cap = float(max(1, t.family.default_shape.resources.gpus))
+        if j.running:
+            work, _ = _left_s(j, now, progress)
+            # a running job moves only between whole GPUs (a gang, or one GPU alone)
+            allowed = [bool(r.gpus) or r.share >= per_gpu_share for r in rows]
+            allowed[j.seat.row.slot] = True
+            claims.append(allot.Claim(work / best / j.weight, sizes, [r.tput for r in rows], allowed,
+                                      max(cap, sizes[j.seat.row.slot]), work, j.seat.row.slot, ps.reshape_cost_s))
+        else:
+            work = max(0.0, t.family.total_work - (progress.get(j.view.job_id) or 0.0))
+            claims.append(allot.Claim(work / best / j.weight, sizes, [r.tput for r in rows], list(t.allowed), cap))
+    picks = allot.allot(claims, budget, ps.hysteresis)
+    for i, p in zip(who, picks):
+        choice[i] = p
+    for j, p in zip(elastic, picks[len(who):]):
+        targets[j.view.job_id] = p
+    seq = allot.order(claims)
+    return [who[k] for k in seq if k < len(who)], [elastic[k - len(who)] for k in seq if k >= len(who)]
 
 
 def _place(job: Job, state: GpuState, slots: list[int]) -> bool:

@@ -70,6 +70,8 @@ class Policy:
     interference: bool
     reshape: bool
     order: Callable[[Sequence], list[int]]
+    allot: bool = False
+    """GPU counts of data-parallel jobs by weighted shortest remaining time (`planner.allot`), not by the prices."""
 
     def plan(self, snapshot: Snapshot, families: Mapping[int, Family], settings: Settings,
              model: SlowdownModel | None, now: float, progress: Mapping[int, float] | None = None) -> Plan:
@@ -81,15 +83,17 @@ class Policy:
 
 REGISTRY: dict[str, Policy] = {p.name: p for p in (
     Policy("elastico", "shape families, shadow prices, interference-aware packing, reshapes that pay",
-           all_shapes, price=True, interference=True, reshape=True, order=value_order),
+           all_shapes, price=True, interference=True, reshape=True, order=value_order, allot=True),
     Policy("static", "each job at its submitted shape on a whole GPU, first come first served with backfill",
            whole_gpu, price=False, interference=False, reshape=False, order=fifo_order),
     Policy("no-shapes", "elastico without shape choice: each job only at its default shape",
            default_shape, price=True, interference=True, reshape=False, order=value_order),
     Policy("no-pricing", "elastico without prices: every job asks for its fastest shape, packing falls back",
-           all_shapes, price=False, interference=True, reshape=True, order=value_order),
+           all_shapes, price=False, interference=True, reshape=True, order=value_order, allot=True),
     Policy("no-interference", "elastico blind to co-location slowdown: no Γ, no floor check",
-           all_shapes, price=True, interference=False, reshape=True, order=value_order),
+           all_shapes, price=True, interference=False, reshape=True, order=value_order, allot=True),
+    Policy("no-allot", "elastico with GPU counts by the prices alone (no shortest-remaining-time allotment)",
+           all_shapes, price=True, interference=True, reshape=True, order=value_order),
 )}
 
 

@@ -18,6 +18,15 @@ ADMIN_PREFIX = "elastico:shape="
 """AdminComment the planner writes so the job wrapper knows its shape: `elastico:shape=<name>`."""
 
 
+PREEMPTED_MARK = "elastico:held=1"
+"""AdminComment part of a job the planner preempted (requeue-held) and will resume; a job held by anyone
+else is left alone."""
+
+
+def preempted_by_us(admin_comment: str) -> bool:
+    return PREEMPTED_MARK in (part.strip() for part in (admin_comment or "").split(","))
+
+
 def named_in_comment(admin_comment: str) -> str | None:
     """The shape name in an AdminComment `...,elastico:shape=<name>,...`, or None."""
     for part in (admin_comment or "").split(","):

@@ -279,10 +279,12 @@ class Engine:
         self._settle()
 
     def _observe(self, snap, families: dict[int, Family], dry_run: bool, source) -> tuple[dict[int, float], dict, list]:
-        """The epoch's observer: the exact work done of every running family job."""
+        """The epoch's observer: the exact work done of every family job that has run (a requeued one's is what
+        its last checkpoint holds, as the live observer reads it from the job's progress file)."""
         now = self.cluster.now
-        progress = {j.job_id: self._done_at(j, now) for j in self.cluster.jobs.values()
-                    if j.state is JobState.RUNNING and j.family is not None}
+        progress = {j.job_id: self._done_at(j, now) if j.state is JobState.RUNNING else j.done
+                    for j in self.cluster.jobs.values()
+                    if j.family is not None and (j.state is JobState.RUNNING or j.done > 0)}
         if self.adaptive:  # goodput at the statistical efficiency each job's gradients show now
             families = {jid: self._goodput_family(jid, fam, progress.get(jid)) for jid, fam in families.items()}
         return progress, families, []

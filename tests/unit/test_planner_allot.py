@@ -1,0 +1,96 @@
+"""GPU counts of data-parallel jobs by weighted shortest remaining time (`planner.allot`), and what the epoch
+makes of it: whole requests before partial ones, shrinks and preemptions of longer running jobs, resumes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from slurm_elastico.config import Settings
+from slurm_elastico.interference.base import ContentionModel
+from slurm_elastico.model import ActionKind, GpuUse, Snapshot
+from slurm_elastico.planner import allot, run_epoch
+from slurm_elastico.planner.allot import NONE, Claim
+from slurm_elastico.shapes.current import PREEMPTED_MARK, preempted_by_us
+from tests.synthetic import cluster, with_users
+from tests.unit.test_planner_gangs import NOW, gang_family, gang_running, pend
+
+SIZES = (1.0, 2.0, 4.0, 8.0)
+TPUT = (1.0, 1.9, 3.6, 6.4)
+
+
+def claim(key: float, cap: float = 8.0, current: int | None = None, work: float = 1e5) -> Claim:
+    return Claim(key, SIZES, TPUT, (True,) * 4, cap, work, current, 60.0)
+
+
+def test_the_shortest_job_gets_its_whole_request_first_and_a_longer_one_waits():
+    picks = allot.allot([claim(5000.0), claim(100.0)], budget=8.0, hysteresis=0.1)
+    assert picks == [NONE, 3]  # the short one (second) takes all 8; the long one does not start on nothing
+
+
+def test_a_job_whose_whole_request_does_not_fit_waits_while_a_later_one_that_fits_starts():
+    # 6 GPUs: the first (8 asked) does not fit, the second (4 asked) does; what is left (2) then starts the first.
+    picks = allot.allot([claim(100.0, cap=8.0), claim(200.0, cap=4.0)], budget=6.0, hysteresis=0.1)
+    assert picks == [1, 2]
+
+
+def test_nobody_takes_more_than_asked_while_the_budget_lasts():
+    picks = allot.allot([claim(100.0, cap=2.0)], budget=8.0, hysteresis=0.1)
+    assert picks == [1]
+
+
+def test_a_running_job_keeps_its_shape_unless_moving_up_pays_the_restart():
+    assert allot.allot([claim(100.0, current=1, work=1e5)], budget=8.0, hysteresis=0.1) == [3]  # grows: pays
+    assert allot.allot([claim(100.0, current=1, work=10.0)], budget=8.0, hysteresis=0.1) == [1]  # nearly done: keeps
+
+
+def test_a_longer_running_job_shrinks_then_is_preempted_as_shorter_jobs_take_its_gpus():
+    running = claim(9000.0, current=3)
+    assert allot.allot([running, claim(10.0, cap=4.0)], budget=8.0, hysteresis=0.1) == [2, 2]  # shrinks to 4
+    assert allot.allot([running, claim(10.0, cap=8.0)], budget=8.0, hysteresis=0.1) == [NONE, 3]  # preempted
+    # Without preemption it keeps its smallest shape (the budget is then overdrawn: packing decides).
+    assert allot.allot([running, claim(10.0, cap=8.0)], budget=8.0, hysteresis=0.1, preempt=False) == [0, 3]
+
+
+def test_the_fairness_weight_is_in_the_key_so_a_long_wait_puts_a_long_job_first():
+    # Keys are remaining time ÷ weight: a 10-hour job that waited enough (weight 20) goes before a 1-hour one.
+    picks = allot.allot([claim(36000.0 / 20.0), claim(3600.0)], budget=8.0, hysteresis=0.1)
+    assert picks == [3, NONE]
+
+
+# -- through the epoch -------------------------------------------------------------------------------------
+
+
+def plan(nodes, jobs, families):
+    return run_epoch(Snapshot(NOW, "24.11.5", nodes, tuple(jobs)), families, Settings(), ContentionModel(), NOW)
+
+
+def test_a_long_running_job_is_preempted_for_a_much_shorter_one_and_its_comment_says_so():
+    nodes = cluster(8, gpus_per_node=8)
+    held = [("n0000", g) for g in range(8)]
+    nodes = with_users(nodes, {k: (GpuUse(1, 0, whole=True),) for k in held})
+    long_run = gang_running(1, held, start=NOW - 3600)
+    fams = {1: gang_family(work=10**7, default_gpus=8), 2: gang_family(work=600.0, default_gpus=8)}
+    p = plan(nodes, [long_run, pend(2, submit=NOW - 60)], fams)
+    kinds = [(a.job_id, a.kind) for a in p.actions]
+    assert (1, ActionKind.PREEMPT) in kinds
+    note = next(a for a in p.actions if a.job_id == 1 and a.kind is ActionKind.SET_ADMIN_COMMENT)
+    assert preempted_by_us(note.text) and "elastico:shape=gpus8" in note.text
+    start = next(a for a in p.actions if a.job_id == 2 and a.kind is ActionKind.SET_GPUS)
+    assert start.gpus == 8
+    # The same pair the other way round: the running job is the short one, nothing is preempted.
+    fams_short = {1: gang_family(work=30000.0, default_gpus=8), 2: gang_family(work=10**7, default_gpus=8)}
+    assert not any(a.kind is ActionKind.PREEMPT for a in plan(nodes, [long_run, pend(2, submit=NOW - 60)],
+                                                               fams_short).actions)
+
+
+def test_a_job_we_preempted_is_resumed_when_its_turn_comes_and_one_held_by_anyone_else_is_left_alone():
+    base = pend(1, submit=NOW - 7200)
+    ours = dataclasses.replace(base, held=True, admin_comment=f"elastico:shape=gpus8,{PREEMPTED_MARK}")
+    theirs = dataclasses.replace(base, job_id=2, held=True, admin_comment="elastico:shape=gpus8")
+    fams = {1: gang_family(default_gpus=8), 2: gang_family(default_gpus=8)}
+    p = plan(cluster(8, gpus_per_node=8), [ours, theirs], fams)
+    assert {a.job_id for a in p.actions} == {1}
+    resume = next(a for a in p.actions if a.kind is ActionKind.RESUME)
+    assert resume.nodes == ("n0000",)
+    comment = next(a for a in p.actions if a.kind is ActionKind.SET_ADMIN_COMMENT)
+    assert not preempted_by_us(comment.text)  # the mark is lifted with the hold
