@@ -5,9 +5,11 @@ waits as much as every second it runs, and the measured data-parallel
 speedups are close to linear (Pollux's placements: 6 GPUs run CIFAR-10 at
 5.2× one GPU), so spreading the GPUs over many jobs — what prices with a
 value of T/T_max settle on — slows every job and finishes none sooner. The
-GPUs do most good on the jobs closest to done: the order is the remaining
-time at a job's fastest shape divided by its fairness weight (so a job that
-waits long enough under the `waiting` rule goes first, whatever its size).
+GPUs do most good on the jobs closest to done: the order is a job's
+GPU-seconds left at its request (its remaining *area*, as Tiresias's two
+dimensions count service, but looking ahead) divided by its fairness weight
+(so a job that waits long enough under the `waiting` rule goes first,
+whatever its size).
 
 Two passes over the jobs in that order, over a budget of GPU equivalents
 (free GPUs plus those the elastic running jobs hold):
@@ -46,7 +48,8 @@ class Claim:
     """One job's side of the allotment."""
 
     key: float
-    """Remaining seconds at its fastest shape ÷ its weight: smaller goes first."""
+    """GPU-seconds left at its request (remaining work ÷ its speed per GPU there) ÷ its weight: smaller goes
+    first."""
     sizes: Sequence[float]
     """GPU equivalents each shape slot holds (a gang: its GPUs; a share: its fraction of one GPU)."""
     tput: Sequence[float]

@@ -19,6 +19,13 @@ a restart charge for any shape but its own, so that when the queue makes
 GPUs dear it gives some back (shrinks before the packing), and when GPUs
 sit idle it takes them (grows after the packing) — each only when the gain
 over its remaining work pays the restart.
+
+Under a policy with `allot` (elastico), the GPU counts of the jobs with
+data-parallel shapes come from `planner.allot` instead of the prices: the
+jobs with the fewest GPU-seconds left (weighted) go first, each on its
+whole request or not at all, and a longer running job shrinks or is
+preempted for them (requeue-held, `elastico:held=1` in its AdminComment) and
+resumed when its turn comes. Jobs held by anyone else stay untouched.
 """
 
 from __future__ import annotations
@@ -252,7 +259,10 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
                 shrunk[j.view.job_id] = before
     for j in growers:  # the allotment's grows come before the queue's starts, in its order
         t = targets[j.view.job_id]
-        if t != pricing.NONE and j.table.rows[t].tput > j.seat.row.tput and _size(j.table.rows[t], state, j.seat.gpu) > _size(j.seat.row, state, j.seat.gpu):
+        if t == pricing.NONE:
+            continue
+        row = j.table.rows[t]
+        if row.tput > j.seat.row.tput and _size(row, state, j.seat.gpu) > _size(j.seat.row, state, j.seat.gpu):
             got = _regang(j, state, t, now, progress, ps.reshape_cost_s)
             if got is not None:
                 reshaped[j.view.job_id] = got
@@ -313,7 +323,8 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
         for j in sorted(elastic, key=lambda j: (-j.weight, j.view.job_id)):
             if j.view.job_id in preempted:
                 continue
-            if j.view.job_id not in reshaped and (policy.allot or not waiting):  # grow into what nobody waiting could use
+            # grow into what nobody waiting could use (under the allotment, what it left to nobody)
+            if j.view.job_id not in reshaped and (policy.allot or not waiting):
                 got = _grow(j, state, targets[j.view.job_id], now, progress, ps.reshape_cost_s, ps.hysteresis)
                 if got is not None:
                     reshaped[j.view.job_id] = got
@@ -333,9 +344,10 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
         tmax = max(s.throughput for s in t.family.shapes)
         if jid in preempted:
             objective += j.weight
-            shape = t.family.shapes[shrunk[jid][0].slot]
-            why = (f"preempted: jobs with less time left (weighted) need its {_size(shrunk[jid][0], state, shrunk[jid][1][0]):g} "
-                   f"GPU(s); it resumes when its turn comes")
+            held_row, held_gpus = shrunk[jid]
+            shape = t.family.shapes[held_row.slot]
+            why = (f"preempted: jobs with fewer GPU-seconds left (weighted) need its "
+                   f"{_size(held_row, state, held_gpus[0]):g} GPU(s); it resumes when its turn comes")
             actions.append(Action(ActionKind.SET_ADMIN_COMMENT, jid, why, shape=shape.name,
                                   text=f"{ADMIN_PREFIX}{shape.name},{PREEMPTED_MARK}"))
             actions.append(Action(ActionKind.PREEMPT, jid, why, shape=shape.name))
@@ -512,8 +524,11 @@ def _allot(pending: list[Job], elastic: list[Job], choice: np.ndarray, targets: 
     for j in [pending[i] for i in who] + list(elastic):
         rows, t = j.table.rows, j.table
         sizes = [float(r.gpus) if r.gpus else r.share / per_gpu_share for r in rows]
-        best = max(r.tput for r in rows)
         cap = float(max(1, t.family.default_shape.resources.gpus))
+        # the key's speed: per GPU at its request, so that the key is the GPU-seconds left (its area, as
+        # Tiresias's two dimensions count service, but what is left rather than what was had)
+        per_gpu_rate = max((r.tput for r, z in zip(rows, sizes) if z <= cap + 1e-9), default=0.0) / cap
+        best = per_gpu_rate if per_gpu_rate > 0 else max(r.tput for r in rows) / cap
         if j.running:
             work, _ = _left_s(j, now, progress)
             # a running job moves only between whole GPUs (a gang, or one GPU alone)
