@@ -177,12 +177,7 @@ class Engine:
                 job = self.cluster.jobs.get(jid)
                 if job is None or job.version != version or job.state is not JobState.RUNNING:
                     continue
-                if jid in self.until:  # an epoch of statistical efficiency ended: same GPUs, a new rate
-                    self._accrue(job)
-                    job.done = max(job.done, self.until.pop(jid))
-                    self._rerate(job)
-                else:
-                    self._complete(job)
+                self._reached(job)
             elif kind == ARRIVAL:
                 self._arrive(by_id[jid])
                 arrived += 1
@@ -254,6 +249,16 @@ class Engine:
         job.mark = tj.submit_s
         self.cluster.submit(job)
         self.dirty = True
+
+    def _reached(self, job: SimJob) -> None:
+        """A running job's rate ran out: an epoch of statistical efficiency ended (same GPUs, a new rate from
+        here), or its work is done."""
+        if job.job_id in self.until:
+            self._accrue(job)
+            job.done = max(job.done, self.until.pop(job.job_id))
+            self._rerate(job)
+        else:
+            self._complete(job)
 
     def _complete(self, job: SimJob) -> None:
         self._accrue(job)

@@ -227,7 +227,7 @@ class GradientNoise:
         """Progress of one step at `batch` during `epoch`, in steps at the smallest measured batch."""
         e = min(max(epoch, 0), self.epochs - 1)
         sqr, var = float(self._at(self.sqr[:, e], batch)), float(self._at(self.var[:, e], batch))
-        scale = batch / self.batches[0]
+        scale = float(batch / self.batches[0])
         denom = var / scale + sqr
         return (var + sqr) / denom if denom > 0 else 1.0
 
