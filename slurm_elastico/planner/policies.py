@@ -98,17 +98,18 @@ REGISTRY: dict[str, Policy] = {p.name: p for p in (
 
 
 from slurm_elastico.planner import baselines as _baselines  # noqa: E402  (baselines build on the narrowers above)
+from slurm_elastico.planner import pollux as _pollux  # noqa: E402
 
-REGISTRY.update({p.name: p for p in (  # type: ignore[misc]  (LasPolicy has Policy's interface, not its class)
+REGISTRY.update({p.name: p for p in (  # type: ignore[misc]  (LasPolicy, PolluxPolicy: Policy's interface, not its class)
     Policy("static-mps", "static MPS sharing: each job at its submitted knobs on half a GPU, first come first "
            "served, blind to interference", _baselines.half_gpu, price=False, interference=False, reshape=False,
            order=fifo_order),
     _baselines.LasPolicy("tiresias", "Tiresias (NSDI 2019) as the Pollux artifact runs it: two-queue least "
                          "attained service (Q0 until 16 GPU-hours, then Q1), whole GPUs at the submitted count, "
                          "lower-queue jobs preempted and resumed later"),
-    Policy("pollux", "Pollux-style goodput: whole GPUs, first come first served, each job reshaped to its "
-           "best-goodput knobs (other global batches where the family declares them with an LR rule)",
-           _baselines.whole_gpu_any_batch, price=False, interference=False, reshape=True, order=fifo_order),
+    _pollux.PolluxPolicy("pollux", "Pollux (OSDI 2021): GPU counts and batch sizes for goodput (throughput x "
+                         "statistical efficiency), allocations maximising the p=-1 power mean of speedups with "
+                         "restarts penalised, whole GPUs, preemption"),
 )})
 
 
