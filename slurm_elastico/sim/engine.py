@@ -11,11 +11,14 @@ loop never branches on it). Between epochs Slurm starts what fits
 
 A job's rate is piecewise constant: it changes only when its GPU's occupants
 change (a job holding whole GPUs runs alone on them, at the speed of its
-placement: the GPUs it holds on each node), so progress is accrued exactly
-at those instants and a completion is an event at
-`max(now, ready_at) + work_left / rate` (`ready_at` ends a restart's
-checkpoint-and-restart time, during which a job makes no progress). A
-stale completion (the rate changed since) is ignored by its version number.
+placement: the GPUs it holds on each node), or, for a job running at another
+global batch than its own (goodput shapes), when an epoch of its statistical
+efficiency ends. So progress is accrued exactly at those instants, and the
+next one is an event at `max(now, ready_at) + work_left / rate` (`ready_at`
+ends a restart's checkpoint-and-restart time, during which a job makes no
+progress; work left is to the epoch's end when that comes first, and the job
+is re-rated there). A stale event (the rate changed since) is ignored by its
+version number.
 
 An epoch is skipped when nothing happened since the last one and that one
 acted on nothing: the planner is pure, so the same cluster gets the same
