@@ -271,7 +271,9 @@ class Engine:
         self.solo.pop(job.job_id, None)
         self.seen.pop(job.job_id, None)
         tj = job.trace
-        best = tj.work / fastest_speed(tj, self.truth, self.sim.gpu_memory_mib, self.adaptive,
+        # The lower bound is the trace's under the settings, the same whatever the policy: with goodput shapes
+        # only when the settings offer them to every policy (a policy that adapts batches may beat it).
+        best = tj.work / fastest_speed(tj, self.truth, self.sim.gpu_memory_mib, self.sim.adaptive_batch,
                                        self.sim.max_gpus_per_job, self.sim.gpus_per_node)
         self.results.append(JobResult(
             tj.job_id, tj.kind, tj.app, tj.gpus, tj.submit_s, job.first_start, job.end, job.restarts + job.relaunches,
