@@ -10,6 +10,8 @@ jobs from the same spec file (the epoch caches per distinct family object).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from slurm_elastico.model import (Family, GpuUse, GpuView, GresRequest, JobState, JobView, NodeView, Resources,
@@ -55,11 +57,28 @@ def random_family(rng: np.random.Generator, n_shapes: int = 8, kind: str | None 
                   throughput_floor=floor, name=f"model{int(rng.integers(0, 6))}", default=shapes[-1].name)
 
 
+def with_gangs(rng: np.random.Generator, fam: Family, counts: tuple[int, ...] = (2, 4, 8)) -> Family:
+    """`fam` plus data-parallel shapes of n whole GPUs (its whole-GPU shape's knobs, a speedup drawn per
+    family between 0.7 and 0.95 of linear), submitted on one of them."""
+    whole = max(fam.shapes, key=lambda s: (s.resources.mps, s.throughput))
+    eff = float(rng.uniform(0.7, 0.95))
+    r = whole.resources
+    gangs = tuple(Shape(f"gpus{n}", Resources(0, r.gpu_mem_mib, r.cpus * n, r.host_mem_mib * n, gpus=n),
+                        whole.throughput * n * eff ** math.log2(n)) for n in counts)
+    default = gangs[int(rng.integers(0, len(gangs)))].name
+    return Family(kind="train", shapes=fam.shapes + gangs, total_work=fam.total_work,
+                  throughput_floor=fam.throughput_floor, name=fam.name, default=default)
+
+
 def instance(rng: np.random.Generator, n_jobs: int, n_gpus: int, n_shapes: int = 8, templates: int = 64,
-             running_frac: float = 0.0, gpus_per_node: int = 8, now: float = 1_000_000.0
+             running_frac: float = 0.0, gpus_per_node: int = 8, now: float = 1_000_000.0, gang_frac: float = 0.0
              ) -> tuple[Snapshot, dict[int, Family]]:
-    """A snapshot with `n_jobs` pending family jobs (a fraction of them already running) on `n_gpus` GPUs."""
+    """A snapshot with `n_jobs` pending family jobs (a fraction of them already running) on `n_gpus` GPUs;
+    `gang_frac` of the family templates also have data-parallel shapes (`with_gangs`) and are submitted on
+    several GPUs (their running jobs run on a share, as the others do)."""
     fams = [random_family(rng, n_shapes) for _ in range(max(1, templates))]
+    if gang_frac > 0:  # (no draw otherwise: the instances without gangs stay what they were)
+        fams = [with_gangs(rng, f) if rng.random() < gang_frac else f for f in fams]
     nodes = list(cluster(n_gpus, gpus_per_node))
     jobs, families = [], {}
     # Running jobs take a share on a GPU with room; the node views are rebuilt with their use.
@@ -75,7 +94,8 @@ def instance(rng: np.random.Generator, n_jobs: int, n_gpus: int, n_shapes: int =
         families[jid] = fam
         submit = int(now - rng.uniform(0, 7200))
         if rng.random() < running_frac and slots:
-            shape = fam.shapes[int(rng.integers(0, len(fam.shapes)))]
+            shares = [sh for sh in fam.shapes if not sh.resources.gpus]
+            shape = shares[int(rng.integers(0, len(shares)))]
             key = slots[int(rng.integers(0, len(slots)))]
             node = nodes[key[0]]
             room = (free[key] >= shape.resources.mps
