@@ -276,10 +276,12 @@ def main() -> int:
         out["comparison"] = [comparison(truth, 8, 40, 2.0, 5, 60.0, "gavel", names)]
     else:
         out["comparison"] = [comparison(truth, 32, 300, 2.0, 5, 60.0, "gavel", names),
-                             comparison(truth, 32, 300, 2.0, 5, -1.0, "gavel", names),
+                             # the held placement window again, for the baselines a reader compares against
+                             comparison(truth, 32, 300, 2.0, 5, -1.0, "gavel",
+                                        ["elastico", "static", "tiresias", "pollux", "no-allot"]),
                              comparison(truth, 32, 300, 2.0, 5, -1.0, "gavel-residual", ["elastico", "static"])]
     if args.quick:
-        out["pollux"] = pollux_workloads(truth, [1], ["static", "elastico"], 1)
+        out["pollux"] = pollux_workloads(truth, [1], ["static", "tiresias", "pollux", "elastico"], 1)
     else:
         out["pollux"] = pollux_workloads(truth, range(1, 9), ["static", "tiresias", "pollux", "elastico"], 2)
     out["alibaba"], reason = alibaba_or_why_not(truth, args.alibaba, args.quick)
