@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from slurm_elastico.config import Settings
@@ -119,6 +119,22 @@ def las_comment(old: str, shape: str, state: LasState) -> str:
     return ",".join(parts + keep)
 
 
+def planned_jobs(snapshot: Snapshot, families: Mapping[int, Family], part: str, held_by_us: Callable[[str], bool]
+                 ) -> Iterator[tuple[JobView, Family, bool]]:
+    """The jobs a preempting baseline plans, each with its family and whether it runs: family jobs of the
+    partition running on GPUs, or pending with a GPU request — a held one only when its AdminComment says this
+    policy held it (`held_by_us`). Held by someone else, suspended, completing: left alone."""
+    for j in snapshot.jobs:
+        fam = families.get(j.job_id)
+        if fam is None or not fam.shapes or (part and j.partition != part):
+            continue
+        running = j.state is JobState.RUNNING and bool(j.gpu_alloc)
+        pending = (j.state is JobState.PENDING and (held_by_us(j.admin_comment) if j.held else True)
+                   and j.gres is not None and j.gres.kind in ("mps", "gpus"))
+        if running or pending:
+            yield j, fam, running
+
+
 @dataclass
 class _Entry:
     view: JobView
@@ -159,16 +175,8 @@ class LasPolicy:
         part = settings.slurm.partition
         nodes = [n for n in snapshot.nodes if n.usable and (not part or part in n.partitions)]
         entries: dict[int, _Entry] = {}
-        for j in snapshot.jobs:
-            fam = families.get(j.job_id)
-            if fam is None or not fam.shapes or (part and j.partition != part):
-                continue
+        for j, fam, running in planned_jobs(snapshot, families, part, lambda c: las_state(c).held):
             st = las_state(j.admin_comment)
-            running = j.state is JobState.RUNNING and bool(j.gpu_alloc)
-            pending = (j.state is JobState.PENDING and (st.held if j.held else True)
-                       and j.gres is not None and j.gres.kind in ("mps", "gpus"))
-            if not running and not pending:
-                continue  # held by someone else, suspended, completing, or a request we do not start
             shape = self.narrow(fam).default_shape
             n = max(1, shape.resources.gpus)
             holds = len({(g[0], g[1]) for g in j.gpu_alloc}) if running else n

@@ -49,7 +49,7 @@ import numpy as np
 from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Action, ActionKind, Family, JobState, JobView, Placement, Plan, Shape, Snapshot
-from slurm_elastico.planner.baselines import whole_gpu_any_batch
+from slurm_elastico.planner.baselines import planned_jobs, whole_gpu_any_batch
 from slurm_elastico.shapes.current import ADMIN_PREFIX, named_in_comment
 
 POWER = -1.0
@@ -404,16 +404,8 @@ class PolluxPolicy:
         what the job holds of those (Slurm keeps a job's CPUs and memory as submitted, so on fewer GPUs it
         would leave the rest of its nodes' GPUs without any)."""
         out: list[_Job] = []
-        for v in snapshot.jobs:
-            fam = families.get(v.job_id)
-            if fam is None or not fam.shapes or (part and v.partition != part):
-                continue
+        for v, fam, running in planned_jobs(snapshot, families, part, lambda c: pollux_state(c).held):
             state = pollux_state(v.admin_comment)
-            running = v.state is JobState.RUNNING and bool(v.gpu_alloc)
-            pending = (v.state is JobState.PENDING and (state.held if v.held else True)
-                       and v.gres is not None and v.gres.kind in ("mps", "gpus"))
-            if not running and not pending:
-                continue  # held by someone else, suspended, completing, or a request we do not start
             narrowed, best = _table(self.narrow, fam)
             if not best:
                 continue
