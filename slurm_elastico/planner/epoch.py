@@ -527,18 +527,18 @@ def _allot(pending: list[Job], elastic: list[Job], choice: np.ndarray, targets: 
         cap = float(max(1, t.family.default_shape.resources.gpus))
         # the key's speed: per GPU at its request, so that the key is the GPU-seconds left (its area, as
         # Tiresias's two dimensions count service, but what is left rather than what was had)
-        per_gpu_rate = max((r.tput for r, z in zip(rows, sizes) if z <= cap + 1e-9), default=0.0) / cap
-        best = per_gpu_rate if per_gpu_rate > 0 else max(r.tput for r in rows) / cap
+        rate = max((r.tput for r, z in zip(rows, sizes) if z <= cap + 1e-9), default=0.0) / cap
+        rate = rate if rate > 0 else max(r.tput for r in rows) / cap
         if j.running:
             work, _ = _left_s(j, now, progress)
             # a running job moves only between whole GPUs (a gang, or one GPU alone)
             allowed = [bool(r.gpus) or r.share >= per_gpu_share for r in rows]
             allowed[j.seat.row.slot] = True
-            claims.append(allot.Claim(work / best / j.weight, sizes, [r.tput for r in rows], allowed,
+            claims.append(allot.Claim(work / rate / j.weight, sizes, [r.tput for r in rows], allowed,
                                       max(cap, sizes[j.seat.row.slot]), work, j.seat.row.slot, ps.reshape_cost_s))
         else:
             work = max(0.0, t.family.total_work - (progress.get(j.view.job_id) or 0.0))
-            claims.append(allot.Claim(work / best / j.weight, sizes, [r.tput for r in rows], list(t.allowed), cap))
+            claims.append(allot.Claim(work / rate / j.weight, sizes, [r.tput for r in rows], list(t.allowed), cap))
     picks = allot.allot(claims, budget, ps.hysteresis)
     for i, p in zip(who, picks):
         choice[i] = p
