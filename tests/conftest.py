@@ -6,7 +6,9 @@ stops it at the end of the session. Without root or apt it FAILS with the
 reason instead of skipping: CI runs as root and must run the live tests.
 Set ELASTICO_TEST_CLUSTER_DIR to reuse a state directory between runs (a
 cluster that was already running there is left running), and
-ELASTICO_TEST_CLUSTER_PORT_BASE to run beside a cluster on the default ports.
+ELASTICO_TEST_CLUSTER_PORT_BASE to choose its ports. By default they are not
+the default ports of `elastico cluster up`, so `make test` runs beside the
+cluster `make demo` leaves running.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from slurm_elastico.cluster import DEFAULT_PORT_BASE, LocalCluster
 from slurm_elastico.errors import ClusterError
 
 TEST_CLUSTER_ENV = "ELASTICO_TEST_CLUSTER_DIR"
-# A developer's own `elastico cluster up` uses the default ports too: set this to test beside it.
 TEST_PORT_BASE_ENV = "ELASTICO_TEST_CLUSTER_PORT_BASE"
+TEST_PORT_BASE = DEFAULT_PORT_BASE + 20000
+"""The session cluster's ports: slurmctld 36817, slurmdbd 36819, MariaDB 36820, slurmd 37001-37004; apart from
+`elastico cluster up`'s defaults (16817-16820, 17001-) and from the clusters `test_cluster_live` starts (26817-)."""
 
 
 @pytest.fixture(scope="session")
@@ -31,7 +35,7 @@ def slurm_cluster(tmp_path_factory) -> LocalCluster:
         pytest.fail("the live tests need root: the local Slurm cluster runs its daemons as root and makes fake "
                     "GPU device nodes; run pytest as root (CI does)", pytrace=False)
     state_dir = Path(os.environ.get(TEST_CLUSTER_ENV) or tmp_path_factory.mktemp("cluster"))
-    port_base = int(os.environ.get(TEST_PORT_BASE_ENV) or DEFAULT_PORT_BASE)
+    port_base = int(os.environ.get(TEST_PORT_BASE_ENV) or TEST_PORT_BASE)
     cluster = LocalCluster(state_dir, accounting=True, port_base=port_base)
     problem = None
     try:
