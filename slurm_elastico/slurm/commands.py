@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from slurm_elastico.errors import InvalidActionError
 from slurm_elastico.model import MPS_SHARES_PER_GPU, Action, ActionKind
+from slurm_elastico.slurm.hostlist import expand_hostlist
 
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "STOP", "KILL")
 _NODE_NAME = re.compile(r"^[A-Za-z0-9_.\-\[\],]+$")
@@ -78,16 +79,43 @@ def set_share(job_id: int, share: int, shares_per_gpu: int = MPS_SHARES_PER_GPU)
 
 
 def set_gpus(job_id: int, gpus: int, nodes: tuple[str, ...] | list[str]) -> list[str]:
-    """Pending or held job → `gpus` whole GPUs for the whole job (a data-parallel gang) on `nodes` (`NodeList=`).
+    """The simulator's notation for a gang's GPU count (`TresPerJob=`); NOT what Slurm honours.
 
-    NOT yet verified against a live Slurm: 22.05 ignores some `scontrol update` fields of a pending job, and
-    whether it honours `TresPerJob=` there is for a later check; until then the live gateway refuses gang
-    actions and only the simulator carries them out. Empty `nodes` clears the pin.
+    Slurm 22.05 ignores `TresPerJob=` at run time and 24.11 refuses it on a `--gres` job; the live gateway
+    uses `set_gpu_count` (verified on both). Kept only because the simulator prints this form.
     """
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise InvalidActionError(f"GPUs of a job must be an integer >= 1, not {gpus!r}")
     *_, job, node_list = set_nodes(job_id, nodes)  # validates the id and every node name
     return ["scontrol", "update", job, f"TresPerJob=gres/gpu:{gpus}", node_list]
+
+
+def set_gpu_count(job_id: int, gpus: int, nodes: tuple[str, ...] | list[str]) -> list[str]:
+    """Pending or held job → `gpus` whole GPUs for the job, spread evenly over `nodes` (one node when empty).
+
+    `Gres=gpu:<per node> NumNodes=K-K NodeList=...` in one update, verified on Slurm 22.05 and 24.11
+    (see `gpu_count`): 22.05 ignores `TresPerNode=`/`TresPerJob=` and refuses `NumNodes=K`. Empty `nodes`
+    clears the pin and asks for one node.
+    """
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise InvalidActionError(f"GPUs of a job must be an integer >= 1, not {gpus!r}")
+    *_, job, node_list = set_nodes(job_id, nodes)  # validates the id and every node name
+    count = len(expand_hostlist(",".join(nodes))) or 1
+    if gpus % count:
+        raise InvalidActionError(f"{gpus} GPUs do not split evenly over {count} nodes ({','.join(nodes)}): "
+                                 "Slurm's Gres= asks the same number of GPUs on every node")
+    return ["scontrol", "update", job, f"Gres=gpu:{gpus // count}", f"NumNodes={count}-{count}", node_list]
+
+
+def gpu_count_argv(action: Action) -> list[list[str]]:
+    """The verified commands for a GPU-count action (SET_GPUS, or RESHAPE_RUNNING with `gpus`) on a live Slurm."""
+    jid = action.job_id
+    update = set_gpu_count(jid, need(action.gpus, action), action.nodes)
+    if action.kind is ActionKind.SET_GPUS:
+        return [update]
+    if action.kind is ActionKind.RESHAPE_RUNNING:
+        return [requeue_hold(jid), update, start_now(jid), release(jid)]
+    raise InvalidActionError(f"{action.kind.value} action for job {jid} does not change a GPU count")
 
 
 def set_nodes(job_id: int, nodes: tuple[str, ...] | list[str]) -> list[str]:

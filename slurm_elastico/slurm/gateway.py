@@ -28,7 +28,7 @@ from slurm_elastico.errors import (
     UnknownJobError,
 )
 from slurm_elastico.model import Action, ActionKind, JobState, JobView, Snapshot
-from slurm_elastico.slurm import commands
+from slurm_elastico.slurm import commands, gpu_count
 from slurm_elastico.slurm.accounting import SacctRecord, parse_sacct
 from slurm_elastico.slurm.jobs import parse_squeue
 from slurm_elastico.slurm.nodes import parse_sinfo
@@ -268,22 +268,67 @@ class SlurmGateway:
 
     def argv_for(self, action: Action) -> list[list[str]]:
         """The exact commands `apply(action)` runs, for `--dry-run`."""
+        if action.kind is ActionKind.SET_GPUS or (action.kind is ActionKind.RESHAPE_RUNNING and action.gpus is not None):
+            return commands.gpu_count_argv(action)
         return commands.argv_for(action, self.shares_per_gpu)
+
+    # ----------------------------------------------------------------- GPU count
+
+    def _gpu_request(self, job_id: int) -> tuple[str, gpu_count.GpuRequest]:
+        """The Slurm version and the job's GPU request now, from one squeue call."""
+        text = self._read(commands.squeue_job_json(job_id))
+        return slurm_version(text), gpu_count.request_of(text, job_id)
+
+    def _verify_gpus(self, job_id: int, gpus: int, nodes: Sequence[str], argv: list[str]) -> None:
+        gpu_count.verify(self._read(commands.squeue_job_json(job_id)), job_id, gpus, tuple(nodes), argv)
+
+    def set_gpus(self, job_id: int, gpus: int, nodes: Sequence[str] = ()) -> None:
+        """Give a pending or held job `gpus` whole GPUs spread evenly over `nodes` (one node when empty).
+
+        `InvalidActionError` before any update where this Slurm version refuses or ignores the change
+        (22.05: a job on an MPS share, or one that asked `--gpus`); `GpuCountMismatch` when the request read
+        back afterwards is not the one asked for; `JobNotPendingError` for a running job.
+        """
+        argv = commands.set_gpu_count(job_id, gpus, tuple(nodes))  # validate before touching the job
+        version, current = self._gpu_request(job_id)
+        gpu_count.check_change(version, job_id, current)
+        self._run(argv)
+        self._verify_gpus(job_id, gpus, nodes, argv)
+
+    def requeue_with_gpus(self, job_id: int, gpus: int, nodes: Sequence[str] = (), *, stop_timeout_s: float = 120.0) -> None:
+        """Move a running job to `gpus` whole GPUs on `nodes`: requeuehold → update → check → StartTime=now → release.
+
+        Checked against the Slurm version before the hold, so a change the version refuses leaves the job
+        running; whatever fails after the hold (a mismatch included), the job is released.
+        """
+        argv = commands.set_gpu_count(job_id, gpus, tuple(nodes))
+        version, current = self._gpu_request(job_id)
+        gpu_count.check_change(version, job_id, current)
+        self._run(commands.requeue_hold(job_id))
+        held_at = self._clock()
+        try:
+            self.wait_state(job_id, (JobState.PENDING,), stop_timeout_s)
+            self._run(argv)
+            self._verify_gpus(job_id, gpus, nodes, argv)
+            self._run(commands.start_now(job_id))
+        finally:
+            wait = held_at + REVOKE_GAP_S - self._clock()  # as requeue_with_share: no release in the hold's second
+            if wait > 0:
+                self._sleep(wait)
+            self._run(commands.release(job_id))
 
     def apply(self, action: Action) -> None:
         """Carry out one planner action.
 
-        A change of a job's GPU count (`SET_GPUS`, or a `RESHAPE_RUNNING` to a
-        data-parallel shape) is refused before any command runs: which
-        `scontrol update` fields Slurm 22.05 and 24.11 honour for it is not yet
-        verified on a live cluster (22.05 silently ignores `TresPerNode=`; the
-        same may hold for `TresPerJob=`). The planner offers such shapes only to
-        families that list them, which elastico-submit does not accept yet.
+        A change of a job's GPU count (`SET_GPUS`, or a `RESHAPE_RUNNING` with `gpus`) goes through
+        `set_gpus` / `requeue_with_gpus`: the verified `Gres=gpu:P NumNodes=K-K NodeList=` form, refused up
+        front where the Slurm version would refuse or ignore it, and read back afterwards (`gpu_count`).
         """
-        if action.kind is ActionKind.SET_GPUS or action.gpus is not None:
-            raise InvalidActionError(f"job {action.job_id}: changing a job's GPU count through Slurm is not "
-                                     "supported yet (only the simulator carries it out)")
-        if action.kind is ActionKind.SET_SHARE:
+        if action.kind is ActionKind.SET_GPUS:
+            self.set_gpus(action.job_id, commands.need(action.gpus, action), action.nodes)
+        elif action.kind is ActionKind.RESHAPE_RUNNING and action.gpus is not None:
+            self.requeue_with_gpus(action.job_id, action.gpus, action.nodes)
+        elif action.kind is ActionKind.SET_SHARE:
             self.set_share(action.job_id, commands.need(action.share, action))
         elif action.kind is ActionKind.SET_NODES:
             self.set_nodes(action.job_id, action.nodes)

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from slurm_elastico.errors import InvalidActionError
+from slurm_elastico.model import Action, ActionKind
 from slurm_elastico.slurm import commands
 
 HOSTILE = ["it's \"quoted\"", "a; rm -rf /", "$(touch pwned)", "`id`", "line1\nline2", "ünïcødé ✓ 日本", "x' OR '1'='1", "--batch"]
@@ -78,3 +79,22 @@ def test_every_valid_share_builds(share):
 def test_node_listing_follows_version():
     assert commands.nodes_json("22.05.8") == ["sinfo", "--json"]
     assert commands.nodes_json("24.11.5") == ["scontrol", "show", "node", "--json"]
+
+
+def test_gpu_count_argv_is_the_form_verified_on_22_05_and_24_11():
+    assert commands.set_gpu_count(5, 4, ("n2", "n3")) == [
+        "scontrol", "update", "JobId=5", "Gres=gpu:2", "NumNodes=2-2", "NodeList=n2,n3"]
+    assert commands.set_gpu_count(5, 4, ("n[2-3]",))[4] == "NumNodes=2-2"  # a hostlist counts its nodes
+    assert commands.set_gpu_count(5, 1, ()) == ["scontrol", "update", "JobId=5", "Gres=gpu:1", "NumNodes=1-1", "NodeList="]
+    reshape = commands.gpu_count_argv(Action(ActionKind.RESHAPE_RUNNING, 5, "t", gpus=2, nodes=("n1",)))
+    assert reshape == [["scontrol", "requeuehold", "5"], commands.set_gpu_count(5, 2, ("n1",)),
+                       ["scontrol", "update", "JobId=5", "StartTime=now"], ["scontrol", "release", "5"]]
+
+
+@pytest.mark.parametrize(("gpus", "nodes", "message"), [
+    (0, (), "integer >= 1"), (True, (), "integer >= 1"), (3, ("n1", "n2"), "do not split evenly over 2 nodes"),
+    (2, ("n1;rm",), "not a valid Slurm node name"),
+])
+def test_bad_gpu_counts_are_refused_with_the_reason(gpus, nodes, message):
+    with pytest.raises(InvalidActionError, match=message):
+        commands.set_gpu_count(5, gpus, nodes)

@@ -5,6 +5,7 @@ import pytest
 from slurm_elastico.errors import InvalidActionError, JobNotPendingError, SlurmError, UnknownJobError
 from slurm_elastico.model import Action, ActionKind
 from slurm_elastico.slurm.gateway import SlurmGateway, classify
+from slurm_elastico.slurm.gpu_count import GpuCountMismatch
 from slurm_elastico.slurm.runner import Completed
 
 
@@ -123,12 +124,60 @@ def test_start_now_action():
     assert runner.calls == [["scontrol", "update", "JobId=4", "StartTime=now"]]
 
 
-@pytest.mark.parametrize("action", [
-    Action(ActionKind.SET_GPUS, 7, "t", gpus=4, nodes=("n1",)),
-    Action(ActionKind.RESHAPE_RUNNING, 7, "t", gpus=4, nodes=("n1",)),
-])
-def test_a_gpu_count_change_is_refused_before_any_command_runs(action):
+def _squeue_answers(sample):
+    """A runner answering every `squeue` with a recorded sample and every other command with success."""
+    text = (DATA / sample).read_text()
+    return ScriptedRunner([(lambda a: a[0] == "squeue", 0, text, "")])
+
+
+def test_set_gpus_updates_then_reads_the_request_back():
+    # 22.05's job 20 holds gpu:2 on each of n2,n3 (recorded after this very update).
+    runner = _squeue_answers("22.05/squeue_json_gpu_count_held_2x2.json")
+    act = Action(ActionKind.SET_GPUS, 20, "t", gpus=4, nodes=("n2", "n3"))
+    update = ["scontrol", "update", "JobId=20", "Gres=gpu:2", "NumNodes=2-2", "NodeList=n2,n3"]
+    assert SlurmGateway(runner).argv_for(act) == [update]
+    SlurmGateway(runner).apply(act)
+    assert [c[0] for c in runner.calls] == ["squeue", "scontrol", "squeue"] and runner.calls[1] == update
+
+
+@pytest.mark.parametrize("sample", ["22.05/squeue_json_gpu_count_held_2x2.json", "24.11/squeue_json_gpu_count_held_2x2.json"])
+def test_a_request_that_reads_back_otherwise_is_a_mismatch_naming_both(sample):
+    job = 20 if sample.startswith("22.05") else 5
+    runner = _squeue_answers(sample)
+    with pytest.raises(GpuCountMismatch) as e:
+        SlurmGateway(runner).set_gpus(job, 2, ("n4",))
+    assert "asked Slurm for gpu:2 × 1 node(s) on n4" in str(e.value) and "it holds gpu:2 × 2 node(s) on n2,n3" in str(e.value)
+
+
+@pytest.mark.parametrize(("job", "why"), [(21, "MPS share"), (19, "--gpus=1")])
+def test_slurm_22_05_refuses_gpu_counts_it_would_refuse_or_ignore_before_any_update(job, why):
+    sample = "22.05/squeue_json_gpu_count_mps_held.json" if job == 21 else "22.05/squeue_json_gpu_count_running_2x2.json"
+    runner = _squeue_answers(sample)
+    with pytest.raises(InvalidActionError) as e:
+        SlurmGateway(runner, sleep=lambda s: None).apply(Action(ActionKind.RESHAPE_RUNNING, job, "t", gpus=2))
+    assert why in str(e.value) and "22.05" in str(e.value)
+    assert [c[0] for c in runner.calls] == ["squeue"]  # read only: nothing requeued, updated or left held
+
+
+def test_slurm_24_11_lets_an_mps_job_move_to_whole_gpus():
+    # job 8 was submitted with --gres=mps:50 and updated to Gres=gpu:2 on 24.11 (recorded).
+    runner = _squeue_answers("24.11/squeue_json_gpu_count_mps_to_gpu_held.json")
+    SlurmGateway(runner).set_gpus(8, 2)
+    assert runner.calls[1] == ["scontrol", "update", "JobId=8", "Gres=gpu:2", "NumNodes=1-1", "NodeList="]
+
+
+def test_a_gpu_reshape_holds_updates_checks_and_releases_in_order():
+    runner = _squeue_answers("22.05/squeue_json_gpu_count_held_2x2.json")  # job 20 pending, gpu:2 on n2,n3
+    gw = SlurmGateway(runner, sleep=lambda s: None)
+    gw.apply(Action(ActionKind.RESHAPE_RUNNING, 20, "t", gpus=4, nodes=("n2", "n3")))
+    assert [c[:2] for c in runner.calls] == [["squeue", "--all"], ["scontrol", "requeuehold"], ["squeue", "--all"],
+                                              ["scontrol", "update"], ["squeue", "--all"], ["scontrol", "update"],
+                                              ["scontrol", "release"]]
+    assert runner.calls[5][-1] == "StartTime=now"
+
+
+def test_an_uneven_split_is_refused_before_any_command_runs():
     runner = ScriptedRunner([])
-    with pytest.raises(InvalidActionError, match="GPU count"):
-        SlurmGateway(runner, sleep=lambda s: None).apply(action)
-    assert runner.calls == []  # nothing reached Slurm: no job requeued and left held
+    with pytest.raises(InvalidActionError, match="do not split evenly over 2 nodes"):
+        SlurmGateway(runner).apply(Action(ActionKind.SET_GPUS, 7, "t", gpus=3, nodes=("n1", "n2")))
+    assert runner.calls == []

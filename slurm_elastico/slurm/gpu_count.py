@@ -1,0 +1,99 @@
+"""A job's whole-GPU request as Slurm holds it, what a version lets the helper change, and the check after.
+
+Verified on a live cluster (Slurm 22.05.8 and 24.11.5, fake GPUs, `tests/slurm/test_gpu_count_live.py`):
+
+- `scontrol update JobId=N Gres=gpu:P NumNodes=K-K NodeList=a,b` on a pending or held job asks for P whole
+  GPUs on each of K nodes on both versions; the job then runs on K nodes with P GPUs each (`SLURM_JOB_GPUS`).
+  `NumNodes=K` (a single number) is refused by 22.05 ("Node count specification invalid"); `K-K` works on
+  both. Slurm scales the task count with the node count; CPUs and memory grow with it but do not shrink back.
+- 22.05 accepts `TresPerNode=gres/gpu:P` and `TresPerJob=gres/gpu:G` with exit 0 and shows them, but the
+  job still runs on its old GPU count: never use them there. 24.11 honours `TresPerNode=`, and `TresPerJob=`
+  only for a job that asked per job (`--gpus`); it refuses `TresPerJob=` on a `--gres` job.
+- 22.05 refuses to switch a pending job between `mps` and `gpu` ("Invalid generic resource (gres)
+  specification"), and refuses `Gres=gpu:P` on a job that asked per job (`--gpus`); 24.11 switches `mps`↔`gpu`.
+
+Pure functions of squeue's JSON text; the gateway runs the commands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slurm_elastico.errors import InvalidActionError, SlurmError
+from slurm_elastico.slurm.gres import parse_gres_request
+from slurm_elastico.slurm.hostlist import expand_hostlist
+from slurm_elastico.slurm.schema import Fields, load
+
+__all__ = ["GpuCountMismatch", "GpuRequest", "check_change", "request_of", "verify"]
+
+
+class GpuCountMismatch(SlurmError):
+    """Slurm accepted a GPU-count update but the job's request read back afterwards is not the one asked for."""
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """One job's GRES request: per node (`kind` "gpu"/"mps", `count`), or per job (`kind` "gpus")."""
+
+    kind: str  # "gpu", "mps", "gpus" or "" (none)
+    count: int
+    node_count: int
+    required_nodes: tuple[str, ...]
+
+    def __str__(self) -> str:
+        what = f"{self.kind}:{self.count}" if self.kind else "no GPU"
+        pin = f" on {','.join(self.required_nodes)}" if self.required_nodes else ""
+        return f"{what} × {self.node_count} node(s){pin}"
+
+
+def request_of(text: str, job_id: int) -> GpuRequest:
+    """The request of `job_id` in `squeue --json` text (22.05 or 24.11); `InvalidActionError` when absent."""
+    doc = load(text, "squeue --json")
+    for i, rec in enumerate(Fields(doc.data, "", doc).items("jobs", required=True)):
+        f = Fields(rec, f"jobs[{i}]", doc)
+        if f.integer("job_id") != job_id:
+            continue
+        per_node = f.parsed("tres_per_node", parse_gres_request)
+        per_job = f.parsed("tres_per_job", parse_gres_request)
+        if per_node is not None:
+            kind, count = per_node.kind, per_node.count
+        elif per_job is not None:
+            kind, count = "gpus", per_job.count
+        else:
+            kind, count = "", 0
+        return GpuRequest(kind, count, f.integer("node_count") or 1, f.parsed("required_nodes", expand_hostlist))
+    raise InvalidActionError(f"job {job_id} is not in squeue: its GPU count cannot be changed")
+
+
+def _major_minor(version: str) -> tuple[int, int]:
+    parts = version.split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        raise InvalidActionError(f"Slurm version {version!r} is not MAJOR.MINOR[.MICRO]") from None
+
+
+def check_change(version: str, job_id: int, current: GpuRequest) -> None:
+    """Refuse, before any command runs, a GPU-count change this Slurm version would refuse or ignore."""
+    if _major_minor(version) >= (23, 0):
+        return
+    if current.kind == "mps":
+        raise InvalidActionError(
+            f"job {job_id} asks for an MPS share ({current.kind}:{current.count}); Slurm {version} refuses to "
+            "switch a pending job from mps to whole GPUs (Invalid generic resource specification): "
+            "resubmit it with --gres=gpu:N, or use Slurm 23.02 or later")
+    if current.kind == "gpus":
+        raise InvalidActionError(
+            f"job {job_id} asks for GPUs per job (--gpus={current.count}); Slurm {version} refuses Gres= on such "
+            "a job and ignores TresPerJob=: resubmit it with --gres=gpu:N, or use Slurm 23.02 or later")
+
+
+def verify(text: str, job_id: int, gpus: int, nodes: tuple[str, ...] | list[str], argv: list[str]) -> GpuRequest:
+    """The job's request read back after `argv`; `GpuCountMismatch` naming both when it is not `gpus` on `nodes`."""
+    names = expand_hostlist(",".join(nodes))
+    count = len(names) or 1
+    want = GpuRequest("gpu", gpus // count, count, names)
+    got = request_of(text, job_id)
+    if got != want:
+        raise GpuCountMismatch(argv, 0, "", f"job {job_id}: asked Slurm for {want}, it holds {got}")
+    return got

@@ -1,0 +1,40 @@
+"""A job's GPU request from recorded squeue output (22.05, 24.11) and the per-version refusals (pure logic)."""
+
+from pathlib import Path
+
+import pytest
+
+from slurm_elastico.errors import InvalidActionError
+from slurm_elastico.slurm.gpu_count import GpuCountMismatch, GpuRequest, check_change, request_of, verify
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
+
+
+def test_requests_read_from_both_versions():
+    v22 = (DATA / "22.05/squeue_json_gpu_count_running_2x2.json").read_text()
+    assert request_of(v22, 20) == GpuRequest("gpu", 2, 2, ("n2", "n3"))
+    assert request_of(v22, 19) == GpuRequest("gpus", 1, 1, ())  # submitted with --gpus=1
+    # The 22.05 trap, recorded: job 3 shows TresPerNode=gres/gpu:2 but ran on one GPU; job 4 shows TresPerJob.
+    assert request_of(v22, 3).count == 2
+    v24 = (DATA / "24.11/squeue_json_gpu_count_held_2x2.json").read_text()
+    assert request_of(v24, 5) == GpuRequest("gpu", 2, 2, ("n2", "n3"))
+    with pytest.raises(InvalidActionError, match="job 999 is not in squeue"):
+        request_of(v24, 999)
+
+
+def test_versions_decide_what_may_change():
+    mps, per_job, gpu = GpuRequest("mps", 50, 1, ()), GpuRequest("gpus", 1, 1, ()), GpuRequest("gpu", 1, 1, ())
+    for req in (mps, per_job):
+        with pytest.raises(InvalidActionError, match="Slurm 22.05.8 refuses"):
+            check_change("22.05.8", 7, req)
+        check_change("24.11.5", 7, req)  # verified: 24.11 switches them
+    check_change("22.05.8", 7, gpu)
+    with pytest.raises(InvalidActionError, match="not MAJOR.MINOR"):
+        check_change("unknown", 7, gpu)
+
+
+def test_verify_names_what_was_asked_and_what_slurm_holds():
+    text = (DATA / "22.05/squeue_json_gpu_count_held_2x2.json").read_text()
+    assert verify(text, 20, 4, ("n2", "n3"), ["x"]) == GpuRequest("gpu", 2, 2, ("n2", "n3"))
+    with pytest.raises(GpuCountMismatch, match=r"asked Slurm for gpu:4 × 2 node\(s\) on n2,n3, it holds gpu:2"):
+        verify(text, 20, 8, ("n2", "n3"), ["x"])
