@@ -46,6 +46,7 @@ from slurm_elastico.planner.packing import GpuState, Row, Seat, best_solo
 from slurm_elastico.planner.slowdown import PairCache, for_gpu
 from slurm_elastico.shapes.current import ADMIN_PREFIX, PREEMPTED_MARK, named_in_comment, preempted_by_us, running_shape
 from slurm_elastico.shapes.solo import solo_profile
+from slurm_elastico.shapes.units import percent_of, shares_of
 
 RESOURCES = ("mps", "gpu_mem", "cpus", "host_mem")
 
@@ -78,9 +79,10 @@ def _named_shape(job: JobView, family: Family) -> Shape | None:
     return next((s for s in family.shapes if s.name == name), None) if name is not None else None
 
 
-def shape_of_running(job: JobView, table: Table, held_share: int) -> int:
+def shape_of_running(job: JobView, table: Table, held_share: int, shares_per_gpu: int) -> int:
     """Slot of the shape a running job runs as: the rule elastico-run follows (`shapes.current.running_shape`)."""
-    shape, _ = running_shape(table.family.shapes, table.family.default_shape, job.admin_comment, held_share)
+    shape, _ = running_shape(table.family.shapes, table.family.default_shape, job.admin_comment, held_share,
+                             shares_per_gpu)
     return table.family.shapes.index(shape)
 
 
@@ -150,7 +152,7 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
                 small = narrowed[extra]
         t = tables.get(id(small))
         if t is None:
-            t = tables[id(small)] = _table(small, cache, per_gpu)
+            t = tables[id(small)] = _table(small, cache, per_gpu, gs.shares_per_gpu)
         return t
 
     # -- who is where --------------------------------------------------------
@@ -170,7 +172,7 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
                                    running=True)
     # Stand-ins for what the planner does not manage, one per share, all added before the first lookup
     # (a trained model's scorer covers the profiles it was built for; a later one would rebuild it).
-    foreign = {shares: cache.add(SoloProfile(kind="train", mps_share=shares))
+    foreign = {shares: cache.add(SoloProfile(kind="train", mps_share=round(percent_of(shares, gs.shares_per_gpu))))
                for shares in sorted({u.shares for n in nodes for gv in n.gpus for u in gv.users if not u.whole})}
     gangs: dict[int, list[int]] = {}
     for n in nodes:
@@ -184,7 +186,7 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
                     continue
                 job = by_id.get(use.job_id)
                 if job is not None and job.running and job.seat.gpu < 0:
-                    slot = shape_of_running(job.view, job.table, use.shares)
+                    slot = shape_of_running(job.view, job.table, use.shares, gs.shares_per_gpu)
                     base = job.table.rows[slot]
                     job.seat.row = Row(slot, base.uid, base.tput, use.shares, base.mem,
                                        float(job.view.cpus), float(job.view.memory_mib))
@@ -390,7 +392,7 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
                                       shape=shape.name))
             continue
         where_to = (f"on {seat.row.gpus} GPUs of {','.join(on)}" if seat.gang
-                    else f"at {seat.row.share}% of GPU {node}:{gpu}")
+                    else f"at {shape.resources.mps}% of GPU {node}:{gpu}")
         why = (f"start as {shape.name} {where_to} "
                f"({rate:.3g} {unit}, {100 * rate / tmax:.0f}% of its fastest; weight {j.weight:.2f})")
         if j.view.admin_comment != comment:
@@ -413,17 +415,21 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
 # ---------------------------------------------------------------------------
 
 
-def _table(fam: Family, cache: PairCache, per_gpu: np.ndarray) -> Table:
+def _table(fam: Family, cache: PairCache, per_gpu: np.ndarray, shares_per_gpu: int) -> Table:
     shapes = fam.shapes
     tmax = max(s.throughput for s in shapes)
-    res = np.array([s.resources.as_tuple() for s in shapes], dtype=float).reshape(-1, 4)
-    demand = res / per_gpu
-    rows = []
+    rows = []  # shares in Slurm's counts from here on; the shapes' are percent
     for i, s in enumerate(shapes):
         uid = cache.add(solo_profile(s, fam.kind, fam.name))
         r = s.resources
-        rows.append(Row(i, uid, s.throughput, r.mps, float(r.gpu_mem_mib), float(r.cpus), float(r.host_mem_mib),
+        share = shares_of(r.mps, shares_per_gpu) if r.mps else 0
+        rows.append(Row(i, uid, s.throughput, share, float(r.gpu_mem_mib), float(r.cpus), float(r.host_mem_mib),
                         gpus=r.gpus))
+    res = np.array([(row.share, *s.resources.as_tuple()[1:]) for row, s in zip(rows, shapes)],
+                   dtype=float).reshape(-1, 4)
+    demand = res / per_gpu
+    for i, s in enumerate(shapes):
+        r = s.resources
         if r.gpus:  # n whole GPUs: n GPU equivalents of shares and of GPU memory
             demand[i, 0] = r.gpus
             demand[i, 1] = r.gpus * r.gpu_mem_mib / per_gpu[1]
@@ -443,7 +449,8 @@ def _contention(tables: list[Table], cache: PairCache, shares_per_gpu: int) -> N
     todo = [(t, i) for t in tables for i, r in enumerate(t.rows) if r.share < shares_per_gpu and not r.gpus]
     if not todo or not cache.enabled:
         return
-    partners = [SoloProfile(kind="train", mps_share=shares_per_gpu - t.rows[i].share) for t, i in todo]
+    partners = [SoloProfile(kind="train", mps_share=round(percent_of(shares_per_gpu - t.rows[i].share, shares_per_gpu)))
+                for t, i in todo]
     slow = cache.vs_partners([t.rows[i].uid for t, i in todo], partners)
     for (t, i), s in zip(todo, slow):
         t.contention[i] = 1.0 - 1.0 / s

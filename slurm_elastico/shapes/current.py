@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slurm_elastico.model import Shape
+from slurm_elastico.model import MPS_SHARES_PER_GPU, Shape
+from slurm_elastico.shapes.units import shares_of
 
 ADMIN_PREFIX = "elastico:shape="
 """AdminComment the planner writes so the job wrapper knows its shape: `elastico:shape=<name>`."""
@@ -39,11 +40,17 @@ def named_in_comment(admin_comment: str) -> str | None:
 
 
 def running_shape(shapes: Sequence[Shape], default: Shape | None, admin_comment: str,
-                  held_share: int | None) -> tuple[Shape, str]:
-    """The shape a job holding `held_share` (None: unknown) runs as, and where that answer came from."""
+                  held_share: int | None, shares_per_gpu: int = MPS_SHARES_PER_GPU) -> tuple[Shape, str]:
+    """The shape a job holding `held_share` (None: unknown) runs as, and where that answer came from.
+
+    `held_share` is in Slurm's MPS shares (`shares_per_gpu` of them per GPU); shapes are in percent
+    (`shapes.units.shares_of` converts)."""
     if not shapes:
         raise ValueError("a family has at least one shape")
-    fits = (lambda s: True) if not held_share else (lambda s: s.resources.mps == held_share)
+
+    def fits(s: Shape) -> bool:
+        return not held_share or (s.resources.mps > 0 and shares_of(s.resources.mps, shares_per_gpu) == held_share)
+
     note = ""
     name = named_in_comment(admin_comment)
     if name is not None:
@@ -51,7 +58,8 @@ def running_shape(shapes: Sequence[Shape], default: Shape | None, admin_comment:
         if named is not None and fits(named):
             return named, "AdminComment"
         note = (f" (AdminComment names unknown shape {name!r})" if named is None
-                else f" (AdminComment names {name!r}, which needs share {named.resources.mps}, not {held_share})")
+                else f" (AdminComment names {name!r}, which needs share {named.resources.mps} % of a GPU, "
+                        f"not {held_share} of {shares_per_gpu} shares)")
     if default is not None and fits(default):
         return default, "default" + note
     same = [s for s in shapes if fits(s)]

@@ -109,12 +109,12 @@ class SimJob:
         """Its nodes, in index order."""
         return tuple(sorted({ni for ni, _ in self.alloc}))
 
-    def shape_name(self) -> str:
+    def shape_name(self, shares_per_gpu: int) -> str:
         """The shape the job runs as when it starts: the rule elastico-run follows (`shapes.current.running_shape`)."""
         if self.family is None:
             return ""
-        held = self.gres.count if self.gres.kind == "mps" else None  # the share it starts with
-        return running_shape(self.family.shapes, self.family.default_shape, self.comment, held)[0].name
+        held = self.gres.count if self.gres.kind == "mps" else None  # the share it starts with, in Slurm's counts
+        return running_shape(self.family.shapes, self.family.default_shape, self.comment, held, shares_per_gpu)[0].name
 
 
 @dataclass
@@ -213,7 +213,7 @@ class SimCluster:
         self.alloc_shares += share * len(alloc)
         self.queue.remove((job.trace.submit_s, job.job_id))
         job.state, job.alloc, job.share = JobState.RUNNING, alloc, share
-        job.shape = job.shape_name()
+        job.shape = job.shape_name(self.shares_per_gpu)
         job.start = self.now
         job.starts += 1
         if job.first_start < 0:
@@ -380,7 +380,7 @@ class SimCluster:
         if job.family is None:
             return 0
         try:
-            return job.family.shape(job.shape_name()).resources.gpu_mem_mib
+            return job.family.shape(job.shape_name(self.shares_per_gpu)).resources.gpu_mem_mib
         except KeyError:
             return job.family.default_shape.resources.gpu_mem_mib
 
@@ -492,7 +492,7 @@ class SimCluster:
                 raise SlurmError(argv, 1, "Job is not running: nothing to signal")
             if action.signal == "USR1":  # elastico-run checkpoints and relaunches in place as the AdminComment says
                 self.before_stop(job)
-                job.shape = job.shape_name()
+                job.shape = job.shape_name(self.shares_per_gpu)
                 job.relaunches += 1
                 self.counters.relaunches += 1
                 self.relaunched.append(job)

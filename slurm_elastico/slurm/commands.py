@@ -26,7 +26,9 @@ def _job_id(job_id: object) -> str:
 
 
 def validate_share(share: object, shares_per_gpu: int = MPS_SHARES_PER_GPU) -> int:
-    """An MPS share is a whole number of shares of one GPU: 1..shares_per_gpu."""
+    """An MPS share is a whole number of Slurm's shares of one GPU: 1..shares_per_gpu.
+
+    Counts, not percent: the planner converts a shape's percent with `shapes.units.shares_of`."""
     if isinstance(share, bool) or not isinstance(share, int) or not 1 <= share <= shares_per_gpu:
         raise InvalidActionError(f"MPS share must be an integer from 1 to {shares_per_gpu} per GPU, not {share!r}")
     return share
