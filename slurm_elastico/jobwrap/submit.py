@@ -22,6 +22,7 @@ from slurm_elastico.jobwrap.options import SubmitArgs, directive_options
 from slurm_elastico.jobwrap.payload import Payload
 from slurm_elastico.jobwrap.script import batch_script
 from slurm_elastico.shapes import load_family
+from slurm_elastico.shapes.units import ShareUnitError, shares_of
 from slurm_elastico.store import Store
 
 
@@ -61,9 +62,12 @@ def prepare(args: SubmitArgs, settings: config.Settings, env: Mapping[str, str],
             problems.append(f"family {args.family}: not UTF-8 text (a YAML file is expected)")
         except ConfigError as exc:
             problems += [f"family {exc.source}: {p}" for p in exc.problems]
-    if family is not None and family.default_shape.resources.mps > settings.gpu.shares_per_gpu:
-        problems.append(f"family {args.family}: default shape {family.default_shape.name} asks for "
-                        f"{family.default_shape.resources.mps} MPS shares, above gpu.shares_per_gpu={settings.gpu.shares_per_gpu}")
+    share = 0  # the default shape's MPS share in Slurm's counts (what --gres=mps: asks)
+    if family is not None and family.default_shape.resources.mps:
+        try:
+            share = shares_of(family.default_shape.resources.mps, settings.gpu.shares_per_gpu)
+        except ShareUnitError as exc:
+            problems.append(f"family {args.family}: default shape {family.default_shape.name}: {exc}")
     if problems:
         raise ConfigError("elastico-submit", problems)
     assert family is not None and spec_text is not None and args.script is not None
@@ -81,7 +85,7 @@ def prepare(args: SubmitArgs, settings: config.Settings, env: Mapping[str, str],
         signal_lead_s=lead,
         slurm_conf=settings.slurm.conf,
     )
-    additions = added_options(options, env, share=family.default_shape.resources.mps,
+    additions = added_options(options, env, share=share,
                               window_s=settings.submit.placement_window_s, lead_s=settings.submit.signal_lead_s,
                               job_name=os.path.basename(args.script))
     return Prepared(batch_script(interpreter, user_text, payload), additions.argv, additions.notes,

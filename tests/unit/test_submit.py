@@ -250,3 +250,16 @@ def test_usage_errors_submit_nothing(tmp_path, env, argv, message, monkeypatch):
 def test_help_prints_usage_without_sbatch(tmp_path, env, monkeypatch):
     rc, out, _ = run_submit(["--help"], env, tmp_path)
     assert rc == 0 and out.startswith("usage: elastico-submit") and calls(tmp_path) == []
+
+
+def test_the_default_share_is_sent_in_slurms_counts_and_a_percent_that_is_no_whole_count_is_refused(
+        tmp_path, env, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    conf = tmp_path / "elastico.yaml"
+    conf.write_text(f"state_dir: {tmp_path / 'state'}\nsubmit: {{placement_window_s: 7}}\ngpu: {{shares_per_gpu: 48}}\n")
+    assert run_submit(["--family", "fam.yaml", "job.sh"], env, tmp_path)[0] == 0
+    assert "--gres=mps:12" in calls(tmp_path)[0]["argv"]  # the family's 25 % of a GPU of 48 shares
+    conf.write_text(f"state_dir: {tmp_path / 'state'}\nsubmit: {{placement_window_s: 7}}\ngpu: {{shares_per_gpu: 50}}\n")
+    rc, out, err = run_submit(["--family", "fam.yaml", "job.sh"], env, tmp_path)
+    assert rc == 2 and "25 % is 12.5" in err and "shares_per_gpu=50" in err
+    assert len(calls(tmp_path)) == 1  # nothing more was submitted
