@@ -85,3 +85,14 @@ class Cluster:
     def cancel_all(self) -> None:
         if self.ids:
             subprocess.run(["scancel", *map(str, self.ids)], env=self.env, capture_output=True, timeout=30)
+
+
+def wait_for(predicate, what: str, timeout: float = 60.0):
+    """Poll `predicate` every 0.2 s until it returns something true (returned), or fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")

@@ -17,6 +17,8 @@ from slurm_elastico.model import JobState
 from slurm_elastico.slurm.gateway import SlurmGateway
 from slurm_elastico.slurm.runner import SubprocessRunner
 
+from live_helpers import wait_for
+
 pytestmark = pytest.mark.live
 
 JOB = """#!/bin/bash
@@ -61,16 +63,6 @@ def _os_env() -> dict[str, str]:
     import os
 
     return dict(os.environ)
-
-
-def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 @pytest.fixture

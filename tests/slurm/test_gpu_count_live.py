@@ -19,6 +19,8 @@ from slurm_elastico.model import Action, ActionKind, GresRequest, JobState
 from slurm_elastico.slurm.gateway import SlurmGateway
 from slurm_elastico.slurm.runner import SubprocessRunner
 
+from live_helpers import wait_for
+
 pytestmark = pytest.mark.live
 
 TASKS = """#!/bin/sh
@@ -54,16 +56,6 @@ class GpuJobs:
                 fields = dict(kv.split("=", 1) for kv in line.split()[1:])
                 runs[-1].append((fields["node"], tuple(int(i) for i in fields["gpus"].split(",") if i)))
         return runs
-
-
-def wait_for(predicate, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 @pytest.fixture
