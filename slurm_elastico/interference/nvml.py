@@ -20,10 +20,15 @@ log = logging.getLogger(__name__)
 _warned: set[str] = set()
 
 
+def _say_once(message: str) -> None:
+    """Log `message` as a warning the first time it comes up in this process."""
+    if message not in _warned:
+        _warned.add(message)
+        log.warning("%s", message)
+
+
 def _warn_once(reason: str) -> None:
-    if reason not in _warned:
-        _warned.add(reason)
-        log.warning("NVML sampler records nothing: %s", reason)
+    _say_once(f"NVML sampler records nothing: {reason}")
 
 
 def gpu_available(index: int = 0) -> tuple[bool, str]:
@@ -47,8 +52,8 @@ def gpu_available(index: int = 0) -> tuple[bool, str]:
     finally:
         try:
             pynvml.nvmlShutdown()
-        except Exception:
-            pass
+        except Exception as exc:
+            _say_once(f"NVML shutdown after the GPU check failed ({exc})")
 
 
 @dataclass(frozen=True)
@@ -137,8 +142,9 @@ class NvmlSampler:
             procs = list(nv.nvmlDeviceGetComputeRunningProcesses(h))
             try:
                 procs += list(nv.nvmlDeviceGetMPSComputeRunningProcesses(h))
-            except Exception:
-                pass  # older drivers: no MPS listing
+            except Exception as exc:  # older drivers: no MPS listing
+                _say_once(f"NVML lists no MPS clients on this driver ({exc}): a job's memory counts its "
+                          "non-MPS processes only")
             used = [p.usedGpuMemory for p in procs if p.pid in self.pids and p.usedGpuMemory is not None]
             mem = sum(used) / 2**20 if used else math.nan
             try:
@@ -147,8 +153,9 @@ class NvmlSampler:
                     self._last_ts = max(s.timeStamp for s in per_proc)
                     sm = sum(s.smUtil for s in per_proc) / 100.0
                     bw = sum(s.memUtil for s in per_proc) / 100.0
-            except Exception:
-                pass  # not supported on this GPU/driver: keep the whole-GPU figures
+            except Exception as exc:  # not supported on this GPU/driver: keep the whole-GPU figures
+                _say_once(f"NVML per-process utilisation is not supported here ({exc}): SM and memory bandwidth "
+                          "are the whole GPU's")
         power = nv.nvmlDeviceGetPowerUsage(h) / 1000.0
         return Sample(time.monotonic() - self._t0, sm, bw, mem, power)
 
@@ -166,8 +173,8 @@ class NvmlSampler:
         if self._nvml is not None and self._thread is None:
             try:
                 self._nvml.nvmlShutdown()
-            except Exception:
-                pass
+            except Exception as exc:
+                _say_once(f"NVML shutdown after sampling failed ({exc})")
             self._nvml = None
         return self
 

@@ -79,6 +79,25 @@ def test_nvml_error_while_sampling_stops_quietly(monkeypatch, caplog):
     assert any("GPU is lost" in r.message for r in caplog.records)
 
 
+def test_a_per_process_counter_the_driver_lacks_is_said_once_and_the_whole_gpu_figures_kept(monkeypatch, caplog):
+    fake = _fake_pynvml()
+
+    def unsupported(h, ts):
+        raise RuntimeError("Not Supported")
+
+    fake.nvmlDeviceGetProcessUtilization = unsupported
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(nvml, "_warned", set())
+    with caplog.at_level(logging.WARNING, logger=nvml.__name__):
+        s = nvml.NvmlSampler(interval_s=0.01, pids=(42,))
+        s.start()
+        first, second = s.sample(), s.sample()
+        s.stop()
+    assert (first.sm_util, first.membw_util) == (0.8, 0.4) == (second.sm_util, second.membw_util)
+    said = [r.message for r in caplog.records if "per-process utilisation" in r.message]
+    assert len(said) == 1 and "Not Supported" in said[0]
+
+
 def test_measure_refuses_without_gpu(monkeypatch):
     _no_nvml(monkeypatch)
     p = SoloProfile(kind="train")
