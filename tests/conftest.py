@@ -20,6 +20,8 @@ import pytest
 
 from slurm_elastico.cluster import DEFAULT_PORT_BASE, LocalCluster
 from slurm_elastico.errors import ClusterError
+from slurm_elastico.slurm.gateway import SlurmGateway
+from slurm_elastico.slurm.runner import SubprocessRunner
 
 TEST_CLUSTER_ENV = "ELASTICO_TEST_CLUSTER_DIR"
 TEST_PORT_BASE_ENV = "ELASTICO_TEST_CLUSTER_PORT_BASE"
@@ -55,3 +57,9 @@ def slurm_cluster(tmp_path_factory) -> LocalCluster:
 def slurm_env(slurm_cluster: LocalCluster) -> dict[str, str]:
     """Environment variables (SLURM_CONF) that aim Slurm commands at the session's cluster; a fresh copy per test."""
     return dict(slurm_cluster.env())
+
+
+@pytest.fixture
+def gateway(slurm_env: dict[str, str]) -> SlurmGateway:
+    """A SlurmGateway on the session's cluster (30 s per Slurm command)."""
+    return SlurmGateway(SubprocessRunner(env=slurm_env, timeout=30))

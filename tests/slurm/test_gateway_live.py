@@ -15,7 +15,6 @@ import pytest
 from slurm_elastico.errors import InvalidActionError, JobNotPendingError, UnknownJobError
 from slurm_elastico.model import JobState
 from slurm_elastico.slurm.gateway import SlurmGateway
-from slurm_elastico.slurm.runner import SubprocessRunner
 
 from live_helpers import wait_for
 
@@ -63,11 +62,6 @@ def _os_env() -> dict[str, str]:
     import os
 
     return dict(os.environ)
-
-
-@pytest.fixture
-def gateway(slurm_env) -> SlurmGateway:
-    return SlurmGateway(SubprocessRunner(env=slurm_env, timeout=30))
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ import pytest
 from slurm_elastico.errors import InvalidActionError
 from slurm_elastico.model import Action, ActionKind, GresRequest, JobState
 from slurm_elastico.slurm.gateway import SlurmGateway
-from slurm_elastico.slurm.runner import SubprocessRunner
 
 from live_helpers import wait_for
 
@@ -56,11 +55,6 @@ class GpuJobs:
                 fields = dict(kv.split("=", 1) for kv in line.split()[1:])
                 runs[-1].append((fields["node"], tuple(int(i) for i in fields["gpus"].split(",") if i)))
         return runs
-
-
-@pytest.fixture
-def gateway(slurm_env) -> SlurmGateway:
-    return SlurmGateway(SubprocessRunner(env=slurm_env, timeout=30))
 
 
 @pytest.fixture
