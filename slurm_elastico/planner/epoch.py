@@ -271,8 +271,8 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
 
     # -- packing --------------------------------------------------------------
     order = policy.order(pending)
-    if allotted:  # the allotment's jobs after the others (budgeted first), in its order
-        mine = set(allotted)
+    mine = set(allotted)
+    if mine:  # the allotment's jobs after the others (budgeted first), in its order
         order = [i for i in order if i not in mine] + allotted
     if head is not None and ps.reserve_queue_head:
         hi = pending.index(head)
@@ -298,7 +298,7 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
                 notes.append(f"job {job.view.job_id} heads the queue and fits nowhere yet: "
                              f"GPU {gpu_key[g][0]}:{gpu_key[g][1]} kept free for it")
     for i in deferred:  # what the prices left out, where room remains: the fastest share, else the smallest gang
-        if i in allotted:
+        if i in mine:
             continue  # the allotment made it wait: shorter jobs have its GPUs
         t = pending[i].table
         _place(pending[i], state, [s for s in t.by_speed if not t.rows[s].gpus]
