@@ -134,6 +134,22 @@ def test_requeue_with_new_share_runs_again_within_seconds(gateway, jobs):
     assert elapsed < 60, "StartTime=now should bring the job back long before Slurm's 120 s BeginTime"
 
 
+def test_preempt_holds_the_job_with_its_request_and_resume_restarts_it_on_the_given_node(gateway, jobs):
+    # What elastico's allotment and Tiresias do to a longer job: requeue-held, later released on chosen nodes.
+    job_id = jobs.submit("--gres=mps:30", "--requeue")
+    first = wait_running(gateway, jobs, job_id)
+    gateway.preempt(job_id)
+    held = gateway.job(job_id)
+    assert held.state is JobState.PENDING and held.held and held.mps_share == 30
+    time.sleep(3)
+    assert gateway.job(job_id).state is JobState.PENDING, "a held job must not start again by itself"
+    node = "n2" if first["node"] != "n2" else "n3"
+    gateway.resume(job_id, (node,))
+    second = wait_running(gateway, jobs, job_id, count=2)
+    assert (second["node"], second["mps"], second["restarts"]) == (node, "30", "1")
+    assert not gateway.job(job_id).held
+
+
 def test_signal_reaches_the_batch_script(gateway, jobs):
     job_id = jobs.submit("--gres=mps:10")
     wait_running(gateway, jobs, job_id)
