@@ -18,11 +18,16 @@ Training (`kind=train`), all required:
 
   ELASTICO_GLOBAL_BATCH      samples per optimizer step; fixed for the whole job
   ELASTICO_MICRO_BATCH       samples per forward/backward pass
-  ELASTICO_ACCUMULATION      micro-batches per optimizer step;
-                             MICRO_BATCH * ACCUMULATION must equal GLOBAL_BATCH
+  ELASTICO_ACCUMULATION      micro-batches per optimizer step and rank;
+                             MICRO_BATCH * ACCUMULATION * RANKS must equal GLOBAL_BATCH
   ELASTICO_PRECISION         fp32 | bf16 | fp16  (autocast dtype; fp32 = no autocast)
   ELASTICO_CHECKPOINTING     1/0 (also true/false, yes/no, on/off): activation checkpointing
   ELASTICO_STEPS             total optimizer steps of the job (not of this run)
+  ELASTICO_RANKS             optional (absent = 1): data-parallel degree, one process
+                             per rank; every rank gets the same ELASTICO_* variables
+                             and learns its own rank from torch's env:// variables
+                             (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT),
+                             which `elastico-run` sets; WORLD_SIZE must equal RANKS
 
 Inference (`kind=infer`):
 
@@ -30,7 +35,10 @@ Inference (`kind=infer`):
   ELASTICO_GPU_MEMORY_UTILIZATION  optional; float in (0, 1] (vLLM `gpu_memory_utilization`)
   ELASTICO_KV_CACHE_DTYPE          optional; auto | fp8 | fp8_e4m3 | fp8_e5m2 (vLLM `kv_cache_dtype`)
   ELASTICO_ENGINE_ARGS             optional; JSON object of further engine keyword
-                                   arguments passed through unchanged (e.g. max_model_len)
+                                   arguments passed through unchanged (e.g. max_model_len,
+                                   tensor_parallel_size: an integer >= 1, the GPUs of one engine)
+  ELASTICO_REPLICAS                optional (absent = 1); data-parallel engine replicas
+                                   sharing the request list (see `runtime.infer`)
 
 Exit protocol: a program that saw `checkpoint_requested()` saves a durable
 checkpoint (or journal) and exits with `EXIT_CHECKPOINTED` (75, EX_TEMPFAIL),
@@ -75,6 +83,8 @@ class TrainShape:
     precision: str = "fp32"
     checkpointing: bool = False
     steps: int = 1
+    ranks: int = 1
+    """Data-parallel degree: global_batch = micro_batch x accumulation x ranks."""
     name: str = ""
     kind: ClassVar[str] = "train"
 
@@ -94,7 +104,13 @@ class TrainShape:
             "ELASTICO_PRECISION": self.precision,
             "ELASTICO_CHECKPOINTING": "1" if self.checkpointing else "0",
             "ELASTICO_STEPS": str(self.steps),
+            "ELASTICO_RANKS": str(self.ranks),
         }
+
+    @property
+    def rank_batch(self) -> int:
+        """Samples each rank computes per optimizer step: micro_batch x accumulation."""
+        return self.micro_batch * self.accumulation
 
 
 @dataclass(frozen=True)
@@ -105,6 +121,8 @@ class InferShape:
     gpu_memory_utilization: float | None = None
     kv_cache_dtype: str = "auto"
     engine_args: tuple[tuple[str, object], ...] = ()
+    replicas: int = 1
+    """Data-parallel engine replicas, each answering its share of the request list."""
     name: str = ""
     kind: ClassVar[str] = "infer"
 
@@ -122,6 +140,11 @@ class InferShape:
             kwargs["gpu_memory_utilization"] = self.gpu_memory_utilization
         return kwargs
 
+    @property
+    def tensor_parallel_size(self) -> int:
+        """GPUs one engine spans (the `tensor_parallel_size` engine argument; 1 when not given)."""
+        return int(dict(self.engine_args).get("tensor_parallel_size", 1))  # type: ignore[call-overload]
+
     def to_env(self) -> dict[str, str]:
         """The ELASTICO_* variables that make `current_shape()` return this shape."""
         env = {
@@ -129,6 +152,7 @@ class InferShape:
             "ELASTICO_SHAPE": self.name,
             "ELASTICO_MAX_NUM_SEQS": str(self.max_num_seqs),
             "ELASTICO_KV_CACHE_DTYPE": self.kv_cache_dtype,
+            "ELASTICO_REPLICAS": str(self.replicas),
         }
         if self.gpu_memory_utilization is not None:
             env["ELASTICO_GPU_MEMORY_UTILIZATION"] = repr(self.gpu_memory_utilization)
@@ -149,28 +173,47 @@ def runtime_shape(family: Family, shape: PlannedShape) -> Shape:
     """The runtime shape of one planned shape of `family` (its knobs, and for training the family's steps).
 
     What `elastico-run` exports is `shape_env(runtime_shape(family, shape))`.
-    Inference knobs other than the three the shape owns pass through as engine arguments.
+    Inference knobs other than the four the shape owns pass through as engine arguments.
+
+    Ranks of a training shape: the `ranks` knob, else the planned shape's
+    whole GPUs (`Resources.gpus`, one rank per GPU), else 1 (a share of one GPU).
+    Replicas of an inference shape: the `replicas` knob, else `Resources.gpus`
+    divided by the `tensor_parallel_size` knob (default 1), else 1. A knob
+    that disagrees with `Resources.gpus` is a ConfigError.
     """
     knobs = dict(shape.knobs)
+    gpus = shape.resources.gpus
     try:
         if family.kind == "train":
             micro, global_batch = int(knobs["micro_batch"]), int(knobs["global_batch"])
+            ranks = int(knobs.get("ranks", gpus or 1))
+            if gpus and ranks != gpus:
+                raise ConfigError(f"shape {shape.name}", [f"knob ranks={ranks} but the shape holds {gpus} whole GPUs (one rank per GPU)"])
             return TrainShape(
                 global_batch=global_batch,
                 micro_batch=micro,
-                accumulation=int(knobs.get("accumulation", global_batch // micro)),
+                accumulation=int(knobs.get("accumulation", global_batch // (micro * ranks))),
                 precision=str(knobs.get("precision", "fp32")),
                 checkpointing=bool(knobs.get("checkpointing", False)),
                 steps=int(family.total_work),
+                ranks=ranks,
                 name=shape.name,
             )
         if family.kind == "infer":
             gmu = knobs.pop("gpu_memory_utilization", None)
+            tp = int(knobs.get("tensor_parallel_size", 1))
+            replicas = int(knobs.pop("replicas", (gpus // tp if tp >= 1 else 0) or 1))
+            if gpus and replicas * tp != gpus:
+                raise ConfigError(
+                    f"shape {shape.name}",
+                    [f"replicas {replicas} x tensor_parallel_size {tp} = {replicas * tp} but the shape holds {gpus} whole GPUs"],
+                )
             return InferShape(
                 max_num_seqs=int(knobs.pop("max_num_seqs")),
                 gpu_memory_utilization=None if gmu is None else float(gmu),
                 kv_cache_dtype=str(knobs.pop("kv_cache_dtype", "auto")),
                 engine_args=tuple(sorted(knobs.items())),
+                replicas=replicas,
                 name=shape.name,
             )
     except KeyError as exc:
@@ -299,9 +342,11 @@ def _read_train(env: Mapping[str, str]) -> TrainShape:
     precision = r.choice("ELASTICO_PRECISION", PRECISIONS)
     checkpointing = r.flag("ELASTICO_CHECKPOINTING")
     steps = r.integer("ELASTICO_STEPS")
-    if None not in (global_batch, micro, accumulation) and micro * accumulation != global_batch:  # type: ignore[operator]
+    ranks = r.integer("ELASTICO_RANKS", required=False) or 1
+    if None not in (global_batch, micro, accumulation) and micro * accumulation * ranks != global_batch:  # type: ignore[operator]
         r.problems.append(
-            f"ELASTICO_MICRO_BATCH={micro} x ELASTICO_ACCUMULATION={accumulation} = {micro * accumulation}"  # type: ignore[operator]
+            f"ELASTICO_MICRO_BATCH={micro} x ELASTICO_ACCUMULATION={accumulation} x ELASTICO_RANKS={ranks}"
+            f" = {micro * accumulation * ranks}"  # type: ignore[operator]
             f" but ELASTICO_GLOBAL_BATCH={global_batch}; a shape must keep the global batch"
         )
     r.raise_if_any()
@@ -312,6 +357,7 @@ def _read_train(env: Mapping[str, str]) -> TrainShape:
         precision=precision,  # type: ignore[arg-type]
         checkpointing=checkpointing,  # type: ignore[arg-type]
         steps=steps,  # type: ignore[arg-type]
+        ranks=ranks,
         name=env.get("ELASTICO_SHAPE", ""),
     )
 
@@ -323,8 +369,12 @@ def _read_infer(env: Mapping[str, str]) -> InferShape:
     if gmu is not None and not 0.0 < gmu <= 1.0:
         r.problems.append(f"ELASTICO_GPU_MEMORY_UTILIZATION={gmu!r} is outside (0, 1]")
     kv = r.choice("ELASTICO_KV_CACHE_DTYPE", KV_CACHE_DTYPES, default="auto")
+    replicas = r.integer("ELASTICO_REPLICAS", required=False) or 1
     extra = r.json_object("ELASTICO_ENGINE_ARGS")
-    clash = sorted(set(extra) & {"max_num_seqs", "gpu_memory_utilization", "kv_cache_dtype"})
+    tp = extra.get("tensor_parallel_size", 1)
+    if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+        r.problems.append(f"ELASTICO_ENGINE_ARGS sets tensor_parallel_size={tp!r}; it must be an integer >= 1")
+    clash = sorted(set(extra) & {"max_num_seqs", "gpu_memory_utilization", "kv_cache_dtype", "replicas"})
     if clash:
         r.problems.append(f"ELASTICO_ENGINE_ARGS sets {', '.join(clash)}, which the shape owns; use the ELASTICO_* variable instead")
     r.raise_if_any()
@@ -333,18 +383,22 @@ def _read_infer(env: Mapping[str, str]) -> InferShape:
         gpu_memory_utilization=gmu,
         kv_cache_dtype=kv,  # type: ignore[arg-type]
         engine_args=tuple(sorted(extra.items())),
+        replicas=replicas,
         name=env.get("ELASTICO_SHAPE", ""),
     )
 
 
 def _train_problems(s: TrainShape) -> list[str]:
     problems = []
-    for field in ("global_batch", "micro_batch", "accumulation", "steps"):
+    for field in ("global_batch", "micro_batch", "accumulation", "steps", "ranks"):
         value = getattr(s, field)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             problems.append(f"{field}={value!r} must be an integer >= 1")
-    if not problems and s.micro_batch * s.accumulation != s.global_batch:
-        problems.append(f"micro_batch {s.micro_batch} x accumulation {s.accumulation} != global_batch {s.global_batch}")
+    if not problems and s.micro_batch * s.accumulation * s.ranks != s.global_batch:
+        problems.append(
+            f"micro_batch {s.micro_batch} x accumulation {s.accumulation} x ranks {s.ranks}"
+            f" = {s.micro_batch * s.accumulation * s.ranks} != global_batch {s.global_batch}"
+        )
     if s.precision not in PRECISIONS:
         problems.append(f"precision={s.precision!r} is not one of {', '.join(PRECISIONS)}")
     if not isinstance(s.checkpointing, bool):
@@ -360,4 +414,9 @@ def _infer_problems(s: InferShape) -> list[str]:
         problems.append(f"gpu_memory_utilization={s.gpu_memory_utilization!r} must be in (0, 1]")
     if s.kv_cache_dtype not in KV_CACHE_DTYPES:
         problems.append(f"kv_cache_dtype={s.kv_cache_dtype!r} is not one of {', '.join(KV_CACHE_DTYPES)}")
+    if not isinstance(s.replicas, int) or isinstance(s.replicas, bool) or s.replicas < 1:
+        problems.append(f"replicas={s.replicas!r} must be an integer >= 1")
+    tp = dict(s.engine_args).get("tensor_parallel_size", 1)
+    if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+        problems.append(f"engine argument tensor_parallel_size={tp!r} must be an integer >= 1")
     return problems

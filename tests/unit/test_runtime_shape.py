@@ -134,3 +134,79 @@ def test_signal_sets_the_checkpoint_flag_and_does_not_kill(sig):
             signal.signal(s, h)
         signals.clear_checkpoint_request()
     assert not signals.checkpoint_requested()
+
+
+# --------------------------------------------------------------------------
+# data-parallel ranks and inference replicas
+
+
+def test_ranks_are_read_round_trip_and_default_to_one():
+    two = TrainShape(32, 4, 4, steps=5, ranks=2, name="r2")
+    env = shape_env(two)
+    assert env["ELASTICO_RANKS"] == "2"
+    assert current_shape(env) == two
+    assert two.rank_batch == 16
+    absent = dict(TRAIN_ENV)
+    assert current_train_shape(absent).ranks == 1  # no ELASTICO_RANKS: one rank, as before
+
+
+def test_ranks_must_keep_the_global_batch_and_every_problem_is_named():
+    with pytest.raises(ConfigError) as err:
+        current_shape(dict(TRAIN_ENV, ELASTICO_RANKS="2"))  # 16 x 2 x 2 = 64 != 32
+    assert "ELASTICO_RANKS=2 = 64 but ELASTICO_GLOBAL_BATCH=32" in str(err.value)
+    assert current_train_shape(dict(TRAIN_ENV, ELASTICO_RANKS="2", ELASTICO_ACCUMULATION="1")).ranks == 2
+    with pytest.raises(ConfigError) as err:
+        current_shape(dict(TRAIN_ENV, ELASTICO_RANKS="zero", ELASTICO_PRECISION="fp4"))
+    assert "ELASTICO_RANKS='zero' is not an integer" in str(err.value)
+    assert "ELASTICO_PRECISION='fp4'" in str(err.value)
+    with pytest.raises(ConfigError, match="ranks=0 must be an integer >= 1"):
+        TrainShape(32, 16, 2, ranks=0)
+    with pytest.raises(ConfigError, match=r"x ranks 4 = 128 != global_batch 32"):
+        TrainShape(32, 16, 2, ranks=4)
+
+
+def test_replicas_and_tensor_parallel_size_round_trip_and_are_checked():
+    shape = InferShape(8, engine_args=(("tensor_parallel_size", 2),), replicas=3, name="tp2x3")
+    env = shape_env(shape)
+    assert env["ELASTICO_REPLICAS"] == "3"
+    assert current_shape(env) == shape
+    assert shape.tensor_parallel_size == 2 and shape.engine_kwargs()["tensor_parallel_size"] == 2
+    assert InferShape(4).replicas == 1 and InferShape(4).tensor_parallel_size == 1
+    assert current_infer_shape({"ELASTICO_KIND": "infer", "ELASTICO_MAX_NUM_SEQS": "4"}).replicas == 1
+    bad = {"ELASTICO_KIND": "infer", "ELASTICO_MAX_NUM_SEQS": "4", "ELASTICO_REPLICAS": "0",
+           "ELASTICO_ENGINE_ARGS": '{"tensor_parallel_size": "two"}'}
+    with pytest.raises(ConfigError) as err:
+        current_shape(bad)
+    assert "ELASTICO_REPLICAS='0' is below 1" in str(err.value)
+    assert "tensor_parallel_size='two'; it must be an integer >= 1" in str(err.value)
+    with pytest.raises(ConfigError, match="which the shape owns"):
+        current_shape({"ELASTICO_KIND": "infer", "ELASTICO_MAX_NUM_SEQS": "4", "ELASTICO_ENGINE_ARGS": '{"replicas": 2}'})
+    with pytest.raises(ConfigError, match="replicas=0 must be"):
+        InferShape(4, replicas=0)
+
+
+def _planned(kind, gpus, knobs):
+    from slurm_elastico.model import Family, Resources
+    from slurm_elastico.model import Shape as Planned
+
+    planned = Planned(name="s", resources=Resources(mps=0 if gpus else 50, gpus=gpus), throughput=1.0, knobs=tuple(sorted(knobs.items())))
+    return Family(name="f", kind=kind, shapes=(planned,), total_work=10), planned
+
+
+def test_runtime_shape_takes_ranks_and_replicas_from_the_planned_gpus():
+    from slurm_elastico.runtime.shape import runtime_shape
+
+    fam, planned = _planned("train", 4, {"global_batch": 32, "micro_batch": 4})
+    shape = runtime_shape(fam, planned)
+    assert (shape.ranks, shape.accumulation) == (4, 2)
+    fam, planned = _planned("train", 0, {"global_batch": 32, "micro_batch": 4})
+    assert runtime_shape(fam, planned).ranks == 1  # a share of one GPU is one rank
+    fam, planned = _planned("train", 2, {"global_batch": 32, "micro_batch": 4, "ranks": 4})
+    with pytest.raises(ConfigError, match="ranks=4 but the shape holds 2 whole GPUs"):
+        runtime_shape(fam, planned)
+    fam, planned = _planned("infer", 4, {"max_num_seqs": 8, "tensor_parallel_size": 2})
+    shape = runtime_shape(fam, planned)
+    assert (shape.replicas, shape.tensor_parallel_size) == (2, 2)
+    fam, planned = _planned("infer", 4, {"max_num_seqs": 8, "replicas": 3})
+    with pytest.raises(ConfigError, match="replicas 3 x tensor_parallel_size 1 = 3"):
+        runtime_shape(fam, planned)
