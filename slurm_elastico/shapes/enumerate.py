@@ -6,46 +6,56 @@ profile (passed in: this module never opens the store), or from the estimate.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Mapping, Sequence
 
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.model import Family, Resources, Shape
 from slurm_elastico.shapes import estimate
-from slurm_elastico.shapes.spec import Declared, FamilySpec, shape_name
+from slurm_elastico.shapes.spec import PARALLEL_KNOB, Declared, FamilySpec, shape_name
 
 
 def enumerate_shapes(spec: FamilySpec, gpu_memory_mib: int,
                      profiles: Mapping[str, Declared] | None = None) -> list[Shape]:
-    """Every shape of the cross product that can run on one GPU, with its numbers; no pruning yet.
+    """Every shape of the cross product that fits its GPUs, with its numbers; no pruning yet.
+
+    A 1-GPU shape holds an MPS share (`Resources.mps`, percent); an n-GPU shape
+    holds n whole GPUs (`Resources.gpus` n, `mps` 0), with `gpu_mem_mib` per GPU
+    and `cpus`, `host_mem_mib` the spec's per-rank figures times n. Training
+    shapes on n GPUs carry the knob `ranks` n and an accumulation of
+    global / (micro x n); inference shapes carry `replicas` or
+    `tensor_parallel_size` n (the spec's `parallel`).
 
     Dropped: shapes whose GPU memory exceeds the GPU, and inference shapes
     whose KV cache has no room (throughput 0).
     """
     profiles = profiles or {}
     out: list[Shape] = []
-    for combo in itertools.product(*spec.knobs.values()):
-        knobs = dict(zip(spec.knobs, combo))
-        for share in spec.mps_shares:
-            name = shape_name(spec.kind, knobs, share)
-            if spec.kind == "train":
-                tput, mem = estimate.train(spec.model, spec.global_batch, knobs["micro_batch"], knobs["precision"],
-                                           knobs["checkpointing"], share)
-                knobs_full = {**knobs, "accumulation": spec.global_batch // knobs["micro_batch"],
-                              "global_batch": spec.global_batch}
-            else:
-                tput, mem = estimate.infer(spec.model, gpu_memory_mib, knobs["gpu_memory_utilization"],
-                                           knobs["max_num_seqs"], knobs["kv_cache_dtype"], share)
-                knobs_full = dict(knobs)
-            for source in (profiles.get(name), spec.declared.get(name)):  # later wins
-                if source is not None:
-                    tput = source.throughput if source.throughput is not None else tput
-                    mem = source.gpu_mem_mib if source.gpu_mem_mib is not None else mem
-            if tput <= 0 or mem > gpu_memory_mib:
-                continue
-            res = Resources(mps=share, gpu_mem_mib=int(math.ceil(mem)), cpus=spec.cpus, host_mem_mib=spec.host_mem_mib)
-            out.append(Shape(name=name, resources=res, throughput=float(tput), knobs=tuple(sorted(knobs_full.items()))))
+    for knobs, share, gpus in spec.shapes_of():
+        name = shape_name(spec.kind, knobs, share, gpus, spec.parallel)
+        multi = gpus > 1
+        if spec.kind == "train":
+            tput, mem = estimate.train(spec.model, spec.global_batch, knobs["micro_batch"], knobs["precision"],
+                                       knobs["checkpointing"], 100 if multi else share, gpus)
+            knobs_full = {**knobs, "accumulation": spec.global_batch // (knobs["micro_batch"] * gpus),
+                          "global_batch": spec.global_batch}
+            if multi:
+                knobs_full["ranks"] = gpus
+        else:
+            tput, mem = estimate.infer(spec.model, gpu_memory_mib, knobs["gpu_memory_utilization"],
+                                       knobs["max_num_seqs"], knobs["kv_cache_dtype"], 100 if multi else share,
+                                       gpus, spec.parallel)
+            knobs_full = {**knobs, PARALLEL_KNOB[spec.parallel]: gpus} if multi else dict(knobs)
+        for source in (profiles.get(name), spec.declared.get(name)):  # later wins
+            if source is not None:
+                tput = source.throughput if source.throughput is not None else tput
+                mem = source.gpu_mem_mib if source.gpu_mem_mib is not None else mem
+        if tput <= 0 or mem > gpu_memory_mib:
+            continue
+        ranks = gpus if multi else 1
+        res = Resources(mps=0 if multi else share, gpu_mem_mib=int(math.ceil(mem)), cpus=spec.cpus * ranks,
+                        host_mem_mib=spec.host_mem_mib * ranks, gpus=gpus if multi else 0)
+        out.append(Shape(name=name, resources=res, throughput=float(tput), knobs=tuple(sorted(knobs_full.items()))))
     return out
 
 

@@ -14,16 +14,21 @@ computed, never what is computed::
     precisions: [fp32, bf16]    # any of fp32, bf16, fp16
     checkpointing: [false, true]        # activation checkpointing choices
     steps: 5000                 # total optimizer steps (the work)
-    mps_shares: [25, 50, 100]   # percent of one GPU (MPS)
+    mps_shares: [25, 50, 100]   # percent of one GPU (MPS), for the 1-GPU shapes
+    gpus: [1, 2, 4, 8]          # optional (default [1]): data-parallel ranks, one whole GPU each;
+                                # micro_batch x accumulation x ranks = global_batch
+    gpus_per_node: 4            # optional: at most this many of a shape's GPUs on one node (default max(gpus))
+    max_nodes: 2                # optional: at most this many nodes for one shape (default: no limit)
     throughput_floor: 0.2       # L_j in steps/s: slower shapes/co-locations are never chosen
-    cpus: 4                     # optional, per shape (default 2)
-    host_mem_mib: 16384         # optional, per shape (default 8192)
+    cpus: 4                     # optional, per rank (default 2); a 1-GPU shape has one rank
+    host_mem_mib: 16384         # optional, per rank (default 8192)
     default: mb64-fp32-mps100   # optional: the shape the job runs as unplanned
     model:                      # optional hints for the estimate (slurm_elastico.shapes.estimate)
       params: 25.6e6
       activation_mib_per_sample: 60
       step_time_s: 0.8          # one step, whole GPU, fp32, micro = global, no checkpointing
       micro_batch_knee: 8
+      allreduce_gib_s: 10       # gradient all-reduce bandwidth between ranks (estimate.train)
     declared:                   # optional measured numbers per shape name; override the estimate
       mb64-bf16-mps50: {throughput: 2.4, gpu_mem_mib: 9000}
 
@@ -36,18 +41,25 @@ Inference (`kind: infer`) — a fixed set of requests::
     max_num_seqs: [64, 256]
     kv_cache_dtype: [auto, fp8]
     mps_shares: [50, 100]
+    gpus: [1, 2]                # optional: GPUs per shape; needs a replica rule:
+    parallel: replicas          # replicas (n engine replicas over the request list) or tensor (tensor_parallel_size n)
     throughput_floor: 1.0       # requests/s
     model: {weights_mib: 16000, kv_mib_per_seq: 128, requests_per_s: 12, concurrency_knee: 64}
     declared:
       gmu0.9-seqs256-kvfp8-mps100: {throughput: 14.0}
 
-Shape names: training `mb<micro>-<precision>[-ckpt]-mps<share>`, inference
-`gmu<fraction>-seqs<n>-kv<dtype>-mps<share>` (see `shape_name`).
+Shape names: training `mb<micro>-<precision>[-ckpt]-mps<share>` on one GPU and
+`mb<micro>-<precision>[-ckpt]-gpus<n>` on n whole GPUs (n data-parallel ranks),
+inference `gmu<fraction>-seqs<n>-kv<dtype>-mps<share>`, and `...-dp<n>` (replicas)
+or `...-tp<n>` (tensor parallel) on n GPUs (see `shape_name`). A 1-GPU shape is an
+MPS share of one GPU; an n-GPU shape holds n whole GPUs, spread evenly over at most
+`max_nodes` nodes with at most `gpus_per_node` on each (`layout`).
 A global-batch change is not a shape: there is no key for it, by design.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -58,10 +70,16 @@ from slurm_elastico.errors import ConfigError
 PRECISIONS = ("fp32", "bf16", "fp16")
 KV_DTYPES = ("auto", "fp8")
 
-COMMON_KEYS = ("kind", "name", "mps_shares", "throughput_floor", "cpus", "host_mem_mib", "default", "model", "declared")
+PARALLEL_RULES = ("replicas", "tensor")
+"""How an inference shape uses n GPUs: n engine replicas over the request list, or tensor_parallel_size n."""
+PARALLEL_KNOB = {"replicas": "replicas", "tensor": "tensor_parallel_size"}
+PARALLEL_SUFFIX = {"replicas": "dp", "tensor": "tp"}
+
+COMMON_KEYS = ("kind", "name", "mps_shares", "gpus", "gpus_per_node", "max_nodes", "throughput_floor", "cpus",
+               "host_mem_mib", "default", "model", "declared")
 TRAIN_KEYS = COMMON_KEYS + ("global_batch", "micro_batches", "precisions", "checkpointing", "steps")
-INFER_KEYS = COMMON_KEYS + ("requests", "gpu_memory_utilization", "max_num_seqs", "kv_cache_dtype")
-TRAIN_MODEL_KEYS = ("params", "activation_mib_per_sample", "step_time_s", "micro_batch_knee")
+INFER_KEYS = COMMON_KEYS + ("requests", "gpu_memory_utilization", "max_num_seqs", "kv_cache_dtype", "parallel")
+TRAIN_MODEL_KEYS = ("params", "activation_mib_per_sample", "step_time_s", "micro_batch_knee", "allreduce_gib_s")
 INFER_MODEL_KEYS = ("weights_mib", "kv_mib_per_seq", "requests_per_s", "concurrency_knee")
 DECLARED_KEYS = ("throughput", "gpu_mem_mib")
 
@@ -91,14 +109,61 @@ class FamilySpec:
     model: dict[str, float] = field(default_factory=dict)
     declared: dict[str, Declared] = field(default_factory=dict)
     global_batch: int = 0
+    gpus: tuple[int, ...] = (1,)
+    """GPU counts of the shapes: 1 = an MPS share of one GPU, n > 1 = n whole GPUs (n ranks or replicas)."""
+    gpus_per_node: int = 0
+    """At most this many of one shape's GPUs on a node; 0 = not set (max(gpus): one node holds any shape)."""
+    max_nodes: int = 0
+    """At most this many nodes for one shape; 0 = no limit."""
+    parallel: str = ""
+    """Inference: how n GPUs are used (`PARALLEL_RULES`); "" for training and 1-GPU-only families."""
+
+    @property
+    def per_node_limit(self) -> int:
+        """The most GPUs of one shape on one node."""
+        return self.gpus_per_node or max(self.gpus)
+
+    def shapes_of(self) -> list[tuple[dict[str, Any], int, int]]:
+        """(knobs, MPS share, GPUs) of every shape of the cross product: one per share on 1 GPU, one per n > 1.
+
+        Training knobs at n GPUs hold only combinations with micro_batch x accumulation x n = global_batch.
+        """
+        out = []
+        for combo in itertools.product(*self.knobs.values()):
+            knobs = dict(zip(self.knobs, combo))
+            for n in self.gpus:
+                if n == 1:
+                    out.extend((knobs, share, 1) for share in self.mps_shares)
+                elif self.kind != "train" or (self.global_batch % n == 0 and (self.global_batch // n) % knobs["micro_batch"] == 0):
+                    out.append((knobs, 0, n))
+        return out
 
 
-def shape_name(kind: str, knobs: Mapping[str, Any], share: int) -> str:
-    """The stable, readable name of one shape (it is what `AdminComment` carries to the job)."""
+def shape_name(kind: str, knobs: Mapping[str, Any], share: int, gpus: int = 1, parallel: str = "") -> str:
+    """The stable, readable name of one shape (it is what `AdminComment` carries to the job).
+
+    A 1-GPU shape ends in `-mps<share>` (the names before GPU counts existed); an n-GPU shape in `-gpus<n>`
+    (training: n ranks) or `-dp<n>` / `-tp<n>` (inference replicas / tensor parallel, `parallel`).
+    """
+    if gpus > 1:
+        tail = f"gpus{gpus}" if kind == "train" else f"{PARALLEL_SUFFIX[parallel]}{gpus}"
+    else:
+        tail = f"mps{share}"
     if kind == "train":
         ck = "-ckpt" if knobs["checkpointing"] else ""
-        return f"mb{knobs['micro_batch']}-{knobs['precision']}{ck}-mps{share}"
-    return f"gmu{knobs['gpu_memory_utilization']:g}-seqs{knobs['max_num_seqs']}-kv{knobs['kv_cache_dtype']}-mps{share}"
+        return f"mb{knobs['micro_batch']}-{knobs['precision']}{ck}-{tail}"
+    return f"gmu{knobs['gpu_memory_utilization']:g}-seqs{knobs['max_num_seqs']}-kv{knobs['kv_cache_dtype']}-{tail}"
+
+
+def layout(gpus: int, per_node: int, max_nodes: int = 0) -> tuple[int, int] | None:
+    """(nodes, GPUs per node) for `gpus` GPUs spread evenly, on the fewest nodes; None when none fits.
+
+    Even: every node holds the same count (`scontrol update Gres=gpu:P NumNodes=K-K`, `slurm.gpu_count`).
+    """
+    for nodes in range(1, (max_nodes or gpus) + 1):
+        if gpus % nodes == 0 and gpus // nodes <= per_node:
+            return nodes, gpus // nodes
+    return None
 
 
 class _Checker:
@@ -183,7 +248,13 @@ def parse_spec(data: Any, source: str = "<family>") -> FamilySpec:
             hint = " (a family keeps the global batch fixed; there is no per-shape batch)" if "batch" in str(key) else ""
             c.bad(str(key), f"unknown key for kind {kind}{hint}; allowed: {', '.join(allowed_keys)}")
 
-    shares = c.choices("mps_shares", integer=True, lo=1, hi=100)
+    gpus, per_node, max_nodes, parallel = _gpu_counts(c, kind)
+    shares: tuple = ()
+    if 1 in gpus or not gpus:
+        shares = c.choices("mps_shares", integer=True, lo=1, hi=100)
+    elif "mps_shares" in data:
+        c.bad("mps_shares", f"only a 1-GPU shape takes an MPS share, and gpus {list(gpus)} lists no 1; "
+                            "allowed: add 1 to gpus, or drop mps_shares")
     floor = c.number("throughput_floor", required=False, lo=0.0, default=0.0)
     cpus = c.number("cpus", required=False, lo=1, integer=True, default=2)
     host = c.number("host_mem_mib", required=False, lo=0, integer=True, default=8192)
@@ -201,10 +272,12 @@ def parse_spec(data: Any, source: str = "<family>") -> FamilySpec:
         if global_batch and micro:
             wrong = [m for m in micro if global_batch % m]
             if wrong:
-                divisors = [d for d in range(1, global_batch + 1) if global_batch % d == 0]
-                shown = ", ".join(map(str, divisors[:24])) + (", ..." if len(divisors) > 24 else "")
-                c.bad("micro_batches", f"{wrong} do not divide global_batch {global_batch}; allowed: divisors of it ({shown})")
+                c.bad("micro_batches", f"{wrong} do not divide global_batch {global_batch}; "
+                                       f"allowed: divisors of it ({_divisors(global_batch)})")
                 micro = ()
+        if global_batch and micro and gpus:
+            if _batch_problems(c, global_batch, micro, gpus):
+                gpus = ()
         knobs = {
             "micro_batch": micro,
             "precision": c.choices("precisions", allowed=PRECISIONS),
@@ -234,8 +307,11 @@ def parse_spec(data: Any, source: str = "<family>") -> FamilySpec:
                 model[key] = float(v)
 
     names = set()
-    if all(knobs.values()) and shares:
-        names = {shape_name(kind, dict(zip(knobs, combo)), s) for combo in _product(knobs) for s in shares}
+    ready = all(knobs.values()) and gpus and (shares or 1 not in gpus)
+    if ready:
+        draft = FamilySpec(source=source, kind=kind, work=1.0, mps_shares=tuple(shares), throughput_floor=0.0,
+                           knobs=knobs, global_batch=global_batch, gpus=gpus, parallel=parallel)
+        names = {shape_name(kind, k, share, n, parallel) for k, share, n in draft.shapes_of()}
 
     declared: dict[str, Declared] = {}
     raw = data.get("declared", {})
@@ -269,7 +345,60 @@ def parse_spec(data: Any, source: str = "<family>") -> FamilySpec:
         raise ConfigError(source, c.problems)
     return FamilySpec(source=source, kind=kind, work=float(work), mps_shares=tuple(sorted(shares)),
                       throughput_floor=float(floor), knobs=knobs, name=name, cpus=cpus, host_mem_mib=host,
-                      default=default, model=model, declared=declared, global_batch=global_batch)
+                      default=default, model=model, declared=declared, global_batch=global_batch,
+                      gpus=tuple(sorted(gpus)), gpus_per_node=per_node, max_nodes=max_nodes, parallel=parallel)
+
+
+def _gpu_counts(c: _Checker, kind: str) -> tuple[tuple[int, ...], int, int, str]:
+    """`gpus`, `gpus_per_node`, `max_nodes` and (inference) `parallel`, checked together; gpus () when wrong."""
+    data = c.data
+    gpus: tuple[int, ...] = c.choices("gpus", integer=True, lo=1) if "gpus" in data else (1,)
+    per_node = c.number("gpus_per_node", required=False, lo=1, integer=True, default=0)
+    max_nodes = c.number("max_nodes", required=False, lo=1, integer=True, default=0)
+    parallel = ""
+    if kind == "infer":
+        parallel = data.get("parallel", "")
+        if "parallel" in data and parallel not in PARALLEL_RULES:
+            c.bad("parallel", f"{parallel!r} is not allowed; allowed: {', '.join(PARALLEL_RULES)}")
+            parallel, gpus = "", ()
+        elif "parallel" not in data and "gpus" in data:
+            c.bad("gpus", "an inference family that lists GPU counts needs a replica rule: "
+                          "parallel: replicas (n engine replicas over the request list) or "
+                          "parallel: tensor (tensor_parallel_size n); allowed: " + ", ".join(PARALLEL_RULES))
+            gpus = ()
+        elif "parallel" in data and "gpus" not in data:
+            c.bad("parallel", "a replica rule without gpus has nothing to do; allowed: add gpus: [1, 2, ...]")
+    if gpus and per_node:
+        unfit = [n for n in gpus if layout(n, per_node, max_nodes) is None]
+        if unfit:
+            where = f"on at most {max_nodes} node(s) " if max_nodes else ""
+            c.bad("gpus", f"{unfit} cannot be spread evenly {where}with at most gpus_per_node={per_node} per node; "
+                          f"allowed: counts n = nodes x per-node with per-node <= {per_node}"
+                          + (f" and nodes <= {max_nodes}" if max_nodes else ""))
+            gpus = ()
+    return gpus, per_node, max_nodes, parallel
+
+
+def _batch_problems(c: _Checker, global_batch: int, micro: tuple[int, ...], gpus: tuple[int, ...]) -> bool:
+    """micro_batch x accumulation x ranks = global_batch: every rank count needs a micro batch that fits."""
+    found = False
+    wrong = [n for n in gpus if global_batch % n]
+    if wrong:
+        c.bad("gpus", f"{wrong} do not divide global_batch {global_batch} (each rank computes global_batch / ranks "
+                      f"samples a step); allowed: divisors of it ({_divisors(global_batch)})")
+        found = True
+    for n in gpus:
+        if global_batch % n == 0 and not any((global_batch // n) % m == 0 for m in micro):
+            c.bad("gpus", f"{n} ranks compute {global_batch // n} samples each a step, and no micro batch of "
+                          f"{list(micro)} divides {global_batch // n}; allowed: a micro batch dividing it "
+                          f"({_divisors(global_batch // n)}), or fewer ranks")
+            found = True
+    return found
+
+
+def _divisors(n: int, limit: int = 24) -> str:
+    divisors = [d for d in range(1, n + 1) if n % d == 0]
+    return ", ".join(map(str, divisors[:limit])) + (", ..." if len(divisors) > limit else "")
 
 
 def _yaml_float(v: Any) -> Any:
@@ -280,12 +409,6 @@ def _yaml_float(v: Any) -> Any:
         except ValueError:
             return v
     return v
-
-
-def _product(knobs: Mapping[str, tuple]) -> list[tuple]:
-    import itertools
-
-    return list(itertools.product(*knobs.values()))
 
 
 def _some(names: set[str], limit: int = 12) -> str:
