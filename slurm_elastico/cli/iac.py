@@ -21,19 +21,38 @@ def iac() -> None:
 
 @iac.command()
 @click.option("--data", required=True, type=click.Path(dir_okay=False), help="measurement CSV (or a store .db)")
-@click.option("--split", "kind", required=True,
-              type=click.Choice(["kfold", "leave-one-model-out", "leave-one-gpu-out"]))
-@click.option("--floor", default=0.6, show_default=True, type=click.FloatRange(0, 1, min_open=True),
+@click.option("--model", "model_path", type=click.Path(dir_okay=False),
+              help="a saved model (`iac train`) to score on DATA; without it, --split cross-validates DATA")
+@click.option("--split", "kind", type=click.Choice(["kfold", "leave-one-model-out", "leave-one-gpu-out"]),
+              help="cross-validate a fresh model on DATA (not with --model)")
+@click.option("--floor", default=0.6, show_default=True, type=click.FloatRange(0, 1, min_open=True, max_open=True),
               help="admission floor on normalized throughput")
 @click.option("--folds", default=5, show_default=True, type=click.IntRange(2, 50), help="k for kfold")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
-def evaluate(data: str, kind: str, floor: float, folds: int, seed: int, as_json: bool) -> None:
-    """Held-out MAPE, median APE, R² and admission errors of the predictor beside the baselines.
+def evaluate(data: str, model_path: str | None, kind: str | None, floor: float, folds: int, seed: int,
+             as_json: bool) -> None:
+    """Scores a saved model on DATA (--model), or cross-validates a fresh one on DATA (--split).
 
-    Figures are on normalized throughput (co-located / solo). Model selection
-    uses folds of each training part only. Takes 1-3 minutes on 2 cores.
+    With --model: MAPE on normalized throughput and on slowdown, false
+    admissions and good pairs admitted, beside the trivial predictors
+    (training mean, the test data's median, no slowdown) and the untrained
+    contention model. Seconds. With --split: held-out MAPE, median APE, R² and
+    admission errors on normalized throughput (co-located / solo), model
+    selection on folds of each training part only; 1-3 minutes on 2 cores.
     """
+    if (model_path is None) == (kind is None):
+        raise click.UsageError("give exactly one of --model FILE (score a saved model on --data) "
+                               "and --split KIND (cross-validate on --data)")
+    if model_path is not None:
+        from slurm_elastico.interference import load_model
+        from slurm_elastico.interference.scoring import format_score, score
+
+        if not model_path.strip():
+            raise click.UsageError("--model is empty; give the file `elastico iac train` wrote")
+        result = score(load_model(model_path), measurements.load(data), floor=floor)
+        click.echo(json.dumps(result.to_dict(), indent=2) if as_json else format_score(result))
+        return
     from slurm_elastico.interference.evaluation import evaluate as run, format_report
 
     report = run(measurements.load(data), kind, floor=floor, k=folds, seed=seed)
@@ -64,25 +83,40 @@ def train_cmd(data: str, out: str, select_by: str, floor: float, seed: int) -> N
 
 
 @iac.command("import-gavel")
-@click.option("--pairs", required=True, type=click.Path(dir_okay=False, exists=True), help="throughputs_pairs.csv")
-@click.option("--isolated", required=True, type=click.Path(dir_okay=False, exists=True),
-              help="throughputs_isolated.csv")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, exists=True),
+              help="Gavel's throughputs JSON (e.g. scheduler/simulation_throughputs.json)")
+@click.option("--pairs", type=click.Path(dir_okay=False, exists=True), help="flattened pairs CSV (not with --json)")
+@click.option("--isolated", type=click.Path(dir_okay=False, exists=True), help="flattened isolated CSV (with --pairs)")
+@click.option("--gpu-type", "gpu_types", multiple=True, help="keep only this GPU type (repeatable; default: all)")
 @click.option("--out", type=click.Path(dir_okay=False), help="measurement CSV to write (replaced)")
 @click.option("--store", "store_path", type=click.Path(dir_okay=False), help="store .db to append to")
-def import_gavel_cmd(pairs: str, isolated: str, out: str | None, store_path: str | None) -> None:
-    """Converts Gavel's K80/P100 co-location data into the measurement format."""
-    from slurm_elastico.interference.gavel import import_gavel
+def import_gavel_cmd(json_path: str | None, pairs: str | None, isolated: str | None, gpu_types: tuple[str, ...],
+                     out: str | None, store_path: str | None) -> None:
+    """Converts Gavel's co-location measurements (every GPU type in them) into the measurement format.
+
+    Input: Gavel's own JSON (--json), or that JSON flattened to two CSV files
+    (--pairs and --isolated; docs/interference-data.md gives their columns).
+    """
+    from slurm_elastico.interference.gavel import import_gavel, import_gavel_json
 
     if not out and not store_path:
         raise MeasurementError("import-gavel needs --out FILE.csv, --store FILE.db, or both")
-    result = import_gavel(pairs, isolated)
+    if bool(json_path) == bool(pairs or isolated) or (not json_path and not (pairs and isolated)):
+        raise click.UsageError("give --json FILE, or both --pairs FILE and --isolated FILE")
+    result = import_gavel_json(json_path) if json_path else import_gavel(pairs, isolated)
+    found = sorted({o.gpu_type for o in result.observations})
+    missing = [g for g in gpu_types if g not in found]
+    if missing:
+        raise MeasurementError(f"--gpu-type {', '.join(missing)}: not in the data; it has {', '.join(found)}")
+    kept = [o for o in result.observations if not gpu_types or o.gpu_type in gpu_types]
     if out:
-        measurements.write_csv(out, result.observations)
+        measurements.write_csv(out, kept)
     if store_path:
-        measurements.save(result.observations, None, store_path)
-    fits = sum(o.fits for o in result.observations)
-    click.echo(f"{len(result.observations)} pairs: {fits} ran together, {result.did_not_fit} did not fit (kept, fits=0); "
-               f"skipped {result.multi_gpu_skipped} multi-GPU rows (not measured) and {result.duplicates} mirrored rows")
+        measurements.save(kept, None, store_path)
+    fits = sum(o.fits for o in kept)
+    click.echo(f"{len(kept)} pairs on {', '.join(sorted({o.gpu_type for o in kept}))}: {fits} ran together, "
+               f"{len(kept) - fits} did not fit (kept, fits=0); skipped {result.multi_gpu_skipped} multi-GPU rows "
+               f"(not measured) and {result.duplicates} mirrored rows")
 
 
 @iac.command()

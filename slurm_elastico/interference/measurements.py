@@ -9,10 +9,19 @@ Such rows are kept because they are bad pairs for admission, but they carry no
 slowdown to learn from. Any solo feature may be empty (unmeasured).
 
 CSV columns, in order: gpu_type, fits, source, then for p in (a, b):
-p_kind (train|infer), p_throughput (units/s, > 0), p_batch (> 0),
+p_kind (train|infer), p_throughput (steps/s, > 0: optimizer steps of a
+training job, forward passes (batches) of an inference job), p_batch (> 0:
+samples per step of this job on this GPU: the per-GPU batch of a data-parallel
+job, the sequences per forward pass of an inference job),
 p_precision (fp32|fp16|bf16|fp8 or empty; fp8 = an inference job's fp8 KV cache), p_model_family, p_sm_util and
 p_membw_util (NVML, 0..1), p_mem_used_mib (>= 0), p_power_w (>= 0),
 p_mps_share (1..100, empty = 100), p_norm (0 < norm <= 2, empty when fits = 0).
+
+Optional columns `a_throughput_unit` and `b_throughput_unit` say what
+p_throughput counts: `steps/s` (also what an absent or empty cell means) or
+`samples/s`, which is converted to steps/s by dividing by p_batch (a row
+without p_batch is refused: its steps/s cannot be known). Any other unit is
+refused. Files this module writes always hold steps/s and no unit columns.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ PROFILE_FIELDS = tuple(f.name for f in fields(SoloProfile))
 COLUMNS = ("gpu_type", "fits", "source") + tuple(
     f"{p}_{name}" for p in ("a", "b") for name in PROFILE_FIELDS + ("norm",)
 )
+THROUGHPUT_UNITS = ("steps/s", "samples/s")
 _FLOAT_RANGES = {  # column -> (low, high, inclusive low)
     "throughput": (0.0, math.inf, False),
     "batch": (0.0, math.inf, False),
@@ -87,6 +97,19 @@ def _float(text: str, column: str, where: str) -> float:
     return value
 
 
+def steps_per_s(throughput: float, unit: str, batch: float, where: str) -> float:
+    """`throughput` in `unit` (one of THROUGHPUT_UNITS; empty = steps/s) as steps/s; samples/s needs the batch."""
+    unit = unit or "steps/s"
+    if unit not in THROUGHPUT_UNITS:
+        raise MeasurementError(f"{where}: {unit!r} is not a throughput unit; use one of {', '.join(THROUGHPUT_UNITS)}")
+    if unit == "steps/s" or math.isnan(throughput):
+        return throughput
+    if math.isnan(batch):
+        raise MeasurementError(f"{where}: samples/s needs the batch (samples per step) to give steps/s, "
+                               "and the batch is empty; give the batch or the throughput in steps/s")
+    return throughput / batch
+
+
 def _profile(row: dict[str, str], p: str, where: str) -> SoloProfile:
     kind = (row.get(f"{p}_kind") or "").strip()
     if kind not in KINDS:
@@ -103,6 +126,8 @@ def _profile(row: dict[str, str], p: str, where: str) -> SoloProfile:
         raise MeasurementError(f"{where}, column {p}_mps_share: {share} is not in 1..100")
     values = {name: _float(row.get(f"{p}_{name}", ""), f"{p}_{name}", where)
               for name in ("throughput", "batch", "sm_util", "membw_util", "mem_used_mib", "power_w")}
+    values["throughput"] = steps_per_s(values["throughput"], (row.get(f"{p}_throughput_unit") or "").strip(),
+                                       values["batch"], f"{where}, column {p}_throughput_unit")
     return SoloProfile(kind=kind, precision=precision, model_family=(row.get(f"{p}_model_family") or "").strip(),
                        mps_share=share, **values)
 

@@ -176,6 +176,11 @@ class MlpPredictor(_ByScorer):
         for net in nets:
             net.eval()
 
+    @property
+    def training_mean_norm(self) -> float:
+        """Mean normalized throughput of the training data (1 / its mean slowdown): the trivial predictor beside it."""
+        return self.coverage.prior_norm
+
     # -- outside the training data ---------------------------------------------
     def seen_gpu(self, gpu_type: str) -> bool:
         return not self.coverage.gpu_types or gpu_type in self.coverage.gpu_types
