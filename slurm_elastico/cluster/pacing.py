@@ -1,0 +1,281 @@
+"""Emulated GPUs for the local cluster: each step of a real (tiny) job takes the time the simulator's truth gives.
+
+The local cluster's GPUs are fake (device nodes), so a tiny model runs as
+fast on a 25 % share as on a whole GPU, next to others or alone. A paced job
+runs its real code and, after each optimizer step (training) or each answered
+batch of requests (inference), sleeps until the step has taken what the
+simulator's ground truth (`sim.truth.GroundTruth`) gives a job of the
+emulated app at the job's CURRENT shape, MPS share and co-runners, computed
+as the simulator computes it (`sim.engine.Engine._solo` and `_rerate`):
+
+- training: `train_speed(app, global_batch, micro, share)` optimizer steps/s,
+  and the whole-GPU speed `train_speed(..., 100)`;
+- inference: `infer_speed(context, generated, gmu, max_num_seqs, kv, share)`
+  requests/s (the decode model of `sim.truth`);
+- next to co-runners on its GPU: `colocated(share speed, whole speed, me,
+  others, mode)`, each job standing for its Gavel job (`identity`).
+
+So a job behaves on the local cluster as the same job in the simulator, and
+the simulator's prediction for a job list can be checked against Slurm.
+
+Where the numbers come from at run time (`SlurmPacer`):
+- the job's own allocation, from Slurm: `squeue --json` through the gateway
+  (`JobView.gpu_alloc`: node, GPU index and MPS shares; 0 shares = a whole
+  GPU, as plain `--gres=gpu:1` holds it);
+- the co-runners: the other jobs squeue shows on the same GPU of the same
+  node; what each of them is (kind, Gavel identity at its current shape) from
+  the small record every paced job publishes in a directory they share
+  (`publish`); a job without a record counts as an unknown co-runner (the
+  truth's 0.5 for pairs it has no measurement of).
+- refreshed every `refresh_s` seconds (default 5), so a 1 s step does not
+  cost a Slurm call; when Slurm does not answer, the last rate is kept.
+
+Real compute counts: the sleep is what is left of the step's time after the
+real work; a step whose real work already took longer is not padded (and is
+slower than the simulator: keep the real model tiny). Time runs 1:1 with the
+simulator's seconds (the profiles were measured on T4s, so steps of the slow
+apps take about a second).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from slurm_elastico.errors import ConfigError
+from slurm_elastico.sim.truth import GPU_MEM_MIB, GroundTruth
+
+UNKNOWN = ("unknown", 0)
+"""The identity of a co-runner that published no record: the truth has no pair for it (factor 0.5)."""
+MODES = ("gavel", "gavel-residual", "none")
+SOURCE = "pacing"
+
+
+@dataclass(frozen=True)
+class Emulated:
+    """What a paced job stands for in the simulator: a trace job's kind, app and sizes (see `sim.trace`)."""
+
+    kind: str
+    app: str
+    global_batch: int = 0
+    context_tokens: float = 0.0
+    generated_tokens: float = 0.0
+    gpu_mem_mib: float = GPU_MEM_MIB
+    colocation: str = "gavel"
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.kind not in ("train", "infer"):
+            problems.append(f"kind {self.kind!r}; allowed: train, infer")
+        if self.kind == "train" and self.global_batch < 1:
+            problems.append(f"global_batch {self.global_batch!r}: a training job needs one >= 1")
+        if self.kind == "infer" and not (self.context_tokens > 0 and self.generated_tokens > 0):
+            problems.append("an inference job needs context_tokens and generated_tokens > 0")
+        if self.colocation not in MODES:
+            problems.append(f"colocation {self.colocation!r}; allowed: {', '.join(MODES)}")
+        if problems:
+            raise ConfigError(SOURCE, problems)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Emulated":
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ConfigError(SOURCE, [f"not JSON: {exc}"]) from None
+        if not isinstance(data, dict):
+            raise ConfigError(SOURCE, [f"expected a JSON object, got {type(data).__name__}"])
+        allowed = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            raise ConfigError(SOURCE, [f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"])
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The shape knobs the truth reads: micro-batch (training); vLLM arguments (inference)."""
+
+    micro_batch: int = 0
+    gpu_memory_utilization: float = 0.9
+    max_num_seqs: int = 0
+    kv_cache_dtype: str = "auto"
+
+
+def identity(truth: GroundTruth, job: Emulated, knobs: Knobs) -> tuple[str, int]:
+    """The Gavel job standing for `job` at `knobs`, as the simulator maps it (micro-batch or max_num_seqs)."""
+    batch = knobs.micro_batch if job.kind == "train" else knobs.max_num_seqs
+    return truth.identity(job.kind, job.app, batch)
+
+
+def solo_speeds(truth: GroundTruth, job: Emulated, knobs: Knobs, share: int) -> tuple[float, float]:
+    """(speed at `share` percent, speed on a whole GPU), running alone: steps/s or requests/s."""
+    if not 1 <= share <= 100:
+        raise ConfigError(SOURCE, [f"share {share!r}: a percent of one GPU in 1..100"])
+    if job.kind == "train":
+        if knobs.micro_batch < 1 or job.global_batch % knobs.micro_batch:
+            raise ConfigError(SOURCE, [f"micro_batch {knobs.micro_batch!r} must divide global batch "
+                                       f"{job.global_batch}"])
+        return (truth.train_speed(job.app, job.global_batch, knobs.micro_batch, share),
+                truth.train_speed(job.app, job.global_batch, knobs.micro_batch, 100))
+    args = (job.context_tokens, job.generated_tokens, knobs.gpu_memory_utilization, knobs.max_num_seqs,
+            knobs.kv_cache_dtype)
+    return (truth.infer_speed(*args, share, job.gpu_mem_mib), truth.infer_speed(*args, 100, job.gpu_mem_mib))
+
+
+def rate(truth: GroundTruth, job: Emulated, knobs: Knobs, share: int,
+         others: Sequence[tuple[str, int]] = ()) -> float:
+    """Steps/s (training) or requests/s (inference) of `job` at `knobs` and `share` percent next to `others`
+    (their Gavel identities), exactly as the simulator rates it; 0 when the shape cannot run (no KV room)."""
+    at_share, whole = solo_speeds(truth, job, knobs, share)
+    return truth.colocated(at_share, whole, identity(truth, job, knobs), list(others), job.colocation)
+
+
+def seconds_for(units: float, speed: float) -> float:
+    """Seconds `units` steps or requests take at `speed` per second; inf when the job cannot run (speed 0)."""
+    if units < 0:
+        raise ConfigError(SOURCE, [f"units {units!r} must be >= 0"])
+    return units / speed if speed > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the job runs now, as Slurm shows it: its share (percent) and who else is on its GPU."""
+
+    share: int
+    others: tuple[int, ...]
+    """Job ids of the co-runners on its GPU."""
+
+
+def placement_of(job_id: int, jobs: Sequence, shares_per_gpu: int = 100) -> Placement | None:
+    """The job's `Placement` from squeue's running jobs (`JobView`s), None when it is not running there.
+
+    Its first GPU counts (the emulated jobs hold one). A whole GPU (0 shares: `--gres=gpu:N`) is 100 %;
+    MPS shares in Slurm's counts become a percent of `shares_per_gpu`.
+    """
+    mine = next((j for j in jobs if j.job_id == job_id and j.gpu_alloc), None)
+    if mine is None:
+        return None
+    node, gpu, shares = mine.gpu_alloc[0]
+    share = 100 if shares == 0 else max(1, min(100, round(100 * shares / shares_per_gpu)))
+    others = tuple(sorted(j.job_id for j in jobs if j.job_id != job_id
+                          and any(n == node and g == gpu for n, g, _ in j.gpu_alloc)))
+    return Placement(share, others)
+
+
+def publish(directory: Path, job_id: int, ident: tuple[str, int]) -> None:
+    """Write this job's Gavel identity where its co-runners read it (atomically: rename)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".{job_id}.json.tmp"
+    tmp.write_text(json.dumps({"job_id": job_id, "identity": list(ident)}))
+    os.replace(tmp, directory / f"{job_id}.json")
+
+
+def read_identity(directory: Path, job_id: int) -> tuple[str, int]:
+    """The identity job `job_id` published, or `UNKNOWN` when it published none (or an unreadable one)."""
+    try:
+        data = json.loads((directory / f"{job_id}.json").read_text())
+        model, batch = data["identity"]
+        return str(model), int(batch)
+    except FileNotFoundError:
+        return UNKNOWN
+    except (OSError, ValueError, KeyError, TypeError):
+        return UNKNOWN
+
+
+class Pacer:
+    """Pads each step to the time its current rate gives; `placement()` says where the job runs now.
+
+    `placement` is called at most every `refresh_s` seconds; `None` (Slurm did not answer, or the job is not
+    listed yet) keeps the last answer (a whole GPU alone before the first one). `clock`/`sleep` are passed in
+    so tests run without waiting.
+    """
+
+    def __init__(self, truth: GroundTruth, job: Emulated, knobs: Knobs, placement: Callable[[], Placement | None],
+                 identities: Callable[[int], tuple[str, int]], refresh_s: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+        self.truth, self.job, self.knobs = truth, job, knobs
+        self.placement_fn, self.identities = placement, identities
+        self.refresh_s, self.clock, self.sleep = refresh_s, clock, sleep
+        self.current = Placement(100, ())
+        self.speed = rate(truth, job, knobs, 100)
+        self.checked = -math.inf
+        self.mark = clock()
+        self.slept = 0.0
+        self.late = 0.0
+        """Seconds the real work ran past the emulated time (steps not padded because they were already late)."""
+
+    def start(self) -> None:
+        """The step clock starts now (call it right before the first step)."""
+        self.mark = self.clock()
+
+    def refresh(self) -> float:
+        now = self.clock()
+        if now - self.checked >= self.refresh_s:
+            self.checked = now
+            got = self.placement_fn()
+            if got is not None:
+                self.current = got
+                others = [self.identities(o) for o in got.others]
+                self.speed = rate(self.truth, self.job, self.knobs, got.share, others)
+        return self.speed
+
+    def pad(self, units: float = 1.0) -> float:
+        """Sleep what is left of `units` steps (or requests) since the last mark; returns the seconds slept."""
+        speed = self.refresh()
+        due = seconds_for(units, speed)
+        if not math.isfinite(due):
+            raise ConfigError(SOURCE, [f"{self.job.kind} job of app {self.job.app!r} cannot run at {self.knobs} "
+                                       f"on {self.current.share} % of a GPU (the truth gives it speed 0)"])
+        left = due - (self.clock() - self.mark)
+        if left > 0:
+            self.sleep(left)
+            self.slept += left
+            self.mark += due
+        else:
+            self.late += -left
+            self.mark = self.clock()
+        return max(left, 0.0)
+
+
+class SlurmPlacement:
+    """`Placement` of one job read from Slurm (`squeue --json` through the gateway); None when Slurm fails."""
+
+    def __init__(self, job_id: int, gateway, shares_per_gpu: int = 100):
+        self.job_id, self.gateway, self.shares_per_gpu = job_id, gateway, shares_per_gpu
+        self.errors = 0
+
+    def __call__(self) -> Placement | None:
+        from slurm_elastico.errors import ParseError, SlurmError
+
+        try:
+            jobs = self.gateway.jobs()
+        except (SlurmError, ParseError):
+            self.errors += 1
+            return None
+        return placement_of(self.job_id, jobs, self.shares_per_gpu)
+
+
+def from_environment(job: Emulated, knobs: Knobs, pace_dir: Path, env=None, refresh_s: float = 5.0) -> Pacer:
+    """The pacer of the job Slurm runs this program in (SLURM_JOB_ID), publishing its identity in `pace_dir`."""
+    from slurm_elastico.slurm.gateway import SlurmGateway
+    from slurm_elastico.slurm.runner import SubprocessRunner
+
+    env = os.environ if env is None else env
+    raw = env.get("SLURM_JOB_ID", "")
+    if not raw.isdigit():
+        raise ConfigError(SOURCE, [f"SLURM_JOB_ID {raw!r}: a paced job runs under Slurm (a job id is needed to "
+                                   "read its allocation)"])
+    job_id = int(raw)
+    truth = GroundTruth()
+    publish(pace_dir, job_id, identity(truth, job, knobs))
+    gateway = SlurmGateway(SubprocessRunner(timeout=10.0))
+    return Pacer(truth, job, knobs, SlurmPlacement(job_id, gateway), lambda o: read_identity(pace_dir, o),
+                 refresh_s=refresh_s)
