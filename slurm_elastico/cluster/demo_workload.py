@@ -1,0 +1,169 @@
+"""The demo's job list, as the local cluster runs it and as the simulator replays it (pure: no Slurm, no clock).
+
+One list of `DemoJob`s gives, for each job:
+- the trace row the simulator replays (`trace`);
+- the shape family elastico-submit gets (`family_spec`): the knobs and shares
+  of the simulator's own family for that trace row (`sim.families.family_of`:
+  training micro-batches by halving from the largest measured one, fp32;
+  inference `gpu_memory_utilization` × `max_num_seqs` × KV dtype), each shape
+  `declared` with the truth's solo speed and GPU memory, i.e. what
+  `elastico profile` would record on the emulated GPU, so the live planner
+  sees the numbers the simulated one sees (profiling noise 0);
+- the emulated job its program paces to (`emulated`, see `cluster.pacing`).
+
+`predict` runs the simulator in process on the same list and cluster: the
+`static` policy with no placement window (plain sbatch: Slurm starts each job
+at once on a whole GPU) and `elastico` with the helper's interval as epoch and
+elastico-submit's placement window.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from slurm_elastico.cluster.pacing import Emulated
+from slurm_elastico.config import Settings
+from slurm_elastico.errors import ConfigError
+from slurm_elastico.shapes.spec import shape_name
+from slurm_elastico.sim import families as sim_families
+from slurm_elastico.sim.trace import INFER_APP, TraceJob, default_micro
+from slurm_elastico.sim.truth import GroundTruth
+
+GPU_MEM_MIB = 16384
+INFER_CONTEXT, INFER_GENERATED = 1024.0, 512.0
+"""Mean tokens per request of the emulated inference jobs: about a third of a second per request on a whole GPU."""
+
+
+@dataclass(frozen=True)
+class DemoJob:
+    index: int
+    kind: str
+    app: str
+    submit_s: float
+    work: int
+    """Optimizer steps (train) or requests (infer)."""
+    global_batch: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}-{self.app}-{self.index}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The demo's cluster and timings, shared by both live runs and the simulator."""
+
+    gpus: int = 16
+    gpus_per_node: int = 4
+    shares: tuple[int, ...] = (50, 100)
+    interval_s: float = 3.0
+    placement_window_s: int = 20
+    restart_cost_s: float = 10.0
+    """What a reshape really costs on the local cluster (checkpoint, requeue, Slurm's start, Python and torch
+    start-up): the simulator's `restart_cost_s` and the planner's `reshape_cost_s`."""
+    colocation: str = "gavel"
+
+
+def job_list(train: int = 16, infer: int = 8, gap_s: float = 2.0, steps: int = 60, requests: int = 120,
+             apps: Sequence[tuple[str, int]] = (("bert", 12), ("deepspeech2", 40))) -> list[DemoJob]:
+    """`train` + `infer` jobs arriving every `gap_s` seconds, inference spread evenly among the training jobs,
+    the training apps taken in turn."""
+    if train < 0 or infer < 0 or train + infer == 0:
+        raise ConfigError("demo", [f"train {train}, infer {infer}: at least one job, none negative"])
+    if gap_s < 0 or steps < 1 or requests < 1:
+        raise ConfigError("demo", [f"gap_s {gap_s} (>= 0), steps {steps} (>= 1), requests {requests} (>= 1)"])
+    n = train + infer
+    out: list[DemoJob] = []
+    t = 0
+    for i in range(n):
+        is_infer = (i * infer) // n != ((i + 1) * infer) // n
+        if is_infer:
+            out.append(DemoJob(i, "infer", INFER_APP, i * gap_s, requests))
+        else:
+            app, batch = apps[t % len(apps)]
+            t += 1
+            out.append(DemoJob(i, "train", app, i * gap_s, steps, batch))
+    return out
+
+
+def trace(jobs: Sequence[DemoJob]) -> list[TraceJob]:
+    """The simulator's trace of the list: one-GPU jobs submitted at a whole GPU's share (100)."""
+    return [TraceJob(j.index + 1, j.submit_s, j.kind, j.app, 1, float(j.work), j.global_batch, 100,
+                     INFER_CONTEXT if j.kind == "infer" else 0.0, INFER_GENERATED if j.kind == "infer" else 0.0)
+            for j in jobs]
+
+
+def emulated(job: DemoJob, plan: Plan) -> Emulated:
+    if job.kind == "train":
+        return Emulated("train", job.app, job.global_batch, gpu_mem_mib=GPU_MEM_MIB, colocation=plan.colocation)
+    return Emulated("infer", job.app, context_tokens=INFER_CONTEXT, generated_tokens=INFER_GENERATED,
+                    gpu_mem_mib=GPU_MEM_MIB, colocation=plan.colocation)
+
+
+def default_knobs(truth: GroundTruth, job: DemoJob) -> dict:
+    """The knobs a job runs with when nobody shapes it (plain sbatch): the simulator's default shape's."""
+    if job.kind == "train":
+        return {"micro_batch": default_micro(truth, job.app, job.global_batch)}
+    return {"gpu_memory_utilization": sim_families.GMUS[-1], "max_num_seqs": sim_families.SEQS[-1],
+            "kv_cache_dtype": "auto"}
+
+
+def family_spec(truth: GroundTruth, job: DemoJob, plan: Plan) -> dict:
+    """The YAML mapping elastico-submit reads for `job` (see the module docstring); every shape declared."""
+    shares = sorted(set(plan.shares) | {100})
+    declared: dict[str, dict] = {}
+    common = {"name": job.app, "mps_shares": shares, "cpus": 1, "host_mem_mib": 512}
+    if job.kind == "train":
+        micros = sim_families.micro_batches(truth, job.app, job.global_batch)
+        for m in micros:
+            knobs = {"micro_batch": m, "precision": "fp32", "checkpointing": False}
+            for s in shares:
+                declared[shape_name("train", knobs, s)] = {
+                    "throughput": truth.train_speed(job.app, job.global_batch, m, s),
+                    "gpu_mem_mib": int(truth.train_mem_mib(job.app, m))}
+        default = shape_name("train", {**default_knobs(truth, job), "precision": "fp32", "checkpointing": False}, 100)
+        return {"kind": "train", **common, "global_batch": job.global_batch, "micro_batches": micros,
+                "precisions": ["fp32"], "checkpointing": [False], "steps": job.work, "default": default,
+                "declared": declared}
+    for gmu in sim_families.GMUS:
+        for n in sim_families.SEQS:
+            for kv in sim_families.KV:
+                knobs = {"gpu_memory_utilization": gmu, "max_num_seqs": n, "kv_cache_dtype": kv}
+                for s in shares:
+                    speed = truth.infer_speed(INFER_CONTEXT, INFER_GENERATED, gmu, n, kv, s, GPU_MEM_MIB)
+                    if speed <= 0:
+                        raise ConfigError("demo", [f"inference shape {shape_name('infer', knobs, s)} fits no "
+                                                   "sequence; the demo's request sizes must fit every shape"])
+                    declared[shape_name("infer", knobs, s)] = {"throughput": speed, "gpu_mem_mib": int(gmu * GPU_MEM_MIB)}
+    default = shape_name("infer", {**default_knobs(truth, job)}, 100)
+    return {"kind": "infer", **common, "requests": job.work, "gpu_memory_utilization": list(sim_families.GMUS),
+            "max_num_seqs": list(sim_families.SEQS), "kv_cache_dtype": list(sim_families.KV), "default": default,
+            "declared": declared}
+
+
+def settings(plan: Plan, base: Settings | None = None) -> Settings:
+    """The planner settings both the helper and the simulator use."""
+    s = base or Settings()
+    return dataclasses.replace(
+        s, gpu=dataclasses.replace(s.gpu, memory_mib=GPU_MEM_MIB, shares_per_gpu=100),
+        planner=dataclasses.replace(s.planner, reshape_cost_s=plan.restart_cost_s))
+
+
+def predict(jobs: Sequence[DemoJob], plan: Plan, truth: GroundTruth | None = None) -> dict:
+    """{"static": RunResult, "elastico": RunResult} of the simulator on the list (see the module docstring)."""
+    from slurm_elastico.sim import engine
+    from slurm_elastico.sim import settings as sim_settings
+
+    truth = truth or GroundTruth()
+    rows = trace(jobs)
+    out = {}
+    for policy, window in (("static", 0), ("elastico", plan.placement_window_s)):
+        sim = sim_settings.from_mapping({
+            "gpus": plan.gpus, "gpus_per_node": plan.gpus_per_node, "gpu_memory_mib": GPU_MEM_MIB,
+            "shares": ",".join(str(s) for s in sorted(set(plan.shares) | {100})), "epoch_s": plan.interval_s,
+            "placement_window_s": window, "restart_cost_s": plan.restart_cost_s, "profile_noise": 0.0,
+            "max_gpus_per_job": 0, "colocation": plan.colocation})
+        out[policy] = engine.run(rows, policy, settings(plan), sim, None, truth)
+    return out

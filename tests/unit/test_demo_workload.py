@@ -1,0 +1,49 @@
+"""The demo's job list gives the live planner the simulator's families, and the simulator's prediction runs on it."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_elastico.cluster import demo_workload as w
+from slurm_elastico.errors import ConfigError
+from slurm_elastico.shapes.enumerate import build_family
+from slurm_elastico.shapes.spec import parse_spec
+from slurm_elastico.sim.families import family_of
+from slurm_elastico.sim.truth import GroundTruth
+
+TRUTH = GroundTruth()
+
+
+def _shapes(fam):
+    return sorted((s.name, round(s.throughput, 9), s.resources.mps, s.resources.gpu_mem_mib) for s in fam.shapes)
+
+
+def test_every_family_elastico_submit_gets_is_the_simulators_family_of_the_same_trace_row():
+    plan = w.Plan()
+    jobs = w.job_list(train=4, infer=2)
+    assert {j.kind for j in jobs} == {"train", "infer"} and {j.app for j in jobs if j.kind == "train"} == {
+        "bert", "deepspeech2"}
+    for job, row in zip(jobs, w.trace(jobs)):
+        live = build_family(parse_spec(w.family_spec(TRUTH, job, plan), job.name), w.GPU_MEM_MIB)
+        sim = family_of(row, TRUTH, plan.shares, w.GPU_MEM_MIB)
+        assert _shapes(live) == _shapes(sim), job.name
+        assert live.default == sim.default
+        assert len(live.shapes) > 1  # something to choose from
+
+
+def test_job_list_staggers_arrivals_and_spreads_inference():
+    jobs = w.job_list(train=6, infer=3, gap_s=2.5)
+    assert [j.submit_s for j in jobs] == [2.5 * i for i in range(9)]
+    kinds = "".join(j.kind[0] for j in jobs)
+    assert kinds.count("i") == 3 and "ii" not in kinds
+    with pytest.raises(ConfigError, match="at least one job"):
+        w.job_list(train=0, infer=0)
+
+
+def test_prediction_runs_both_policies_to_the_end_and_plain_slurm_never_reshapes():
+    got = w.predict(w.job_list(train=6, infer=3, gap_s=1.0), w.Plan(gpus=4))
+    assert set(got) == {"static", "elastico"}
+    for r in got.values():
+        assert r.unfinished == 0 and len(r.jobs) == 9
+    assert got["static"].counters["requeues"] == 0 and got["static"].counters["actions"] == {}
+    assert got["elastico"].counters["actions"].get("start_now", 0) > 0  # the helper shaped and started them
