@@ -7,6 +7,29 @@ micro-batches of `micro_batch`. Each micro-batch loss (a mean) is scaled by
 micro_batch / global_batch, so the accumulated gradient is the mean over the
 global batch for every split; only the summation order differs.
 
+Data parallel: with `shape.ranks` > 1 the program runs once per rank under
+torch's env:// variables (set by `elastico-run`; `runtime.dist` checks them:
+WORLD_SIZE must equal `shape.ranks`). Every rank takes the same global batch
+of the step and computes its contiguous slice of micro_batch x accumulation
+samples (rank r: samples r*slice .. (r+1)*slice - 1) as `accumulation`
+micro-batches with the same micro_batch / global_batch scaling; the gradients
+are then summed over the ranks (a plain all-reduce of one flat buffer, no DDP
+wrapper, so parameter names and checkpoints are those of the bare model), which
+gives the global-batch mean as in one process, and every rank takes the same
+optimizer step. Process group: gloo on the CPU, nccl on CUDA (put the model on
+`runtime.dist.local_device()`); only gloo is tested here, nccl needs a GPU.
+Rank 0 alone writes checkpoints (the unsharded model, optimizer, scaler,
+scheduler and its RNG states) and progress reports; every rank loads the same
+checkpoint, so a job can resume at any world size, micro-batch and
+accumulation. The stop decision is agreed at each optimizer-step boundary (any
+rank's `should_stop()` stops all), rank 0 saves, and every rank returns
+`checkpointed` once the checkpoint is on disk. With WORLD_SIZE absent or 1
+there is no process group: the loop is the single-process one, bit for bit.
+A fresh start copies rank 0's initial parameters to every rank. On resume every
+rank restores rank 0's RNG states, so random layers (dropout) draw the same
+stream on each rank: a reshape across world sizes keeps such a model's
+training statistically, not numerically, the same.
+
 Precision: fp32 runs plain; bf16/fp16 run the forward under `torch.autocast`
 on the model's device type. fp16 uses a `GradScaler` (on CUDA, and on CPU too,
 where torch >= 2.3 supports it; CPU fp16 autocast covers fewer ops and is slow,
@@ -28,7 +51,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -39,7 +62,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
 from slurm_elastico.errors import ConfigError
-from slurm_elastico.runtime.checkpoint import load_latest, restore_rng, save_checkpoint
+from slurm_elastico.runtime.checkpoint import load_latest, restore_rng, save_checkpoint, state_path
+from slurm_elastico.runtime.dist import Group, membership
 from slurm_elastico.runtime.progress import ProgressReporter
 from slurm_elastico.runtime.shape import EXIT_CHECKPOINTED, TrainShape
 from slurm_elastico.runtime.signals import checkpoint_requested
@@ -141,6 +165,7 @@ def train(
     keep: int = 2,
     on_step: Callable[[int, float], None] | None = None,
     progress: ProgressReporter | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> TrainResult:
     """Run (or resume) the job's `shape.steps` optimizer steps; stop and checkpoint when `should_stop()` says so.
 
@@ -150,10 +175,40 @@ def train(
     (re)start; their state comes from the checkpoint. `on_step(step, loss)`
     is called after each optimizer step (step counts from 1). Progress
     (steps done of `shape.steps`) goes to `progress` (default: the report file
-    elastico-run names, see `runtime.progress`).
+    elastico-run names, see `runtime.progress`). Rank membership comes from
+    torch's env:// variables in `env` (default `os.environ`); a WORLD_SIZE
+    other than `shape.ranks` is a ConfigError. On ranks other than 0,
+    `progress` is ignored and `checkpoint_seconds` is 0.
     """
-    progress = progress if progress is not None else ProgressReporter()
+    member = membership(shape.ranks, env)
     device = torch.device(device) if device is not None else next(model.parameters()).device
+    with Group(member, device) as group:
+        return _train(model, optimizer, shape, data, loss_fn, ckpt_dir, data_seed, scheduler, device, should_stop,
+                      checkpoint_every, max_grad_norm, keep, on_step, progress, group)
+
+
+def _train(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    shape: TrainShape,
+    data: Any,
+    loss_fn: Callable[[nn.Module, Any], torch.Tensor],
+    ckpt_dir: str | os.PathLike[str],
+    data_seed: int,
+    scheduler: Any,
+    device: torch.device,
+    should_stop: Callable[[], bool],
+    checkpoint_every: int | None,
+    max_grad_norm: float | None,
+    keep: int,
+    on_step: Callable[[int, float], None] | None,
+    progress: ProgressReporter | None,
+    group: Group,
+) -> TrainResult:
+    main = group.member.is_main
+    if not main:
+        progress = ProgressReporter(env={})  # reports nothing: rank 0 speaks for the job
+    progress = progress if progress is not None else ProgressReporter()
     dataset_len = len(data)
     scaler = torch.amp.GradScaler(device.type, enabled=shape.precision == "fp16")
     set_activation_checkpointing(model, shape.checkpointing)
@@ -172,10 +227,17 @@ def train(
         restore_rng(ckpt.rng)
         step = resumed_from = ckpt.step
         log.info("resumed from %s at step %d (shape %s)", ckpt.path, step, shape)
+    else:
+        group.broadcast_module(model)  # a fresh start: every rank begins from rank 0's initial parameters
+    step = group.agreed_step(step)
     saved_step = step if ckpt is not None else None
     progress.report(step, shape.steps, final=True)
 
     def save() -> tuple[Path, float]:
+        """Rank 0 writes the checkpoint; every rank returns once it is on disk."""
+        if not main:
+            group.barrier()
+            return state_path(Path(ckpt_dir), step), 0.0
         t0 = time.perf_counter()
         state = {
             "model": model.state_dict(),
@@ -187,7 +249,9 @@ def train(
             "shape": dataclasses.asdict(shape),
         }
         path = save_checkpoint(ckpt_dir, step, state, data_position=step * shape.global_batch, keep=keep)
-        return path, time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+        group.barrier()
+        return path, seconds
 
     model.train()
     steps_run = 0
@@ -195,12 +259,14 @@ def train(
     path = ckpt.path if ckpt is not None else None
     seconds = 0.0
     while step < shape.steps:
-        if should_stop():
+        if group.any(should_stop()):
             if saved_step != step:
                 path, seconds = save()
             progress.report(step, shape.steps, final=True)
             return TrainResult("checkpointed", step, steps_run, resumed_from, path, seconds, last_loss)
-        last_loss = _optimizer_step(model, optimizer, scaler, shape, data, loss_fn, data_seed, step, dataset_len, device, max_grad_norm)
+        last_loss = _optimizer_step(
+            model, optimizer, scaler, shape, data, loss_fn, data_seed, step, dataset_len, device, max_grad_norm, group
+        )
         if scheduler is not None:
             scheduler.step()
         step += 1
@@ -229,17 +295,23 @@ def _optimizer_step(
     dataset_len: int,
     device: torch.device,
     max_grad_norm: float | None,
+    group: Group,
 ) -> float:
-    """One optimizer step over the global batch of `step`, as `accumulation` micro-batches; returns the mean loss."""
+    """One optimizer step over the global batch of `step`: this rank's slice as `accumulation` micro-batches,
+    gradients summed over the ranks; returns the global batch's mean loss."""
     optimizer.zero_grad(set_to_none=True)
     weight = shape.micro_batch / shape.global_batch
     total = 0.0
-    for micro in _micro_batches(batch_indices(data_seed, step, shape.global_batch, dataset_len), shape):
+    indices = batch_indices(data_seed, step, shape.global_batch, dataset_len)
+    first = group.member.rank * shape.rank_batch
+    for micro in _micro_batches(indices[first : first + shape.rank_batch], shape):
         batch = _to_device(data[micro], device)
         with autocast_for(shape.precision, device):
             loss = loss_fn(model, batch)
         scaler.scale(loss.float() * weight).backward()
         total += loss.item() * weight
+    group.sum_grads(model.parameters())
+    total = group.sum_scalar(total)
     if max_grad_norm is not None:
         scaler.unscale_(optimizer)
         nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
