@@ -30,13 +30,28 @@ SCHEMA: list[str] = [
         b_sm_util REAL, b_membw_util REAL, b_mem_used_mib REAL, b_power_w REAL, b_mps_share INTEGER,
         b_norm REAL
     )""",
-    # Shape families recorded by elastico-submit (slurm_elastico.helper.families reads them):
-    # the spec exactly as the user wrote it, re-validated every epoch.
+    # The families of jobs the helper has managed, for `elastico report`'s history (kind per job):
+    # written by the helper (slurm_elastico.helper.families) from the jobs' own batch scripts,
+    # never read to decide what to do with a job.
     """CREATE TABLE IF NOT EXISTS job_family (
         job_id INTEGER PRIMARY KEY,
         spec TEXT NOT NULL,
         source TEXT NOT NULL DEFAULT '',
         submitted_at REAL NOT NULL
+    )""",
+    # What the helper found in each queued job's batch script (slurm_elastico.helper.families), once per
+    # job: keyed by job id and submit time (a reused id is a new job); managed = 1 only for a script
+    # elastico-submit made, with its valid family. Rows of jobs that left the queue are deleted.
+    """CREATE TABLE IF NOT EXISTS job_admission (
+        job_id INTEGER NOT NULL,
+        submit_time INTEGER NOT NULL,
+        user TEXT NOT NULL,
+        managed INTEGER NOT NULL,
+        spec TEXT NOT NULL DEFAULT '',
+        source TEXT NOT NULL DEFAULT '',
+        note TEXT NOT NULL DEFAULT '',
+        seen_at REAL NOT NULL,
+        PRIMARY KEY (job_id, submit_time)
     )""",
     # The helper's journal (slurm_elastico.helper.journal): a row is written before an action
     # is issued ('planned') and updated after ('done' / 'failed' / 'recovered'), so a

@@ -11,11 +11,16 @@ jobs from the same spec file (the epoch caches per distinct family object).
 from __future__ import annotations
 
 import math
+import os
+import pwd
 
 import numpy as np
 
 from slurm_elastico.model import (Family, GpuUse, GpuView, GresRequest, JobState, JobView, NodeView, Resources,
                                   Shape, Snapshot)
+
+USER = pwd.getpwuid(os.getuid()).pw_name
+"""The jobs' user: this process's, so the reports a test writes pass the helper's owner check."""
 
 GPU_MEM_MIB = 81920
 
@@ -108,12 +113,12 @@ def instance(rng: np.random.Generator, n_jobs: int, n_gpus: int, n_shapes: int =
                 gmem_used[key] = gmem_used.get(key, 0) + shape.resources.gpu_mem_mib
                 mem_used[key[0]] = mem_used.get(key[0], 0) + shape.resources.host_mem_mib
                 uses.setdefault(key, []).append(GpuUse(jid, shape.resources.mps))
-                jobs.append(JobView(jid, f"j{jid}", "u", "gpu", JobState.RUNNING, gres=GresRequest("mps", shape.resources.mps),
+                jobs.append(JobView(jid, f"j{jid}", USER, "gpu", JobState.RUNNING, gres=GresRequest("mps", shape.resources.mps),
                                     nodes=(node.name,), gpu_indices=(key[1],), cpus=shape.resources.cpus,
                                     memory_mib=shape.resources.host_mem_mib, submit_time=submit, requeue=True,
                                     start_time=int(now - rng.uniform(0, 600)), admin_comment=f"elastico:shape={shape.name}"))
                 continue
-        jobs.append(JobView(jid, f"j{jid}", "u", "gpu", JobState.PENDING, gres=GresRequest("mps", 100),
+        jobs.append(JobView(jid, f"j{jid}", USER, "gpu", JobState.PENDING, gres=GresRequest("mps", 100),
                             submit_time=submit, priority=int(rng.integers(0, 3))))
     cpus_on: dict[str, int] = {}
     mem_on: dict[str, int] = {}
@@ -139,14 +144,14 @@ def family(*shapes: tuple[int, float, int], floor: float = 0.0, work: float = 10
 
 def pending(job_id: int, submit: float = 0.0, priority: int = 0, share: int = 100, held: bool = False) -> JobView:
     """A pending job asking for `mps:share`."""
-    return JobView(job_id, f"j{job_id}", "u", "gpu", JobState.PENDING, held=held, gres=GresRequest("mps", share),
+    return JobView(job_id, f"j{job_id}", USER, "gpu", JobState.PENDING, held=held, gres=GresRequest("mps", share),
                    submit_time=int(submit), priority=priority)
 
 
 def running(job_id: int, node: str, gpu: int, share: int, start: float = 0.0, shape: str = "",
             requeue: bool = True) -> JobView:
     """A job running on GPU `gpu` of `node` with `mps:share` (AdminComment naming `shape` if given)."""
-    return JobView(job_id, f"j{job_id}", "u", "gpu", JobState.RUNNING, gres=GresRequest("mps", share), nodes=(node,),
+    return JobView(job_id, f"j{job_id}", USER, "gpu", JobState.RUNNING, gres=GresRequest("mps", share), nodes=(node,),
                    gpu_indices=(gpu,), cpus=1, memory_mib=1024, submit_time=int(start), start_time=int(start),
                    requeue=requeue,
                    admin_comment=f"elastico:shape={shape}" if shape else "")

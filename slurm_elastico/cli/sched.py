@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 
 import click
@@ -17,7 +18,7 @@ from slurm_elastico.cli import settings
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="with --interval: stop after N epochs")
 @click.option("--dry-run", is_flag=True, help="print the plan and the exact scontrol commands; change nothing")
 @click.option("--families", "families_dir", type=click.Path(file_okay=False), default=None,
-              help="read families from DIR/<job id>.yaml instead of what elastico-submit recorded")
+              help="read families from DIR/<job id>.yaml (the administrator's) instead of the jobs' batch scripts")
 @click.option("--json", "as_json", is_flag=True, help="print each epoch as one JSON line")
 @click.pass_context
 def sched(ctx, once, interval, epochs, dry_run, families_dir, as_json) -> None:
@@ -30,6 +31,7 @@ def sched(ctx, once, interval, epochs, dry_run, families_dir, as_json) -> None:
     --interval waits longer each time and says so.
     """
     from slurm_elastico.helper.lock import HelperBusy, helper_lock
+    from slurm_elastico.helper.private import require_private
     from slurm_elastico.planner import policies
     from slurm_elastico.slurm.conf import read_cluster_name
 
@@ -37,16 +39,17 @@ def sched(ctx, once, interval, epochs, dry_run, families_dir, as_json) -> None:
         raise click.UsageError("--once and --interval exclude each other")
     cfg = settings(ctx)
     policies.get(cfg.planner.policy)  # an unknown policy stops here, not at every epoch
-    lifetime = contextlib.ExitStack()
-    if not dry_run:  # a dry run changes nothing: it may look while the helper runs
-        try:
-            lifetime.enter_context(helper_lock(read_cluster_name(cfg.slurm.conf), cfg.state_dir))
-        except HelperBusy as exc:
-            if interval is not None:
-                raise
-            click.echo(f"note: {exc}; this epoch is skipped", err=True)
-            return
-    with lifetime:
+    with contextlib.ExitStack() as lifetime:  # what the helper holds for its whole life
+        if not dry_run:  # a dry run changes nothing: it may look while the helper runs
+            lifetime.callback(os.umask, os.umask(0o077))  # its state is private (helper.private)
+            require_private(cfg.state_dir)
+            try:
+                lifetime.enter_context(helper_lock(read_cluster_name(cfg.slurm.conf), cfg.state_dir))
+            except HelperBusy as exc:
+                if interval is not None:
+                    raise
+                click.echo(f"note: {exc}; this epoch is skipped", err=True)
+                return
         _serve(cfg, interval, epochs, dry_run, families_dir, as_json)
 
 
@@ -55,7 +58,7 @@ def _serve(cfg, interval, epochs, dry_run, families_dir, as_json) -> None:
     from slurm_elastico.cli.view import gateway_from
     from slurm_elastico.errors import ConfigError, SlurmUnavailable
     from slurm_elastico.helper.epoch import main_loop, outage_line, render, run_once
-    from slurm_elastico.helper.families import DirectoryFamilies, StoreFamilies
+    from slurm_elastico.helper.families import DirectoryFamilies, ScriptFamilies
     from slurm_elastico.helper.journal import Journal
     from slurm_elastico.helper.observer import ProgressObserver
     from slurm_elastico.interference import load_model
@@ -66,7 +69,7 @@ def _serve(cfg, interval, epochs, dry_run, families_dir, as_json) -> None:
     gateway = gateway_from(cfg)
     store = Store(cfg.store_path)
     families = (DirectoryFamilies(families_dir, cfg.gpu.memory_mib) if families_dir
-                else StoreFamilies(store, cfg.gpu.memory_mib))
+                else ScriptFamilies(store, gateway, cfg.gpu.memory_mib))
     model = load_model(cfg.interference.model)
     journal = None if dry_run else Journal(store)
     reference = []

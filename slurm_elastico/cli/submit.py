@@ -9,8 +9,8 @@ batch script that carries the user's script, arguments and family inside it
 (a requeue replays it; no shared filesystem is assumed), and adds what a
 reshape needs unless the user chose it: --requeue, --open-mode=append,
 --signal=B:USR1@<lead>, --gres=mps:<default share>, --begin=now+<window>, and
-the script's name as job name (as sbatch would). After sbatch succeeds the
-family is recorded in the store for `elastico sched`. This module parses and
+the script's name as job name (as sbatch would). `elastico sched` reads the
+family from the job's batch script through Slurm. This module parses and
 prints; the logic is in `slurm_elastico.jobwrap` and sbatch runs in
 `slurm_elastico.slurm.submit`.
 """
@@ -25,7 +25,7 @@ from typing import TextIO
 from slurm_elastico import config
 from slurm_elastico.errors import ElasticoError, SlurmNotFound
 from slurm_elastico.jobwrap.options import split_argv
-from slurm_elastico.jobwrap.submit import prepare, record
+from slurm_elastico.jobwrap.submit import prepare
 from slurm_elastico.slurm.submit import sbatch as run_sbatch
 
 USAGE = """usage: elastico-submit [sbatch options] --family FILE script [script args]
@@ -46,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def submit(argv: Sequence[str], *, env: Mapping[str, str] | None = None, out: TextIO | None = None,
            err: TextIO | None = None, sbatch: str = "sbatch", interpreter: str | None = None) -> int:
-    """Validate, submit through sbatch, record the family; returns the exit code (sbatch's once it ran)."""
+    """Validate and submit through sbatch; returns the exit code (sbatch's once it ran)."""
     env = dict(os.environ if env is None else env)
     out = out or sys.stdout
     err = err or sys.stderr
@@ -63,8 +63,7 @@ def submit(argv: Sequence[str], *, env: Mapping[str, str] | None = None, out: Te
     for note in job.notes:
         err.write(f"elastico-submit: note: {note}\n")
     try:
-        return run_sbatch([*job.additions, *args.sbatch_argv], job.script, env=env, out=out, program=sbatch,
-                          on_job_id=lambda job_id: record(settings, job_id, job, err))
+        return run_sbatch([*job.additions, *args.sbatch_argv], job.script, env=env, out=out, program=sbatch)
     except SlurmNotFound as exc:
         err.write(f"elastico-submit: error: {exc}; nothing was submitted\n")
         return 127

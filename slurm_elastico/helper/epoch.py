@@ -31,8 +31,8 @@ from typing import Protocol
 
 from slurm_elastico.config import Settings
 from slurm_elastico.errors import ElasticoError, SlurmUnavailable
-from slurm_elastico.helper.executor import Outcome, execute
-from slurm_elastico.helper.families import FamilySource
+from slurm_elastico.helper.executor import Outcome, execute, keep_others_comments
+from slurm_elastico.helper.families import Admission, FamilySource
 from slurm_elastico.helper.journal import JournalLike, action_to_json
 from slurm_elastico.helper.recovery import recover
 from slurm_elastico.interference.base import SlowdownModel
@@ -98,7 +98,9 @@ def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model
         unsettled = {action.job_id for _, action in journal.unsettled()}
         if recovered:
             snap = gateway.snapshot()
+    admitted = families.admit(snap, dry_run) if isinstance(families, Admission) else []
     fams, warnings = families.families({j.job_id for j in snap.jobs})
+    warnings = [*admitted, *warnings]
     progress, fams, observed = observer(snap, fams, dry_run, families) if observer is not None else ({}, fams, [])
     plan = run_epoch(snap, fams, settings, model, now, progress)
     waiting = sorted({a.job_id for a in plan.actions} & unsettled)
@@ -106,9 +108,15 @@ def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model
         plan = dataclasses.replace(plan, actions=tuple(a for a in plan.actions if a.job_id not in unsettled),
                                    notes=(*plan.notes, *(f"job {j}: no new action while an interrupted one is "
                                                          "still open in the journal" for j in waiting)))
-    plan = dataclasses.replace(plan, notes=(*plan.notes, *observed))
-    outcomes = execute(plan.actions, gateway, journal, now, dry_run=dry_run,
-                       comments={j.job_id: j.admin_comment for j in snap.jobs})
+    foreign = sorted({a.job_id for a in plan.actions} - set(fams))
+    if foreign:  # the planner leaves such jobs alone; this holds it whatever the policy
+        plan = dataclasses.replace(plan, actions=tuple(a for a in plan.actions if a.job_id in fams),
+                                   notes=(*plan.notes, *(f"job {j}: no action, it has no family from elastico-submit"
+                                                         for j in foreign)))
+    comments = {j.job_id: j.admin_comment for j in snap.jobs}
+    plan = dataclasses.replace(plan, actions=keep_others_comments(plan.actions, comments),
+                               notes=(*plan.notes, *observed))
+    outcomes = execute(plan.actions, gateway, journal, now, dry_run=dry_run, comments=comments)
     outage = next((o.error for o in outcomes if o.status == "unanswered"), "")
     return EpochResult(now, plan, tuple(outcomes), tuple(recovered), tuple(warnings), outage)
 

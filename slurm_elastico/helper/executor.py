@@ -19,6 +19,7 @@ is skipped (each would wait out the same timeout and fail the same way).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -26,6 +27,8 @@ from typing import Protocol
 from slurm_elastico.errors import ElasticoError, SlurmUnavailable
 from slurm_elastico.helper.journal import JournalLike
 from slurm_elastico.model import Action, ActionKind
+from slurm_elastico.planner.baselines import STATE as TIRESIAS_STATE
+from slurm_elastico.planner.pollux import STATE as POLLUX_STATE
 
 
 class Actuator(Protocol):
@@ -88,6 +91,34 @@ def execute(actions: Iterable[Action], gateway: Actuator, journal: JournalLike |
             if action.kind is ActionKind.SET_ADMIN_COMMENT:
                 commented.add(action.job_id)
     return outcomes
+
+
+OWN_PARTS = ("elastico:", POLLUX_STATE, TIRESIAS_STATE)
+"""Prefixes of the AdminComment parts the policies write (`elastico:shape=`, `elastico:held=1`, a baseline's
+state); every other part belongs to someone else (a site keeps data there) and is kept as it is."""
+
+
+def merged_comment(current: str, ours: str) -> str:
+    """The AdminComment to set: the policy's parts `ours`, then every part of `current` that is not a policy's.
+
+    Parts are comma-separated; a part someone else wrote keeps its exact text and order."""
+    mine = [p for p in ours.split(",") if p.strip()]
+    kept = [p for p in (current or "").split(",") if p.strip() and not p.strip().startswith(OWN_PARTS)]
+    return ",".join(mine + kept)
+
+
+def keep_others_comments(actions: Iterable[Action], comments: dict[int, str]) -> tuple[Action, ...]:
+    """`actions` with each AdminComment merged into the job's current one (`merged_comment`); one that would
+    change nothing is dropped (a policy compares its own text with the whole comment)."""
+    out = []
+    for a in actions:
+        if a.kind is ActionKind.SET_ADMIN_COMMENT and a.text is not None:
+            text = merged_comment(comments.get(a.job_id, ""), a.text)
+            if text == comments.get(a.job_id, ""):
+                continue
+            a = dataclasses.replace(a, text=text)
+        out.append(a)
+    return tuple(out)
 
 
 def _restore_comment(gateway: Actuator, job_id: int, text: str) -> str:

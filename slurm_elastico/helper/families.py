@@ -1,14 +1,30 @@
-"""Where the helper finds each job's shape family: recorded by elastico-submit, or files in a directory."""
+"""Where the helper finds each job's shape family: inside the job's own batch script, or files in a directory.
+
+Trust: a family comes from the job itself, never from a file a user could
+write for someone else's job. elastico-submit embeds the family in the batch
+script it hands sbatch (`jobwrap.script`); Slurm keeps that script with the
+job and lets only root, SlurmUser and the job's owner read it. `ScriptFamilies`
+reads it once per job (`scontrol write batch_script`), keeps what it found in
+the helper's private store keyed by job id AND submit time (a reused job id is
+a new job), and offers families only for jobs whose script carries
+elastico-submit's payload: a plain sbatch job is never acted on, whatever rows
+anyone wrote. Rows of jobs that left the queue are forgotten (the journal keeps
+the history). `DirectoryFamilies` is the administrator's own assertion
+(`elastico sched --families DIR`), for jobs not submitted through elastico-submit.
+"""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import yaml
 
-from slurm_elastico.errors import ConfigError
-from slurm_elastico.model import Family
+from slurm_elastico.errors import ConfigError, SlurmError, SlurmUnavailable, UnknownJobError
+from slurm_elastico.jobwrap.script import payload_from_script
+from slurm_elastico.model import Family, JobView, Snapshot
 from slurm_elastico.shapes import load_directory, parse_family
 from slurm_elastico.store import Store
 
@@ -19,22 +35,100 @@ class FamilySource(Protocol):
         ...
 
 
-class StoreFamilies:
-    """Families recorded by elastico-submit in the store."""
+@runtime_checkable
+class Admission(Protocol):
+    def admit(self, snapshot: Snapshot, dry_run: bool) -> list[str]:
+        """Learn the families of the snapshot's jobs not seen before, forget those of jobs gone; notes."""
+        ...
 
-    def __init__(self, store: Store, gpu_memory_mib: int):
-        self.store, self.gpu_memory_mib = store, gpu_memory_mib
+
+class ScriptReader(Protocol):
+    def batch_script(self, job_id: int) -> str: ...
+
+
+class ScriptFamilies:
+    """Families embedded by elastico-submit in the jobs' batch scripts, read once per job through Slurm."""
+
+    def __init__(self, store: Store, gateway: ScriptReader, gpu_memory_mib: int, clock=time.time):
+        self.store, self.gateway, self.gpu_memory_mib, self.clock = store, gateway, gpu_memory_mib, clock
+        self._dry: dict[tuple[int, int], tuple[int, str, str]] = {}  # what a dry run found (it writes nothing)
+
+    def admit(self, snapshot: Snapshot, dry_run: bool) -> list[str]:
+        """Read the batch script of every active job not seen before; forget rows of jobs no longer queued.
+
+        `SlurmUnavailable` propagates (the epoch is an outage); a job that vanished meanwhile is skipped and
+        tried again next epoch; any other refusal to show its script leaves the job unmanaged, with a note.
+        """
+        known = {(r["job_id"], r["submit_time"]) for r in self.store.query("SELECT job_id, submit_time FROM job_admission")}
+        active = {_key(j): j for j in snapshot.jobs}
+        notes: list[str] = []
+        found: list[tuple] = []
+        for key, job in sorted(active.items()):
+            if key in known or key in self._dry:
+                continue
+            try:
+                managed, spec, source, note = self._examine(job)
+            except UnknownJobError:
+                continue  # it left between the snapshot and this read
+            if note:
+                notes.append(note)
+            found.append((*key, job.user, managed, spec, source, note, self.clock()))
+        if dry_run:
+            self._dry.update({(r[0], r[1]): (r[3], r[4], r[5]) for r in found})
+            return notes
+        with self.store.transaction() as conn:
+            conn.executemany("INSERT OR REPLACE INTO job_admission (job_id, submit_time, user, managed, spec, source,"
+                             " note, seen_at) VALUES (?,?,?,?,?,?,?,?)", found)
+            # The history `elastico report` reads (kind per job); never read to decide anything.
+            conn.executemany("INSERT OR REPLACE INTO job_family (job_id, spec, source, submitted_at) VALUES (?,?,?,?)",
+                             [(r[0], r[4], r[5], r[1]) for r in found if r[3]])
+            self._forget(conn, active)
+        return notes
+
+    def _examine(self, job: JobView) -> tuple[int, str, str, str]:
+        """(managed, spec, source, note) of one job from its batch script."""
+        try:
+            text = self.gateway.batch_script(job.job_id)
+        except (SlurmUnavailable, UnknownJobError):
+            raise
+        except SlurmError as exc:
+            return 0, "", "", f"job {job.job_id}: left alone, its batch script could not be read: {exc}"
+        try:
+            payload = payload_from_script(text)
+        except ConfigError:
+            return 0, "", "", ""  # not elastico-submit's: not ours, nothing to say
+        source = f"job {job.job_id} ({payload.family_source})"
+        try:
+            parse_family(yaml.safe_load(payload.family_spec), source, self.gpu_memory_mib)
+        except (ConfigError, yaml.YAMLError, RecursionError, ValueError) as exc:
+            return 0, "", "", f"job {job.job_id}: family ignored, the job is left as submitted: {_short(exc)}"
+        return 1, payload.family_spec, payload.family_source, ""
+
+    @staticmethod
+    def _forget(conn, active: dict[tuple[int, int], JobView]) -> None:
+        """Drop the rows of jobs no longer queued, unless an open co-location pair still needs the family."""
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS admitted_now (job_id INTEGER, submit_time INTEGER)")
+        conn.execute("DELETE FROM admitted_now")
+        conn.executemany("INSERT INTO admitted_now VALUES (?, ?)", list(active))
+        conn.execute("DELETE FROM job_admission WHERE NOT EXISTS (SELECT 1 FROM admitted_now a WHERE "
+                     "a.job_id = job_admission.job_id AND a.submit_time = job_admission.submit_time) "
+                     "AND job_id NOT IN (SELECT job_id FROM pair_rate) AND job_id NOT IN (SELECT partner FROM pair_rate)")
 
     def families(self, job_ids: set[int]) -> tuple[dict[int, Family], list[str]]:
+        """Families of the managed jobs among `job_ids` (the newest submission of an id)."""
         if not job_ids:
             return {}, []
         marks = ",".join("?" * len(job_ids))
-        rows = self.store.query(f"SELECT job_id, spec, source FROM job_family WHERE job_id IN ({marks})", sorted(job_ids))
-        return _parse_all(((r["job_id"], r["spec"], r["source"] or f"job {r['job_id']}") for r in rows), self.gpu_memory_mib)
+        rows = [(r["job_id"], r["spec"], r["source"]) for r in self.store.query(
+            f"SELECT job_id, spec, source FROM job_admission WHERE managed = 1 AND job_id IN ({marks}) "
+            "ORDER BY submit_time", sorted(job_ids))]
+        rows += [(k[0], spec, source) for k, (managed, spec, source) in sorted(self._dry.items(), key=lambda x: x[0][1])
+                 if managed and k[0] in job_ids]
+        return _parse_all(((j, spec, f"job {j} ({source})") for j, spec, source in rows), self.gpu_memory_mib)
 
 
 class DirectoryFamilies:
-    """Families as files `<job id>.yaml` in a directory (before or besides elastico-submit)."""
+    """Families as files `<job id>.yaml` in a directory the administrator keeps (before or besides elastico-submit)."""
 
     def __init__(self, directory: str | Path, gpu_memory_mib: int):
         self.dir, self.gpu_memory_mib = Path(directory), gpu_memory_mib
@@ -47,13 +141,21 @@ class DirectoryFamilies:
                 [f"family ignored, the job is left as submitted: {e}" for e in errors])
 
 
-def _parse_all(items, gpu_memory_mib: int) -> tuple[dict[int, Family], list[str]]:
+def _key(job: JobView) -> tuple[int, int]:
+    return job.job_id, int(job.submit_time or 0)
+
+
+def _short(exc: BaseException, limit: int = 300) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
+
+def _parse_all(items: Iterable[tuple[int, str, str]], gpu_memory_mib: int) -> tuple[dict[int, Family], list[str]]:
     families: dict[int, Family] = {}
     warnings: list[str] = []
     for job_id, text, source in items:
         try:
             families[job_id] = parse_family(yaml.safe_load(text), source, gpu_memory_mib)
-        except (ConfigError, yaml.YAMLError) as exc:
-            warnings.append(f"job {job_id}: family ignored, the job is left as submitted: {exc}")
+        except (ConfigError, yaml.YAMLError, RecursionError, ValueError) as exc:
+            warnings.append(f"job {job_id}: family ignored, the job is left as submitted: {_short(exc)}")
     return families, warnings
-

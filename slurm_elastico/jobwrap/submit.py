@@ -1,19 +1,19 @@
-"""elastico-submit's checks and record: family and script checked before anything is submitted, the family stored after.
+"""elastico-submit's checks: family and script checked before anything is submitted.
 
 `prepare` reports every problem at once (ConfigError) and builds the batch
 script (`slurm_elastico.jobwrap.script`) and the options a reshape needs
-(`slurm_elastico.jobwrap.additions`); `record` stores the family for the
-helper once sbatch printed the job id. The command: `slurm_elastico.cli.submit`;
-sbatch itself runs in `slurm_elastico.slurm.submit`.
+(`slurm_elastico.jobwrap.additions`). The family travels inside that batch
+script and nowhere else: the helper reads it from Slurm
+(`slurm_elastico.helper.families`), so elastico-submit writes no file of the
+helper's and needs no access to its state. The command:
+`slurm_elastico.cli.submit`; sbatch itself runs in `slurm_elastico.slurm.submit`.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TextIO
 
 from slurm_elastico import config
 from slurm_elastico.errors import ConfigError
@@ -23,7 +23,6 @@ from slurm_elastico.jobwrap.payload import Payload
 from slurm_elastico.jobwrap.script import batch_script
 from slurm_elastico.shapes import load_family
 from slurm_elastico.shapes.units import ShareUnitError, shares_of
-from slurm_elastico.store import Store
 
 
 class Prepared:
@@ -91,13 +90,3 @@ def prepare(args: SubmitArgs, settings: config.Settings, env: Mapping[str, str],
     return Prepared(batch_script(interpreter, user_text, payload), additions.argv, additions.notes,
                      spec_text, payload.family_source)
 
-
-def record(settings: config.Settings, job_id: int, job: Prepared, err: TextIO) -> None:
-    """Store the family for the helper; a failure leaves the job running at its default shape, so it only warns."""
-    try:
-        with Store(settings.store_path) as store:
-            store.execute("INSERT OR REPLACE INTO job_family (job_id, spec, source, submitted_at) VALUES (?, ?, ?, ?)",
-                          (job_id, job.spec, job.source, time.time()))
-    except Exception as exc:  # noqa: BLE001 - any store failure must not hide that the job was submitted
-        err.write(f"elastico-submit: warning: job {job_id} was submitted but its family was not recorded in "
-                  f"{settings.store_path} ({exc}); the helper will leave it at its default shape\n")

@@ -18,6 +18,8 @@ Where: `elastico-run` sets ELASTICO_PROGRESS_FILE to
 compute from squeue alone (the job's `current_working_directory` and id), so
 nothing else has to be recorded. The helper must be able to read it: on a
 shared file system with root squashing, give the helper's user read access.
+The helper believes a report only if the file and its directory belong to the
+job's user and nobody else may write the directory (`check_owner`).
 Without ELASTICO_PROGRESS_FILE nothing is written. Writing never fails a job:
 an I/O error is logged once and reporting stops for that run.
 """
@@ -28,6 +30,7 @@ import json
 import logging
 import math
 import os
+import pwd
 import stat
 import threading
 import time
@@ -158,20 +161,48 @@ def read_progress(path: str | os.PathLike[str]) -> Progress | None:
     return None if d is None else parse_progress(d, str(path))
 
 
+def check_owner(path: Path, user: str) -> None:
+    """`ReportError` unless the report at `path` and its directory belong to the job's `user` and only they may
+    write them (nothing to check when there is no report yet).
+
+    The helper believes a report only from the job's owner: a file someone else wrote (another user with
+    write access to the job's working directory) must not steer the planning of this user's job. The
+    directory must not be writable by group or others, so only the owner (or root) can swap the file
+    between this check and the read (which follows no symlink)."""
+    try:
+        uid = pwd.getpwnam(user).pw_uid
+    except KeyError:
+        raise ReportError(f"{path}: the job's user {user!r} is unknown on this host, so its owner cannot be checked") from None
+    for p, is_dir in ((path.parent, True), (path, False)):
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            return  # no report yet
+        except OSError as exc:
+            raise ReportError(f"{p}: cannot be checked ({exc.strerror})") from None
+        if st.st_uid != uid:
+            raise ReportError(f"{p}: owned by uid {st.st_uid}, not by the job's user {user} (uid {uid})")
+        if is_dir and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise ReportError(f"{p}: group or others may write it (mode {stat.filemode(st.st_mode)}); "
+                              "allowed: only the job's user (a umask of 022 or 077 when the job starts)")
+
+
 def read_job_reports(jobs: Iterable[JobView], read: Callable | None = None,
                      path: Callable | None = None) -> tuple[dict, list[str]]:
     """{job id: report} of the running jobs' reports of one kind (default: progress), and a note per unusable one.
 
-    `jobs` are `JobView`s; those not running or without a working directory are skipped. `read` and
-    `path` name the kind (`read_progress`, `progress_path` or the counters' pair, `runtime.counters`).
+    `jobs` are `JobView`s; those not running or without a working directory are skipped; a report that
+    is not the job owner's (`check_owner`) is one of the notes, never read. `read` and `path` name the kind (`read_progress`, `progress_path` or the counters' pair, `runtime.counters`).
     """
     read, path = read or read_progress, path or progress_path
     found, notes = {}, []
     for job in jobs:
         if job.state is not JobState.RUNNING or not job.work_dir:
             continue
+        where = Path(path(job.work_dir, job.job_id))
         try:
-            value = read(path(job.work_dir, job.job_id))
+            check_owner(where, job.user)
+            value = read(where)
         except ReportError as exc:
             notes.append(f"job {job.job_id}: report ignored: {exc}")
             continue

@@ -70,6 +70,14 @@ def sacct_json(*, start: str = "now-7days", end: str = "now", duplicates: bool =
     return argv
 
 
+def batch_script(job_id: int) -> list[str]:
+    """A job's batch script as Slurm stored it, on stdout (22.05 and 24.11; squeue's JSON carries no script).
+
+    Only root, SlurmUser and the job's owner may read it: the helper reads the family that elastico-submit
+    embedded there, which the user cannot change after submission."""
+    return ["scontrol", "write", "batch_script", _job_id(job_id), "-"]
+
+
 def sbatch(options: Sequence[str], program: str = "sbatch") -> list[str]:
     """sbatch reading the batch script from stdin; `options` are a user's own sbatch options, passed verbatim."""
     return [program, *options]

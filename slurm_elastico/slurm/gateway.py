@@ -163,6 +163,12 @@ class SlurmGateway:
                 return j
         raise UnknownJobError(argv, 0, f"job {job_id} is not in squeue")
 
+    def batch_script(self, job_id: int) -> str:
+        """The job's batch script as Slurm keeps it; `UnknownJobError` when the job is gone.
+
+        Not JSON, so not `_read`: a refusal is classified like an action's (`classify`)."""
+        return self._run(commands.batch_script(job_id)).stdout
+
     def sacct(self, **kwargs) -> tuple[SacctRecord, ...]:
         """Accounting records (needs slurmdbd or a jobcomp file); see `commands.sacct_json`."""
         return parse_sacct(self._read(commands.sacct_json(**kwargs)))

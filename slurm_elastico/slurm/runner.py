@@ -47,7 +47,8 @@ class SubprocessRunner:
         env = {**os.environ, **self.env} if self.env else None
         try:
             proc = subprocess.run(
-                argv, capture_output=True, text=True, timeout=limit, env=env, stdin=subprocess.DEVNULL, check=False
+                argv, capture_output=True, text=True, errors="surrogateescape", timeout=limit, env=env,
+                stdin=subprocess.DEVNULL, check=False,
             )
         except subprocess.TimeoutExpired as exc:
             err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")

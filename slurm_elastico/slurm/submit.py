@@ -7,31 +7,19 @@ job, and what it prints, and its exit code, are the user's answer unchanged.
 
 from __future__ import annotations
 
-import re
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from slurm_elastico.errors import SlurmNotFound
 from slurm_elastico.slurm import commands
 
-_SUBMITTED = re.compile(r"^Submitted batch job (\d+)")
-_PARSABLE = re.compile(r"^(\d+)(;\S+)?$")
-
-
-def job_id_from(line: str) -> int | None:
-    """The job id in a line sbatch printed ("Submitted batch job N[ on cluster C]" or, with --parsable, "N[;C]")."""
-    text = line.strip()
-    m = _SUBMITTED.match(text) or _PARSABLE.match(text)
-    return int(m.group(1)) if m else None
-
-
 def sbatch(options: Sequence[str], script: str, *, env: Mapping[str, str], out: TextIO,
-           on_job_id: Callable[[int], None], program: str = "sbatch") -> int:
+           program: str = "sbatch") -> int:
     """Run sbatch with `script` on stdin; returns its exit code. Raises SlurmNotFound when `program` is not on PATH.
 
-    Its stdout is copied to `out` line by line and `on_job_id` gets the first
-    job id printed; its stderr is the caller's own.
+    Its stdout is copied to `out` line by line (with --wait sbatch prints the id long before it exits); its
+    stderr is the caller's own.
     """
     cmd = commands.sbatch(options, program)
     try:
@@ -46,12 +34,7 @@ def sbatch(options: Sequence[str], script: str, *, env: Mapping[str, str], out: 
         proc.stdin.close()
     except BrokenPipeError:
         pass  # sbatch exited early (bad option); its message and exit code follow
-    job_id = None
-    for line in proc.stdout:  # streamed: with --wait sbatch prints the id long before it exits
+    for line in proc.stdout:
         out.write(line)
         out.flush()
-        if job_id is None:
-            job_id = job_id_from(line)
-            if job_id is not None:
-                on_job_id(job_id)
     return proc.wait()
