@@ -53,12 +53,16 @@ class Membership:
         return self.rank == 0
 
 
-def membership(shape_ranks: int, env: Mapping[str, str] | None = None) -> Membership:
+def membership(
+    shape_ranks: int, env: Mapping[str, str] | None = None, *, variable: str = "ELASTICO_RANKS", rendezvous: bool = True
+) -> Membership:
     """This process's membership from the env:// variables, checked against the shape's `ranks`.
 
-    WORLD_SIZE absent means 1. A WORLD_SIZE that differs from `shape_ranks`,
-    a RANK or LOCAL_RANK that is missing or out of range, or a missing
+    WORLD_SIZE absent means 1. A WORLD_SIZE that differs from `shape_ranks`
+    (the shape's `variable`), a RANK or LOCAL_RANK that is missing or out of
+    range, or (with `rendezvous`, for a process group) a missing
     MASTER_ADDR/MASTER_PORT when WORLD_SIZE > 1 raise one ConfigError naming each.
+    Inference replicas use it with variable="ELASTICO_REPLICAS", rendezvous=False.
     """
     env = os.environ if env is None else env
     problems: list[str] = []
@@ -84,7 +88,7 @@ def membership(shape_ranks: int, env: Mapping[str, str] | None = None) -> Member
         raise ConfigError(_SOURCE, problems)
     if world != shape_ranks:
         problems.append(
-            f"WORLD_SIZE={world} but the shape has ELASTICO_RANKS={shape_ranks}; the launcher must start one process per rank"
+            f"WORLD_SIZE={world} but the shape has {variable}={shape_ranks}; the launcher must start one process per rank"
         )
     if world == 1:
         rank = integer("RANK", 0, 0)
@@ -92,7 +96,7 @@ def membership(shape_ranks: int, env: Mapping[str, str] | None = None) -> Member
     else:
         rank = integer("RANK", None, 0)
         local = integer("LOCAL_RANK", rank, 0)
-        for name in ("MASTER_ADDR", "MASTER_PORT"):
+        for name in ("MASTER_ADDR", "MASTER_PORT") if rendezvous else ():
             if not env.get(name, "").strip():
                 problems.append(f"{name} is not set; a process group of {world} ranks needs the rendezvous address")
     if rank is not None and rank >= world:

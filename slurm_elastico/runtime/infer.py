@@ -8,6 +8,29 @@ skipped, so a resume neither loses nor repeats a request whatever the new
 `max_num_seqs`. A kill can tear only the last line (appends are sequential);
 `Journal` detects that, truncates it away, and the request is redone.
 
+Replicas (`shape.replicas` = R > 1, ELASTICO_REPLICAS): R independent engine
+processes share the request list, each learning its index r from RANK (and
+WORLD_SIZE, which must equal R) as `elastico-run` sets them; there is no
+process group. Replica r answers the requests at positions i of the request
+file with i mod R = r that no journal holds yet, so the shares are disjoint
+whatever the replicas have done before and whenever each starts. Each replica
+appends to its own journal shard (replica 0 to the journal itself, replica r
+to `<stem>.replica-<r><suffix>` beside it: one writer per file) and reads
+every shard, without repairing the others' torn tails, to skip what any
+earlier launch answered; so a move between 1 and 2 replicas (or any counts)
+answers each request exactly once, and an id found in two shards is a
+`JournalCorruptError`. Each replica stops at its own batch boundary on a
+reshape signal (no agreement is needed). Replica 0 writes the progress reports,
+counting every shard. Trap: the split is static, so a replica whose share was
+already answered by a faster peer before a relaunch at the same R has less to do.
+
+Tensor parallelism is the engine's: `tensor_parallel_size` is an engine
+argument (`InferShape.engine_args`) that `VllmEngine` passes to `vllm.LLM`,
+which starts its own workers for it; the CPU engines here ignore it. The vLLM
+documentation lists tensor parallelism (`-tp N`) among the CPU backend's
+features, with each rank's OpenMP threads bound by VLLM_CPU_OMP_THREADS_BIND
+(for example "0-31|32-63"); that is untested here.
+
 Engines sit behind `Engine.generate(prompts, max_tokens) -> completions`,
 greedy (temperature 0):
   - `VllmEngine`: the real path, `vllm.LLM(model, **shape.engine_kwargs())`.
@@ -26,7 +49,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -34,6 +58,7 @@ from typing import Any, Protocol
 import torch
 
 from slurm_elastico.errors import ConfigError, ElasticoError
+from slurm_elastico.runtime.dist import membership
 from slurm_elastico.runtime.progress import ProgressReporter
 from slurm_elastico.runtime.shape import EXIT_CHECKPOINTED, InferShape
 from slurm_elastico.runtime.signals import checkpoint_requested
@@ -124,22 +149,7 @@ class Journal:
         if not self.path.exists():
             return
         data = self.path.read_bytes()
-        good_end = 0
-        pos = 0
-        while pos < len(data):
-            nl = data.find(b"\n", pos)
-            line = data[pos:] if nl < 0 else data[pos:nl]
-            record = _parse_record(line)
-            if nl < 0 or record is None:
-                if nl >= 0 and data[nl + 1 :].strip():
-                    raise JournalCorruptError(
-                        f"{self.path}: byte {pos}: unreadable line followed by more records; not a torn append, fix or remove it"
-                    )
-                break  # the last line is torn (no newline, or cut mid-record): drop it
-            if record["id"] in self.done:
-                raise JournalCorruptError(f"{self.path}: id {record['id']!r} appears twice")
-            self.done[record["id"]] = record
-            good_end = pos = nl + 1
+        self.done, good_end = _scan(data, self.path)
         if good_end < len(data):
             self.repaired_bytes = len(data) - good_end
             log.warning("%s: dropping a torn last line (%d bytes) left by a kill", self.path, self.repaired_bytes)
@@ -164,6 +174,70 @@ class Journal:
             self.done[r["id"]] = r
 
 
+def _scan(data: bytes, path: Path, offset: int = 0) -> tuple[dict[str, dict[str, Any]], int]:
+    """The records of journal bytes `data` (read from `path` at byte `offset`) and where the complete lines end.
+
+    A torn last line (no newline, or cut mid-record) is left out; an
+    unreadable line followed by more records, or a repeated id, is a JournalCorruptError.
+    """
+    records: dict[str, dict[str, Any]] = {}
+    good_end = pos = 0
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        line = data[pos:] if nl < 0 else data[pos:nl]
+        record = _parse_record(line)
+        if nl < 0 or record is None:
+            if nl >= 0 and data[nl + 1 :].strip():
+                raise JournalCorruptError(
+                    f"{path}: byte {offset + pos}: unreadable line followed by more records; not a torn append, fix or remove it"
+                )
+            break  # the last line is torn: drop it
+        if record["id"] in records:
+            raise JournalCorruptError(f"{path}: id {record['id']!r} appears twice")
+        records[record["id"]] = record
+        good_end = pos = nl + 1
+    return records, good_end
+
+
+def replica_journal(base: str | os.PathLike[str], replica: int) -> Path:
+    """The journal shard replica `replica` writes: the journal itself for replica 0, `<stem>.replica-<r><suffix>` beside it otherwise."""
+    base = Path(base)
+    return base if replica == 0 else base.with_name(f"{base.stem}.replica-{replica}{base.suffix}")
+
+
+def journal_shards(base: str | os.PathLike[str]) -> list[Path]:
+    """Every existing shard of the journal `base` (the journal itself first, then the replicas' in replica order)."""
+    base = Path(base)
+    pattern = re.compile(rf"^{re.escape(base.stem)}\.replica-(\d+){re.escape(base.suffix)}$")
+    found = sorted((int(m.group(1)), p) for p in base.parent.glob(f"{base.stem}.replica-*") if (m := pattern.match(p.name)))
+    return ([base] if base.exists() else []) + [p for _, p in found]
+
+
+class _OtherShards:
+    """The ids the other replicas' shards hold, read incrementally and read-only (a torn tail is left for its writer)."""
+
+    def __init__(self, base: Path, own: Path):
+        self.base, self.own = base, own
+        self.offsets: dict[Path, int] = {}
+        self.ids: dict[str, Path] = {}
+
+    def poll(self) -> dict[str, Path]:
+        for path in journal_shards(self.base):
+            if path == self.own:
+                continue
+            offset = self.offsets.get(path, 0)
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+            records, end = _scan(data, path, offset)
+            for rid in records:
+                if rid in self.ids:
+                    raise JournalCorruptError(f"request {rid!r} is journaled in both {self.ids[rid]} and {path}")
+                self.ids[rid] = path
+            self.offsets[path] = offset + end
+        return self.ids
+
+
 def _parse_record(line: bytes) -> dict[str, Any] | None:
     try:
         obj = json.loads(line)
@@ -184,9 +258,12 @@ class InferResult:
 
     status: str
     done: int
+    """Requests journaled in all shards, as this replica last saw them."""
     total: int
     written: int
     """Requests this run journaled."""
+    replica: int = 0
+    replicas: int = 1
 
     @property
     def exit_code(self) -> int:
@@ -202,23 +279,42 @@ def run_inference(
     should_stop: Callable[[], bool] = checkpoint_requested,
     on_batch: Callable[[int, int], None] | None = None,
     progress: ProgressReporter | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> InferResult:
-    """Generate every request not yet in the journal, `shape.max_num_seqs` per batch, stopping at a batch boundary on request.
+    """Generate this replica's share of the requests not yet journaled, `shape.max_num_seqs` per batch,
+    stopping at a batch boundary on request.
 
+    `journal` is the journal (replica 0's shard; see the module docstring for
+    the others'). The replica index comes from RANK in `env` (default
+    `os.environ`); WORLD_SIZE (absent = 1) must equal `shape.replicas`.
     `on_batch(done, total)` is called after each batch is durable in the journal.
-    Progress (requests journaled of all) goes to `progress` (default: the
-    report file elastico-run names, see `runtime.progress`).
+    Progress (requests journaled in all shards, of all) goes to `progress` on
+    replica 0 (default: the report file elastico-run names, see `runtime.progress`).
     """
+    member = membership(shape.replicas, env, variable="ELASTICO_REPLICAS", rendezvous=False)
+    replica, replicas = member.rank, member.world
+    if replica != 0:
+        progress = ProgressReporter(env={})  # reports nothing: replica 0 speaks for the job
     progress = progress if progress is not None else ProgressReporter()
     reqs = read_requests(requests) if isinstance(requests, (str, os.PathLike)) else list(requests)
-    journal = journal if isinstance(journal, Journal) else Journal(journal)
-    pending = [r for r in reqs if r.id not in journal.done]
+    base = journal.path if isinstance(journal, Journal) else Path(journal)
+    own = replica_journal(base, replica)
+    journal = journal if isinstance(journal, Journal) and replica == 0 else Journal(own)
+    others = _OtherShards(base, own)
+
+    def answered() -> int:
+        return len(journal.done) + len(others.ids)
+
+    clash = sorted(set(others.poll()) & set(journal.done))
+    if clash:
+        raise JournalCorruptError(f"{own}: requests {', '.join(map(repr, clash[:5]))} are journaled in another shard too")
+    pending = [r for i, r in enumerate(reqs) if i % replicas == replica and r.id not in journal.done and r.id not in others.ids]
     written = 0
-    progress.report(len(journal.done), len(reqs), final=True)
+    progress.report(answered(), len(reqs), final=True)
     for start in range(0, len(pending), shape.max_num_seqs):
         if should_stop():
-            progress.report(len(journal.done), len(reqs), final=True)
-            return InferResult("checkpointed", len(journal.done), len(reqs), written)
+            progress.report(answered(), len(reqs), final=True)
+            return InferResult("checkpointed", answered(), len(reqs), written, replica, replicas)
         batch = pending[start : start + shape.max_num_seqs]
         outs = engine.generate([r.prompt for r in batch], [r.max_tokens for r in batch])
         if len(outs) != len(batch):
@@ -228,11 +324,14 @@ def run_inference(
             for r, o in zip(batch, outs)
         )
         written += len(batch)
-        progress.report(len(journal.done), len(reqs))
+        if replicas > 1 and replica == 0:
+            others.poll()  # what the other replicas journaled meanwhile, for the progress report
+        progress.report(answered(), len(reqs))
         if on_batch is not None:
-            on_batch(len(journal.done), len(reqs))
-    progress.report(len(journal.done), len(reqs), final=True)
-    return InferResult("done", len(journal.done), len(reqs), written)
+            on_batch(answered(), len(reqs))
+    others.poll()
+    progress.report(answered(), len(reqs), final=True)
+    return InferResult("done", answered(), len(reqs), written, replica, replicas)
 
 
 # --------------------------------------------------------------------------

@@ -157,3 +157,82 @@ def test_transformers_engine_is_batch_size_invariant_on_these_prompts():
     assert whole == pieces
     assert [len(c.token_ids) for c in whole] == tokens
     assert TransformersEngine(seed=0).generate(prompts[:1], [4]) == eng.generate(prompts[:1], [4])  # same weights each start
+
+
+# --------------------------------------------------------------------------
+# data-parallel replicas over the request list
+
+
+def replica_env(replica: int, replicas: int) -> dict[str, str]:
+    return {"RANK": str(replica), "WORLD_SIZE": str(replicas), "LOCAL_RANK": str(replica)}
+
+
+def run_replicas(requests_file, journal, shape, stops):
+    """One launch of `shape.replicas` replicas side by side (threads; each its own engine), replica r stopping per stops[r]."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(r):
+        return run_inference(requests_file, journal, TorchEngine(seed=0), shape, should_stop=stops[r], env=replica_env(r, shape.replicas))
+
+    with ThreadPoolExecutor(shape.replicas) as pool:
+        return list(pool.map(one, range(shape.replicas)))
+
+
+def all_shards(journal):
+    from slurm_elastico.runtime.infer import journal_shards
+
+    return {p.name: journal_lines(p) for p in journal_shards(journal)}
+
+
+def test_moving_between_one_and_two_replicas_answers_each_request_once(tmp_path, requests_file):
+    ref = tmp_path / "ref.jsonl"
+    run_inference(requests_file, ref, TorchEngine(seed=0), InferShape(max_num_seqs=4))
+    journal = tmp_path / "job.jsonl"
+    never = lambda: False  # noqa: E731
+
+    one = run_replicas(requests_file, journal, InferShape(4, replicas=1), [stop_after(1)])
+    assert [(r.status, r.written) for r in one] == [("checkpointed", 4)]
+    two = run_replicas(requests_file, journal, InferShape(3, replicas=2), [stop_after(2), stop_after(1)])
+    assert [(r.status, r.written, r.replica) for r in two] == [("checkpointed", 6, 0), ("checkpointed", 3, 1)]
+    shards = all_shards(journal)
+    assert sorted(shards) == ["job.jsonl", "job.replica-1.jsonl"]
+    # replica 1 answered only odd positions of the request file; replica 0 added even ones after the first launch's 4
+    assert all(int(r["id"][1:]) % 2 == 1 for r in shards["job.replica-1.jsonl"])
+    assert all(int(r["id"][1:]) % 2 == 0 for r in shards["job.jsonl"][4:])
+    back = run_replicas(requests_file, journal, InferShape(5, replicas=1), [stop_after(1)])
+    assert back[0].written == 5
+    again = run_replicas(requests_file, journal, InferShape(2, replicas=2), [never, never])
+    assert all(r.status == "done" for r in again) and sum(r.written for r in again) == N - 4 - 9 - 5
+    assert again[0].done == N  # replica 0 counts every shard once its peer is done
+
+    ids = [rec["id"] for lines in all_shards(journal).values() for rec in lines]
+    assert len(ids) == len(set(ids)) == N  # each request exactly once over all shards
+    merged = {rec["id"]: (rec["text"], rec["token_ids"]) for lines in all_shards(journal).values() for rec in lines}
+    assert merged == outputs(ref)  # the same greedy outputs as the uninterrupted single engine
+    last = run_replicas(requests_file, journal, InferShape(4, replicas=1), [never])
+    assert (last[0].status, last[0].written, last[0].done) == ("done", 0, N)  # a relaunch after completion writes nothing
+
+
+def test_replica_count_must_match_world_size_and_shards_must_not_overlap(tmp_path, requests_file):
+    with pytest.raises(ConfigError, match="WORLD_SIZE=2 but the shape has ELASTICO_REPLICAS=1"):
+        run_inference(requests_file, tmp_path / "j.jsonl", TorchEngine(seed=0), InferShape(4), env=replica_env(0, 2))
+    with pytest.raises(ConfigError, match="RANK=3 is not below WORLD_SIZE=2"):
+        run_inference(requests_file, tmp_path / "j.jsonl", TorchEngine(seed=0), InferShape(4, replicas=2), env=replica_env(3, 2))
+    assert not (tmp_path / "j.jsonl").exists()
+    journal = tmp_path / "k.jsonl"
+    run_inference(requests_file, journal, TorchEngine(seed=0), InferShape(4), should_stop=stop_after(1))
+    (tmp_path / "k.replica-1.jsonl").write_bytes(journal.read_bytes().splitlines(keepends=True)[0])  # r00 twice
+    with pytest.raises(JournalCorruptError, match="'r00' are journaled in another shard too"):
+        run_inference(requests_file, journal, TorchEngine(seed=0), InferShape(4))
+
+
+def test_another_replicas_torn_tail_is_left_to_it_and_its_request_redone(tmp_path, requests_file):
+    journal = tmp_path / "j.jsonl"
+    run_replicas(requests_file, journal, InferShape(2, replicas=2), [stop_after(0), stop_after(1)])
+    shard = tmp_path / "j.replica-1.jsonl"
+    torn = shard.read_bytes()[:-9]  # replica 1 killed mid-append: its second record (r03) lost its tail
+    shard.write_bytes(torn)
+    result = run_inference(requests_file, journal, TorchEngine(seed=0), InferShape(8))  # one replica now
+    assert shard.read_bytes() == torn  # read-only: another replica's shard is never repaired by this one
+    assert result.status == "done" and result.written == N - 1 and "r03" in Journal(journal).done
+    assert Journal(shard).done.keys() == {"r01"}  # its own writer drops the torn tail when it opens it
