@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sqlite3
 import time
 
 import click
@@ -20,23 +21,36 @@ from slurm_elastico.cli import settings
 @click.option("--families", "families_dir", type=click.Path(file_okay=False), default=None,
               help="read families from DIR/<job id>.yaml (the administrator's) instead of the jobs' batch scripts")
 @click.option("--json", "as_json", is_flag=True, help="print each epoch as one JSON line")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: every line printed (epochs, outage, back-off and error lines) is one JSON object")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
+              help="serve Prometheus metrics on http://ADDRESS:PORT/metrics while the helper runs")
+@click.option("--metrics-address", default="127.0.0.1", show_default=True,
+              help="the address --metrics-port listens on (0.0.0.0: every interface)")
+@click.option("--metrics-file", type=click.Path(dir_okay=False), default=None,
+              help="after every epoch, replace FILE with the metrics (node_exporter's textfile collector)")
 @click.pass_context
-def sched(ctx, once, interval, epochs, dry_run, families_dir, as_json) -> None:
+def sched(ctx, once, interval, epochs, dry_run, families_dir, as_json, log_format, metrics_port, metrics_address,
+          metrics_file) -> None:
     """Plan one epoch over the live cluster and act on it (journaled, so a crash leaves no job held).
 
     Without --interval it runs one epoch (for cron, a systemd timer or PrologSlurmctld). A helper holds its
     cluster's lock (by slurm.conf's ClusterName, in /run/slurm-elastico) and its state directory's for its
     whole life: a second --interval helper is refused, naming the first one's pid; a --once that finds
     them taken skips its epoch. While Slurm does not answer, nothing is planned: --once exits 75,
-    --interval waits longer each time and says so.
+    --interval waits longer each time and says so. It acts only on jobs elastico-submit made (the family
+    is read from the job's batch script) and keeps its state private (etc/README-admin.md).
     """
     from slurm_elastico.helper.lock import HelperBusy, helper_lock
+    from slurm_elastico.helper.metrics import Metrics, serve
     from slurm_elastico.helper.private import require_private
     from slurm_elastico.planner import policies
     from slurm_elastico.slurm.conf import read_cluster_name
 
     if once and interval is not None:
         raise click.UsageError("--once and --interval exclude each other")
+    out = Output(as_json, log_format)
+    metrics = Metrics()
     cfg = settings(ctx)
     policies.get(cfg.planner.policy)  # an unknown policy stops here, not at every epoch
     with contextlib.ExitStack() as lifetime:  # what the helper holds for its whole life
@@ -48,16 +62,48 @@ def sched(ctx, once, interval, epochs, dry_run, families_dir, as_json) -> None:
             except HelperBusy as exc:
                 if interval is not None:
                     raise
-                click.echo(f"note: {exc}; this epoch is skipped", err=True)
+                out.log("info", f"note: {exc}; this epoch is skipped")
                 return
-        _serve(cfg, interval, epochs, dry_run, families_dir, as_json)
+        if metrics_port is not None:
+            try:
+                server = serve(metrics, metrics_port, metrics_address)
+            except OSError as exc:
+                raise click.BadParameter(f"cannot listen on {metrics_address}:{metrics_port}: {exc.strerror}",
+                                         param_hint="--metrics-port") from None
+            lifetime.callback(server.server_close)
+            lifetime.callback(server.shutdown)
+        _serve(cfg, interval, epochs, dry_run, families_dir, out, metrics, metrics_file)
 
 
-def _serve(cfg, interval, epochs, dry_run, families_dir, as_json) -> None:
+class Output:
+    """What the helper prints: epochs on stdout, log lines on stderr; as text or one JSON object per line."""
+
+    def __init__(self, as_json: bool, log_format: str):
+        self.as_json, self.log_format = as_json, log_format
+
+    def log(self, level: str, line: str) -> None:
+        if self.log_format == "json":
+            click.echo(json.dumps({"ts": time.time(), "level": level, "event": "log", "message": line}), err=True)
+        else:
+            click.echo(line if line.startswith("note:") else f"elastico sched: {line}", err=True)
+
+    def epoch(self, result) -> None:
+        from slurm_elastico.helper.epoch import render
+
+        if self.log_format == "json":
+            level = "warning" if result.outage or any(o.status != "done" for o in result.outcomes) else "info"
+            click.echo(json.dumps({"ts": time.time(), "level": level, "event": "epoch", **result.to_dict()}))
+        else:
+            click.echo(json.dumps(result.to_dict()) if self.as_json else render(result))
+
+
+def _serve(cfg, interval, epochs, dry_run, families_dir, out: Output, metrics, metrics_file) -> None:
     """The helper's life once it holds its locks: one epoch, or epochs every `interval` seconds."""
     from slurm_elastico.cli.view import gateway_from
-    from slurm_elastico.errors import ConfigError, SlurmUnavailable
-    from slurm_elastico.helper.epoch import main_loop, outage_line, render, run_once
+    from slurm_elastico.errors import ConfigError, ElasticoError, SlurmUnavailable
+    from slurm_elastico.helper.epoch import main_loop, outage_line, run_once
+    from slurm_elastico.helper.metrics import observed_slowdowns, write_file
+    from slurm_elastico.helper.observe import SOURCE
     from slurm_elastico.helper.families import DirectoryFamilies, ScriptFamilies
     from slurm_elastico.helper.journal import Journal
     from slurm_elastico.helper.observer import ProgressObserver
@@ -75,28 +121,47 @@ def _serve(cfg, interval, epochs, dry_run, families_dir, as_json) -> None:
     reference = []
     if cfg.interference.reference:
         if not cfg.interference.model:
-            click.echo("note: interference.reference is set but interference.model is empty: observed slowdowns "
-                       "are recorded, no model is refined", err=True)
+            out.log("info", "note: interference.reference is set but interference.model is empty: observed "
+                    "slowdowns are recorded, no model is refined")
         try:
             reference = read_csv(cfg.interference.reference)
         except MeasurementError as exc:
             raise ConfigError("interference.reference", [f"{exc} (the measurement CSV the model was trained on)"]) from None
     observer = ProgressObserver(store, cfg.gpu.type, model, cfg.interference.model, reference)
 
+    def publish() -> None:
+        if metrics_file:
+            try:
+                write_file(metrics, metrics_file)
+            except OSError as exc:  # the metrics are a view: their file failing must not stop scheduling
+                out.log("error", f"error: metrics not written to {metrics_file}: {exc.strerror}")
+
     def step():
-        result = run_once(gateway, cfg, families, model, journal, time.time(), dry_run=dry_run, observer=observer)
-        click.echo(json.dumps(result.to_dict()) if as_json else render(result))
+        started = time.monotonic()
+        try:
+            result = run_once(gateway, cfg, families, model, journal, time.time(), dry_run=dry_run, observer=observer)
+        except SlurmUnavailable:
+            metrics.outage(time.monotonic() - started, time.time())
+            publish()
+            raise
+        except (ElasticoError, sqlite3.Error, OSError):
+            metrics.failed(time.monotonic() - started, time.time())
+            publish()
+            raise
+        metrics.epoch(result, time.monotonic() - started, observed_slowdowns(store, SOURCE), time.time())
+        publish()
+        out.epoch(result)
         return result
 
     if interval is None:
         try:
             result = step()
         except SlurmUnavailable as exc:
-            click.echo(f"elastico sched: {outage_line(exc)}; try again later", err=True)
+            out.log("warning", f"{outage_line(exc)}; try again later")
             raise SystemExit(exc.exit_code) from None
         if result.outage:
             raise SystemExit(SlurmUnavailable.exit_code)
         return
-    failures = main_loop(step, interval, epochs)
+    failures = main_loop(step, interval, epochs, log=out.log)
     if failures:
         raise SystemExit(1)

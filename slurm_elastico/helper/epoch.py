@@ -65,6 +65,12 @@ class EpochResult:
     warnings: tuple[str, ...]
     outage: str = ""
     """Why Slurm stopped answering during this epoch's actions ('' when it did not); the rest were skipped."""
+    managed: tuple[int, ...] = ()
+    """The queued jobs with a family (the only ones the helper acts on)."""
+    held: tuple[int, ...] = ()
+    """Those of them pending and held when the epoch began."""
+    predicted: tuple[tuple[int, float], ...] = ()
+    """(job id, solo speed / planned speed) of each job the plan places: the slowdown the planner predicts."""
 
     def to_dict(self) -> dict:
         return {
@@ -76,6 +82,8 @@ class EpochResult:
             "recovered": list(self.recovered),
             "warnings": list(self.warnings),
             "outage": self.outage,
+            "managed": len(self.managed),
+            "held": list(self.held),
         }
 
 
@@ -118,7 +126,20 @@ def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model
                                notes=(*plan.notes, *observed))
     outcomes = execute(plan.actions, gateway, journal, now, dry_run=dry_run, comments=comments)
     outage = next((o.error for o in outcomes if o.status == "unanswered"), "")
-    return EpochResult(now, plan, tuple(outcomes), tuple(recovered), tuple(warnings), outage)
+    held = tuple(j.job_id for j in snap.jobs if j.job_id in fams and j.held)
+    return EpochResult(now, plan, tuple(outcomes), tuple(recovered), tuple(warnings), outage,
+                       tuple(sorted(fams)), held, predicted_slowdowns(plan, fams))
+
+
+def predicted_slowdowns(plan: Plan, families: dict[int, Family]) -> tuple[tuple[int, float], ...]:
+    """(job id, the placed shape's solo throughput / the throughput planned beside its co-runners) per placement."""
+    out = []
+    for p in plan.placements:
+        fam = families.get(p.job_id)
+        shape = next((s for s in fam.shapes if s.name == p.shape), None) if fam is not None else None
+        if shape is not None and p.throughput > 0:
+            out.append((p.job_id, shape.throughput / p.throughput))
+    return tuple(out)
 
 
 def render(result: EpochResult) -> str:
@@ -160,17 +181,18 @@ def outage_line(problem: BaseException | str, wait_s: float | None = None, outag
     return line
 
 
-def _stderr(line: str) -> None:
+def _stderr(level: str, line: str) -> None:
     print(f"elastico sched: {line}", file=sys.stderr, flush=True)
 
 
 def main_loop(step: Callable[[], EpochResult | None], interval_s: float, epochs: int | None, sleep=None,
-              log: Callable[[str], None] = _stderr) -> int:
+              log: Callable[[str, str], None] = _stderr) -> int:
     """Call `step()` every `interval_s` seconds (`epochs` times, or forever); return the failed-epoch count.
 
     An epoch that finds Slurm unavailable (`SlurmUnavailable`, or a result with an `outage`) counts as
     failed and the next one waits `backoff_s`; the first epoch Slurm answers again says so and the interval
     is back. Other failures of one epoch (a locked store, an OS error) are logged and do not end the loop.
+    `log(level, line)` gets each line ('info', 'warning' or 'error').
     """
     sleep = sleep or time.sleep
     failures = 0
@@ -188,20 +210,21 @@ def main_loop(step: Callable[[], EpochResult | None], interval_s: float, epochs:
             problem = str(exc)
         except (ElasticoError, sqlite3.Error, OSError) as exc:  # one bad epoch (a locked store, a full
             failures += 1                                       # disk) must not end the loop
-            log(f"error: epoch failed: {exc}")
+            log("error", f"error: epoch failed: {exc}")
         if problem:
             failures += 1
             if outages == 0:
                 outage_started = started
             outages += 1
         elif outages:
-            log(f"Slurm answers again after {outages} epoch(s) without an answer "
+            log("info", f"Slurm answers again after {outages} epoch(s) without an answer "
                 f"({time.monotonic() - outage_started:.0f} s); an epoch every {interval_s:g} s again")
             outages = 0
         n += 1
         wait = backoff_s(interval_s, outages)
         if problem:
-            log(outage_line(problem, wait if epochs is None or n < epochs else None, outages, mid_epoch=mid_epoch))
+            log("warning", outage_line(problem, wait if epochs is None or n < epochs else None, outages,
+                                       mid_epoch=mid_epoch))
         if epochs is None or n < epochs:
             sleep(max(0.0, wait - (time.monotonic() - started)))
     return failures

@@ -301,7 +301,7 @@ def test_the_loop_backs_off_through_an_outage_and_says_when_slurm_is_back():
             raise SlurmUnavailable(["squeue", "--all", "--json"], 0, "slurm_load_jobs: Failed while looking for jobs")
         return None
 
-    failures = main_loop(step, 5.0, 5, sleep=slept.append, log=lines.append)
+    failures = main_loop(step, 5.0, 5, sleep=slept.append, log=lambda level, line: lines.append(line))
     assert failures == 3
     assert [round(s) for s in slept] == [10, 20, 40, 5]
     assert sum("Slurm is unavailable; planned nothing" in line for line in lines) == 3

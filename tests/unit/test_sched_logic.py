@@ -151,3 +151,17 @@ def test_a_comment_that_cannot_be_put_back_is_said_in_the_failed_actions_error()
     acts = [Action(ActionKind.SET_ADMIN_COMMENT, 1, "t", text="elastico:shape=x"), Action(ActionKind.SET_SHARE, 1, "t", share=50)]
     out = execute(acts, Gone(), MemoryJournal(), NOW, comments={1: "site data"})
     assert out[1].status == "failed" and "could not be put back" in out[1].error
+
+
+def test_the_admin_comment_keeps_a_sites_parts_and_a_job_without_a_family_gets_no_action(journal):
+    import dataclasses
+
+    fam = family((50, 0.8, 1000), (100, 1.0, 1000))
+    site = dataclasses.replace(pending(1, NOW - 60), admin_comment="site:acct=7")
+    snap = snapshot(cluster(1), [site, pending(2, NOW - 60)])
+    gw = FakeGateway(snap)
+    result = run_once(gw, Settings(), Fixed({1: fam}), None, journal, NOW)
+    comment = next(a.text for a in gw.applied if a.kind is ActionKind.SET_ADMIN_COMMENT)
+    assert comment.startswith("elastico:shape=") and comment.endswith(",site:acct=7")
+    assert {a.job_id for a in gw.applied} == {1} and result.managed == (1,)
+    assert dict(result.predicted).keys() == {1} and dict(result.predicted)[1] >= 1.0
