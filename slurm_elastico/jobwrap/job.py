@@ -20,7 +20,7 @@ from slurm_elastico.jobwrap.payload import Payload
 from slurm_elastico.jobwrap.script import shebang_argv
 from slurm_elastico.jobwrap.shape import JobShapes, Log, family_from_spec
 from slurm_elastico.jobwrap.supervisor import Supervisor
-from slurm_elastico.model import Family
+from slurm_elastico.model import MPS_SHARES_PER_GPU, Family
 from slurm_elastico.model import Shape as PlannedShape
 from slurm_elastico.runtime.counters import CounterRecorder, counters_path, gpu_of
 from slurm_elastico.runtime.progress import ENV as PROGRESS_ENV
@@ -57,7 +57,8 @@ def stderr_log(job: str | None) -> Log:
 
 
 def supervise(program: Sequence[str], family: Family, candidates: Sequence[PlannedShape], *, grace_s: float,
-              lead_s: int, slurm_conf: str = "", env: Mapping[str, str] | None = None) -> int:
+              lead_s: int, slurm_conf: str = "", env: Mapping[str, str] | None = None,
+              shares_per_gpu: int = MPS_SHARES_PER_GPU) -> int:
     """Wire the Slurm-facing parts (gateway, requeue) to a Supervisor and run it."""
     from slurm_elastico.slurm.gateway import SlurmGateway
     from slurm_elastico.slurm.runner import SubprocessRunner
@@ -78,9 +79,11 @@ def supervise(program: Sequence[str], family: Family, candidates: Sequence[Plann
         if gateway is not None and job_id is not None:
             gateway.requeue(job_id)
 
-    shapes = JobShapes(family, candidates, job_id, gateway, log)
+    if slurm_conf:  # srun, for a shape of several ranks, reads the same cluster
+        env["SLURM_CONF"] = slurm_conf
+    shapes = JobShapes(family, candidates, job_id, gateway, log, shares_per_gpu=shares_per_gpu)
     sup = Supervisor(program, family, shapes, env, grace_s=grace_s, lead_s=lead_s, requeue=requeue, log=log,
-                     counters=counter_recorder(env, job))
+                     counters=counter_recorder(env, job), shares_per_gpu=shares_per_gpu)
     return sup.run()
 
 
@@ -95,6 +98,6 @@ def run_payload(payload: Payload) -> int:
             f.write(payload.script)
         program = shebang_argv(payload.script, path) + list(payload.args)
         return supervise(program, family, candidates, grace_s=payload.grace_s, lead_s=payload.signal_lead_s,
-                         slurm_conf=payload.slurm_conf)
+                         slurm_conf=payload.slurm_conf, shares_per_gpu=payload.shares_per_gpu)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 
 from slurm_elastico.errors import ConfigError
+from slurm_elastico.model import MPS_SHARES_PER_GPU
 
 PAYLOAD_VERSION = 1
 
@@ -29,6 +30,8 @@ class Payload:
     grace_s: float
     signal_lead_s: int
     slurm_conf: str = ""
+    shares_per_gpu: int = MPS_SHARES_PER_GPU
+    """Slurm's MPS shares per GPU at the site (`gpu.shares_per_gpu`): how the job reads its held share."""
 
     def encode(self) -> str:
         data = {
@@ -42,6 +45,7 @@ class Payload:
             "grace_s": self.grace_s,
             "signal_lead_s": self.signal_lead_s,
             "slurm_conf": self.slurm_conf,
+            "shares_per_gpu": self.shares_per_gpu,
         }
         text = json.dumps(data, ensure_ascii=True, sort_keys=True)
         return base64.b64encode(text.encode("ascii")).decode("ascii")
@@ -62,6 +66,7 @@ class Payload:
                 grace_s=float(data["grace_s"]),
                 signal_lead_s=int(data["signal_lead_s"]),
                 slurm_conf=str(data.get("slurm_conf", "")),
+                shares_per_gpu=int(data.get("shares_per_gpu", MPS_SHARES_PER_GPU)),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError("embedded payload", [f"unreadable ({type(exc).__name__}: {exc}); was it made by elastico-submit?"]) from None

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import yaml
 
 from slurm_elastico.errors import ConfigError, ElasticoError
-from slurm_elastico.model import Family
+from slurm_elastico.model import MPS_SHARES_PER_GPU, Family
 from slurm_elastico.model import Shape as PlannedShape
 from slurm_elastico.shapes import build_family, enumerate_shapes, parse_spec
 from slurm_elastico.shapes.current import running_shape
@@ -18,13 +18,15 @@ Log = Callable[[str], None]
 
 
 def choose_shape(family: Family, candidates: Sequence[PlannedShape], admin_comment: str,
-                 held_share: int | None = None) -> tuple[PlannedShape, str]:
+                 held_share: int | None = None, shares_per_gpu: int = MPS_SHARES_PER_GPU,
+                 held_gpus: int | None = None) -> tuple[PlannedShape, str]:
     """The shape to run and where it came from: `shapes.current.running_shape`, the rule the planner follows too.
 
     `candidates` is every shape of the spec that fits the GPU (a superset of the
     pruned family), so a shape named by hand or by an older plan is honoured too.
+    `held_share` is in Slurm's MPS counts (`shares_per_gpu` a GPU); `held_gpus` the whole GPUs on all nodes.
     """
-    return running_shape(candidates, family.default_shape, admin_comment, held_share)
+    return running_shape(candidates, family.default_shape, admin_comment, held_share, shares_per_gpu, held_gpus)
 
 
 def family_from_spec(text: str, source: str, gpu_memory_mib: int) -> tuple[Family, list[PlannedShape]]:
@@ -39,22 +41,29 @@ def family_from_spec(text: str, source: str, gpu_memory_mib: int) -> tuple[Famil
 
 @dataclass(frozen=True)
 class Found:
-    """The shape to run now and what Slurm says about the job: its MPS share, seconds to its time limit and since this run began (None = unknown)."""
+    """The shape to run now and what Slurm says about the job (None = unknown).
+
+    `allocated_share`: its MPS share in Slurm's counts; `allocated_gpus`: the whole GPUs it holds on all its
+    nodes, `nodes`: how many nodes; seconds to its time limit and since this run began.
+    """
 
     shape: PlannedShape
     origin: str
     allocated_share: int | None = None
     remaining_s: float | None = None
     elapsed_s: float | None = None
+    allocated_gpus: int | None = None
+    nodes: int | None = None
 
 
 class JobShapes:
     """Reads the job's shape from Slurm on each call; falls back to the family default when Slurm cannot be read."""
 
     def __init__(self, family: Family, candidates: Sequence[PlannedShape], job_id: int | None, gateway, log: Log,
-                 retries: int = 3, sleep: Callable[[float], None] = time.sleep):
+                 retries: int = 3, sleep: Callable[[float], None] = time.sleep,
+                 shares_per_gpu: int = MPS_SHARES_PER_GPU):
         self.family, self.candidates, self.job_id, self.gateway = family, tuple(candidates), job_id, gateway
-        self.log, self.retries, self.sleep = log, retries, sleep
+        self.log, self.retries, self.sleep, self.shares_per_gpu = log, retries, sleep, shares_per_gpu
 
     def __call__(self) -> Found:
         if self.job_id is None or self.gateway is None:
@@ -68,10 +77,13 @@ class JobShapes:
                 if attempt + 1 < self.retries:
                     self.sleep(1.0)
                 continue
-            shape, origin = choose_shape(self.family, self.candidates, view.admin_comment, view.mps_share or None)
+            nodes = len(view.nodes) or None
+            gpus = view.whole_gpus * (nodes or 1) or None
+            shape, origin = choose_shape(self.family, self.candidates, view.admin_comment, view.mps_share or None,
+                                         self.shares_per_gpu, gpus)
             now = time.time()
             remaining = view.end_time - now if view.end_time is not None and view.time_limit_s is not None else None
             elapsed = now - view.start_time if view.start_time is not None else None
-            return Found(shape, origin, view.mps_share or None, remaining, elapsed)
+            return Found(shape, origin, view.mps_share or None, remaining, elapsed, gpus, nodes)
         self.log(f"warning: cannot read job {self.job_id} from Slurm ({problem}); running the family default")
         return Found(self.family.default_shape, "default (Slurm unreadable)")

@@ -11,9 +11,10 @@ The relaunch and requeue rules:
 
 * SIGUSR1 (an in-place reshape, or Slurm's warning before the time limit) is
   forwarded; the program checkpoints and exits 75. The shape is read again:
-  a new shape at the share the job already holds is relaunched in place; a
-  shape that needs another share is not (the helper moves the job with a
-  requeue, which sends SIGTERM), so the same shape is relaunched; no change
+  a new shape at the share (or whole-GPU count) the job already holds is
+  relaunched in place; a shape that needs another share or another GPU count
+  is not (the helper moves the job with a requeue, which sends SIGTERM, and the
+  next start runs it), so the same shape is relaunched; no change
   and the time limit near: the job requeues itself (`scontrol requeue`) and
   continues with a fresh time limit after Slurm's ~120 s BeginTime (the helper's
   StartTime=now shortens it; from inside the job it cannot: the update lands
@@ -30,6 +31,13 @@ The relaunch and requeue rules:
 
 The program runs in its own process group so a kill after the grace takes its
 children too; Slurm's own signals reach every process of the job anyway.
+
+A shape on n > 1 whole GPUs runs n ranks, one process per GPU, as one srun
+step (`slurm_elastico.jobwrap.ranks`: RANK, LOCAL_RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT); the signals above go to srun, which passes them to
+every rank, and the step's end is the program's end (srun's exit status is the
+highest of its ranks'). Every rank gets the same ELASTICO_* variables and
+checkpoint directory. A 1-GPU shape runs the program directly, as always.
 """
 
 from __future__ import annotations
@@ -41,10 +49,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from slurm_elastico.errors import ElasticoError
+from slurm_elastico.jobwrap.ranks import rendezvous, srun_argv
 from slurm_elastico.jobwrap.shape import Found, Log
-from slurm_elastico.model import Family
+from slurm_elastico.model import MPS_SHARES_PER_GPU, Family
 from slurm_elastico.model import Shape as PlannedShape
 from slurm_elastico.runtime.shape import EXIT_CHECKPOINTED, runtime_shape, shape_env
+from slurm_elastico.shapes.current import ranks_of
+from slurm_elastico.shapes.units import percent_of
 
 QUICK_RUN_S = 2.0
 MAX_QUICK_RELAUNCHES = 5
@@ -59,8 +70,10 @@ class Supervisor:
 
     def __init__(self, program: Sequence[str], family: Family, shapes: Callable[[], Found], env: Mapping[str, str], *,
                  grace_s: float, lead_s: int, requeue: Callable[[], None], log: Log,
-                 clock: Callable[[], float] = time.monotonic, counters: Callable[[int], object] | None = None):
+                 clock: Callable[[], float] = time.monotonic, counters: Callable[[int], object] | None = None,
+                 shares_per_gpu: int = MPS_SHARES_PER_GPU):
         self.program, self.family, self.shapes = list(program), family, shapes
+        self.shares_per_gpu = shares_per_gpu
         self.counters = counters  # pid -> a started recorder with stop(), for each launch (see runtime.counters)
         self.env, self.grace_s, self.lead_s = dict(env), grace_s, lead_s
         self.requeue, self.log, self.clock = requeue, log, clock
@@ -116,7 +129,7 @@ class Supervisor:
             self.log(f"starting the program as shape {found.shape.name} ({found.origin})")
             self.usr1 = False
             started = self.clock()
-            rc = self._launch(found.shape)
+            rc = self._launch(found)
             ran = self.clock() - started
             if self.stopping:
                 self.log(f"program exited {_describe(rc)} after the stop signal")
@@ -135,12 +148,12 @@ class Supervisor:
             if self.stopping:
                 continue
             if new.shape.name != found.shape.name:
-                held = new.allocated_share or found.shape.resources.mps
-                if new.shape.resources.mps == held:
-                    self.log(f"reshape in place: {found.shape.name} -> {new.shape.name} (same share {held})")
+                same, held = self._holds(new, found)
+                if same:
+                    self.log(f"reshape in place: {found.shape.name} -> {new.shape.name} (same {held})")
                     found = new
                 else:
-                    self.log(f"shape {new.shape.name} needs share {new.shape.resources.mps} but the job holds {held}: "
+                    self.log(f"shape {new.shape.name} needs {_needs(new.shape)} but the job holds {held}: "
                              f"relaunching {found.shape.name}; a requeue moves it")
                 continue
             if _time_limit_near(new, self.lead_s):
@@ -158,9 +171,29 @@ class Supervisor:
                 return EXIT_CHECKPOINTED
             self.log(f"checkpointed without a new shape: relaunching {found.shape.name}")
 
-    def _launch(self, shape: PlannedShape) -> int:
+    def _holds(self, new: Found, current: Found) -> tuple[bool, str]:
+        """Does the job hold what `new.shape` needs (its GPU count, and for a share that share)? And what it holds."""
+        gpus = new.allocated_gpus or ranks_of(current.shape)
+        if ranks_of(new.shape) != gpus:
+            return False, f"{gpus} whole GPU(s)"
+        if new.allocated_gpus or gpus > 1:  # whole GPUs: a 1-GPU shape runs at any share on a whole one
+            return True, f"{gpus} whole GPU(s)"
+        # Slurm's MPS counts, converted (shapes.units) rather than assuming 100 a GPU
+        held = (percent_of(new.allocated_share, self.shares_per_gpu) if new.allocated_share
+                else float(current.shape.resources.mps))
+        return new.shape.resources.mps == held, f"share {held:g} %"
+
+    def _launch(self, found: Found) -> int:
+        shape = found.shape
         env = {**self.env, **shape_env(runtime_shape(self.family, shape))}
-        self.child = subprocess.Popen(self.program, env=env, start_new_session=True)
+        argv = self.program
+        ranks = ranks_of(shape)
+        if ranks > 1:  # one process per GPU: an srun step of `ranks` tasks (jobwrap.ranks)
+            nodes = found.nodes or int(env.get("SLURM_JOB_NUM_NODES") or 1)
+            argv = srun_argv(self.program, ranks, nodes)
+            env.update(rendezvous())
+            self.log(f"{ranks} ranks on {nodes} node(s), rendezvous {env['MASTER_ADDR']}:{env['MASTER_PORT']}")
+        self.child = subprocess.Popen(argv, env=env, start_new_session=True)
         pending, self.pending = self.pending, []
         for sig in pending:  # a USR1 that came between two runs: this run checkpoints at once and the shape is re-read
             self.usr1 = self.usr1 or sig == signal.SIGUSR1
@@ -186,6 +219,10 @@ class Supervisor:
                     except ProcessLookupError:
                         pass
                     killed = True
+
+
+def _needs(shape: PlannedShape) -> str:
+    return f"{shape.resources.gpus} whole GPUs" if shape.resources.gpus > 1 else f"share {shape.resources.mps} %"
 
 
 def _time_limit_near(found: Found, lead_s: int) -> bool:

@@ -39,16 +39,26 @@ def named_in_comment(admin_comment: str) -> str | None:
     return None
 
 
+def ranks_of(shape: Shape) -> int:
+    """GPUs a shape runs on: n for n whole GPUs, 1 for a share of one GPU."""
+    return shape.resources.gpus or 1
+
+
 def running_shape(shapes: Sequence[Shape], default: Shape | None, admin_comment: str,
-                  held_share: int | None, shares_per_gpu: int = MPS_SHARES_PER_GPU) -> tuple[Shape, str]:
+                  held_share: int | None, shares_per_gpu: int = MPS_SHARES_PER_GPU,
+                  held_gpus: int | None = None) -> tuple[Shape, str]:
     """The shape a job holding `held_share` (None: unknown) runs as, and where that answer came from.
 
     `held_share` is in Slurm's MPS shares (`shares_per_gpu` of them per GPU); shapes are in percent
-    (`shapes.units.shares_of` converts)."""
+    (`shapes.units.shares_of` converts). `held_gpus` is the whole GPUs the job holds on all its nodes
+    (None: unknown or a share): a shape must then run on that many (`ranks_of`); a 1-GPU shape runs
+    on one whole GPU too."""
     if not shapes:
         raise ValueError("a family has at least one shape")
 
     def fits(s: Shape) -> bool:
+        if held_gpus:
+            return ranks_of(s) == held_gpus
         return not held_share or (s.resources.mps > 0 and shares_of(s.resources.mps, shares_per_gpu) == held_share)
 
     note = ""
@@ -58,11 +68,14 @@ def running_shape(shapes: Sequence[Shape], default: Shape | None, admin_comment:
         if named is not None and fits(named):
             return named, "AdminComment"
         note = (f" (AdminComment names unknown shape {name!r})" if named is None
+                else f" (AdminComment names {name!r}, which runs on {ranks_of(named)} GPU(s), not the {held_gpus} "
+                     f"the job holds)" if held_gpus
                 else f" (AdminComment names {name!r}, which needs share {named.resources.mps} % of a GPU, "
                         f"not {held_share} of {shares_per_gpu} shares)")
     if default is not None and fits(default):
         return default, "default" + note
     same = [s for s in shapes if fits(s)]
     if same:
-        return max(same, key=lambda s: s.throughput), f"fastest at share {held_share}" + note
+        held = f"{held_gpus} GPU(s)" if held_gpus else f"share {held_share}"
+        return max(same, key=lambda s: s.throughput), f"fastest at {held}" + note
     return (default or shapes[0]), "default" + note

@@ -1,0 +1,132 @@
+"""A job whose family lists GPU counts runs one process per GPU under elastico-run, through the real local cluster.
+
+Submitted with elastico-submit on one whole GPU; moved the way the helper moves it: AdminComment
+`elastico:shape=<n-GPU shape>` first, then the gateway's `requeue_with_gpus` (requeuehold → SIGTERM → every rank
+exits 75 → `Gres=gpu:P NumNodes=K-K` → release). Each rank prints its torch env:// variables, node and GPUs, so the
+test sees every rank of every run (Slurm 22.05 here, 24.11 through etc/dev/other-slurm).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+
+import pytest
+
+from slurm_elastico.model import GresRequest, JobState
+from slurm_elastico.slurm.gpu_count import GpuCountMismatch
+
+from live_helpers import Cluster, wait_for
+
+pytestmark = pytest.mark.live
+
+FAMILY = """kind: train
+global_batch: 16
+micro_batches: [2, 4]
+precisions: [fp32]
+checkpointing: [false]
+steps: 20
+mps_shares: [100]
+gpus: [1, 2, 4]
+gpus_per_node: 4
+default: mb4-fp32-mps100
+"""
+
+RANKS = r"""#!/usr/bin/env python3
+import os, signal, sys, time
+e = os.environ
+stop = []
+signal.signal(signal.SIGUSR1, lambda *a: stop.append("USR1"))
+signal.signal(signal.SIGTERM, lambda *a: stop.append("TERM"))
+print("rank {} of {} local {} master {}:{} shape {} ranks {} node {} gpus {}".format(
+    e.get("RANK", "-"), e.get("WORLD_SIZE", "-"), e.get("LOCAL_RANK", "-"), e.get("MASTER_ADDR", "-"),
+    e.get("MASTER_PORT", "-"), e.get("ELASTICO_SHAPE"), e.get("ELASTICO_RANKS"), e.get("SLURMD_NODENAME"),
+    e.get("CUDA_VISIBLE_DEVICES")), flush=True)
+while not stop:
+    if os.path.exists(os.path.join(e["ELASTICO_CKPT_DIR"], "done")):
+        sys.exit(0)
+    time.sleep(0.05)
+print("rank {} stopping on {}".format(e.get("RANK", "-"), stop[0]), flush=True)
+sys.exit(75)
+"""
+
+LINE = re.compile(r"^rank (\S+) of (\S+) local (\S+) master (\S+) shape (\S+) ranks (\S+) node (\S+) gpus (\S+)$")
+
+
+def rank_lines(text: str) -> list[list[tuple[str, ...]]]:
+    """Per start of the program (a line 'starting the program'), the rank lines printed after it."""
+    runs: list[list[tuple[str, ...]]] = []
+    for line in text.splitlines():
+        if "starting the program as shape" in line:
+            runs.append([])
+        elif (m := LINE.match(line)) and runs:
+            runs[-1].append(m.groups())
+    return runs
+
+
+@pytest.fixture
+def cluster(slurm_cluster, tmp_path):
+    c = Cluster(dict(slurm_cluster.env()), tmp_path, {"ranks.yaml": FAMILY})
+    (tmp_path / "ranks.py").write_text(RANKS)
+    yield c
+    c.cancel_all()
+
+
+def wait_ranks(c: Cluster, job: int, run: int, ranks: int) -> list[tuple[str, ...]]:
+    c.wait_text(job, lambda t: len(rank_lines(t)) >= run and len(rank_lines(t)[run - 1]) >= ranks,
+                f"start {run} with {ranks} rank(s)", timeout=60)
+    return sorted(rank_lines(c.text(job))[run - 1])
+
+
+def move(c: Cluster, job: int, shape: str, gpus: int, nodes: tuple[str, ...] = ()) -> float:
+    """The helper's move: the shape in the AdminComment, then the requeue to `gpus` whole GPUs; its start time.
+
+    Slurm 22.05 takes `NumNodes=` on a job that already ran (the job then runs on that many nodes) but squeue
+    still shows the node count of its last run until it starts again, so the gateway's read-back refuses a
+    node-count change of a requeued job there (it releases the job all the same, but skips `StartTime=now`):
+    accepted here on 22.05 only, for the gateway's owner to settle (the read-back could wait for the start).
+    """
+    began = time.monotonic()
+    c.gateway.set_admin_comment(job, f"elastico:shape={shape}")
+    try:
+        c.gateway.requeue_with_gpus(job, gpus, nodes)
+    except GpuCountMismatch as exc:  # released without StartTime=now: Slurm would wait ~120 s; set it here
+        assert c.gateway.snapshot().slurm_version.startswith("22.") and "× 1 node(s)" in str(exc), exc
+        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=c.env, check=True,
+                       capture_output=True, timeout=30)
+    return began
+
+
+def test_every_rank_runs_once_per_gpu_with_its_rank_variables_through_1_2_4_1_gpus(cluster):
+    c = cluster
+    job = c.submit("ranks.yaml", c.root / "ranks.py", options=("--gres=gpu:1", "--nodes=1"))
+    one = wait_ranks(c, job, 1, 1)
+    assert [r[:3] for r in one] == [("-", "-", "-")] and one[0][4:6] == ("mb4-fp32-mps100", "1")  # no srun for 1
+    seen = []
+    legs = (("mb4-fp32-gpus2", 2, ()), ("mb2-fp32-gpus4", 4, ()), ("mb2-fp32-gpus4", 4, ("n2", "n3")),
+            ("mb2-fp32-mps100", 1, ()))
+    for run, (shape, gpus, nodes) in enumerate(legs, start=2):
+        began = move(c, job, shape, gpus, nodes)
+        ranks = wait_ranks(c, job, run, gpus)
+        seen.append((f"{gpus} GPU(s) on {len(nodes) or 1} node(s)", time.monotonic() - began))
+        assert len(ranks) == gpus
+        if gpus == 1:
+            assert ranks[0][:3] == ("-", "-", "-") and ranks[0][4] == shape
+            continue
+        assert [r[0] for r in ranks] == [str(i) for i in range(gpus)]  # RANK 0..n-1, each once
+        assert {r[1] for r in ranks} == {str(gpus)} and {r[5] for r in ranks} == {str(gpus)}  # WORLD_SIZE, ELASTICO_RANKS
+        assert len({r[3] for r in ranks}) == 1 and {r[4] for r in ranks} == {shape}  # one rendezvous, one shape
+        per_node = gpus // max(1, len(nodes))
+        assert sorted(r[2] for r in ranks) == sorted(str(i % per_node) for i in range(gpus))  # LOCAL_RANK
+        if nodes:
+            assert {r[6] for r in ranks} == set(nodes)
+        assert all(len(r[7].split(",")) == per_node for r in ranks)  # each rank sees its node's GPUs
+        view = c.gateway.job(job)
+        assert view.gres == GresRequest("gpu", per_node) and view.state is JobState.RUNNING
+    text = c.text(job)
+    assert text.count("stopping on TERM") == 1 + 2 + 4 + 4, text  # every rank of every moved run got the SIGTERM
+    (c.ckpt(job) / "done").write_text("")
+    c.wait_done(job)
+    print("\nGPU-count moves, action to every rank running: "
+          + ", ".join(f"-> {g} {s:.1f} s" for g, s in seen))
