@@ -320,6 +320,7 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
             _upgrade(pending[i], state)
 
     # -- running jobs ---------------------------------------------------------
+    moved: set[int] = set()  # running jobs `_move` put on another GPU
     if policy.reshape:
         waiting = any(j.seat.gpu < 0 for j in pending)
         for j in sorted(elastic, key=lambda j: (-j.weight, j.view.job_id)):
@@ -334,6 +335,10 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
             if j in elastic or j.seat.gang:
                 continue
             got = _reshape(j, state, now, progress, ps.reshape_cost_s, ps.hysteresis)
+            if got is None and policy.allot:
+                got = _move(j, state, now, progress, ps.reshape_cost_s, ps.hysteresis)
+                if got is not None:
+                    moved.add(j.view.job_id)
             if got is not None:
                 reshaped[j.view.job_id] = got
 
@@ -384,7 +389,7 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
             if seat.gang:
                 actions.append(Action(ActionKind.RESHAPE_RUNNING, jid, why, gpus=seat.row.gpus, nodes=on,
                                       shape=shape.name))
-            elif seat.row.share == j.view.mps_share:
+            elif seat.row.share == j.view.mps_share and jid not in moved:
                 # Same resources, new knobs: elastico-run relaunches in place on USR1, no requeue.
                 actions.append(Action(ActionKind.SIGNAL, jid, why, signal="USR1", shape=shape.name))
             else:
@@ -620,6 +625,58 @@ def _reshape(job: Job, state: GpuState, now: float, progress: Mapping[int, float
     if best is None:
         return None
     return best_saved, work / rate_now if rate_now > 0 else math.inf
+
+
+MOVE_TRIES = 4
+"""Faster shapes `_move` tries per job (fastest first): each is a search of the GPUs."""
+
+
+def _move(job: Job, state: GpuState, now: float, progress: Mapping[int, float], cost_s: float,
+          hysteresis: float) -> tuple[float, float] | None:
+    """Move a running job off its share of one GPU (a requeue) to a faster shape anywhere — a larger share
+    elsewhere, a GPU of its own, or a gang of idle GPUs — when the time saved over its remaining work beats the
+    restart by the hysteresis margin; (seconds saved, seconds left), or None (it stays).
+
+    Why: a job started on what was left of a GPU (a quarter beside a long co-runner) would otherwise keep that
+    share to its end however many GPUs go idle; runs after the packing, so it takes only what nobody
+    pending was given."""
+    seat = job.seat
+    if seat.gang or not job.view.requeue or seat.gpu < 0:
+        return None
+    old, g0 = seat.row, seat.gpu
+    rate_now = old.tput / seat.slow
+    work = reshape.remaining_work(job.table.family.total_work, progress.get(job.view.job_id),
+                                  job.view.start_time, now, rate_now)
+    rows = job.table.rows
+    faster = [s for s in job.table.by_speed
+              if reshape.saving(work, rate_now, rows[s].tput, cost_s, hysteresis) > 0][:MOVE_TRIES]
+    if not faster:
+        return None
+    state.remove(seat)
+    best: tuple[float, Row, tuple[int, ...], int] | None = None
+    for s in faster:
+        base = rows[s]
+        row = Row(base.slot, base.uid, base.tput, base.share, base.mem, old.cpus, old.hmem, gpus=base.gpus)
+        if row.gpus:
+            gang, slow = state.find_gang(row), 1.0
+            g = gang[0] if gang else -1
+        else:
+            gang = ()
+            g, slow = state.find(seat, row)
+        if g < 0 or (g == g0 and not gang):
+            continue  # nowhere, or its own GPU (`_reshape` had that question)
+        saved = reshape.saving(work, rate_now, row.tput / slow, cost_s, hysteresis)
+        if saved > 0 and (best is None or saved > best[0]):
+            best = (saved, row, gang, g)
+    if best is None:
+        state.place(seat, old, g0)
+        return None
+    saved, row, gang, g = best
+    if gang:
+        state.place_gang(seat, row, gang)
+    else:
+        state.place(seat, row, g)
+    return saved, work / rate_now if rate_now > 0 else math.inf
 
 
 def _size(row: Row, state: GpuState, g: int) -> float:

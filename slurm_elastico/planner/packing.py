@@ -247,7 +247,7 @@ class GpuState:
         else:
             # The gain without the newcomer's slowdowns bounds the real one from above, and the GPU's margin is at
             # least its occupants' own (or the one of all pairs); the slack leaves ties to the full check.
-            least = self.cache.margin if not self.per_pair else max(o.margin for o in occ)
+            least = self.cache.gain_margin if not self.per_pair else max(o.margin for o in occ)
             need = (1.0 + least) * (1.0 - 1e-12) - sum(self.fraction(o, o.row, g, o.slow) for o in occ)
         self.need[g] = need
         self.need_min[self.free_share[g]] = min(self.need_min[self.free_share[g]], need)
@@ -282,7 +282,7 @@ class GpuState:
             after = o.slow + s - 1.0
             if after * bar > 1.0 or o.row.tput < o.floor * after * scale:
                 return 0.0
-        m = self.cache.margin
+        m = self.cache.gain_margin
         return slow if self._gains(seat, row, g, occ, got, slow, [m] * k, m) else 0.0
 
     def _fits_per_pair(self, seat: Seat, row: Row, occ: list[Seat], pairs: list[tuple[int, int]],

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from slurm_elastico.interference.base import SlowdownModel, SoloProfile
+from slurm_elastico.interference.base import ContentionModel, SlowdownModel, SoloProfile
 
 
 def for_gpu(model: SlowdownModel | None, gpu_type: str) -> SlowdownModel | None:
@@ -58,6 +58,14 @@ def _clean(s: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(s), np.maximum(s, 1.0), np.inf)
 
 
+UNCALIBRATED_GAIN_MARGIN = 0.4
+"""The gain rule's margin for the untrained `ContentionModel` (whose own margin is 0: it was never checked
+against anything). Measured, not tuned: on Gavel's co-located pairs that fit
+(`sim/data/gavel_pairs_p100.csv`), the stand-in predicts a pair's summed fraction of solo speed above the
+measured sum by 0.25 at the median and 0.41 at the 95th percentile (the test in
+tests/unit/test_planner_gain_margin.py recomputes it), so a GPU it says gains by less may well lose."""
+
+
 class PairCache:
     """Slowdown (and admission margin) of profile a next to profile b, by id; `model=None`: no interference."""
 
@@ -70,6 +78,9 @@ class PairCache:
         self.per_pair = model is not None and hasattr(model, "admission_margins")
         # The one margin of every pair when not per pair (see interference.base.admissible).
         self.margin = 0.0 if model is None or self.per_pair else float(getattr(model, "admission_margin", 0.0))
+        # The gain rule's margin when not per pair: the model's own; the untrained stand-in's, its measured error.
+        self.gain_margin = max(self.margin, UNCALIBRATED_GAIN_MARGIN) if isinstance(model, ContentionModel) \
+            else self.margin
         self._dense = np.zeros((0, 0))  # slowdowns of the first len(_dense) profiles, all pairs
         self._dense_margin = np.zeros((0, 0))  # their margins (per_pair only)
         self._known: dict[tuple[int, int], float] = {}  # pairs outside the dense block
