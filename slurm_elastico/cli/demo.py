@@ -8,12 +8,25 @@ import click
 @click.command("demo")
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None,
               help="local cluster state (default: $ELASTICO_CLUSTER_DIR, then ~/.local/state/slurm-elastico/cluster)")
-@click.option("--train-jobs", type=click.IntRange(0, 64), default=14, show_default=True)
-@click.option("--infer-jobs", type=click.IntRange(0, 64), default=6, show_default=True)
+@click.option("--train-jobs", type=click.IntRange(0, 64), default=16, show_default=True)
+@click.option("--infer-jobs", type=click.IntRange(0, 64), default=8, show_default=True)
+@click.option("--gap", "gap_s", type=click.FloatRange(0, 600), default=2.0, show_default=True,
+              help="seconds between two jobs' arrivals")
+@click.option("--steps", type=click.IntRange(1, 100000), default=60, show_default=True,
+              help="optimizer steps of each training job")
+@click.option("--requests", type=click.IntRange(1, 100000), default=120, show_default=True,
+              help="requests of each inference job")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(10, 86400), default=300.0, show_default=True,
+              help="seconds each of the two runs may take")
 @click.option("--keep/--down", default=True, help="leave the cluster running afterwards (default) or stop it")
-def demo(state_dir: str | None, train_jobs: int, infer_jobs: int, keep: bool) -> None:
-    """A local Slurm cluster with fake GPUs, a mixed training and inference workload submitted with
-    elastico-submit, the helper scheduling it, and the report."""
+def demo(state_dir: str | None, train_jobs: int, infer_jobs: int, gap_s: float, steps: int, requests: int,
+         timeout_s: float, keep: bool) -> None:
+    """One mixed training and inference job list on a local Slurm cluster with emulated GPUs, run with plain
+    sbatch and with elastico-submit and the helper, beside the simulator's prediction for the same list."""
     from slurm_elastico.cluster import demo as main_job
 
-    main_job.run(state_dir, main_job.Workload(train_jobs=train_jobs, infer_jobs=infer_jobs), say=click.echo, keep=keep)
+    if train_jobs + infer_jobs == 0:
+        raise click.BadParameter("the job list needs at least one job", param_hint="--train-jobs/--infer-jobs")
+    load = main_job.Workload(train_jobs=train_jobs, infer_jobs=infer_jobs, gap_s=gap_s, steps=steps,
+                             requests=requests, timeout_s=timeout_s)
+    main_job.run(state_dir, load, say=click.echo, keep=keep)

@@ -1,17 +1,31 @@
-"""The main job (`elastico demo`), end to end on the local development cluster (`cluster.local`) with fake GPUs.
+"""The main job (`elastico demo`): one job list on the local Slurm cluster, plain Slurm against elastico, beside
+the simulator's prediction for the same list.
 
-1. Bring the local cluster up (slurmctld, 4 slurmd × 4 fake GPUs, MPS, slurmdbd
-   + MariaDB for sacct).
-2. Submit a mixed workload through `elastico-submit`: tiny PyTorch training
-   jobs and tiny offline-inference jobs, each with its shape family.
-3. Run the helper (`elastico sched --interval`) while the jobs run: it sets
-   the shape and share of pending jobs, starts them, and reshapes running
-   ones when that pays.
-4. Check the work (every training job did exactly its steps; every inference
-   job answered each request once) and print the report (`elastico report`).
+1. Bring the local cluster up (slurmctld, 4 slurmd × 4 fake GPUs, MPS,
+   slurmdbd + MariaDB for sacct).
+2. The job list (`cluster.demo_workload`): tiny PyTorch training jobs and
+   tiny offline-inference jobs, arriving a few seconds apart. Each job runs
+   its real code on emulated GPUs (`cluster.pacing`): every step is padded
+   to the time the simulator's ground truth gives it at its current shape,
+   MPS share and co-runners, so it is as fast on the local cluster as in the
+   simulator.
+3. The simulator's prediction for the same list and cluster, in process:
+   `static` (plain Slurm) and `elastico`.
+4. Run the list twice on the cluster: with plain `sbatch --gres=gpu:1`
+   (whole GPUs, Slurm's own scheduling, each job at its default shape), then
+   with `elastico-submit` and the helper (`elastico sched --interval`), which
+   sets shapes and shares of pending jobs and reshapes running ones.
+5. Check the work of every job of both runs (every training job ran exactly
+   its steps; every inference job answered each request once), print the
+   side-by-side table (measured and predicted: mean, median and p99 JCT,
+   waiting, GPU utilisation, reshapes by kind, the JCT ratio plain ÷
+   elastico) and the helper run's report, and plot the JCT distributions.
 
-The fake GPUs make no job faster or slower: the demo shows the mechanics and
-the accounting, not speed-ups; `elastico sim` measures those.
+Times are measured by this driver polling squeue every second: submission
+when sbatch answered, first start when the job is first seen running, end
+when it is no longer listed. GPU utilisation is the allocated share of all
+GPUs (a whole GPU or an MPS share), averaged over the run, as the simulator
+counts it.
 """
 
 from __future__ import annotations
@@ -23,18 +37,27 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
+from slurm_elastico.cluster import demo_workload as workload
+from slurm_elastico.cluster import install
 from slurm_elastico.cluster.local import LocalCluster
 from slurm_elastico.cluster.programs import program, typed
-from slurm_elastico.errors import ElasticoError
+from slurm_elastico.errors import ElasticoError, SlurmError
+from slurm_elastico.model import JobState
 from slurm_elastico.slurm.gateway import SlurmGateway
 from slurm_elastico.slurm.runner import SubprocessRunner
 from slurm_elastico.store import Store
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "wrappers" / "examples"
+PROGRAMS = Path(__file__).resolve().parents[2] / "wrappers" / "demo"
+PROGRAM = {"train": PROGRAMS / "train_paced.py", "infer": PROGRAMS / "infer_paced.py"}
+RESHAPE_KINDS = ("share", "micro-batch", "engine", "gpus")
+"""What a reshape changed, from the shape names before and after: the MPS share, the training micro-batch, the
+inference engine's arguments (gpu_memory_utilization, max_num_seqs, kv_cache_dtype), the GPU count."""
 
 
 class DemoError(ElasticoError):
@@ -43,126 +66,345 @@ class DemoError(ElasticoError):
 
 @dataclass(frozen=True)
 class Workload:
-    train_jobs: int = 14
-    infer_jobs: int = 6
-    step_sleep_s: float = 1.0  # makes each job last long enough for the helper to act on it
-    batch_sleep_s: float = 2.0
-    interval_s: float = 3.0
-    timeout_s: float = 420.0
+    train_jobs: int = 16
+    infer_jobs: int = 8
+    gap_s: float = 2.0
+    steps: int = 60
+    requests: int = 120
+    timeout_s: float = 300.0
+    """Per run: every job of the list must be done by then."""
+    plan: workload.Plan = field(default_factory=workload.Plan)
+
+
+@dataclass
+class Observed:
+    """One live run as the driver saw it."""
+
+    mode: str
+    submit: dict[int, float] = field(default_factory=dict)
+    start: dict[int, float] = field(default_factory=dict)
+    end: dict[int, float] = field(default_factory=dict)
+    samples: list[tuple[float, float]] = field(default_factory=list)
+    """(time, allocated share of all GPUs) at each poll."""
+    ids: dict[int, workload.DemoJob] = field(default_factory=dict)
+    shapes: dict[int, list[str]] = field(default_factory=dict)
+    actions: Counter = field(default_factory=Counter)
+    wall_s: float = 0.0
 
 
 def _bin(name: str) -> str:
     return str(program(name))
 
 
-def settings_yaml(state: Path, slurm_conf: Path) -> str:
+def _sbatch() -> str:
+    found = install.which("sbatch")
+    if found is None:
+        raise DemoError("sbatch is not installed (Debian package slurm-client); `elastico cluster up` installs it")
+    return found
+
+
+def settings_yaml(state: Path, slurm_conf: Path, plan: workload.Plan) -> str:
     return json.dumps({
         "state_dir": str(state),
         "slurm": {"conf": str(slurm_conf)},
-        "gpu": {"memory_mib": 16384, "type": "fake"},
-        "planner": {"reshape_cost_s": 10.0},
-        "submit": {"placement_window_s": 20, "grace_s": 15},
+        "gpu": {"memory_mib": workload.GPU_MEM_MIB, "type": "fake"},
+        "planner": {"reshape_cost_s": plan.restart_cost_s},
+        "submit": {"placement_window_s": plan.placement_window_s, "grace_s": 15},
     }, indent=2)
 
 
-def run(state_dir: str | None, workload: Workload = Workload(), say: Callable[[str], None] = print,
+def run(state_dir: str | None, load: Workload = Workload(), say: Callable[[str], None] = print,
         keep: bool = True) -> dict:
-    """Run the demo; returns the report as a dict. Raises `DemoError` when the work is not exactly done."""
+    """Run the demo; returns the comparison as a dict. Raises `DemoError` when the work is not exactly done."""
+    from slurm_elastico.sim.truth import GroundTruth
+
+    began = time.monotonic()
     cluster = LocalCluster.from_state_dir(state_dir, accounting=True)
     say(f"== 1. local Slurm cluster in {cluster.state_dir}")
     up = cluster.up()
     say(f"   {up.version}: {'already running' if up.already_running else f'started in {up.seconds:.1f} s'}")
     work = cluster.state_dir / "demo" / time.strftime("%Y%m%d-%H%M%S")
     work.mkdir(parents=True)
+    plan = load.plan
     conf = work / "elastico.yaml"
-    conf.write_text(settings_yaml(work / "state", cluster.slurm_conf))
+    conf.write_text(settings_yaml(work / "state", cluster.slurm_conf, plan))
     env = {**os.environ, **cluster.env(), "ELASTICO_CONFIG": str(conf),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     gateway = SlurmGateway(SubprocessRunner(env=cluster.env()))
-    started = time.time()
-    start_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started - 1))
 
-    say(f"== 2. submitting {workload.train_jobs} training and {workload.infer_jobs} inference jobs with elastico-submit")
-    jobs: dict[int, str] = {}
-    for i in range(workload.train_jobs):
-        jobs[_submit(env, work, "train_tiny", i, ["--step-sleep", str(workload.step_sleep_s)])] = "train"
-    for i in range(workload.infer_jobs):
-        jobs[_submit(env, work, "infer_tiny", i, ["--batch-sleep", str(workload.batch_sleep_s),
-                                                   "--requests", str(EXAMPLES / "requests.jsonl")])] = "infer"
-    say(f"   jobs {', '.join(map(str, jobs))}: pending for the placement window, so the helper shapes them first")
+    truth = GroundTruth()
+    jobs = workload.job_list(load.train_jobs, load.infer_jobs, load.gap_s, load.steps, load.requests)
+    _write_inputs(work, jobs, plan, truth, load.requests)
+    n_train = sum(j.kind == "train" for j in jobs)
+    say(f"== 2. the job list: {n_train} training jobs ({', '.join(sorted({j.app for j in jobs if j.kind == 'train'}))}, "
+        f"{load.steps} steps) and {len(jobs) - n_train} inference jobs ({load.requests} requests), one every "
+        f"{load.gap_s:g} s; on emulated GPUs (cluster.pacing: each step takes the simulator's time)")
 
-    say(f"== 3. the helper: elastico sched --interval {workload.interval_s:g} (log: {work / 'sched.log'})")
-    with open(work / "sched.log", "w") as log:
-        helper = subprocess.Popen([_bin("elastico"), "sched", "--interval", str(workload.interval_s), "--json"],
-                                  env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        try:
-            _wait_done(gateway, set(jobs), workload.timeout_s, say)
-        finally:
-            helper.terminate()
-            helper.wait(timeout=30)
-    say(f"   all jobs finished in {time.time() - started:.0f} s; the helper's actions: {_actions(work / 'sched.log')}")
+    say("== 3. the simulator's prediction for the same list and cluster (in process)")
+    t0 = time.monotonic()
+    predicted = workload.predict(jobs, plan, truth)
+    say(f"   static and elastico simulated in {time.monotonic() - t0:.1f} s")
 
-    say("== 4. checking the work and reporting")
-    for job_id, kind in jobs.items():
-        _check_output(work / f"{job_id}.out", job_id, kind)
-    say("   every training job ran exactly its steps; every inference job answered each request once")
-    report = subprocess.run([_bin("elastico"), "report", "--start", start_text, "--plot", str(work / "jct.png")],
-                            env=env, capture_output=True, text=True, timeout=120)
-    if report.returncode != 0:
-        raise DemoError(f"elastico report failed: {report.stderr.strip()}")
-    say(report.stdout.rstrip())
-    say(f"   JCT plot: {work / 'jct.png'}")
+    say(f"== 4a. plain Slurm: sbatch --gres=gpu:1, each job at its default shape ({work / 'plain'})")
+    plain = _run_live("plain", jobs, work, env, gateway, plan, truth, load.timeout_s, say)
+    say(f"   all {len(jobs)} jobs finished in {plain.wall_s:.0f} s")
+    say(f"== 4b. elastico: elastico-submit + elastico sched --interval {plan.interval_s:g} ({work / 'elastico'})")
+    elastic = _run_live("elastico", jobs, work, env, gateway, plan, truth, load.timeout_s, say)
+    say(f"   all {len(jobs)} jobs finished in {elastic.wall_s:.0f} s; the helper's actions: "
+        f"{', '.join(f'{n} {k}' for k, n in sorted(elastic.actions.items())) or 'none'}")
+
+    say("== 5. checking the work")
+    for obs in (plain, elastic):
+        for job_id, job in obs.ids.items():
+            _check_output(work / obs.mode / f"{job_id}.out", job_id, job)
+    say(f"   both runs: every training job ran exactly its {load.steps} steps; every inference job answered each "
+        f"of its {load.requests} requests once")
+
+    rows = {"plain (measured)": measured_figures(plain, plan.gpus),
+            "elastico (measured)": measured_figures(elastic, plan.gpus),
+            "static (simulated)": simulated_figures(*predicted["static"]),
+            "elastico (simulated)": simulated_figures(*predicted["elastico"])}
+    measured_ratio = rows["plain (measured)"]["mean_jct_s"] / rows["elastico (measured)"]["mean_jct_s"]
+    predicted_ratio = rows["static (simulated)"]["mean_jct_s"] / rows["elastico (simulated)"]["mean_jct_s"]
+    say("")
+    say(comparison_table(rows))
+    say("")
+    say(f"   JCT ratio plain / elastico: measured {measured_ratio:.2f}, simulator {predicted_ratio:.2f} "
+        f"(measured is {100 * (measured_ratio / predicted_ratio - 1):+.0f} % of the prediction)")
+    plot = work / "jct.png"
+    from slurm_elastico.report import plots
+
+    plots.jct_cdf_compare({label: r["jct"] for label, r in rows.items()}, plot,
+                          title="JCT of the demo's job list: plain Slurm and elastico, measured and simulated")
+    say(f"   JCT distributions: {plot}")
+    say("== 6. the helper run's report (elastico report: sacct and the helper's journal)")
+    say(_report(env, elastic, work))
     say(f"   {_observed(work / 'state' / 'elastico.sqlite')}")
-    data = json.loads(subprocess.run([_bin("elastico"), "report", "--start", start_text, "--format", "json"],
-                                     env=env, capture_output=True, text=True, timeout=120, check=True).stdout)
+    say(f"== the demo took {time.monotonic() - began:.0f} s")
+    result = {"rows": {k: {f: v for f, v in r.items() if f != "jct"} for k, r in rows.items()},
+              "ratio": {"measured": measured_ratio, "simulated": predicted_ratio}, "work": str(work),
+              "seconds": time.monotonic() - began}
+    (work / "comparison.json").write_text(json.dumps(result, indent=2, sort_keys=True))
     if not keep:
         cluster.down()
         say("== cluster stopped")
     else:
         say(f"== the cluster keeps running; stop it with: {typed('elastico')} cluster down "
             f"--state-dir {shlex.quote(str(cluster.state_dir))}")
-    return data
+    return result
 
 
-def _submit(env: dict, work: Path, example: str, index: int, extra: list[str]) -> int:
-    argv = [_bin("elastico-submit"), "--parsable", f"--job-name=demo-{example}-{index}", f"--output={work}/%j.out",
-            "--family", str(EXAMPLES / f"{example}.family.yaml"), str(EXAMPLES / f"{example}.py"), *extra]
-    # Submitted from the work directory: jobs run there and keep their checkpoints under it.
-    out = subprocess.run(argv, env=env, cwd=work, capture_output=True, text=True, timeout=60)
+# ----------------------------------------------------------------------------------------------- inputs
+
+def _write_inputs(work: Path, jobs: Sequence[workload.DemoJob], plan: workload.Plan, truth, requests: int) -> None:
+    """The families (one per job: the simulator's, declared), the requests file, the run directories."""
+    (work / "families").mkdir()
+    for job in jobs:
+        (work / "families" / f"{job.name}.yaml").write_text(json.dumps(workload.family_spec(truth, job, plan)))
+    with open(work / "requests.jsonl", "w") as fh:
+        for i in range(requests):
+            fh.write(json.dumps({"id": f"req-{i:04d}", "prompt": f"Say {i}.", "max_tokens": 2}) + "\n")
+    for mode in ("plain", "elastico"):
+        (work / mode / "pace").mkdir(parents=True)
+
+
+def _argv(mode: str, job: workload.DemoJob, work: Path, plan: workload.Plan, truth) -> list[str]:
+    """The command line that submits `job` in run `mode` (argv, never a shell string)."""
+    out = work / mode
+    args = ["--emulate", workload.emulated(job, plan).to_json(), "--pace-dir", str(out / "pace")]
+    if job.kind == "infer":
+        args += ["--requests", str(work / "requests.jsonl")]
+    name = f"--job-name=demo-{mode}-{job.name}"
+    if mode == "elastico":
+        return [_bin("elastico-submit"), "--parsable", name, f"--output={out}/%j.out", "--family",
+                str(work / "families" / f"{job.name}.yaml"), str(PROGRAM[job.kind]), *args]
+    knobs = workload.default_knobs(truth, job)
+    if job.kind == "train":
+        args += ["--ckpt-dir", str(out / "ckpt" / job.name), "--global-batch", str(job.global_batch),
+                 "--micro-batch", str(knobs["micro_batch"]), "--steps", str(job.work)]
+    else:
+        args += ["--journal", str(out / "ckpt" / f"{job.name}.jsonl"), "--max-num-seqs", str(knobs["max_num_seqs"]),
+                 "--gpu-memory-utilization", str(knobs["gpu_memory_utilization"]),
+                 "--kv-cache-dtype", knobs["kv_cache_dtype"]]
+    return [_sbatch(), "--parsable", name, f"--output={out}/%j.out", "--gres=gpu:1", "--cpus-per-task=1",
+            "--mem=512", str(PROGRAM[job.kind]), *args]
+
+
+# ----------------------------------------------------------------------------------------------- live runs
+
+def _run_live(mode: str, jobs: Sequence[workload.DemoJob], work: Path, env: dict, gateway: SlurmGateway,
+              plan: workload.Plan, truth, timeout_s: float, say: Callable[[str], None]) -> Observed:
+    obs = Observed(mode)
+    helper = None
+    log = None
+    if mode == "elastico":
+        log = open(work / "elastico" / "sched.log", "w")
+        helper = subprocess.Popen([_bin("elastico"), "sched", "--interval", str(plan.interval_s), "--json"],
+                                  env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    t0 = time.monotonic()
+    todo = sorted(jobs, key=lambda j: j.submit_s)
+    last = ""
+    try:
+        while True:
+            now = time.monotonic()
+            while todo and now - t0 >= todo[0].submit_s:
+                job = todo.pop(0)
+                job_id = _submit(_argv(mode, job, work, plan, truth), env, work / mode, job)
+                obs.ids[job_id], obs.submit[job_id] = job, time.monotonic()
+                now = time.monotonic()
+            try:
+                active = [j for j in gateway.jobs() if j.job_id in obs.ids]
+            except SlurmError as exc:
+                say(f"   squeue did not answer ({exc}); retrying")
+                time.sleep(1.0)
+                continue
+            seen = time.monotonic()
+            listed = {j.job_id for j in active}
+            alloc = 0.0
+            for j in active:
+                if j.state is JobState.RUNNING and j.gpu_alloc:
+                    obs.start.setdefault(j.job_id, seen)
+                    alloc += sum(1.0 if s == 0 else s / 100 for _, _, s in j.gpu_alloc)
+            obs.samples.append((seen, alloc / plan.gpus))
+            for job_id in obs.ids:
+                if job_id not in listed and job_id not in obs.end:
+                    obs.end[job_id] = seen
+                    obs.start.setdefault(job_id, seen)
+            states = Counter(j.state.value.lower() for j in active)
+            line = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) + (f", {len(todo)} to submit" if todo else "")
+            if line != last and active:
+                say(f"   [{seen - t0:4.0f} s] {line}")
+                last = line
+            if not todo and len(obs.end) == len(obs.ids):
+                break
+            if seen - t0 > timeout_s:
+                left = sorted(set(obs.ids) - set(obs.end))
+                raise DemoError(f"{mode} run: jobs {left} did not finish within {timeout_s:.0f} s; "
+                                f"see {work / mode}")
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - now)))
+    finally:
+        if helper is not None:
+            helper.terminate()
+            helper.wait(timeout=30)
+            log.close()
+    obs.wall_s = time.monotonic() - t0
+    for job_id in obs.ids:
+        obs.shapes[job_id] = _shapes_run(work / mode / f"{job_id}.out")
+    if mode == "elastico":
+        obs.actions = _actions(work / "elastico" / "sched.log")
+    return obs
+
+
+def _submit(argv: list[str], env: dict, cwd: Path, job: workload.DemoJob) -> int:
+    # Run from the run's directory: jobs run there and keep their checkpoints under it.
+    out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
-        raise DemoError(f"elastico-submit of {example} failed ({out.returncode}): {out.stderr.strip()}")
+        raise DemoError(f"submitting {job.name} ({Path(argv[0]).name}) failed ({out.returncode}): {out.stderr.strip()}")
     return int(out.stdout.strip().split(";")[0])
 
 
-def _wait_done(gateway: SlurmGateway, ids: set[int], timeout_s: float, say: Callable[[str], None]) -> None:
-    deadline = time.monotonic() + timeout_s
-    last = ""
-    while time.monotonic() < deadline:
-        active = [j for j in gateway.jobs() if j.job_id in ids]
-        if not active:
-            return
-        states = Counter(j.state.value.lower() for j in active)
-        line = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
-        if line != last:
-            say(f"   {line}")
-            last = line
-        time.sleep(2)
-    raise DemoError(f"jobs {sorted(j.job_id for j in gateway.jobs() if j.job_id in ids)} did not finish "
-                    f"within {timeout_s:.0f} s")
+def _shapes_run(path: Path) -> list[str]:
+    """The shape of each start of a job, from the line its program prints when it starts."""
+    if not path.exists():
+        return []
+    return [ln.split()[2].rstrip(":") for ln in path.read_text().splitlines()
+            if ln.startswith(("train_paced: shape ", "infer_paced: shape "))]
 
 
-def _actions(log: Path) -> str:
+def _actions(log: Path) -> Counter:
     counts: Counter[str] = Counter()
     for line in log.read_text().splitlines():
         if line.startswith("{"):
             counts.update(a["kind"] for a in json.loads(line)["actions"] if a["status"] == "done")
-    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none"
+    return counts
+
+
+# ----------------------------------------------------------------------------------------------- figures
+
+def reshape_kinds(shapes: Sequence[str]) -> Counter:
+    """What each change of shape between a job's starts changed (`RESHAPE_KINDS`), from the shape names."""
+    out: Counter[str] = Counter()
+    for a, b in zip(shapes, shapes[1:]):
+        if a == b:
+            continue
+        ka, _, ta = a.rpartition("-")
+        kb, _, tb = b.rpartition("-")
+        if ta != tb:
+            out["gpus" if "gpus" in (ta[:4], tb[:4]) else "share"] += 1
+        if ka != kb:
+            out["micro-batch" if a.startswith("mb") else "engine"] += 1
+    return out
+
+
+def _figures(jct: list[float], wait: list[float], util: float, kinds: Counter, restarts: int) -> dict:
+    arr = np.array(jct, dtype=float)
+    return {"jobs": len(jct), "mean_jct_s": float(arr.mean()), "median_jct_s": float(np.median(arr)),
+            "p99_jct_s": float(np.percentile(arr, 99)), "mean_wait_s": float(np.mean(wait)), "gpu_util": util,
+            "restarts": restarts, **{f"reshape_{k}": kinds.get(k, 0) for k in RESHAPE_KINDS}, "jct": list(jct)}
+
+
+def measured_figures(obs: Observed, gpus: int) -> dict:
+    ids = sorted(obs.ids)
+    jct = [obs.end[i] - obs.submit[i] for i in ids]
+    wait = [obs.start[i] - obs.submit[i] for i in ids]
+    t = [s[0] for s in obs.samples]
+    u = [s[1] for s in obs.samples]
+    span = (min(obs.submit.values()), max(obs.end.values()))
+    area = sum(u[k] * (t[k + 1] - t[k]) for k in range(len(t) - 1) if span[0] <= t[k] < span[1])
+    kinds: Counter = Counter()
+    restarts = 0
+    for i in ids:
+        kinds += reshape_kinds(obs.shapes[i])
+        restarts += max(0, len(obs.shapes[i]) - 1)
+    return _figures(jct, wait, area / max(span[1] - span[0], 1e-9), kinds, restarts)
+
+
+def simulated_figures(result, shapes: dict[int, list[str]]) -> dict:
+    """The figures of a simulated run (`workload.predict`), with the shapes its jobs ran at each start."""
+    kinds: Counter = Counter()
+    for seq in shapes.values():
+        kinds += reshape_kinds(seq)
+    return _figures([j.jct for j in result.jobs], [j.queued for j in result.jobs], result.util_makespan, kinds,
+                    sum(j.restarts for j in result.jobs))
+
+
+COLUMNS = (("mean_jct_s", "mean JCT s"), ("median_jct_s", "median JCT s"), ("p99_jct_s", "p99 JCT s"),
+           ("mean_wait_s", "mean wait s"), ("gpu_util", "GPU util"), ("restarts", "restarts"),
+           *((f"reshape_{k}", f"reshapes: {k}") for k in RESHAPE_KINDS))
+
+
+def comparison_table(rows: dict[str, dict]) -> str:
+    labels = list(rows)
+    width = max(len(c[1]) for c in COLUMNS)
+    colw = max(12, *(len(label) for label in labels))
+    lines = [" " * width + "  " + "  ".join(label.rjust(colw) for label in labels)]
+    for key, title in COLUMNS:
+        cells = []
+        for label in labels:
+            v = rows[label][key]
+            cells.append((f"{v:.2f}" if key == "gpu_util" else f"{v:.1f}" if isinstance(v, float) else str(v))
+                         .rjust(colw))
+        lines.append(title.ljust(width) + "  " + "  ".join(cells))
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------- checks, report
+
+def _report(env: dict, obs: Observed, work: Path) -> str:
+    first = min(obs.submit.values())
+    start_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - (time.monotonic() - first) - 1))
+    report = subprocess.run([_bin("elastico"), "report", "--start", start_text, "--no-jobs", "--plot",
+                             str(work / "elastico" / "report-jct.png")],
+                            env=env, capture_output=True, text=True, timeout=120)
+    if report.returncode != 0:
+        raise DemoError(f"elastico report failed: {report.stderr.strip()}")
+    return report.stdout.rstrip() + f"\n   report plot: {work / 'elastico' / 'report-jct.png'}"
 
 
 def _observed(store_path: Path) -> str:
     """What the helper learned from the jobs' progress reports (see slurm_elastico.helper.observe)."""
-    from slurm_elastico.interference.measurements import load_from_store
     from slurm_elastico.helper.observe import SOURCE
+    from slurm_elastico.interference.measurements import load_from_store
 
     with Store(store_path) as store:
         obs = load_from_store(store, source=SOURCE)
@@ -174,13 +416,17 @@ def _observed(store_path: Path) -> str:
             f"of their solo speed (store table `colocation`, source '{SOURCE}')")
 
 
-def _check_output(path: Path, job_id: int, kind: str) -> None:
+def _check_output(path: Path, job_id: int, job: workload.DemoJob) -> None:
     """The last JSON line of the job's final run says the work is complete."""
     lines = [ln for ln in path.read_text().splitlines() if ln.startswith("{")] if path.exists() else []
     if not lines:
-        raise DemoError(f"job {job_id} ({kind}) printed no summary; see {path}")
+        raise DemoError(f"job {job_id} ({job.name}) printed no summary; see {path}")
     last = json.loads(lines[-1])
-    if kind == "train" and not (last.get("status") == "done" and last.get("step") == 20):
-        raise DemoError(f"training job {job_id} ended at step {last.get('step')} ({last.get('status')}); see {path}")
-    if kind == "infer" and not (last.get("done") == last.get("total") == 24):
-        raise DemoError(f"inference job {job_id} answered {last.get('done')}/{last.get('total')}; see {path}")
+    if job.kind == "train" and not (last.get("status") == "done" and last.get("step") == job.work):
+        raise DemoError(f"training job {job_id} ({job.name}) ended at step {last.get('step')} of {job.work} "
+                        f"({last.get('status')}); see {path}")
+    if job.kind == "infer" and not (last.get("status") == "done" and last.get("done") == last.get("total") == job.work):
+        raise DemoError(f"inference job {job_id} ({job.name}) answered {last.get('done')}/{last.get('total')} of "
+                        f"{job.work}; see {path}")
+
+

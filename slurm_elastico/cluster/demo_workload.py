@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from slurm_elastico.cluster.pacing import Emulated
 from slurm_elastico.config import Settings
 from slurm_elastico.errors import ConfigError
+from slurm_elastico.model import ActionKind
 from slurm_elastico.shapes.spec import shape_name
 from slurm_elastico.sim import families as sim_families
 from slurm_elastico.sim.trace import INFER_APP, TraceJob, default_micro
@@ -152,7 +153,8 @@ def settings(plan: Plan, base: Settings | None = None) -> Settings:
 
 
 def predict(jobs: Sequence[DemoJob], plan: Plan, truth: GroundTruth | None = None) -> dict:
-    """{"static": RunResult, "elastico": RunResult} of the simulator on the list (see the module docstring)."""
+    """{policy: (RunResult, {job id: shape at each start or in-place relaunch})} of the simulator on the list, for
+    `static` and `elastico` (see the module docstring)."""
     from slurm_elastico.sim import engine
     from slurm_elastico.sim import settings as sim_settings
 
@@ -165,5 +167,27 @@ def predict(jobs: Sequence[DemoJob], plan: Plan, truth: GroundTruth | None = Non
             "shares": ",".join(str(s) for s in sorted(set(plan.shares) | {100})), "epoch_s": plan.interval_s,
             "placement_window_s": window, "restart_cost_s": plan.restart_cost_s, "profile_noise": 0.0,
             "max_gpus_per_job": 0, "colocation": plan.colocation})
-        out[policy] = engine.run(rows, policy, settings(plan), sim, None, truth)
+        eng = engine.Engine(rows, policy, settings(plan), sim, None, truth)
+        shapes = _record_shapes(eng.cluster)
+        out[policy] = (eng.run(), shapes)
     return out
+
+
+def _record_shapes(cluster) -> dict[int, list[str]]:
+    """Record the shape each job of the simulated `cluster` takes at every start and in-place relaunch (USR1),
+    as the live programs print it when they start: wraps the cluster's `start` and `apply` on this instance."""
+    shapes: dict[int, list[str]] = {}
+    start, apply = cluster.start, cluster.apply
+
+    def started(job, alloc):
+        start(job, alloc)
+        shapes.setdefault(job.job_id, []).append(job.shape)
+
+    def applied(action):
+        apply(action)
+        job = cluster.jobs.get(action.job_id)
+        if job is not None and action.kind is ActionKind.SIGNAL and action.signal == "USR1":
+            shapes.setdefault(job.job_id, []).append(job.shape)
+
+    cluster.start, cluster.apply = started, applied
+    return shapes

@@ -43,7 +43,11 @@ def test_job_list_staggers_arrivals_and_spreads_inference():
 def test_prediction_runs_both_policies_to_the_end_and_plain_slurm_never_reshapes():
     got = w.predict(w.job_list(train=6, infer=3, gap_s=1.0), w.Plan(gpus=4))
     assert set(got) == {"static", "elastico"}
-    for r in got.values():
+    for r, shapes in got.values():
         assert r.unfinished == 0 and len(r.jobs) == 9
-    assert got["static"].counters["requeues"] == 0 and got["static"].counters["actions"] == {}
-    assert got["elastico"].counters["actions"].get("start_now", 0) > 0  # the helper shaped and started them
+        assert sorted(shapes) == sorted(j.job_id for j in r.jobs)  # every job's starts were recorded
+        assert all(len(s) == 1 + j.restarts for j, s in ((j, shapes[j.job_id]) for j in r.jobs))
+    static, static_shapes = got["static"]
+    assert static.counters["requeues"] == 0 and static.counters["actions"] == {}
+    assert all(s[0].endswith("-mps100") for s in static_shapes.values())  # whole GPUs, the default shape
+    assert got["elastico"][0].counters["actions"].get("start_now", 0) > 0  # the helper shaped and started them

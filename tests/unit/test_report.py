@@ -57,3 +57,21 @@ def test_outputs_carry_the_same_rows():
     csv_text = to_csv(rows)
     assert csv_text.splitlines()[0].startswith("job_id,name,user") and '"a,b\n""c"""' in csv_text
     assert "\"jct_s\": 65.0" in to_json(groups, rows)
+
+
+def test_plot_legends_sit_outside_the_curves(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from slurm_elastico.report import plots
+
+    series = {"plain (measured)": [50.0, 60.0, 90.0], "elastico (measured)": [40.0, 55.0, 70.0],
+              "static (simulated)": [52.0, 61.0, 88.0]}
+    fig = plots.cdf_figure(series, "t")
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    legend = ax.get_legend().get_window_extent()
+    assert legend.x0 >= ax.get_window_extent().x1  # right of the axes: covers no curve
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [f"{k} (3 jobs)" for k in series]
+    plt.close(fig)
+    out = plots.jct_cdf_compare(series, tmp_path / "c.png")
+    assert out.stat().st_size > 1000
