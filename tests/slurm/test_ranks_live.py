@@ -17,7 +17,8 @@ import pytest
 from slurm_elastico.model import GresRequest, JobState
 from slurm_elastico.slurm.gpu_count import GpuCountMismatch
 
-from live_helpers import Cluster, wait_for
+from live_helpers import EXAMPLES, Cluster
+from test_wrappers_live import params, rel_diff, steps_after
 
 pytestmark = pytest.mark.live
 
@@ -130,3 +131,58 @@ def test_every_rank_runs_once_per_gpu_with_its_rank_variables_through_1_2_4_1_gp
     c.wait_done(job)
     print("\nGPU-count moves, action to every rank running: "
           + ", ".join(f"-> {g} {s:.1f} s" for g, s in seen))
+
+
+# ----------------------------------------------------------------------------- data-parallel training
+
+TRAIN_FAMILY = """kind: train
+global_batch: 32
+micro_batches: [4, 8, 16]
+precisions: [fp32]
+checkpointing: [false]
+steps: 20
+mps_shares: [100]
+gpus: [1, 2, 4]
+gpus_per_node: 4
+default: mb8-fp32-mps100
+"""
+
+
+def test_training_reshaped_1_2_4_1_ranks_ends_within_rounding_of_the_one_rank_run(slurm_cluster, tmp_path):
+    """Micro-batch x accumulation x ranks: 8x4x1 -> 8x2x2 -> 4x2x4 -> 16x2x1, the helper's way, against one rank."""
+    c = Cluster(dict(slurm_cluster.env()), tmp_path, {"train.yaml": TRAIN_FAMILY})
+    script, common, gpu = EXAMPLES / "train_tiny.py", ("--deterministic", "--step-sleep", "0.3"), ("--gres=gpu:1",)
+    try:
+        ref = c.submit("train.yaml", script, *common, options=gpu)
+        seed = c.submit("train.yaml", script, *common, "--data-seed", "1", options=gpu)
+        job = c.submit("train.yaml", script, *common, options=gpu)
+        legs = (("mb8-fp32-gpus2", 2), ("mb4-fp32-gpus4", 4), ("mb16-fp32-mps100", 1))
+        current, moves = "mb8-fp32-mps100", []
+        for shape, gpus in legs:
+            c.wait_text(job, lambda t, s=current: steps_after(t, f"train_tiny: shape {s}:") >= 4, f"4 steps as {current}",
+                        timeout=120)
+            began = move(c, job, shape, gpus)
+            c.wait_text(job, lambda t, s=shape: f"train_tiny: shape {s}:" in t, f"{shape} running", timeout=120)
+            moves.append(f"-> {gpus} rank(s) {time.monotonic() - began:.1f} s")
+            current = shape
+        for j in (ref, seed, job):
+            c.wait_done(j, timeout=180)
+        text = c.text(job)
+        runs = c.summaries(job)  # rank 0's, one per run
+        assert [r["status"] for r in runs] == ["checkpointed"] * 3 + ["done"], text
+        assert all(runs[i + 1]["resumed_from"] == runs[i]["step"] for i in range(3))
+        assert sum(r["steps_run"] for r in runs) == 20  # no step lost or repeated across world sizes
+        for shape, line in (("mb8-fp32-gpus2", "micro 8 x 2 x 2 ranks = 32"), ("mb4-fp32-gpus4", "micro 4 x 2 x 4 ranks = 32"),
+                            ("mb16-fp32-mps100", "micro 16 x 2 = 32")):
+            assert f"train_tiny: shape {shape}: {line}" in text, shape
+        assert c.gateway.job(job).restarts == 3
+        reference = params(c.ckpt(ref))
+        reshaped = rel_diff(reference, params(c.ckpt(job)))
+        other = rel_diff(reference, params(c.ckpt(seed)))
+        print(f"\nGPU-count moves, action to the program running again: {', '.join(moves)}")
+        print(f"max relative parameter difference vs the uninterrupted one-rank run: reshaped 1 -> 2 -> 4 -> 1 ranks "
+              f"(8x4x1 -> 8x2x2 -> 4x2x4 -> 16x2x1): {reshaped:.2e}; another data seed: {other:.2e}")
+        assert reshaped <= 1e-5, "a rank or micro-batch change should differ only by summation-order rounding"
+        assert other > 1e3 * max(reshaped, 1e-9)
+    finally:
+        c.cancel_all()

@@ -22,6 +22,7 @@ import torch
 
 from slurm_elastico.errors import ElasticoError
 from slurm_elastico.runtime import checkpoint_dir, current_train_shape, install_signal_handlers, requested_by
+from slurm_elastico.runtime.dist import local_device
 from slurm_elastico.runtime.shape import TrainShape
 from slurm_elastico.runtime.tinylm import TinyConfig, build_tiny_lm, lm_loss, synthetic_tokens
 from slurm_elastico.runtime.train import train
@@ -34,7 +35,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ckpt-dir", help="checkpoint directory (default: $ELASTICO_CKPT_DIR or ./elastico-ckpt)")
     p.add_argument("--data-seed", type=int, default=0)
     p.add_argument("--model-seed", type=int, default=0)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default=str(local_device()), help="default: cuda:LOCAL_RANK with CUDA, else cpu")
     p.add_argument("--step-sleep", type=float, default=0.0, help="extra seconds per step, to make a demo reshape observable")
     p.add_argument("--checkpoint-every", type=int, default=None, help="also checkpoint every N steps")
     p.add_argument("--deterministic", action="store_true", help="deterministic algorithms, one thread (for bit-exact tests)")
@@ -68,12 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     model = build_tiny_lm(CONFIG, seed=args.model_seed).to(args.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, eps=1e-6)  # eps: see tests/unit/test_runtime_train.py
     data = synthetic_tokens(1024, 16, CONFIG.vocab_size, seed=1)
-    print(f"train_tiny: shape {shape.name or '-'}: micro {shape.micro_batch} x {shape.accumulation} = {shape.global_batch},"
-          f" {shape.precision}, checkpointing {'on' if shape.checkpointing else 'off'}, {shape.steps} steps, on {args.device}",
-          flush=True)
+    main_rank = os.environ.get("RANK", "0") == "0"  # several ranks (elastico-run's srun step): rank 0 speaks
+    say = print if main_rank else (lambda *a, **k: None)
+    ranks = f" x {shape.ranks} ranks" if shape.ranks > 1 else ""
+    say(f"train_tiny: shape {shape.name or '-'}: micro {shape.micro_batch} x {shape.accumulation}{ranks} = "
+        f"{shape.global_batch}, {shape.precision}, checkpointing {'on' if shape.checkpointing else 'off'}, "
+        f"{shape.steps} steps, on {args.device}", flush=True)
 
     def on_step(step: int, loss: float) -> None:
-        print(f"step {step}/{shape.steps} loss {loss:.4f}", flush=True)
+        say(f"step {step}/{shape.steps} loss {loss:.4f}", flush=True)
         if args.step_sleep:
             time.sleep(args.step_sleep)
 
@@ -93,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         "loss": result.last_loss,
         "params_sha256": hashlib.sha256(params.numpy().tobytes()).hexdigest(),
     }
-    print(json.dumps(summary), flush=True)
+    say(json.dumps(summary), flush=True)
     return result.exit_code
 
 
