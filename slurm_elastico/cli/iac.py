@@ -62,22 +62,39 @@ def evaluate(data: str, model_path: str | None, kind: str | None, floor: float, 
 @iac.command("train")
 @click.option("--data", required=True, type=click.Path(dir_okay=False), help="measurement CSV (or a store .db)")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="model file to write")
-@click.option("--select", "select_by", default="leave-one-model-out", show_default=True,
-              type=click.Choice(["kfold", "leave-one-model-out"]),
-              help="folds used to choose hyper-parameters and the admission margin")
-@click.option("--floor", default=0.6, show_default=True, type=click.FloatRange(0, 1, min_open=True))
+@click.option("--predictor", default="prior-corrected", show_default=True, type=click.Choice(["prior-corrected", "mlp"]),
+              help="prior-corrected: the contention model with a learned correction that fades outside the "
+                   "training data (JSON, no torch); mlp: the PyTorch MLP")
+@click.option("--select", "select_by", type=click.Choice(["kfold", "leave-one-model-out"]),
+              help="mlp only: folds used to choose hyper-parameters and the admission margin "
+                   "[default: leave-one-model-out]")
+@click.option("--floor", type=click.FloatRange(0, 1, min_open=True),
+              help="mlp only: the floor its margin is calibrated at [default: 0.6]")
 @click.option("--seed", default=0, show_default=True, type=int)
-def train_cmd(data: str, out: str, select_by: str, floor: float, seed: int) -> None:
-    """Chooses hyper-parameters on folds of DATA, trains on all of it and saves the model.
+def train_cmd(data: str, out: str, predictor: str, select_by: str | None, floor: float | None, seed: int) -> None:
+    """Chooses hyper-parameters on held-out folds of DATA, trains on all of it and saves the model.
 
-    leave-one-model-out (the default) prefers models that hold up on workloads
-    not seen in training, which is what a cluster meets. The file records the
-    GPU types and families trained on; pairs outside them get the cautious
-    margins calibrated on held-out groups (use `model.on_gpu(type)`).
+    prior-corrected (the default; docs/interference-data.md): the file holds
+    its held-out error on k-fold, leave-one-model-out and (two or more GPU
+    types) leave-one-GPU-out folds, and its admission margins derive from it.
+    mlp: leave-one-model-out selection (the default) prefers models that hold
+    up on workloads not seen in training; the file records the GPU types and
+    families trained on, and pairs outside them get cautious margins.
     """
+    if predictor == "prior-corrected" and (select_by is not None or floor is not None):
+        raise click.UsageError("--select and --floor apply to --predictor mlp only: the prior-corrected predictor "
+                               "selects on leave-one-model-out folds and its margins hold at any floor")
+    observations = measurements.load(data)
+    if predictor == "prior-corrected":
+        from slurm_elastico.interference.transfer import fit_transfer, format_transfer
+
+        model = fit_transfer(observations, seed=seed)
+        model.save(out)
+        click.echo(format_transfer(model, out))
+        return
     from slurm_elastico.interference.evaluation import fit_model, format_fit
 
-    model, scores = fit_model(measurements.load(data), select_by, floor, seed)
+    model, scores = fit_model(observations, select_by or "leave-one-model-out", 0.6 if floor is None else floor, seed)
     model.save(out)
     click.echo(format_fit(model, scores, out))
 

@@ -89,6 +89,18 @@ class ContentionModel:
         return sm_term * bw_term * (1.0 + self.kappa * sm_b)
 
 
+def distinct(a: Sequence[SoloProfile], b: Sequence[SoloProfile],
+             what: str = "predict") -> tuple[list[SoloProfile], np.ndarray, np.ndarray]:
+    """(each distinct profile object once, row of a[k], row of b[k]): 10,000 pairs of 100 jobs encode 100 jobs."""
+    if len(a) != len(b):
+        raise ValueError(f"{what} needs as many partners as jobs: {len(a)} != {len(b)}")
+    n = len(a)
+    ids = np.concatenate([np.fromiter(map(id, a), dtype=np.int64, count=n),
+                          np.fromiter(map(id, b), dtype=np.int64, count=n)])
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    return [a[i] if i < n else b[i - n] for i in first.tolist()], inverse[:n], inverse[n:]
+
+
 def admissible(model: SlowdownModel, a: Sequence[SoloProfile], b: Sequence[SoloProfile], floor: float) -> np.ndarray:
     """Whether each pair (a[k], b[k]) may share a GPU: both keep >= floor of solo speed by the model.
 

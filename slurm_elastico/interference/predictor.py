@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from slurm_elastico.interference.base import SlowdownModel, SoloProfile
+from slurm_elastico.interference.base import SlowdownModel, SoloProfile, distinct
 from slurm_elastico.interference.errors import MeasurementError, ModelFileError
 from slurm_elastico.interference.features import FeatureSchema
 from slurm_elastico.interference.measurements import Colocation, samples
@@ -143,7 +143,7 @@ class _ByScorer:
 
     def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
         """Slowdown S >= 1 of a[k] when it shares one GPU with b[k], for every k, in one batched call."""
-        profiles, ia, ib = _distinct(a, b, "predict")
+        profiles, ia, ib = distinct(a, b, "predict")
         return self.scorer(profiles).slowdown(ia, ib)
 
     def predict_matrix(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
@@ -156,7 +156,7 @@ class _ByScorer:
 
     def admission_margins(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
         """Safety margin on the floor per pair: the calibrated one, larger outside the training data."""
-        profiles, ia, ib = _distinct(a, b, "admission_margins")
+        profiles, ia, ib = distinct(a, b, "admission_margins")
         return self.scorer(profiles).margins(ia, ib)
 
 
@@ -192,7 +192,7 @@ class MlpPredictor(_ByScorer):
     # -- inference -----------------------------------------------------------
     def features(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
         """Pair features of (a[k], b[k]) as the net sees them (training and tests; `predict` is faster)."""
-        profiles, ia, ib = _distinct(a, b)
+        profiles, ia, ib = distinct(a, b)
         if not profiles:
             return np.zeros((0, len(self.schema.names())), dtype=np.float32)
         enc, codes = self.schema.encode(profiles)
@@ -298,18 +298,6 @@ TABLE_PAIRS = 4_000_000
 """Largest table of distinct-profile pairs `PairScorer.tabulate` fills (2,000 distinct profiles: ~1.5 s)."""
 BLOCK = 131_072
 """Pairs computed at once while tabulating (hidden 32: ~17 MB of activations)."""
-
-
-def _distinct(a: Sequence[SoloProfile], b: Sequence[SoloProfile],
-              what: str = "predict") -> tuple[list[SoloProfile], np.ndarray, np.ndarray]:
-    """(each distinct profile object once, row of a[k], row of b[k]): 10,000 pairs of 100 jobs encode 100 jobs."""
-    if len(a) != len(b):
-        raise ValueError(f"{what} needs as many partners as jobs: {len(a)} != {len(b)}")
-    n = len(a)
-    ids = np.concatenate([np.fromiter(map(id, a), dtype=np.int64, count=n),
-                          np.fromiter(map(id, b), dtype=np.int64, count=n)])
-    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-    return [a[i] if i < n else b[i - n] for i in first.tolist()], inverse[:n], inverse[n:]
 
 
 class PairScorer:

@@ -107,25 +107,30 @@ def metrics(truth: np.ndarray, pred: np.ndarray, margin: np.ndarray | float, flo
     }
 
 
+def predictions(model, obs: Sequence[Colocation]) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """(true pair norms, {method: (predicted pair norms, margin per pair)}) for `METHODS` on `obs`."""
+    truth = true_norms(obs)
+    fit = truth.min(axis=1) > 0
+    if not fit.any():
+        raise MeasurementError("nothing to score: the data has no pair that ran together (every row has fits = 0)")
+    zero = np.zeros(len(obs))
+    median = float(np.median(truth[fit].ravel()))
+    return truth, {
+        "model": model_norms_and_margins(model, obs),
+        "training-mean": (np.full_like(truth, float(model.training_mean_norm)), zero),
+        "test-median": (np.full_like(truth, median), zero),
+        "no-slowdown": (np.ones_like(truth), zero),
+        "contention": (pair_norms(ContentionModel(), obs), zero),
+    }
+
+
 def score(model, observations: Sequence[Colocation], floor: float = 0.6) -> Score:
     """Scores `model` (a trained predictor) on `observations` it was not trained on, beside the trivial predictors."""
     if not 0 < floor < 1:
         raise MeasurementError(f"floor {floor:g} is outside (0, 1): it is the least normalized throughput admitted")
     obs = list(observations)
-    truth = true_norms(obs)
+    truth, table = predictions(model, obs)
     fit = truth.min(axis=1) > 0
-    if not fit.any():
-        raise MeasurementError("nothing to score: the data has no pair that ran together (every row has fits = 0)")
-    pred, margin = model_norms_and_margins(model, obs)
-    mean_norm = float(model.training_mean_norm)
-    median = float(np.median(truth[fit].ravel()))
-    table = {
-        "model": (pred, margin),
-        "training-mean": (np.full_like(truth, mean_norm), 0.0),
-        "test-median": (np.full_like(truth, median), 0.0),
-        "no-slowdown": (np.ones_like(truth), 0.0),
-        "contention": (pair_norms(ContentionModel(), obs), 0.0),
-    }
     gpus = sorted({o.gpu_type for o in obs})
     unseen = [g for g in gpus if hasattr(model, "seen_gpu") and not model.seen_gpu(g)]
     return Score(floor, len(obs), int(fit.sum()) * 2, int((truth.min(axis=1) < floor).sum()),

@@ -75,8 +75,11 @@ def test_cli_import_then_evaluate_json(tmp_path, monkeypatch, obs):
     report = json.loads(r.output)
     assert report["split"] == "kfold" and report["metrics"]["model"]["mape"] < 0.5
     model_path = tmp_path / "iac.pt"
-    r = runner.invoke(main, ["iac", "train", "--data", str(small), "--out", str(model_path), "--select", "kfold"])
+    r = runner.invoke(main, ["iac", "train", "--data", str(small), "--out", str(model_path), "--predictor", "mlp",
+                             "--select", "kfold"])
     assert r.exit_code == 0 and model_path.exists(), r.output
+    r = runner.invoke(main, ["iac", "train", "--data", str(small), "--out", str(tmp_path / "x"), "--select", "kfold"])
+    assert r.exit_code == 2 and "apply to --predictor mlp only" in r.output and not (tmp_path / "x").exists()
 
 
 def test_cli_errors_are_clear(tmp_path):

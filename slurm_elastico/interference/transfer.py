@@ -1,0 +1,498 @@
+"""A slowdown predictor whose knowledge transfers: the contention model as prior, a learned correction on top.
+
+    log S(a | b, gpu) = log S_prior(a, b) + f(a, b, gpu),   S >= 1
+
+`S_prior` is `base.ContentionModel`: physics of what MPS does not partition,
+fed the jobs' solo counters (SM and memory-bandwidth utilisation). Where a
+counter is unmeasured it uses a default, and those two defaults are the only
+parameters of the prior fitted to the training data (a grid, least absolute
+log error); with counters measured, the prior is the untrained model.
+
+`f` is the posterior mean of a Gaussian process (kernel ridge regression) on
+the training residuals log S − log S_prior, with the product kernel
+
+    k = k_job(a, a') · k_job(b, b') · k_gpu(gpu, gpu')
+
+`k_job` compares two jobs on standardized numeric features (log steps/s,
+log batch, SM and bandwidth utilisation, memory used, MPS share; a feature
+measured on one job and not the other counts as one length scale apart),
+times `family_sim` unless both have the same known model family, times
+e^-1 if their kinds (train/infer) differ and e^-0.5 if their precisions do.
+`k_gpu` compares GPU types by their specifications (`specs`: ln SMs, ln
+bandwidth, ln memory): `shared + (1 − shared)·exp(−d²/2·gpu_scale²)`, `shared`
+being the part of what is learned on one GPU type that is taken to hold on
+every type; a type with no listed spec gets only that part. The kernel
+decays with distance, so a workload or GPU unlike anything in training gets
+f → 0: the prior, never the training mean.
+
+Measured speed-ups (normalized throughput > 1) train as S = 1: predictions
+never promise a speed-up. Reasons (see docs/interference-data.md, "speed-ups"):
+the planner clamps S to >= 1 before using it (`planner.slowdown._clean`),
+so a predicted speed-up could only change a decision by admitting a pair on
+the strength of it; and the error this costs on a true speed-up of n is
+(n − 1)/n of normalized throughput, 9 % at n = 1.1.
+
+Hyper-parameters (`KernelConfig`) are chosen on leave-one-model-out folds of
+the training data (k-fold with fewer than 3 families). The model file also
+carries its held-out error (`heldout`): on k-fold, leave-one-model-out and,
+with two or more GPU types, leave-one-GPU-out folds of the training data, and
+the admission margins derive from it (`margin_from_heldout`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from slurm_elastico.interference.base import ContentionModel, SoloProfile, distinct
+from slurm_elastico.interference.errors import MeasurementError, ModelFileError
+from slurm_elastico.interference.measurements import Colocation
+from slurm_elastico.interference.specs import spec_of
+
+FILE_FORMAT = "slurm-elastico/iac-prior-corrected"
+FILE_VERSION = 1
+NUMERIC = ("log_throughput", "log_batch", "sm_util", "membw_util", "mem_used_gib", "mps_share")
+KINDS = ("train", "infer")
+PRECISIONS = ("fp32", "fp16", "bf16", "fp8")  # code 1.. ; 0 = not stated
+FALSE_ADMISSION_TARGET = 0.10  # the share of held-out pairs whose truth may fall below prediction / (1 + margin)
+PRIOR_SM = tuple(np.round(np.arange(0.30, 1.001, 0.05), 2))
+PRIOR_BW = tuple(np.round(np.arange(0.10, 0.901, 0.10), 2))
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    lam: float = 0.1  # noise variance on log S residuals (ridge)
+    num_scale: float = 1.0  # length scale of the standardized numeric features
+    family_sim: float = 0.3  # kernel factor between different (or unknown) model families
+    gpu_scale: float = 1.0  # length scale of the GPU spec vector (ln units)
+    shared: float = 0.5  # part of the correction taken to hold on every GPU type
+
+
+GRID = tuple(KernelConfig(lam=lam, num_scale=ns, family_sim=fs)
+             for lam in (0.03, 0.2) for ns in (0.5, 1.5) for fs in (0.1, 0.5))
+
+
+def _log(x: float) -> float:
+    return math.log(x) if x > 0 else math.nan
+
+
+def _raw(p: SoloProfile) -> tuple[float, ...]:
+    return (_log(p.throughput), _log(p.batch), p.sm_util, p.membw_util, p.mem_used_mib / 1024.0,
+            min(max(p.mps_share, 1), 100) / 100.0)
+
+
+@dataclass
+class Jobs:
+    """Encoded jobs: standardized numeric features (NaN = unmeasured), family code (-1 unknown), kind, precision."""
+
+    x: np.ndarray
+    family: np.ndarray
+    kind: np.ndarray
+    precision: np.ndarray
+
+    def take(self, idx: np.ndarray) -> Jobs:
+        return Jobs(self.x[idx], self.family[idx], self.kind[idx], self.precision[idx])
+
+
+@dataclass(frozen=True)
+class Encoder:
+    numeric: tuple[str, ...]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    families: tuple[str, ...]
+
+    @classmethod
+    def fit(cls, profiles: Sequence[SoloProfile]) -> Encoder:
+        raw = np.array([_raw(p) for p in profiles], dtype=float).reshape(-1, len(NUMERIC))
+        keep, mean, std = [], [], []
+        for j, name in enumerate(NUMERIC):
+            col = raw[:, j][~np.isnan(raw[:, j])]
+            if col.size:
+                keep.append(name)
+                mean.append(float(col.mean()))
+                std.append(float(col.std()) if col.std() > 1e-9 else 1.0)
+        return cls(tuple(keep), tuple(mean), tuple(std), tuple(sorted({p.model_family for p in profiles
+                                                                     if p.model_family})))
+
+    def encode(self, profiles: Sequence[SoloProfile]) -> Jobs:
+        cols = [NUMERIC.index(n) for n in self.numeric]
+        raw = np.array([_raw(p) for p in profiles], dtype=float).reshape(-1, len(NUMERIC))[:, cols]
+        x = (raw - np.array(self.mean)) / np.array(self.std) if cols else raw
+        fam = {f: i for i, f in enumerate(self.families)}
+        family = np.array([fam.get(p.model_family, -1) for p in profiles], dtype=np.int64)
+        kind = np.array([KINDS.index(p.kind) if p.kind in KINDS else -1 for p in profiles], dtype=np.int64)
+        precision = np.array([PRECISIONS.index(p.precision) + 1 if p.precision in PRECISIONS else 0
+                              for p in profiles], dtype=np.int64)
+        return Jobs(x, family, kind, precision)
+
+
+def job_kernel(a: Jobs, b: Jobs, cfg: KernelConfig) -> np.ndarray:
+    """(len(a), len(b)) similarity of jobs, in (0, 1]."""
+    d2 = np.zeros((len(a.family), len(b.family)))
+    for j in range(a.x.shape[1]):
+        xa, xb = a.x[:, j][:, None], b.x[:, j][None, :]
+        na, nb = np.isnan(xa), np.isnan(xb)
+        diff = np.where(na | nb, 0.0, (np.nan_to_num(xa) - np.nan_to_num(xb)) / cfg.num_scale) ** 2
+        d2 += diff + (na ^ nb)
+    same_family = (a.family[:, None] == b.family[None, :]) & (a.family[:, None] >= 0)
+    d2 += 2.0 * (a.kind[:, None] != b.kind[None, :])
+    prec = (a.precision[:, None] != b.precision[None, :]) & (a.precision[:, None] != 0) & (b.precision[None, :] != 0)
+    d2 += 1.0 * prec
+    return np.exp(-0.5 * d2) * np.where(same_family, 1.0, cfg.family_sim)
+
+
+def gpu_kernel(g: Sequence[str], h: Sequence[str], cfg: KernelConfig) -> np.ndarray:
+    """(len(g), len(h)) similarity of GPU types: 1 for the same type, else `shared` plus a part by specification."""
+    out = np.empty((len(g), len(h)))
+    for i, x in enumerate(g):
+        for j, y in enumerate(h):
+            if x == y:
+                out[i, j] = 1.0
+                continue
+            sx, sy = spec_of(x), spec_of(y)
+            near = 0.0
+            if sx is not None and sy is not None:
+                d2 = sum((p - q) ** 2 for p, q in zip(sx.vector(), sy.vector(), strict=True)) / cfg.gpu_scale ** 2
+                near = math.exp(-0.5 * d2)
+            out[i, j] = cfg.shared + (1.0 - cfg.shared) * near
+    return out
+
+
+@dataclass
+class Samples:
+    """Both directions of every fitting pair: encoded self and partner, GPU type, log S target, prior log S, pair index."""
+
+    selves: list[SoloProfile]
+    partners: list[SoloProfile]
+    gpus: list[str]
+    log_s: np.ndarray
+    pair: np.ndarray
+
+
+def samples_of(observations: Sequence[Colocation]) -> Samples:
+    selves, partners, gpus, s, pair = [], [], [], [], []
+    for i, o in enumerate(observations):
+        if not o.fits:
+            continue
+        for me, other, norm in ((o.a, o.b, o.norm_a), (o.b, o.a, o.norm_b)):
+            selves.append(me)
+            partners.append(other)
+            gpus.append(o.gpu_type)
+            s.append(math.log(max(1.0, 1.0 / norm)))  # a measured speed-up trains as no slowdown
+            pair.append(i)
+    return Samples(selves, partners, gpus, np.array(s), np.array(pair, dtype=np.int64))
+
+
+def fit_prior(smp: Samples) -> ContentionModel:
+    """The contention model with the defaults for unmeasured counters that fit `smp` best (least absolute log error)."""
+    best = None
+    for sm in PRIOR_SM:
+        for bw in PRIOR_BW:
+            prior = ContentionModel(default_sm=float(sm), default_bw=float(bw))
+            err = float(np.mean(np.abs(np.log(prior.predict(smp.selves, smp.partners)) - smp.log_s)))
+            if best is None or err < best[0] - 1e-12:
+                best = (err, prior)
+    assert best is not None
+    return best[1]
+
+
+@dataclass
+class Fitted:
+    """The training samples as the fit saw them: distinct jobs, each sample's self and partner among them, its GPU
+    type, and its weight. Predictions sum over samples through the distinct jobs (`PriorCorrected._pair_weights`)."""
+
+    jobs: Jobs
+    self_idx: np.ndarray
+    partner_idx: np.ndarray
+    gpus: list[str]
+    alpha: np.ndarray
+
+
+def distinct_jobs(jobs: Jobs) -> tuple[Jobs, np.ndarray]:
+    """(each distinct encoded job once, index of every job among them)."""
+    key = np.hstack([np.nan_to_num(jobs.x, nan=-1e300), jobs.family[:, None], jobs.kind[:, None],
+                     jobs.precision[:, None]])
+    _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    return jobs.take(first), inverse.reshape(-1)
+
+
+def _solve(k: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:
+    """(K + lam·I)⁻¹ y by Cholesky (K is a product of positive semi-definite kernels, so K + lam·I is definite)."""
+    from scipy.linalg import cho_factor, cho_solve
+
+    return cho_solve(cho_factor(k + lam * np.eye(len(y)), lower=True, check_finite=False), y, check_finite=False)
+
+
+class PriorCorrected:
+    """The trained transfer predictor; implements `SlowdownModel`. Build with `fit_transfer` or `load`."""
+
+    def __init__(self, prior: ContentionModel, encoder: Encoder, config: KernelConfig, fitted: Fitted,
+                 training_mean_norm: float, heldout: dict[str, dict[str, float]], gpu_types: Sequence[str],
+                 gpu: str | None = None):
+        self.prior, self.encoder, self.config, self.fitted = prior, encoder, config, fitted
+        self.training_mean_norm = training_mean_norm
+        self.heldout = heldout
+        self.gpu_types = tuple(gpu_types)
+        self.gpu = gpu  # None: as on the training GPU types (no GPU discount)
+        self.margins = margins_from_heldout(heldout)
+        self._pair_weights = self._weights(gpu)
+
+    def _weights(self, gpu: str | None) -> np.ndarray:
+        """W[s, p]: summed weight of the training samples whose self is distinct job s and partner p, each weighed by
+        how alike its GPU type is to `gpu` (None: no discount). The correction is then k(a)·W·k(b)ᵀ."""
+        f = self.fitted
+        alpha = f.alpha if gpu is None else f.alpha * gpu_kernel([gpu], f.gpus, self.config)[0]
+        u = len(f.jobs.family)
+        w = np.zeros((u, u))
+        np.add.at(w, (f.self_idx, f.partner_idx), alpha)
+        return w
+
+    # -- views -------------------------------------------------------------------
+    def seen_gpu(self, gpu_type: str) -> bool:
+        return gpu_type in self.gpu_types
+
+    def on_gpu(self, gpu_type: str) -> PriorCorrected:
+        """The model as it answers on `gpu_type`: the correction weighted by how alike that type is to training's."""
+        return PriorCorrected(self.prior, self.encoder, self.config, self.fitted, self.training_mean_norm,
+                              self.heldout, self.gpu_types, gpu_type)
+
+    # -- predictions ---------------------------------------------------------------
+    def _table(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
+        """Correction f of every pair of `profiles` (i next to j)."""
+        k = job_kernel(self.encoder.encode(profiles), self.fitted.jobs, self.config)
+        return (k @ self._pair_weights) @ k.T
+
+    def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
+        """Slowdown S >= 1 of a[k] next to b[k], for every k."""
+        profiles, ia, ib = distinct(a, b, "predict")
+        if not profiles:
+            return np.zeros(0)
+        if len(profiles) ** 2 <= 4 * len(ia):  # few distinct jobs: the whole table, then look pairs up
+            return self.predict_matrix(profiles)[ia, ib]
+        k = job_kernel(self.encoder.encode(profiles), self.fitted.jobs, self.config)
+        kw = k @ self._pair_weights
+        corr = np.einsum("ij,ij->i", kw[ia], k[ib])
+        prior = self.prior.predict([profiles[i] for i in ia], [profiles[i] for i in ib])
+        return np.maximum(1.0, prior * np.exp(corr))
+
+    def predict_matrix(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
+        """S[i, j]: slowdown of profiles[i] next to profiles[j]."""
+        if not profiles:
+            return np.zeros((0, 0))
+        return np.maximum(1.0, self.prior.predict_matrix(profiles) * np.exp(self._table(profiles)))
+
+    def admission_margins(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
+        """Safety margin on the floor per pair, from the held-out error of the matching kind of shift."""
+        if len(a) != len(b):
+            raise ValueError(f"admission_margins needs as many partners as jobs: {len(a)} != {len(b)}")
+        m = self.margins
+        if self.gpu is not None and not self.seen_gpu(self.gpu):
+            return np.full(len(a), m["gpu"])
+        known = set(self.encoder.families)
+        unseen = np.array([p.model_family not in known or q.model_family not in known for p, q in zip(a, b)],
+                          dtype=bool)
+        return np.where(unseen, m["family"], m["seen"])
+
+    # -- files -----------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        f = self.fitted
+        return {"format": FILE_FORMAT, "version": FILE_VERSION, "config": asdict(self.config),
+                "prior": {"default_sm": self.prior.default_sm, "default_bw": self.prior.default_bw,
+                          "kappa": self.prior.kappa},
+                "encoder": {"numeric": list(self.encoder.numeric), "mean": list(self.encoder.mean),
+                            "std": list(self.encoder.std), "families": list(self.encoder.families)},
+                "training_mean_norm": self.training_mean_norm, "gpu_types": list(self.gpu_types),
+                "heldout": self.heldout, "margins": self.margins,
+                "train": {"jobs": _jobs_dict(f.jobs), "self": f.self_idx.tolist(), "partner": f.partner_idx.tolist(),
+                          "gpus": f.gpus, "alpha": f.alpha.tolist()}}
+
+    def save(self, path: str | Path) -> None:
+        """Writes the model as one JSON file (atomically: write, fsync, rename)."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w") as handle:
+            json.dump(self.to_dict(), handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> PriorCorrected:
+        path = Path(path)
+        try:
+            blob = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ModelFileError(f"{path}: no such model file") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ModelFileError(f"{path}: not a slurm-elastico predictor file ({type(exc).__name__})") from None
+        if not isinstance(blob, dict) or blob.get("format") != FILE_FORMAT:
+            raise ModelFileError(f"{path}: not a slurm-elastico prior-corrected predictor (format {FILE_FORMAT!r})")
+        if blob.get("version") != FILE_VERSION:
+            raise ModelFileError(f"{path}: file version {blob.get('version')}, this slurm-elastico reads version "
+                                 f"{FILE_VERSION}; retrain with `elastico iac train`")
+        try:
+            enc = blob["encoder"]
+            encoder = Encoder(tuple(enc["numeric"]), tuple(map(float, enc["mean"])), tuple(map(float, enc["std"])),
+                              tuple(enc["families"]))
+            if any(n not in NUMERIC for n in encoder.numeric):
+                raise ValueError(f"unknown features {encoder.numeric}")
+            t = blob["train"]
+            fitted = Fitted(_jobs_from(t["jobs"]), np.array(t["self"], dtype=np.int64),
+                            np.array(t["partner"], dtype=np.int64), list(map(str, t["gpus"])),
+                            np.array(t["alpha"], dtype=float))
+            if not (len(fitted.alpha) == len(fitted.gpus) == len(fitted.self_idx) == len(fitted.partner_idx)):
+                raise ValueError("training arrays of different lengths")
+            if len(fitted.alpha) and max(fitted.self_idx.max(), fitted.partner_idx.max()) >= len(fitted.jobs.family):
+                raise ValueError("a training sample names a job the file does not hold")
+            if fitted.jobs.x.shape[1] != len(encoder.numeric):
+                raise ValueError("training jobs have another number of features than the encoder")
+            prior = ContentionModel(**{k: float(v) for k, v in blob["prior"].items()})
+            heldout = {k: {m: float(x) for m, x in v.items()} for k, v in blob["heldout"].items()}
+            return cls(prior, encoder, KernelConfig(**blob["config"]), fitted, float(blob["training_mean_norm"]),
+                       heldout, tuple(blob["gpu_types"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelFileError(f"{path}: incomplete or inconsistent predictor file ({exc!r})") from None
+
+
+def _jobs_dict(j: Jobs) -> dict:
+    return {"x": np.where(np.isnan(j.x), None, j.x).tolist(), "family": j.family.tolist(), "kind": j.kind.tolist(),
+            "precision": j.precision.tolist()}
+
+
+def _jobs_from(d: dict) -> Jobs:
+    x = np.array([[math.nan if v is None else float(v) for v in row] for row in d["x"]], dtype=float)
+    return Jobs(x.reshape(len(d["family"]), -1), np.array(d["family"], dtype=np.int64),
+                np.array(d["kind"], dtype=np.int64), np.array(d["precision"], dtype=np.int64))
+
+
+# -- held-out error and margins -------------------------------------------------------------------------------------
+def heldout_error(pred_pairs: np.ndarray, true_pairs: np.ndarray) -> dict[str, float]:
+    """MAPE and the over-prediction quantile of held-out pairs ((n, 2) normalized throughputs; fitting pairs only)."""
+    fit = true_pairs.min(axis=1) > 0
+    p, t = pred_pairs[fit], true_pairs[fit]
+    if not len(t):
+        return {"n_pairs": 0.0, "mape_norm": math.nan, "over_q": math.nan}
+    ratio = p.min(axis=1) / t.min(axis=1)  # predicted over true worst normalized throughput of each pair
+    return {"n_pairs": float(len(t)), "mape_norm": float(np.mean(np.abs(p - t) / t)),
+            "over_q": float(np.quantile(ratio, 1.0 - FALSE_ADMISSION_TARGET))}
+
+
+def margins_from_heldout(heldout: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Margins on the floor: a pair is admitted when predicted >= floor·(1 + m), with m = over_q − 1 of the held-out
+    folds of the matching shift, so about FALSE_ADMISSION_TARGET of pairs are over-predicted by more than m.
+
+    seen: k-fold; unseen family: leave-one-model-out (>= seen); unseen GPU type: leave-one-GPU-out, or the
+    family figure when training had one GPU type (>= seen). A missing figure gives the next one up."""
+    def m(kind: str) -> float:
+        q = heldout.get(kind, {}).get("over_q", math.nan)
+        return math.nan if math.isnan(q) else max(0.0, q - 1.0)
+
+    seen = m("kfold")
+    seen = 0.0 if math.isnan(seen) else seen
+    family = m("leave-one-model-out")
+    family = seen if math.isnan(family) else max(seen, family)
+    gpu = m("leave-one-gpu-out")
+    gpu = family if math.isnan(gpu) else max(seen, gpu)
+    return {"seen": seen, "family": family, "gpu": gpu}
+
+
+# -- fitting --------------------------------------------------------------------------------------------------------
+@dataclass
+class _Kernels:
+    """The training samples' kernel pieces for one config, computed once and sliced per fold."""
+
+    job: np.ndarray  # k_job(self) · k_job(partner), (N, N)
+    gpu: np.ndarray  # k_gpu, (N, N)
+
+
+def _folds(observations: Sequence[Colocation], kind: str, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    from slurm_elastico.interference.evaluation import split
+
+    return [(np.array(tr, dtype=np.int64), np.array(te, dtype=np.int64))
+            for _, tr, te in split(observations, kind, k=4, seed=seed)]
+
+
+def _cross(observations, smp: Samples, prior_log: np.ndarray, ker: _Kernels, cfg: KernelConfig,
+           kind: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Held-out (predicted, true) pair norms over `kind` folds (pairs that ran in the test part)."""
+    preds, truths = [], []
+    for tr_pairs, te_pairs in _folds(observations, kind, seed):
+        tr = np.flatnonzero(np.isin(smp.pair, tr_pairs))
+        te = np.flatnonzero(np.isin(smp.pair, te_pairs))
+        if len(tr) < 2 or len(te) < 2:
+            continue
+        k = ker.job[np.ix_(tr, tr)] * ker.gpu[np.ix_(tr, tr)]
+        alpha = _solve(k, smp.log_s[tr] - prior_log[tr], cfg.lam)
+        log_s = prior_log[te] + (ker.job[np.ix_(te, tr)] * ker.gpu[np.ix_(te, tr)]) @ alpha
+        norm = 1.0 / np.maximum(1.0, np.exp(log_s))
+        # samples come in (a, b) order per pair, pairs in order: two samples make a pair
+        preds.append(norm.reshape(-1, 2))
+        truths.append(np.array([[observations[i].norm_a, observations[i].norm_b] for i in smp.pair[te][::2]]))
+    if not preds:
+        return np.zeros((0, 2)), np.zeros((0, 2))
+    return np.concatenate(preds), np.concatenate(truths)
+
+
+def _kernels(smp: Samples, enc: Encoder, cfg: KernelConfig) -> _Kernels:
+    jobs, idx = distinct_jobs(enc.encode([*smp.selves, *smp.partners]))
+    n = len(smp.selves)
+    ku = job_kernel(jobs, jobs, cfg)
+    s, p = idx[:n], idx[n:]
+    types = sorted(set(smp.gpus))
+    g = np.array([types.index(x) for x in smp.gpus])
+    return _Kernels(ku[np.ix_(s, s)] * ku[np.ix_(p, p)], gpu_kernel(types, types, cfg)[np.ix_(g, g)])
+
+
+def fit_transfer(observations: Sequence[Colocation], seed: int = 0,
+                 grid: Sequence[KernelConfig] = GRID) -> PriorCorrected:
+    """Chooses the config on held-out folds of `observations`, measures its held-out error, trains on all of it."""
+    obs = list(observations)
+    smp = samples_of(obs)
+    if len(smp.log_s) < 4:
+        raise MeasurementError(f"training needs at least 2 pairs that ran together; got {len(smp.log_s) // 2}")
+    prior = fit_prior(smp)
+    prior_log = np.log(prior.predict(smp.selves, smp.partners))
+    enc = Encoder.fit([*smp.selves, *smp.partners])
+    families = {p.model_family for o in obs for p in (o.a, o.b) if p.model_family}
+    select_kind = "leave-one-model-out" if len(families) >= 3 else "kfold"
+    best = None
+    for cfg in grid:
+        ker = _kernels(smp, enc, cfg)
+        pred, truth = _cross(obs, smp, prior_log, ker, cfg, select_kind, seed)
+        err = heldout_error(pred, truth)["mape_norm"] if len(pred) else math.inf
+        if best is None or err < best[0]:
+            best = (err, cfg, ker, (pred, truth))
+    assert best is not None
+    _, cfg, ker, chosen = best
+    heldout = {select_kind: heldout_error(*chosen)}
+    if select_kind != "kfold":
+        heldout["kfold"] = heldout_error(*_cross(obs, smp, prior_log, ker, cfg, "kfold", seed))
+    if len({o.gpu_type for o in obs}) >= 2:
+        heldout["leave-one-gpu-out"] = heldout_error(*_cross(obs, smp, prior_log, ker, cfg, "leave-one-gpu-out", seed))
+    alpha = _solve(ker.job * ker.gpu, smp.log_s - prior_log, cfg.lam)
+    jobs, idx = distinct_jobs(enc.encode([*smp.selves, *smp.partners]))
+    n = len(smp.selves)
+    fitted = Fitted(jobs, idx[:n], idx[n:], list(smp.gpus), alpha)
+    mean_norm = 1.0 / float(np.mean(np.exp(smp.log_s)))
+    return PriorCorrected(prior, enc, cfg, fitted, mean_norm, heldout, sorted(set(smp.gpus)))
+
+
+def format_transfer(model: PriorCorrected, out: str) -> str:
+    """What `elastico iac train` says about a prior-corrected model it saved at `out`."""
+    c, m = model.config, model.margins
+    lines = [f"chosen: lam={c.lam:g} num_scale={c.num_scale:g} family_sim={c.family_sim:g} (gpu_scale={c.gpu_scale:g}, "
+             f"shared={c.shared:g}); prior defaults sm={model.prior.default_sm:g} bw={model.prior.default_bw:g}; "
+             f"saved {out}",
+             f"trained on GPU types {', '.join(model.gpu_types)}; {len(model.encoder.families)} families; "
+             f"features {', '.join(model.encoder.numeric)}", "held-out error (normalized throughput):"]
+    for kind, e in model.heldout.items():
+        lines.append(f"  {kind:<20} MAPE {e['mape_norm']:.1%} over {int(e['n_pairs'])} pairs; "
+                     f"{1 - FALSE_ADMISSION_TARGET:.0%} of pairs over-predicted by at most {e['over_q'] - 1:+.0%}")
+    lines.append(f"admission margins: {m['seen']:.2f} seen, {m['family']:.2f} unseen family, {m['gpu']:.2f} unseen GPU type")
+    return "\n".join(lines)

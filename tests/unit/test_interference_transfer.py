@@ -1,0 +1,159 @@
+"""The prior-corrected predictor: falls back to the contention prior away from its training data, carries its
+held-out error, derives its margins from it, and round-trips through its file. Trained on the bundled Gavel pairs."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from slurm_elastico.cli import main
+from slurm_elastico.interference import load_model, measurements
+from slurm_elastico.interference.base import ContentionModel, SoloProfile
+from slurm_elastico.interference.errors import ModelFileError
+from slurm_elastico.interference.gavel import import_gavel
+from slurm_elastico.interference.measurements import Colocation
+from slurm_elastico.interference.specs import spec_of
+from slurm_elastico.interference.transfer import (
+    FALSE_ADMISSION_TARGET, PriorCorrected, fit_transfer, heldout_error, margins_from_heldout, samples_of,
+)
+
+GAVEL = Path(__file__).parent.parent / "data" / "gavel"
+FAMILIES = {"ResNet-18", "LM", "A3C", "Transformer"}
+
+
+@pytest.fixture(scope="module")
+def k80():
+    obs = import_gavel(GAVEL / "throughputs_pairs.csv", GAVEL / "throughputs_isolated.csv").observations
+    return [o for o in obs if o.gpu_type == "k80" and {o.a.model_family, o.b.model_family} <= FAMILIES]
+
+
+@pytest.fixture(scope="module")
+def model(k80):
+    return fit_transfer(k80)
+
+
+def test_gpu_specs_by_name_and_alias():
+    assert spec_of("NVIDIA A100-SXM4-80GB") == spec_of("a100-80g") and spec_of("a100-80g").mem_gib == 80
+    assert spec_of("Tesla K80").sms == 13 and spec_of("H100").mem_bw_gbs > spec_of("p100").mem_bw_gbs
+    assert spec_of("mi300x") is None
+
+
+def test_model_carries_its_heldout_error_and_margins_derive_from_it(model, k80):
+    assert set(model.heldout) == {"kfold", "leave-one-model-out"}  # one GPU type: no leave-one-GPU-out
+    for e in model.heldout.values():
+        assert e["n_pairs"] > 0 and 0 < e["mape_norm"] < 1
+    m = model.margins
+    assert m == margins_from_heldout(model.heldout)
+    assert m["seen"] == pytest.approx(max(0.0, model.heldout["kfold"]["over_q"] - 1))
+    assert m["family"] >= m["seen"] and m["gpu"] == m["family"]  # unseen GPU: nearest shift training can show
+    # The in-distribution error is the smaller one: a model that fits its families transfers worse to new ones.
+    assert model.heldout["kfold"]["mape_norm"] < model.heldout["leave-one-model-out"]["mape_norm"]
+
+
+def test_margins_from_heldout_rules():
+    h = {"kfold": {"over_q": 1.05}, "leave-one-model-out": {"over_q": 1.3}, "leave-one-gpu-out": {"over_q": 1.2}}
+    assert margins_from_heldout(h) == pytest.approx({"seen": 0.05, "family": 0.3, "gpu": 0.2})
+    assert margins_from_heldout({"kfold": {"over_q": 0.9}}) == {"seen": 0.0, "family": 0.0, "gpu": 0.0}
+    assert margins_from_heldout({"kfold": {"over_q": 1.1}, "leave-one-model-out": {"over_q": math.nan}})["gpu"] \
+        == pytest.approx(0.1)
+
+
+def test_heldout_error_over_quantile():
+    truth = np.array([[0.5, 0.6]] * 10)
+    pred = truth.copy()
+    pred[:2] *= 1.5  # two of ten pairs over-predicted by half
+    e = heldout_error(pred, truth)
+    assert e["n_pairs"] == 10 and e["mape_norm"] == pytest.approx(0.1)
+    assert e["over_q"] == pytest.approx(np.quantile([1.5] * 2 + [1.0] * 8, 1 - FALSE_ADMISSION_TARGET))
+
+
+def test_in_distribution_it_corrects_the_prior(model, k80):
+    fit = [o for o in k80 if o.fits]
+    a, b = [o.a for o in fit], [o.b for o in fit]
+    truth = np.array([o.norm_a for o in fit])
+    mine = np.mean(np.abs(1 / model.predict(a, b) - truth) / truth)
+    prior = np.mean(np.abs(1 / model.prior.predict(a, b) - truth) / truth)
+    assert mine < 0.5 * prior  # training pairs: the correction does the work
+
+
+def test_far_from_training_it_falls_back_to_the_prior(model, k80):
+    """An inference job of an unseen family with measured counters, on a GPU type with no listed spec."""
+    far = [SoloProfile(kind="infer", throughput=3000.0, batch=1.0, precision="bf16", model_family="llama",
+                       sm_util=0.4 + 0.1 * i, membw_util=0.7, mem_used_mib=30000.0) for i in range(4)]
+    view = model.on_gpu("mi300x")
+    s = view.predict(far, far[::-1])
+    untrained = ContentionModel().predict(far, far[::-1])
+    # with its counters measured the prior is the untrained model; the correction has faded
+    assert np.allclose(model.prior.predict(far, far[::-1]), untrained)
+    assert np.all(np.abs(np.log(s) - np.log(untrained)) < 0.03)
+    seen = [o for o in k80 if o.fits][:50]
+    corr = np.abs(np.log(model.predict([o.a for o in seen], [o.b for o in seen]))
+                  - np.log(model.prior.predict([o.a for o in seen], [o.b for o in seen])))
+    assert corr.max() > 0.1  # the same model does correct the prior where it has data
+    assert np.all(view.admission_margins(far, far) == model.margins["gpu"])
+
+
+def test_unseen_family_gets_the_family_margin_on_a_seen_gpu(model, k80):
+    o = next(x for x in k80 if x.fits)
+    stranger = SoloProfile(kind="train", throughput=2.0, batch=32.0, model_family="ResNet-50")
+    m = model.on_gpu("k80").admission_margins([o.a, o.a], [o.b, stranger])
+    assert m.tolist() == [model.margins["seen"], model.margins["family"]]
+
+
+def test_speedups_train_as_no_slowdown_and_predictions_never_promise_one():
+    a = SoloProfile(kind="train", throughput=1.0, batch=8.0, model_family="x")
+    b = SoloProfile(kind="train", throughput=2.0, batch=8.0, model_family="y")
+    smp = samples_of([Colocation("t4", a, b, 1.2, 0.5)])
+    assert smp.log_s.tolist() == pytest.approx([0.0, math.log(2.0)])
+    obs = [Colocation("t4", a, b, 1.1 + 0.01 * i, 1.05) for i in range(6)]
+    assert np.all(fit_transfer(obs).predict([a, b], [b, a]) >= 1.0)
+
+
+def test_file_round_trip_and_load_model_dispatch(model, k80, tmp_path):
+    path = tmp_path / "m.json"
+    model.save(path)
+    again = load_model(path)
+    assert isinstance(again, PriorCorrected)
+    a, b = [o.a for o in k80[:40]], [o.b for o in k80[:40]]
+    assert np.array_equal(again.on_gpu("p100").predict(a, b), model.on_gpu("p100").predict(a, b))
+    assert again.margins == model.margins and again.heldout == model.heldout
+    blob = json.loads(path.read_text())
+    blob["train"]["self"] = blob["train"]["self"][:-1]
+    path.write_text(json.dumps(blob))
+    with pytest.raises(ModelFileError, match="different lengths"):
+        load_model(path)
+    path.write_text('{"format": "something else"}')
+    with pytest.raises(ModelFileError, match="not a slurm-elastico prior-corrected"):
+        load_model(path)
+    with pytest.raises(ModelFileError, match="no such model file"):
+        load_model(tmp_path / "absent.json")
+
+
+def test_predict_matches_predict_matrix(model, k80):
+    jobs = list({id(p): p for o in k80[:30] for p in (o.a, o.b)}.values())
+    n = len(jobs)
+    a = [jobs[i] for i in range(n) for _ in range(n)]
+    b = [jobs[j] for _ in range(n) for j in range(n)]
+    view = model.on_gpu("h100")
+    assert np.allclose(view.predict(a, b).reshape(n, n), view.predict_matrix(jobs))
+    assert np.allclose(view.predict(a[:7], b[:7]), view.predict_matrix(jobs).ravel()[:7])
+    with pytest.raises(ValueError, match="as many partners"):
+        view.predict(a[:3], b[:2])
+
+
+def test_cli_train_then_score_on_another_gpu(tmp_path, k80):
+    obs = import_gavel(GAVEL / "throughputs_pairs.csv", GAVEL / "throughputs_isolated.csv").observations
+    measurements.write_csv(tmp_path / "k80.csv", k80)
+    measurements.write_csv(tmp_path / "p100.csv", [o for o in obs if o.gpu_type == "p100"
+                                                   and {o.a.model_family, o.b.model_family} <= FAMILIES])
+    r = CliRunner().invoke(main, ["iac", "train", "--data", str(tmp_path / "k80.csv"), "--out", str(tmp_path / "m")])
+    assert r.exit_code == 0, r.output
+    assert "leave-one-model-out" in r.output and "admission margins" in r.output
+    r = CliRunner().invoke(main, ["iac", "evaluate", "--model", str(tmp_path / "m"), "--data",
+                                  str(tmp_path / "p100.csv"), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["unseen_gpu_types"] == ["p100"] and 0 < out["metrics"]["model"]["mape_norm"] < 1
