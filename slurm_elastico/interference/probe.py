@@ -1,0 +1,169 @@
+"""Probe and revert: a new pairing on one GPU is a trial, judged on the co-runners' observed progress.
+
+The predictor's word is a hypothesis. Once both jobs of a pair have run side by
+side long enough (`min_seconds` each, the observer's accumulated co-located
+seconds) and both solo speeds at those shapes are known, the pairing is judged
+on what it delivered: each job's observed normalized throughput (co-located
+speed ÷ solo speed) and their sum, the GPU's combined speed.
+
+* It is **reverted** when the combined speed is below 1 + margin (sharing the
+  GPU did not gain: two jobs one after the other would do as well, without the
+  risk) or when a job runs below its floor.
+* Otherwise it is **kept**.
+
+Pure logic: `judge_pairings` takes the observer's accumulated (work, seconds)
+per direction (`helper.observe.PairKey` → (work, seconds)) and solo rates per
+(job, shape), the same inputs `helper.observe.pair_observations` takes, so it
+must run before that call spends them. The caller undoes a reverted pairing
+(journaled like any action) and remembers it in a `Refusals` ledger; the
+planner is then handed `Refusals.model(model)`, which answers an infinite
+slowdown for a refused pair of profiles, so the planner does not pair them
+again while the refusal lasts (a different shape is a different profile, and
+may be tried). The observation itself goes where every observed pair goes
+(the store's `colocation` table), which is how the predictor learns from it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from slurm_elastico.interference.base import SlowdownModel, SoloProfile, distinct
+
+PairKey = tuple[int, str, int, str]
+"""(job, its shape, partner, partner's shape): one direction of a co-located pair, as the observer keys it."""
+MIN_TRIAL_S = 30.0
+"""Seconds each job of a pair must have run beside the other before the pairing is judged."""
+REFUSE_S = 6 * 3600.0
+"""How long a reverted pairing stays refused (its jobs may change phase; a later trial is allowed)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    jobs: tuple[int, int]
+    shapes: tuple[str, str]
+    norms: tuple[float, float]  # observed co-located / solo speed of each job
+    combined: float  # their sum: the GPU's speed next to running the two jobs one after the other
+    revert: bool
+    reason: str
+
+
+def _floor(floors: Mapping[int, float] | float, job: int) -> float:
+    return float(floors) if isinstance(floors, (int, float)) else float(floors.get(job, 0.0))
+
+
+def judge_pairings(beside: Mapping[PairKey, tuple[float, float]], solo_rates: Mapping[tuple[int, str], float],
+                   floors: Mapping[int, float] | float, margin: float,
+                   min_seconds: float = MIN_TRIAL_S) -> list[Verdict]:
+    """A verdict for every pair with enough side-by-side progress in both directions and both solo rates known.
+
+    `floors`: one floor for every job, or a floor per job id (a job not listed has none). `margin` >= 0: the
+    combined speed must exceed 1 + margin. Pairs without enough evidence yet get no verdict (still on trial).
+    """
+    if not (margin >= 0 and math.isfinite(margin)):
+        raise ValueError(f"margin {margin!r}: must be a finite number >= 0 (the gain a shared GPU must show)")
+    if not min_seconds > 0:
+        raise ValueError(f"min_seconds {min_seconds!r}: must be > 0")
+    out = []
+    for key in sorted(beside):
+        a, sa, b, sb = key
+        back = (b, sb, a, sa)
+        if a >= b or back not in beside:
+            continue
+        (wa, ta), (wb, tb) = beside[key], beside[back]
+        ra, rb = solo_rates.get((a, sa)), solo_rates.get((b, sb))
+        if min(ta, tb) < min_seconds or not ra or not rb:
+            continue
+        norms = (wa / ta / ra, wb / tb / rb)
+        combined = norms[0] + norms[1]
+        below = [(j, n, _floor(floors, j)) for j, n in ((a, norms[0]), (b, norms[1])) if n < _floor(floors, j)]
+        if below:
+            j, n, f = below[0]
+            reason = f"job {j} runs at {n:.2f} of its solo speed beside job {b if j == a else a}, below its floor {f:g}"
+        elif combined < 1.0 + margin:
+            reason = (f"jobs {a} and {b} together run at {combined:.2f} of one GPU's worth of solo speed "
+                      f"({norms[0]:.2f} + {norms[1]:.2f}), not above 1 + margin {margin:g}: sharing does not gain")
+        else:
+            reason = f"jobs {a} and {b} together run at {combined:.2f} ({norms[0]:.2f} + {norms[1]:.2f}): kept"
+        out.append(Verdict((a, b), (sa, sb), norms, combined, bool(below) or combined < 1.0 + margin, reason))
+    return out
+
+
+def profile_key(p: SoloProfile) -> tuple:
+    """A profile as a hashable key in which an unmeasured (NaN) field equals another unmeasured one."""
+    return tuple(None if isinstance(v, float) and math.isnan(v) else v for v in vars(p).values())
+
+
+class Refusals:
+    """Pairs of solo profiles not to co-locate until a time; `model(m)` makes a planner model honour them."""
+
+    def __init__(self) -> None:
+        self._until: dict[frozenset, float] = {}
+
+    def add(self, a: SoloProfile, b: SoloProfile, now: float, seconds: float = REFUSE_S) -> None:
+        key = frozenset((profile_key(a), profile_key(b)))
+        self._until[key] = max(self._until.get(key, 0.0), now + seconds)
+
+    def expire(self, now: float) -> None:
+        """Forgets refusals that ended by `now`."""
+        self._until = {k: t for k, t in self._until.items() if t > now}
+
+    def refused(self, a: SoloProfile, b: SoloProfile, now: float) -> bool:
+        return self._until.get(frozenset((profile_key(a), profile_key(b))), 0.0) > now
+
+    def __len__(self) -> int:
+        return len(self._until)
+
+    def model(self, model: SlowdownModel, now: float) -> RefusingModel:
+        """`model` with an infinite slowdown (never admitted) for every pair refused at `now`."""
+        return RefusingModel(model, frozenset(k for k, t in self._until.items() if t > now))
+
+
+class RefusingModel:
+    """A `SlowdownModel` that answers as `inner` except for refused pairs of profiles: slowdown inf.
+
+    It has no `scorer`, so the planner's `PairCache` asks it through `predict_matrix` / `predict`, where refusals
+    apply; margins are the inner model's."""
+
+    def __init__(self, inner: SlowdownModel, refused: frozenset):
+        self.inner, self.refused = inner, refused
+
+    def _mask(self, profiles: Sequence[SoloProfile], ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
+        keys = [profile_key(p) for p in profiles]
+        return np.array([frozenset((keys[i], keys[j])) in self.refused for i, j in zip(ia, ib)], dtype=bool)
+
+    def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
+        s = np.asarray(self.inner.predict(a, b), dtype=float)
+        if not self.refused or not len(a):
+            return s
+        profiles, ia, ib = distinct(a, b, "predict")
+        return np.where(self._mask(profiles, ia, ib), math.inf, s)
+
+    def predict_matrix(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
+        n = len(profiles)
+        inner = getattr(self.inner, "predict_matrix", None)
+        if inner is not None:
+            s = np.asarray(inner(profiles), dtype=float)
+        else:
+            ia, ib = np.divmod(np.arange(n * n), n)
+            s = np.asarray(self.inner.predict([profiles[i] for i in ia], [profiles[j] for j in ib])).reshape(n, n)
+        if self.refused and n:
+            ia, ib = np.divmod(np.arange(n * n), n)
+            s = np.where(self._mask(list(profiles), ia, ib).reshape(n, n), math.inf, s)
+        return s
+
+    @property
+    def admission_margin(self) -> float:
+        return float(getattr(self.inner, "admission_margin", 0.0))
+
+    def admission_margins(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
+        """The inner model's margins per pair (its one margin for every pair where it has no per-pair ones)."""
+        own = getattr(self.inner, "admission_margins", None)
+        return np.asarray(own(a, b), dtype=float) if own else np.full(len(a), self.admission_margin)
+
+    def on_gpu(self, gpu_type: str) -> RefusingModel:
+        on_gpu: Callable | None = getattr(self.inner, "on_gpu", None)
+        return RefusingModel(on_gpu(gpu_type) if on_gpu else self.inner, self.refused)

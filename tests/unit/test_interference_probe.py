@@ -1,0 +1,80 @@
+"""Probe and revert: pairings judged on observed progress, and refused pairs the planner's cache never admits."""
+
+import math
+
+import numpy as np
+import pytest
+
+from slurm_elastico.interference.base import ContentionModel, SoloProfile
+from slurm_elastico.interference.probe import Refusals, judge_pairings
+from slurm_elastico.planner.slowdown import PairCache
+
+
+def _beside(rate_a, rate_b, seconds=60.0):
+    """Accumulated (work, seconds) per direction for jobs 1 (shape s1) and 2 (shape s2)."""
+    return {(1, "s1", 2, "s2"): (rate_a * seconds, seconds), (2, "s2", 1, "s1"): (rate_b * seconds, seconds)}
+
+
+SOLO = {(1, "s1"): 10.0, (2, "s2"): 4.0}
+
+
+def test_a_pairing_that_gains_is_kept():
+    (v,) = judge_pairings(_beside(8.0, 2.8), SOLO, floors=0.6, margin=0.1)
+    assert v.norms == pytest.approx((0.8, 0.7)) and v.combined == pytest.approx(1.5)
+    assert not v.revert and "kept" in v.reason
+
+
+def test_a_pairing_that_breaks_even_is_reverted():
+    (v,) = judge_pairings(_beside(6.2, 2.6), SOLO, floors=0.6, margin=0.3)  # 0.62 + 0.65 = 1.27 < 1.3
+    assert v.revert and "does not gain" in v.reason and v.combined == pytest.approx(1.27)
+    (v,) = judge_pairings(_beside(6.2, 2.6), SOLO, floors=0.6, margin=0.2)
+    assert not v.revert
+
+
+def test_a_job_below_its_floor_reverts_even_when_the_gpu_gains():
+    (v,) = judge_pairings(_beside(9.5, 1.6), SOLO, floors={1: 0.5, 2: 0.5}, margin=0.1)  # 0.95 + 0.40
+    assert v.revert and "job 2 runs at 0.40" in v.reason and "floor 0.5" in v.reason
+    (v,) = judge_pairings(_beside(9.5, 1.6), SOLO, floors={1: 0.5}, margin=0.1)  # job 2 has no floor
+    assert not v.revert
+
+
+def test_no_verdict_before_enough_evidence():
+    assert judge_pairings(_beside(1.0, 1.0, seconds=10.0), SOLO, floors=0.6, margin=0.1, min_seconds=30) == []
+    one_way = {(1, "s1", 2, "s2"): (600.0, 60.0)}
+    assert judge_pairings(one_way, SOLO, floors=0.6, margin=0.1) == []
+    assert judge_pairings(_beside(1.0, 1.0), {(1, "s1"): 10.0}, floors=0.6, margin=0.1) == []  # no solo rate for 2
+    with pytest.raises(ValueError, match="margin"):
+        judge_pairings(_beside(1.0, 1.0), SOLO, floors=0.6, margin=-0.1)
+
+
+def _jobs():
+    return [SoloProfile(kind="train", throughput=10.0, batch=32.0, model_family="a"),
+            SoloProfile(kind="infer", throughput=4.0, batch=1.0, model_family="b", sm_util=math.nan),
+            SoloProfile(kind="train", throughput=2.0, batch=8.0, model_family="c")]
+
+
+def test_refused_pairs_get_infinite_slowdown_until_the_refusal_ends():
+    jobs = _jobs()
+    refusals = Refusals()
+    # The profile the helper rebuilds next epoch is another object, equal in value (NaN fields included).
+    again = SoloProfile(kind="infer", throughput=4.0, batch=1.0, model_family="b", sm_util=float("nan"))
+    refusals.add(jobs[0], again, now=100.0, seconds=50.0)
+    model = refusals.model(ContentionModel(), now=120.0)
+    s = model.predict([jobs[0], jobs[1], jobs[0]], [jobs[1], jobs[0], jobs[2]])
+    base = ContentionModel().predict([jobs[0]], [jobs[2]])
+    assert np.isinf(s[0]) and np.isinf(s[1]) and s[2] == pytest.approx(base[0])
+    m = model.predict_matrix(jobs)
+    assert np.isinf(m[0, 1]) and np.isinf(m[1, 0]) and np.isfinite(m[0, 2]) and np.isfinite(m[2, 2])
+    assert np.all(np.isfinite(refusals.model(ContentionModel(), now=151.0).predict_matrix(jobs)))
+    refusals.expire(151.0)
+    assert len(refusals) == 0
+
+
+def test_the_planner_cache_never_admits_a_refused_pair():
+    jobs = _jobs()
+    refusals = Refusals()
+    refusals.add(jobs[0], jobs[2], now=0.0)
+    cache = PairCache(refusals.model(ContentionModel(), now=1.0).on_gpu("a100-80g"))
+    ids = [cache.add(p) for p in jobs]
+    s = cache.get([(ids[0], ids[2]), (ids[2], ids[0]), (ids[0], ids[1])])
+    assert np.isinf(s[0]) and np.isinf(s[1]) and np.isfinite(s[2])
