@@ -33,6 +33,7 @@ import torch.distributed as dist
 from torch import nn
 
 from slurm_elastico.errors import ConfigError
+from slurm_elastico.runtime.shape import _Reader
 
 log = logging.getLogger(__name__)
 
@@ -64,46 +65,29 @@ def membership(
     MASTER_ADDR/MASTER_PORT when WORLD_SIZE > 1 raise one ConfigError naming each.
     Inference replicas use it with variable="ELASTICO_REPLICAS", rendezvous=False.
     """
-    env = os.environ if env is None else env
-    problems: list[str] = []
-
-    def integer(name: str, default: int | None, minimum: int) -> int | None:
-        raw = env.get(name, "")
-        if raw.strip() == "":
-            if default is None:
-                problems.append(f"{name} is not set (an integer >= {minimum})")
-            return default
-        try:
-            value = int(raw.strip())
-        except ValueError:
-            problems.append(f"{name}={raw!r} is not an integer (an integer >= {minimum})")
-            return None
-        if value < minimum:
-            problems.append(f"{name}={raw!r} is below {minimum}")
-            return None
-        return value
-
-    world = integer("WORLD_SIZE", 1, 1)
+    r = _Reader(os.environ if env is None else env)
+    world = r.integer("WORLD_SIZE", required=False)
     if world is None:
-        raise ConfigError(_SOURCE, problems)
+        if r.problems:
+            raise ConfigError(_SOURCE, r.problems)
+        world = 1
     if world != shape_ranks:
-        problems.append(
+        r.problems.append(
             f"WORLD_SIZE={world} but the shape has {variable}={shape_ranks}; the launcher must start one process per rank"
         )
-    if world == 1:
-        rank = integer("RANK", 0, 0)
-        local = integer("LOCAL_RANK", 0, 0)
-    else:
-        rank = integer("RANK", None, 0)
-        local = integer("LOCAL_RANK", rank, 0)
-        for name in ("MASTER_ADDR", "MASTER_PORT") if rendezvous else ():
-            if not env.get(name, "").strip():
-                problems.append(f"{name} is not set; a process group of {world} ranks needs the rendezvous address")
+    rank = r.integer("RANK", required=world > 1, minimum=0)
+    if rank is None and world == 1:
+        rank = 0  # one process: RANK may be absent
+    local = r.integer("LOCAL_RANK", required=False, minimum=0)
+    if rendezvous and world > 1:
+        for name in ("MASTER_ADDR", "MASTER_PORT"):
+            if not r.env.get(name, "").strip():
+                r.problems.append(f"{name} is not set; a process group of {world} ranks needs the rendezvous address")
     if rank is not None and rank >= world:
-        problems.append(f"RANK={rank} is not below WORLD_SIZE={world} (allowed 0..{world - 1})")
-    if problems:
-        raise ConfigError(_SOURCE, problems)
-    return Membership(rank=rank, world=world, local_rank=local)  # type: ignore[arg-type]
+        r.problems.append(f"RANK={rank} is not below WORLD_SIZE={world} (allowed 0..{world - 1})")
+    if r.problems:
+        raise ConfigError(_SOURCE, r.problems)
+    return Membership(rank=rank, world=world, local_rank=rank if local is None else local)  # type: ignore[arg-type]
 
 
 def local_device(env: Mapping[str, str] | None = None) -> torch.device:

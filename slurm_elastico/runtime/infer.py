@@ -21,7 +21,8 @@ earlier launch answered; so a move between 1 and 2 replicas (or any counts)
 answers each request exactly once, and an id found in two shards is a
 `JournalCorruptError`. Each replica stops at its own batch boundary on a
 reshape signal (no agreement is needed). Replica 0 writes the progress reports,
-counting every shard. Trap: the split is static, so a replica whose share was
+counting every shard, until its own share is done (a peer still running after
+that is not reported). Trap: the split is static, so a replica whose share was
 already answered by a faster peer before a relaunch at the same R has less to do.
 
 Tensor parallelism is the engine's: `tensor_parallel_size` is an engine

@@ -171,8 +171,10 @@ def run_replicas(requests_file, journal, shape, stops):
     """One launch of `shape.replicas` replicas side by side (threads; each its own engine), replica r stopping per stops[r]."""
     from concurrent.futures import ThreadPoolExecutor
 
+    engines = [TorchEngine(seed=0) for _ in range(shape.replicas)]  # built here: building seeds torch's global RNG, not thread-safe
+
     def one(r):
-        return run_inference(requests_file, journal, TorchEngine(seed=0), shape, should_stop=stops[r], env=replica_env(r, shape.replicas))
+        return run_inference(requests_file, journal, engines[r], shape, should_stop=stops[r], env=replica_env(r, shape.replicas))
 
     with ThreadPoolExecutor(shape.replicas) as pool:
         return list(pool.map(one, range(shape.replicas)))
@@ -203,7 +205,7 @@ def test_moving_between_one_and_two_replicas_answers_each_request_once(tmp_path,
     assert back[0].written == 5
     again = run_replicas(requests_file, journal, InferShape(2, replicas=2), [never, never])
     assert all(r.status == "done" for r in again) and sum(r.written for r in again) == N - 4 - 9 - 5
-    assert again[0].done == N  # replica 0 counts every shard once its peer is done
+    assert max(r.done for r in again) == N  # the replica that ends last sees every shard complete
 
     ids = [rec["id"] for lines in all_shards(journal).values() for rec in lines]
     assert len(ids) == len(set(ids)) == N  # each request exactly once over all shards
