@@ -178,7 +178,10 @@ def train(
     elastico-run names, see `runtime.progress`). Rank membership comes from
     torch's env:// variables in `env` (default `os.environ`); a WORLD_SIZE
     other than `shape.ranks` is a ConfigError. On ranks other than 0,
-    `progress` is ignored and `checkpoint_seconds` is 0.
+    `progress` is ignored and `checkpoint_seconds` is 0; `on_step` runs on
+    every rank with the global batch's mean loss (the same on all ranks).
+    If one rank fails, the others wait in the next collective until the
+    process group's timeout: the launcher must end them all.
     """
     member = membership(shape.ranks, env)
     device = torch.device(device) if device is not None else next(model.parameters()).device
