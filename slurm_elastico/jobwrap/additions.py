@@ -24,6 +24,7 @@ CHOSEN_BY = {
     "gres": ("gres", "gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket"),
     "begin": ("begin",),
     "job-name": ("job-name",),
+    "nodes": ("nodes",),
 }
 
 
@@ -42,8 +43,13 @@ class Additions:
 
 
 def added_options(options: Sequence[Option], env: Mapping[str, str], *, share: int, window_s: int, lead_s: int,
-                  job_name: str) -> Additions:
-    """The options reshapes need that the user has not chosen themselves: theirs always win."""
+                  job_name: str, whole_gpus: tuple[int, int] | None = None) -> Additions:
+    """The options reshapes need that the user has not chosen themselves: theirs always win.
+
+    `whole_gpus` (nodes, GPUs per node): a family that lists GPU counts starts on whole GPUs
+    (`--gres=gpu:P --nodes=K`, `shapes.nodes.start_request`), not on an MPS share, because Slurm 22.05 refuses
+    to switch a job from `mps` to `gpu` later (`slurm.gpu_count`).
+    """
     argv: list[str] = []
     notes: list[str] = []
     if not chosen("requeue", options, env):
@@ -54,7 +60,11 @@ def added_options(options: Sequence[Option], env: Mapping[str, str], *, share: i
         argv.append("--open-mode=append")  # a requeued run must not truncate the output of the runs before it
     if not chosen("signal", options, env) and lead_s > 0:
         argv.append(f"--signal=B:USR1@{lead_s}")
-    if not chosen("gres", options, env):
+    if not chosen("gres", options, env) and whole_gpus is not None:
+        argv.append(f"--gres=gpu:{whole_gpus[1]}")
+        if not chosen("nodes", options, env):
+            argv.append(f"--nodes={whole_gpus[0]}")
+    elif not chosen("gres", options, env):
         argv.append(f"--gres=mps:{share}")
     else:
         notes.append("GRES chosen by the user: the job starts with it, not with its family's default share")

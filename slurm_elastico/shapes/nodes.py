@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from slurm_elastico.model import NodeView
+from slurm_elastico.model import NodeView, Shape
+from slurm_elastico.shapes.current import ranks_of
 from slurm_elastico.shapes.spec import FamilySpec, layout
 
 
@@ -35,3 +36,14 @@ def partition_fit_problems(spec: FamilySpec, nodes: Sequence[NodeView], partitio
                             f"partition {partition!r} (GPUs per node: {', '.join(map(str, counts))}) with at most "
                             f"{per_node} on each; allowed: a GPU count that K of its nodes hold evenly")
     return problems
+
+
+def start_request(spec: FamilySpec, default: Shape) -> tuple[int, int] | None:
+    """(nodes, GPUs per node) elastico-submit asks for a family that lists GPU counts; None: an MPS share as before.
+
+    Such a family starts on whole GPUs even when its default is a 1-GPU shape (`gpu:1`): Slurm 22.05 refuses
+    to switch a job from `mps` to `gpu` later, so a job started on a share could never grow.
+    """
+    if max(spec.gpus) == 1:
+        return None
+    return layout(ranks_of(default), spec.per_node_limit, spec.max_nodes)

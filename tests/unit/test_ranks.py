@@ -112,3 +112,27 @@ def test_payload_carries_the_sites_shares_per_gpu():
                 gpu_memory_mib=1, grace_s=1, signal_lead_s=1, shares_per_gpu=48)
     assert Payload.decode(p.encode()).shares_per_gpu == 48
     assert Payload.decode(Payload(**{**p.__dict__, "shares_per_gpu": 100}).encode()).shares_per_gpu == 100
+
+
+def test_a_family_with_gpu_counts_starts_on_whole_gpus_unless_the_user_chose():
+    from slurm_elastico.jobwrap.additions import added_options
+    from slurm_elastico.jobwrap.options import Option
+    from slurm_elastico.shapes import build_family, parse_spec
+    from slurm_elastico.shapes.nodes import start_request
+
+    import yaml
+
+    spec = parse_spec(yaml.safe_load(FAMILY), "f.yaml")
+    fam = build_family(spec, 81920)
+    assert start_request(spec, fam.default_shape) == (1, 1)  # the 1-GPU default, on one whole GPU
+    assert start_request(spec, next(s for s in fam.shapes if s.resources.gpus == 4)) == (1, 4)
+    wide = parse_spec({**yaml.safe_load(FAMILY), "gpus_per_node": 2, "default": "mb2-fp32-gpus4"}, "f.yaml")
+    assert start_request(wide, build_family(wide, 81920).default_shape) == (2, 2)
+    plain = parse_spec({**yaml.safe_load(FAMILY), "gpus": [1], "default": "mb4-fp32-mps50"}, "f.yaml")
+    assert start_request(plain, build_family(plain, 81920).default_shape) is None
+    common = dict(share=50, window_s=0, lead_s=0, job_name="")
+    assert added_options([], {}, whole_gpus=(2, 2), **common).argv[-2:] == ("--gres=gpu:2", "--nodes=2")
+    assert added_options([], {}, **common).argv[-1] == "--gres=mps:50"
+    mine = added_options([Option("nodes", "1")], {}, whole_gpus=(2, 2), **common).argv
+    assert "--gres=gpu:2" in mine and not any(a.startswith("--nodes") for a in mine)
+    assert not any(a.startswith("--gres") for a in added_options([], {"SBATCH_GRES": "gpu:1"}, whole_gpus=(1, 1), **common).argv)
