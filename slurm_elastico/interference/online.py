@@ -16,6 +16,10 @@ when the hardware itself changes, the reference goes stale; build a new
 learner with fresh reference data then. Fine-tuning never widens the model's
 `Coverage`: pairs on a GPU type it was not trained on stay on the cautious
 view (`MlpPredictor.on_gpu`) until it is retrained with `elastico iac train`.
+The prior-corrected predictor (`transfer.PriorCorrected`) is refined the same
+way, without torch: its `fine_tune` refits the correction on the replay (its
+margins and the GPU types it counts as seen stay as trained; observations on
+the cluster's GPU type weigh fully there).
 """
 
 from __future__ import annotations
@@ -23,11 +27,18 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from slurm_elastico.interference.measurements import Colocation, samples
-from slurm_elastico.interference.predictor import MlpPredictor
+from slurm_elastico.interference.scoring import view_for
+
+if TYPE_CHECKING:  # the learner needs predict, fine_tune, state and restore, not torch
+    from slurm_elastico.interference.predictor import MlpPredictor
+    from slurm_elastico.interference.transfer import PriorCorrected
+
+    Refinable = MlpPredictor | PriorCorrected
 
 
 @dataclass(frozen=True)
@@ -40,13 +51,16 @@ class UpdateResult:
     replay_size: int
 
 
-def holdout_error(model: MlpPredictor, observations: Sequence[Colocation]) -> float:
-    """MAPE of the predicted normalized throughput on the fitting pairs (both directions)."""
-    selves, partners, norms, _ = samples(observations)
-    if not norms:
-        return float("nan")
-    truth = np.array(norms)
-    return float(np.mean(np.abs(1.0 / model.predict(selves, partners) - truth) / truth))
+def holdout_error(model: Refinable, observations: Sequence[Colocation]) -> float:
+    """MAPE of the predicted normalized throughput on the fitting pairs (both directions), each GPU type's
+    pairs asked of the model's view of that type (`on_gpu`), as the planner asks it."""
+    errors = []
+    for gpu in sorted({o.gpu_type for o in observations}):
+        selves, partners, norms, _ = samples([o for o in observations if o.gpu_type == gpu])
+        if norms:
+            truth = np.array(norms)
+            errors.append(np.abs(1.0 / view_for(model, gpu).predict(selves, partners) - truth) / truth)
+    return float(np.mean(np.concatenate(errors))) if errors else float("nan")
 
 
 class OnlineLearner:
@@ -59,7 +73,7 @@ class OnlineLearner:
     the reference error must hold against the lower of it and the error before this update.
     """
 
-    def __init__(self, model: MlpPredictor, reference: Sequence[Colocation], replay_size: int = 2000,
+    def __init__(self, model: Refinable, reference: Sequence[Colocation], replay_size: int = 2000,
                  holdout_size: int = 500, holdout_every: int = 5, epochs: int = 40, lr: float = 3e-3,
                  tolerance: float = 0.10, slack: float = 0.01, baseline_error: float | None = None):
         if holdout_every < 2:
@@ -119,7 +133,7 @@ class OnlineLearner:
         return UpdateResult(accepted, before[0], after[0], before[1], after[1], len(self.anchor) + len(self.replay))
 
 
-def refine(model: MlpPredictor, reference: Sequence[Colocation], earlier: Sequence[tuple[int, Colocation]],
+def refine(model: Refinable, reference: Sequence[Colocation], earlier: Sequence[tuple[int, Colocation]],
            new: Sequence[tuple[int, Colocation]], save: Callable[[], None] | None = None,
            **learner_args) -> UpdateResult:
     """One online update of `model` in place from (key, observation) pairs: replay = reference + earlier + new,

@@ -212,6 +212,37 @@ class Fitted:
     partner_idx: np.ndarray
     gpus: list[str]
     alpha: np.ndarray
+    target: np.ndarray  # log S − log S_prior of each sample: what the correction was fitted to
+
+    def refit(self, cfg: KernelConfig) -> Fitted:
+        """The same samples with weights solved again (after samples were added)."""
+        ku = job_kernel(self.jobs, self.jobs, cfg)
+        s, p = self.self_idx, self.partner_idx
+        types = sorted(set(self.gpus))
+        g = np.array([types.index(x) for x in self.gpus], dtype=np.int64)
+        k = ku[np.ix_(s, s)] * ku[np.ix_(p, p)] * gpu_kernel(types, types, cfg)[np.ix_(g, g)]
+        return Fitted(self.jobs, s, p, self.gpus, _solve(k, self.target, cfg.lam), self.target)
+
+    def plus(self, jobs: Jobs, self_idx: np.ndarray, partner_idx: np.ndarray, gpus: Sequence[str],
+             target: np.ndarray) -> Fitted:
+        """These samples and the given ones that are not already among them (weights not solved: `refit`)."""
+        n_old = len(self.jobs.family)
+        merged = Jobs(np.vstack([self.jobs.x, jobs.x]), np.concatenate([self.jobs.family, jobs.family]),
+                      np.concatenate([self.jobs.kind, jobs.kind]), np.concatenate([self.jobs.precision, jobs.precision]))
+        unique, where = distinct_jobs(merged)
+        s = np.concatenate([where[self.self_idx], where[n_old + self_idx]])
+        p = np.concatenate([where[self.partner_idx], where[n_old + partner_idx]])
+        g = list(self.gpus) + list(gpus)
+        t = np.concatenate([self.target, target])
+        seen: set = set()
+        keep = []
+        for i in range(len(t)):
+            key = (int(s[i]), int(p[i]), g[i], round(float(t[i]), 9))
+            if key not in seen:
+                seen.add(key)
+                keep.append(i)
+        k = np.array(keep, dtype=np.int64)
+        return Fitted(unique, s[k], p[k], [g[i] for i in keep], np.zeros(len(k)), t[k])
 
 
 def distinct_jobs(jobs: Jobs) -> tuple[Jobs, np.ndarray]:
@@ -239,8 +270,9 @@ class PriorCorrected:
         self.training_mean_norm = training_mean_norm
         self.heldout = heldout
         self.gpu_types = tuple(gpu_types)
-        self.gpu = gpu  # None: as on the training GPU types (no GPU discount)
+        self.gpu = gpu  # None: each training sample counts as if on the query's GPU (no discount); use on_gpu
         self.margins = margins_from_heldout(heldout)
+        self._base = fitted  # what `fine_tune` adds to
         self._pair_weights = self._weights(gpu)
 
     def _weights(self, gpu: str | None) -> np.ndarray:
@@ -259,8 +291,10 @@ class PriorCorrected:
 
     def on_gpu(self, gpu_type: str) -> PriorCorrected:
         """The model as it answers on `gpu_type`: the correction weighted by how alike that type is to training's."""
-        return PriorCorrected(self.prior, self.encoder, self.config, self.fitted, self.training_mean_norm,
+        view = PriorCorrected(self.prior, self.encoder, self.config, self.fitted, self.training_mean_norm,
                               self.heldout, self.gpu_types, gpu_type)
+        view._base = self._base
+        return view
 
     # -- predictions ---------------------------------------------------------------
     def _table(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
@@ -299,6 +333,28 @@ class PriorCorrected:
                           dtype=bool)
         return np.where(unseen, m["family"], m["seen"])
 
+    # -- online learning (interference.online) ------------------------------------------
+    def fine_tune(self, observations: Sequence[Colocation], epochs: int = 0, lr: float = 0.0) -> None:
+        """Refits the correction, in place, on its training samples (as trained or loaded) plus `observations`
+        (the learner's replay: reference data, already among them, and new observations), same config, prior
+        and encoder; `epochs` and `lr` are the MLP's and are not used. A call replaces the previous call's
+        additions. The GPU types counted as seen, the held-out error and the margins stay as trained."""
+        smp = samples_of(observations)
+        if len(smp.log_s) < 2:
+            return
+        jobs = self.encoder.encode([*smp.selves, *smp.partners])
+        n = len(smp.selves)
+        target = smp.log_s - np.log(self.prior.predict(smp.selves, smp.partners))
+        self.restore(self._base.plus(jobs, np.arange(n), np.arange(n, 2 * n), smp.gpus, target).refit(self.config))
+
+    def state(self) -> Fitted:
+        """What `fine_tune` changes, for rollback."""
+        return self.fitted
+
+    def restore(self, state: Fitted) -> None:
+        self.fitted = state
+        self._pair_weights = self._weights(self.gpu)
+
     # -- files -----------------------------------------------------------------------
     def to_dict(self) -> dict:
         f = self.fitted
@@ -310,7 +366,7 @@ class PriorCorrected:
                 "training_mean_norm": self.training_mean_norm, "gpu_types": list(self.gpu_types),
                 "heldout": self.heldout, "margins": self.margins,
                 "train": {"jobs": _jobs_dict(f.jobs), "self": f.self_idx.tolist(), "partner": f.partner_idx.tolist(),
-                          "gpus": f.gpus, "alpha": f.alpha.tolist()}}
+                          "gpus": f.gpus, "alpha": f.alpha.tolist(), "target": f.target.tolist()}}
 
     def save(self, path: str | Path) -> None:
         """Writes the model as one JSON file (atomically: write, fsync, rename)."""
@@ -345,8 +401,9 @@ class PriorCorrected:
             t = blob["train"]
             fitted = Fitted(_jobs_from(t["jobs"]), np.array(t["self"], dtype=np.int64),
                             np.array(t["partner"], dtype=np.int64), list(map(str, t["gpus"])),
-                            np.array(t["alpha"], dtype=float))
-            if not (len(fitted.alpha) == len(fitted.gpus) == len(fitted.self_idx) == len(fitted.partner_idx)):
+                            np.array(t["alpha"], dtype=float), np.array(t["target"], dtype=float))
+            if not (len(fitted.alpha) == len(fitted.gpus) == len(fitted.self_idx) == len(fitted.partner_idx)
+                    == len(fitted.target)):
                 raise ValueError("training arrays of different lengths")
             if len(fitted.alpha) and max(fitted.self_idx.max(), fitted.partner_idx.max()) >= len(fitted.jobs.family):
                 raise ValueError("a training sample names a job the file does not hold")
@@ -478,7 +535,7 @@ def fit_transfer(observations: Sequence[Colocation], seed: int = 0,
     alpha = _solve(ker.job * ker.gpu, smp.log_s - prior_log, cfg.lam)
     jobs, idx = distinct_jobs(enc.encode([*smp.selves, *smp.partners]))
     n = len(smp.selves)
-    fitted = Fitted(jobs, idx[:n], idx[n:], list(smp.gpus), alpha)
+    fitted = Fitted(jobs, idx[:n], idx[n:], list(smp.gpus), alpha, smp.log_s - prior_log)
     mean_norm = 1.0 / float(np.mean(np.exp(smp.log_s)))
     return PriorCorrected(prior, enc, cfg, fitted, mean_norm, heldout, sorted(set(smp.gpus)))
 

@@ -157,3 +157,24 @@ def test_cli_train_then_score_on_another_gpu(tmp_path, k80):
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     assert out["unseen_gpu_types"] == ["p100"] and 0 < out["metrics"]["model"]["mape_norm"] < 1
+
+
+def test_online_refinement_learns_the_cluster_gpu_and_rolls_back_poison(k80):
+    from slurm_elastico.interference.online import OnlineLearner, holdout_error
+
+    obs = import_gavel(GAVEL / "throughputs_pairs.csv", GAVEL / "throughputs_isolated.csv").observations
+    p100 = [o for o in obs if o.gpu_type == "p100" and o.fits and {o.a.model_family, o.b.model_family} <= FAMILIES]
+    order = np.random.default_rng(0).permutation(len(p100))
+    p100 = [p100[i] for i in order]
+    seen, rest = p100[:40], p100[40:]
+    model = fit_transfer(k80)
+    margins = dict(model.margins)
+    before = holdout_error(model.on_gpu("p100"), rest)
+    learner = OnlineLearner(model, k80)
+    accepted = [learner.observe(seen[i:i + 10]).accepted for i in range(0, 40, 10)]
+    after = holdout_error(model.on_gpu("p100"), rest)
+    assert any(accepted) and after < 0.8 * before
+    assert model.margins == margins and not model.seen_gpu("p100")  # coverage and margins stay as trained
+    kept = model.state()
+    poison = [Colocation("k80", o.a, o.b, 0.05, 0.05) for o in k80 if o.fits][:60]
+    assert not learner.observe(poison).accepted and model.state() is kept
