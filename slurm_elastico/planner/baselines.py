@@ -18,7 +18,9 @@
   it waits, and a running job that no longer fits is preempted (requeue-held
   with its progress, resumed later, paying its restart). Jobs start on whole
   GPUs at their submitted count, taking the free GPUs of the node with the
-  most free first (the peer's placement); running jobs keep theirs.
+  most free first (the peer's placement), the same count on each node as
+  Slurm's `Gres=gpu:P NumNodes=K-K` asks (`planner.gangs`); running jobs keep
+  theirs.
 
 All are pure: a `Snapshot` and families in, a `Plan` out.
 """
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Action, ActionKind, Family, JobState, JobView, Placement, Plan, Shape, Snapshot
+from slurm_elastico.planner.gangs import even_split
 from slurm_elastico.shapes.current import ADMIN_PREFIX, named_in_comment
 
 HALF = 50
@@ -237,19 +240,20 @@ class LasPolicy:
         # Start in Slurm's own order, so that its fill of each job's nodes is the one planned here.
         for e in sorted(begin, key=lambda e: (-e.view.priority, e.view.submit_time if e.view.submit_time is not None
                                               else math.inf, e.view.job_id)):
+            # The same count on each node (Slurm's Gres=gpu:P NumNodes=K-K), fewest nodes, most free first (the
+            # peer's rule).
+            split = even_split(e.gpus, sorted(free, key=lambda k: index[k]), lambda k, p: len(free[k]) >= p,
+                               lambda k: (-len(free[k]), index[k]))
+            if split is None:
+                notes.append(f"job {e.view.job_id}: {e.gpus} GPU(s) counted free but not on equal parts of "
+                             "nodes; it waits")
+                continue
             take: list[tuple[str, list[int]]] = []
-            need = e.gpus
-            while need > 0 and free:
-                node = min(free, key=lambda k: (-len(free[k]), index[k]))  # most free GPUs first (the peer's rule)
-                got = free[node][:need]
-                free[node] = free[node][need:]
+            for node, p in split.items():
+                take.append((node, free[node][:p]))
+                free[node] = free[node][p:]
                 if not free[node]:
                     del free[node]
-                take.append((node, got))
-                need -= len(got)
-            if need > 0:
-                notes.append(f"job {e.view.job_id}: {e.gpus} GPU(s) counted free but not found; it waits")
-                continue
             on = tuple(sorted((nd for nd, _ in take), key=lambda k: index[k]))
             jid, shape, view = e.view.job_id, e.shape, e.view
             q = "Q1" if e.q1_at is not None else "Q0"
@@ -258,6 +262,9 @@ class LasPolicy:
             if view.admin_comment != comment:
                 actions.append(Action(ActionKind.SET_ADMIN_COMMENT, jid, why, shape=shape.name, text=comment))
             if view.held:
+                if shape.resources.gpus:  # the request names its nodes' count (Gres=gpu:P NumNodes=K-K): set anew
+                    actions.append(Action(ActionKind.SET_GPUS, jid, why, gpus=shape.resources.gpus, nodes=on,
+                                          shape=shape.name))
                 actions.append(Action(ActionKind.RESUME, jid, why, nodes=on, shape=shape.name))
             else:
                 if shape.resources.gpus:

@@ -48,6 +48,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from slurm_elastico.planner.gangs import even_split
 from slurm_elastico.planner.slowdown import PairCache
 
 
@@ -337,12 +338,12 @@ class GpuState:
         return total >= 1.0 + gpu_m
 
     def find_gang(self, row: Row) -> tuple[int, ...]:
-        """Idle GPUs for a data-parallel row on the fewest nodes, or () when they are not there.
+        """Idle GPUs for a data-parallel row as Slurm can be asked for them, or () when they are not there.
 
-        Idle: no occupant and every share free. One node if any can hold the
-        whole gang (the one with the fewest idle GPUs that can: best fit);
-        else nodes in order of most idle GPUs. Each node must have the CPUs and
-        host memory for its part (the row's, in proportion to its GPUs there).
+        P idle GPUs on each of K nodes (`planner.gangs.even_split`: Slurm's `Gres=gpu:P NumNodes=K-K`), K as
+        small as fits: one node when one can hold the whole gang (the one with the fewest idle GPUs that can:
+        best fit). Idle: no occupant and every share free. Each node must have the CPUs and host memory for
+        its part (the row's, in proportion to its GPUs there).
         """
         n = row.gpus
         if n <= 0 or self.max_free() <= 0:
@@ -351,22 +352,17 @@ class GpuState:
         for node, gpus in self.node_gpus.items():
             ok = [g for g in gpus if not self.occ[g] and self.free_share[g] == self.total_share[g] > 0
                   and self.free_mem[g] >= row.mem]
-            k = len(ok)
-            while k and (self.node_cpu[node] < row.cpus * k / n - 1e-9 or self.node_mem[node] < row.hmem * k / n - 1e-9):
-                k -= 1
-            if k:
-                idle[node] = ok[:k]
-        whole = [(len(v), node) for node, v in idle.items() if len(v) >= n]
-        if whole:
-            return tuple(idle[min(whole)[1]][:n])
+            if ok:
+                idle[node] = ok
         if sum(len(v) for v in idle.values()) < n:
             return ()
-        picked: list[int] = []
-        for node in sorted(idle, key=lambda m: (-len(idle[m]), m)):
-            picked += idle[node][: n - len(picked)]
-            if len(picked) == n:
-                break
-        return tuple(picked)
+
+        def room(node: int, p: int) -> bool:
+            return (len(idle[node]) >= p and self.node_cpu[node] >= row.cpus * p / n - 1e-9
+                    and self.node_mem[node] >= row.hmem * p / n - 1e-9)
+
+        split = even_split(n, sorted(idle), room, lambda node: (len(idle[node]), node))
+        return tuple(g for node, p in (split or {}).items() for g in idle[node][:p])
 
     def find(self, seat: Seat, row: Row) -> tuple[int, float]:
         """(GPU, slowdown) of the best-fit GPU for `row`, or (-1, 0.0).

@@ -19,7 +19,8 @@ Here the same objective is optimised over GPU counts exactly, by dynamic
 programming (it is a sum over jobs of 1/(speedup + 1e-3) under one capacity,
 so a knapsack), then placed as Pollux constrains it: a job on the fewest
 nodes, at most one job spanning several nodes on any node, jobs that keep
-their count keep their GPUs. Where a count cannot be placed, the job gets
+their count keep their GPUs; and, as Slurm's `Gres=gpu:P NumNodes=K-K` asks,
+the same number of GPUs on each of its nodes (`planner.gangs`). Where a count cannot be placed, the job gets
 the largest smaller count that can. The plan's speedups assume the fewest
 nodes; the placement is what really runs.
 
@@ -33,8 +34,8 @@ its remaining work pays a restart.
 Pure: a `Snapshot` and families in, a `Plan` out, through the same actions
 as the other policies (SET_GPUS, SET_SHARE/SET_NODES, RESHAPE_RUNNING,
 SIGNAL, PREEMPT/RESUME, SET_ADMIN_COMMENT, START_NOW). Jobs start in Slurm's
-own order and node fill (the node with most free GPUs first within a pin),
-so what Slurm starts is what was planned.
+own order, each gang pinned with the same count on every node, so what Slurm
+starts is what was planned.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Action, ActionKind, Family, JobView, Placement, Plan, Shape, Snapshot
 from slurm_elastico.planner.baselines import planned_jobs, whole_gpu_any_batch
+from slurm_elastico.planner.gangs import even_split
 from slurm_elastico.shapes.current import ADMIN_PREFIX, named_in_comment
 
 POWER = -1.0
@@ -204,37 +206,17 @@ class Room:
                 self.mem[node] += -(-mem * len(gpus) // n)
 
 
-def slurm_fill(pins: Sequence[str], room: Room, n: int, cpus: int, mem: int) -> dict[str, int] | None:
-    """GPUs Slurm gives a `gpus:N` job pinned to `pins`, per node: one on each, then the nodes with the most idle
-    GPUs first (ties by node order), each as far as its host share fits, as `sim.cluster.SimCluster` and Slurm's
-    select plugin fill required nodes; None if they lack room."""
-    if n < len(pins) or any(room.room(k, 1, n, cpus, mem) < 1 for k in pins):
-        return None
-    take = dict.fromkeys(pins, 1)
-    left = n - len(pins)
-    for k in sorted(pins, key=lambda k: (-len(room.gpus[k]), room.order[k])):
-        extra = room.room(k, take[k] + left, n, cpus, mem) - take[k]
-        take[k] += extra
-        left -= extra
-    return take if left == 0 else None
-
-
 def place(n: int, room: Room, cpus: int, mem: int) -> dict[str, int] | None:
-    """GPUs per node for a job of n GPUs (with `cpus` and `mem` in all): one node when one holds it (best fit),
-    else the nodes with the most room first, never a node another multi-node job uses (Pollux's rule); the
-    counts are Slurm's fill of those nodes (`slurm_fill`). None when it cannot be placed."""
+    """GPUs per node for a job of n GPUs (with `cpus` and `mem` in all), as Slurm can be asked for them: the same
+    count on each node (`planner.gangs.even_split`), on as few nodes as fit. One node when one holds it (best
+    fit), else the nodes with the most room first, never a node another multi-node job uses (Pollux's rule).
+    None when it cannot be placed."""
     one = [k for k in room.order if room.room(k, n, n, cpus, mem) >= n]
     if one:
         return {min(one, key=lambda k: (len(room.gpus[k]), room.order[k])): n}
-    fit = {k: room.room(k, n, n, cpus, mem) for k in room.order if k not in room.spread}
-    pins: list[str] = []
-    got = 0
-    for k in sorted((k for k, c in fit.items() if c > 0), key=lambda k: (-fit[k], room.order[k])):
-        pins.append(k)
-        got += fit[k]
-        if got >= n:
-            return slurm_fill(sorted(pins, key=lambda k: room.order[k]), room, n, cpus, mem)
-    return None
+    spare = [k for k in sorted(room.order, key=lambda k: room.order[k]) if k not in room.spread]
+    return even_split(n, spare, lambda k, p: room.room(k, p, n, cpus, mem) >= p,
+                      lambda k: (-len(room.gpus.get(k, ())), room.order[k]))
 
 
 @dataclass(eq=False)

@@ -5,7 +5,10 @@ The gateway methods (`snapshot`, `apply`, `argv_for`, `release`) behave like
 
 - `SET_SHARE` / `SET_GPUS` / `SET_NODES` change a pending job; on a running
   job they are refused with `JobNotPendingError`, as Slurm refuses a running
-  job's GRES. `SET_GPUS` asks for `gpus:N` pinned to the action's nodes.
+  job's GRES. `SET_GPUS` asks for N GPUs as the live gateway does,
+  `Gres=gpu:P NumNodes=K-K NodeList=<its K nodes>` (`commands.set_gpu_count`):
+  P = N / K on each node, exactly; a count that does not split evenly is
+  refused (`InvalidActionError`), and no node is filled beyond its P.
 - `RESHAPE_RUNNING` is requeue-hold → new share, or N whole GPUs (`gpus`),
   and node pin → StartTime=now → release: the job goes back to pending with
   its new request, and pays its checkpoint-and-restart time when it starts
@@ -26,14 +29,16 @@ shares (best fit within the first node that has one, or within the first
 node of its pin), `gpus:N` on N idle whole GPUs (no MPS user) of as few
 nodes as it takes: the one node with the fewest idle GPUs that still has N
 (best fit), else nodes by most idle GPUs first; pinned, only on its nodes
-and at least one GPU on each (Slurm's NodeList= is required nodes). A gang's
+and at least one GPU on each (Slurm's NodeList= is required nodes); a
+request set per node (`Gres=gpu:P NumNodes=K-K`) takes P on each of its K
+nodes (one node when unpinned). A gang's
 CPUs and host memory are for the whole job, split over its nodes in
 proportion to its GPUs there (rounded up per node) and checked per node.
 Backfill without time limits: the first job that cannot start reserves the
 GPU (mps) or whole nodes (gpus) it is closest to fitting on, and later jobs
 may start anywhere else. Slurm knows no GPU memory, so jobs it starts may
-overcommit it; those are counted. (`gpu:N`, whole GPUs per node, is not
-simulated: nothing submits it here.)
+overcommit it; those are counted. (A job submitted with `--gres=gpu:N` is
+not simulated: nothing submits it here; the GPU-count actions set it.)
 
 Time is the engine's clock (`now`), in simulated seconds.
 """
@@ -69,6 +74,10 @@ class SimJob:
     begin: float = 0.0
     pin: tuple[str, ...] = ()
     """Node names the job must run on (NodeList=); an `mps` job uses only the first."""
+    per_node: bool = False
+    """A gang asked as `Gres=gpu:P NumNodes=K-K` (`commands.set_gpu_count`): P = N / K GPUs on each of its K
+    pinned nodes (one node when unpinned). False: `gpus:N` for the job as submitted (`--gpus=N`), which Slurm
+    may spread unevenly."""
     comment: str = ""
     # while running
     alloc: tuple[tuple[int, int], ...] = ()
@@ -322,7 +331,20 @@ class SimCluster:
 
         most_idle = lambda ni: (-len(idle.get(ni, ())), ni)  # noqa: E731
         take: dict[int, int] = {}
-        if job.pin:
+        if job.per_node:  # P on each of its K nodes, exactly
+            pins = sorted({self.node_index.get(name, -1) for name in job.pin})
+            if job.pin:
+                p = n // len(pins)
+                if pins[0] < 0 or n % len(pins) or any(room(ni, p) < p for ni in pins):
+                    return None
+                take = dict.fromkeys(pins, p)
+            else:
+                whole_node = [ni for ni in idle if room(ni, n) == n]
+                if not whole_node:
+                    return None
+                take = {min(whole_node, key=lambda ni: (len(idle[ni]), ni)): n}
+            left = 0
+        elif job.pin:
             pins = sorted({self.node_index.get(name, -1) for name in job.pin})
             if pins[0] < 0 or n < len(pins) or any(room(ni, 1) < 1 for ni in pins):
                 return None
@@ -366,6 +388,10 @@ class SimCluster:
                 k -= 1
             return k
 
+        if job.per_node:
+            k = max(1, len(job.pin))
+            return n % k == 0 and (all(room(ni, n // k) >= n // k for ni in nodes) if job.pin
+                                   else any(room(ni, n) >= n for ni in nodes))
         if job.pin and (n < len(nodes) or any(room(ni, 1) < 1 for ni in nodes)):
             return False
         return sum(room(ni, n) for ni in nodes) >= n
@@ -464,6 +490,7 @@ class SimCluster:
                 job.gres = self._share_request(action)
             elif kind is ActionKind.SET_GPUS:
                 job.gres, job.pin = self._gang_request(action, argv)
+                job.per_node = True
             elif kind is ActionKind.SET_NODES:
                 job.pin = self._nodes(action, argv)
             else:
@@ -473,8 +500,10 @@ class SimCluster:
                 raise SlurmError(argv, 1, "Job is not running: requeue refused")
             if action.gpus is not None:
                 self.requeue(job, *self._gang_request(action, argv))
+                job.per_node = True
             else:
                 self.requeue(job, self._share_request(action), tuple(action.nodes[:1]))
+                job.per_node = False
         elif kind is ActionKind.PREEMPT:  # requeuehold: back to pending, held, its request and work done kept
             if job.state is not JobState.RUNNING:
                 raise SlurmError(argv, 1, "Job is not running: requeue refused")
@@ -524,7 +553,11 @@ class SimCluster:
         return GresRequest("gpus", n), pin
 
     def argv_for(self, action: Action) -> list[list[str]]:
-        """The Slurm commands the real gateway would run for `action` (for logs and dry runs)."""
+        """The Slurm commands the real gateway runs for `action` (`slurm.gateway.SlurmGateway.argv_for`): a GPU
+        count as `Gres=gpu:P NumNodes=K-K NodeList=` (`commands.gpu_count_argv`), which refuses a count that
+        does not split evenly over the nodes, as the live gateway does before touching Slurm."""
+        if action.kind is ActionKind.SET_GPUS or (action.kind is ActionKind.RESHAPE_RUNNING and action.gpus is not None):
+            return commands.gpu_count_argv(action)
         return commands.argv_for(action, self.shares_per_gpu)
 
     def release(self, job_id: int) -> None:

@@ -116,3 +116,22 @@ def test_a_shrink_nobody_needs_is_undone():
     jobs = [gang_running(1, held, start=NOW - 3600), pend(2, submit=NOW - 600)]
     p = plan(nodes, jobs, {1: gang_family(), 2: huge})
     assert not any(a.kind is ActionKind.RESHAPE_RUNNING for a in p.actions)
+
+
+def test_a_gang_is_the_same_count_on_each_of_its_nodes_as_slurms_gres_asks():
+    from slurm_elastico.planner.gangs import even_split
+
+    idle = {"a": 3, "b": 4, "c": 2}
+    split = lambda n: even_split(n, list(idle), lambda k, p: idle[k] >= p, lambda k: (idle[k], k))  # noqa: E731
+    assert split(4) == {"b": 4}  # one node when one holds it
+    assert split(6) == {"a": 3, "b": 3}  # 3 + 3, never 4 + 2
+    assert split(5) is None  # 5 × 1 needs five nodes
+    assert split(9) is None  # 9 idle GPUs, but no equal parts of them
+    # through the epoch: a family offering 6 GPUs on nodes of 4 with 3 and 4 idle starts as 3 + 3
+    fam = Family(kind="train", shapes=(Shape("gpus1", Resources(100, 8000, 2, 4096), 1.0),
+                                       Shape("gpus6", Resources(0, 8000, 12, 6 * 4096, gpus=6), 5.4)),
+                 total_work=1e6, default="gpus6")
+    nodes = with_users(cluster(8, gpus_per_node=4), {("n0000", 0): (GpuUse(99, 0, whole=True),)})
+    p = plan(nodes, [pend(1)], {1: fam})
+    a = next(a for a in p.actions if a.kind is ActionKind.SET_GPUS)
+    assert (a.gpus, a.nodes) == (6, ("n0000", "n0001"))

@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 
 from slurm_elastico.config import Settings
+from slurm_elastico.errors import InvalidActionError
 from slurm_elastico.interference.base import ContentionModel
 from slurm_elastico.model import (Action, ActionKind, Family, GpuUse, GresRequest, JobState, JobView, Resources,
                                   Shape)
 from slurm_elastico.planner import policies
 from slurm_elastico.planner.baselines import whole_gpu_any_batch
 from slurm_elastico.planner.pollux import (FLOOR, PolluxPolicy, Room, allocate, best_by_gpus, pollux_comment,
-                                           pollux_state, PolluxState, power_mean, restart_factor, slurm_fill)
+                                           place, pollux_state, PolluxState, power_mean, restart_factor)
 from slurm_elastico.sim import engine, trace
 from slurm_elastico.sim.cluster import SimCluster, SimJob
 from slurm_elastico.sim.families import _epoch_bounds, at_epoch, efficiency_segment, family_of
@@ -176,10 +177,11 @@ def test_the_power_mean_objective_spreads_gpus_when_speedups_are_sublinear():
     fams = {1: toy_family(math.sqrt), 2: toy_family(math.sqrt)}
     p = plan(8, [waiting(1, top=8), waiting(2, top=8)], fams)
     assert (given(p, 1), given(p, 2)) == (4, 4)
-    # A job whose goodput stops growing at 2 GPUs leaves the rest to one that keeps scaling.
+    # A job whose goodput stops growing at 2 GPUs leaves the rest to one that keeps scaling; its 6 would be
+    # 3 + 3 (Slurm asks the same count per node) beside the first job's 2 on one node: it gets the 4 that fit.
     fams = {1: toy_family(lambda n: min(n, 2)), 2: toy_family(lambda n: n)}
     p = plan(8, [waiting(1, top=8), waiting(2, top=8)], fams)
-    assert (given(p, 1), given(p, 2)) == (2, 6)
+    assert (given(p, 1), given(p, 2)) == (2, 4)
     # p = -1: an even split beats the same total on one job, and a job with no GPU all but zeroes the mean.
     assert power_mean([1.0, 1.0]) > power_mean([1.5, 0.5]) > power_mean([2.0, 0.0])
     assert power_mean([1.0, 0.0]) < 2.1 * FLOOR
@@ -232,7 +234,7 @@ def test_the_plan_is_deterministic(truth):
     assert a == b and a.actions
 
 
-def test_slurm_fills_a_pinned_gang_as_the_plan_expects():
+def test_a_gang_is_placed_with_the_same_count_on_each_node_and_slurm_starts_it_so():
     sim = SimCluster(8, gpus_per_node=4, cpus_per_gpu=16)
     other = SimJob(trace=TraceJob(9, 0.0, "train", "cifar10", 1, 10.0, 64), family=None,
                    gres=GresRequest("gpus", 1), cpus=4, mem_mib=16384, pin=("n0001",))
@@ -240,14 +242,21 @@ def test_slurm_fills_a_pinned_gang_as_the_plan_expects():
     sim.schedule()
     room = Room({"n0000": [0, 1, 2, 3], "n0001": [1, 2, 3]}, {"n0000": 64, "n0001": 60},
                 {"n0000": 4 * 65536, "n0001": 3 * 65536}, {"n0000": 0, "n0001": 1})
-    want = slurm_fill(("n0000", "n0001"), room, 6, 24, 6 * 16384)
+    want = place(6, room, 24, 6 * 16384)
+    assert want == {"n0000": 3, "n0001": 3}  # 3 + 3, never the 4 + 2 a fill would give: Gres= is per node
     job = SimJob(trace=TraceJob(1, 1.0, "train", "cifar10", 6, 10.0, 64), family=None,
-                 gres=GresRequest("gpus", 6), cpus=24, mem_mib=6 * 16384, pin=("n0000", "n0001"))
+                 gres=GresRequest("gpus", 1), cpus=24, mem_mib=6 * 16384)
     sim.submit(job)
+    sim.apply(Action(ActionKind.SET_GPUS, 1, "test", gpus=6, nodes=("n0000", "n0001")))
+    assert sim.argv_for(Action(ActionKind.SET_GPUS, 1, "test", gpus=6, nodes=("n0000", "n0001")))[0][3:5] == [
+        "Gres=gpu:3", "NumNodes=2-2"]
     sim.schedule()
     got = {sim.nodes[ni].name: k for ni, k in zip(*np.unique([ni for ni, _ in job.alloc], return_counts=True))}
-    assert want == got == {"n0000": 4, "n0001": 2}
-    assert slurm_fill(("n0000", "n0001"), room, 8, 24, 6 * 16384) is None  # 7 idle GPUs: no room for 8
+    assert got == want
+    assert place(8, room, 24, 6 * 16384) is None  # 7 idle GPUs: no room for 8
+    assert place(5, room, 24, 6 * 16384) is None  # 5 splits only as 5 × 1: two nodes cannot hold it
+    with pytest.raises(InvalidActionError, match="do not split evenly"):
+        sim.apply(Action(ActionKind.SET_GPUS, 1, "test", gpus=5, nodes=("n0000", "n0001")))
 
 
 # -- the simulator running it ---------------------------------------------------------------------------------

@@ -289,13 +289,13 @@ def test_gangs_take_the_fewest_nodes_best_fit_first():
     assert c.snapshot().job(3).gpu_alloc[0] == ("n0001", 0, 0)
 
 
-def test_a_pinned_gang_starts_only_on_its_nodes_and_every_node_gets_a_gpu():
+def test_a_pinned_gang_starts_only_on_its_nodes_with_the_same_count_on_each():
     c = SimCluster(12, gpus_per_node=4)
     for jid in (1, 2, 3):
         c.submit(sim_job(jid, GresRequest("mps", 50)))
         c.jobs[jid].held = True  # Slurm must not start them before they are reshaped
     c.apply(Action(ActionKind.SET_GPUS, 1, "t", gpus=3, nodes=("n0002",)))
-    c.apply(Action(ActionKind.SET_GPUS, 2, "t", gpus=3, nodes=("n0000", "n0002")))
+    c.apply(Action(ActionKind.SET_GPUS, 2, "t", gpus=2, nodes=("n0000", "n0002")))
     c.apply(Action(ActionKind.SET_GPUS, 3, "t", gpus=2, nodes=("n0002",)))
     assert c.jobs[1].gres == GresRequest("gpus", 3) and c.jobs[1].pin == ("n0002",)
     for jid in (1, 2, 3):
@@ -303,13 +303,15 @@ def test_a_pinned_gang_starts_only_on_its_nodes_and_every_node_gets_a_gpu():
     c.schedule()
     c.check()
     assert c.jobs[1].alloc == ((2, 0), (2, 1), (2, 2))  # unpinned it would take n0000, the first best fit
-    assert c.jobs[2].alloc == ((0, 0), (0, 1), (2, 3))  # one on each listed node, the rest where most are idle
+    assert c.jobs[2].alloc == ((0, 0), (2, 3))  # Gres=gpu:1 NumNodes=2-2: one on each listed node, no more
     assert c.jobs[3].state is JobState.PENDING  # n0002 is full; n0001 is idle but not its node
     assert c.snapshot().job(2).nodes == ("n0000", "n0002")
     with pytest.raises(InvalidActionError):  # more GPUs than the listed nodes have
         c.apply(Action(ActionKind.SET_GPUS, 3, "t", gpus=5, nodes=("n0001",)))
     with pytest.raises(InvalidActionError):  # fewer GPUs than listed nodes
         c.apply(Action(ActionKind.SET_GPUS, 3, "t", gpus=1, nodes=("n0000", "n0001")))
+    with pytest.raises(InvalidActionError, match="do not split evenly"):  # 3 over 2 nodes: Gres= is per node
+        c.apply(Action(ActionKind.SET_GPUS, 3, "t", gpus=3, nodes=("n0000", "n0001")))
     with pytest.raises(InvalidActionError):
         c.apply(Action(ActionKind.SET_GPUS, 3, "t", gpus=13))
     with pytest.raises(InvalidActionError):
@@ -350,8 +352,8 @@ def test_a_gangs_speed_is_that_of_the_placement_it_got(truth):
     e.cluster.apply(Action(ActionKind.SET_GPUS, 1, "t", gpus=4, nodes=("n0000", "n0001")))
     e._settle()
     job = e.cluster.jobs[1]
-    assert job.placement == (3, 1)  # one GPU on each listed node, the rest on the first of the most idle
-    split, packed = truth.gang_speed("cifar10", 2048, (3, 1)), truth.gang_speed("cifar10", 2048, (4,))
+    assert job.placement == (2, 2)  # Gres=gpu:2 NumNodes=2-2: two on each listed node
+    split, packed = truth.gang_speed("cifar10", 2048, (2, 2)), truth.gang_speed("cifar10", 2048, (4,))
     assert job.rate == pytest.approx(split) and split != pytest.approx(packed)
 
 
@@ -371,7 +373,7 @@ def test_set_gpus_is_refused_on_a_running_job_and_a_reshape_moves_a_gang_from_tw
     reshape = Action(ActionKind.RESHAPE_RUNNING, 1, "t", gpus=4, nodes=("n0001",))
     assert e.cluster.argv_for(reshape) == [
         ["scontrol", "requeuehold", "1"],
-        ["scontrol", "update", "JobId=1", "TresPerJob=gres/gpu:4", "NodeList=n0001"],
+        ["scontrol", "update", "JobId=1", "Gres=gpu:4", "NumNodes=1-1", "NodeList=n0001"],
         ["scontrol", "update", "JobId=1", "StartTime=now"], ["scontrol", "release", "1"]]
     e.cluster.apply(reshape)
     assert job.state is JobState.PENDING and job.gres == GresRequest("gpus", 4) and job.pin == ("n0001",)

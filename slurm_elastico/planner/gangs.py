@@ -1,0 +1,39 @@
+"""Gangs Slurm can be asked for: P whole GPUs on each of K nodes (`Gres=gpu:P NumNodes=K-K NodeList=...`).
+
+The helper changes a job's GPU count with `slurm.commands.set_gpu_count`,
+which asks for the same number of GPUs on every node (Slurm's `Gres=` is per
+node), so a gang of 6 is 6 on one node or 3 + 3 on two, never 4 + 2. Every
+policy that pins a gang to nodes (elastico's packing, Tiresias, Pollux) places
+it through `even_split`, and the simulator starts such a request exactly so.
+
+Fewest nodes first (K = 1 when one node holds it: consolidation, and the
+shapes' throughputs are measured on the fewest nodes); a larger K only when
+no smaller one fits.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+
+
+def even_split(n: int, nodes: Sequence[Hashable], room: Callable[[Hashable, int], bool],
+               rank: Callable[[Hashable], tuple]) -> dict[Hashable, int] | None:
+    """{node: P} for a gang of n GPUs: P = n / K on each of K nodes, K as small as fits, or None.
+
+    `nodes` in their own order (the result keeps it); `room(node, p)`: whether the node can take p of the
+    gang's GPUs now (idle GPUs, and its share of the host); `rank(node)`: which of the nodes that can go
+    first (e.g. best fit: fewest idle GPUs).
+    """
+    if n < 1:
+        raise ValueError(f"a gang holds at least one GPU, not {n}")
+    for k in range(1, n + 1):
+        if n % k:
+            continue
+        p = n // k
+        ok = [nd for nd in nodes if room(nd, p)]
+        if len(ok) >= k:
+            chosen = set(sorted(ok, key=rank)[:k])
+            return {nd: p for nd in nodes if nd in chosen}
+    return None
