@@ -2,7 +2,9 @@
 
 The training loop helper (`slurm_elastico.runtime.train`) and the inference
 runner (`slurm_elastico.runtime.infer`) need torch and are imported from their
-modules, so reading the shape stays cheap for programs that do not use them.
+modules, so reading the shape stays cheap for programs that do not use them;
+so does `slurm_elastico.runtime.dist` (a data-parallel rank's membership from
+torch's env:// variables, its process group and device).
 """
 
 from slurm_elastico.runtime.progress import report_progress
