@@ -37,6 +37,7 @@ from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Action, ActionKind, Family, JobState, JobView, Placement, Plan, Shape, Snapshot
 from slurm_elastico.planner.gangs import even_split
 from slurm_elastico.shapes.current import ADMIN_PREFIX, named_in_comment
+from slurm_elastico.shapes.units import shares_of
 
 HALF = 50
 
@@ -271,14 +272,17 @@ class LasPolicy:
                     actions.append(Action(ActionKind.SET_GPUS, jid, why, gpus=shape.resources.gpus, nodes=on,
                                           shape=shape.name))
                 else:
-                    if view.gres is None or view.gres.kind != "mps" or view.gres.count != shape.resources.mps:
-                        actions.append(Action(ActionKind.SET_SHARE, jid, why, share=shape.resources.mps,
+                    share = shares_of(shape.resources.mps, settings.gpu.shares_per_gpu)
+                    if view.gres is None or view.gres.kind != "mps" or view.gres.count != share:
+                        actions.append(Action(ActionKind.SET_SHARE, jid, why, share=share,
                                               shape=shape.name))
                     actions.append(Action(ActionKind.SET_NODES, jid, why, nodes=on, shape=shape.name))
                 if view.reason == "BeginTime":
                     actions.append(Action(ActionKind.START_NOW, jid, why, shape=shape.name))
             node, gpus = take[0]
-            placements.append(Placement(jid, node, gpus[0], shape.name, shape.resources.mps, shape.throughput))
+            held = settings.gpu.shares_per_gpu if shape.resources.gpus else shares_of(shape.resources.mps,
+                                                                                      settings.gpu.shares_per_gpu)
+            placements.append(Placement(jid, node, gpus[0], shape.name, held, shape.throughput))
         for e in order:
             if e.view.state is JobState.RUNNING and e.view.job_id in run:
                 node, gpu, share = e.view.gpu_alloc[0]

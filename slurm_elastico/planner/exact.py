@@ -12,8 +12,11 @@ co-locations whose added slowdowns break a floor or the whole GPU's gain, and
 it checks every pair it puts together, so this optimum is an upper bound on
 what the planner may reach.
 
-Only for idle clusters with pending jobs (no running jobs): it is a
-benchmark and test oracle, far too slow for a real epoch.
+Only for idle clusters with pending jobs (no running jobs), and shapes on a
+share of one GPU (a shape of whole GPUs, `Resources.gpus`, is left out): it
+is a benchmark and test oracle, far too slow for a real epoch. Shares are in
+Slurm's counts on each GPU (`shapes.units.shares_of` at the GPU's
+`shares_total`), as the packing holds them.
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ from scipy.sparse import lil_matrix
 
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Family, JobState, Snapshot
-from slurm_elastico.planner.slowdown import for_gpu
+from slurm_elastico.planner.slowdown import PairCache, for_gpu
 from slurm_elastico.planner.weights import weight_of
 from slurm_elastico.shapes.solo import solo_profile
+from slurm_elastico.shapes.units import shares_of
 
 
 def optimum(snapshot: Snapshot, families: Mapping[int, Family], fairness: str, now: float,
@@ -47,12 +51,13 @@ def optimum(snapshot: Snapshot, families: Mapping[int, Family], fairness: str, n
         fam = families[jv.job_id]
         w = weight_of(jv, fam, fairness, now)
         tmax = max(s.throughput for s in fam.shapes)
-        mine = [(c, s) for c, s in enumerate(fam.shapes) if s.throughput >= fam.throughput_floor]
+        mine = [(c, s) for c, s in enumerate(fam.shapes)
+                if s.throughput >= fam.throughput_floor and not s.resources.gpus]
         opts.append(mine)
         for c, s in mine:
             for g, (ni, gv) in enumerate(gpus):
                 mem = nodes[ni].gpu_memory_mib or gpu_memory_mib
-                if s.resources.mps <= gv.shares_free and s.resources.gpu_mem_mib <= mem:
+                if shares_of(s.resources.mps, gv.shares_total) <= gv.shares_free and s.resources.gpu_mem_mib <= mem:
                     var.append((k, c, g))
                     gain.append(w * s.throughput / tmax)
     if not var:
@@ -69,7 +74,7 @@ def optimum(snapshot: Snapshot, families: Mapping[int, Family], fairness: str, n
     for g, (ni, gv) in enumerate(gpus):
         mem = nodes[ni].gpu_memory_mib or gpu_memory_mib
         here = [(i, families[jobs[v[0]].job_id].shapes[v[1]]) for i, v in enumerate(var) if v[2] == g]
-        row({i: float(s.resources.mps) for i, s in here}, float(gv.shares_free))
+        row({i: float(shares_of(s.resources.mps, gv.shares_total)) for i, s in here}, float(gv.shares_free))
         row({i: float(s.resources.gpu_mem_mib) for i, s in here}, float(mem))
     for ni, n in enumerate(nodes):
         here = [(i, families[jobs[v[0]].job_id].shapes[v[1]]) for i, v in enumerate(var) if gpus[v[2]][0] == ni]
@@ -108,6 +113,7 @@ def _conflicts(jobs, families, opts, gpus, index, model, floor, row) -> None:
         margin = {p: float(v) for p, v in zip(pairs, np.where(np.isfinite(m), m, np.inf))}
     else:
         margin = dict.fromkeys(pairs, float(getattr(model, "admission_margin", 0.0)))
+    gain_floor = 0.0 if hasattr(model, "admission_margins") else PairCache(model).gain_margin  # as packing's
 
     # The reference of each job's fraction of solo speed, as `packing.best_solo` gives the epoch's seats.
     best = {k: max((s.throughput for s in families[jobs[k].job_id].shapes if s.resources.gpus <= 1), default=0.0)
@@ -126,7 +132,7 @@ def _conflicts(jobs, families, opts, gpus, index, model, floor, row) -> None:
         # The gain rule with a hair of slack: rounding must never make this stricter than packing.
         gain = fraction(a, ta, slow[(a, b)]) + fraction(b, tb, slow[(b, a)])
         return (sa * floor > 1.0 or sb * floor > 1.0 or ta < fa.throughput_floor * sa
-                or tb < fb.throughput_floor * sb or gain < (1.0 + m) * (1.0 - 1e-12))
+                or tb < fb.throughput_floor * sb or gain < (1.0 + max(m, gain_floor)) * (1.0 - 1e-12))
 
     clash: dict[tuple, list] = {}
     for a, b in pairs:

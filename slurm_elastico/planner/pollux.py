@@ -53,6 +53,7 @@ from slurm_elastico.model import Action, ActionKind, Family, JobView, Placement,
 from slurm_elastico.planner.baselines import planned_jobs, whole_gpu_any_batch
 from slurm_elastico.planner.gangs import even_split
 from slurm_elastico.shapes.current import ADMIN_PREFIX, named_in_comment
+from slurm_elastico.shapes.units import shares_of
 
 POWER = -1.0
 """Exponent of the power mean over speedups (Pollux's p: more negative is fairer)."""
@@ -262,6 +263,7 @@ class PolluxPolicy:
     def plan(self, snapshot: Snapshot, families: Mapping[int, Family], settings: Settings,
              model: SlowdownModel | None, now: float, progress: Mapping[int, float] | None = None) -> Plan:
         part = settings.slurm.partition
+        spg = settings.gpu.shares_per_gpu
         delay = settings.planner.reshape_cost_s
         nodes = [n for n in snapshot.nodes if n.usable and (not part or part in n.partitions)]
         gpu_nodes = [n for n in nodes if n.gpus]
@@ -357,13 +359,15 @@ class PolluxPolicy:
             gang = shape.resources.gpus > 0
             if j.running:
                 actions.append(Action(ActionKind.RESHAPE_RUNNING, jid, why, gpus=n if gang else None,
-                                      share=None if gang else shape.resources.mps, nodes=on, shape=shape.name))
+                                      share=None if gang else shares_of(shape.resources.mps, spg), nodes=on,
+                                      shape=shape.name))
                 continue
             if gang:
                 actions.append(Action(ActionKind.SET_GPUS, jid, why, gpus=n, nodes=on, shape=shape.name))
             else:
-                if j.view.gres is None or j.view.gres.kind != "mps" or j.view.gres.count != shape.resources.mps:
-                    actions.append(Action(ActionKind.SET_SHARE, jid, why, share=shape.resources.mps,
+                share = shares_of(shape.resources.mps, spg)
+                if j.view.gres is None or j.view.gres.kind != "mps" or j.view.gres.count != share:
+                    actions.append(Action(ActionKind.SET_SHARE, jid, why, share=share,
                                           shape=shape.name))
                 actions.append(Action(ActionKind.SET_NODES, jid, why, nodes=on, shape=shape.name))
             if j.view.held:

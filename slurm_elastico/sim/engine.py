@@ -45,6 +45,7 @@ from slurm_elastico.helper.journal import MemoryJournal
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Family, GresRequest, JobState
 from slurm_elastico.planner import policies
+from slurm_elastico.shapes.units import PERCENT, percent_of, shares_of
 from slurm_elastico.sim.cluster import SimCluster, SimJob
 from slurm_elastico.sim.families import (INFER_CPUS, INFER_HOST_MIB, TRAIN_CPUS, TRAIN_HOST_MIB, at_epoch,
                                          efficiency_epoch, efficiency_segment, fastest_speed, family_of)
@@ -239,7 +240,7 @@ class Engine:
             begin = tj.submit_s
         else:
             d = fam.default_shape.resources
-            gres = GresRequest("gpus", d.gpus) if d.gpus else GresRequest("mps", d.mps)
+            gres = GresRequest("gpus", d.gpus) if d.gpus else GresRequest("mps", shares_of(d.mps, self.cluster.shares_per_gpu))
             cpus, mem = d.cpus, d.host_mem_mib
             window = self.sim.placement_window_s
             begin = math.inf if window < 0 else tj.submit_s + window
@@ -363,17 +364,18 @@ class Engine:
             val = self._gang_solo(job, placement)
         else:
             shape = _shape_of(job)
+            pct = percent_of(job.share, self.cluster.shares_per_gpu)  # the truth speaks percent of a GPU
             if tj.kind == "train":
                 m = int(shape.knob("micro_batch"))
                 b = int(shape.knob("global_batch", tj.global_batch))
                 f = efficiency_segment(t, tj, b, job.done)[0]
-                val = (t.train_speed(tj.app, b, m, job.share) * f, t.train_speed(tj.app, b, m, 100) * f,
+                val = (t.train_speed(tj.app, b, m, pct) * f, t.train_speed(tj.app, b, m, PERCENT) * f,
                        t.identity("train", tj.app, m))
             else:
                 args = (tj.context_tokens, tj.generated_tokens, float(shape.knob("gpu_memory_utilization")),
                         int(shape.knob("max_num_seqs")), str(shape.knob("kv_cache_dtype")))
                 mem = float(self.sim.gpu_memory_mib)
-                val = (t.infer_speed(*args, job.share, mem), t.infer_speed(*args, 100, mem),
+                val = (t.infer_speed(*args, pct, mem), t.infer_speed(*args, PERCENT, mem),
                        t.identity("infer", tj.app, args[3]))
         self.solo[job.job_id] = (*val, key)
         return val
@@ -392,7 +394,7 @@ class Engine:
             return speed, speed, t.identity("train", tj.app, m)
         args = (tj.context_tokens, tj.generated_tokens, float(shape.knob("gpu_memory_utilization")),
                 int(shape.knob("max_num_seqs")), str(shape.knob("kv_cache_dtype")))
-        speed = t.infer_speed(*args, 100, float(self.sim.gpu_memory_mib)) * sum(placement)
+        speed = t.infer_speed(*args, PERCENT, float(self.sim.gpu_memory_mib)) * sum(placement)
         return speed, speed, t.identity("infer", tj.app, args[3])
 
     def _rerate(self, job: SimJob) -> None:

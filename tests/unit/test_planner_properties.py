@@ -7,6 +7,7 @@ import itertools
 from collections import defaultdict
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -206,3 +207,14 @@ def test_planner_never_beats_the_exact_optimum(seed, jobs, gpus, model_name):
     best = exact.optimum(snap, fams, "waiting", NOW, model, s.interference.floor, s.gpu.memory_mib)
     assert got <= best + 1e-6
     assert best == 0 or got > 0  # something fits, so the planner starts something
+
+
+def test_the_exact_optimum_counts_shares_in_slurms_units():
+    """At 4 MPS shares per GPU a 25 % shape takes 1 share: the optimum is the one at 100 shares per GPU."""
+    from tests.synthetic import cluster, family, pending, snapshot
+
+    fams = {k: family((25, 0.45, 1000), (50, 0.8, 1000), (100, 1.0, 1000)) for k in range(1, 6)}
+    jobs = [pending(k, submit=NOW - 60 * k) for k in fams]
+    got = {per_gpu: exact.optimum(snapshot(cluster(2, gpus_per_node=2, shares=per_gpu), jobs, NOW), fams, "waiting",
+                                  NOW, None, 0.6, 81920) for per_gpu in (100, 4)}
+    assert got[4] == pytest.approx(got[100]) and got[100] > 2.0  # five jobs on two GPUs: shares must be used

@@ -426,3 +426,22 @@ def test_a_family_job_at_a_gang_shape_runs_at_the_gang_speed_of_its_knobs(truth)
     assert job.shape == gang.name and job.placement == (4,)
     assert job.rate == pytest.approx(truth.gang_speed("cifar10", 2048, (4,), 256))
     assert job.rate != pytest.approx(truth.gang_speed("cifar10", 2048, (4,)))  # its micro-batch, not the default
+
+
+@pytest.mark.parametrize("policy", ["static-mps", "tiresias", "pollux", "elastico"])
+def test_every_policy_runs_the_same_at_4_mps_shares_per_gpu_as_at_100(truth, policy):
+    """Shares are Slurm's counts wherever a percent meets Slurm (shapes.units): the baselines' SET_SHARE and
+    placements, the simulator's requests and its ground truth's speeds give the same run at 4 shares per GPU."""
+    import dataclasses
+
+    sim = SimSettings(gpus=4, gpus_per_node=2, shares="25,50,75,100", max_gpus_per_job=4)
+    jobs = [j for j in trace.synthetic(trace.MixSpec(n_jobs=16, gpus=4, load=1.5), 3, truth)
+            if j.share % 25 == 0]
+    got = {}
+    for per_gpu in (100, 4):
+        s = Settings()
+        s = dataclasses.replace(s, gpu=dataclasses.replace(s.gpu, shares_per_gpu=per_gpu))
+        r = engine.run(jobs, policy, s, sim, ContentionModel(), truth, seed=0)
+        assert r.unfinished == 0
+        got[per_gpu] = [(j.job_id, round(j.end, 6), j.restarts) for j in r.jobs]
+    assert got[4] == got[100] and len(got[4]) == len(jobs) > 8
