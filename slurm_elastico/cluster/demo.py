@@ -21,8 +21,9 @@ the simulator's prediction for the same list.
    waiting, GPU utilisation, reshapes by kind, the JCT ratio plain ÷
    elastico) and the helper run's report, and plot the JCT distributions.
 
-Times are measured by this driver polling squeue every second: submission
-when sbatch answered, first start when the job is first seen running, end
+Times are measured by this driver polling squeue every second: arrival when
+the job's submission command began (each job has its own thread, so a slow
+elastico-submit does not delay the next), first start when the job is first seen running, end
 when it is no longer listed. GPU utilisation is the allocated share of all
 GPUs (a whole GPU or an MPS share), averaged over the run, as the simulator
 counts it.
@@ -38,6 +39,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -242,16 +244,19 @@ def _run_live(mode: str, jobs: Sequence[workload.DemoJob], work: Path, env: dict
         helper = subprocess.Popen([_bin("elastico"), "sched", "--interval", str(plan.interval_s), "--json"],
                                   env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     t0 = time.monotonic()
-    todo = sorted(jobs, key=lambda j: j.submit_s)
+    # Each job is submitted at its arrival time by its own thread (elastico-submit takes seconds on a loaded
+    # machine; one after the other they would drift later and later), while this loop polls squeue every second.
+    pool = ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="submit")
+    pending = {pool.submit(_submit_at, t0 + job.submit_s, _argv(mode, job, work, plan, truth), env, work / mode, job):
+               job for job in jobs}
     last = ""
     try:
         while True:
             now = time.monotonic()
-            while todo and now - t0 >= todo[0].submit_s:
-                job = todo.pop(0)
-                job_id = _submit(_argv(mode, job, work, plan, truth), env, work / mode, job)
-                obs.ids[job_id], obs.submit[job_id] = job, time.monotonic()
-                now = time.monotonic()
+            for fut in [f for f in pending if f.done()]:
+                job = pending.pop(fut)
+                job_id, arrived = fut.result()  # a failed submission raises DemoError here
+                obs.ids[job_id], obs.submit[job_id] = job, arrived
             try:
                 active = [j for j in gateway.jobs() if j.job_id in obs.ids]
             except SlurmError as exc:
@@ -271,18 +276,20 @@ def _run_live(mode: str, jobs: Sequence[workload.DemoJob], work: Path, env: dict
                     obs.end[job_id] = seen
                     obs.start.setdefault(job_id, seen)
             states = Counter(j.state.value.lower() for j in active)
-            line = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) + (f", {len(todo)} to submit" if todo else "")
+            line = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) + (
+                f", {len(pending)} to submit" if pending else "")
             if line != last and active:
                 say(f"   [{seen - t0:4.0f} s] {line}")
                 last = line
-            if not todo and len(obs.end) == len(obs.ids):
+            if not pending and len(obs.end) == len(obs.ids):
                 break
             if seen - t0 > timeout_s:
                 left = sorted(set(obs.ids) - set(obs.end))
-                raise DemoError(f"{mode} run: jobs {left} did not finish within {timeout_s:.0f} s; "
-                                f"see {work / mode}")
+                raise DemoError(f"{mode} run: jobs {left} did not finish within {timeout_s:.0f} s "
+                                f"({len(pending)} not submitted yet); see {work / mode}")
             time.sleep(max(0.0, 1.0 - (time.monotonic() - now)))
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)
         if helper is not None:
             helper.terminate()
             helper.wait(timeout=30)
@@ -295,12 +302,16 @@ def _run_live(mode: str, jobs: Sequence[workload.DemoJob], work: Path, env: dict
     return obs
 
 
-def _submit(argv: list[str], env: dict, cwd: Path, job: workload.DemoJob) -> int:
+def _submit_at(due: float, argv: list[str], env: dict, cwd: Path, job: workload.DemoJob) -> tuple[int, float]:
+    """Submit `job` at `due` (monotonic clock); returns its id and when its submission began (its arrival: the
+    user typed the command then, and the JCT counts from there)."""
+    time.sleep(max(0.0, due - time.monotonic()))
+    arrived = time.monotonic()
     # Run from the run's directory: jobs run there and keep their checkpoints under it.
-    out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
         raise DemoError(f"submitting {job.name} ({Path(argv[0]).name}) failed ({out.returncode}): {out.stderr.strip()}")
-    return int(out.stdout.strip().split(";")[0])
+    return int(out.stdout.strip().split(";")[0]), arrived
 
 
 def _shapes_run(path: Path) -> list[str]:

@@ -98,9 +98,10 @@ def trace(jobs: Sequence[DemoJob]) -> list[TraceJob]:
 
 def emulated(job: DemoJob, plan: Plan) -> Emulated:
     if job.kind == "train":
-        return Emulated("train", job.app, job.global_batch, gpu_mem_mib=GPU_MEM_MIB, colocation=plan.colocation)
+        return Emulated("train", job.app, job.global_batch, gpu_mem_mib=GPU_MEM_MIB, colocation=plan.colocation,
+                        restart_cost_s=plan.restart_cost_s)
     return Emulated("infer", job.app, context_tokens=INFER_CONTEXT, generated_tokens=INFER_GENERATED,
-                    gpu_mem_mib=GPU_MEM_MIB, colocation=plan.colocation)
+                    gpu_mem_mib=GPU_MEM_MIB, colocation=plan.colocation, restart_cost_s=plan.restart_cost_s)
 
 
 def default_knobs(truth: GroundTruth, job: DemoJob) -> dict:

@@ -67,6 +67,8 @@ class Emulated:
     generated_tokens: float = 0.0
     gpu_mem_mib: float = GPU_MEM_MIB
     colocation: str = "gavel"
+    restart_cost_s: float = 0.0
+    """Seconds without progress at the start of every run after the first (the simulator's `restart_cost_s`)."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -76,6 +78,8 @@ class Emulated:
             problems.append(f"global_batch {self.global_batch!r}: a training job needs one >= 1")
         if self.kind == "infer" and not (self.context_tokens > 0 and self.generated_tokens > 0):
             problems.append("an inference job needs context_tokens and generated_tokens > 0")
+        if not (self.restart_cost_s >= 0 and math.isfinite(self.restart_cost_s)):
+            problems.append(f"restart_cost_s {self.restart_cost_s!r} must be a finite number >= 0")
         if self.colocation not in MODES:
             problems.append(f"colocation {self.colocation!r}; allowed: {', '.join(MODES)}")
         if problems:
@@ -152,6 +156,8 @@ class Placement:
     share: int
     others: tuple[int, ...]
     """Job ids of the co-runners on its GPU."""
+    started: float | None = None
+    """When Slurm started this run of the job (epoch seconds, squeue's StartTime), if it says."""
 
 
 def placement_of(job_id: int, jobs: Sequence, shares_per_gpu: int = 100) -> Placement | None:
@@ -167,7 +173,37 @@ def placement_of(job_id: int, jobs: Sequence, shares_per_gpu: int = 100) -> Plac
     share = 100 if shares == 0 else max(1, min(100, round(100 * shares / shares_per_gpu)))
     others = tuple(sorted(j.job_id for j in jobs if j.job_id != job_id
                           and any(n == node and g == gpu for n, g, _ in j.gpu_alloc)))
-    return Placement(share, others)
+    return Placement(share, others, float(mine.start_time) if mine.start_time else None)
+
+
+def origin(started: float | None, program_start: float, stopped: float | None, restart_cost_s: float) -> float:
+    """When the emulated GPU starts this run's work (epoch seconds).
+
+    The emulated job begins when Slurm started the run (`started`), not when the program's imports are done:
+    start-up overlaps the emulated compute, as the simulator has no start-up time. A run after a checkpoint
+    (`stopped`: when the previous run of the job stopped; an in-place relaunch keeps Slurm's start time) begins
+    at the later of the two, plus `restart_cost_s` without progress, as the simulator charges a restart. Without
+    Slurm's word, the program's own start.
+    """
+    begin = max(t for t in (started, stopped, None if started else program_start) if t is not None)
+    return begin + (restart_cost_s if stopped is not None else 0.0)
+
+
+def record_stop(directory: Path, job_id: int, when: float) -> None:
+    """Say when this run of the job stopped (checkpointed), for its next run's `origin`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".{job_id}.stopped.tmp"
+    tmp.write_text(repr(when))
+    os.replace(tmp, directory / f"{job_id}.stopped")
+
+
+def read_stop(directory: Path, job_id: int) -> float | None:
+    try:
+        return float((directory / f"{job_id}.stopped").read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return None
 
 
 def publish(directory: Path, job_id: int, ident: tuple[str, int]) -> None:
@@ -209,12 +245,14 @@ class Pacer:
         self.checked = -math.inf
         self.mark = clock()
         self.slept = 0.0
+        self.job_id: int | None = None
+        """The Slurm job paced (`from_environment`), None in tests."""
         self.late = 0.0
-        """Seconds the real work ran past the emulated time (steps not padded because they were already late)."""
+        """The most seconds the real run was behind the emulated GPU after a step (0: it never was)."""
 
-    def start(self) -> None:
-        """The step clock starts now (call it right before the first step)."""
-        self.mark = self.clock()
+    def start(self, at: float | None = None) -> None:
+        """The emulated work starts at `at` (a `clock` value; default now): steps are due from there."""
+        self.mark = self.clock() if at is None else at
 
     def refresh(self) -> float:
         now = self.clock()
@@ -228,20 +266,24 @@ class Pacer:
         return self.speed
 
     def pad(self, units: float = 1.0) -> float:
-        """Sleep what is left of `units` steps (or requests) since the last mark; returns the seconds slept."""
+        """Sleep until `units` more steps (or requests) are due on the emulated GPU; returns the seconds slept.
+
+        Steps are due back to back from `start`: a step whose real work (or the program's start-up) ran late is
+        not padded, and the next ones catch up, so the run ends when the emulated GPU would have finished it
+        unless the real work itself is slower (then `late` says by how much, at most).
+        """
         speed = self.refresh()
         due = seconds_for(units, speed)
         if not math.isfinite(due):
             raise ConfigError(SOURCE, [f"{self.job.kind} job of app {self.job.app!r} cannot run at {self.knobs} "
                                        f"on {self.current.share} % of a GPU (the truth gives it speed 0)"])
-        left = due - (self.clock() - self.mark)
+        self.mark += due
+        left = self.mark - self.clock()
         if left > 0:
             self.sleep(left)
             self.slept += left
-            self.mark += due
         else:
-            self.late += -left
-            self.mark = self.clock()
+            self.late = max(self.late, -left)
         return max(left, 0.0)
 
 
@@ -263,8 +305,11 @@ class SlurmPlacement:
         return placement_of(self.job_id, jobs, self.shares_per_gpu)
 
 
-def from_environment(job: Emulated, knobs: Knobs, pace_dir: Path, env=None, refresh_s: float = 5.0) -> Pacer:
-    """The pacer of the job Slurm runs this program in (SLURM_JOB_ID), publishing its identity in `pace_dir`."""
+def from_environment(job: Emulated, knobs: Knobs, pace_dir: Path, program_start: float, env=None,
+                     refresh_s: float = 5.0) -> Pacer:
+    """The started pacer of the job Slurm runs this program in (SLURM_JOB_ID), publishing its identity in
+    `pace_dir`; its clock is the wall clock (`time.time`, as Slurm's start times), its work begins at `origin`.
+    `program_start`: `time.time()` when the program began (before its imports)."""
     from slurm_elastico.slurm.gateway import SlurmGateway
     from slurm_elastico.slurm.runner import SubprocessRunner
 
@@ -277,5 +322,9 @@ def from_environment(job: Emulated, knobs: Knobs, pace_dir: Path, env=None, refr
     truth = GroundTruth()
     publish(pace_dir, job_id, identity(truth, job, knobs))
     gateway = SlurmGateway(SubprocessRunner(timeout=10.0))
-    return Pacer(truth, job, knobs, SlurmPlacement(job_id, gateway), lambda o: read_identity(pace_dir, o),
-                 refresh_s=refresh_s)
+    pacer = Pacer(truth, job, knobs, SlurmPlacement(job_id, gateway), lambda o: read_identity(pace_dir, o),
+                  refresh_s=refresh_s, clock=time.time)
+    pacer.job_id = job_id
+    pacer.refresh()
+    pacer.start(origin(pacer.current.started, program_start, read_stop(pace_dir, job_id), job.restart_cost_s))
+    return pacer

@@ -60,10 +60,10 @@ def test_inference_rate_is_the_decode_model_and_a_share_slows_it():
     assert run.jobs[0].jct == pytest.approx(30 / pacing.rate(TRUTH, job, default, 100), rel=1e-9)
 
 
-def _view(job_id, alloc):
+def _view(job_id, alloc, start=0):
     return JobView(job_id=job_id, name="j", user="u", partition="p", state=JobState.RUNNING, reason="", held=False,
                    gres=None, nodes=tuple({n for n, _, _ in alloc}), gpu_indices=(), cpus=1, memory_mib=1,
-                   submit_time=0, start_time=0, restarts=0, requeue=True, admin_comment="", gpu_alloc=tuple(alloc))
+                   submit_time=0, start_time=start, restarts=0, requeue=True, admin_comment="", gpu_alloc=tuple(alloc))
 
 
 def test_placement_reads_share_and_the_co_runners_on_the_same_gpu_only():
@@ -73,6 +73,7 @@ def test_placement_reads_share_and_the_co_runners_on_the_same_gpu_only():
     assert pacing.placement_of(5, jobs) == pacing.Placement(100, ())  # a whole GPU (gres gpu:1)
     assert pacing.placement_of(1, jobs, shares_per_gpu=50) == pacing.Placement(50, (2,))
     assert pacing.placement_of(9, jobs) is None
+    assert pacing.placement_of(6, [_view(6, [("n3", 1, 50)], start=1700)]) == pacing.Placement(50, (), 1700.0)
 
 
 class _Clock:
@@ -105,16 +106,32 @@ def test_pacer_pads_to_the_current_rate_and_follows_a_new_co_runner(tmp_path):
     assert pacing.read_identity(tmp_path, 8) == pacing.UNKNOWN
 
 
-def test_pacer_keeps_the_last_rate_when_slurm_does_not_answer_and_counts_late_steps():
+def test_pacer_keeps_the_last_rate_when_slurm_does_not_answer_and_late_steps_catch_up():
     job = pacing.Emulated("train", "bert", 12)
     knobs = pacing.Knobs(micro_batch=12)
+    step = 1 / pacing.rate(TRUTH, job, knobs, 100)
     clock = _Clock()
     p = pacing.Pacer(TRUTH, job, knobs, lambda: None, lambda o: pacing.UNKNOWN, refresh_s=0.0, clock=clock,
                      sleep=clock.sleep)
     p.start()
-    clock.t += 5.0  # the real work took longer than the emulated step
-    assert p.pad() == 0.0
-    assert p.late == pytest.approx(5.0 - 1 / pacing.rate(TRUTH, job, knobs, 100))
+    clock.t += 2.5 * step  # start-up or slow real work: 2.5 steps' worth
+    assert p.pad() == 0.0 and p.pad() == 0.0  # two steps were already due: no padding
+    assert p.late == pytest.approx(1.5 * step)
+    assert p.pad() == pytest.approx(0.5 * step)  # the third is due half a step from now
+    assert clock.t == pytest.approx(3 * step)  # the run ends where the emulated GPU would
+
+
+def test_origin_is_slurms_start_and_a_later_run_pays_the_restart_cost():
+    assert pacing.origin(100.0, 104.0, None, 10.0) == 100.0  # start-up overlaps the emulated work
+    assert pacing.origin(None, 104.0, None, 10.0) == 104.0  # Slurm did not say: the program's start
+    assert pacing.origin(100.0, 204.0, 200.0, 10.0) == 210.0  # relaunched in place at 200: Slurm's start is older
+    assert pacing.origin(300.0, 304.0, 200.0, 10.0) == 310.0  # requeued: started again at 300
+
+
+def test_a_stop_is_recorded_for_the_next_run(tmp_path):
+    assert pacing.read_stop(tmp_path, 3) is None
+    pacing.record_stop(tmp_path, 3, 123.5)
+    assert pacing.read_stop(tmp_path, 3) == 123.5
 
 
 @pytest.mark.parametrize("kwargs,word", [
@@ -122,6 +139,7 @@ def test_pacer_keeps_the_last_rate_when_slurm_does_not_answer_and_counts_late_st
     ({"kind": "train", "app": "bert"}, "global_batch"),
     ({"kind": "infer", "app": "llm"}, "context_tokens"),
     ({"kind": "train", "app": "bert", "global_batch": 12, "colocation": "magic"}, "colocation"),
+    ({"kind": "train", "app": "bert", "global_batch": 12, "restart_cost_s": -1}, "restart_cost_s"),
 ])
 def test_bad_emulated_jobs_are_refused_with_what_is_allowed(kwargs, word):
     with pytest.raises(ConfigError, match=word):
