@@ -6,9 +6,12 @@ node), so a gang of 6 is 6 on one node or 3 + 3 on two, never 4 + 2. Every
 policy that pins a gang to nodes (elastico's packing, Tiresias, Pollux) places
 it through `even_split`, and the simulator starts such a request exactly so.
 
-Fewest nodes first (K = 1 when one node holds it: consolidation, and the
-shapes' throughputs are measured on the fewest nodes); a larger K only when
-no smaller one fits.
+Fewest nodes first (K = 1 when one node holds it: consolidation); a larger K
+only when no smaller one fits. Elastico's packing goes no further than the
+fewest nodes the gang can span at all (`fewest_nodes`): that is where its
+shapes' throughputs were measured, and the same GPUs spread wider may run
+slower than fewer GPUs on one node (2 GPUs as 1 + 1 across nodes ran a
+YOLOv3 job at 0.71 of one GPU alone in the simulator's measured data).
 
 Pure: no I/O.
 """
@@ -18,17 +21,25 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 
 
+def fewest_nodes(n: int, node_size: int) -> int:
+    """The fewest nodes of `node_size` GPUs a gang of n can be asked on: the smallest K dividing n with
+    n / K <= node_size (n itself, one GPU per node, at worst)."""
+    if n < 1 or node_size < 1:
+        raise ValueError(f"a gang of {n} GPU(s) on nodes of {node_size}: both must be at least 1")
+    return next(k for k in range(1, n + 1) if n % k == 0 and n // k <= node_size)
+
+
 def even_split(n: int, nodes: Sequence[Hashable], room: Callable[[Hashable, int], bool],
-               rank: Callable[[Hashable], tuple]) -> dict[Hashable, int] | None:
+               rank: Callable[[Hashable], tuple], most_nodes: int | None = None) -> dict[Hashable, int] | None:
     """{node: P} for a gang of n GPUs: P = n / K on each of K nodes, K as small as fits, or None.
 
     `nodes` in their own order (the result keeps it); `room(node, p)`: whether the node can take p of the
     gang's GPUs now (idle GPUs, and its share of the host); `rank(node)`: which of the nodes that can go
-    first (e.g. best fit: fewest idle GPUs).
+    first (e.g. best fit: fewest idle GPUs); `most_nodes`: K at most this (None: any).
     """
     if n < 1:
         raise ValueError(f"a gang holds at least one GPU, not {n}")
-    for k in range(1, n + 1):
+    for k in range(1, min(n, most_nodes or n) + 1):
         if n % k:
             continue
         p = n // k

@@ -48,7 +48,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from slurm_elastico.planner.gangs import even_split
+from slurm_elastico.planner.gangs import even_split, fewest_nodes
 from slurm_elastico.planner.slowdown import PairCache
 
 
@@ -340,9 +340,9 @@ class GpuState:
     def find_gang(self, row: Row) -> tuple[int, ...]:
         """Idle GPUs for a data-parallel row as Slurm can be asked for them, or () when they are not there.
 
-        P idle GPUs on each of K nodes (`planner.gangs.even_split`: Slurm's `Gres=gpu:P NumNodes=K-K`), K as
-        small as fits: one node when one can hold the whole gang (the one with the fewest idle GPUs that can:
-        best fit). Idle: no occupant and every share free. Each node must have the CPUs and host memory for
+        P idle GPUs on each of K nodes (`planner.gangs.even_split`: Slurm's `Gres=gpu:P NumNodes=K-K`), K the
+        fewest nodes the gang can span (`gangs.fewest_nodes`; its throughput was measured there): one node
+        when the gang fits a node (the one with the fewest idle GPUs that can: best fit). Idle: no occupant and every share free. Each node must have the CPUs and host memory for
         its part (the row's, in proportion to its GPUs there).
         """
         n = row.gpus
@@ -361,7 +361,8 @@ class GpuState:
             return (len(idle[node]) >= p and self.node_cpu[node] >= row.cpus * p / n - 1e-9
                     and self.node_mem[node] >= row.hmem * p / n - 1e-9)
 
-        split = even_split(n, sorted(idle), room, lambda node: (len(idle[node]), node))
+        size = max(len(gpus) for gpus in self.node_gpus.values())
+        split = even_split(n, sorted(idle), room, lambda node: (len(idle[node]), node), fewest_nodes(n, size))
         return tuple(g for node, p in (split or {}).items() for g in idle[node][:p])
 
     def find(self, seat: Seat, row: Row) -> tuple[int, float]:

@@ -135,3 +135,19 @@ def test_a_gang_is_the_same_count_on_each_of_its_nodes_as_slurms_gres_asks():
     p = plan(nodes, [pend(1)], {1: fam})
     a = next(a for a in p.actions if a.kind is ActionKind.SET_GPUS)
     assert (a.gpus, a.nodes) == (6, ("n0000", "n0001"))
+
+
+def test_a_gang_that_fits_a_node_is_never_spread_over_several():
+    from slurm_elastico.planner.gangs import fewest_nodes
+
+    assert (fewest_nodes(2, 4), fewest_nodes(6, 4), fewest_nodes(8, 4), fewest_nodes(5, 4)) == (1, 2, 2, 5)
+    fam = Family(kind="train", shapes=(Shape("gpus2", Resources(0, 8000, 4, 8192, gpus=2), 1.9),),
+                 total_work=1e6, default="gpus2")
+    # one idle GPU on each of two nodes: 1 + 1 is a gang Slurm could run, but not the one the shape was measured
+    # on, so the job waits
+    busy = {(f"n000{n}", g): (GpuUse(99, 0, whole=True),) for n in (0, 1) for g in (1, 2, 3)}
+    nodes = with_users(cluster(8, gpus_per_node=4), busy)
+    assert not any(a.kind is ActionKind.SET_GPUS for a in plan(nodes, [pend(1)], {1: fam}).actions)
+    free = with_users(cluster(8, gpus_per_node=4), {k: v for k, v in busy.items() if k[0] == "n0000"})
+    a = next(a for a in plan(free, [pend(1)], {1: fam}).actions if a.kind is ActionKind.SET_GPUS)
+    assert (a.gpus, a.nodes) == (2, ("n0001",))
