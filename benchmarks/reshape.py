@@ -15,9 +15,17 @@ elastico-submit) is reshaped the way the helper does it, N times each way:
   in place  AdminComment, then `scancel --signal=USR1 --batch` (same share)
 
 and a plain bash job without checkpointing is moved with the same requeue
-(baseline: what Slurm alone costs). Times are from the moment the helper acts,
-read off the job's output (polled every 20 ms). Prints a table, then one line
-of JSON with the figures.
+(baseline: what Slurm alone costs). A job on a family with GPU counts
+[1, 2, 4] is moved between whole-GPU counts the same way (AdminComment, then
+`requeue_with_gpus`: requeuehold → SIGTERM to every rank → Gres=gpu:N → StartTime=now
+→ release), 1 → 2 and 2 → 4 (and back to 1, untimed, between repetitions), its n ranks started as
+one srun step by elastico-run (`slurm_elastico.jobwrap.ranks`). Its program
+is a stand-in rank (Python, no torch) that prints when it is up and exits 75
+on SIGTERM at once, so the figure is the launcher's and Slurm's part; a real
+program adds its own checkpoint write (the `checkpoint save` column of the
+requeue row, for the tiny model) and start-up. Times are from the moment the
+helper acts, read off the job's output (polled every 20 ms). Prints a table,
+then one line of JSON with the figures.
 """
 
 from __future__ import annotations
@@ -55,6 +63,29 @@ PLAIN = """#!/bin/bash
 echo "start restarts=${SLURM_RESTART_COUNT:-0}"
 while true; do sleep 0.1; done
 """
+GPU_FAMILY = """kind: train
+global_batch: 16
+micro_batches: [4]
+precisions: [fp32]
+checkpointing: [false]
+steps: 100000
+mps_shares: [100]
+gpus: [1, 2, 4]
+gpus_per_node: 4
+default: mb4-fp32-mps100
+"""
+RANK = """#!/usr/bin/env python3
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(75))
+signal.signal(signal.SIGUSR1, lambda *a: sys.exit(75))
+e = os.environ
+print("rank {} of {} up restarts={}".format(e.get("RANK", "0"), e.get("WORLD_SIZE", "1"),
+                                             e.get("SLURM_RESTART_COUNT", "0")), flush=True)
+while True:
+    time.sleep(0.05)
+"""
+GPU_MOVES = (("mb4-fp32-gpus2", 2), ("mb4-fp32-gpus4", 4), ("mb4-fp32-mps100", 1))
+"""1 -> 2, 2 -> 4 (timed), 4 -> 1 (untimed: back to the start for the next repetition, if any)."""
 POLL_S = 0.02
 
 
@@ -103,6 +134,36 @@ def elastico_job(work: Path, env: dict[str, str]) -> int:
     return int(out.getvalue().split(";")[0])
 
 
+def gpu_job(work: Path, env: dict[str, str]) -> int:
+    (work / "gpus.yaml").write_text(GPU_FAMILY)
+    (work / "rank.py").write_text(RANK)
+    out = io.StringIO()
+    rc = submit(["--parsable", f"--output={work}/%j.out", "--gres=gpu:1", "--nodes=1", "--family",
+                 str(work / "gpus.yaml"), str(work / "rank.py")],
+                env={**env, "ELASTICO_CONFIG": str(work / "elastico.yaml")}, out=out)
+    if rc != 0:
+        raise SystemExit(f"elastico-submit failed with {rc}")
+    return int(out.getvalue().split(";")[0])
+
+
+def bench_gpus(gw: SlurmGateway, job: int, out: Output, reps: int) -> dict[str, list[dict[str, float]]]:
+    """Seconds from the helper's action to every rank of the new GPU count up, per move ("1->2", "2->4")."""
+    rows: dict[str, list[dict[str, float]]] = {"1->2": [], "2->4": []}
+    _, _, mark = out.wait(r"^rank 0 of 1 up restarts=0$", 0)
+    restarts, held = 0, 1
+    for rep in range(reps):
+        for shape, gpus in GPU_MOVES if rep + 1 < reps else GPU_MOVES[:2]:  # no way back after the last
+            mark, t0, t_stop, _ = helper_move(gw.requeue_with_gpus, gw, job, out, shape, gpus,
+                                              r"program exited .* after the stop signal")
+            restarts += 1
+            t_up = max(out.wait(rf"^rank {r} of {gpus} up restarts={restarts}$", mark)[0] for r in range(gpus))
+            key = f"{held}->{gpus}"
+            if key in rows:
+                rows[key].append({"stop_s": t_stop - t0, "running_s": t_up - t0})
+            held = gpus
+    return rows
+
+
 def plain_job(work: Path, env: dict[str, str]) -> int:
     (work / "plain.sh").write_text(PLAIN)
     done = subprocess.run(["sbatch", "--parsable", "--requeue", "--open-mode=append", "--gres=mps:25",
@@ -111,20 +172,30 @@ def plain_job(work: Path, env: dict[str, str]) -> int:
     return int(done.stdout.split(";")[0])
 
 
+def helper_move(requeue, gw: SlurmGateway, job: int, out: Output, shape: str, target: int,
+                stopped: str) -> tuple[int, float, float, re.Match]:
+    """The helper's move: AdminComment, then `requeue(job, target)`; the output mark, start, stop time and match.
+
+    The requeue blocks until the release: it runs aside, so the stop (`stopped`, a pattern) is timed as it lands.
+    """
+    mark = out.size()
+    t0 = time.monotonic()
+    gw.set_admin_comment(job, f"elastico:shape={shape}")
+    mover = threading.Thread(target=requeue, args=(job, target))
+    mover.start()
+    t_stop, m, _ = out.wait(stopped, mark)
+    mover.join()
+    return mark, t0, t_stop, m
+
+
 def bench_requeue(gw: SlurmGateway, job: int, out: Output, reps: int) -> list[dict[str, float]]:
     rows = []
     targets = [("mb16-fp32-mps50", 50), ("mb8-fp32-mps25", 25)]
     _, _, mark = out.wait(r"^step \d+", 0)
     for i in range(reps):
         shape, share = targets[i % 2]
-        mark = out.size()
-        t0 = time.monotonic()
-        gw.set_admin_comment(job, f"elastico:shape={shape}")
-        # requeue_with_share blocks until the release: run it aside so the checkpoint is timed as it lands
-        mover = threading.Thread(target=gw.requeue_with_share, args=(job, share))
-        mover.start()
-        t_stop, m, _ = out.wait(r'^\{"status": "checkpointed".*$', mark)
-        mover.join()
+        mark, t0, t_stop, m = helper_move(gw.requeue_with_share, gw, job, out, shape, share,
+                                          r'^\{"status": "checkpointed".*$')
         ckpt_s = json.loads(m.group(0))["checkpoint_seconds"]
         t_run, _, after = out.wait(rf"starting the program as shape {re.escape(shape)} ", mark)
         t_step, _, _ = out.wait(r"^step \d+", after)
@@ -177,6 +248,7 @@ def main() -> None:
     p.add_argument("--port-base", type=int, default=18817, help="ports of a new cluster (default 18817)")
     args = p.parse_args()
     reps = args.reps or (2 if args.quick else 5)
+    gpu_reps = 1 if args.quick else reps  # each is three moves (1 -> 2 -> 4 -> 1)
     started = time.monotonic()
     cluster, ours = start_cluster(args)
     env = {**os.environ, **cluster.env(), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -196,12 +268,16 @@ def main() -> None:
             jobs.append(pj)
             plain = bench_plain(gw, pj, Output(work / f"{pj}.out"), reps)
             subprocess.run(["scancel", str(pj)], env=env, capture_output=True, timeout=30)
+            gj = gpu_job(work, env)
+            jobs.append(gj)
+            gpus = bench_gpus(gw, gj, Output(work / f"{gj}.out"), gpu_reps)
     finally:
         if jobs:
             subprocess.run(["scancel", *map(str, jobs)], env=env, capture_output=True, timeout=30)
         if ours:
             cluster.down()
-    figures = {"requeue": summary(requeue), "in_place": summary(in_place), "plain_requeue": summary(plain)}
+    figures = {"requeue": summary(requeue), "in_place": summary(in_place), "plain_requeue": summary(plain),
+               "gpus_1_to_2": summary(gpus["1->2"]), "gpus_2_to_4": summary(gpus["2->4"])}
     print(f"reshape overhead on the local Slurm cluster, {reps} repetitions each (median [min-max] seconds from the helper's action)")
     print(f"{'path':<36}{'checkpointed, exit':>22}{'checkpoint save':>22}{'running, new shape':>22}{'first step':>22}")
 
@@ -210,7 +286,8 @@ def main() -> None:
         return f"{f['median']:.2f} [{f['min']:.2f}-{f['max']:.2f}]" if f else "-"
 
     for name, label in (("requeue", "requeue, new share (elastico)"), ("in_place", "in place, same share (elastico)"),
-                        ("plain_requeue", "requeue, no checkpoint (baseline)")):
+                        ("plain_requeue", "requeue, no checkpoint (baseline)"),
+                        ("gpus_1_to_2", "GPUs 1 -> 2, every rank up"), ("gpus_2_to_4", "GPUs 2 -> 4, every rank up")):
         fig = figures[name]
         print(f"{label:<36}{cell(fig, 'stop_s'):>22}{cell(fig, 'checkpoint_s'):>22}{cell(fig, 'running_s'):>22}"
               f"{cell(fig, 'first_step_s'):>22}")
@@ -218,8 +295,14 @@ def main() -> None:
     print(f"elastico's requeue path costs {extra:+.2f} s over a plain requeue until the job runs again "
           f"(first training step: +{figures['requeue']['first_step_s']['median'] - figures['plain_requeue']['running_s']['median']:.2f} s, "
           "mostly the program's own start-up)")
+    for name, move in (("gpus_1_to_2", "1 -> 2"), ("gpus_2_to_4", "2 -> 4")):
+        print(f"GPU count {move}: every rank up {figures[name]['running_s']['median']:.2f} s after the helper's action "
+              f"(target 10 s plus the checkpoint write, {figures['requeue']['checkpoint_s']['median']:.2f} s for the tiny "
+              f"model), {figures[name]['running_s']['median'] - figures['plain_requeue']['running_s']['median']:+.2f} s "
+              "over a plain requeue")
     print(f"total {time.monotonic() - started:.0f} s")
-    print(json.dumps({"benchmark": "reshape", "reps": reps, **figures, "requeue_extra_running_s": extra}))
+    print(json.dumps({"benchmark": "reshape", "reps": reps, "gpu_reps": gpu_reps, **figures,
+                      "requeue_extra_running_s": extra}))
 
 
 if __name__ == "__main__":
