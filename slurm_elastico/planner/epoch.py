@@ -188,7 +188,11 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
                 if job is not None and job.running and job.seat.gpu < 0:
                     slot = shape_of_running(job.view, job.table, use.shares, gs.shares_per_gpu)
                     base = job.table.rows[slot]
-                    job.seat.row = Row(slot, base.uid, base.tput, use.shares, base.mem,
+                    uid = base.uid
+                    if uid == WHOLE_UID and use.shares < gv.shares_total:  # named whole, holds a share: profile it
+                        uid = cache.add(solo_profile(job.table.family.shapes[slot], job.table.family.kind,
+                                                     job.table.family.name))
+                    job.seat.row = Row(slot, uid, base.tput, use.shares, base.mem,
                                        float(job.view.cpus), float(job.view.memory_mib))
                     state.attach(job.seat, g, base.mem)
                 else:
@@ -420,14 +424,20 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
 # ---------------------------------------------------------------------------
 
 
+WHOLE_UID = -1
+"""`Row.uid` of a row holding whole GPUs: never looked up (nobody shares a GPU it holds)."""
+
+
 def _table(fam: Family, cache: PairCache, per_gpu: np.ndarray, shares_per_gpu: int) -> Table:
     shapes = fam.shapes
     tmax = max(s.throughput for s in shapes)
     rows = []  # shares in Slurm's counts from here on; the shapes' are percent
     for i, s in enumerate(shapes):
-        uid = cache.add(solo_profile(s, fam.kind, fam.name))
         r = s.resources
         share = shares_of(r.mps, shares_per_gpu) if r.mps else 0
+        # Only a share of a GPU ever sits beside another job: whole-GPU rows (all of one, or a gang) need no
+        # profile in the interference model's all-pairs block (WHOLE_UID), which then is a fraction of the size.
+        uid = cache.add(solo_profile(s, fam.kind, fam.name)) if 0 < share < shares_per_gpu else WHOLE_UID
         rows.append(Row(i, uid, s.throughput, share, float(r.gpu_mem_mib), float(r.cpus), float(r.host_mem_mib),
                         gpus=r.gpus))
     res = np.array([(row.share, *s.resources.as_tuple()[1:]) for row, s in zip(rows, shapes)],
