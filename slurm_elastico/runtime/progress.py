@@ -172,7 +172,8 @@ def check_owner(path: Path, user: str) -> None:
     try:
         uid = pwd.getpwnam(user).pw_uid
     except KeyError:
-        raise ReportError(f"{path}: the job's user {user!r} is unknown on this host, so its owner cannot be checked") from None
+        raise ReportError(f"{path}: the job's user {user!r} is unknown on this host, "
+                          "so its owner cannot be checked") from None
     for p, is_dir in ((path.parent, True), (path, False)):
         try:
             st = os.lstat(p)
@@ -192,7 +193,8 @@ def read_job_reports(jobs: Iterable[JobView], read: Callable | None = None,
     """{job id: report} of the running jobs' reports of one kind (default: progress), and a note per unusable one.
 
     `jobs` are `JobView`s; those not running or without a working directory are skipped; a report that
-    is not the job owner's (`check_owner`) is one of the notes, never read. `read` and `path` name the kind (`read_progress`, `progress_path` or the counters' pair, `runtime.counters`).
+    is not the job owner's (`check_owner`) is one of the notes, never read. `read` and `path` name the
+    kind (`read_progress`, `progress_path` or the counters' pair, `runtime.counters`).
     """
     read, path = read or read_progress, path or progress_path
     found, notes = {}, []

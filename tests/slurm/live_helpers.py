@@ -96,3 +96,25 @@ def wait_for(predicate, what: str, timeout: float = 60.0):
             return value
         time.sleep(0.2)
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+PLANNED_FAMILY = """kind: train
+name: planned-live
+global_batch: 32
+micro_batches: [8, 32]
+precisions: [fp32]
+checkpointing: [false]
+steps: 1000
+mps_shares: [25, 100]
+throughput_floor: 0.1
+cpus: 1
+host_mem_mib: 256
+default: mb8-fp32-mps25
+declared:
+  mb8-fp32-mps25: {throughput: 1.0, gpu_mem_mib: 2000}
+  mb32-fp32-mps25: {throughput: 1.1, gpu_mem_mib: 4000}
+  mb8-fp32-mps100: {throughput: 3.0, gpu_mem_mib: 2000}
+  mb32-fp32-mps100: {throughput: 3.6, gpu_mem_mib: 4000}
+"""
+"""A family whose best shape is unambiguous (fastest alone on a whole GPU): a helper sets a pending job of it,
+submitted at 25 shares, to 100 (set_share 100), with room for all on the test cluster's 16 GPUs."""

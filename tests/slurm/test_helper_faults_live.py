@@ -148,8 +148,10 @@ def site(slurm_env, tmp_path):
     s.cancel()
 
 
-def killing_scontrol(root: Path) -> Path:
-    """A directory whose `scontrol` runs the real one and then SIGKILLs its caller after a `requeuehold`."""
+def killing_scontrol(root: Path, step: str = "requeuehold *") -> Path:
+    """A directory whose `scontrol` runs the real one and then SIGKILLs its caller after the command whose
+    arguments match the shell pattern `step` succeeded (the helper dies right after that step). A space in
+    `step` matches any one character (a `case` pattern cannot hold an unquoted space)."""
     real = shutil.which("scontrol")
     assert real, "scontrol is not on PATH"
     shim = root / "shim"
@@ -157,7 +159,7 @@ def killing_scontrol(root: Path) -> Path:
     (shim / "scontrol").write_text(f"""#!/bin/sh
 "{real}" "$@"
 rc=$?
-if [ "$1" = requeuehold ] && [ "$rc" = 0 ]; then kill -KILL "$PPID"; fi
+case "$*" in {step.replace(" ", "?")}) if [ "$rc" = 0 ]; then kill -KILL "$PPID"; fi ;; esac
 exit "$rc"
 """)
     (shim / "scontrol").chmod(0o755)
@@ -204,6 +206,39 @@ def test_a_helper_killed_right_after_its_requeuehold_leaves_no_job_held(site):
     runs = [line for line in text.splitlines() if line.startswith("start ")]
     assert len(runs) == 2 and runs[1].endswith("mps=100"), text  # the reshape's new share, once
     assert not any(r["status"] == "planned" for r in site.journal())
+
+
+# Every later step of a running job's reshape (the plan: AdminComment, then requeuehold, Gres=, NodeList=,
+# StartTime=now, release; see SlurmGateway.requeue_with_share): the helper dies right after it. The step
+# right after requeuehold, while the job checkpoints, is the test above.
+RESHAPE_STEPS = ["update *AdminComment=*", "update *Gres=mps:*", "update *NodeList=*", "update *StartTime=now*",
+                 "release *"]
+
+
+@pytest.mark.parametrize("step", RESHAPE_STEPS)
+def test_a_helper_killed_after_any_step_of_a_reshape_leaves_no_job_held_and_runs_nothing_twice(site, step):
+    job = site.submit("--gres=mps:25")
+    wait_for("the job to run", lambda: site.gateway.job(job).state is JobState.RUNNING)
+    wait_for("a few steps", lambda: len(steps_of(site.text(job))) >= 4)
+    shim = killing_scontrol(site.root, step)
+    killed = site.sched("--once", "--json", env={**site.env, "PATH": f"{shim}{os.pathsep}{site.env['PATH']}"})
+    assert killed.returncode == -signal.SIGKILL, (step, killed.returncode, killed.stdout, killed.stderr)
+
+    def settled():
+        run = site.sched("--once", "--json")
+        assert run.returncode == 0, run.stderr
+        view = site.gateway.job(job)
+        return (view.state in (JobState.RUNNING, JobState.COMPLETED) and not view.held and view.mps_share == 100
+                and not any(r["status"] == "planned" for r in site.journal()))
+
+    wait_for(f"epochs after a kill at {step!r} to settle the journal and run the job at share 100", settled,
+             timeout=120, every=1.0)
+    text = assert_work_intact(site, job)
+    runs = [line for line in text.splitlines() if line.startswith("start ")]
+    assert len(runs) == 2 and runs[1].endswith("mps=100"), (step, text)  # one requeue: no action ran twice
+    holds = [r for r in site.journal(job) if r["kind"] == "reshape_running"]
+    assert len(holds) == 1 and holds[0]["status"] in ("done", "recovered"), (step, holds)
+    assert not site.gateway.job(job).held
 
 
 def test_slurmctld_stopped_under_interval_is_an_outage_not_an_empty_cluster(site, slurm_cluster):

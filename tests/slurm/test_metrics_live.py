@@ -16,27 +16,10 @@ import urllib.request
 
 import pytest
 
-from live_helpers import BIN, Cluster, wait_for
+from live_helpers import BIN, PLANNED_FAMILY, Cluster, wait_for
 
 pytestmark = pytest.mark.live
 
-FAMILY = """kind: train
-global_batch: 32
-micro_batches: [8, 32]
-precisions: [fp32]
-checkpointing: [false]
-steps: 1000
-mps_shares: [25, 100]
-throughput_floor: 0.1
-cpus: 1
-host_mem_mib: 256
-default: mb8-fp32-mps25
-declared:
-  mb8-fp32-mps25: {throughput: 1.0, gpu_mem_mib: 2000}
-  mb32-fp32-mps25: {throughput: 1.1, gpu_mem_mib: 4000}
-  mb8-fp32-mps100: {throughput: 3.0, gpu_mem_mib: 2000}
-  mb32-fp32-mps100: {throughput: 3.6, gpu_mem_mib: 4000}
-"""
 SAMPLE = re.compile(r'^([a-z_]+(?:\{[^}]*\})?) (\S+)$', re.M)
 
 
@@ -56,7 +39,7 @@ def scrape(port: int) -> dict[str, float]:
 
 
 def test_the_metrics_endpoint_is_scraped_while_the_helper_acts(slurm_cluster, tmp_path):
-    c = Cluster(dict(slurm_cluster.env()), tmp_path, {"fam.yaml": FAMILY},
+    c = Cluster(dict(slurm_cluster.env()), tmp_path, {"fam.yaml": PLANNED_FAMILY},
                 config=f"gpu: {{memory_mib: 16000}}\nslurm: {{conf: {slurm_cluster.env()['SLURM_CONF']}}}\n")
     (tmp_path / "job.sh").write_text("#!/bin/bash\nsleep 30\n")
     try:

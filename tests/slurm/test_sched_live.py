@@ -22,32 +22,13 @@ from slurm_elastico.slurm.gateway import SlurmGateway
 from slurm_elastico.slurm.runner import SubprocessRunner
 from slurm_elastico.store import Store
 
+from live_helpers import PLANNED_FAMILY
+
 pytestmark = pytest.mark.live
 
 JOB = """#!/bin/bash
 echo "start node=$SLURMD_NODENAME mps=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 sleep 30
-"""
-
-# Declared speeds make the best shape unambiguous: each job is fastest alone on a whole GPU,
-# and the cluster (16 GPUs) has room for all of them.
-FAMILY = """kind: train
-name: sched-live
-global_batch: 32
-micro_batches: [8, 32]
-precisions: [fp32]
-checkpointing: [false]
-steps: 1000
-mps_shares: [25, 100]
-throughput_floor: 0.1
-cpus: 1
-host_mem_mib: 256
-default: mb8-fp32-mps25
-declared:
-  mb8-fp32-mps25: {throughput: 1.0, gpu_mem_mib: 2000}
-  mb32-fp32-mps25: {throughput: 1.1, gpu_mem_mib: 4000}
-  mb8-fp32-mps100: {throughput: 3.0, gpu_mem_mib: 2000}
-  mb32-fp32-mps100: {throughput: 3.6, gpu_mem_mib: 4000}
 """
 
 
@@ -72,7 +53,7 @@ def setup(slurm_env, tmp_path):
                              env=env_with(slurm_env), capture_output=True, text=True, timeout=30, check=True)
         job_id = int(out.stdout.strip().split(";")[0])
         ids.append(job_id)
-        (fams / f"{job_id}.yaml").write_text(FAMILY)
+        (fams / f"{job_id}.yaml").write_text(PLANNED_FAMILY)
         return job_id
 
     yield conf, fams, submit, tmp_path

@@ -28,28 +28,10 @@ import pytest
 from slurm_elastico.model import JobState
 from slurm_elastico.store import Store
 
-from live_helpers import BIN, wait_for
+from live_helpers import BIN, PLANNED_FAMILY, wait_for
 
 pytestmark = pytest.mark.live
 
-FAMILY = """kind: train
-name: trust-live
-global_batch: 32
-micro_batches: [8, 32]
-precisions: [fp32]
-checkpointing: [false]
-steps: 1000
-mps_shares: [25, 100]
-throughput_floor: 0.1
-cpus: 1
-host_mem_mib: 256
-default: mb8-fp32-mps25
-declared:
-  mb8-fp32-mps25: {throughput: 1.0, gpu_mem_mib: 2000}
-  mb32-fp32-mps25: {throughput: 1.1, gpu_mem_mib: 4000}
-  mb8-fp32-mps100: {throughput: 3.0, gpu_mem_mib: 2000}
-  mb32-fp32-mps100: {throughput: 3.6, gpu_mem_mib: 4000}
-"""
 JOB = "#!/bin/bash\nsleep 30\n"
 
 
@@ -83,7 +65,7 @@ def test_a_plain_sbatch_job_with_a_forged_family_row_is_never_touched(helper, ga
     ids.append(job_id)
     with Store(tmp_path / "state" / "elastico.sqlite") as store:  # the row elastico-submit used to write
         store.execute("INSERT INTO job_family (job_id, spec, source, submitted_at) VALUES (?, ?, 'forged', 0)",
-                      (job_id, FAMILY))
+                      (job_id, PLANNED_FAMILY))
     for _ in range(2):
         epoch = sched_once(conf, env)
         assert [a for a in epoch["actions"] if a["job_id"] == job_id] == []
@@ -129,7 +111,7 @@ def test_a_non_root_user_submits_with_elastico_submit_and_the_helper_manages_the
     try:
         work.chmod(0o755)
         os.chown(work, user.pw_uid, user.pw_gid)
-        (work / "fam.yaml").write_text(FAMILY)
+        (work / "fam.yaml").write_text(PLANNED_FAMILY)
         (work / "job.sh").write_text(JOB)
         (work / "elastico.yaml").write_text("submit: {placement_window_s: 600}\n")
         for p in ("fam.yaml", "job.sh", "elastico.yaml"):
