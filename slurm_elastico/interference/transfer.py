@@ -291,8 +291,10 @@ class PriorCorrected:
 
     def on_gpu(self, gpu_type: str) -> PriorCorrected:
         """The model as it answers on `gpu_type`: the correction weighted by how alike that type is to training's."""
-        view = PriorCorrected(self.prior, self.encoder, self.config, self.fitted, self.training_mean_norm,
-                              self.heldout, self.gpu_types, gpu_type)
+        uniform = not self.seen_gpu(gpu_type) or self.margins["seen"] == self.margins["family"]
+        view = (_OneMargin if uniform else PriorCorrected)(self.prior, self.encoder, self.config, self.fitted,
+                                                          self.training_mean_norm, self.heldout, self.gpu_types,
+                                                          gpu_type)
         view._base = self._base
         return view
 
@@ -328,10 +330,10 @@ class PriorCorrected:
         m = self.margins
         if self.gpu is not None and not self.seen_gpu(self.gpu):
             return np.full(len(a), m["gpu"])
+        profiles, ia, ib = distinct(a, b, "admission_margins")
         known = set(self.encoder.families)
-        unseen = np.array([p.model_family not in known or q.model_family not in known for p, q in zip(a, b)],
-                          dtype=bool)
-        return np.where(unseen, m["family"], m["seen"])
+        unseen = np.array([p.model_family not in known for p in profiles], dtype=bool)
+        return np.where(unseen[ia] | unseen[ib], m["family"], m["seen"]) if profiles else np.zeros(0)
 
     # -- online learning (interference.online) ------------------------------------------
     def fine_tune(self, observations: Sequence[Colocation], epochs: int = 0, lr: float = 0.0) -> None:
@@ -415,6 +417,19 @@ class PriorCorrected:
                        heldout, tuple(blob["gpu_types"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelFileError(f"{path}: incomplete or inconsistent predictor file ({exc!r})") from None
+
+
+class _OneMargin(PriorCorrected):
+    """The view of a GPU type where every pair has the same margin (an unseen type, or seen and unseen families
+    alike): it offers `admission_margin` and no `admission_margins`, so the planner's cache never asks per pair."""
+
+    @property
+    def admission_margins(self):
+        raise AttributeError("one margin for every pair on this view: see admission_margin")
+
+    @property
+    def admission_margin(self) -> float:
+        return self.margins["gpu"] if self.gpu is not None and not self.seen_gpu(self.gpu) else self.margins["seen"]
 
 
 def _jobs_dict(j: Jobs) -> dict:
