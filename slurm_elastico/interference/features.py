@@ -42,6 +42,19 @@ def numeric_values(p: SoloProfile) -> tuple[float, ...]:
             p.mem_used_mib / 1024.0, p.power_w / 100.0, min(max(p.mps_share, 1), 100) / 100.0)
 
 
+def measured_stats(raw: np.ndarray, names: Sequence[str]) -> tuple[tuple[str, ...], tuple[float, ...], tuple[float, ...]]:
+    """(names of the columns of `raw` measured at least once, their means, their standard deviations (1 where
+    constant)), over the measured (non-NaN) values."""
+    keep, mean, std = [], [], []
+    for j, name in enumerate(names):
+        col = raw[:, j][~np.isnan(raw[:, j])]
+        if col.size:
+            keep.append(name)
+            mean.append(float(col.mean()))
+            std.append(float(col.std()) if col.std() > 1e-9 else 1.0)
+    return tuple(keep), tuple(mean), tuple(std)
+
+
 @dataclass(frozen=True)
 class FeatureSchema:
     """Which features a trained model uses and how to standardize them; saved with the model."""
@@ -56,15 +69,9 @@ class FeatureSchema:
     def fit(cls, profiles: Sequence[SoloProfile], use_family: bool) -> FeatureSchema:
         """Keeps the numeric features measured at least once; standardizes over the measured values."""
         raw = np.array([numeric_values(p) for p in profiles], dtype=float).reshape(-1, len(NUMERIC))
-        keep, mean, std = [], [], []
-        for j, name in enumerate(NUMERIC):
-            col = raw[:, j][~np.isnan(raw[:, j])]
-            if col.size:
-                keep.append(name)
-                mean.append(float(col.mean()))
-                std.append(float(col.std()) if col.std() > 1e-9 else 1.0)
+        keep, mean, std = measured_stats(raw, NUMERIC)
         families = tuple(sorted({p.model_family for p in profiles if p.model_family})) if use_family else ()
-        return cls(tuple(keep), tuple(mean), tuple(std), families)
+        return cls(keep, mean, std, families)
 
     def job_names(self) -> list[str]:
         return ([f"{n}" for n in self.numeric] + [f"{n}_missing" for n in self.numeric]

@@ -23,7 +23,7 @@ on training data only (`evaluation.fit_model`).
 from __future__ import annotations
 
 import contextlib
-import os
+import io
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,6 +35,7 @@ from torch import nn
 from slurm_elastico.interference.base import SlowdownModel, SoloProfile, distinct
 from slurm_elastico.interference.errors import MeasurementError, ModelFileError
 from slurm_elastico.interference.features import FeatureSchema
+from slurm_elastico.interference.files import write_atomically
 from slurm_elastico.interference.measurements import Colocation, samples
 
 FILE_FORMAT = "slurm-elastico/iac-mlp"
@@ -244,12 +245,9 @@ class MlpPredictor(_ByScorer):
                 "transfer": None if self.transfer is None else {
                     "schema": self.transfer.schema.to_dict(), "config": asdict(self.transfer.config),
                     "nets": [net.state_dict() for net in self.transfer.nets]}}
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:  # write, fsync, rename: a crash leaves the old file or the new, never half of one
-            torch.save(blob, f)
-            f.flush()
-            os.fsync(f.fileno())
-        tmp.replace(path)
+        buffer = io.BytesIO()
+        torch.save(blob, buffer)
+        write_atomically(path, buffer.getvalue())
 
     @classmethod
     def load(cls, path: str | Path) -> MlpPredictor:

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -52,7 +51,9 @@ import numpy as np
 
 from slurm_elastico.interference.base import ContentionModel, SoloProfile, distinct
 from slurm_elastico.interference.errors import MeasurementError, ModelFileError
-from slurm_elastico.interference.measurements import Colocation
+from slurm_elastico.interference.features import measured_stats
+from slurm_elastico.interference.files import write_atomically
+from slurm_elastico.interference.measurements import Colocation, samples
 from slurm_elastico.interference.specs import spec_of
 
 FILE_FORMAT = "slurm-elastico/iac-prior-corrected"
@@ -110,15 +111,7 @@ class Encoder:
     @classmethod
     def fit(cls, profiles: Sequence[SoloProfile]) -> Encoder:
         raw = np.array([_raw(p) for p in profiles], dtype=float).reshape(-1, len(NUMERIC))
-        keep, mean, std = [], [], []
-        for j, name in enumerate(NUMERIC):
-            col = raw[:, j][~np.isnan(raw[:, j])]
-            if col.size:
-                keep.append(name)
-                mean.append(float(col.mean()))
-                std.append(float(col.std()) if col.std() > 1e-9 else 1.0)
-        return cls(tuple(keep), tuple(mean), tuple(std), tuple(sorted({p.model_family for p in profiles
-                                                                     if p.model_family})))
+        return cls(*measured_stats(raw, NUMERIC), tuple(sorted({p.model_family for p in profiles if p.model_family})))
 
     def encode(self, profiles: Sequence[SoloProfile]) -> Jobs:
         cols = [NUMERIC.index(n) for n in self.numeric]
@@ -176,17 +169,9 @@ class Samples:
 
 
 def samples_of(observations: Sequence[Colocation]) -> Samples:
-    selves, partners, gpus, s, pair = [], [], [], [], []
-    for i, o in enumerate(observations):
-        if not o.fits:
-            continue
-        for me, other, norm in ((o.a, o.b, o.norm_a), (o.b, o.a, o.norm_b)):
-            selves.append(me)
-            partners.append(other)
-            gpus.append(o.gpu_type)
-            s.append(math.log(max(1.0, 1.0 / norm)))  # a measured speed-up trains as no slowdown
-            pair.append(i)
-    return Samples(selves, partners, gpus, np.array(s), np.array(pair, dtype=np.int64))
+    selves, partners, norms, pair = samples(observations)
+    log_s = np.log(np.maximum(1.0, 1.0 / np.array(norms, dtype=float)))  # a measured speed-up trains as no slowdown
+    return Samples(selves, partners, [observations[i].gpu_type for i in pair], log_s, np.array(pair, dtype=np.int64))
 
 
 def fit_prior(smp: Samples) -> ContentionModel:
@@ -372,13 +357,7 @@ class PriorCorrected:
 
     def save(self, path: str | Path) -> None:
         """Writes the model as one JSON file (atomically: write, fsync, rename)."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w") as handle:
-            json.dump(self.to_dict(), handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        tmp.replace(path)
+        write_atomically(path, json.dumps(self.to_dict()).encode())
 
     @classmethod
     def load(cls, path: str | Path) -> PriorCorrected:
