@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -35,8 +35,10 @@ from slurm_elastico.interference.base import SlowdownModel, SoloProfile, distinc
 
 PairKey = tuple[int, str, int, str]
 """(job, its shape, partner, partner's shape): one direction of a co-located pair, as the observer keys it."""
-MIN_TRIAL_S = 30.0
-"""Seconds each job of a pair must have run beside the other before the pairing is judged."""
+MIN_TRIAL_S = 10.0
+"""Seconds each job of a pair must have run beside the other before the pairing is judged. The observer spends a
+pair's accumulated time once it makes an observation of it (`helper.observe.MIN_PAIR_S`, also 10 s), so judge on
+the same accumulation before that call, with a `min_seconds` no larger than it."""
 REFUSE_S = 6 * 3600.0
 """How long a reverted pairing stays refused (its jobs may change phase; a later trial is allowed)."""
 
@@ -116,6 +118,29 @@ class Refusals:
 
     def __len__(self) -> int:
         return len(self._until)
+
+    def to_list(self) -> list[dict]:
+        """JSON-ready form (a helper that runs once per epoch keeps its refusals between runs)."""
+        out = []
+        for key, until in sorted(self._until.items(), key=lambda kv: kv[1]):
+            pair = sorted(key, key=repr)
+            out.append({"a": list(pair[0]), "b": list(pair[-1]), "until": until})
+        return out
+
+    @classmethod
+    def from_list(cls, rows: list[dict]) -> Refusals:
+        """Reads `to_list`'s form; a row that is not one raises ValueError naming it."""
+        out = cls()
+        names = [f.name for f in fields(SoloProfile)]
+        for i, row in enumerate(rows):
+            try:
+                a, b = (SoloProfile(**{n: (math.nan if v is None else v) for n, v in zip(names, row[k], strict=True)})
+                        for k in ("a", "b"))
+                until = float(row["until"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"refusal {i}: not a pair of solo profiles with an end time ({exc})") from None
+            out._until[frozenset((profile_key(a), profile_key(b)))] = until
+        return out
 
     def model(self, model: SlowdownModel, now: float) -> RefusingModel:
         """`model` with an infinite slowdown (never admitted) for every pair refused at `now`."""

@@ -78,3 +78,17 @@ def test_the_planner_cache_never_admits_a_refused_pair():
     ids = [cache.add(p) for p in jobs]
     s = cache.get([(ids[0], ids[2]), (ids[2], ids[0]), (ids[0], ids[1])])
     assert np.isinf(s[0]) and np.isinf(s[1]) and np.isfinite(s[2])
+
+
+def test_refusals_survive_a_round_trip_through_json():
+    import json
+
+    jobs = _jobs()
+    refusals = Refusals()
+    refusals.add(jobs[0], jobs[1], now=0.0, seconds=100.0)
+    refusals.add(jobs[2], jobs[2], now=0.0, seconds=50.0)
+    again = Refusals.from_list(json.loads(json.dumps(refusals.to_list())))
+    assert again.refused(jobs[1], jobs[0], now=99.0) and again.refused(jobs[2], jobs[2], now=49.0)
+    assert not again.refused(jobs[0], jobs[2], now=1.0) and not again.refused(jobs[2], jobs[2], now=51.0)
+    with pytest.raises(ValueError, match="refusal 0"):
+        Refusals.from_list([{"a": [1, 2], "b": [], "until": 3}])
