@@ -21,9 +21,10 @@ the simulator's prediction for the same list.
    waiting, GPU utilisation, reshapes by kind, the JCT ratio plain ÷
    elastico) and the helper run's report, and plot the JCT distributions.
 
-Times are measured by this driver polling squeue every second: arrival when
-the job's submission command began (each job has its own thread, so a slow
-elastico-submit does not delay the next), first start when the job is first seen running, end
+Times are measured by this driver polling squeue every second: submission
+when the job's submission command returned (each job is submitted at its
+arrival time by its own thread, so a slow elastico-submit does not delay the
+next; how long the commands took is printed beside the table), first start when the job is first seen running, end
 when it is no longer listed. GPU utilisation is the allocated share of all
 GPUs (a whole GPU or an MPS share), averaged over the run, as the simulator
 counts it.
@@ -92,6 +93,8 @@ class Observed:
     shapes: dict[int, list[str]] = field(default_factory=dict)
     actions: Counter = field(default_factory=Counter)
     wall_s: float = 0.0
+    submit_s: dict[int, float] = field(default_factory=dict)
+    """How long each job's submission command took (sbatch, or elastico-submit: a Python program)."""
 
 
 def _bin(name: str) -> str:
@@ -171,6 +174,9 @@ def run(state_dir: str | None, load: Workload = Workload(), say: Callable[[str],
     say("")
     say(comparison_table(rows))
     say("")
+    say("   submission commands took " + ", ".join(
+        f"{np.mean(list(o.submit_s.values())):.1f} s ({o.mode}, mean)" for o in (plain, elastic))
+        + "; JCT counts from when Slurm had the job, as in the simulator")
     say(f"   JCT ratio plain / elastico: measured {measured_ratio:.2f}, simulator {predicted_ratio:.2f} "
         f"(measured is {100 * (measured_ratio / predicted_ratio - 1):+.0f} % of the prediction)")
     plot = work / "jct.png"
@@ -255,8 +261,8 @@ def _run_live(mode: str, jobs: Sequence[workload.DemoJob], work: Path, env: dict
             now = time.monotonic()
             for fut in [f for f in pending if f.done()]:
                 job = pending.pop(fut)
-                job_id, arrived = fut.result()  # a failed submission raises DemoError here
-                obs.ids[job_id], obs.submit[job_id] = job, arrived
+                job_id, submitted, took = fut.result()  # a failed submission raises DemoError here
+                obs.ids[job_id], obs.submit[job_id], obs.submit_s[job_id] = job, submitted, took
             try:
                 active = [j for j in gateway.jobs() if j.job_id in obs.ids]
             except SlurmError as exc:
@@ -302,16 +308,17 @@ def _run_live(mode: str, jobs: Sequence[workload.DemoJob], work: Path, env: dict
     return obs
 
 
-def _submit_at(due: float, argv: list[str], env: dict, cwd: Path, job: workload.DemoJob) -> tuple[int, float]:
-    """Submit `job` at `due` (monotonic clock); returns its id and when its submission began (its arrival: the
-    user typed the command then, and the JCT counts from there)."""
+def _submit_at(due: float, argv: list[str], env: dict, cwd: Path, job: workload.DemoJob) -> tuple[int, float, float]:
+    """Submit `job` at `due` (monotonic clock); returns its id, when Slurm had it (the command returned: the JCT
+    counts from there, as the simulator's) and how long the command took."""
     time.sleep(max(0.0, due - time.monotonic()))
-    arrived = time.monotonic()
+    began = time.monotonic()
     # Run from the run's directory: jobs run there and keep their checkpoints under it.
     out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
         raise DemoError(f"submitting {job.name} ({Path(argv[0]).name}) failed ({out.returncode}): {out.stderr.strip()}")
-    return int(out.stdout.strip().split(";")[0]), arrived
+    done = time.monotonic()
+    return int(out.stdout.strip().split(";")[0]), done, done - began
 
 
 def _shapes_run(path: Path) -> list[str]:

@@ -1,0 +1,31 @@
+"""The demo's pure figures: what a reshape changed, from shape names; the side-by-side table; measured figures."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from slurm_elastico.cluster import demo
+from slurm_elastico.cluster.demo_workload import DemoJob
+
+
+def test_reshape_kinds_name_what_changed_between_starts():
+    got = demo.reshape_kinds(["mb12-fp32-mps100", "mb12-fp32-mps100", "mb6-fp32-mps50", "mb6-fp32-mps100",
+                              "mb6-fp32-gpus2"])
+    assert got == Counter({"share": 2, "micro-batch": 1, "gpus": 1})
+    assert demo.reshape_kinds(["gmu0.9-seqs256-kvauto-mps100", "gmu0.5-seqs64-kvfp8-mps100"]) == Counter(engine=1)
+    assert demo.reshape_kinds(["sbatch"]) == Counter()
+
+
+def test_measured_figures_count_from_submission_and_weigh_utilisation_by_time():
+    obs = demo.Observed("plain")
+    job = DemoJob(0, "train", "bert", 0.0, 10, 12)
+    obs.ids = {1: job, 2: job}
+    obs.submit, obs.start, obs.end = {1: 0.0, 2: 10.0}, {1: 2.0, 2: 20.0}, {1: 40.0, 2: 50.0}
+    obs.samples = [(0.0, 0.5), (20.0, 1.0), (50.0, 0.0)]
+    obs.shapes = {1: ["mb12-fp32-mps100"], 2: ["mb12-fp32-mps100", "mb6-fp32-mps50"]}
+    f = demo.measured_figures(obs, 16)
+    assert (f["mean_jct_s"], f["median_jct_s"], f["mean_wait_s"]) == (40.0, 40.0, 6.0)
+    assert f["gpu_util"] == (0.5 * 20 + 1.0 * 30) / 50
+    assert (f["restarts"], f["reshape_share"], f["reshape_micro-batch"]) == (1, 1, 1)
+    table = demo.comparison_table({"plain (measured)": f, "elastico (measured)": f})
+    assert "mean JCT s" in table and "reshapes: share" in table and table.count("40.0") >= 2
