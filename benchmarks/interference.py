@@ -45,9 +45,7 @@ from slurm_elastico.interference.base import ContentionModel, SoloProfile  # noq
 from slurm_elastico.interference.evaluation import fit_model, split  # noqa: E402
 from slurm_elastico.interference.gavel import import_gavel  # noqa: E402
 from slurm_elastico.interference.predictor import TrainConfig, train  # noqa: E402
-from slurm_elastico.interference.scoring import (  # noqa: E402
-    TRIVIAL, metrics, model_norms_and_margins, pair_norms, predictions,
-)
+from slurm_elastico.interference.scoring import TRIVIAL, cross_score, model_norms_and_margins, pair_norms  # noqa: E402
 from slurm_elastico.interference.transfer import fit_transfer  # noqa: E402
 from slurm_elastico.planner.slowdown import PairCache  # noqa: E402
 
@@ -62,24 +60,17 @@ def heldout(obs, kind: str, quick: bool) -> tuple[dict[str, dict[str, float]], i
     folds = split(obs, kind, k=4, seed=0)
     if quick and kind == "leave-one-model-out":
         folds = folds[:2]
-    pooled: dict[str, list] = {m: [] for m in METHODS}
-    truths = []
-    t0 = time.perf_counter()
-    for _, tr, te in folds:
-        train_obs, test_obs = [obs[i] for i in tr], [obs[i] for i in te]
-        model = fit_transfer(train_obs)
-        truth, table = predictions(model, test_obs)
-        table["prior-corrected"] = table.pop("model")
+
+    def others(model, train_obs, test_obs):
         mlp = train(train_obs, MLP, seed=0) if quick else fit_model(train_obs, "leave-one-model-out", FLOOR)[0]
-        table["mlp"] = model_norms_and_margins(mlp, test_obs)
-        table["fitted prior"] = (pair_norms(model.prior, test_obs), np.zeros(len(test_obs)))
-        truths.append(truth)
-        for m in METHODS:
-            pooled[m].append(table[m])
-    truth = np.concatenate(truths)
-    out = {m: metrics(truth, np.concatenate([p for p, _ in pooled[m]]), np.concatenate([mg for _, mg in pooled[m]]),
-                      FLOOR) for m in METHODS}
-    return out, len(folds), time.perf_counter() - t0
+        return {"mlp": model_norms_and_margins(mlp, test_obs),
+                "fitted prior": (pair_norms(model.prior, test_obs), np.zeros(len(test_obs)))}
+
+    t0 = time.perf_counter()
+    score = cross_score(obs, folds, fit_transfer, FLOOR, others)
+    table = dict(score.metrics)
+    table["prior-corrected"] = table.pop("model")
+    return {m: table[m] for m in METHODS}, len(folds), time.perf_counter() - t0
 
 
 def accuracy(obs, quick: bool) -> dict:

@@ -23,7 +23,7 @@ with no margin.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -138,13 +138,51 @@ def score(model, observations: Sequence[Colocation], floor: float = 0.6) -> Scor
                  {m: metrics(truth, p, mg, floor) for m, (p, mg) in table.items()})
 
 
+Table = dict[str, tuple[np.ndarray, np.ndarray]]  # method -> (predicted pair norms, margin per pair)
+
+
+def cross_score(observations: Sequence[Colocation], folds: Sequence[tuple[str, list[int], list[int]]],
+                fit: Callable[[list[Colocation]], object], floor: float = 0.6,
+                extra: Callable[[object, list[Colocation], list[Colocation]], Table] | None = None) -> Score:
+    """Trains `fit(training part)` on each fold and scores it on the held-out part; metrics pooled over folds.
+
+    `extra(model, training part, test part)` may add methods to the table (benchmarks compare other models).
+    """
+    obs = list(observations)
+    truths: list[np.ndarray] = []
+    pooled: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    unseen: set[str] = set()
+    for _, tr, te in folds:
+        train_obs, test_obs = [obs[i] for i in tr], [obs[i] for i in te]
+        if not any(o.fits for o in train_obs) or not any(o.fits for o in test_obs):
+            continue
+        model = fit(train_obs)
+        truth, table = predictions(model, test_obs)
+        if extra is not None:
+            table.update(extra(model, train_obs, test_obs))
+        unseen |= {o.gpu_type for o in test_obs if hasattr(model, "seen_gpu") and not model.seen_gpu(o.gpu_type)}
+        truths.append(truth)
+        for m, entry in table.items():
+            pooled.setdefault(m, []).append(entry)
+    if not truths:
+        raise MeasurementError("no fold had pairs that ran together in both its training and its test part")
+    truth = np.concatenate(truths)
+    fit_ = truth.min(axis=1) > 0
+    table = {m: metrics(truth, np.concatenate([p for p, _ in v]), np.concatenate([np.broadcast_to(g, len(p))
+                                                                                   for p, g in v]), floor)
+             for m, v in pooled.items()}
+    return Score(floor, len(truth), int(fit_.sum()) * 2, int((truth.min(axis=1) < floor).sum()),
+                 int((truth[fit_] > 1.0).sum()), sorted({o.gpu_type for o in obs}), sorted(unseen), table)
+
+
 def format_score(s: Score) -> str:
     """A readable table of `score`'s figures."""
-    lines = [f"scored: {s.n_pairs} pairs on {', '.join(s.gpu_types)} ({s.n_bad_pairs} bad: below floor {s.floor} "
+    lines = [f"scored (held out): {s.n_pairs} pairs on {', '.join(s.gpu_types)} ({s.n_bad_pairs} bad: below floor {s.floor} "
              f"or did not fit), {s.n_samples} job samples, {s.n_speedups} faster than solo",
-             f"GPU types the model never trained on: {', '.join(s.unseen_gpu_types) or 'none'}", "",
+             f"GPU types scored where the model had not trained on them: {', '.join(s.unseen_gpu_types) or 'none'}",
+             "",
              f"{'method':<15}{'MAPE norm':>11}{'MAPE slowdown':>15}{'false adm.':>12}{'good admitted':>15}"]
-    for m in METHODS:
+    for m in s.metrics:
         x = s.metrics[m]
         lines.append(f"{m:<15}{x['mape_norm']:>11.1%}{x['mape_slowdown']:>15.1%}{x['false_admission']:>12.1%}"
                      f"{x['good_admitted']:>15.1%}")

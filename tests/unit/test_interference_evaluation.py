@@ -70,10 +70,17 @@ def test_cli_import_then_evaluate_json(tmp_path, monkeypatch, obs):
     small = tmp_path / "small.csv"
     lines = out.read_text().splitlines()
     small.write_text("\n".join([lines[0]] + lines[1:400:4]) + "\n")
-    r = runner.invoke(main, ["iac", "evaluate", "--data", str(small), "--split", "kfold", "--folds", "2", "--json"])
+    r = runner.invoke(main, ["iac", "evaluate", "--data", str(small), "--split", "kfold", "--folds", "2", "--json",
+                             "--predictor", "mlp"])
     assert r.exit_code == 0, r.output
     report = json.loads(r.output)
     assert report["split"] == "kfold" and report["metrics"]["model"]["mape"] < 0.5
+    r = runner.invoke(main, ["iac", "evaluate", "--data", str(small), "--split", "leave-one-gpu-out", "--json"])
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output)  # the default predictor, scored beside the trivial ones on each held-out GPU type
+    assert report["split"] == "leave-one-gpu-out" and report["unseen_gpu_types"] == ["k80", "p100"]
+    m = report["metrics"]
+    assert m["model"]["mape_norm"] < m["no-slowdown"]["mape_norm"] and report["n_pairs"] == len(lines[1:400:4])
     model_path = tmp_path / "iac.pt"
     r = runner.invoke(main, ["iac", "train", "--data", str(small), "--out", str(model_path), "--predictor", "mlp",
                              "--select", "kfold"])
