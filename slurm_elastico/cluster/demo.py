@@ -32,6 +32,7 @@ counts it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -109,11 +110,15 @@ def _sbatch() -> str:
 
 
 def settings_yaml(state: Path, slurm_conf: Path, plan: workload.Plan) -> str:
+    """The helper's elastico.yaml: the planner, GPU and interference settings the simulator plans with
+    (`workload.settings`), this run's state directory and Slurm, and the placement window."""
+    planned = workload.settings(plan)
     return json.dumps({
         "state_dir": str(state),
         "slurm": {"conf": str(slurm_conf)},
-        "gpu": {"memory_mib": workload.GPU_MEM_MIB, "type": "fake"},
-        "planner": {"reshape_cost_s": plan.restart_cost_s},
+        "gpu": dataclasses.asdict(planned.gpu),
+        "planner": dataclasses.asdict(planned.planner),
+        "interference": dataclasses.asdict(planned.interference),
         "submit": {"placement_window_s": plan.placement_window_s, "grace_s": 15},
     }, indent=2)
 

@@ -29,3 +29,17 @@ def test_measured_figures_count_from_submission_and_weigh_utilisation_by_time():
     assert (f["restarts"], f["reshape_share"], f["reshape_micro-batch"]) == (1, 1, 1)
     table = demo.comparison_table({"plain (measured)": f, "elastico (measured)": f})
     assert "mean JCT s" in table and "reshapes: share" in table and table.count("40.0") >= 2
+
+
+def test_the_helpers_settings_are_the_simulators(tmp_path):
+    from slurm_elastico import config
+    from slurm_elastico.cluster import demo_workload
+
+    plan = demo_workload.Plan()
+    path = tmp_path / "elastico.yaml"
+    path.write_text(demo.settings_yaml(tmp_path / "state", tmp_path / "slurm.conf", plan))
+    live = config.load(path)
+    planned = demo_workload.settings(plan)
+    assert (live.gpu, live.planner, live.interference) == (planned.gpu, planned.planner, planned.interference)
+    assert live.planner.reshape_cost_s == plan.restart_cost_s and live.gpu.type == ""
+    assert live.submit.placement_window_s == plan.placement_window_s
