@@ -142,9 +142,11 @@ class Refusals:
             out._until[frozenset((profile_key(a), profile_key(b)))] = until
         return out
 
-    def model(self, model: SlowdownModel, now: float) -> RefusingModel:
-        """`model` with an infinite slowdown (never admitted) for every pair refused at `now`."""
-        return RefusingModel(model, frozenset(k for k, t in self._until.items() if t > now))
+    def model(self, model: SlowdownModel, now: float) -> SlowdownModel:
+        """`model` with an infinite slowdown (never admitted) for every pair refused at `now`; `model` itself when
+        none is (so code that asks what the model is, e.g. for a stand-in's margin, sees it unwrapped)."""
+        active = frozenset(k for k, t in self._until.items() if t > now)
+        return RefusingModel(model, active) if active else model
 
 
 class RefusingModel:
@@ -183,6 +185,11 @@ class RefusingModel:
     @property
     def admission_margin(self) -> float:
         return float(getattr(self.inner, "admission_margin", 0.0))
+
+    @property
+    def gain_margin(self) -> float:
+        """The inner model's margin for the gain rule (its admission margin where it has none of its own)."""
+        return float(getattr(self.inner, "gain_margin", self.admission_margin))
 
     def admission_margins(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
         """The inner model's margins per pair (its one margin for every pair where it has no per-pair ones)."""

@@ -68,6 +68,8 @@ def test_refused_pairs_get_infinite_slowdown_until_the_refusal_ends():
     assert np.all(np.isfinite(refusals.model(ContentionModel(), now=151.0).predict_matrix(jobs)))
     refusals.expire(151.0)
     assert len(refusals) == 0
+    plain = ContentionModel()
+    assert refusals.model(plain, now=200.0) is plain  # nothing refused: the model itself, unwrapped
 
 
 def test_the_planner_cache_never_admits_a_refused_pair():

@@ -54,9 +54,12 @@ def test_model_carries_its_heldout_error_and_margins_derive_from_it(model, k80):
 
 
 def test_margins_from_heldout_rules():
-    h = {"kfold": {"over_q": 1.05}, "leave-one-model-out": {"over_q": 1.3}, "leave-one-gpu-out": {"over_q": 1.2}}
-    assert margins_from_heldout(h) == pytest.approx({"seen": 0.05, "family": 0.3, "gpu": 0.2})
-    assert margins_from_heldout({"kfold": {"over_q": 0.9}}) == {"seen": 0.0, "family": 0.0, "gpu": 0.0}
+    h = {"kfold": {"over_q": 1.05, "over_sum_q": 1.02}, "leave-one-model-out": {"over_q": 1.3, "over_sum_q": 1.1},
+         "leave-one-gpu-out": {"over_q": 1.2, "over_sum_q": 1.15}}
+    assert margins_from_heldout(h) == pytest.approx({"seen": 0.05, "family": 0.3, "gpu": 0.2, "gain_seen": 0.02,
+                                                     "gain_family": 0.1, "gain_gpu": 0.15})
+    m = margins_from_heldout({"kfold": {"over_q": 0.9}})
+    assert m["seen"] == m["family"] == m["gpu"] == 0.0 and m["gain_gpu"] == 0.0  # no figure: no margin
     assert margins_from_heldout({"kfold": {"over_q": 1.1}, "leave-one-model-out": {"over_q": math.nan}})["gpu"] \
         == pytest.approx(0.1)
 
@@ -95,6 +98,9 @@ def test_far_from_training_it_falls_back_to_the_prior(model, k80):
     assert corr.max() > 0.1  # the same model does correct the prior where it has data
     # one margin for every pair on an unseen GPU type, so the planner's cache does not ask per pair
     assert view.admission_margin == model.margins["gpu"] and not hasattr(view, "admission_margins")
+    h = model.heldout  # one GPU type in training: the unseen-GPU figure is the larger of k-fold and family shift
+    assert view.gain_margin == model.margins["gain_gpu"] == pytest.approx(
+        max(0.0, h["leave-one-model-out"]["over_sum_q"] - 1, h["kfold"]["over_sum_q"] - 1))
 
 
 def test_unseen_family_gets_the_family_margin_on_a_seen_gpu(model, k80):
