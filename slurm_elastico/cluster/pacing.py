@@ -287,6 +287,14 @@ class Pacer:
         return max(left, 0.0)
 
 
+def finish(pacer: Pacer, pace_dir: Path, checkpointed: bool) -> dict:
+    """End of a paced run: a checkpointed run says when it stopped (its next run pays the restart cost); returns
+    the pacing figures for the program's summary line."""
+    if checkpointed and pacer.job_id is not None:
+        record_stop(pace_dir, pacer.job_id, time.time())
+    return {"padded_s": round(pacer.slept, 3), "late_s": round(pacer.late, 3)}
+
+
 class SlurmPlacement:
     """`Placement` of one job read from Slurm (`squeue --json` through the gateway); None when Slurm fails."""
 

@@ -43,3 +43,16 @@ def test_the_helpers_settings_are_the_simulators(tmp_path):
     assert (live.gpu, live.planner, live.interference) == (planned.gpu, planned.planner, planned.interference)
     assert live.planner.reshape_cost_s == plan.restart_cost_s and live.gpu.type == ""
     assert live.submit.placement_window_s == plan.placement_window_s
+
+
+def test_a_paced_program_outside_slurm_says_it_needs_a_job(tmp_path):
+    import subprocess
+    import sys
+
+    from slurm_elastico.cluster import pacing
+
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("SLURM_", "ELASTICO_"))}
+    out = subprocess.run([sys.executable, str(demo.PROGRAM["train"]), "--emulate",
+                          pacing.Emulated("train", "bert", 12).to_json(), "--pace-dir", str(tmp_path)],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "SLURM_JOB_ID" in out.stderr

@@ -153,3 +153,13 @@ def test_emulated_round_trips_through_json_and_refuses_unknown_keys():
         pacing.Emulated.from_json('{"kind": "train", "app": "bert", "global_batch": 12, "speed": 3}')
     with pytest.raises(ConfigError, match="micro_batch"):
         pacing.rate(TRUTH, pacing.Emulated("train", "bert", 12), pacing.Knobs(micro_batch=5), 100)
+
+
+def test_finish_records_the_stop_only_of_a_checkpointed_run(tmp_path):
+    p = pacing.Pacer(TRUTH, pacing.Emulated("train", "bert", 12), pacing.Knobs(micro_batch=12), lambda: None,
+                     lambda o: pacing.UNKNOWN)
+    p.job_id = 5
+    assert pacing.finish(p, tmp_path, checkpointed=False) == {"padded_s": 0.0, "late_s": 0.0}
+    assert pacing.read_stop(tmp_path, 5) is None
+    pacing.finish(p, tmp_path, checkpointed=True)
+    assert pacing.read_stop(tmp_path, 5) is not None

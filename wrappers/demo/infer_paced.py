@@ -86,10 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     batched = dataclasses.replace(shape, max_num_seqs=min(shape.max_num_seqs, args.batch_cap))
     result = run_inference(args.requests, journal, engine, batched, on_batch=on_batch)
     print(json.dumps({"status": result.status, "done": result.done, "total": result.total, "written": result.written,
-                      "shape": shape.name, "padded_s": round(pacer.slept, 3), "late_s": round(pacer.late, 3),
+                      "shape": shape.name, **pacing.finish(pacer, Path(args.pace_dir), result.status == "checkpointed"),
                       "run_seconds": round(time.perf_counter() - started, 3)}), flush=True)
-    if result.status == "checkpointed":  # the next run of this job starts after a restart's cost
-        pacing.record_stop(Path(args.pace_dir), pacer.job_id, time.time())
     return result.exit_code
 
 

@@ -79,10 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     result = train(model, optimizer, shape, data, lm_loss, ckpt_dir=args.ckpt_dir or checkpoint_dir(), on_step=on_step)
     print(json.dumps({"status": result.status, "step": result.step, "steps": shape.steps, "shape": shape.name,
                       "steps_run": result.steps_run, "resumed_from": result.resumed_from,
-                      "padded_s": round(pacer.slept, 3), "late_s": round(pacer.late, 3),
+                      **pacing.finish(pacer, Path(args.pace_dir), result.status == "checkpointed"),
                       "run_seconds": round(time.perf_counter() - started, 3)}), flush=True)
-    if result.status == "checkpointed":  # the next run of this job starts after a restart's cost
-        pacing.record_stop(Path(args.pace_dir), pacer.job_id, time.time())
     return result.exit_code
 
 
