@@ -148,8 +148,8 @@ def import_gavel_cmd(json_path: str | None, pairs: str | None, isolated: str | N
         measurements.save(kept, None, store_path)
     fits = sum(o.fits for o in kept)
     click.echo(f"{len(kept)} pairs on {', '.join(sorted({o.gpu_type for o in kept}))}: {fits} ran together, "
-               f"{len(kept) - fits} did not fit (kept, fits=0); skipped {result.multi_gpu_skipped} multi-GPU rows "
-               f"(not measured) and {result.duplicates} mirrored rows")
+               f"{len(kept) - fits} did not fit (kept, fits=0); the input's {result.multi_gpu_skipped} multi-GPU rows "
+               f"(not measured) and {result.duplicates} mirrored rows were skipped")
 
 
 @iac.command()
