@@ -11,6 +11,7 @@ metadata are the schema. Adding a setting is adding a field.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import types
 import typing
@@ -18,12 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from slurm_elastico import inputs
 from slurm_elastico.errors import ConfigError
 
 ENV_VAR = "ELASTICO_CONFIG"
 DEFAULT_PATHS = (Path("/etc/slurm-elastico/elastico.yaml"),)
+MAX_TEXT = 4096
+"""The longest text setting (a path: Linux's PATH_MAX)."""
 
 
 def _opt(default: Any, *, lo: float | None = None, hi: float | None = None, choices: tuple | None = None, help: str = ""):
@@ -39,7 +41,7 @@ class SlurmSettings:
 
 @dataclass(frozen=True)
 class GpuSettings:
-    memory_mib: int = _opt(81920, lo=1, help="memory of each GPU (Slurm does not know it)")
+    memory_mib: int = _opt(81920, lo=1, hi=16 * 1024 * 1024, help="memory of each GPU (Slurm does not know it)")
     shares_per_gpu: int = _opt(100, lo=1, hi=100, help="MPS shares of one GPU as configured in gres.conf")
     type: str = _opt("", help="GPU type as the interference model's training data names it (v100, k80, p100...); "
                      "one it never saw gets its cautious view; empty = unknown: the model as is")
@@ -49,9 +51,9 @@ class GpuSettings:
 class PlannerSettings:
     policy: str = _opt("elastico", help="planning policy from the registry")
     rounds: int = _opt(30, lo=1, hi=10000, help="shadow-pricing rounds per epoch")
-    step: float = _opt(0.5, lo=0, help="subgradient step size")
+    step: float = _opt(0.5, lo=0, hi=1000, help="subgradient step size")
     fairness: str = _opt("waiting", choices=("waiting", "remaining", "equal"), help="how w_j is set")
-    reshape_cost_s: float = _opt(60.0, lo=0, help="checkpoint-and-restart cost of reshaping a running job")
+    reshape_cost_s: float = _opt(60.0, lo=0, hi=7 * 86400, help="checkpoint-and-restart cost of reshaping a running job")
     hysteresis: float = _opt(0.1, lo=0, hi=10, help="relative gain a reshape must exceed beyond its cost")
     reserve_queue_head: bool = _opt(True, help="reserve capacity for the head of the queue")
 
@@ -107,14 +109,18 @@ def _check_value(key: str, value: Any, typ: Any, meta: dict, problems: list[str]
     elif typ is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif typ is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         value = float(value) if ok else value
     elif typ is str:
         ok = isinstance(value, str)
+        if ok and len(value) > MAX_TEXT:
+            problems.append(f"{key}: {len(value)} characters; allowed: at most {MAX_TEXT}")
+            return None
     else:  # pragma: no cover - every field above is one of these
         raise TypeError(f"unsupported setting type {typ!r} for {key}")
     if not ok:
-        problems.append(f"{key}: expected {typ.__name__}, got {type(value).__name__} {value!r}")
+        finite = " (finite)" if typ is float else ""
+        problems.append(f"{key}: expected {typ.__name__}{finite}, got {type(value).__name__} {inputs.clip(repr(value))}")
         return None
     if meta.get("choices") and value not in meta["choices"]:
         problems.append(f"{key}: {value!r} is not one of {', '.join(map(repr, meta['choices']))}")
@@ -167,17 +173,4 @@ def load(path: str | os.PathLike | None = None) -> Settings:
             if env:
                 raise ConfigError(env, [f"${ENV_VAR} names a file that does not exist"])
             return Settings()
-    return from_mapping(read_yaml(path), str(path))
-
-
-def read_yaml(path: str | os.PathLike) -> Any:
-    """Parsed YAML of a file; an unreadable file or invalid YAML raises `ConfigError` naming the file."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ConfigError(str(p), [f"cannot read: {exc.strerror}"]) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(str(p), [f"not valid YAML: {exc}"]) from None
+    return from_mapping(inputs.read_yaml(path, "settings file"), str(path))

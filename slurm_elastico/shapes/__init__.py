@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 
-from slurm_elastico.config import read_yaml
+from slurm_elastico.inputs import read_yaml
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.model import Family
 from slurm_elastico.shapes.enumerate import build_family, enumerate_shapes, pareto
@@ -33,7 +33,7 @@ def parse_family(data: Any, source: str, gpu_memory_mib: int,
 def load_family(path: str | os.PathLike, gpu_memory_mib: int,
                 profiles: Mapping[str, Declared] | None = None) -> Family:
     """A `Family` from a spec file; unreadable or invalid files raise `ConfigError` naming the file."""
-    return parse_family(read_yaml(path), str(path), gpu_memory_mib, profiles)
+    return parse_family(read_yaml(path, "family file"), str(path), gpu_memory_mib, profiles)
 
 
 def load_directory(path: str | os.PathLike, gpu_memory_mib: int) -> tuple[dict[int, Family], list[ConfigError]]:
