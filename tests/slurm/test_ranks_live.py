@@ -161,9 +161,16 @@ def test_training_reshaped_1_2_4_1_ranks_ends_within_rounding_of_the_one_rank_ru
         for shape, gpus in legs:
             c.wait_text(job, lambda t, s=current: steps_after(t, f"train_tiny: shape {s}:") >= 4, f"4 steps as {current}",
                         timeout=120)
+            stops = c.text(job).count("after the stop signal")
             began = move(c, job, shape, gpus)
-            c.wait_text(job, lambda t, s=shape: f"train_tiny: shape {s}:" in t, f"{shape} running", timeout=120)
-            moves.append(f"-> {gpus} rank(s) {time.monotonic() - began:.1f} s")
+            times = []
+            for what, seen in (("every rank stopped", lambda t, n=stops: t.count("after the stop signal") > n),
+                               ("elastico-run started again", lambda t, s=shape: f"program as shape {s} " in t),
+                               ("the program running", lambda t, s=shape: f"train_tiny: shape {s}:" in t),
+                               ("its first step", lambda t, s=shape: steps_after(t, f"train_tiny: shape {s}:") >= 1)):
+                c.wait_text(job, seen, f"{shape}: {what}", timeout=120)
+                times.append(f"{what} {time.monotonic() - began:.1f} s")
+            moves.append(f"-> {gpus} rank(s): {', '.join(times)}")
             current = shape
         for j in (ref, seed, job):
             c.wait_done(j, timeout=180)
@@ -179,7 +186,7 @@ def test_training_reshaped_1_2_4_1_ranks_ends_within_rounding_of_the_one_rank_ru
         reference = params(c.ckpt(ref))
         reshaped = rel_diff(reference, params(c.ckpt(job)))
         other = rel_diff(reference, params(c.ckpt(seed)))
-        print(f"\nGPU-count moves, action to the program running again: {', '.join(moves)}")
+        print("\nGPU-count moves, seconds after the helper's action:\n  " + "\n  ".join(moves))
         print(f"max relative parameter difference vs the uninterrupted one-rank run: reshaped 1 -> 2 -> 4 -> 1 ranks "
               f"(8x4x1 -> 8x2x2 -> 4x2x4 -> 16x2x1): {reshaped:.2e}; another data seed: {other:.2e}")
         assert reshaped <= 1e-5, "a rank or micro-batch change should differ only by summation-order rounding"
