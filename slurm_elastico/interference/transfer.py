@@ -159,7 +159,7 @@ def gpu_kernel(g: Sequence[str], h: Sequence[str], cfg: KernelConfig) -> np.ndar
 
 @dataclass
 class Samples:
-    """Both directions of every fitting pair: encoded self and partner, GPU type, log S target, prior log S, pair index."""
+    """Both directions of every fitting pair: self, partner, GPU type, observed log S (>= 0), index of the pair."""
 
     selves: list[SoloProfile]
     partners: list[SoloProfile]
@@ -201,12 +201,9 @@ class Fitted:
 
     def refit(self, cfg: KernelConfig) -> Fitted:
         """The same samples with weights solved again (after samples were added)."""
-        ku = job_kernel(self.jobs, self.jobs, cfg)
-        s, p = self.self_idx, self.partner_idx
-        types = sorted(set(self.gpus))
-        g = np.array([types.index(x) for x in self.gpus], dtype=np.int64)
-        k = ku[np.ix_(s, s)] * ku[np.ix_(p, p)] * gpu_kernel(types, types, cfg)[np.ix_(g, g)]
-        return Fitted(self.jobs, s, p, self.gpus, _solve(k, self.target, cfg.lam), self.target)
+        ker = _sample_kernels(self.jobs, self.self_idx, self.partner_idx, self.gpus, cfg)
+        return Fitted(self.jobs, self.self_idx, self.partner_idx, self.gpus,
+                      _solve(ker.job * ker.gpu, self.target, cfg.lam), self.target)
 
     def plus(self, jobs: Jobs, self_idx: np.ndarray, partner_idx: np.ndarray, gpus: Sequence[str],
              target: np.ndarray) -> Fitted:
@@ -504,14 +501,20 @@ def _cross(observations, smp: Samples, prior_log: np.ndarray, ker: _Kernels, cfg
     return np.concatenate(preds), np.concatenate(truths)
 
 
+def _sample_kernels(jobs: Jobs, self_idx: np.ndarray, partner_idx: np.ndarray, gpus: Sequence[str],
+                    cfg: KernelConfig) -> _Kernels:
+    """The kernel between samples (self jobs[self_idx], partner jobs[partner_idx], GPU type gpus), in its parts."""
+    ku = job_kernel(jobs, jobs, cfg)
+    types = sorted(set(gpus))
+    g = np.array([types.index(x) for x in gpus], dtype=np.int64)
+    return _Kernels(ku[np.ix_(self_idx, self_idx)] * ku[np.ix_(partner_idx, partner_idx)],
+                    gpu_kernel(types, types, cfg)[np.ix_(g, g)])
+
+
 def _kernels(smp: Samples, enc: Encoder, cfg: KernelConfig) -> _Kernels:
     jobs, idx = distinct_jobs(enc.encode([*smp.selves, *smp.partners]))
     n = len(smp.selves)
-    ku = job_kernel(jobs, jobs, cfg)
-    s, p = idx[:n], idx[n:]
-    types = sorted(set(smp.gpus))
-    g = np.array([types.index(x) for x in smp.gpus])
-    return _Kernels(ku[np.ix_(s, s)] * ku[np.ix_(p, p)], gpu_kernel(types, types, cfg)[np.ix_(g, g)])
+    return _sample_kernels(jobs, idx[:n], idx[n:], smp.gpus, cfg)
 
 
 def fit_transfer(observations: Sequence[Colocation], seed: int = 0,
