@@ -81,13 +81,13 @@ def read_bytes(path: str | os.PathLike, kind: str) -> bytes:
     try:
         st = os.stat(path)
     except OSError as exc:
-        raise refuse(f"cannot read this {kind}: {exc.strerror}") from None
+        raise refuse(f"cannot read it: {exc.strerror}") from None
     if not stat.S_ISREG(st.st_mode):
         raise not_regular(st.st_mode)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        raise refuse(f"cannot read this {kind}: {exc.strerror}") from None
+        raise refuse(f"cannot read it: {exc.strerror}") from None
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):  # replaced between the stat and the open
@@ -98,7 +98,7 @@ def read_bytes(path: str | os.PathLike, kind: str) -> bytes:
         try:
             data = fh.read(limit + 1)
         except OSError as exc:
-            raise refuse(f"cannot read this {kind}: {exc.strerror}") from None
+            raise refuse(f"cannot read it: {exc.strerror}") from None
     if len(data) > limit:  # it grew while read
         raise too_big
     return data

@@ -21,7 +21,8 @@ from slurm_elastico.jobwrap.additions import added_options, signal_lead
 from slurm_elastico.jobwrap.options import SubmitArgs, directive_options
 from slurm_elastico.jobwrap.payload import Payload
 from slurm_elastico.jobwrap.script import batch_script
-from slurm_elastico.shapes import load_family
+from slurm_elastico.inputs import load_yaml, read_bytes, read_text
+from slurm_elastico.shapes import parse_family
 from slurm_elastico.shapes.units import ShareUnitError, shares_of
 
 
@@ -44,22 +45,19 @@ def prepare(args: SubmitArgs, settings: config.Settings, env: Mapping[str, str],
         problems.append("no job script given: elastico-submit [sbatch options] --family FILE script [args] (stdin is not read)")
     else:
         try:
-            script_bytes = Path(args.script).read_bytes()
-        except OSError as exc:
-            problems.append(f"job script {args.script}: cannot read it: {exc.strerror}")
+            script_bytes = read_bytes(args.script, "job script")
+        except ConfigError as exc:
+            problems += [f"job script {exc.source}: {p}" for p in exc.problems]
         else:
             if not script_bytes.startswith(b"#!"):
                 problems.append(f"job script {args.script}: the first line must start with #! (as sbatch requires)")
     family = spec_text = None
     if args.family is not None:
-        try:
-            spec_text = Path(args.family).read_text()
-            family = load_family(args.family, settings.gpu.memory_mib)
-        except OSError as exc:
-            problems.append(f"family {args.family}: cannot read it: {exc.strerror}")
-        except UnicodeDecodeError:
-            problems.append(f"family {args.family}: not UTF-8 text (a YAML file is expected)")
+        try:  # read once: the text checked is the text that travels with the job
+            spec_text = read_text(args.family, "family file")
+            family = parse_family(load_yaml(spec_text, args.family), args.family, settings.gpu.memory_mib)
         except ConfigError as exc:
+            spec_text = None
             problems += [f"family {exc.source}: {p}" for p in exc.problems]
     share = 0  # the default shape's MPS share in Slurm's counts (what --gres=mps: asks)
     if family is not None and family.default_shape.resources.mps:

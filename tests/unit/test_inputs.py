@@ -55,7 +55,7 @@ def test_a_socket_is_refused(tmp_path):
 def test_a_missing_file_says_so(tmp_path):
     with pytest.raises(ConfigError) as exc:
         inputs.read_bytes(tmp_path / "nope", "family file")
-    assert "cannot read this family file: No such file" in _problem(exc)
+    assert "cannot read it: No such file" in _problem(exc)
 
 
 def test_size_limit_per_kind_is_named(tmp_path):
