@@ -13,10 +13,10 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from slurm_elastico import config
 from slurm_elastico.errors import ElasticoError
+from slurm_elastico.inputs import read_text
 from slurm_elastico.jobwrap.job import run_payload, stderr_log, supervise
 from slurm_elastico.jobwrap.payload import Payload
 from slurm_elastico.jobwrap.shape import family_from_spec
@@ -45,10 +45,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         p.error("no program given")
     try:
         settings = config.load()
-        family, candidates = family_from_spec(Path(args.family).read_text(), args.family, settings.gpu.memory_mib)
-    except OSError as exc:
-        log(f"error: family {args.family}: cannot read it: {exc.strerror}")
-        sys.exit(2)
+        family, candidates = family_from_spec(read_text(args.family, "family file"), args.family,
+                                              settings.gpu.memory_mib)
     except ElasticoError as exc:
         log(f"error: {exc}")
         sys.exit(exc.exit_code)

@@ -6,9 +6,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import yaml
-
-from slurm_elastico.errors import ConfigError, ElasticoError
+from slurm_elastico.errors import ElasticoError
+from slurm_elastico.inputs import load_yaml
 from slurm_elastico.model import MPS_SHARES_PER_GPU, Family
 from slurm_elastico.model import Shape as PlannedShape
 from slurm_elastico.shapes import build_family, enumerate_shapes, parse_spec
@@ -31,11 +30,7 @@ def choose_shape(family: Family, candidates: Sequence[PlannedShape], admin_comme
 
 def family_from_spec(text: str, source: str, gpu_memory_mib: int) -> tuple[Family, list[PlannedShape]]:
     """The job's family and every shape of its spec that fits the GPU (names the planner may write)."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
-    spec = parse_spec(data, source)
+    spec = parse_spec(load_yaml(text, source), source)
     return build_family(spec, gpu_memory_mib), enumerate_shapes(spec, gpu_memory_mib)
 
 
