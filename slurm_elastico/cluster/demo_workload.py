@@ -153,16 +153,18 @@ def settings(plan: Plan, base: Settings | None = None) -> Settings:
         planner=dataclasses.replace(s.planner, reshape_cost_s=plan.restart_cost_s))
 
 
-def predict(jobs: Sequence[DemoJob], plan: Plan, truth: GroundTruth | None = None) -> dict:
+def predict(jobs: Sequence[DemoJob], plan: Plan, truth: GroundTruth | None = None,
+            arrivals: dict[str, Sequence[DemoJob]] | None = None) -> dict:
     """{policy: (RunResult, {job id: shape at each start or in-place relaunch})} of the simulator on the list, for
-    `static` and `elastico` (see the module docstring)."""
+    `static` and `elastico` (see the module docstring). `arrivals` gives a policy the list as it really arrived
+    (the same jobs, other submission times: `at_arrivals`)."""
     from slurm_elastico.sim import engine
     from slurm_elastico.sim import settings as sim_settings
 
     truth = truth or GroundTruth()
-    rows = trace(jobs)
     out = {}
     for policy, window in (("static", 0), ("elastico", plan.placement_window_s)):
+        rows = trace((arrivals or {}).get(policy, jobs))
         sim = sim_settings.from_mapping({
             "gpus": plan.gpus, "gpus_per_node": plan.gpus_per_node, "gpu_memory_mib": GPU_MEM_MIB,
             "shares": ",".join(str(s) for s in sorted(set(plan.shares) | {100})), "epoch_s": plan.interval_s,
@@ -172,6 +174,15 @@ def predict(jobs: Sequence[DemoJob], plan: Plan, truth: GroundTruth | None = Non
         shapes = _record_shapes(eng.cluster)
         out[policy] = (eng.run(), shapes)
     return out
+
+
+def at_arrivals(jobs: Sequence[DemoJob], submitted: dict[int, float]) -> list[DemoJob]:
+    """The list with each job's submission at `submitted[index]` seconds (measured), relative to the first one."""
+    missing = sorted(j.index for j in jobs if j.index not in submitted)
+    if missing:
+        raise ConfigError("demo", [f"no submission time for job(s) {missing}"])
+    first = min(submitted[j.index] for j in jobs)
+    return [dataclasses.replace(j, submit_s=submitted[j.index] - first) for j in jobs]
 
 
 def _record_shapes(cluster) -> dict[int, list[str]]:

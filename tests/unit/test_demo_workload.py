@@ -51,3 +51,14 @@ def test_prediction_runs_both_policies_to_the_end_and_plain_slurm_never_reshapes
     assert static.counters["requeues"] == 0 and static.counters["actions"] == {}
     assert all(s[0].endswith("-mps100") for s in static_shapes.values())  # whole GPUs, the default shape
     assert got["elastico"][0].counters["actions"].get("start_now", 0) > 0  # the helper shaped and started them
+
+
+def test_a_policy_can_be_replayed_at_the_measured_arrivals():
+    jobs = w.job_list(train=3, infer=1, gap_s=2.0)
+    late = w.at_arrivals(jobs, {0: 100.0, 1: 110.0, 2: 111.0, 3: 150.0})
+    assert [j.submit_s for j in late] == [0.0, 10.0, 11.0, 50.0] and [j.kind for j in late] == [j.kind for j in jobs]
+    got = w.predict(jobs, w.Plan(gpus=2), arrivals={"elastico": late})
+    assert max(r.submit for r in got["elastico"][0].jobs) == 50.0
+    assert max(r.submit for r in got["static"][0].jobs) == 6.0  # the list's own times
+    with pytest.raises(ConfigError, match=r"job\(s\) \[3\]"):
+        w.at_arrivals(jobs, {0: 1.0, 1: 2.0, 2: 3.0})
