@@ -150,11 +150,12 @@ def read_csv(path: str | Path, truth: GroundTruth | None = None) -> list[TraceJo
     for i, r in enumerate(rows, start=2):
         try:
             jobs.append(TraceJob(
-                int(r["job_id"]), float(r["submit_s"]), r["kind"].strip(), r["app"].strip(),
+                int(r["job_id"]), float(r["submit_s"]), (r["kind"] or "").strip(), (r["app"] or "").strip(),
                 int(r.get("gpus") or 1), float(r["work"]), int(float(r.get("global_batch") or 0)),
                 int(r.get("share") or 100), float(r.get("context_tokens") or 0), float(r.get("generated_tokens") or 0)))
-        except ValueError as exc:
-            problems.append(f"row {i}: {exc}")
+        except (ValueError, TypeError, OverflowError) as exc:  # TypeError: a short row's missing cell is None
+            problems.append(f"row {i}: {exc}" if not isinstance(exc, TypeError) else
+                            f"row {i}: fewer cells than the header; the format is {','.join(COLUMNS)}")
     if problems:
         raise ConfigError(str(path), problems)
     jobs.sort(key=lambda j: (j.submit_s, j.job_id))

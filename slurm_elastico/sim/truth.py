@@ -76,6 +76,7 @@ import csv
 import gzip
 import io
 import math
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -86,6 +87,7 @@ from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator
 from scipy.spatial import QhullError
 
 from slurm_elastico.errors import ConfigError
+from slurm_elastico.inputs import LIMITS, decode, read_bytes
 
 DATA = Path(__file__).parent / "data"
 
@@ -238,12 +240,26 @@ class GradientNoise:
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
+    """Rows of a CSV (gzip-compressed when it ends in .gz) read through `inputs` (a regular file within the trace
+    size limit, decompressed within it too, UTF-8); any problem raises `ConfigError` naming the file."""
+    data = read_bytes(path, "trace")
+    limit = LIMITS["trace"]
+    if path.suffix == ".gz":
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
+                data = f.read(limit + 1)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ConfigError(str(path), [f"not a gzip file ({exc}); allowed: a CSV, or one compressed by gzip "
+                                          "when its name ends in .gz"]) from None
+        if len(data) > limit:
+            raise ConfigError(str(path), [f"decompresses to more than {limit // 2**20} MiB; allowed: a trace of at "
+                                          f"most {limit // 2**20} MiB"])
+    text = decode(data, str(path), "trace")
     try:
-        raw = gzip.open(path, "rt", newline="") if path.suffix == ".gz" else path.open(newline="")
-    except OSError as exc:
-        raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
-    with raw as f:
-        return list(csv.DictReader(io.StringIO(f.read())))
+        return list(csv.DictReader(io.StringIO(text, newline="")))
+    except csv.Error as exc:
+        raise ConfigError(str(path), [f"not a CSV file ({exc}); allowed: comma-separated text with a header "
+                                      "line"]) from None
 
 
 class GroundTruth:
