@@ -1,9 +1,12 @@
-"""Writing model files so that a crash leaves the old file or the new one, never half of one."""
+"""Model files: written so that a crash leaves the old file or the new one, never half of one; read with their
+format and version checked."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from slurm_elastico.interference.errors import ModelFileError
 
 
 def write_atomically(path: str | Path, data: bytes) -> None:
@@ -15,3 +18,12 @@ def write_atomically(path: str | Path, data: bytes) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     tmp.replace(path)
+
+
+def check_header(blob: object, path: str | Path, file_format: str, version: int) -> None:
+    """Raises `ModelFileError` unless `blob` is a dict of `file_format` at `version` (naming what to do)."""
+    if not isinstance(blob, dict) or blob.get("format") != file_format:
+        raise ModelFileError(f"{path}: not a slurm-elastico predictor file (format {file_format!r} expected)")
+    if blob.get("version") != version:
+        raise ModelFileError(f"{path}: file version {blob.get('version')}, this slurm-elastico reads version "
+                             f"{version}; retrain with `elastico iac train`")

@@ -35,7 +35,7 @@ from torch import nn
 from slurm_elastico.interference.base import SlowdownModel, SoloProfile, distinct
 from slurm_elastico.interference.errors import MeasurementError, ModelFileError
 from slurm_elastico.interference.features import FeatureSchema
-from slurm_elastico.interference.files import write_atomically
+from slurm_elastico.interference.files import check_header, write_atomically
 from slurm_elastico.interference.measurements import Colocation, samples
 
 FILE_FORMAT = "slurm-elastico/iac-mlp"
@@ -259,11 +259,7 @@ class MlpPredictor(_ByScorer):
             raise ModelFileError(f"{path}: no such model file") from None
         except Exception as exc:  # torch raises many types for a file that is not its format
             raise ModelFileError(f"{path}: not a slurm-elastico predictor file ({type(exc).__name__})") from None
-        if not isinstance(blob, dict) or blob.get("format") != FILE_FORMAT:
-            raise ModelFileError(f"{path}: not a slurm-elastico predictor file (format {FILE_FORMAT!r} expected)")
-        if blob.get("version") != FILE_VERSION:
-            raise ModelFileError(f"{path}: file version {blob.get('version')}, this slurm-elastico reads "
-                                 f"version {FILE_VERSION}; retrain with `elastico iac train`")
+        check_header(blob, path, FILE_FORMAT, FILE_VERSION)
         schema, config, nets = _parts(blob, str(path))
         coverage = Coverage.from_dict(blob.get("coverage") or {}, str(path))
         transfer = None

@@ -52,7 +52,7 @@ import numpy as np
 from slurm_elastico.interference.base import ContentionModel, SoloProfile, distinct
 from slurm_elastico.interference.errors import MeasurementError, ModelFileError
 from slurm_elastico.interference.features import measured_stats
-from slurm_elastico.interference.files import write_atomically
+from slurm_elastico.interference.files import check_header, write_atomically
 from slurm_elastico.interference.measurements import Colocation, samples
 from slurm_elastico.interference.specs import spec_of
 
@@ -373,11 +373,7 @@ class PriorCorrected:
             raise ModelFileError(f"{path}: no such model file") from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ModelFileError(f"{path}: not a slurm-elastico predictor file ({type(exc).__name__})") from None
-        if not isinstance(blob, dict) or blob.get("format") != FILE_FORMAT:
-            raise ModelFileError(f"{path}: not a slurm-elastico prior-corrected predictor (format {FILE_FORMAT!r})")
-        if blob.get("version") != FILE_VERSION:
-            raise ModelFileError(f"{path}: file version {blob.get('version')}, this slurm-elastico reads version "
-                                 f"{FILE_VERSION}; retrain with `elastico iac train`")
+        check_header(blob, path, FILE_FORMAT, FILE_VERSION)
         try:
             enc = blob["encoder"]
             encoder = Encoder(tuple(enc["numeric"]), tuple(map(float, enc["mean"])), tuple(map(float, enc["std"])),

@@ -133,7 +133,7 @@ def test_file_round_trip_and_load_model_dispatch(model, k80, tmp_path):
     with pytest.raises(ModelFileError, match="different lengths"):
         load_model(path)
     path.write_text('{"format": "something else"}')
-    with pytest.raises(ModelFileError, match="not a slurm-elastico prior-corrected"):
+    with pytest.raises(ModelFileError, match="not a slurm-elastico predictor file"):
         load_model(path)
     with pytest.raises(ModelFileError, match="no such model file"):
         load_model(tmp_path / "absent.json")
