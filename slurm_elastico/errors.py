@@ -16,11 +16,22 @@ class ConfigError(ElasticoError):
 
     exit_code = 2
 
+    SHOWN = 20
+    """The message lists this many problems and counts the rest; `problems` keeps them all."""
+    WIDTH = 1000
+    """A problem longer than this (one quoting a huge value) is cut in the message."""
+
     def __init__(self, source: str, problems: Sequence[str]):
         self.source = source
         self.problems = tuple(problems)
-        lines = "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(f"{source}: {len(self.problems)} problem(s):\n{lines}")
+        lines = [f"  - {_cut(p, self.WIDTH)}" for p in self.problems[:self.SHOWN]]
+        if len(self.problems) > self.SHOWN:
+            lines.append(f"  ... and {len(self.problems) - self.SHOWN} more")
+        super().__init__(f"{_cut(source, self.WIDTH)}: {len(self.problems)} problem(s):\n" + "\n".join(lines))
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else f"{text[:width]}... ({len(text)} characters)"
 
 
 class InvalidActionError(ElasticoError):
