@@ -86,8 +86,8 @@ def setup(cfg, trace_name, jobs, load, infer_fraction, hours, gpus, epoch_s, win
           jitter_s=None) -> Setup:
     """`cfg`, the simulator's settings, the ground truth, a trace factory `make(seed)`, `cfg`'s slowdown model and
     what a seed varies. `jitter_s` (default `trace.DEFAULT_JITTER_S`) jitters a fixed trace's arrivals per seed."""
-    import yaml
-
+    from slurm_elastico.errors import ConfigError
+    from slurm_elastico.inputs import read_yaml
     from slurm_elastico.interference import load_model
     from slurm_elastico.sim import settings as sim_settings
     from slurm_elastico.sim import trace as traces
@@ -95,8 +95,11 @@ def setup(cfg, trace_name, jobs, load, infer_fraction, hours, gpus, epoch_s, win
 
     data = {}
     if sim_config:
-        with open(sim_config) as fh:
-            data = (yaml.safe_load(fh) or {}).get("sim", {})
+        whole = read_yaml(sim_config, "settings file") or {}
+        if not isinstance(whole, dict):
+            raise ConfigError(sim_config, [f"(top level): expected a mapping with a `sim:` section, got "
+                                           f"{type(whole).__name__}"])
+        data = whole.get("sim", {})
     sim = sim_settings.from_mapping(data, sim_config or "sim")
     changes = {k: v for k, v in (("gpus", gpus), ("epoch_s", epoch_s), ("placement_window_s", window_s),
                                  ("colocation", colocation)) if v is not None}
