@@ -185,3 +185,26 @@ def test_online_refinement_learns_the_cluster_gpu_and_rolls_back_poison(k80):
     kept = model.state()
     poison = [Colocation("k80", o.a, o.b, 0.05, 0.05) for o in k80 if o.fits][:60]
     assert not learner.observe(poison).accepted and model.state() is kept
+
+
+def test_the_planner_cache_reads_the_views_as_they_answer(model, k80):
+    from slurm_elastico.planner.slowdown import PairCache, for_gpu
+
+    jobs = list({id(p): p for o in k80[:20] for p in (o.a, o.b)}.values())
+    pairs = [(i, j) for i in range(len(jobs)) for j in range(len(jobs))][::7]
+    for gpu in ("k80", "h100"):
+        view = for_gpu(model, gpu)
+        cache = PairCache(view)
+        ids = [cache.add(p) for p in jobs]
+        got = cache.get([(ids[i], ids[j]) for i, j in pairs])
+        want = view.predict([jobs[i] for i, _ in pairs], [jobs[j] for _, j in pairs])
+        assert np.allclose(got, want)
+        # an unseen GPU type: one margin for all pairs, read once; a seen one: per pair where margins differ
+        assert cache.per_pair == (gpu == "k80" and model.margins["seen"] != model.margins["family"])
+        if gpu == "h100":
+            assert cache.margin == model.margins["gpu"] > 0
+        elif cache.per_pair:
+            assert np.allclose(cache.margins([(ids[i], ids[j]) for i, j in pairs]),
+                               view.admission_margins([jobs[i] for i, _ in pairs], [jobs[j] for _, j in pairs]))
+        else:
+            assert cache.margin == model.margins["seen"]
