@@ -1,6 +1,7 @@
 """One process per GPU for a data-parallel shape: `srun` tasks, each given torch's env:// variables.
 
-A shape on n whole GPUs (`Resources.gpus` n) runs n ranks. elastico-run starts
+A shape on n whole GPUs (`Resources.gpus` n) runs n ranks (training; an
+inference shape runs one process per engine replica, `processes`). elastico-run starts
 them as one job step, `srun --ntasks=n --ntasks-per-node=n/K` over the job's K
 nodes, each task through this module (`python -m slurm_elastico.jobwrap.ranks
 PROGRAM ...`), which sets RANK (SLURM_PROCID), LOCAL_RANK (SLURM_LOCALID) and
@@ -28,8 +29,16 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from slurm_elastico.errors import ConfigError
+from slurm_elastico.runtime.shape import Shape as RuntimeShape
+from slurm_elastico.runtime.shape import TrainShape
 
 ENTRY = "slurm_elastico.jobwrap.ranks"
+
+
+def processes(shape: RuntimeShape) -> int:
+    """Processes a shape runs as: a training shape's ranks, an inference shape's engine replicas (each engine
+    spans `tensor_parallel_size` GPUs itself, so tensor parallelism alone is one process)."""
+    return shape.ranks if isinstance(shape, TrainShape) else shape.replicas
 
 
 def srun_argv(program: Sequence[str], ranks: int, nodes: int, python: str = sys.executable) -> list[str]:

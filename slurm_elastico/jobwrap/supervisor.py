@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from slurm_elastico.errors import ElasticoError
-from slurm_elastico.jobwrap.ranks import rendezvous, srun_argv
+from slurm_elastico.jobwrap.ranks import processes, rendezvous, srun_argv
 from slurm_elastico.jobwrap.shape import Found, Log
 from slurm_elastico.model import MPS_SHARES_PER_GPU, Family
 from slurm_elastico.model import Shape as PlannedShape
@@ -185,10 +185,11 @@ class Supervisor:
 
     def _launch(self, found: Found) -> int:
         shape = found.shape
-        env = {**self.env, **shape_env(runtime_shape(self.family, shape))}
+        planned = runtime_shape(self.family, shape)
+        env = {**self.env, **shape_env(planned)}
         argv = self.program
-        ranks = ranks_of(shape)
-        if ranks > 1:  # one process per GPU: an srun step of `ranks` tasks (jobwrap.ranks)
+        ranks = processes(planned)
+        if ranks > 1:  # one process per rank (or engine replica): an srun step of `ranks` tasks (jobwrap.ranks)
             nodes = found.nodes or int(env.get("SLURM_JOB_NUM_NODES") or 1)
             argv = srun_argv(self.program, ranks, nodes)
             env.update(rendezvous())

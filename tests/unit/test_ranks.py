@@ -136,3 +136,19 @@ def test_a_family_with_gpu_counts_starts_on_whole_gpus_unless_the_user_chose():
     mine = added_options([Option("nodes", "1")], {}, whole_gpus=(2, 2), **common).argv
     assert "--gres=gpu:2" in mine and not any(a.startswith("--nodes") for a in mine)
     assert not any(a.startswith("--gres") for a in added_options([], {"SBATCH_GRES": "gpu:1"}, whole_gpus=(1, 1), **common).argv)
+
+
+def test_processes_are_training_ranks_or_engine_replicas():
+    from slurm_elastico.jobwrap.ranks import processes
+    from slurm_elastico.runtime.shape import runtime_shape
+    from slurm_elastico.shapes import parse_family
+
+    fam, _ = family_from_spec(FAMILY, "f", 81920)
+    counts = {s.name: processes(runtime_shape(fam, s)) for s in fam.shapes}
+    assert counts["mb2-fp32-gpus4"] == 4 and counts["mb4-fp32-mps100"] == 1
+    infer = {"kind": "infer", "requests": 10, "gpu_memory_utilization": [0.9], "max_num_seqs": [8],
+             "kv_cache_dtype": ["auto"], "mps_shares": [100], "gpus": [1, 2]}
+    for rule, expected in (("replicas", 2), ("tensor", 1)):  # a tensor-parallel engine is one process on 2 GPUs
+        ifam = parse_family({**infer, "parallel": rule}, "i.yaml", 81920)
+        two = next(s for s in ifam.shapes if s.resources.gpus == 2)
+        assert processes(runtime_shape(ifam, two)) == expected, rule
