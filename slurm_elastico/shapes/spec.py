@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_elastico.errors import ConfigError
+from slurm_elastico.inputs import shorten
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 KV_DTYPES = ("auto", "fp8")
@@ -82,6 +83,19 @@ INFER_KEYS = COMMON_KEYS + ("requests", "gpu_memory_utilization", "max_num_seqs"
 TRAIN_MODEL_KEYS = ("params", "activation_mib_per_sample", "step_time_s", "micro_batch_knee", "allreduce_gib_s")
 INFER_MODEL_KEYS = ("weights_mib", "kv_mib_per_seq", "requests_per_s", "concurrency_knee")
 DECLARED_KEYS = ("throughput", "gpu_mem_mib")
+
+# Bounds: far beyond any real job, so that an absurd value is a clear error instead of an overflow or a hang later.
+MAX_CHOICES = 128
+MAX_SHAPES = 4096
+MAX_NAME = 128
+MAX_CPUS = 4096
+MAX_HOST_MEM_MIB = 64 * 1024 * 1024
+MAX_BATCH = 2**20
+MAX_WORK = 10**12
+MAX_SEQS = 65536
+MAX_GPUS = 4096
+BIG = 1e15
+"""The largest throughput, throughput floor or model hint (a number of parameters, say) accepted."""
 
 
 @dataclass(frozen=True)
@@ -191,7 +205,8 @@ class _Checker:
             self.bad(path, f"expected a{'n integer' if integer else ' number'}, got {v!r}")
             return default
         if v < lo or (above and v == lo) or (hi is not None and v > hi):
-            rng = f"{'>' if above else '>='} {lo:g}" if hi is None else f"between {lo:g} and {hi:g}"
+            low = f"{'>' if above else '>='} {_bound(lo)}"
+            rng = low if hi is None else f"between {_bound(lo)} and {_bound(hi)}" if not above else f"{low} and <= {_bound(hi)}"
             self.bad(path, f"{v!r} is out of range; allowed: {rng}")
             return default
         return v
@@ -205,6 +220,9 @@ class _Checker:
         v = self.data[key]
         if not isinstance(v, list) or not v:
             self.bad(key, f"expected a non-empty list, got {v!r}")
+            return ()
+        if len(v) > MAX_CHOICES:
+            self.bad(key, f"{len(v)} choices; allowed: at most {MAX_CHOICES}")
             return ()
         out, ok = [], True
         for i, item in enumerate(v):
@@ -223,12 +241,13 @@ class _Checker:
                     self.bad(where, f"expected a{'n integer' if integer else ' number'}, got {item!r}")
                     ok = False
                 elif (item <= lo if above else item < lo) or (hi is not None and item > hi):
-                    low = f"> {lo:g}" if above else f">= {lo:g}"
-                    self.bad(where, f"{item!r} is out of range; allowed: {low}" + (f" and <= {hi:g}" if hi is not None else ""))
+                    low = f"> {_bound(lo)}" if above else f">= {_bound(lo)}"
+                    self.bad(where, f"{item!r} is out of range; allowed: {low}" + (f" and <= {_bound(hi)}" if hi is not None else ""))
                     ok = False
             out.append(item)
         if ok and len(set(out)) != len(out):
-            self.bad(key, f"choices repeat: {v!r}")
+            twice = sorted({x for x in out if out.count(x) > 1}, key=out.index)
+            self.bad(key, f"choices repeat: {shorten(twice)}; allowed: each choice once")
             ok = False
         return tuple(out) if ok else ()
 
@@ -255,20 +274,23 @@ def parse_spec(data: Any, source: str = "<family>") -> FamilySpec:
     elif "mps_shares" in data:
         c.bad("mps_shares", f"only a 1-GPU shape takes an MPS share, and gpus {list(gpus)} lists no 1; "
                             "allowed: add 1 to gpus, or drop mps_shares")
-    floor = c.number("throughput_floor", required=False, lo=0.0, default=0.0)
-    cpus = c.number("cpus", required=False, lo=1, integer=True, default=2)
-    host = c.number("host_mem_mib", required=False, lo=0, integer=True, default=8192)
+    floor = c.number("throughput_floor", required=False, lo=0.0, hi=BIG, default=0.0)
+    cpus = c.number("cpus", required=False, lo=1, hi=MAX_CPUS, integer=True, default=2)
+    host = c.number("host_mem_mib", required=False, lo=0, hi=MAX_HOST_MEM_MIB, integer=True, default=8192)
     name = data.get("name", "")
     if not isinstance(name, str):
         c.bad("name", f"expected a string, got {name!r}")
+        name = ""
+    elif len(name) > MAX_NAME:
+        c.bad("name", f"{len(name)} characters; allowed: at most {MAX_NAME}")
         name = ""
 
     knobs: dict[str, tuple] = {}
     global_batch = 0
     if kind == "train":
-        global_batch = c.number("global_batch", required=True, lo=1, integer=True, default=0)
-        work = c.number("steps", required=True, lo=1, integer=True, default=1)
-        micro = c.choices("micro_batches", integer=True, lo=1)
+        global_batch = c.number("global_batch", required=True, lo=1, hi=MAX_BATCH, integer=True, default=0)
+        work = c.number("steps", required=True, lo=1, hi=MAX_WORK, integer=True, default=1)
+        micro = c.choices("micro_batches", integer=True, lo=1, hi=MAX_BATCH)
         if global_batch and micro:
             wrong = [m for m in micro if global_batch % m]
             if wrong:
@@ -285,10 +307,10 @@ def parse_spec(data: Any, source: str = "<family>") -> FamilySpec:
         }
         model_keys = TRAIN_MODEL_KEYS
     else:
-        work = c.number("requests", required=True, lo=1, integer=True, default=1)
+        work = c.number("requests", required=True, lo=1, hi=MAX_WORK, integer=True, default=1)
         knobs = {
             "gpu_memory_utilization": c.choices("gpu_memory_utilization", lo=0.0, hi=1.0, above=True),
-            "max_num_seqs": c.choices("max_num_seqs", integer=True, lo=1),
+            "max_num_seqs": c.choices("max_num_seqs", integer=True, lo=1, hi=MAX_SEQS),
             "kv_cache_dtype": c.choices("kv_cache_dtype", allowed=KV_DTYPES),
         }
         model_keys = INFER_MODEL_KEYS
@@ -302,12 +324,17 @@ def parse_spec(data: Any, source: str = "<family>") -> FamilySpec:
             if key not in model_keys:
                 c.bad(f"model.{key}", f"unknown hint for kind {kind}; allowed: {', '.join(model_keys)}")
                 continue
-            v = c.number(key, required=False, lo=0.0, above=True, data=hints, path=f"model.{key}")
+            v = c.number(key, required=False, lo=0.0, hi=BIG, above=True, data=hints, path=f"model.{key}")
             if v is not None:
                 model[key] = float(v)
 
     names = set()
     ready = all(knobs.values()) and gpus and (shares or 1 not in gpus)
+    if ready:
+        count = math.prod(len(k) for k in knobs.values()) * (len(shares) + sum(1 for n in gpus if n > 1))
+        if count > MAX_SHAPES:
+            c.bad("(top level)", f"the choices make {count} shapes; allowed: at most {MAX_SHAPES} (list fewer choices)")
+            ready = False
     if ready:
         draft = FamilySpec(source=source, kind=kind, work=1.0, mps_shares=tuple(shares), throughput_floor=0.0,
                            knobs=knobs, global_batch=global_batch, gpus=gpus, parallel=parallel)
@@ -331,7 +358,7 @@ def parse_spec(data: Any, source: str = "<family>") -> FamilySpec:
                 if key not in DECLARED_KEYS:
                     c.bad(f"{path}.{key}", f"unknown key; allowed: {', '.join(DECLARED_KEYS)}")
                     continue
-                got = c.number(key, required=False, lo=0.0, above=True, data=numbers, path=f"{path}.{key}")
+                got = c.number(key, required=False, lo=0.0, hi=BIG, above=True, data=numbers, path=f"{path}.{key}")
                 if got is not None:
                     vals[key] = float(got)
             declared[sname] = Declared(**vals)
@@ -352,9 +379,9 @@ def parse_spec(data: Any, source: str = "<family>") -> FamilySpec:
 def _gpu_counts(c: _Checker, kind: str) -> tuple[tuple[int, ...], int, int, str]:
     """`gpus`, `gpus_per_node`, `max_nodes` and (inference) `parallel`, checked together; gpus () when wrong."""
     data = c.data
-    gpus: tuple[int, ...] = c.choices("gpus", integer=True, lo=1) if "gpus" in data else (1,)
-    per_node = c.number("gpus_per_node", required=False, lo=1, integer=True, default=0)
-    max_nodes = c.number("max_nodes", required=False, lo=1, integer=True, default=0)
+    gpus: tuple[int, ...] = c.choices("gpus", integer=True, lo=1, hi=MAX_GPUS) if "gpus" in data else (1,)
+    per_node = c.number("gpus_per_node", required=False, lo=1, hi=MAX_GPUS, integer=True, default=0)
+    max_nodes = c.number("max_nodes", required=False, lo=1, hi=MAX_GPUS, integer=True, default=0)
     parallel = ""
     if kind == "infer":
         parallel = data.get("parallel", "")
@@ -394,6 +421,11 @@ def _batch_problems(c: _Checker, global_batch: int, micro: tuple[int, ...], gpus
                           f"({_divisors(global_batch // n)}), or fewer ranks")
             found = True
     return found
+
+
+def _bound(x: float) -> str:
+    """A range's end as written: 1048576, not 1.04858e+06."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
 
 
 def _divisors(n: int, limit: int = 24) -> str:
