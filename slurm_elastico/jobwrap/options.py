@@ -102,6 +102,8 @@ def split_argv(argv: Sequence[str]) -> SubmitArgs:
             body = tok[2:]
             raw_name, eq, value = body.partition("=")
             if raw_name == FAMILY_OPTION[2:]:  # ours; exact spelling only, so no sbatch option can be taken for it
+                if family is not None:  # which one was meant? sbatch's last-wins would hide the other
+                    problems.append("--family given more than once; allowed: one family file per job")
                 if eq:
                     family = value
                     i += 1
