@@ -36,6 +36,31 @@ def main(ctx: click.Context, config_path: str | None) -> None:
     ctx.obj["config_path"] = config_path
 
 
+def _once_each(command: click.Command) -> None:
+    """Make `command` refuse an option given twice (click keeps the last silently), on it and every subcommand.
+
+    An option that collects (`multiple`, `count`) may repeat. The check parses the arguments once more with the
+    command's own parser, which only collects values: callbacks run in the real parse after it.
+    """
+    original = command.parse_args
+
+    def parse_args(ctx: click.Context, args: list[str]) -> list[str]:
+        _, _, order = command.make_parser(ctx).parse_args(args=list(args))
+        seen: dict[str, int] = {}
+        for param in order:
+            if isinstance(param, click.Option) and not (param.multiple or param.count):
+                seen[param.name] = seen.get(param.name, 0) + 1
+        for param in command.params:
+            if seen.get(param.name, 0) > 1:
+                spelled = "/".join([*param.opts, *param.secondary_opts])
+                raise click.UsageError(f"option {spelled} given {seen[param.name]} times; allowed: once", ctx)
+        return original(ctx, args)
+
+    command.parse_args = parse_args  # type: ignore[method-assign]
+    for sub in getattr(command, "commands", {}).values():
+        _once_each(sub)
+
+
 def settings(ctx: click.Context):
     """The settings for this invocation, loaded once."""
     from slurm_elastico import config
@@ -70,6 +95,7 @@ def _register() -> None:
     from slurm_elastico.cli import sim
 
     main.add_command(sim.sim)
+    _once_each(main)
 
 
 _register()
