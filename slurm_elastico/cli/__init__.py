@@ -6,6 +6,7 @@ group lives in its own module of this package and is registered below.
 
 from __future__ import annotations
 
+import math
 import sys
 
 import click
@@ -34,6 +35,16 @@ def main(ctx: click.Context, config_path: str | None) -> None:
     """slurm-elastico: elastic co-location of training and LLM inference on Slurm."""
     ctx.ensure_object(dict)
     ctx.obj["config_path"] = config_path
+
+
+class Finite(click.FloatRange):
+    """`click.FloatRange` that also refuses nan and inf (a range check lets nan through: every comparison is false)."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number; allowed: {self._describe_range()}", param, ctx)
+        return number
 
 
 def _once_each(command: click.Command) -> None:

@@ -10,11 +10,12 @@ unfinished jobs is not a result.
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import click
 
-from slurm_elastico.cli import settings
+from slurm_elastico.cli import Finite, settings
 from slurm_elastico.sim.experiment import ProgressBar, load_sweep, setup, write_sweep
 from slurm_elastico.sim.trace import DEFAULT_JITTER_S
 
@@ -25,20 +26,20 @@ TRACE_HELP = ("synthetic (a training/inference mix), pollux:N (bundled workload 
 def _options(f):
     opts = [
         click.option("--trace", "trace_name", default="synthetic", show_default=True, help=TRACE_HELP),
-        click.option("--jobs", type=click.IntRange(min=1), default=400, show_default=True, help="synthetic: jobs"),
-        click.option("--load", type=click.FloatRange(min=0.01), default=2.0, show_default=True,
+        click.option("--jobs", type=click.IntRange(1, 100000), default=400, show_default=True, help="synthetic: jobs"),
+        click.option("--load", type=Finite(0.01, 1000), default=2.0, show_default=True,
                      help="synthetic: offered load (GPU-seconds asked / GPU-seconds there while jobs arrive)"),
-        click.option("--infer-fraction", type=click.FloatRange(0, 1), default=0.3, show_default=True,
+        click.option("--infer-fraction", type=Finite(0, 1), default=0.3, show_default=True,
                      help="synthetic: share of inference jobs"),
-        click.option("--hours", type=click.FloatRange(min=0.01), default=24.0, show_default=True,
+        click.option("--hours", type=Finite(0.01, 24 * 366 * 10), default=24.0, show_default=True,
                      help="philly: hours of submissions to replay"),
-        click.option("--gpus", type=click.IntRange(min=1), default=None, help="GPUs (default: sim.gpus)"),
-        click.option("--epoch-s", type=click.FloatRange(min=1), default=None, help="seconds between epochs"),
-        click.option("--window-s", type=float, default=None,
+        click.option("--gpus", type=click.IntRange(1, 65536), default=None, help="GPUs (default: sim.gpus)"),
+        click.option("--epoch-s", type=Finite(1, 86400), default=None, help="seconds between epochs"),
+        click.option("--window-s", type=Finite(min=-1), default=None,
                      help="placement window before Slurm starts a job as submitted; -1 = until planned"),
         click.option("--colocation", type=click.Choice(["gavel", "gavel-residual", "none"]), default=None,
                      help="ground truth of co-location slowdown"),
-        click.option("--jitter-s", type=click.FloatRange(min=0), default=DEFAULT_JITTER_S, show_default=True,
+        click.option("--jitter-s", type=Finite(0, 86400), default=DEFAULT_JITTER_S, show_default=True,
                      help="pollux or CSV traces: each seed moves every arrival by its own seeded uniform offset "
                           "within ± this many seconds (0 = the trace's exact times)"),
         click.option("--sim-config", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -61,7 +62,7 @@ def sim() -> None:
 @sim.command("run")
 @_options
 @click.option("--policy", default=None, help="policy from the registry (default: planner.policy)")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
 @click.pass_context
 def run_cmd(ctx, policy, seed, out, as_json, progress, **recipe) -> None:
     """Replay one trace under one policy and print its figures (and how many jobs it left unfinished)."""
@@ -85,7 +86,7 @@ def run_cmd(ctx, policy, seed, out, as_json, progress, **recipe) -> None:
 @_options
 @click.option("--policies", "names", default=None,
               help="comma-separated policies (default: every policy in the registry)")
-@click.option("--seeds", type=click.IntRange(min=1), default=5, show_default=True, help="seeds 0..N-1")
+@click.option("--seeds", type=click.IntRange(1, 1000), default=5, show_default=True, help="seeds 0..N-1")
 @click.option("--loads", default=None, help="synthetic: comma-separated loads for a sweep (writes load_sweep.png)")
 @click.pass_context
 def compare_cmd(ctx, names, seeds, loads, out, as_json, progress, **recipe) -> None:
@@ -106,7 +107,7 @@ def compare_cmd(ctx, names, seeds, loads, out, as_json, progress, **recipe) -> N
                 bar.done()
                 click.echo(f"load {ld:g}:\n" + res.table(SHOWN))
 
-        loads_f = [float(x) for x in loads.split(",")]
+        loads_f = _loads(loads)
         sweep, report, results = load_sweep(lambda ld: setup(settings(ctx), **{**recipe, "load": ld}),
                                             loads_f, names_l, seeds, bar, each)
         bar.done()
@@ -124,6 +125,29 @@ def compare_cmd(ctx, names, seeds, loads, out, as_json, progress, **recipe) -> N
     bar.done()
     _emit(result, out, as_json)
     result.check_complete()
+
+
+def _loads(text: str) -> list[float]:
+    """--loads as numbers: each finite and > 0, at most 64 of them."""
+    from slurm_elastico.inputs import clip
+
+    parts = text.split(",")
+    bad = []
+    loads = []
+    for part in parts:
+        try:
+            value = float(part)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value > 0):
+            bad.append(clip(repr(part.strip())))
+        loads.append(value)
+    if bad:
+        raise click.BadParameter(f"{', '.join(bad[:5])} is not a load; allowed: comma-separated numbers > 0 "
+                                 "(e.g. 0.5,1,2)", param_hint="--loads")
+    if len(loads) > 64:
+        raise click.BadParameter(f"{len(loads)} loads; allowed: at most 64", param_hint="--loads")
+    return loads
 
 
 SHOWN = ("mean_jct_h", "median_jct_h", "p99_jct_h", "makespan_h", "util_arrivals", "mean_queue_h",
