@@ -97,3 +97,10 @@ class NotJsonError(ParseError):
 
 class ClusterError(ElasticoError):
     """The local development cluster could not be brought up or down; names the log to read."""
+
+
+class StateError(ElasticoError):
+    """The helper's state (store, journal) cannot be opened or written: a read-only or full disk, a path that is a
+    file. Names the path and the reason; exit code 74 (EX_IOERR)."""
+
+    exit_code = 74

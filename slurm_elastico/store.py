@@ -9,10 +9,13 @@ changed table needs a new name).
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from slurm_elastico.errors import StateError
 
 SCHEMA: list[str] = [
     # Co-location observations (slurm_elastico.interference.measurements): one row
@@ -120,15 +123,42 @@ class Store:
     """An open store; creates every table in `SCHEMA` that is missing. Use as a context manager."""
 
     def __init__(self, path: str | Path):
+        """Opens (creating if missing) the store at `path`; `StateError` when it cannot, leaving nothing behind.
+
+        A store that could not be set up is removed again with the directories made for it, so a full or
+        read-only disk leaves the state directory as it was.
+        """
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # isolation_level=None: autocommit; `transaction()` groups writes explicitly.
-        self.conn = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
-        self.conn.row_factory = sqlite3.Row
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA foreign_keys=ON")
-        for statement in SCHEMA:
-            self.conn.execute(statement)
+        for d in (self.path.parent, *self.path.parent.parents):
+            if d.exists() and not d.is_dir():
+                raise StateError(f"cannot open the store {self.path}: {d} is not a directory; allowed: a state_dir "
+                                 "that is a directory (or a path that can be created as one)")
+        made = [d for d in (self.path.parent, *self.path.parent.parents) if not d.exists()]
+        existed = self.path.exists()
+        conn = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # isolation_level=None: autocommit; `transaction()` groups writes explicitly.
+            conn = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            for statement in SCHEMA:
+                conn.execute(statement)
+        except (OSError, sqlite3.Error) as exc:
+            if conn is not None:
+                conn.close()
+            if not existed:
+                for name in (self.path.name, f"{self.path.name}-wal", f"{self.path.name}-shm"):
+                    with contextlib.suppress(OSError):  # what cannot be removed was never made
+                        (self.path.parent / name).unlink()
+                for d in made:  # innermost first
+                    with contextlib.suppress(OSError):
+                        d.rmdir()
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise StateError(f"cannot open the store {self.path}: {reason}; allowed: a state_dir that is a "
+                             "writable directory on a disk with free space") from None
+        self.conn = conn
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         return self.conn.execute(sql, params)
