@@ -26,7 +26,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO
 
-from slurm_elastico.errors import ConfigError, ElasticoError
+from slurm_elastico.errors import ConfigError, ElasticoError, StateError
 
 RUN_DIR = Path("/run/slurm-elastico")
 """The system-wide run directory (systemd: `RuntimeDirectory=slurm-elastico`); root creates it itself."""
@@ -103,10 +103,12 @@ def _locked(path: Path, holder: dict, busy_message) -> Iterator[IO[str]]:
             other = _read_holder(f)
             raise HelperBusy(busy_message(other), other.get("pid") if isinstance(other.get("pid"), int) else None) from None
         try:
-            f.seek(0)
-            f.truncate()
-            f.write(json.dumps(holder) + "\n")
-            f.flush()
+            try:  # unbuffered: a full or read-only disk fails here, not again when the file is closed
+                os.ftruncate(f.fileno(), 0)
+                os.pwrite(f.fileno(), (json.dumps(holder) + "\n").encode(), 0)
+            except OSError as exc:
+                raise StateError(f"cannot write the lock {path}: {exc.strerror or exc}; allowed: a directory "
+                                 "the helper may write on a disk with free space") from None
             yield f
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
