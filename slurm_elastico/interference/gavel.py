@@ -30,7 +30,7 @@ from pathlib import Path
 
 from slurm_elastico.interference.base import SoloProfile
 from slurm_elastico.interference.errors import MeasurementError
-from slurm_elastico.interference.measurements import Colocation, read_rows
+from slurm_elastico.interference.measurements import Colocation, read_measurement_text, read_rows
 
 PAIR_COLUMNS = ("gpu_type", "model1", "bs1", "scale1", "model2", "bs2", "scale2", "colo_tput1", "colo_tput2")
 """Columns the flattened pairs CSV must have (Gavel's flattening also has iso_tput1/2 and norm_tput1/2: ignored,
@@ -154,12 +154,13 @@ def _job(text: str, where: str) -> tuple[str, str, str]:
 def import_gavel_json(path: str | Path) -> GavelImport:
     """Reads Gavel's throughputs JSON (every GPU type in it) into observations."""
     path = Path(path)
+    text = read_measurement_text(path)
     try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise MeasurementError(f"{path}: cannot be read ({exc.strerror})") from None
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise MeasurementError(f"{path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    except RecursionError:
+        raise MeasurementError(f"{path}: nested too deep; allowed: Gavel's throughputs JSON") from None
     if not isinstance(data, dict) or not data:
         raise MeasurementError(f"{path}: expected an object of GPU types, each an object of jobs")
     iso: dict[tuple[str, str, str], float] = {}

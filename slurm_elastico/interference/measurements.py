@@ -27,11 +27,14 @@ refused. Files this module writes always hold steps/s and no unit columns.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from slurm_elastico.errors import ConfigError
+from slurm_elastico.inputs import read_text
 from slurm_elastico.interference.base import SoloProfile
 from slurm_elastico.interference.errors import MeasurementError
 
@@ -167,16 +170,24 @@ def read_rows(path: str | Path, columns: Sequence[str]) -> list[tuple[int, dict[
     """(row number, row) of a CSV that must have `columns`; row numbers count the header as row 1, as a
     spreadsheet shows them. An unreadable file or a missing column raises `MeasurementError` naming it."""
     path = Path(path)
+    text = read_measurement_text(path)
     try:
-        handle = path.open(newline="")
-    except OSError as exc:
-        raise MeasurementError(f"{path}: cannot be read ({exc.strerror})") from None
-    with handle:
-        reader = csv.DictReader(handle)
+        reader = csv.DictReader(io.StringIO(text, newline=""))
         missing = [c for c in columns if c not in (reader.fieldnames or ())]
         if missing:
             raise MeasurementError(f"{path}: missing column(s) {', '.join(missing)}; expected {', '.join(columns)}")
         return list(enumerate(reader, start=2))
+    except csv.Error as exc:
+        raise MeasurementError(f"{path}: not a CSV file ({exc}); allowed: comma-separated text with a header") from None
+
+
+def read_measurement_text(path: Path) -> str:
+    """The text of a measurement file through `inputs` (a regular file within its size limit, UTF-8), or
+    `MeasurementError` saying what is wrong and what is allowed."""
+    try:
+        return read_text(path, "measurement file")
+    except ConfigError as exc:
+        raise MeasurementError(f"{path}: {'; '.join(exc.problems)}") from None
 
 
 def read_csv(path: str | Path) -> list[Colocation]:
