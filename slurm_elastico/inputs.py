@@ -38,6 +38,7 @@ LIMITS = {
     "job script": 2 * MiB,
     "trace": 512 * MiB,
     "measurement file": 512 * MiB,
+    "model file": 1024 * MiB,
 }
 """The largest file of each kind read. A family and a job script travel inside the batch script elastico-submit
 gives sbatch (base64, 4/3 the size), and Slurm's default max_script_size is 4 MB."""
@@ -67,6 +68,24 @@ def _size(n: int) -> str:
     return f"{n / MiB:g} MiB" if n >= MiB else f"{n / 1024:g} KiB"
 
 
+def check_file(path: str | os.PathLike, kind: str) -> int:
+    """The size of `path` when it is a regular file within `LIMITS[kind]`; `ConfigError` otherwise.
+
+    For a file another library opens itself (a torch model): call this first, so a FIFO is refused before
+    that library's blocking open.
+    """
+    limit = _limit(kind)
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot read it: {exc.strerror}"]) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(str(path), [f"is {_kind_of(st.st_mode)}; allowed: a regular file ({kind})"])
+    if st.st_size > limit:
+        raise ConfigError(str(path), [f"is larger than {_size(limit)}; allowed: a {kind} of at most {_size(limit)}"])
+    return st.st_size
+
+
 def read_bytes(path: str | os.PathLike, kind: str) -> bytes:
     """The bytes of the regular file `path`, at most `LIMITS[kind]`; anything else raises `ConfigError`."""
     limit = _limit(kind)
@@ -78,12 +97,7 @@ def read_bytes(path: str | os.PathLike, kind: str) -> bytes:
     def not_regular(mode: int) -> ConfigError:
         return refuse(f"is {_kind_of(mode)}; allowed: a regular file ({kind})")
 
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise refuse(f"cannot read it: {exc.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise not_regular(st.st_mode)
+    check_file(path, kind)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:

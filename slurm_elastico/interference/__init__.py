@@ -19,8 +19,16 @@ def load_model(path: str | os.PathLike | None) -> SlowdownModel:
     """The trained predictor at `path` (by its content), or the `ContentionModel` when `path` is empty or None."""
     if path is None or str(path).strip() == "":
         return ContentionModel()
+    from slurm_elastico.errors import ConfigError
+    from slurm_elastico.inputs import check_file
     from slurm_elastico.interference.errors import ModelFileError
 
+    if not os.path.exists(path):
+        raise ModelFileError(f"{path}: no such model file")
+    try:
+        check_file(path, "model file")  # a FIFO would block the open below
+    except ConfigError as exc:
+        raise ModelFileError(f"{path}: {'; '.join(exc.problems)}") from None
     try:
         with open(path, "rb") as handle:
             head = handle.read(64).lstrip()
