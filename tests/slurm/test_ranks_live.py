@@ -8,6 +8,7 @@ test sees every rank of every run (Slurm 22.05 here, 24.11 through etc/dev/other
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
@@ -193,3 +194,57 @@ def test_training_reshaped_1_2_4_1_ranks_ends_within_rounding_of_the_one_rank_ru
         assert other > 1e3 * max(reshaped, 1e-9)
     finally:
         c.cancel_all()
+
+
+# ----------------------------------------------------------------------------- inference replicas
+
+INFER_FAMILY = """kind: infer
+requests: 24
+gpu_memory_utilization: [0.9]
+max_num_seqs: [2]
+kv_cache_dtype: [auto]
+mps_shares: [100]
+gpus: [1, 2]
+parallel: replicas
+default: gmu0.9-seqs2-kvauto-mps100
+"""
+
+
+def test_inference_moved_1_2_1_engine_replicas_answers_each_request_exactly_once(slurm_cluster, tmp_path):
+    """The CPU engine (`infer_tiny.py --engine torch`): 1 replica, then 2 (each its share of the request list, its own
+    journal shard), then 1 again, moved the helper's way; the journal shards hold every request once, as the
+    uninterrupted one-replica run wrote them."""
+    from slurm_elastico.runtime.infer import journal_shards
+
+    c = Cluster(dict(slurm_cluster.env()), tmp_path, {"infer.yaml": INFER_FAMILY})
+    args, gpu = ("--requests", str(EXAMPLES / "requests.jsonl"), "--batch-sleep", "0.8"), ("--gres=gpu:1",)
+    one, two = "gmu0.9-seqs2-kvauto-mps100", "gmu0.9-seqs2-kvauto-dp2"
+    try:
+        ref = c.submit("infer.yaml", EXAMPLES / "infer_tiny.py", *args, options=gpu)
+        job = c.submit("infer.yaml", EXAMPLES / "infer_tiny.py", *args, options=gpu)
+        c.wait_text(job, lambda t: "journaled 4/24" in t, "two batches on one replica", timeout=120)
+        move(c, job, two, 2)
+        c.wait_text(job, lambda t: t.count(f"infer_tiny: shape {two}:") == 2 and "journaled" in t.split(two)[-1],
+                    "both replicas answering", timeout=120)
+        move(c, job, one, 1)
+        c.wait_done(job, timeout=180)
+        c.wait_done(ref, timeout=180)
+    finally:
+        c.cancel_all()
+    text = c.text(job)
+    runs = c.summaries(job)  # one per replica per run
+    assert [r["status"] for r in runs] == ["checkpointed"] * 3 + ["done"], text
+    assert sum(r["written"] for r in runs) == 24
+
+    def records(job_id):
+        return [json.loads(line) for p in journal_shards(c.ckpt(job_id) / "journal.jsonl")
+                for line in p.read_text().splitlines()]
+
+    got, want = records(job), records(ref)
+    ids = [r["id"] for r in got]
+    assert len(ids) == len(set(ids)) == 24  # each request answered exactly once over the three runs
+    assert {r["shape"] for r in got} == {one, two}
+    key = lambda rs: sorted((r["id"], r["text"], r["token_ids"]) for r in rs)  # noqa: E731
+    assert key(got) == key(want)
+    print(f"\ninference 1 -> 2 -> 1 replicas: {len(ids)} requests, each once; shards "
+          f"{[p.name for p in journal_shards(c.ckpt(job) / 'journal.jsonl')]}")
