@@ -104,9 +104,9 @@ def check_cluster(jobs: Sequence[TraceJob], gpus: int, source: str = "trace") ->
     """
     if not jobs:
         raise ConfigError(source, ["the trace has no jobs (an empty or header-only file, or a slice with no "
-                                   "submissions)"])
-    problems = [f"job {j.job_id} asks for {j.gpus} GPUs; the cluster has {gpus} (--gpus or sim.gpus)"
-                for j in jobs if j.gpus > gpus]
+                                   "submissions); allowed: a trace with at least one job"])
+    problems = [f"job {j.job_id} asks for {j.gpus} GPUs; the cluster has {gpus}; allowed: at most {gpus} GPUs a "
+                "job, or a larger cluster (--gpus or sim.gpus)" for j in jobs if j.gpus > gpus]
     if problems:
         raise ConfigError(source, problems)
 
