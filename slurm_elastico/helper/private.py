@@ -28,7 +28,8 @@ def make_private(state_dir: str | Path) -> list[str]:
     try:
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
-        return [f"{d}: cannot create the state directory ({exc.strerror})"]
+        return [f"{d}: cannot create the state directory ({exc.strerror}); allowed: a state_dir that is a "
+                "directory the helper's user may create and write"]
     problems = []
     for p in (d, *(d / n for n in STORE_FILES)):
         try:
