@@ -133,7 +133,9 @@ class DirectoryFamilies:
     def __init__(self, directory: str | Path, gpu_memory_mib: int):
         self.dir, self.gpu_memory_mib = Path(directory), gpu_memory_mib
         if not self.dir.is_dir():
-            raise ConfigError(str(self.dir), ["the families directory does not exist"])
+            what = "does not exist" if not self.dir.exists() else "is not a directory"
+            raise ConfigError(str(self.dir), [f"the families directory {what}; allowed: a directory of "
+                                              "<job id>.yaml files"])
 
     def families(self, job_ids: set[int]) -> tuple[dict[int, Family], list[str]]:
         found, errors = load_directory(self.dir, self.gpu_memory_mib)
