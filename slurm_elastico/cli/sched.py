@@ -112,12 +112,10 @@ def _serve(cfg, interval, epochs, dry_run, families_dir, out: Output, metrics, m
     from slurm_elastico.interference.measurements import read_csv
     from slurm_elastico.store import Store
 
+    # Everything a bad input can fail is read before the store is opened, so a refused start writes nothing.
     gateway = gateway_from(cfg)
-    store = Store(cfg.store_path)
-    families = (DirectoryFamilies(families_dir, cfg.gpu.memory_mib) if families_dir
-                else ScriptFamilies(store, gateway, cfg.gpu.memory_mib))
+    directory = DirectoryFamilies(families_dir, cfg.gpu.memory_mib) if families_dir else None
     model = load_model(cfg.interference.model)
-    journal = None if dry_run else Journal(store)
     reference = []
     if cfg.interference.reference:
         if not cfg.interference.model:
@@ -127,6 +125,9 @@ def _serve(cfg, interval, epochs, dry_run, families_dir, out: Output, metrics, m
             reference = read_csv(cfg.interference.reference)
         except MeasurementError as exc:
             raise ConfigError("interference.reference", [f"{exc} (the measurement CSV the model was trained on)"]) from None
+    store = Store(cfg.store_path)
+    families = directory or ScriptFamilies(store, gateway, cfg.gpu.memory_mib)
+    journal = None if dry_run else Journal(store)
     observer = ProgressObserver(store, cfg.gpu.type, model, cfg.interference.model, reference)
 
     def publish() -> None:
