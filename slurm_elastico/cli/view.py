@@ -85,12 +85,18 @@ def status(ctx: click.Context, as_json: bool) -> None:
 @click.option("--keys", is_flag=True, help="list every valid key instead of the values")
 @click.pass_context
 def config_cmd(ctx: click.Context, keys: bool) -> None:
-    """Print the settings in force (defaults filled in) as YAML, or the valid keys."""
+    """Print the settings in force (defaults filled in) as YAML, or the valid keys.
+
+    Checks them as the helper would at its start: planner.policy must name a registered policy.
+    """
     import yaml
 
     from slurm_elastico import config
+    from slurm_elastico.planner import policies
 
     if keys:
         click.echo("\n".join(config.valid_keys()))
         return
-    click.echo(yaml.safe_dump(dataclasses.asdict(settings(ctx)), sort_keys=False).rstrip())
+    cfg = settings(ctx)
+    policies.get(cfg.planner.policy)  # the registry is the planner's; the settings file cannot list it
+    click.echo(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False).rstrip())

@@ -117,6 +117,8 @@ CASES = [
     ("config-nan", "elastico", ["--config", "{d}/nan.yaml", "config"], ["planner.step", "expected float (finite)"], {}),
     ("config-absurd", "elastico", ["--config", "{d}/absurd.yaml", "config"], ["gpu.memory_mib", "above the maximum"],
      {}),
+    ("config-unknown-policy", "elastico", ["--config", "{d}/policy.yaml", "config"],
+     ["'nosuch' is not a policy", "allowed: elastico"], {}),
     ("option-repeated", "elastico", ["--config", "{d}/good.yaml", "--config", "{d}/good.yaml", "config"],
      ["--config given 2 times", "allowed: once"], {"usage": True}),
     # the helper

@@ -1,5 +1,7 @@
 """Settings: defaults, every problem reported at once, valid keys listed."""
 
+import os
+
 import pytest
 
 from slurm_elastico import config
@@ -60,3 +62,33 @@ def test_shipped_example_is_valid():
     s = config.load(example)  # raises ConfigError if the example drifted from the schema
     assert s.planner.reserve_queue_head is True and s.slurm.timeout_s == 30.0
     assert set(config.valid_keys()) >= {"planner.fairness", "interference.floor", "slurm.conf"}
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"planner": {"step": float("nan")}}, "planner.step: expected float (finite), got float nan"),
+    ({"planner": {"reshape_cost_s": float("inf")}}, "planner.reshape_cost_s: expected float (finite), got float inf"),
+    ({"gpu": {"memory_mib": 10**15}}, "gpu.memory_mib: 1000000000000000 is above the maximum 16777216"),
+    ({"planner": {"step": 1e9}}, "planner.step: 1000000000.0 is above the maximum 1000"),
+    ({"state_dir": "x" * 5000}, f"state_dir: 5000 characters; allowed: at most {config.MAX_TEXT}"),
+])
+def test_absurd_values_are_refused(data, expected):
+    with pytest.raises(ConfigError) as err:
+        config.from_mapping(data, "e.yaml")
+    assert err.value.problems == (expected,)
+
+
+def test_limits_keep_ordinary_values():
+    s = config.from_mapping({"gpu": {"memory_mib": 196608}, "planner": {"step": 2, "reshape_cost_s": 600},
+                             "state_dir": "/srv/" + "d" * 100})
+    assert (s.gpu.memory_mib, s.planner.step, s.planner.reshape_cost_s) == (196608, 2.0, 600.0)
+
+
+def test_the_file_is_read_strictly(tmp_path):
+    f = tmp_path / "e.yaml"
+    f.write_text("planner:\n  rounds: 5\nplanner:\n  rounds: 6\n")
+    with pytest.raises(ConfigError, match="duplicate key 'planner'"):
+        config.load(f)
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="FIFO"):
+        config.load(fifo)
