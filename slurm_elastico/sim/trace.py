@@ -243,6 +243,9 @@ def _train_batch(truth: GroundTruth, app: str, rng: np.random.Generator) -> int:
     return int(batches[int(rng.integers(0, len(batches)))])
 
 
+PHILLY_COLUMNS = ("submit_s", "duration_s", "num_gpus")
+
+
 def philly(path: str | Path | None = None, truth: GroundTruth | None = None, seed: int = 0, start_s: float = 0.0,
            hours: float = 24.0, max_duration_s: float | None = 7 * 86400.0) -> list[TraceJob]:
     """Philly jobs submitted in [start_s, start_s + hours): arrival, GPUs and duration from the trace.
@@ -255,20 +258,28 @@ def philly(path: str | Path | None = None, truth: GroundTruth | None = None, see
     rng = np.random.default_rng(seed)
     end = start_s + hours * 3600.0
     jobs = []
-    for r in _read_csv(Path(path) if path else DATA / "philly.csv.gz"):
-        t = float(r["submit_s"])
+    where = str(path or "philly")
+    rows = _read_csv(Path(path) if path else DATA / "philly.csv.gz")
+    missing = [c for c in PHILLY_COLUMNS if rows and c not in rows[0]]
+    if missing:
+        raise ConfigError(where, [f"missing column(s) {', '.join(missing)}; allowed: a Philly trace with columns "
+                                  f"{','.join(PHILLY_COLUMNS)}"])
+    for i, r in enumerate(rows, start=2):
+        try:
+            t, dur, gpus = float(r["submit_s"]), float(r["duration_s"]), max(1, int(r["num_gpus"]))
+        except (ValueError, TypeError) as exc:  # TypeError: a short row's missing cell is None
+            raise ConfigError(where, [f"row {i}: {exc if isinstance(exc, ValueError) else 'fewer cells than the header'}"
+                                      "; allowed: seconds for submit_s and duration_s, an integer for num_gpus"]) from None
         if t < start_s:
             continue
         if t >= end:
             break
-        dur = float(r["duration_s"])
         if dur <= 0:
             continue
         if max_duration_s:
             dur = min(dur, max_duration_s)
         app = truth.apps[int(rng.integers(0, len(truth.apps)))]
         batch = _train_batch(truth, app, rng)
-        gpus = max(1, int(r["num_gpus"]))
         speed = (truth.train_speed(app, batch, default_micro(truth, app, batch), 100) if gpus == 1
                  else truth.rigid_speed(app, batch, gpus))
         jobs.append(TraceJob(len(jobs) + 1, t - start_s, "train", app, gpus, dur * speed, batch))
