@@ -62,6 +62,7 @@ class Table:
     contention: np.ndarray  # [C] 1 − 1/S against a stand-in neighbour (0 at a whole GPU)
     by_speed: list[int]  # allowed slots, fastest first
     density: float  # best value per dominant GPU-equivalent
+    gangs: bool = False  # whether any shape holds whole GPUs as a data-parallel gang
 
 
 @dataclass
@@ -217,7 +218,7 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
     pending = [j for j in jobs if not j.running]
     running = [j for j in jobs if j.running]
     elastic = [j for j in running if policy.reshape and _elastic(j, state, now, ps.reshape_cost_s)] if any(
-        r.gpus for t in tables.values() for r in t.rows) else []
+        t.gangs for t in tables.values()) else []
     notes: list[str] = []
 
     # -- reservation for the head of the queue -------------------------------
@@ -456,7 +457,7 @@ def _table(fam: Family, cache: PairCache, per_gpu: np.ndarray, shares_per_gpu: i
     dens = value / dominant
     by_speed = sorted((i for i in range(len(shapes)) if allowed[i]), key=lambda i: (-tput[i], i))
     return Table(fam, rows, value, demand, allowed, contention, by_speed,
-                 float(dens[allowed].max()) if allowed.any() else 0.0)
+                 float(dens[allowed].max()) if allowed.any() else 0.0, any(r.gpus for r in rows))
 
 
 def _contention(tables: list[Table], cache: PairCache, shares_per_gpu: int) -> None:
@@ -464,8 +465,13 @@ def _contention(tables: list[Table], cache: PairCache, shares_per_gpu: int) -> N
     todo = [(t, i) for t in tables for i, r in enumerate(t.rows) if r.share < shares_per_gpu and not r.gpus]
     if not todo or not cache.enabled:
         return
-    partners = [SoloProfile(kind="train", mps_share=round(percent_of(shares_per_gpu - t.rows[i].share, shares_per_gpu)))
-                for t, i in todo]
+    # one stand-in per share left over (the same object each time, so a model may compute it once)
+    stand_in: dict[int, SoloProfile] = {}
+    for t, i in todo:
+        rest = shares_per_gpu - t.rows[i].share
+        if rest not in stand_in:
+            stand_in[rest] = SoloProfile(kind="train", mps_share=round(percent_of(rest, shares_per_gpu)))
+    partners = [stand_in[shares_per_gpu - t.rows[i].share] for t, i in todo]
     slow = cache.vs_partners([t.rows[i].uid for t, i in todo], partners)
     for (t, i), s in zip(todo, slow):
         t.contention[i] = 1.0 - 1.0 / s
@@ -528,7 +534,7 @@ def _problem(pending: list[Job], state: GpuState, per_gpu: np.ndarray, elastic: 
 
 
 def _gang_capable(job: Job) -> bool:
-    return any(r.gpus for r in job.table.rows)
+    return job.table.gangs
 
 
 def _allot(pending: list[Job], elastic: list[Job], choice: np.ndarray, targets: dict[int, int],
@@ -704,7 +710,7 @@ def _elastic(job: Job, state: GpuState, now: float, cost_s: float) -> bool:
     has run `DWELL_RESTARTS` restart costs since it last started."""
     whole = bool(job.seat.gang) or job.seat.row.share >= state.total_share[job.seat.gpu]
     settled = job.view.start_time is None or now - job.view.start_time >= DWELL_RESTARTS * cost_s
-    return whole and settled and job.view.requeue and any(r.gpus for r in job.table.rows)
+    return whole and settled and job.view.requeue and job.table.gangs
 
 
 def _left_s(job: Job, now: float, progress: Mapping[int, float]) -> tuple[float, float]:
