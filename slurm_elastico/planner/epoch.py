@@ -664,8 +664,11 @@ def _move(job: Job, state: GpuState, now: float, progress: Mapping[int, float], 
     work = reshape.remaining_work(job.table.family.total_work, progress.get(job.view.job_id),
                                   job.view.start_time, now, rate_now)
     rows = job.table.rows
+    room = state.max_free()  # what the other GPUs have (its own is `_reshape`'s question)
+    idle = room >= state.total_share[g0]  # a GPU with nobody on it: a whole GPU or a gang may be there
     faster = [s for s in job.table.by_speed
-              if reshape.saving(work, rate_now, rows[s].tput, cost_s, hysteresis) > 0][:MOVE_TRIES]
+              if (rows[s].share <= room if not rows[s].gpus else idle)
+              and reshape.saving(work, rate_now, rows[s].tput, cost_s, hysteresis) > 0][:MOVE_TRIES]
     if not faster:
         return None
     state.remove(seat)
