@@ -95,7 +95,8 @@ def _locked(path: Path, holder: dict, busy_message) -> Iterator[IO[str]]:
     try:
         f = open(path, "a+")
     except OSError as exc:
-        raise ConfigError("lock", [f"cannot open {path}: {exc.strerror or exc}"]) from None
+        raise ConfigError("lock", [f"cannot open {path}: {exc.strerror or exc}; allowed: a directory the helper "
+                                   "may write"]) from None
     with f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
