@@ -263,3 +263,36 @@ def test_the_battery_can_fail(world):
         assert calls.exists() and "Submitted batch job 1" in res.stdout
     finally:
         calls.unlink(missing_ok=True)
+
+
+def _in_small_mount(d: Path, options: str, fill: bool, args: list[str]) -> subprocess.CompletedProcess:
+    """Run `elastico ARGS` in a private mount namespace where `d/mnt` is a 64 KiB tmpfs holding `state/`,
+    remounted read-only (`options` "ro") or filled to the last byte (`fill`): a real read-only or full disk."""
+    mnt = d / "mnt"
+    mnt.mkdir(exist_ok=True)
+    setup = [f"mount -t tmpfs -o size=64k tmpfs {mnt}", f"mkdir -m 700 {mnt}/state"]
+    if fill:
+        setup.append(f"(dd if=/dev/zero of={mnt}/fill bs=4k 2>/dev/null || true)")
+    if options == "ro":
+        setup.append(f"mount -o remount,ro {mnt}")
+    script = " && ".join(setup) + ' && "$@"; rc=$?; find "$0" -type f -size +0 -path "*/state/*"; exit $rc'
+    argv = ["unshare", "-m", "sh", "-c", script, str(mnt), sys.executable, "-c", ENTRY["elastico"], *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/unshare").exists(),
+                    reason="needs root and unshare(1) for a private tmpfs mount")
+@pytest.mark.parametrize("disk", ["read-only", "full"])
+@pytest.mark.parametrize("dry_run", [False, True], ids=["acting", "dry-run"])
+def test_sched_on_a_read_only_or_full_disk_starts_nothing(world, disk, dry_run):
+    d = world
+    conf = d / f"mnt-{disk}.yaml"
+    conf.write_text(f"state_dir: {d}/mnt/state\nslurm:\n  conf: {d}/slurm.conf\n")
+    res = _in_small_mount(d, "ro" if disk == "read-only" else "rw", disk == "full",
+                          ["--config", str(conf), "sched", "--once", *(["--dry-run"] if dry_run else [])])
+    assert res.returncode not in (0, 1), res.stderr  # 1 would be an unhandled exception
+    assert "Traceback" not in res.stderr
+    assert "allowed" in res.stderr and ("Read-only" in res.stderr or "readonly" in res.stderr
+                                        or "full" in res.stderr or "No space" in res.stderr
+                                        or "unable to open" in res.stderr), res.stderr
+    assert res.stdout.strip() == "", f"the state directory holds written files: {res.stdout}"
