@@ -20,9 +20,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-import yaml
-
 from slurm_elastico.errors import ConfigError, SlurmError, SlurmUnavailable, UnknownJobError
+from slurm_elastico.inputs import load_yaml
 from slurm_elastico.jobwrap.script import payload_from_script
 from slurm_elastico.model import Family, JobView, Snapshot
 from slurm_elastico.shapes import load_directory, parse_family
@@ -99,8 +98,8 @@ class ScriptFamilies:
             return 0, "", "", ""  # not elastico-submit's: not ours, nothing to say
         source = f"job {job.job_id} ({payload.family_source})"
         try:
-            parse_family(yaml.safe_load(payload.family_spec), source, self.gpu_memory_mib)
-        except (ConfigError, yaml.YAMLError, RecursionError, ValueError) as exc:
+            parse_family(load_yaml(payload.family_spec, source), source, self.gpu_memory_mib)
+        except (ConfigError, RecursionError, ValueError) as exc:
             return 0, "", "", f"job {job.job_id}: family ignored, the job is left as submitted: {_short(exc)}"
         return 1, payload.family_spec, payload.family_source, ""
 
@@ -157,7 +156,7 @@ def _parse_all(items: Iterable[tuple[int, str, str]], gpu_memory_mib: int) -> tu
     warnings: list[str] = []
     for job_id, text, source in items:
         try:
-            families[job_id] = parse_family(yaml.safe_load(text), source, gpu_memory_mib)
-        except (ConfigError, yaml.YAMLError, RecursionError, ValueError) as exc:
+            families[job_id] = parse_family(load_yaml(text, source), source, gpu_memory_mib)
+        except (ConfigError, RecursionError, ValueError) as exc:
             warnings.append(f"job {job_id}: family ignored, the job is left as submitted: {_short(exc)}")
     return families, warnings
