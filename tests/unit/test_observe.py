@@ -328,5 +328,5 @@ def test_sched_refuses_a_reference_file_it_cannot_read_naming_the_setting(tmp_pa
     conf.write_text(f"state_dir: {tmp_path / 'state'}\ninterference: {{reference: {tmp_path / 'gone.csv'}}}\n")
     result = CliRunner().invoke(main, ["--config", str(conf), "sched", "--once", "--dry-run"])
     assert result.exit_code == 2
-    assert "interference.reference" in result.output and "gone.csv: cannot be read" in result.output
+    assert "interference.reference" in result.output and "gone.csv: cannot read it" in result.output
     assert "no model is refined" in result.output  # a reference without a model is pointless: said so
