@@ -18,7 +18,7 @@ import pytest
 from slurm_elastico.model import GresRequest, JobState
 from slurm_elastico.slurm.gpu_count import GpuCountMismatch
 
-from live_helpers import EXAMPLES, Cluster
+from live_helpers import EXAMPLES, GRACE_S, Cluster
 from test_wrappers_live import params, rel_diff, steps_after
 
 pytestmark = pytest.mark.live
@@ -149,9 +149,17 @@ default: mb8-fp32-mps100
 """
 
 
+TRAIN_GRACE_S = 15
+
+
 def test_training_reshaped_1_2_4_1_ranks_ends_within_rounding_of_the_one_rank_run(slurm_cluster, tmp_path):
     """Micro-batch x accumulation x ranks: 8x4x1 -> 8x2x2 -> 4x2x4 -> 16x2x1, the helper's way, against one rank."""
     c = Cluster(dict(slurm_cluster.env()), tmp_path, {"train.yaml": TRAIN_FAMILY})
+    # Four ranks on two CPUs need more than live_helpers' 3 s to finish their step, agree, save and exit (KillWait
+    # is 30 s): with 3 s elastico-run kills srun after rank 0's checkpoint is on disk, which loses nothing but
+    # leaves the ranks to Slurm's KillWait and hides how long a clean stop takes.
+    config = c.root / "elastico.yaml"
+    config.write_text(config.read_text().replace(f"grace_s: {GRACE_S},", f"grace_s: {TRAIN_GRACE_S},"))
     script, common, gpu = EXAMPLES / "train_tiny.py", ("--deterministic", "--step-sleep", "0.3"), ("--gres=gpu:1",)
     try:
         ref = c.submit("train.yaml", script, *common, options=gpu)
@@ -184,6 +192,7 @@ def test_training_reshaped_1_2_4_1_ranks_ends_within_rounding_of_the_one_rank_ru
                             ("mb16-fp32-mps100", "micro 16 x 2 = 32")):
             assert f"train_tiny: shape {shape}: {line}" in text, shape
         assert c.gateway.job(job).restarts == 3
+        assert "did not exit within" not in text, text  # every multi-rank stop was clean, inside the grace
         reference = params(c.ckpt(ref))
         reshaped = rel_diff(reference, params(c.ckpt(job)))
         other = rel_diff(reference, params(c.ckpt(seed)))
