@@ -9,6 +9,8 @@ anything is submitted and records the family after. sbatch itself runs in
 
 elastico-run, inside the job: `shape` reads the shape to run (the family spec
 and the job's AdminComment), `supervisor` runs the program and holds the
-relaunch and requeue rules, and `job` wires it to the job (checkpoint
-directory, progress file, GPU counters, Slurm gateway, the embedded payload).
+relaunch and requeue rules, `ranks` starts a shape on several GPUs as one
+srun step of ranks with torch's env:// variables, and `job` wires it to the
+job (checkpoint directory, progress file, GPU counters, Slurm gateway, the
+embedded payload).
 """

@@ -175,7 +175,7 @@ class Supervisor:
         """Does the job hold what `new.shape` needs (its GPU count, and for a share that share)? And what it holds."""
         gpus = new.allocated_gpus or ranks_of(current.shape)
         if ranks_of(new.shape) != gpus:
-            return False, f"{gpus} whole GPU(s)"
+            return False, f"{gpus} whole GPU(s)" if new.allocated_gpus or gpus > 1 else "one GPU"
         if new.allocated_gpus or gpus > 1:  # whole GPUs: a 1-GPU shape runs at any share on a whole one
             return True, f"{gpus} whole GPU(s)"
         # Slurm's MPS counts, converted (shapes.units) rather than assuming 100 a GPU

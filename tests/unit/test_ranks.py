@@ -92,6 +92,12 @@ def test_a_shape_on_another_gpu_count_waits_for_the_requeue(tmp_path, family):
     assert sup.run() == 0
     assert launches(log) == ["mb4-fp32-mps100", "mb4-fp32-mps100"]  # not run on 1 GPU: the helper requeues it
     assert any("needs 2 whole GPUs but the job holds 1 whole GPU(s)" in m for m in messages)
+    # a job on a share (no whole GPUs read back) cannot run it either
+    (tmp_path / "share").mkdir()
+    sup, log, messages = make(tmp_path / "share", family, Script(Found(one, "default", 100), Found(two, "AdminComment", 100)))
+    signal_when_ready(log, signal.SIGUSR1)
+    assert sup.run() == 0 and launches(log) == ["mb4-fp32-mps100"] * 2
+    assert any("needs 2 whole GPUs but the job holds one GPU" in m for m in messages)
 
 
 def test_held_share_is_read_in_slurms_counts(tmp_path, family):
