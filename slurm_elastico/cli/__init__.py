@@ -1,11 +1,15 @@
 """The `elastico` command: thin click commands that parse, call the library and print.
 
 Only here are typed errors turned into messages and exit codes. Each command
-group lives in its own module of this package and is registered below.
+group lives in its own module of this package, named in `COMMANDS` and imported
+only when it runs (or help lists it): `elastico-submit` and `elastico-run`, which
+live in this package too, then start without the simulator's and the
+predictor's imports (scipy, torch).
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 import sys
 
@@ -15,8 +19,33 @@ from slurm_elastico import __version__
 from slurm_elastico.errors import ElasticoError
 
 
+COMMANDS = {
+    "status": ("view", "status"),
+    "config": ("view", "config_cmd"),
+    "cluster": ("cluster", "cluster"),
+    "iac": ("iac", "iac"),
+    "demo": ("demo", "demo"),
+    "sched": ("sched", "sched"),
+    "report": ("report", "report"),
+    "sim": ("sim", "sim"),
+}
+"""Each `elastico` command: its module in this package and the click object there."""
+
+
 class _Group(click.Group):
-    """Turns an `ElasticoError` into `error: ...` on stderr and its exit code."""
+    """Loads each command from `COMMANDS` when asked for it; turns an `ElasticoError` into `error: ...` on stderr
+    and its exit code."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(COMMANDS) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in COMMANDS:
+            module, attr = COMMANDS[name]
+            command = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+            _once_each(command)
+            self.add_command(command, name)
+        return self.commands.get(name)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -82,31 +111,4 @@ def settings(ctx: click.Context):
     return root.obj["settings"]
 
 
-def _register() -> None:
-    # One line per command module; each module owns its group.
-    from slurm_elastico.cli import view
-
-    main.add_command(view.status)
-    main.add_command(view.config_cmd)
-    from slurm_elastico.cli import cluster
-
-    main.add_command(cluster.cluster)
-    from slurm_elastico.cli import iac
-
-    main.add_command(iac.iac)
-    from slurm_elastico.cli import demo
-
-    main.add_command(demo.demo)
-    from slurm_elastico.cli import sched
-
-    main.add_command(sched.sched)
-    from slurm_elastico.cli import report
-
-    main.add_command(report.report)
-    from slurm_elastico.cli import sim
-
-    main.add_command(sim.sim)
-    _once_each(main)
-
-
-_register()
+_once_each(main)
