@@ -33,6 +33,7 @@ from slurm_elastico.config import Settings
 from slurm_elastico.errors import ElasticoError, SlurmUnavailable
 from slurm_elastico.helper.executor import Outcome, execute, keep_others_comments
 from slurm_elastico.helper.families import Admission, FamilySource
+from slurm_elastico.helper.inflight import SETTLE_S, in_flight
 from slurm_elastico.helper.journal import JournalLike, action_to_json
 from slurm_elastico.helper.recovery import recover
 from slurm_elastico.interference.base import SlowdownModel
@@ -94,18 +95,21 @@ def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model
 
     `SlurmUnavailable` from the snapshot or from recovery propagates: nothing is planned, nothing settled
     that Slurm's state did not settle. A job whose journal row is still open after recovery (it is still
-    stopping) gets no new action this epoch.
+    stopping) gets no new action this epoch, nor does a job an earlier epoch just started that Slurm has not
+    started yet (`inflight.in_flight`).
     """
     if journal is None and not dry_run:
         raise ValueError("a journal is required unless dry_run is set")
     snap = gateway.snapshot()
     recovered: list[str] = []
     unsettled: set[int] = set()
+    starting: set[int] = set()
     if journal is not None and not dry_run:
         recovered = recover(gateway, journal, snap, now)
         unsettled = {action.job_id for _, action in journal.unsettled()}
         if recovered:
             snap = gateway.snapshot()
+        starting = in_flight(journal.recent(now - SETTLE_S), snap.jobs, now) - unsettled
     admitted = families.admit(snap, dry_run) if isinstance(families, Admission) else []
     fams, warnings = families.families({j.job_id for j in snap.jobs})
     warnings = [*admitted, *warnings]
@@ -116,6 +120,12 @@ def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model
         plan = dataclasses.replace(plan, actions=tuple(a for a in plan.actions if a.job_id not in unsettled),
                                    notes=(*plan.notes, *(f"job {j}: no new action while an interrupted one is "
                                                          "still open in the journal" for j in waiting)))
+    early = sorted({a.job_id for a in plan.actions} & starting)
+    if early:  # Slurm refuses an update to a job it is starting; it will start this one on its next pass
+        plan = dataclasses.replace(plan, actions=tuple(a for a in plan.actions if a.job_id not in starting),
+                                   notes=(*plan.notes, *(f"job {j}: no new action, an earlier epoch started it "
+                                                         f"and Slurm has not yet (waiting up to {SETTLE_S:g} s)"
+                                                         for j in early)))
     foreign = sorted({a.job_id for a in plan.actions} - set(fams))
     if foreign:  # the planner leaves such jobs alone; this holds it whatever the policy
         plan = dataclasses.replace(plan, actions=tuple(a for a in plan.actions if a.job_id in fams),

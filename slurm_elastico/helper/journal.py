@@ -28,6 +28,7 @@ class JournalLike(Protocol):
     def note(self, row_id: int, error: str, at: float) -> None: ...
     def settle(self, row_id: int, status: str, at: float, error: str = "") -> None: ...
     def unsettled(self) -> list[tuple[int, Action]]: ...
+    def recent(self, since: float) -> list[tuple[float, Action]]: ...
 
 
 class Journal:
@@ -54,29 +55,46 @@ class Journal:
         rows = self.store.query("SELECT id, action FROM journal WHERE status='planned' ORDER BY id")
         return [(r["id"], action_from_json(r["action"])) for r in rows]
 
+    def recent(self, since: float) -> list[tuple[float, Action]]:
+        """(epoch, action) of the 'done' rows of epochs at or after `since` (see `inflight.in_flight`)."""
+        rows = self.store.query("SELECT epoch, action FROM journal WHERE status='done' AND epoch >= ? ORDER BY id",
+                                (since,))
+        return [(r["epoch"], action_from_json(r["action"])) for r in rows]
+
 
 class MemoryJournal:
-    """The journal kept in memory: open rows only, and a count of settled rows by status (the simulator's)."""
+    """The journal kept in memory: open rows, recent 'done' rows, and a count of settled rows by status (the simulator's)."""
 
     def __init__(self) -> None:
         self.open: dict[int, Action] = {}
         self.settled: Counter[str] = Counter()
         self._last = 0
+        self._epochs: dict[int, float] = {}
+        self._done: list[tuple[float, Action]] = []
 
     def plan(self, epoch: float, action: Action) -> int:
         self._last += 1
         self.open[self._last] = action
+        self._epochs[self._last] = epoch
         return self._last
 
     def note(self, row_id: int, error: str, at: float) -> None:
         pass  # the row stays open; nothing else is kept
 
     def settle(self, row_id: int, status: str, at: float, error: str = "") -> None:
-        del self.open[row_id]
+        action = self.open.pop(row_id)
+        epoch = self._epochs.pop(row_id)
         self.settled[status] += 1
+        if status == "done":
+            self._done.append((epoch, action))
 
     def unsettled(self) -> list[tuple[int, Action]]:
         return sorted(self.open.items())
+
+    def recent(self, since: float) -> list[tuple[float, Action]]:
+        """(epoch, action) of the 'done' rows of epochs at or after `since`; older ones are forgotten."""
+        self._done = [(at, a) for at, a in self._done if at >= since]
+        return list(self._done)
 
 
 def action_to_json(action: Action) -> str:
