@@ -44,6 +44,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     sys.exit(submit(sys.argv[1:] if argv is None else argv))
 
 
+def _nodes(settings: config.Settings, env: Mapping[str, str]):
+    """The cluster's nodes, for the check that a family's GPU counts fit the job's partition."""
+    from slurm_elastico.slurm.gateway import SlurmGateway
+    from slurm_elastico.slurm.runner import SubprocessRunner
+
+    conf = settings.slurm.conf or env.get("SLURM_CONF")
+    runner = SubprocessRunner(env={"SLURM_CONF": conf} if conf else {}, timeout=settings.slurm.timeout_s)
+    return SlurmGateway(runner, shares_per_gpu=settings.gpu.shares_per_gpu,
+                        gpu_memory_mib=settings.gpu.memory_mib).snapshot().nodes
+
+
 def submit(argv: Sequence[str], *, env: Mapping[str, str] | None = None, out: TextIO | None = None,
            err: TextIO | None = None, sbatch: str = "sbatch", interpreter: str | None = None) -> int:
     """Validate and submit through sbatch; returns the exit code (sbatch's once it ran)."""
@@ -56,7 +67,7 @@ def submit(argv: Sequence[str], *, env: Mapping[str, str] | None = None, out: Te
             out.write(USAGE)
             return 0
         settings = config.load(env.get(config.ENV_VAR) or None)
-        job = prepare(args, settings, env, interpreter or sys.executable)
+        job = prepare(args, settings, env, interpreter or sys.executable, nodes=lambda: _nodes(settings, env))
     except ElasticoError as exc:
         err.write(f"elastico-submit: error: {exc}\nnothing was submitted\n")
         return exc.exit_code

@@ -12,17 +12,19 @@ helper's and needs no access to its state. The command:
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from slurm_elastico import config
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.jobwrap.additions import added_options, signal_lead
-from slurm_elastico.jobwrap.options import SubmitArgs, directive_options
+from slurm_elastico.jobwrap.options import Option, SubmitArgs, directive_options
 from slurm_elastico.jobwrap.payload import Payload
 from slurm_elastico.jobwrap.script import batch_script
 from slurm_elastico.inputs import load_yaml, read_bytes, read_text
-from slurm_elastico.shapes import parse_family
+from slurm_elastico.model import NodeView
+from slurm_elastico.shapes import build_family, parse_spec
+from slurm_elastico.shapes.nodes import partition_fit_problems, start_request
 from slurm_elastico.shapes.units import ShareUnitError, shares_of
 
 
@@ -33,8 +35,13 @@ class Prepared:
         self.script, self.additions, self.notes, self.spec, self.source = script, additions, notes, spec, source
 
 
-def prepare(args: SubmitArgs, settings: config.Settings, env: Mapping[str, str], interpreter: str) -> Prepared:
-    """Check everything before submitting (every problem at once) and build the batch script and added options."""
+def prepare(args: SubmitArgs, settings: config.Settings, env: Mapping[str, str], interpreter: str,
+            nodes: Callable[[], Sequence[NodeView]] | None = None) -> Prepared:
+    """Check everything before submitting (every problem at once) and build the batch script and added options.
+
+    `nodes` reads the cluster's nodes; it is called only for a family that lists GPU counts above 1, whose
+    layout must fit the job's partition (`shapes.nodes.partition_fit_problems`); None: not checked.
+    """
     problems: list[str] = []
     if any(o.name == "wrap" for o in args.options):
         problems.append("--wrap is not supported: put the command in a script file")
@@ -51,14 +58,27 @@ def prepare(args: SubmitArgs, settings: config.Settings, env: Mapping[str, str],
         else:
             if not script_bytes.startswith(b"#!"):
                 problems.append(f"job script {args.script}: the first line must start with #! (as sbatch requires)")
-    family = spec_text = None
+    family = spec_text = spec = None
     if args.family is not None:
         try:  # read once: the text checked is the text that travels with the job
             spec_text = read_text(args.family, "family file")
-            family = parse_family(load_yaml(spec_text, args.family), args.family, settings.gpu.memory_mib)
+            spec = parse_spec(load_yaml(spec_text, args.family), args.family)
+            family = build_family(spec, settings.gpu.memory_mib)
         except ConfigError as exc:
             spec_text = None
             problems += [f"family {exc.source}: {p}" for p in exc.problems]
+    user_text = script_bytes.decode("utf-8", errors="surrogateescape")
+    options = (*directive_options(user_text), *args.options)  # command line last: it wins, as in sbatch
+    notes: list[str] = []
+    whole_gpus = None  # (nodes, GPUs per node) a family with GPU counts above 1 starts on
+    if spec is not None and family is not None and max(spec.gpus) > 1:
+        whole_gpus = start_request(spec, family.default_shape)
+        partition = _partition(options, env)
+        if nodes is not None and partition is not None:
+            problems += [f"family {args.family}: {p}" for p in partition_fit_problems(spec, nodes(), partition)]
+        elif nodes is not None:
+            notes.append("no --partition chosen: the family's GPU counts were not checked against the default "
+                         "partition's nodes")
     share = 0  # the default shape's MPS share in Slurm's counts (what --gres=mps: asks)
     if family is not None and family.default_shape.resources.mps:
         try:
@@ -68,8 +88,6 @@ def prepare(args: SubmitArgs, settings: config.Settings, env: Mapping[str, str],
     if problems:
         raise ConfigError("elastico-submit", problems)
     assert family is not None and spec_text is not None and args.script is not None
-    user_text = script_bytes.decode("utf-8", errors="surrogateescape")
-    options = (*directive_options(user_text), *args.options)  # command line last: it wins, as in sbatch
     lead = signal_lead(options, settings.submit.signal_lead_s)
     payload = Payload(
         script=script_bytes,
@@ -81,10 +99,19 @@ def prepare(args: SubmitArgs, settings: config.Settings, env: Mapping[str, str],
         grace_s=settings.submit.grace_s,
         signal_lead_s=lead,
         slurm_conf=settings.slurm.conf,
+        shares_per_gpu=settings.gpu.shares_per_gpu,
     )
     additions = added_options(options, env, share=share,
                               window_s=settings.submit.placement_window_s, lead_s=settings.submit.signal_lead_s,
-                              job_name=os.path.basename(args.script))
-    return Prepared(batch_script(interpreter, user_text, payload), additions.argv, additions.notes,
+                              job_name=os.path.basename(args.script), whole_gpus=whole_gpus)
+    return Prepared(batch_script(interpreter, user_text, payload), additions.argv, (*notes, *additions.notes),
                      spec_text, payload.family_source)
 
+
+
+def _partition(options: Sequence[Option], env: Mapping[str, str]) -> str | None:
+    """The partition the job asks for (the last --partition wins, as in sbatch; then SBATCH_PARTITION); None: the
+    cluster's default. A list (`-p a,b`) is checked on its first partition."""
+    given = [o.value for o in options if o.name == "partition" and o.value]
+    chosen = given[-1] if given else env.get("SBATCH_PARTITION") or None
+    return chosen.split(",")[0] if chosen else None

@@ -252,3 +252,56 @@ def test_the_default_share_is_sent_in_slurms_counts_and_a_percent_that_is_no_who
     rc, out, err = run_submit(["--family", "fam.yaml", "job.sh"], env, tmp_path)
     assert rc == 2 and "25 % is 12.5" in err and "shares_per_gpu=50" in err
     assert len(calls(tmp_path)) == 1  # nothing more was submitted
+
+
+# ----------------------------------------------------------------------------- families with GPU counts
+
+GPU_FAMILY = """kind: train
+global_batch: 32
+micro_batches: [8, 16]
+precisions: [fp32]
+checkpointing: [false]
+steps: 20
+gpus: [1, 2, 4]
+gpus_per_node: 2
+mps_shares: [100]
+"""
+
+
+def _prepared(tmp_path: Path, sbatch_args: list[str], nodes=None, shares_per_gpu: int = 100):
+    from slurm_elastico import config
+    from slurm_elastico.jobwrap.submit import prepare
+
+    (tmp_path / "gpu.yaml").write_text(GPU_FAMILY)
+    (tmp_path / "job.sh").write_text("#!/bin/sh\necho hi\n")
+    settings = config.from_mapping({"gpu": {"shares_per_gpu": shares_per_gpu}})
+    args = split_argv([*sbatch_args, "--family", str(tmp_path / "gpu.yaml"), str(tmp_path / "job.sh")])
+    return prepare(args, settings, {}, sys.executable, nodes=nodes)
+
+
+def _nodes(gpus_each: int, count: int, partition: str = "gpu"):
+    from slurm_elastico.model import GpuView, NodeView
+
+    return [NodeView(f"n{i}", "idle", (partition,), 8, 0, 1000, 0, tuple(GpuView(f"n{i}", g) for g in range(gpus_each)))
+            for i in range(count)]
+
+
+def test_a_family_with_gpu_counts_starts_on_whole_gpus_and_carries_the_sites_share_count(tmp_path):
+    job = _prepared(tmp_path, ["-p", "gpu"], nodes=lambda: _nodes(2, 2), shares_per_gpu=4)
+    # the default shape (the fastest: 4 ranks) at most 2 per node: 2 nodes x 2 GPUs
+    assert "--gres=gpu:2" in job.additions and "--nodes=2" in job.additions
+    assert not any(a.startswith("--gres=mps") for a in job.additions)
+    assert payload_from_script(job.script).shares_per_gpu == 4
+
+
+def test_a_family_whose_gpu_counts_do_not_fit_the_partition_is_refused_naming_it(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        _prepared(tmp_path, ["-p", "gpu"], nodes=lambda: _nodes(1, 3))  # gpus_per_node 2 > 1; 4 GPUs on 3 nodes
+    text = str(err.value)
+    assert "gpus_per_node: 2" in text and "partition 'gpu'" in text and "allowed" in text
+
+
+def test_without_a_partition_the_layout_is_not_checked_and_the_user_is_told(tmp_path):
+    asked = []
+    job = _prepared(tmp_path, [], nodes=lambda: asked.append(1) or _nodes(1, 1))
+    assert asked == [] and any("no --partition" in n for n in job.notes)
