@@ -36,6 +36,7 @@ from slurm_elastico.helper.families import Admission, FamilySource
 from slurm_elastico.helper.inflight import SETTLE_S, in_flight
 from slurm_elastico.helper.journal import JournalLike, action_to_json
 from slurm_elastico.helper.recovery import recover
+from slurm_elastico.helper.revert import undo_actions
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Action, Family, Plan, Snapshot
 from slurm_elastico.planner import run_epoch
@@ -50,7 +51,10 @@ class Gateway(Protocol):
 
 Observer = Callable[[Snapshot, dict[int, Family], bool, FamilySource],
                     tuple[dict[int, float], dict[int, Family], list[str]]]
-"""(snapshot, families, dry run, family source) -> (work done per job, families, notes); see `observer.ProgressObserver`."""
+"""(snapshot, families, dry run, family source) -> (work done per job, families, notes); see `observer.ProgressObserver`.
+
+An observer may also carry `refusals` (`interference.probe.Refusals`: the planner gets `refusals.model(model, now)`)
+and `reverted` (the probe's verdicts of its last call that a pairing did not pay: undone by `revert.undo_actions`)."""
 
 
 BACKOFF_CAP_S = 300.0
@@ -114,7 +118,9 @@ def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model
     fams, warnings = families.families({j.job_id for j in snap.jobs})
     warnings = [*admitted, *warnings]
     progress, fams, observed = observer(snap, fams, dry_run, families) if observer is not None else ({}, fams, [])
-    plan = run_epoch(snap, fams, settings, model, now, progress)
+    refusals = getattr(observer, "refusals", None)
+    planning = refusals.model(model, now) if refusals is not None and model is not None else model
+    plan = run_epoch(snap, fams, settings, planning, now, progress)
     waiting = sorted({a.job_id for a in plan.actions} & unsettled)
     if waiting:  # acting on a job Slurm is still requeueing would race its recovery
         plan = dataclasses.replace(plan, actions=tuple(a for a in plan.actions if a.job_id not in unsettled),
@@ -131,6 +137,11 @@ def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model
         plan = dataclasses.replace(plan, actions=tuple(a for a in plan.actions if a.job_id in fams),
                                    notes=(*plan.notes, *(f"job {j}: no action, it has no family from elastico-submit"
                                                          for j in foreign)))
+    reverted = getattr(observer, "reverted", ())
+    if reverted:  # probe and revert: separate each pair that did not pay (the planner will not pair it again)
+        undo, why = undo_actions(reverted, snap.jobs, fams, {a.job_id for a in plan.actions} | unsettled | starting,
+                                 settings.gpu.shares_per_gpu)
+        plan = dataclasses.replace(plan, actions=(*plan.actions, *undo), notes=(*plan.notes, *why))
     comments = {j.job_id: j.admin_comment for j in snap.jobs}
     plan = dataclasses.replace(plan, actions=keep_others_comments(plan.actions, comments),
                                notes=(*plan.notes, *observed))

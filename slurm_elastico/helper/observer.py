@@ -5,29 +5,48 @@ progress reports: the work they have done goes to the planner, and the
 slowdowns they show next to each other go to the store's `colocation` table
 and, with a trained predictor and its reference data, refine it online
 (`interference.online`).
+
+Probe and revert (`interference.probe`): before a pair's side-by-side time is
+spent on an observation, `judge_pairings` judges it against the jobs' floors
+and the model's gain margin. A pair that did not pay is refused (`refusals`,
+kept in the store's `pair_refusal` table between runs, so a helper run once
+per epoch remembers them) and listed in `reverted` for the epoch to undo
+(`helper.revert`); the epoch plans with `refusals.model(model, now)`.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 
 from slurm_elastico.errors import ElasticoError
 from slurm_elastico.helper.families import FamilySource
-from slurm_elastico.helper.observe import (SOURCE, Observation, Reading, merge_solo, observe, pair_observations,
-                                           with_measured)
+from slurm_elastico.helper.observe import (MIN_PAIR_S, SOURCE, Observation, Reading, merge_solo, observe,
+                                           pair_observations, with_measured)
 from slurm_elastico.interference.base import SlowdownModel
+from slurm_elastico.interference.probe import Refusals, Verdict, judge_pairings
 from slurm_elastico.interference.measurements import load_rows, save_to_store
 from slurm_elastico.model import Counters, Family, Snapshot
 from slurm_elastico.runtime.counters import FIELDS as COUNTER_FIELDS
 from slurm_elastico.runtime.counters import counters_path, read_counters
 from slurm_elastico.runtime.progress import read_job_reports
+from slurm_elastico.shapes.solo import solo_profile
 from slurm_elastico.store import Store
 
 REFINE_BATCH = 5
 """Observations to gather before refining the predictor again (a long co-location gives one every 10 s or so)."""
 REPLAY = 2000
 """Observed rows kept in the online learner's replay (besides its whole reference data)."""
+REFUSAL_TABLE = "CREATE TABLE IF NOT EXISTS pair_refusal (id INTEGER PRIMARY KEY, body TEXT NOT NULL)"
+"""The refused pairs of solo profiles, one `Refusals.to_list` row (JSON) each."""
+
+
+def gain_margin(model: SlowdownModel | None) -> float:
+    """The gain a shared GPU must show: the model's gain margin (its admission margin where it has none); 0 without one."""
+    if model is None:
+        return 0.0
+    return float(getattr(model, "gain_margin", getattr(model, "admission_margin", 0.0)))
 
 
 class ProgressObserver:
@@ -46,6 +65,15 @@ class ProgressObserver:
         self.store, self.gpu_type = store, gpu_type
         self.model, self.model_path, self.reference = model, model_path, reference or []
         self.refine_batch = refine_batch
+        store.execute(REFUSAL_TABLE)
+        try:
+            self.refusals = Refusals.from_list([json.loads(r["body"]) for r in
+                                                store.query("SELECT body FROM pair_refusal ORDER BY id")])
+        except ValueError as exc:
+            raise ElasticoError(f"the store's pair_refusal table: {exc}; allowed: rows the helper wrote "
+                                "(delete the table's rows to forget every refusal)") from None
+        self.reverted: list[Verdict] = []
+        """The pairs this epoch's call judged not to pay (for the epoch to undo, `helper.revert`)."""
 
     def __call__(self, snapshot: Snapshot, families: dict[int, Family], dry_run: bool,
                  source: FamilySource | None = None) -> tuple[dict[int, float], dict[int, Family], list[str]]:
@@ -53,6 +81,7 @@ class ProgressObserver:
 
         `source` gives the families of jobs that left the queue with a pair still open (see `_resolve`).
         """
+        self.reverted = []
         mine = [j for j in snapshot.jobs if j.job_id in families]
         reports, notes = read_job_reports(mine)
         counters, counter_notes = read_job_reports(mine, read_counters, counters_path)
@@ -67,7 +96,7 @@ class ProgressObserver:
         families = with_measured(families, measured)
         if dry_run:
             return obs.progress, families, notes
-        found = self._resolve(families, measured, source, notes)
+        found = self._resolve(families, measured, source, notes, snapshot.taken_at)
         if snapshot.nodes:
             self._forget({j.job_id for j in snapshot.jobs})
         else:
@@ -83,8 +112,9 @@ class ProgressObserver:
         return obs.progress, families, notes
 
     def _resolve(self, families: dict[int, Family], measured: dict, source: FamilySource | None,
-                 notes: list[str]) -> list:
-        """Turn the pairs that are ready into observations (also pairs whose jobs have left) and spend their time."""
+                 notes: list[str], now: float) -> list:
+        """Judge the pairs that are ready (probe and revert), turn them into observations (also pairs whose jobs
+        have left) and spend their time."""
         beside = {(r["job_id"], r["shape"], r["partner"], r["partner_shape"]): (r["work"], r["seconds"])
                   for r in self.store.query("SELECT * FROM pair_rate")}
         gone = {j for key in beside for j in (key[0], key[2])} - set(families)
@@ -93,11 +123,38 @@ class ProgressObserver:
             known.update(with_measured(source.families(gone)[0], measured))
         solo = merge_solo({(r["job_id"], r["shape"]): (r["work"], r["seconds"])
                            for r in self.store.query("SELECT * FROM solo_rate")})
+        self._judge(beside, solo, known, notes, now)
         found, spent, pair_notes = pair_observations(beside, solo, known, self.gpu_type)
         notes += pair_notes
         with self.store.transaction() as conn:
             conn.executemany("DELETE FROM pair_rate WHERE job_id=? AND shape=? AND partner=? AND partner_shape=?", spent)
         return found
+
+    def _judge(self, beside: dict, solo: dict, known: dict[int, Family], notes: list[str], now: float) -> None:
+        """Refuse and list for undoing every ready pair that did not pay; keep the refusals in the store."""
+        floors: dict[int, float] = {}  # a family's floor is a speed; the probe's, a fraction of the solo speed
+        for j, shape, _, _ in beside:
+            fam, rate = known.get(j), solo.get((j, shape))
+            if fam is not None and fam.throughput_floor > 0 and rate:
+                floors[j] = min(floors.get(j, math.inf), fam.throughput_floor / rate)
+        verdicts = judge_pairings(beside, solo, floors, gain_margin(self.model), min_seconds=MIN_PAIR_S)
+        for v in verdicts:
+            fams = [known.get(j) for j in v.jobs]
+            if not v.revert or None in fams:
+                notes.append(f"probe: {v.reason}")
+                continue
+            shapes = [{s.name: s for s in f.shapes}.get(name) for f, name in zip(fams, v.shapes)]  # type: ignore[union-attr]
+            if None in shapes:
+                continue  # the family changed since: the samples describe shapes it no longer has
+            a, b = (solo_profile(s, f.kind, f.name) for s, f in zip(shapes, fams))  # type: ignore[union-attr,arg-type]
+            self.refusals.add(a, b, now)
+            self.reverted.append(v)
+        self.refusals.expire(now)
+        if verdicts:
+            with self.store.transaction() as conn:
+                conn.execute("DELETE FROM pair_refusal")
+                conn.executemany("INSERT INTO pair_refusal (body) VALUES (?)",
+                                 [(json.dumps(r),) for r in self.refusals.to_list()])
 
     def _forget(self, active: set[int]) -> None:
         """Drop what jobs that left the queue can no longer give: all of it, once no open pair needs their solo speed.
