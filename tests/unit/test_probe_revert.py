@@ -3,6 +3,7 @@ pay, the epoch undoes it and plans with the refusals (`helper.observer`, `helper
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -20,6 +21,7 @@ from slurm_elastico.runtime.progress import Progress, progress_path, write_progr
 from slurm_elastico.shapes.solo import solo_profile
 from slurm_elastico.store import Store
 from tests.synthetic import cluster, family, running, snapshot, with_users
+from tests.unit.test_inflight import Fixed, Gateway
 
 T0 = 1_000_000.0
 FAM = family((50, 2.0, 1000), (100, 3.0, 1000), work=1000.0)
@@ -144,28 +146,6 @@ def test_no_undo_where_there_is_nothing_to_undo_or_the_plan_already_acts(tmp_pat
     assert (notes == []) if says is None else (len(notes) == 1 and says in notes[0])
 
 
-class Gateway:
-    def __init__(self, snap):
-        self.snap, self.did = snap, []
-
-    def snapshot(self):
-        return self.snap
-
-    def argv_for(self, action):
-        return [["scontrol", action.kind.value, str(action.job_id)]]
-
-    def apply(self, action):
-        self.did.append((action.kind, action.job_id, action.share))
-
-    def release(self, job_id):
-        self.did.append(("release", job_id, None))
-
-
-class Families:
-    def families(self, job_ids):
-        return {j: FAM for j in job_ids if j in (1, 2)}, []
-
-
 def test_the_epoch_undoes_a_reverted_pair_journaled_and_plans_with_the_refusals(tmp_path, monkeypatch):
     import slurm_elastico.helper.epoch as epoch
     from slurm_elastico.planner import run_epoch
@@ -181,10 +161,11 @@ def test_the_epoch_undoes_a_reverted_pair_journaled_and_plans_with_the_refusals(
         s, done1, done2, at = epochs[-1]
         write(d1, d2, done1, done2, at)
         gw = Gateway(s)
-        result = run_once(gw, Settings(), Families(), Margin(0.2), Journal(store), at, observer=observer)
+        result = run_once(gw, Settings(), Fixed({1: FAM, 2: FAM}), Margin(0.2), Journal(store), at, observer=observer)
         assert isinstance(seen[-1], RefusingModel)  # the planner saw the refusal
-        assert (ActionKind.RESHAPE_RUNNING, 2, 100) in gw.did and not any(j == 1 for _, j, _ in gw.did)
-        rows = store.query("SELECT kind, status, reason FROM journal WHERE job_id = 2 ORDER BY id")
+        assert (ActionKind.RESHAPE_RUNNING, 2) in gw.did and not any(j == 1 for _, j in gw.did)
+        rows = store.query("SELECT kind, status, reason, action FROM journal WHERE job_id = 2 ORDER BY id")
         assert [(r["kind"], r["status"]) for r in rows] == [("set_admin_comment", "done"), ("reshape_running", "done")]
         assert all(r["reason"].startswith("undo a co-location that did not pay") for r in rows)
+        assert json.loads(rows[1]["action"])["share"] == 100  # a whole GPU
         assert any(n.startswith("revert jobs 1 and 2") for n in result.plan.notes)
