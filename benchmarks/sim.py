@@ -17,7 +17,10 @@ are the defaults of `SimSettings` and `Settings`.
 
 Pollux workloads: 1..8 on the peer's cluster (16 nodes × 4 GPUs, 60 s
 rounds, 30 s restarts), each policy's mean JCT and the lower bound beside
-the peer's published means.
+the peer's published means. Gangs are what Slurm can be asked for (P GPUs
+on each of K nodes); the `tiresias@peer` and `pollux@peer` columns place
+them as the peer's simulator does (any split, `SimSettings.even_gangs`
+false): the calibration of those baselines against the peer's figures.
 
 Alibaba GPU-sharing trace (`--alibaba PATH` or $ELASTICO_ALIBABA_TRACE:
 `openb_pod_list_default.csv` of Alibaba's cluster-trace-gpu-v2023; it states
@@ -63,7 +66,7 @@ import time  # noqa: E402
 from slurm_elastico.config import Settings  # noqa: E402
 from slurm_elastico.interference.base import ContentionModel  # noqa: E402
 from slurm_elastico.planner import policies  # noqa: E402
-from slurm_elastico.sim import compare, engine, metrics, trace  # noqa: E402
+from slurm_elastico.sim import compare, engine, metrics, settings, trace  # noqa: E402
 from slurm_elastico.sim.experiment import check_runnable, seed_varies  # noqa: E402
 from slurm_elastico.sim.settings import SimSettings  # noqa: E402
 from slurm_elastico.sim.truth import GroundTruth  # noqa: E402
@@ -124,6 +127,8 @@ ALIBABA_LOAD = 1.0
 """The cluster holds on average what the slice's pods held in the trace while they arrived (`AlibabaSlice.gpus_for`)."""
 
 
+PEER_PLACED = "@peer"
+POLLUX_COLUMNS = ["static", "tiresias", "pollux", "elastico", "tiresias" + PEER_PLACED, "pollux" + PEER_PLACED]
 ALIBABA_POLICIES = ("static", "static-mps", "tiresias", "pollux", "elastico")
 
 
@@ -194,6 +199,10 @@ def pollux_workloads(truth, workloads, names, seeds):
     """
     # The peer's simulator: its scheduler starts every job (no Slurm placement window) and charges 30 s per restart.
     sim = SimSettings(gpus=64, gpus_per_node=4, epoch_s=60.0, placement_window_s=-1.0, restart_cost_s=30.0)
+    # A name ending in PEER_PLACED runs the policy with the peer's placement (a gang's GPUs in any split over its
+    # nodes): the calibration against the peer's figures, not a comparison (Slurm cannot be asked for it).
+    peer_sim = settings.replace(sim, even_gangs=False)
+    width = {n: max(10, len(n)) for n in names}
     t0 = time.perf_counter()
     rows, table = [], []
     for w in workloads:
@@ -202,7 +211,9 @@ def pollux_workloads(truth, workloads, names, seeds):
         for n in names:
             got, bound, left = [], [], 0
             for sd in range(seeds):
-                r = engine.run(trace.jitter_arrivals(base, sd), n, Settings(), sim, ContentionModel(), truth, seed=sd)
+                policy, peer_placed = n.removesuffix(PEER_PLACED), n.endswith(PEER_PLACED)
+                r = engine.run(trace.jitter_arrivals(base, sd), policy, Settings(), peer_sim if peer_placed else sim,
+                               ContentionModel(), truth, seed=sd)
                 s = metrics.summarize(r)
                 got.append(s["mean_jct_h"] * 3600)
                 bound.append(s["lower_bound_h"] * 3600)
@@ -215,17 +226,20 @@ def pollux_workloads(truth, workloads, names, seeds):
                      "peer_mean_jct_s": {"pollux": peer[0], "tiresias": peer[1], "optimus": peer[2]}})
         # The bound is the trace's (every job alone at its fastest shape); a row differs only where a policy left
         # jobs unfinished, and those are marked.
-        table.append(f"  {w:8d}  " + "  ".join(f"{means[n][0]:>9.0f}{'*' if means[n][2] else ' '}" for n in names)
+        table.append(f"  {w:8d}  " + "  ".join(f"{means[n][0]:>{width[n] - 1}.0f}{'*' if means[n][2] else ' '}"
+                                               for n in names)
                      + f"  {means[names[0]][1]:>11.0f}  " + "  ".join(f"{v:>13d}" for v in peer))
     print(f"\n== Pollux workloads, 64 GPUs (16 nodes × 4), 60 s rounds, {seeds} seed(s) each "
-          f"({time.perf_counter() - t0:.0f} s); mean JCT in seconds; * = unfinished jobs (not a result)")
-    print("  workload  " + "  ".join(f"{n:>10}" for n in names) + "  lower bound  " + "  ".join(
+          f"({time.perf_counter() - t0:.0f} s); mean JCT in seconds; * = unfinished jobs (not a result); "
+          f"{PEER_PLACED}: the peer's placement (any split of a gang over nodes), the calibration against the "
+          "peer's figures; the others: gangs Slurm can be asked for (P GPUs on each of K nodes), the comparison")
+    print("  workload  " + "  ".join(f"{n:>{width[n]}}" for n in names) + "  lower bound  " + "  ".join(
         f"{'peer ' + p:>13}" for p in ("pollux", "tiresias", "optimus")))
     print("\n".join(table))
     avg = {n: statistics.fmean(r["mean_jct_s"][n] for r in rows) for n in names}
     lb = {n: statistics.fmean(r["lower_bound_s"][n] for r in rows) for n in names}
     peer_avg = [statistics.fmean(PEER_MEAN_JCT_S[w][k] for w in workloads) for k in range(3)]
-    print("  mean      " + "  ".join(f"{avg[n]:>9.0f} " for n in names) + f"  {lb[names[0]]:>11.0f}  "
+    print("  mean      " + "  ".join(f"{avg[n]:>{width[n] - 1}.0f} " for n in names) + f"  {lb[names[0]]:>11.0f}  "
           + "  ".join(f"{v:>13.0f}" for v in peer_avg))
     left = {n: sum(r["unfinished"][n] for r in rows) for n in names}
     for n in names:
@@ -281,9 +295,9 @@ def main() -> int:
                                         ["elastico", "static", "tiresias", "pollux", "no-allot"]),
                              comparison(truth, 32, 300, 2.0, 5, -1.0, "gavel-residual", ["elastico", "static"])]
     if args.quick:
-        out["pollux"] = pollux_workloads(truth, [1], ["static", "tiresias", "pollux", "elastico"], 1)
+        out["pollux"] = pollux_workloads(truth, [1], POLLUX_COLUMNS, 1)
     else:
-        out["pollux"] = pollux_workloads(truth, range(1, 9), ["static", "tiresias", "pollux", "elastico"], 2)
+        out["pollux"] = pollux_workloads(truth, range(1, 9), POLLUX_COLUMNS, 2)
     out["alibaba"], reason = alibaba_or_why_not(truth, args.alibaba, args.quick)
     if reason:
         out["alibaba_not_run"] = reason

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Action, ActionKind, Family, JobState, JobView, Placement, Plan, Shape, Snapshot
-from slurm_elastico.planner.gangs import even_split
+from slurm_elastico.planner.gangs import split
 from slurm_elastico.shapes.current import ADMIN_PREFIX, named_in_comment
 from slurm_elastico.shapes.units import shares_of
 
@@ -243,14 +243,15 @@ class LasPolicy:
                                               else math.inf, e.view.job_id)):
             # The same count on each node (Slurm's Gres=gpu:P NumNodes=K-K), fewest nodes, most free first (the
             # peer's rule).
-            split = even_split(e.gpus, sorted(free, key=lambda k: index[k]), lambda k, p: len(free[k]) >= p,
-                               lambda k: (-len(free[k]), index[k]))
-            if split is None:
+            # (`gangs.split`: any count per node inside `gangs.uneven_gangs()`, the peer's rule, calibration only.)
+            where = split(e.gpus, sorted(free, key=lambda k: index[k]), lambda k, p: min(p, len(free[k])),
+                          lambda k: (-len(free[k]), index[k]))
+            if where is None:
                 notes.append(f"job {e.view.job_id}: {e.gpus} GPU(s) counted free but not on equal parts of "
                              "nodes; it waits")
                 continue
             take: list[tuple[str, list[int]]] = []
-            for node, p in split.items():
+            for node, p in where.items():
                 take.append((node, free[node][:p]))
                 free[node] = free[node][p:]
                 if not free[node]:

@@ -51,7 +51,7 @@ from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Action, ActionKind, Family, JobView, Placement, Plan, Shape, Snapshot
 from slurm_elastico.planner.baselines import planned_jobs, whole_gpu_any_batch
-from slurm_elastico.planner.gangs import even_split
+from slurm_elastico.planner.gangs import split
 from slurm_elastico.shapes.current import ADMIN_PREFIX, named_in_comment
 from slurm_elastico.shapes.units import shares_of
 
@@ -209,15 +209,16 @@ class Room:
 
 def place(n: int, room: Room, cpus: int, mem: int) -> dict[str, int] | None:
     """GPUs per node for a job of n GPUs (with `cpus` and `mem` in all), as Slurm can be asked for them: the same
-    count on each node (`planner.gangs.even_split`), on as few nodes as fit. One node when one holds it (best
+    count on each node (`planner.gangs.split`; any count inside `gangs.uneven_gangs()`, the peer's rule, for
+    calibration only), on as few nodes as fit. One node when one holds it (best
     fit), else the nodes with the most room first, never a node another multi-node job uses (Pollux's rule).
     None when it cannot be placed."""
     one = [k for k in room.order if room.room(k, n, n, cpus, mem) >= n]
     if one:
         return {min(one, key=lambda k: (len(room.gpus[k]), room.order[k])): n}
     spare = [k for k in sorted(room.order, key=lambda k: room.order[k]) if k not in room.spread]
-    return even_split(n, spare, lambda k, p: room.room(k, p, n, cpus, mem) >= p,
-                      lambda k: (-len(room.gpus.get(k, ())), room.order[k]))
+    return split(n, spare, lambda k, p: room.room(k, p, n, cpus, mem),
+                 lambda k: (-len(room.gpus.get(k, ())), room.order[k]))
 
 
 @dataclass(eq=False)

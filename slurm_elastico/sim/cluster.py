@@ -9,6 +9,9 @@ The gateway methods (`snapshot`, `apply`, `argv_for`, `release`) behave like
   `Gres=gpu:P NumNodes=K-K NodeList=<its K nodes>` (`commands.set_gpu_count`):
   P = N / K on each node, exactly; a count that does not split evenly is
   refused (`InvalidActionError`), and no node is filled beyond its P.
+  With `even_gangs=False` (`SimSettings.even_gangs`, only to calibrate the
+  peers' baselines against the Pollux peer's figures) it is N GPUs over the
+  listed nodes in any split, at least one on each, as the peer places them.
 - `RESHAPE_RUNNING` is requeue-hold → new share, or N whole GPUs (`gpus`),
   and node pin → StartTime=now → release: the job goes back to pending with
   its new request, and pays its checkpoint-and-restart time when it starts
@@ -150,8 +153,11 @@ class SimCluster:
     """Nodes of `gpus_per_node` GPUs; jobs submitted by the engine; the gateway and Slurm's scheduler."""
 
     def __init__(self, n_gpus: int, gpus_per_node: int = 8, gpu_mem_mib: int = 16384, cpus_per_gpu: int = 16,
-                 mem_per_gpu_mib: int = 65536, shares_per_gpu: int = MPS_SHARES_PER_GPU):
+                 mem_per_gpu_mib: int = 65536, shares_per_gpu: int = MPS_SHARES_PER_GPU, even_gangs: bool = True):
         self.shares_per_gpu = shares_per_gpu
+        self.even_gangs = even_gangs
+        """False (`SimSettings.even_gangs`, calibration only): a GPU-count action asks for N GPUs over its nodes,
+        at least one on each and any count per node (the Pollux peer's rule), not P on each of K."""
         self.nodes: list[SimNode] = []
         left = n_gpus
         while left > 0:
@@ -490,7 +496,7 @@ class SimCluster:
                 job.gres = self._share_request(action)
             elif kind is ActionKind.SET_GPUS:
                 job.gres, job.pin = self._gang_request(action, argv)
-                job.per_node = True
+                job.per_node = self.even_gangs
             elif kind is ActionKind.SET_NODES:
                 job.pin = self._nodes(action, argv)
             else:
@@ -500,7 +506,7 @@ class SimCluster:
                 raise SlurmError(argv, 1, "Job is not running: requeue refused")
             if action.gpus is not None:
                 self.requeue(job, *self._gang_request(action, argv))
-                job.per_node = True
+                job.per_node = self.even_gangs
             else:
                 self.requeue(job, self._share_request(action), tuple(action.nodes[:1]))
                 job.per_node = False
@@ -557,6 +563,13 @@ class SimCluster:
         count as `Gres=gpu:P NumNodes=K-K NodeList=` (`commands.gpu_count_argv`), which refuses a count that
         does not split evenly over the nodes, as the live gateway does before touching Slurm."""
         if action.kind is ActionKind.SET_GPUS or (action.kind is ActionKind.RESHAPE_RUNNING and action.gpus is not None):
+            if not self.even_gangs:  # the peer's rule: N GPUs on these nodes in any split (calibration only)
+                update = ["scontrol", "update", f"JobId={action.job_id}",
+                          f"TresPerJob=gres/gpu:{commands.need(action.gpus, action)}", f"NodeList={','.join(action.nodes)}"]
+                if action.kind is ActionKind.SET_GPUS:
+                    return [update]
+                return [commands.requeue_hold(action.job_id), update, commands.start_now(action.job_id),
+                        commands.release(action.job_id)]
             return commands.gpu_count_argv(action)
         return commands.argv_for(action, self.shares_per_gpu)
 

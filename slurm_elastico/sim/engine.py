@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 from slurm_elastico.config import Settings
 from slurm_elastico.helper.epoch import run_once
+from slurm_elastico.planner.gangs import uneven_gangs
 from slurm_elastico.helper.journal import MemoryJournal
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Family, GresRequest, JobState
@@ -124,7 +125,7 @@ class Engine:
         self.seed = seed
         self.on_progress = on_progress
         self.cluster = SimCluster(sim.gpus, sim.gpus_per_node, sim.gpu_memory_mib, sim.cpus_per_gpu,
-                                  shares_per_gpu=settings.gpu.shares_per_gpu)
+                                  shares_per_gpu=settings.gpu.shares_per_gpu, even_gangs=sim.even_gangs)
         self.cluster.before_stop = self._accrue
         self.heap: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
@@ -284,7 +285,9 @@ class Engine:
         self.dirty = True
 
     def _epoch(self, now: float) -> None:
-        result = run_once(self.cluster, self.settings, self.family_source, self.model, self.journal, now, observer=self._observe)
+        with uneven_gangs(not self.sim.even_gangs):  # the peer's placement rule: calibration of the baselines only
+            result = run_once(self.cluster, self.settings, self.family_source, self.model, self.journal, now,
+                              observer=self._observe)
         self.outcomes.update(o.status for o in result.outcomes)
         self.acted = bool(result.plan.actions)
         self._settle()

@@ -39,6 +39,10 @@ class SimSettings:
                                  "app on several GPUs); 0 = every job keeps the GPU count it was submitted with")
     adaptive_batch: bool = _opt(False, help="training families also offer other global batches with an LR rule "
                                             "(goodput shapes; what the pollux policy adapts)")
+    even_gangs: bool = _opt(True, help="a gang holds the same number of GPUs on each of its nodes (what Slurm's "
+                                       "Gres=gpu:P NumNodes=K-K expresses); false: any count per node, the Pollux "
+                                       "peer's own rule, only to calibrate the tiresias and pollux baselines against "
+                                       "the peer's published figures")
     audit: bool = _opt(False, help="check capacity and bookkeeping after every event (slow; for tests)")
 
     def share_levels(self) -> tuple[int, ...]:

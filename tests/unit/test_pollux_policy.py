@@ -280,3 +280,28 @@ def test_a_pollux_workload_slice_runs_to_the_end_with_batches_and_gpu_counts_of_
     submitted = {j.job_id: j for j in jobs}
     assert any(n != submitted[jid].gpus for jid, seen in shapes.items() for n, _ in seen)  # GPU counts it chose
     assert any(name.startswith("gb") for seen in shapes.values() for _, name in seen)  # batches other than submitted
+
+
+def test_under_the_peers_rule_a_gang_is_placed_unevenly_and_the_simulator_starts_it_so():
+    from slurm_elastico.planner.gangs import uneven_gangs
+    sim = SimCluster(8, gpus_per_node=4, cpus_per_gpu=16, even_gangs=False)
+    room = Room({"n0000": [0, 1, 2, 3], "n0001": [1, 2, 3]}, {"n0000": 64, "n0001": 60},
+                {"n0000": 4 * 65536, "n0001": 3 * 65536}, {"n0000": 0, "n0001": 1})
+    assert place(5, room, 20, 5 * 16384) is None  # Slurm-expressible gangs: 5 splits only as 5 x 1
+    with uneven_gangs():
+        want = place(5, room, 20, 5 * 16384)
+        assert place(8, room, 20, 5 * 16384) is None  # 7 idle GPUs: no room for 8 whatever the split
+    assert want == {"n0000": 4, "n0001": 1}  # the peer's fill: the node with most room first
+    assert place(5, room, 20, 5 * 16384) is None  # the rule ends with the block
+    other = SimJob(trace=TraceJob(9, 0.0, "train", "cifar10", 1, 10.0, 64), family=None,
+                   gres=GresRequest("gpus", 1), cpus=4, mem_mib=16384, pin=("n0001",))
+    sim.submit(other)
+    sim.schedule()
+    job = SimJob(trace=TraceJob(1, 1.0, "train", "cifar10", 5, 10.0, 64), family=None,
+                 gres=GresRequest("gpus", 1), cpus=20, mem_mib=5 * 16384)
+    sim.submit(job)
+    sim.apply(Action(ActionKind.SET_GPUS, 1, "test", gpus=5, nodes=("n0000", "n0001")))
+    sim.schedule()
+    sim.check()
+    got = {sim.nodes[ni].name: int(k) for ni, k in zip(*np.unique([ni for ni, _ in job.alloc], return_counts=True))}
+    assert got == want and job.placement == (4, 1)

@@ -445,3 +445,42 @@ def test_every_policy_runs_the_same_at_4_mps_shares_per_gpu_as_at_100(truth, pol
         assert r.unfinished == 0
         got[per_gpu] = [(j.job_id, round(j.end, 6), j.restarts) for j in r.jobs]
     assert got[4] == got[100] and len(got[4]) == len(jobs) > 8
+
+
+def test_even_gangs_is_on_by_default_and_a_bad_value_is_refused():
+    assert SimSettings().even_gangs is True
+    assert from_mapping({"even_gangs": False}).even_gangs is False
+    with pytest.raises(ConfigError, match="even_gangs"):
+        from_mapping({"even_gangs": "sometimes"})
+
+
+def test_uneven_split_fills_the_best_ranked_nodes_and_split_follows_the_rule_in_force():
+    from slurm_elastico.planner.gangs import split, uneven_gangs, uneven_split
+    idle = {"a": 1, "b": 4, "c": 2}
+    count = lambda k, p: min(p, idle[k])  # noqa: E731
+    rank = lambda k: (-idle[k], k)  # noqa: E731
+    assert uneven_split(3, list(idle), count, rank) == {"b": 3}  # one node holds it
+    assert uneven_split(6, list(idle), count, rank) == {"b": 4, "c": 2}  # most room first, nodes in their order
+    assert uneven_split(8, list(idle), count, rank) is None  # 7 idle
+    assert split(6, list(idle), count, rank) is None  # even: 6 x 1, 3 x 2, 2 x 3 do not fit
+    with uneven_gangs():
+        assert split(6, list(idle), count, rank) == {"b": 4, "c": 2}
+    assert split(6, list(idle), count, rank) is None
+
+
+def test_an_uneven_gpu_count_is_accepted_only_when_the_simulated_cluster_allows_it():
+    for even in (True, False):
+        c = SimCluster(8, gpus_per_node=4, even_gangs=even)
+        c.submit(sim_job(1, GresRequest("mps", 50)))
+        c.jobs[1].held = True
+        act = Action(ActionKind.SET_GPUS, 1, "t", gpus=3, nodes=("n0000", "n0001"))
+        if even:
+            with pytest.raises(InvalidActionError, match="do not split evenly"):
+                c.apply(act)
+            continue
+        c.apply(act)
+        assert c.argv_for(act)[0][3:] == ["TresPerJob=gres/gpu:3", "NodeList=n0000,n0001"]
+        c.jobs[1].held = False
+        c.schedule()
+        c.check()
+        assert c.jobs[1].placement == (2, 1) and c.snapshot().job(1).nodes == ("n0000", "n0001")
