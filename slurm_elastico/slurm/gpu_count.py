@@ -9,6 +9,13 @@ Verified on a live cluster (Slurm 22.05.8 and 24.11.5, fake GPUs, `tests/slurm/t
 - 22.05 accepts `TresPerNode=gres/gpu:P` and `TresPerJob=gres/gpu:G` with exit 0 and shows them, but the
   job still runs on its old GPU count: never use them there. 24.11 honours `TresPerNode=`, and `TresPerJob=`
   only for a job that asked per job (`--gpus`); it refuses `TresPerJob=` on a `--gres` job.
+- What squeue's JSON shows at once after that update of a held job (the read-back): `tres_per_node`,
+  `required_nodes` and `tres_req_str` (`node=K`, `gres/gpu=P×K`, with CPUs and memory) on both versions.
+  `node_count` is updated at once by 24.11 and, on 22.05, only for a job that never ran: on a job that already
+  ran (requeued and held) 22.05 keeps the node count of its last run in `node_count` (and in `scontrol show job`'s
+  `NumNodes=`) until the job starts again, though it then runs on K nodes. So the node count is read from
+  `tres_req_str`'s `node=`, and `node_count` only where the TRES string has none. (22.05's `scontrol show job`
+  has no `--json`; its `ReqNodeList=` and `TRES=` lines carry the same new values as the JSON.)
 - 22.05 refuses to switch a pending job between `mps` and `gpu` ("Invalid generic resource (gres)
   specification"), and refuses `Gres=gpu:P` on a job that asked per job (`--gpus`); 24.11 switches `mps`↔`gpu`.
 
@@ -20,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slurm_elastico.errors import InvalidActionError, SlurmError
-from slurm_elastico.slurm.gres import parse_gres_request
+from slurm_elastico.slurm.gres import parse_gres_request, parse_tres
 from slurm_elastico.slurm.hostlist import expand_hostlist
 from slurm_elastico.slurm.schema import Fields, load
 
@@ -47,7 +54,11 @@ class GpuRequest:
 
 
 def request_of(text: str, job_id: int) -> GpuRequest:
-    """The request of `job_id` in `squeue --json` text (22.05 or 24.11); `InvalidActionError` when absent."""
+    """The request of `job_id` in `squeue --json` text (22.05 or 24.11); `InvalidActionError` when absent.
+
+    The node count is the one requested (`tres_req_str`'s `node=`), which both versions update at once; see
+    the module's docstring for 22.05's stale `node_count` on a requeued job.
+    """
     doc = load(text, "squeue --json")
     for i, rec in enumerate(Fields(doc.data, "", doc).items("jobs", required=True)):
         f = Fields(rec, f"jobs[{i}]", doc)
@@ -61,7 +72,8 @@ def request_of(text: str, job_id: int) -> GpuRequest:
             kind, count = "gpus", per_job.count
         else:
             kind, count = "", 0
-        return GpuRequest(kind, count, f.integer("node_count") or 1, f.parsed("required_nodes", expand_hostlist))
+        node_count = f.parsed("tres_req_str", parse_tres).get("node") or f.integer("node_count") or 1
+        return GpuRequest(kind, count, node_count, f.parsed("required_nodes", expand_hostlist))
     raise InvalidActionError(f"job {job_id} is not in squeue: its GPU count cannot be changed")
 
 

@@ -115,6 +115,25 @@ def test_running_job_requeued_from_2_to_1_gpu_and_started_again(gateway, jobs):
     assert len(second) == 1 and len(second[0][1]) == 1 and second == alloc_by_node(view)
 
 
+def test_running_job_requeued_from_one_node_to_two_and_back_starts_at_once_each_time(gateway, jobs):
+    """The node count of a job that already ran: 22.05 keeps the old one in squeue's `node_count` until the job
+    starts, so the read-back must use what it does update (`tres_req_str`); else the gateway refuses the change
+    and skips `StartTime=now`, and Slurm waits ~120 s before starting the job again."""
+    job = jobs.submit("--requeue", "--gres=gpu:1", "--nodes=1")
+    run_tasks(gateway, jobs, job, runs=1, tasks=1)
+    for run, gpus, nodes, tasks in ((2, 4, ("n2", "n3"), 2), (3, 1, (), 1)):
+        began = time.monotonic()
+        gateway.apply(Action(ActionKind.RESHAPE_RUNNING, job, "test", gpus=gpus, nodes=nodes))
+        got, view = run_tasks(gateway, jobs, job, runs=run, tasks=tasks)
+        waited = time.monotonic() - began
+        print(f"GPU-count reshape to {gpus} GPU(s) on {tasks} node(s): running again {waited:.1f} s after the action")
+        assert waited < 60, "Slurm's ~120 s requeue delay: the gateway did not set StartTime=now"
+        assert view.restarts == run - 1 and len(view.nodes) == tasks and len(view.gpu_alloc) == gpus
+        assert got == alloc_by_node(view) and all(len(g) == gpus // tasks for _, g in got)
+        if nodes:
+            assert view.nodes == nodes
+
+
 def test_mps_job_to_whole_gpus_by_version(gateway, jobs):
     """22.05 refuses mps → gpu on a pending job, so the gateway refuses first; 24.11 carries it out."""
     job = jobs.submit("--hold", "--gres=mps:50", "--nodes=1")

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 
 import pytest
 
 from slurm_elastico.model import GresRequest, JobState
-from slurm_elastico.slurm.gpu_count import GpuCountMismatch
 
 from live_helpers import EXAMPLES, GRACE_S, Cluster
 from test_wrappers_live import params, rel_diff, steps_after
@@ -84,19 +82,12 @@ def wait_ranks(c: Cluster, job: int, run: int, ranks: int) -> list[tuple[str, ..
 def move(c: Cluster, job: int, shape: str, gpus: int, nodes: tuple[str, ...] = ()) -> float:
     """The helper's move: the shape in the AdminComment, then the requeue to `gpus` whole GPUs; its start time.
 
-    Slurm 22.05 takes `NumNodes=` on a job that already ran (the job then runs on that many nodes) but squeue
-    still shows the node count of its last run until it starts again, so the gateway's read-back refuses a
-    node-count change of a requeued job there (it releases the job all the same, but skips `StartTime=now`):
-    accepted here on 22.05 only, for the gateway's owner to settle (the read-back could wait for the start).
+    The gateway reads the change back (a node-count change included: 22.05 shows a requeued job's new node count
+    in `tres_req_str` at once, not in `node_count`) and sets `StartTime=now` itself on both versions.
     """
     began = time.monotonic()
     c.gateway.set_admin_comment(job, f"elastico:shape={shape}")
-    try:
-        c.gateway.requeue_with_gpus(job, gpus, nodes)
-    except GpuCountMismatch as exc:  # released without StartTime=now: Slurm would wait ~120 s; set it here
-        assert c.gateway.snapshot().slurm_version.startswith("22.") and "× 1 node(s)" in str(exc), exc
-        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=c.env, check=True,
-                       capture_output=True, timeout=30)
+    c.gateway.requeue_with_gpus(job, gpus, nodes)
     return began
 
 

@@ -1,5 +1,6 @@
 """A job's GPU request from recorded squeue output (22.05, 24.11) and the per-version refusals (pure logic)."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -38,3 +39,19 @@ def test_verify_names_what_was_asked_and_what_slurm_holds():
     assert verify(text, 20, 4, ("n2", "n3"), ["x"]) == GpuRequest("gpu", 2, 2, ("n2", "n3"))
     with pytest.raises(GpuCountMismatch, match=r"asked Slurm for gpu:4 × 2 node\(s\) on n2,n3, it holds gpu:2"):
         verify(text, 20, 8, ("n2", "n3"), ["x"])
+
+
+def test_a_requeued_job_on_22_05_is_read_by_its_requested_node_count():
+    """22.05 recorded: job 1 ran on one node with gpu:1, was requeued held and updated to `Gres=gpu:2 NumNodes=2-2
+    NodeList=n2,n3`; its `node_count` still says 1 (its last run) while `tres_req_str` says node=2, gres/gpu=4."""
+    text = (DATA / "22.05/squeue_json_gpu_count_requeued_held_2x2.json").read_text()
+    job = json.loads(text)["jobs"][0]
+    assert (job["job_id"], job["node_count"], job["restart_cnt"]) == (1, 1, 1)  # the stale field, as recorded
+    assert "node=2," in job["tres_req_str"]
+    assert verify(text, 1, 4, ("n2", "n3"), ["x"]) == GpuRequest("gpu", 2, 2, ("n2", "n3"))
+    with pytest.raises(GpuCountMismatch, match=r"asked Slurm for gpu:2 × 1 node\(s\) on n2, it holds gpu:2 × 2"):
+        verify(text, 1, 2, ("n2",), ["x"])
+    # Without a TRES string the node count falls back to `node_count`, so a stale one is still refused.
+    job["tres_req_str"] = ""
+    with pytest.raises(GpuCountMismatch, match=r"it holds gpu:2 × 1 node\(s\) on n2,n3"):
+        verify(json.dumps({**json.loads(text), "jobs": [job]}), 1, 4, ("n2", "n3"), ["x"])
