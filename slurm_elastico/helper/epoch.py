@@ -121,22 +121,13 @@ def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model
     refusals = getattr(observer, "refusals", None)
     planning = refusals.model(model, now) if refusals is not None and model is not None else model
     plan = run_epoch(snap, fams, settings, planning, now, progress)
-    waiting = sorted({a.job_id for a in plan.actions} & unsettled)
-    if waiting:  # acting on a job Slurm is still requeueing would race its recovery
-        plan = dataclasses.replace(plan, actions=tuple(a for a in plan.actions if a.job_id not in unsettled),
-                                   notes=(*plan.notes, *(f"job {j}: no new action while an interrupted one is "
-                                                         "still open in the journal" for j in waiting)))
-    early = sorted({a.job_id for a in plan.actions} & starting)
-    if early:  # Slurm refuses an update to a job it is starting; it will start this one on its next pass
-        plan = dataclasses.replace(plan, actions=tuple(a for a in plan.actions if a.job_id not in starting),
-                                   notes=(*plan.notes, *(f"job {j}: no new action, an earlier epoch started it "
-                                                         f"and Slurm has not yet (waiting up to {SETTLE_S:g} s)"
-                                                         for j in early)))
-    foreign = sorted({a.job_id for a in plan.actions} - set(fams))
-    if foreign:  # the planner leaves such jobs alone; this holds it whatever the policy
-        plan = dataclasses.replace(plan, actions=tuple(a for a in plan.actions if a.job_id in fams),
-                                   notes=(*plan.notes, *(f"job {j}: no action, it has no family from elastico-submit"
-                                                         for j in foreign)))
+    # acting on a job Slurm is still requeueing would race its recovery
+    plan = _without(plan, unsettled, "no new action while an interrupted one is still open in the journal")
+    # Slurm refuses an update to a job it is starting; it will start this one on its next pass
+    plan = _without(plan, starting, "no new action, an earlier epoch started it and Slurm has not yet "
+                                    f"(waiting up to {SETTLE_S:g} s)")
+    # the planner leaves jobs without a family alone; this holds it whatever the policy
+    plan = _without(plan, {a.job_id for a in plan.actions} - set(fams), "no action, it has no family from elastico-submit")
     reverted = getattr(observer, "reverted", ())
     if reverted:  # probe and revert: separate each pair that did not pay (the planner will not pair it again)
         undo, why = undo_actions(reverted, snap.jobs, fams, {a.job_id for a in plan.actions} | unsettled | starting,
@@ -150,6 +141,15 @@ def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model
     held = tuple(j.job_id for j in snap.jobs if j.job_id in fams and j.held)
     return EpochResult(now, plan, tuple(outcomes), tuple(recovered), tuple(warnings), outage,
                        tuple(sorted(fams)), held, predicted_slowdowns(plan, fams))
+
+
+def _without(plan: Plan, jobs: set[int], why: str) -> Plan:
+    """`plan` without the actions on `jobs`, with a note `job N: <why>` for each job that lost one."""
+    dropped = sorted({a.job_id for a in plan.actions} & jobs)
+    if not dropped:
+        return plan
+    return dataclasses.replace(plan, actions=tuple(a for a in plan.actions if a.job_id not in jobs),
+                               notes=(*plan.notes, *(f"job {j}: {why}" for j in dropped)))
 
 
 def predicted_slowdowns(plan: Plan, families: dict[int, Family]) -> tuple[tuple[int, float], ...]:
