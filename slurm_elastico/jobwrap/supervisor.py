@@ -42,6 +42,8 @@ checkpoint directory. A 1-GPU shape runs the program directly, as always.
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 import signal
 import subprocess
@@ -102,10 +104,8 @@ class Supervisor:
         if child is None or child.returncode is not None:
             self.pending.append(sig)  # delivered to the next program started (if any)
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):  # it just ended: `_wait` reads its exit status
             os.kill(child.pid, sig)
-        except ProcessLookupError:
-            pass
 
     # ------------------------------------------------------------------ running
 
@@ -215,10 +215,8 @@ class Supervisor:
                 if not killed and self.kill_at is not None and self.clock() >= self.kill_at:
                     self.log(f"program did not exit within the {self.grace_s:g} s grace: killing it; "
                              "the job resumes from its last good checkpoint")
-                    try:
+                    with contextlib.suppress(ProcessLookupError):  # it ended meanwhile: wait() returns its status
                         os.killpg(self.child.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
                     killed = True
 
 

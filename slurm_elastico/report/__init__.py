@@ -6,12 +6,15 @@
 
 from __future__ import annotations
 
-import yaml
-
+from slurm_elastico.errors import ConfigError
+from slurm_elastico.inputs import load_yaml
 from slurm_elastico.report.metrics import GroupRow, JobRow, group_rows, job_rows
 from slurm_elastico.store import Store
 
-__all__ = ["GroupRow", "JobRow", "collect", "group_rows", "job_rows"]
+UNREADABLE = "family unreadable"
+"""The kind of a job whose stored family does not parse as a train or infer family."""
+
+__all__ = ["UNREADABLE", "GroupRow", "JobRow", "collect", "group_rows", "job_rows"]
 
 
 def collect(gateway, store: Store, start: str = "now-7days", end: str = "now", shares_per_gpu: int = 100) -> list[JobRow]:
@@ -20,11 +23,12 @@ def collect(gateway, store: Store, start: str = "now-7days", end: str = "now", s
     kinds = {}
     for row in store.query("SELECT job_id, spec FROM job_family"):
         try:
-            spec = yaml.safe_load(row["spec"])
-        except yaml.YAMLError:
-            continue
-        if isinstance(spec, dict) and spec.get("kind") in ("train", "infer"):
-            kinds[row["job_id"]] = spec["kind"]
+            spec = load_yaml(row["spec"], f"job {row['job_id']}'s stored family")
+        except ConfigError:
+            spec = None
+        # A family that no longer reads is its own kind in the report, not silently a plain ("other") job.
+        kinds[row["job_id"]] = spec["kind"] if isinstance(spec, dict) and spec.get("kind") in ("train", "infer") \
+            else UNREADABLE
     reshapes = {r["job_id"]: r["n"] for r in store.query(
         "SELECT job_id, COUNT(*) AS n FROM journal WHERE status='done' AND kind='reshape_running' GROUP BY job_id")}
     return job_rows(records, kinds, reshapes, shares_per_gpu)

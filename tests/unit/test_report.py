@@ -75,3 +75,25 @@ def test_plot_legends_sit_outside_the_curves(tmp_path):
     plt.close(fig)
     out = plots.jct_cdf_compare(series, tmp_path / "c.png")
     assert out.stat().st_size > 1000
+
+
+def test_collect_shows_a_job_whose_stored_family_no_longer_reads_instead_of_calling_it_plain(tmp_path, monkeypatch):
+    from slurm_elastico.report import UNREADABLE, collect
+    from slurm_elastico.store import Store
+
+    store = Store(tmp_path / "s.sqlite")
+    rows = [(1, "kind: train\nsteps: 3\n"), (2, "kind: [unclosed\n"), (3, "kind: train\nkind: infer\n")]
+    for job_id, spec in rows:
+        store.execute("INSERT INTO job_family (job_id, spec, source, submitted_at) VALUES (?, ?, ?, ?)",
+                      (job_id, spec, "t", 0.0))
+
+    class Accounting:
+        def sacct(self, **kwargs):
+            self.asked = kwargs
+            return ()
+
+    kinds_seen = {}
+    monkeypatch.setattr("slurm_elastico.report.job_rows",
+                        lambda records, kinds, reshapes, shares: kinds_seen.update(kinds) or [])
+    collect(Accounting(), store)
+    assert kinds_seen == {1: "train", 2: UNREADABLE, 3: UNREADABLE}  # 3: a duplicate key, refused strictly
