@@ -248,3 +248,18 @@ def test_inference_moved_1_2_1_engine_replicas_answers_each_request_exactly_once
     assert key(got) == key(want)
     print(f"\ninference 1 -> 2 -> 1 replicas: {len(ids)} requests, each once; shards "
           f"{[p.name for p in journal_shards(c.ckpt(job) / 'journal.jsonl')]}")
+
+
+def test_elastico_submit_checks_gpu_counts_against_the_partitions_real_nodes(cluster):
+    """The partition check reads the live cluster's nodes (4 fake GPUs each): too many per node is refused before
+    anything reaches Slurm; a family that fits is submitted."""
+    c = cluster
+    (c.root / "wide.yaml").write_text(FAMILY.replace("gpus_per_node: 4", "gpus_per_node: 8"))
+    before = {j.job_id for j in c.gateway.jobs()}
+    refused = c.submit_cmd("-p", "debug", "--family", "wide.yaml", str(c.root / "ranks.py"))
+    assert refused.returncode == 2, refused.stderr
+    assert "gpus_per_node: 8" in refused.stderr and "at most 4" in refused.stderr, refused.stderr
+    assert "nothing was submitted" in refused.stderr
+    assert {j.job_id for j in c.gateway.jobs()} == before
+    job = c.submit("ranks.yaml", c.root / "ranks.py", options=("-p", "debug"))
+    assert c.gateway.job(job).job_id == job
