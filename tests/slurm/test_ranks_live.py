@@ -260,6 +260,6 @@ def test_elastico_submit_checks_gpu_counts_against_the_partitions_real_nodes(clu
     assert refused.returncode == 2, refused.stderr
     assert "gpus_per_node: 8" in refused.stderr and "at most 4" in refused.stderr, refused.stderr
     assert "nothing was submitted" in refused.stderr
-    assert {j.job_id for j in c.gateway.jobs()} == before
+    assert not {j.job_id for j in c.gateway.jobs()} - before  # nothing new (earlier tests' jobs may age out meanwhile)
     job = c.submit("ranks.yaml", c.root / "ranks.py", options=("-p", "debug"))
     assert c.gateway.job(job).job_id == job
