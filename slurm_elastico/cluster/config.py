@@ -26,6 +26,16 @@ MAX_SOCKET_PATH = 107
 _UNSAFE_PATH = re.compile(r"[\s\[\],=#\"']")
 
 
+def cluster_name(port_base: int) -> str:
+    """The local cluster's ClusterName: `elastico` on the default ports, `elastico<port base>` elsewhere.
+
+    Letters and digits only: slurmdbd names its MariaDB tables after the cluster. The helper locks one
+    ClusterName per host (`helper.lock`), so two local clusters on one host (the demo's and the test
+    suite's, say) must not share a name, or their helpers would refuse each other.
+    """
+    return CLUSTER_NAME if port_base == DEFAULT_PORT_BASE else f"{CLUSTER_NAME}{port_base}"
+
+
 @dataclass(frozen=True)
 class Ports:
     """TCP ports of the cluster's daemons, all above a system Slurm's 6817-6819 and MariaDB's 3306."""

@@ -257,7 +257,7 @@ class LocalCluster:
             hostname=socket.gethostname().split(".")[0], nodes=p["nodes"], gpus_per_node=p["gpus_per_node"],
             shares_per_gpu=p["shares_per_gpu"], cpus_per_node=p["cpus_per_node"], memory_mb=p["memory_mb"],
             accounting=p["accounting"], kill_wait=p["kill_wait"], ports=Ports.from_base(p["port_base"]),
-            version=version,
+            version=version, name=config.cluster_name(p["port_base"]),
         )
 
     def _write_files(self, spec: ClusterSpec, config_locked: bool) -> None:

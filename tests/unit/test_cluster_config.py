@@ -154,6 +154,14 @@ def test_local_cluster_validates_at_construction_and_gives_env(tmp_path):
     assert cluster.nodes == ("n1", "n2", "n3", "n4")
 
 
+def test_clusters_on_other_ports_get_their_own_cluster_name(tmp_path):
+    # One helper per ClusterName on a host: the demo's cluster and the tests' must not share one.
+    default = LocalCluster(tmp_path / "a")._spec_for((22, 5))
+    other = LocalCluster(tmp_path / "b", port_base=36817)._spec_for((24, 11))
+    assert default.name == "elastico" and other.name == "elastico36817"
+    assert "ClusterName=elastico36817" in config.slurm_conf(other, Layout(tmp_path / "b")).splitlines()
+
+
 def test_from_state_dir_uses_saved_settings_under_overrides(tmp_path):
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc" / "cluster.json").write_text('{"nodes": 2, "accounting": true, "unknown": 1}')
