@@ -134,7 +134,7 @@ def planned_jobs(snapshot: Snapshot, families: Mapping[int, Family], part: str, 
             continue
         running = j.state is JobState.RUNNING and bool(j.gpu_alloc)
         pending = (j.state is JobState.PENDING and (held_by_us(j.admin_comment) if j.held else True)
-                   and j.gres is not None and j.gres.kind in ("mps", "gpus"))
+                   and j.gres is not None and j.gres.kind in ("mps", "gpu", "gpus"))
         if running or pending:
             yield j, fam, running
 

@@ -25,7 +25,9 @@ data-parallel shapes come from `planner.allot` instead of the prices: the
 jobs with the fewest GPU-seconds left (weighted) go first, each on its
 whole request or not at all, and a longer running job shrinks or is
 preempted for them (requeue-held, `elastico:held=1` in its AdminComment) and
-resumed when its turn comes. Jobs held by anyone else stay untouched.
+resumed when its turn comes; the mark stays until the job runs again (a resume
+cut short leaves it held and still known as ours), then it is lifted. Jobs held
+by anyone else stay untouched.
 """
 
 from __future__ import annotations
@@ -164,7 +166,7 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
         if fam is None or not fam.shapes or (part and jv.partition != part):
             continue
         if (jv.state is JobState.PENDING and (not jv.held or (policy.allot and preempted_by_us(jv.admin_comment)))
-                and (jv.gres is None or jv.gres.kind in ("mps", "gpus"))):
+                and (jv.gres is None or jv.gres.kind in ("mps", "gpu", "gpus"))):
             t = table_of(fam)
             by_id[jv.job_id] = Job(jv, t, 1.0, Seat(jv.job_id, fam.throughput_floor, best_solo=best_solo(t.rows)))
         elif jv.state is JobState.RUNNING:
@@ -382,6 +384,9 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
         on = tuple(dict.fromkeys(gpu_key[g][0] for g in seat.gang))  # the gang's nodes, in GPU order
         if j.running:
             if jid not in reshaped:
+                if preempted_by_us(j.view.admin_comment):  # resumed and running now: the mark has done its work
+                    actions.append(Action(ActionKind.SET_ADMIN_COMMENT, jid, "resumed: it runs again, so the mark of "
+                                          "its preemption is lifted", shape=shape.name, text=comment))
                 continue
             saved, left = reshaped[jid]
             if saved >= 0:
@@ -405,6 +410,8 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
                     else f"at {shape.resources.mps}% of GPU {node}:{gpu}")
         why = (f"start as {shape.name} {where_to} "
                f"({rate:.3g} {unit}, {100 * rate / tmax:.0f}% of its fastest; weight {j.weight:.2f})")
+        if j.view.held:  # one this policy preempted keeps its mark until it runs: a resume cut short (a crash
+            comment += f",{PREEMPTED_MARK}"  # between its steps) leaves it held and still known as ours
         if j.view.admin_comment != comment:
             actions.append(Action(ActionKind.SET_ADMIN_COMMENT, jid, why, shape=shape.name, text=comment))
         if seat.gang:

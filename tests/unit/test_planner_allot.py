@@ -7,7 +7,7 @@ import dataclasses
 
 from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import ContentionModel
-from slurm_elastico.model import ActionKind, GpuUse, Snapshot
+from slurm_elastico.model import ActionKind, GpuUse, GresRequest, Snapshot
 from slurm_elastico.planner import allot, run_epoch
 from slurm_elastico.planner.allot import NONE, Claim
 from slurm_elastico.shapes.current import PREEMPTED_MARK, preempted_by_us
@@ -92,5 +92,19 @@ def test_a_job_we_preempted_is_resumed_when_its_turn_comes_and_one_held_by_anyon
     assert {a.job_id for a in p.actions} == {1}
     resume = next(a for a in p.actions if a.kind is ActionKind.RESUME)
     assert resume.nodes == ("n0000",)
-    comment = next(a for a in p.actions if a.kind is ActionKind.SET_ADMIN_COMMENT)
-    assert not preempted_by_us(comment.text)  # the mark is lifted with the hold
+    # The mark stays until it runs (a resume cut short between its steps leaves it held and known as ours) ...
+    assert not any(a.kind is ActionKind.SET_ADMIN_COMMENT for a in p.actions)
+    # ... and a job held as whole gpu:N per node (as elastico-submit asks) is resumed too.
+    gpu = dataclasses.replace(ours, gres=GresRequest("gpu", 8))
+    assert any(a.kind is ActionKind.RESUME for a in plan(cluster(8, gpus_per_node=8), [gpu], {1: fams[1]}).actions)
+
+
+def test_a_resumed_job_running_again_has_its_preemption_mark_lifted_keeping_others_parts():
+    held = [("n0000", g) for g in range(8)]
+    nodes = with_users(cluster(8, gpus_per_node=8), {k: (GpuUse(1, 0, whole=True),) for k in held})
+    job = dataclasses.replace(gang_running(1, held, start=NOW - 5),
+                              admin_comment=f"site=a,elastico:shape=gpus8,{PREEMPTED_MARK}")
+    p = plan(nodes, [job], {1: gang_family(default_gpus=8)})
+    assert [(a.kind, a.text) for a in p.actions] == [(ActionKind.SET_ADMIN_COMMENT, "elastico:shape=gpus8")]
+    unmarked = dataclasses.replace(job, admin_comment="elastico:shape=gpus8")
+    assert not plan(nodes, [unmarked], {1: gang_family(default_gpus=8)}).actions
