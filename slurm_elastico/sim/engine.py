@@ -235,7 +235,8 @@ class Engine:
 
     def _arrive(self, tj: TraceJob) -> None:
         fam = family_of(tj, self.truth, self.sim.share_levels(), self.sim.gpu_memory_mib, self.sim.profile_noise,
-                        self.seed, self.adaptive, self.sim.max_gpus_per_job, self.sim.gpus_per_node)
+                        self.seed, self.adaptive, self.sim.max_gpus_per_job, self.sim.gpus_per_node,
+                        self.sim.whole_gpu_gangs)
         if fam is None:  # rigid: `--gpus=N`, on as many nodes as it takes
             gres, cpus, mem = GresRequest("gpus", tj.gpus), TRAIN_CPUS * tj.gpus, TRAIN_HOST_MIB * tj.gpus
             begin = tj.submit_s

@@ -142,7 +142,8 @@ def packed(ranks: int, gpus_per_node: int) -> tuple[int, ...]:
 
 
 def family_of(job: TraceJob, truth: GroundTruth, shares: tuple[int, ...], gpu_mem_mib: float, noise: float = 0.0,
-              seed: int = 0, adaptive: bool = False, max_gpus: int = 0, gpus_per_node: int = 4) -> Family | None:
+              seed: int = 0, adaptive: bool = False, max_gpus: int = 0, gpus_per_node: int = 4,
+              whole_gpu_gangs: bool = False) -> Family | None:
     """The job's family as profiled, or None for a multi-GPU job the planner cannot reshape (no data-parallel
     shapes: `max_gpus` 0, inference, or an app measured on one GPU only); Slurm runs it as submitted.
 
@@ -153,11 +154,13 @@ def family_of(job: TraceJob, truth: GroundTruth, shares: tuple[int, ...], gpu_me
     during the job's first epoch; `at_epoch` gives it for a later one.
     Shapes are pruned to the Pareto front per global batch (the efficiency
     factor is common to one batch, so the fronts hold at every epoch).
+    `whole_gpu_gangs`: a family with data-parallel shapes offers one GPU only
+    whole (share 100), as elastico-submit starts it (`shapes.nodes.start_request`).
     """
     ranks = gang_ranks(job, truth, max_gpus) if max_gpus else []
     if job.gpus > 1 and not ranks:
         return None
-    levels = sorted(set(shares) | {job.share})
+    levels = [100] if ranks and whole_gpu_gangs else sorted(set(shares) | {job.share})
     shapes: list[Shape] = []
     if job.kind == "train":
         for r in ranks:

@@ -111,3 +111,17 @@ def test_cli_run_and_compare(tmp_path):
     assert (tmp_path / "jct_cdf.png").stat().st_size > 0
     res = runner.invoke(main, ["sim", "run", "--policy", "fifo", "--jobs", "2"])
     assert res.exit_code == 2 and "'fifo' is not a policy" in res.output
+
+
+def test_a_family_with_gpu_counts_offers_one_gpu_only_whole_when_gangs_start_whole():
+    # elastico-submit starts a family with GPU counts on whole GPUs, and Slurm 22.05 cannot move a job from gpu to
+    # mps: `whole_gpu_gangs` keeps the simulator's family to that; without gangs the shares stay.
+    truth = GroundTruth()
+    job = TraceJob(1, 0.0, "train", "bert", 1, 10.0, 24)
+    shared = family_of(job, truth, (50, 100), 16384, max_gpus=4, gpus_per_node=4)
+    whole = family_of(job, truth, (50, 100), 16384, max_gpus=4, gpus_per_node=4, whole_gpu_gangs=True)
+    assert {s.resources.mps for s in shared.shapes if not s.resources.gpus} == {50, 100}
+    assert {s.resources.mps for s in whole.shapes if not s.resources.gpus} == {100}
+    assert {s.resources.gpus for s in whole.shapes} == {0, 2, 4} and whole.default == shared.default
+    alone = family_of(job, truth, (50, 100), 16384, whole_gpu_gangs=True)  # no GPU counts: shares kept
+    assert {s.resources.mps for s in alone.shapes} == {50, 100}
