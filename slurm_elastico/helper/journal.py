@@ -56,10 +56,11 @@ class Journal:
         return [(r["id"], action_from_json(r["action"])) for r in rows]
 
     def recent(self, since: float) -> list[tuple[float, Action]]:
-        """(epoch, action) of the 'done' rows of epochs at or after `since` (see `inflight.in_flight`)."""
-        rows = self.store.query("SELECT epoch, action FROM journal WHERE status='done' AND epoch >= ? ORDER BY id",
-                                (since,))
-        return [(r["epoch"], action_from_json(r["action"])) for r in rows]
+        """(time, action) of the rows that took effect at or after `since` (see `inflight.in_flight`): 'done'
+        rows at their epoch, 'recovered' ones at their settling (recovery may just have released the job)."""
+        rows = self.store.query("SELECT status, epoch, updated, action FROM journal WHERE (status='done' AND "
+                                "epoch >= ?) OR (status='recovered' AND updated >= ?) ORDER BY id", (since, since))
+        return [(r["epoch"] if r["status"] == "done" else r["updated"], action_from_json(r["action"])) for r in rows]
 
 
 class MemoryJournal:
@@ -85,14 +86,14 @@ class MemoryJournal:
         action = self.open.pop(row_id)
         epoch = self._epochs.pop(row_id)
         self.settled[status] += 1
-        if status == "done":
-            self._done.append((epoch, action))
+        if status in ("done", "recovered"):
+            self._done.append((epoch if status == "done" else at, action))
 
     def unsettled(self) -> list[tuple[int, Action]]:
         return sorted(self.open.items())
 
     def recent(self, since: float) -> list[tuple[float, Action]]:
-        """(epoch, action) of the 'done' rows of epochs at or after `since`; older ones are forgotten."""
+        """As `Journal.recent`, in the order settled; older ones are forgotten."""
         self._done = [(at, a) for at, a in self._done if at >= since]
         return list(self._done)
 

@@ -6,10 +6,15 @@ means, by the job's state now (`decide`, pure):
 
 | row               | job held (pending)        | job stopping (COMPLETING)   | running / pending, not held | gone  |
 |-------------------|---------------------------|-----------------------------|-----------------------------|-------|
-| RESHAPE_RUNNING   | complete it: share, start now, release | keep open: it will be held | close: nothing is held | close |
+| RESHAPE_RUNNING   | complete it: new request, start now, release | keep open: it will be held | close: nothing is held | close |
 | PREEMPT           | close: held, as meant     | keep open                   | close (next plan decides)   | close |
 | RESUME            | complete it: release      | close                       | close                       | close |
 | any other action  | close (next plan decides) | close                       | close                       | close |
+
+A reshape's new request is the one the gateway would have set: its share
+and node pin, or its GPU count on its nodes; released with the old one, the
+job would run under a comment naming the new shape and the next plan would
+requeue it again.
 
 Measured on 22.05: right after `scontrol requeuehold` a job is COMPLETING
 (priority 0, reason JobHeldUser) while it checkpoints, and only then PENDING
@@ -117,30 +122,49 @@ def _close(journal: JournalLike, row_id: int, at: float, notes: list[str], job_i
 def _complete(gateway: Settler, action: Action) -> tuple[bool, str]:
     """Finish an interrupted action on its held job; (settled, what happened). `SlurmUnavailable` propagates.
 
-    A reshape: its share (the job's AdminComment already names the new shape), StartTime=now (no ~120 s
-    BeginTime), release. A share Slurm refuses does not keep the job held: it is released with the share
-    it has. A resume: the gateway's own resume (node pin, StartTime=now, release).
+    A reshape: its new request as `_reshape_updates` gives it (the job's AdminComment already names the
+    new shape), StartTime=now (no ~120 s BeginTime), release. An update Slurm refuses does not keep the job
+    held: it is released with the request it has. A resume: the gateway's own resume (node pin,
+    StartTime=now, release).
     """
     jid = action.job_id
     try:
         if action.kind is ActionKind.RESUME:
             gateway.apply(action)
             return True, "released (resume completed)"
-        problem = ""
-        if action.share is not None and action.gpus is None:
+        problem, done = "", []
+        for update, what in _reshape_updates(action):
             try:
-                gateway.apply(Action(ActionKind.SET_SHARE, jid, "complete an interrupted reshape", share=action.share))
+                gateway.apply(update)
             except SlurmUnavailable:
                 raise
             except ElasticoError as exc:  # UnknownJobError included: the release below says so too
-                problem = f" (its new share was refused: {exc})"
+                problem = f" (its {what} was refused: {exc})"
+                break
+            done.append(what)
         gateway.apply(Action(ActionKind.START_NOW, jid, "complete an interrupted reshape"))
         gateway.release(jid)
-        share = f"share {action.share}, " if action.share is not None and not problem else ""
-        return True, f"released ({share}StartTime=now){problem}"
+        return True, f"released ({''.join(f'{w}, ' for w in done)}StartTime=now){problem}"
     except UnknownJobError as exc:
         return True, f"the job is gone ({exc})"
     except SlurmUnavailable:
         raise
     except ElasticoError as exc:  # refused, not unanswered: try again next epoch rather than abandon the hold
         return False, f"not released yet, tried again next epoch: {exc}"
+
+
+def _reshape_updates(action: Action) -> list[tuple[Action, str]]:
+    """The updates an interrupted reshape makes to its held job before the release, each with what it sets:
+    the same as the gateway's requeue (`requeue_with_gpus`: GPU count and nodes in one verified update;
+    `requeue_with_share`: the share, then the node pin)."""
+    jid, why = action.job_id, "complete an interrupted reshape"
+    if action.gpus is not None:
+        where = f" on {','.join(action.nodes)}" if action.nodes else ""
+        return [(Action(ActionKind.SET_GPUS, jid, why, gpus=action.gpus, nodes=action.nodes),
+                 f"{action.gpus} GPU(s){where}")]
+    out = []
+    if action.share is not None:
+        out.append((Action(ActionKind.SET_SHARE, jid, why, share=action.share), f"share {action.share}"))
+    if action.nodes:
+        out.append((Action(ActionKind.SET_NODES, jid, why, nodes=action.nodes), f"node {','.join(action.nodes)}"))
+    return out

@@ -156,16 +156,16 @@ class Slurm:
         return [["scontrol", action.kind.value, str(action.job_id)]]
 
     def apply(self, action):
-        self._do(action.kind.value, action.job_id, action.share)
+        self._do(action.kind.value, action.job_id, *(v for v in (action.share, action.gpus, action.nodes) if v))
 
     def release(self, job_id):
         self._do("release", job_id)
 
-    def _do(self, what, job_id, value=None):
+    def _do(self, what, job_id, *values):
         err = self.fail(what, job_id)
         if err is not None:
             raise err
-        self.did.append((what, job_id) if value is None else (what, job_id, value))
+        self.did.append((what, job_id, *values))
 
 
 @pytest.fixture
@@ -219,15 +219,37 @@ def test_a_share_slurm_refuses_still_releases_the_job(journal):
     gw = Slurm([HELD], fail=lambda what, j: SlurmError(["scontrol"], 1, "Invalid generic resource")
                if what == "set_share" else None)
     notes = recover(gw, journal, gw.snap, NOW + 30)
-    assert gw.did == [("start_now", 1), ("release", 1)] and "new share was refused" in notes[0]
+    assert gw.did == [("start_now", 1), ("release", 1)] and "share 100 was refused" in notes[0]
     assert not journal.unsettled()
+
+
+def test_an_interrupted_gpu_count_reshape_is_completed_with_its_gpus_and_nodes(journal):
+    # Killed after its requeuehold: the held job still asks its old GPU count. Released as it is, it would run
+    # at the old count under a comment naming the new shape, and the next plan would requeue it a second time.
+    journal.plan(NOW, Action(ActionKind.RESHAPE_RUNNING, 1, "grow", gpus=4, nodes=("n0001",)))
+    gw = Slurm([HELD])
+    notes = recover(gw, journal, gw.snap, NOW + 30)
+    assert gw.did == [("set_gpus", 1, 4, ("n0001",)), ("start_now", 1), ("release", 1)]
+    assert notes[0].startswith("job 1: released (4 GPU(s) on n0001, StartTime=now)") and not journal.unsettled()
+
+
+def test_an_interrupted_share_reshape_is_completed_with_its_node_pin_and_a_refused_count_still_releases(journal):
+    journal.plan(NOW, dataclasses.replace(RESHAPE, nodes=("n0000",)))
+    journal.plan(NOW, Action(ActionKind.RESHAPE_RUNNING, 2, "grow", gpus=2))
+    gw = Slurm([HELD, dataclasses.replace(HELD, job_id=2)], fail=lambda what, j: SlurmError(
+        ["scontrol"], 1, "Requested node configuration is not available") if what == "set_gpus" else None)
+    notes = recover(gw, journal, gw.snap, NOW + 30)
+    assert gw.did == [("set_share", 1, 100), ("set_nodes", 1, ("n0000",)), ("start_now", 1), ("release", 1),
+                      ("start_now", 2), ("release", 2)]
+    assert notes[0].startswith("job 1: released (share 100, node n0000, StartTime=now)")
+    assert "2 GPU(s) was refused" in notes[1] and not journal.unsettled()
 
 
 def test_an_interrupted_resume_of_a_held_job_is_completed(journal):
     journal.plan(NOW, RESUME)
     gw = Slurm([HELD])
     recover(gw, journal, gw.snap, NOW + 30)
-    assert gw.did == [("resume", 1)] and not journal.unsettled()
+    assert gw.did == [("resume", 1, ("n0000",))] and not journal.unsettled()
 
 
 # ----------------------------------------------------------------------------- the epoch around an outage
@@ -272,6 +294,20 @@ def test_no_new_action_for_a_job_whose_interrupted_action_is_still_open(journal)
     result = run_once(gw, Settings(), Fixed({1: FAM}), None, journal, NOW)
     assert gw.did == [] and result.outcomes == () and len(journal.unsettled()) == 1
     assert any("job 1" in r and "still stopping" in r for r in result.recovered)
+
+
+def test_a_job_recovery_just_released_gets_no_new_action_while_slurm_starts_it(journal):
+    # Killed after the requeuehold of a reshape to 100 shares, long ago (outside the in-flight window of its
+    # epoch): this epoch's recovery releases it, and Slurm has not started it when the plan is made.
+    waiting = dataclasses.replace(pending(1, share=100), reason="BeginTime")
+    gw = Slurm([HELD])
+    gw.release = lambda job_id: (gw._do("release", job_id), setattr(gw, "snap", snapshot(cluster(1), [waiting])))
+    journal.plan(NOW - 600, RESHAPE)
+    result = run_once(gw, Settings(), Fixed({1: FAM}), None, journal, NOW)
+    assert gw.did == [("set_share", 1, 100), ("start_now", 1), ("release", 1)] and result.outcomes == ()
+    assert any("job 1: no new action, an earlier epoch started it" in n for n in result.plan.notes)
+    dry = run_once(gw, Settings(), Fixed({1: FAM}), None, MemoryJournal(), NOW, dry_run=True)
+    assert any(o.action.job_id == 1 for o in dry.outcomes)  # without that row the plan would act on it again
 
 
 def test_slurm_that_stops_answering_mid_epoch_ends_the_plan_and_leaves_the_row_open():

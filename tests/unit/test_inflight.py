@@ -1,4 +1,4 @@
-"""The in-flight guard (helper.inflight) and the journals' recent 'done' rows it reads."""
+"""The in-flight guard (helper.inflight) and the journals' recent rows it reads ('done' and 'recovered')."""
 
 from __future__ import annotations
 
@@ -28,10 +28,14 @@ def test_a_job_that_runs_ended_or_was_held_since_is_not(job):
     assert in_flight([(NOW - 1, START)], [job], NOW) == set()
 
 
-@pytest.mark.parametrize("at", [NOW - SETTLE_S - 0.5, NOW])  # before the window; this very epoch's own action
-def test_only_an_earlier_epoch_within_the_window_counts(at):
+@pytest.mark.parametrize("at", [NOW - SETTLE_S - 0.5, NOW + 0.5])  # before the window; after now
+def test_only_an_action_within_the_window_counts(at):
     assert in_flight([(at, START)], [pending(1)], NOW) == set()
     assert in_flight([(at, START)], [pending(1)], NOW, settle_s=SETTLE_S + 1) == ({1} if at < NOW else set())
+
+
+def test_an_action_recovery_completed_in_this_very_epoch_counts():
+    assert in_flight([(NOW, Action(ActionKind.RESUME, 1, "resume"))], [pending(1)], NOW) == {1}
 
 
 @pytest.mark.parametrize("kind,expected", [(ActionKind.RESUME, {1}), (ActionKind.RESHAPE_RUNNING, {1}),
@@ -63,6 +67,10 @@ def test_both_journals_give_the_done_rows_since_a_time(journal):
     journal.settle(failed, "failed", NOW - 1, "refused")
     journal.plan(NOW - 1, dataclasses.replace(START, job_id=4))  # still open
     assert [(at, a.job_id) for at, a in journal.recent(NOW - 10)] == [(NOW - 2, 2)]
+    # A row a crash left open, settled by recovery: at its settling, when recovery may have released the job.
+    stale = journal.plan(NOW - 300, dataclasses.replace(START, job_id=5))
+    journal.settle(stale, "recovered", NOW - 1, "released (StartTime=now)")
+    assert [(at, a.job_id) for at, a in journal.recent(NOW - 10)] == [(NOW - 2, 2), (NOW - 1, 5)]
 
 
 class Gateway:
