@@ -2,6 +2,10 @@
 
 Run from the repository root: `python benchmarks/sim.py` (or `--quick`, under
 a minute). Prints a table per part and ends with one line of JSON.
+The simulations are independent: `--jobs N` (default 2) runs them side by
+side in N worker processes (`sim.pool`), longest first, with the same
+results as one after another (`--jobs 1`); each section's label gives its
+runs' own time (each on one core), the end the wall time of the whole.
 
 Comparison: a synthetic mixed training/inference trace (Philly single-GPU
 durations, Pollux-profiled training apps, Azure-sized inference jobs) at an
@@ -66,7 +70,7 @@ import time  # noqa: E402
 from slurm_elastico.config import Settings  # noqa: E402
 from slurm_elastico.interference.base import ContentionModel  # noqa: E402
 from slurm_elastico.planner import policies  # noqa: E402
-from slurm_elastico.sim import compare, engine, metrics, settings, trace  # noqa: E402
+from slurm_elastico.sim import compare, metrics, pool, settings, trace  # noqa: E402
 from slurm_elastico.sim.experiment import check_runnable, seed_varies  # noqa: E402
 from slurm_elastico.sim.settings import SimSettings  # noqa: E402
 from slurm_elastico.sim.truth import GroundTruth  # noqa: E402
@@ -75,15 +79,26 @@ SHOWN = ("mean_jct_h", "median_jct_h", "p99_jct_h", "makespan_h", "util_arrivals
          "ftf_mean", "ratio_to_lb")
 
 
-def comparison(truth, gpus, jobs, load, seeds, window, colocation, names):
+def comparison(runs, gpus, jobs, load, seeds, window, colocation, names):
+    """Submit the mixed-trace comparison's runs; returns what prints its table and gives its figures."""
     sim = SimSettings(gpus=gpus, placement_window_s=window, colocation=colocation)
     spec = trace.MixSpec(n_jobs=jobs, gpus=gpus, load=load, gpu_memory_mib=sim.gpu_memory_mib)
-    t0 = time.perf_counter()
-    res = compare.compare(lambda s: trace.synthetic(spec, s, truth), names, list(range(seeds)), Settings(), sim,
-                          ContentionModel(), truth, seed_varies=seed_varies("synthetic", 0.0, sim.profile_noise))
-    label = f"{gpus} GPUs, {jobs} jobs, load {load:g}, window {'hold' if window < 0 else f'{window:g} s'}, " \
-            f"truth {colocation}, {seeds} seeds ({time.perf_counter() - t0:.0f} s)"
-    return report(res, label, names)
+    pending = compare.submit(lambda s: trace.synthetic(spec, s, runs.truth), names, list(range(seeds)), Settings(),
+                             sim, ContentionModel(), runs.truth,
+                             seed_varies=seed_varies("synthetic", 0.0, sim.profile_noise), runs=runs)
+
+    def finish():
+        res = pending.result()
+        label = f"{gpus} GPUs, {jobs} jobs, load {load:g}, window {'hold' if window < 0 else f'{window:g} s'}, " \
+                f"truth {colocation}, {seeds} seeds ({run_time(res.runs.values())})"
+        return report(res, label, names)
+    return finish
+
+
+def run_time(results) -> str:
+    """The runs' own time in all (each on one core, whatever ran beside it), for a section's label."""
+    rs = [r for group in results for r in (group if isinstance(group, list) else [group])]
+    return f"{len(rs)} runs, {sum(r.wall_s for r in rs):.0f} s of run time"
 
 
 def report(res, label, names):
@@ -132,17 +147,22 @@ POLLUX_COLUMNS = ["static", "tiresias", "pollux", "elastico", "tiresias" + PEER_
 ALIBABA_POLICIES = ("static", "static-mps", "tiresias", "pollux", "elastico")
 
 
-def alibaba_or_why_not(truth, path, quick):
-    """(the Alibaba section's figures, None), or without `path` (None, why) after printing one line saying so."""
+def alibaba_or_why_not(runs, path, quick):
+    """Submit the Alibaba section's runs; returns what prints it and gives (its figures, None), or without
+    `path` (None, why) after printing one line saying so."""
     if not path:
         why = (f"give --alibaba PATH to {ALIBABA_FILE} (or set {ALIBABA_ENV}); the trace is not bundled: it states "
                "no license")
-        print(f"\nalibaba: not run ({why})")
-        return None, why
-    return alibaba(truth, path, 12.0 if quick else 96.0, 3, list(ALIBABA_POLICIES)), None
+
+        def not_run():
+            print(f"\nalibaba: not run ({why})")
+            return None, why
+        return not_run
+    finish = alibaba(runs, path, 12.0 if quick else 96.0, 3, list(ALIBABA_POLICIES))
+    return lambda: (finish(), None)
 
 
-def alibaba(truth, path, hours, seeds, names):
+def alibaba(runs, path, hours, seeds, names):
     """A slice of Alibaba's GPU-sharing trace: `hours` of pod creations centred on the trace's median one, on
     whole 8-GPU nodes (the trace's usual node) sized to the slice's GPU demand at `ALIBABA_LOAD`.
 
@@ -152,6 +172,7 @@ def alibaba(truth, path, hours, seeds, names):
     batch and inference sizes (the trace has none) and the profiling noise;
     arrivals and durations are the trace's.
     """
+    truth = runs.truth
     whole = trace.alibaba_slice(path, truth)
     centre_h = (whole.start_s + statistics.median(j.submit_s for j in whole.jobs)) / 3600
     start_h = max(0.0, centre_h - hours / 2)
@@ -164,21 +185,24 @@ def alibaba(truth, path, hours, seeds, names):
         check_runnable(jobs, truth, sim, f"alibaba slice {start_h:g} h + {hours:g} h")
         return jobs
 
-    t0 = time.perf_counter()
-    res = compare.compare(make, names, list(range(seeds)), Settings(), sim, ContentionModel(), truth,
-                          seed_varies=seed_varies("alibaba", 0.0, sim.profile_noise))
-    jobs = first.jobs
-    shared = sum(j.kind == "infer" for j in jobs)
-    multi = sum(j.gpus > 1 for j in jobs)
-    left_out = ", ".join(f"{k} {v}" for k, v in first.skipped.items() if v) or "none"
-    label = (f"Alibaba GPU-sharing trace, {hours:g} h of pods from day {start_h / 24:.1f} (centred on its median "
-             f"pod), {len(jobs)} jobs ({shared} on a GPU share, {multi} on several GPUs; pods left out: {left_out}), "
-             f"{sim.gpus} GPUs (8 per node; the pods held {first.load_on(sim.gpus):.2f} of them while they arrived), "
-             f"window 60 s, truth gavel, {seeds} seeds ({time.perf_counter() - t0:.0f} s)")
-    out = report(res, label, names)
-    out.update(start_h=start_h, hours=hours, jobs=len(jobs), shared_gpu_jobs=shared, multi_gpu_jobs=multi,
-               gpus=sim.gpus, demand=first.load_on(sim.gpus), pods_left_out=first.skipped, seeds=seeds)
-    return out
+    pending = compare.submit(make, names, list(range(seeds)), Settings(), sim, ContentionModel(), truth,
+                             seed_varies=seed_varies("alibaba", 0.0, sim.profile_noise), runs=runs)
+
+    def finish():
+        res = pending.result()
+        jobs = first.jobs
+        shared = sum(j.kind == "infer" for j in jobs)
+        multi = sum(j.gpus > 1 for j in jobs)
+        left_out = ", ".join(f"{k} {v}" for k, v in first.skipped.items() if v) or "none"
+        label = (f"Alibaba GPU-sharing trace, {hours:g} h of pods from day {start_h / 24:.1f} (centred on its "
+                 f"median pod), {len(jobs)} jobs ({shared} on a GPU share, {multi} on several GPUs; pods left out: "
+                 f"{left_out}), {sim.gpus} GPUs (8 per node; the pods held {first.load_on(sim.gpus):.2f} of them "
+                 f"while they arrived), window 60 s, truth gavel, {seeds} seeds ({run_time(res.runs.values())})")
+        out = report(res, label, names)
+        out.update(start_h=start_h, hours=hours, jobs=len(jobs), shared_gpu_jobs=shared, multi_gpu_jobs=multi,
+                   gpus=sim.gpus, demand=first.load_on(sim.gpus), pods_left_out=first.skipped, seeds=seeds)
+        return out
+    return finish
 
 
 PEER_MEAN_JCT_S = {  # Pollux's published per-job JCTs (results-jobload/<policy>-1.0/summary.json), mean per workload
@@ -187,7 +211,7 @@ PEER_MEAN_JCT_S = {  # Pollux's published per-job JCTs (results-jobload/<policy>
 """(Pollux, Tiresias, Optimus) in seconds, 16 nodes × 4 T4, as the Pollux artifact published them."""
 
 
-def pollux_workloads(truth, workloads, names, seeds):
+def pollux_workloads(runs, workloads, names, seeds):
     """The Pollux workloads on the peer's cluster (16 nodes × 4 GPUs, 60 s rounds, 30 s restarts), beside the
     peer's figures.
 
@@ -203,17 +227,26 @@ def pollux_workloads(truth, workloads, names, seeds):
     # nodes): the calibration against the peer's figures, not a comparison (Slurm cannot be asked for it).
     peer_sim = settings.replace(sim, even_gangs=False)
     width = {n: max(10, len(n)) for n in names}
-    t0 = time.perf_counter()
+    futures = {}
+    for w in workloads:
+        base = trace.pollux(w, runs.truth)
+        for n in names:
+            policy, peer_placed = n.removesuffix(PEER_PLACED), n.endswith(PEER_PLACED)
+            for sd in range(seeds):
+                futures[w, n, sd] = runs.submit(trace.jitter_arrivals(base, sd), policy, Settings(),
+                                                peer_sim if peer_placed else sim, ContentionModel(), sd)
+    return lambda: pollux_table(futures, workloads, names, seeds, width)
+
+
+def pollux_table(futures, workloads, names, seeds, width):
+    """The Pollux workloads' table from their runs (`pollux_workloads`), printed; its figures."""
     rows, table = [], []
     for w in workloads:
-        base = trace.pollux(w, truth)
         means = {}
         for n in names:
             got, bound, left = [], [], 0
             for sd in range(seeds):
-                policy, peer_placed = n.removesuffix(PEER_PLACED), n.endswith(PEER_PLACED)
-                r = engine.run(trace.jitter_arrivals(base, sd), policy, Settings(), peer_sim if peer_placed else sim,
-                               ContentionModel(), truth, seed=sd)
+                r = futures[w, n, sd].result()
                 s = metrics.summarize(r)
                 got.append(s["mean_jct_h"] * 3600)
                 bound.append(s["lower_bound_h"] * 3600)
@@ -230,7 +263,7 @@ def pollux_workloads(truth, workloads, names, seeds):
                                                for n in names)
                      + f"  {means[names[0]][1]:>11.0f}  " + "  ".join(f"{v:>13d}" for v in peer))
     print(f"\n== Pollux workloads, 64 GPUs (16 nodes × 4), 60 s rounds, {seeds} seed(s) each "
-          f"({time.perf_counter() - t0:.0f} s); mean JCT in seconds; * = unfinished jobs (not a result); "
+          f"({run_time([f.result() for f in futures.values()])}); mean JCT in seconds; * = unfinished jobs (not a result); "
           f"{PEER_PLACED}: the peer's placement (any split of a gang over nodes), the calibration against the "
           "peer's figures; the others: gangs Slurm can be asked for (P GPUs on each of K nodes), the comparison")
     print("  workload  " + "  ".join(f"{n:>{width[n]}}" for n in names) + "  lower bound  " + "  ".join(
@@ -251,23 +284,29 @@ def pollux_workloads(truth, workloads, names, seeds):
             "unfinished": left, "unfinished_jobs": sum(left.values())}
 
 
-def scale(truth, gpus, hours, load, max_duration_s, epoch_s, policy="elastico"):
-    """Arrivals over `hours` on `gpus` GPUs at `load`; returns the run's figures."""
+def scale(runs, gpus, hours, load, max_duration_s, epoch_s, policy="elastico"):
+    """Submit a run of arrivals over `hours` on `gpus` GPUs at `load`; returns what prints it and gives its
+    figures."""
+    truth = runs.truth
     pilot = trace.synthetic(trace.MixSpec(n_jobs=2000, gpus=gpus, load=load, max_duration_s=max_duration_s), 99, truth)
     per_job = pilot[-1].submit_s / len(pilot)  # seconds between arrivals at this load
     n = max(100, int(hours * 3600 / per_job))
     jobs = trace.synthetic(trace.MixSpec(n_jobs=n, gpus=gpus, load=load, max_duration_s=max_duration_s), 1, truth)
     sim = SimSettings(gpus=gpus, epoch_s=epoch_s, placement_window_s=epoch_s)
-    t0 = time.perf_counter()
-    r = engine.run(jobs, policy, Settings(), sim, ContentionModel(), truth, seed=1)
-    wall = time.perf_counter() - t0
+    future = runs.submit(jobs, policy, Settings(), sim, ContentionModel(), 1)
+    return lambda: scale_row(future.result(), gpus, n, jobs, sim)
+
+
+def scale_row(r, gpus, n, jobs, sim):
+    """A scale run's line, printed, and its figures; wall time is the run's own (one core)."""
+    wall = r.wall_s
     s = metrics.summarize(r)
     row = {"gpus": gpus, "jobs": n, "arrival_hours": jobs[-1].submit_s / 3600, "wall_s": wall, "events": r.events,
            "events_per_s": r.events / wall, "epochs": r.epochs, "epochs_planned": r.epochs_planned,
            "plan_ms_per_epoch": s["plan_ms_per_epoch"], "epoch_s": sim.epoch_s, "unfinished": r.unfinished,
            "mean_jct_h": s["mean_jct_h"], "lower_bound_h": s["lower_bound_h"], "ratio_to_lb": s["ratio_to_lb"],
            "util_arrivals": s["util_arrivals"]}
-    print(f"  {gpus:5d} GPUs {n:6d} jobs over {row['arrival_hours']:.1f} h, epoch {epoch_s:g} s: {wall:6.1f} s wall, {r.events} events "
+    print(f"  {gpus:5d} GPUs {n:6d} jobs over {row['arrival_hours']:.1f} h, epoch {sim.epoch_s:g} s: {wall:6.1f} s wall, {r.events} events "
           f"({row['events_per_s']:.0f}/s), {r.epochs_planned}/{r.epochs} epochs planned at "
           f"{row['plan_ms_per_epoch']:.0f} ms, unfinished {r.unfinished}")
     return row
@@ -277,37 +316,47 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, under a minute")
     ap.add_argument("--skip-scale", action="store_true")
+    ap.add_argument("--jobs", type=int, default=2, metavar="N",
+                    help="simulations run side by side in N worker processes (default 2; 1: one after another in "
+                         "this process); each run's results are the same either way")
     ap.add_argument("--alibaba", metavar="PATH", default=os.environ.get(ALIBABA_ENV) or None,
                     help=f"Alibaba's {ALIBABA_FILE} (cluster-trace-gpu-v2023), not bundled since it states no "
                          f"license; default: ${ALIBABA_ENV}. Without it the Alibaba slice is not run (and says so)")
     args = ap.parse_args()
+    if args.jobs < 1:
+        ap.error(f"--jobs {args.jobs}: give at least 1 (worker processes)")
     if args.alibaba is not None and not os.path.isfile(args.alibaba):
         ap.error(f"--alibaba {args.alibaba!r} (or ${ALIBABA_ENV}) is not a file; give the path to {ALIBABA_FILE}")
-    truth = GroundTruth()
     names = list(policies.REGISTRY)
-    out: dict = {"quick": args.quick}
-    if args.quick:
-        out["comparison"] = [comparison(truth, 8, 40, 2.0, 5, 60.0, "gavel", names)]
-    else:
-        out["comparison"] = [comparison(truth, 32, 300, 2.0, 5, 60.0, "gavel", names),
-                             # the held placement window again, for the baselines a reader compares against
-                             comparison(truth, 32, 300, 2.0, 5, -1.0, "gavel",
-                                        ["elastico", "static", "tiresias", "pollux", "no-allot"]),
-                             comparison(truth, 32, 300, 2.0, 5, -1.0, "gavel-residual", ["elastico", "static"])]
-    if args.quick:
-        out["pollux"] = pollux_workloads(truth, [1], POLLUX_COLUMNS, 1)
-    else:
-        out["pollux"] = pollux_workloads(truth, range(1, 9), POLLUX_COLUMNS, 2)
-    out["alibaba"], reason = alibaba_or_why_not(truth, args.alibaba, args.quick)
-    if reason:
-        out["alibaba_not_run"] = reason
-    if not args.skip_scale:
-        print("\n== scale (elastico, one core)")
+    out: dict = {"quick": args.quick, "workers": args.jobs}
+    t0 = time.perf_counter()
+    with pool.Runs(GroundTruth(), args.jobs) as runs:
+        # Submitted longest first (the scale runs, then the Alibaba slice) so the workers end together; printed in
+        # the usual order.
+        scales = [] if args.skip_scale else (
+            [scale(runs, 32, 2.0, 0.9, 2 * 3600, 120.0)] if args.quick else
+            [scale(runs, 512, 24.0, 0.9, 12 * 3600, 120.0), scale(runs, 4096, 1.0, 0.9, 2 * 3600, 120.0)])
+        ali = alibaba_or_why_not(runs, args.alibaba, args.quick)
         if args.quick:
-            out["scale"] = [scale(truth, 32, 2.0, 0.9, 2 * 3600, 120.0)]
+            comparisons = [comparison(runs, 8, 40, 2.0, 5, 60.0, "gavel", names)]
+            pollux = pollux_workloads(runs, [1], POLLUX_COLUMNS, 1)
         else:
-            out["scale"] = [scale(truth, 512, 24.0, 0.9, 12 * 3600, 120.0),
-                            scale(truth, 4096, 1.0, 0.9, 2 * 3600, 120.0)]
+            comparisons = [comparison(runs, 32, 300, 2.0, 5, 60.0, "gavel", names),
+                           # the held placement window again, for the baselines a reader compares against
+                           comparison(runs, 32, 300, 2.0, 5, -1.0, "gavel",
+                                      ["elastico", "static", "tiresias", "pollux", "no-allot"]),
+                           comparison(runs, 32, 300, 2.0, 5, -1.0, "gavel-residual", ["elastico", "static"])]
+            pollux = pollux_workloads(runs, range(1, 9), POLLUX_COLUMNS, 2)
+        out["comparison"] = [finish() for finish in comparisons]
+        out["pollux"] = pollux()
+        out["alibaba"], reason = ali()
+        if reason:
+            out["alibaba_not_run"] = reason
+        if scales:
+            print("\n== scale (elastico, one core each)")
+            out["scale"] = [finish() for finish in scales]
+    out["wall_s"] = time.perf_counter() - t0
+    print(f"\nwall time {out['wall_s']:.0f} s on {args.jobs} worker process(es)")
     first = out["comparison"][0]["policies"]
     out["elastico_vs_static"] = first["static"]["over_elastico"]
     # A row with unfinished jobs is not a result; counted per section here so no reader of this line can miss it.

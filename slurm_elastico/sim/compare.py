@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -24,7 +25,8 @@ from slurm_elastico.errors import ElasticoError
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.planner import policies
 from slurm_elastico.sim import metrics, plots
-from slurm_elastico.sim.engine import RunResult, run
+from slurm_elastico.sim.engine import RunResult
+from slurm_elastico.sim.pool import Runs
 from slurm_elastico.sim.settings import SimSettings
 from slurm_elastico.sim.trace import TraceJob
 from slurm_elastico.sim.truth import GroundTruth
@@ -108,19 +110,55 @@ def _span(seeds: Sequence[int]) -> str:
 
 def compare(make_trace: Callable[[int], Sequence[TraceJob]], names: Sequence[str], seeds: Sequence[int],
             settings: Settings, sim: SimSettings, model: SlowdownModel | None, truth: GroundTruth | None = None,
-            on_progress: Callable[[str, int, float], None] | None = None, seed_varies: str = "") -> Comparison:
-    """Every policy in `names` on `make_trace(seed)` for every seed; `seed_varies` says what a seed changes."""
+            on_progress: Callable[[str, int, float], None] | None = None, seed_varies: str = "",
+            runs: Runs | None = None) -> Comparison:
+    """Every policy in `names` on `make_trace(seed)` for every seed; `seed_varies` says what a seed changes.
+
+    `runs` (a `pool.Runs` on `truth`) runs them on its workers; without it they run here, one after another,
+    with the same results.
+    """
+    return submit(make_trace, names, seeds, settings, sim, model, truth, on_progress, seed_varies, runs).result()
+
+
+class Pending:
+    """A comparison whose runs were submitted (`submit`); `result()` waits for them."""
+
+    def __init__(self, names: Sequence[str], futures: dict[str, list[tuple[int, Future]]],
+                 traces: dict[int, list[TraceJob]], seed_varies: str,
+                 on_progress: Callable[[str, int, float], None] | None):
+        self.names, self.futures, self.traces, self.seed_varies = list(names), futures, traces, seed_varies
+        self.on_progress = on_progress
+
+    def result(self) -> Comparison:
+        got: dict[str, list[RunResult]] = {n: [] for n in self.names}
+        for n in self.names:
+            for seed, f in self.futures[n]:
+                got[n].append(f.result())
+                if self.on_progress is not None:
+                    self.on_progress(n, seed, 1.0)
+        return Comparison(got, {n: [metrics.summarize(r) for r in rs] for n, rs in got.items()}, self.traces,
+                          self.seed_varies)
+
+
+def submit(make_trace: Callable[[int], Sequence[TraceJob]], names: Sequence[str], seeds: Sequence[int],
+           settings: Settings, sim: SimSettings, model: SlowdownModel | None, truth: GroundTruth | None = None,
+           on_progress: Callable[[str, int, float], None] | None = None, seed_varies: str = "",
+           runs: Runs | None = None) -> Pending:
+    """`compare`'s runs handed to `runs` (without it, or with one worker, each runs here as it is submitted);
+    `Pending.result()` gives the comparison. Progress: within each run when it runs here, else as each ends."""
     for n in names:
         policies.get(n)
-    truth = truth or GroundTruth()
-    runs: dict[str, list[RunResult]] = {n: [] for n in names}
+    if runs is not None and truth is not None and runs.truth is not truth:
+        raise ValueError("compare: `runs` was made with another ground truth than `truth`")
+    runs = runs if runs is not None else Runs(truth or GroundTruth())
+    futures: dict[str, list[tuple[int, Future]]] = {n: [] for n in names}
     traces: dict[int, list[TraceJob]] = {}
     for seed in seeds:
         trace = traces[seed] = list(make_trace(seed))
         for n in names:
-            cb = (lambda f, n=n, seed=seed: on_progress(n, seed, f)) if on_progress else None
-            runs[n].append(run(trace, n, settings, sim, model, truth, seed, cb))
-    return Comparison(runs, {n: [metrics.summarize(r) for r in rs] for n, rs in runs.items()}, traces, seed_varies)
+            cb = (lambda f, n=n, seed=seed: on_progress(n, seed, f)) if on_progress and runs.here else None
+            futures[n].append((seed, runs.submit(trace, n, settings, sim, model, seed, cb)))
+    return Pending(names, futures, traces, seed_varies, None if runs.here else on_progress)
 
 
 def write(result: Comparison, out: str | Path, plot: bool = True) -> list[Path]:

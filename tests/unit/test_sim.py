@@ -484,3 +484,35 @@ def test_an_uneven_gpu_count_is_accepted_only_when_the_simulated_cluster_allows_
         c.schedule()
         c.check()
         assert c.jobs[1].placement == (2, 1) and c.snapshot().job(1).nodes == ("n0000", "n0001")
+
+
+def test_runs_on_two_worker_processes_are_the_runs_one_after_another(truth, mix):
+    from slurm_elastico.sim import compare, pool
+
+    sim = SimSettings(gpus=4, gpus_per_node=2, placement_window_s=-1)
+    names = ["static", "elastico", "pollux"]
+
+    def make(seed):
+        return trace.jitter_arrivals(mix, seed, 60.0)
+
+    here = compare.compare(make, names, [0, 1], Settings(), sim, ContentionModel(), truth)
+    with pool.Runs(truth, 2) as runs:
+        assert not runs.here
+        apart = compare.compare(make, names, [0, 1], Settings(), sim, ContentionModel(), truth, runs=runs)
+    for n in names:
+        assert [r.seed for r in apart.runs[n]] == [0, 1]
+        for a, b in zip(here.runs[n], apart.runs[n]):
+            assert (a.jobs, a.timeline, a.counters, a.events, a.unfinished) == (b.jobs, b.timeline, b.counters,
+                                                                               b.events, b.unfinished)
+    assert here.runs["elastico"][0].jobs != here.runs["elastico"][1].jobs  # the seeds differ: a real check
+
+
+def test_runs_want_a_worker_count_and_the_comparisons_truth(truth, toy, mix):
+    from slurm_elastico.sim import compare, pool
+
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="workers must be an integer of at least 1"):
+            pool.Runs(truth, bad)
+    with pool.Runs(toy) as runs, pytest.raises(ValueError, match="another ground truth"):
+        compare.submit(lambda s: mix, ["static"], [0], Settings(), SimSettings(gpus=4), ContentionModel(), truth,
+                       runs=runs)
