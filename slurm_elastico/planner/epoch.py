@@ -44,6 +44,7 @@ from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import SlowdownModel, SoloProfile
 from slurm_elastico.model import (Action, ActionKind, Family, JobState, JobView, Placement, Plan, Shape, Snapshot)
 from slurm_elastico.planner import allot, reshape, weights
+from slurm_elastico.planner.gpu_choice import mps_gpu
 from slurm_elastico.planner.packing import GpuState, Row, Seat, best_solo
 from slurm_elastico.planner.slowdown import PairCache, for_gpu
 from slurm_elastico.shapes.current import ADMIN_PREFIX, PREEMPTED_MARK, named_in_comment, preempted_by_us, running_shape
@@ -299,7 +300,9 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
         if not _place(job, state, [s for s in job.table.by_speed if job.table.rows[s].tput <= cap]):
             deferred.append(i)
         if is_head and job.seat.gpu < 0:
-            g = max(range(n_gpus), key=lambda k: (state.free_share[k], -k), default=None)
+            # the emptiest GPU, the last of a node among equals: Slurm fills a node's GPUs first fit by index
+            # (`planner.gpu_choice`), so the others' shares go below it rather than onto it
+            g = max(range(n_gpus), key=lambda k: (state.free_share[k], k), default=None)
             if g is not None and state.free_share[g] > 0:
                 state.block(g, state.free_share[g])
                 notes.append(f"job {job.view.job_id} heads the queue and fits nowhere yet: "
@@ -639,7 +642,7 @@ def _reshape(job: Job, state: GpuState, now: float, progress: Mapping[int, float
     for s in faster:
         row = job.table.rows[s]
         row = Row(row.slot, row.uid, row.tput, row.share, row.mem, old.cpus, old.hmem)  # Slurm keeps its CPUs and memory
-        slow = state.fits(seat, row, g)
+        slow = state.fits(seat, row, g, stays=row.share == old.share)  # a new share goes where Slurm puts it
         if slow:
             saved = reshape.saving(work, rate_now, row.tput / slow, cost_s, hysteresis)
             if saved > best_saved:
@@ -793,13 +796,14 @@ def _queue_head(snapshot: Snapshot, part: str) -> int | None:
 
 
 def _reserve_foreign(job: JobView, state: GpuState, nodes, where) -> str:
-    """Hold back what a family-less head job asked for (mps:N on the emptiest GPU, gpu:N whole GPUs on one node)."""
+    """Hold back what a family-less head job asked for: mps:N on the GPU Slurm would give it (the first with room,
+    in node and GPU order: `planner.gpu_choice`), gpu:N whole GPUs on one node."""
     if job.gres is None:
         return ""
     if job.gres.kind == "mps":
-        if not state.free_share:
+        g = mps_gpu(state.free_share, job.gres.count) if job.gres.count > 0 else -1
+        if g < 0:
             return ""
-        g = max(range(len(state.free_share)), key=lambda k: (state.free_share[k], -k))
         state.block(g, job.gres.count)
         return f"job {job.job_id} heads the queue: {job.gres.count} shares of GPU {g} kept for it"
     best: list[int] = []

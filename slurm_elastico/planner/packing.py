@@ -32,6 +32,15 @@ GPU is always admitted (nothing is shared). A foreign occupant (not managed:
 `Row.tput` inf) counts as f = its share of the GPU ÷ its predicted slowdown:
 a neutral guess, as if its speed were linear in its share.
 
+Slurm, not the planner, picks the GPU within the node the helper pins
+(`planner.gpu_choice`: the lowest-index GPU with the shares free, and for a
+gang the lowest GPUs not held whole), so a share is placed only on the GPU
+Slurm would give it on that node (`slurm_gives`) and a gang only on GPUs
+Slurm would take; the interference and gain checks are then about the
+co-runners the job will really have. What Slurm sees free is the planner's
+free shares plus the head-of-queue reservation (`block`), which Slurm does
+not know. GPUs of a node must be given in Slurm's index order.
+
 Finding a GPU is best fit on free shares (the fullest GPU that still fits),
 through buckets keyed by free shares, so it costs little even at thousands of
 GPUs; at most `max_tries` GPUs are examined per shape, which bounds the
@@ -49,6 +58,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from slurm_elastico.planner.gangs import even_split, fewest_nodes
+from slurm_elastico.planner.gpu_choice import mps_gpu, whole_gpus
 from slurm_elastico.planner.slowdown import PairCache
 
 
@@ -98,6 +108,7 @@ class GpuState:
         self.node_gpus: dict[int, list[int]] = {}
         for g, n in enumerate(gpu_node):
             self.node_gpus.setdefault(n, []).append(g)
+        self.blocked = [0] * len(free_share)  # shares `block` took: free as far as Slurm knows
         self.free_mem = free_mem
         self.node_cpu = node_cpu
         self.node_mem = node_mem
@@ -140,10 +151,10 @@ class GpuState:
         self.buckets[value][g] = None
         self._hi = max(self._hi, value)
         self.need_min[value] = min(self.need_min[value], self.need[g])
-        self._touch(g)
-        if value > old:  # a removal: its node's CPUs and memory come back too, which any of its GPUs may now fit
-            for k in self.node_gpus[self.gpu_node[g]]:
-                self._touch(k)
+        # Every GPU of the node: a removal gives back node CPUs and memory any of them may now fit, and any
+        # change of free shares may change which GPU of the node Slurm gives a share (`slurm_gives`).
+        for k in self.node_gpus[self.gpu_node[g]]:
+            self._touch(k)
 
     def _touch(self, g: int) -> None:
         """GPU g changed: refusals `find` remembers for it, or for its bucket, no longer hold."""
@@ -159,6 +170,7 @@ class GpuState:
     def block(self, g: int, shares: int) -> None:
         """Take `shares` off GPU g for this epoch (a reservation); memory goes in proportion."""
         shares = min(shares, self.free_share[g])
+        self.blocked[g] += shares
         if self.free_share[g] > 0:
             self.free_mem[g] -= self.free_mem[g] * shares / self.free_share[g]
         self._set_share(g, self.free_share[g] - shares)
@@ -256,9 +268,21 @@ class GpuState:
 
     # -- questions ---------------------------------------------------------
 
-    def fits(self, seat: Seat, row: Row, g: int) -> float:
-        """Slowdown `seat` would see at `row` on GPU g, or 0.0 when it may not go there."""
+    def slurm_gives(self, g: int, share: int) -> bool:
+        """Whether Slurm gives an `mps:share` job pinned to GPU g's node that very GPU (`gpu_choice.mps_gpu`)."""
+        gpus = self.node_gpus[self.gpu_node[g]]
+        k = mps_gpu([self.free_share[i] + self.blocked[i] for i in gpus], share)
+        return k >= 0 and gpus[k] == g
+
+    def fits(self, seat: Seat, row: Row, g: int, *, stays: bool = False) -> float:
+        """Slowdown `seat` would see at `row` on GPU g, or 0.0 when it may not go there.
+
+        `stays`: the job keeps its place on g (a running job reshaped in place, no requeue), so Slurm's
+        choice of GPU does not come into it; otherwise g must be the GPU Slurm gives the share (`slurm_gives`).
+        """
         if self.free_share[g] < row.share or self.free_mem[g] < row.mem:
+            return 0.0
+        if not stays and not self.slurm_gives(g, row.share):
             return 0.0
         n = self.gpu_node[g]
         if self.node_cpu[n] < row.cpus or self.node_mem[n] < row.hmem:
@@ -340,7 +364,8 @@ class GpuState:
     def find_gang(self, row: Row) -> tuple[int, ...]:
         """Idle GPUs for a data-parallel row as Slurm can be asked for them, or () when they are not there.
 
-        P idle GPUs on each of K nodes (`planner.gangs.even_split`: Slurm's `Gres=gpu:P NumNodes=K-K`), K the
+        P GPUs on each of K nodes (`planner.gangs.even_split`: Slurm's `Gres=gpu:P NumNodes=K-K`), on each the
+        ones Slurm takes for `gpu:P` (`gpu_choice.whole_gpus`: its P lowest not held whole, all idle), K the
         fewest nodes the gang can span (`gangs.fewest_nodes`; its throughput was measured there): one node
         when the gang fits a node (the one with the fewest idle GPUs that can: best fit). Idle: no occupant and every share free. Each node must have the CPUs and host memory for
         its part (the row's, in proportion to its GPUs there).
@@ -348,22 +373,27 @@ class GpuState:
         n = row.gpus
         if n <= 0 or self.max_free() <= 0:
             return ()
-        idle: dict[int, list[int]] = {}
+        idle: dict[int, list[bool]] = {}
+        whole: dict[int, list[bool]] = {}
         for node, gpus in self.node_gpus.items():
-            ok = [g for g in gpus if not self.occ[g] and self.free_share[g] == self.total_share[g] > 0
-                  and self.free_mem[g] >= row.mem]
-            if ok:
+            ok = [not self.occ[g] and self.free_share[g] == self.total_share[g] > 0 and self.free_mem[g] >= row.mem
+                  for g in gpus]
+            if any(ok):
                 idle[node] = ok
-        if sum(len(v) for v in idle.values()) < n:
+                # Held whole as Slurm sees it: by a gang, or nothing free and no occupant (a foreign gpu:N job).
+                whole[node] = [any(s.gang for s in self.occ[g]) or (not self.occ[g] and not self.free_share[g] + self.blocked[g])
+                               for g in gpus]
+        if sum(sum(v) for v in idle.values()) < n:
             return ()
 
         def room(node: int, p: int) -> bool:
-            return (len(idle[node]) >= p and self.node_cpu[node] >= row.cpus * p / n - 1e-9
+            return (bool(whole_gpus(idle[node], p, whole[node])) and self.node_cpu[node] >= row.cpus * p / n - 1e-9
                     and self.node_mem[node] >= row.hmem * p / n - 1e-9)
 
         size = max(len(gpus) for gpus in self.node_gpus.values())
-        split = even_split(n, sorted(idle), room, lambda node: (len(idle[node]), node), fewest_nodes(n, size))
-        return tuple(g for node, p in (split or {}).items() for g in idle[node][:p])
+        split = even_split(n, sorted(idle), room, lambda node: (sum(idle[node]), node), fewest_nodes(n, size))
+        return tuple(self.node_gpus[node][k] for node, p in (split or {}).items()
+                     for k in whole_gpus(idle[node], p, whole[node]))
 
     def find(self, seat: Seat, row: Row) -> tuple[int, float]:
         """(GPU, slowdown) of the best-fit GPU for `row`, or (-1, 0.0).
@@ -397,6 +427,8 @@ class GpuState:
                     refused_at[g], refused[g] = version[g], set()
                 elif key in refused[g]:
                     continue  # asked before, nothing changed since: counted then
+                if not self.slurm_gives(g, row.share):
+                    continue  # Slurm would give this node's share elsewhere: not a try
                 slow = self.fits(seat, row, g)
                 if slow:
                     return g, slow
