@@ -207,6 +207,9 @@ class Snapshot:
     nodes: tuple[NodeView, ...]
     jobs: tuple[JobView, ...]
     partitions: tuple[PartitionView, ...] = ()
+    even_gangs: bool = True
+    """A gang holds the same number of GPUs on each of its nodes (what Slurm's `Gres=gpu:P NumNodes=K-K` can be
+    asked for). Only the simulator's calibration cluster (`SimSettings.even_gangs` false) says otherwise."""
 
     def job(self, job_id: int) -> JobView:
         for j in self.jobs:

@@ -243,9 +243,9 @@ class LasPolicy:
                                               else math.inf, e.view.job_id)):
             # The same count on each node (Slurm's Gres=gpu:P NumNodes=K-K), fewest nodes, most free first (the
             # peer's rule).
-            # (`gangs.split`: any count per node inside `gangs.uneven_gangs()`, the peer's rule, calibration only.)
+            # (`gangs.split`: any count per node where the snapshot says so, the peer's rule, calibration only.)
             where = split(e.gpus, sorted(free, key=lambda k: index[k]), lambda k, p: min(p, len(free[k])),
-                          lambda k: (-len(free[k]), index[k]))
+                          lambda k: (-len(free[k]), index[k]), snapshot.even_gangs)
             if where is None:
                 notes.append(f"job {e.view.job_id}: {e.gpus} GPU(s) counted free but not on equal parts of "
                              "nodes; it waits")

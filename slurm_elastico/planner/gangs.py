@@ -14,18 +14,17 @@ slower than fewer GPUs on one node (2 GPUs as 1 + 1 across nodes ran a
 YOLOv3 job at 0.71 of one GPU alone in the simulator's measured data).
 
 `split` is what the Tiresias and Pollux baselines place through: `even_split`,
-except inside `uneven_gangs()`, which the simulator enters only to calibrate
-those baselines against the peer's published figures (the peer's simulator
-places a gang's GPUs freely, e.g. 3 + 1).
+or `uneven_split` where the snapshot says the cluster places gangs freely
+(`Snapshot.even_gangs` false: only the simulator's cluster that calibrates
+those baselines against the peer's published figures, whose simulator places
+a gang's GPUs freely, e.g. 3 + 1).
 
 Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Hashable, Sequence
 
 
 def fewest_nodes(n: int, node_size: int) -> int:
@@ -57,21 +56,6 @@ def even_split(n: int, nodes: Sequence[Hashable], room: Callable[[Hashable, int]
     return None
 
 
-# The peer's own placement rule, for calibrating the peers' baselines against their published figures only: the
-# simulator sets it (`SimSettings.even_gangs = False`) around a run; nothing that acts on a live Slurm does.
-_UNEVEN: ContextVar[bool] = ContextVar("uneven_gangs", default=False)
-
-
-@contextmanager
-def uneven_gangs(on: bool = True) -> Iterator[None]:
-    """Within this block `split` places gangs as the peer's simulator does (any count on each node)."""
-    token = _UNEVEN.set(on)
-    try:
-        yield
-    finally:
-        _UNEVEN.reset(token)
-
-
 def uneven_split(n: int, nodes: Sequence[Hashable], count: Callable[[Hashable, int], int],
                  rank: Callable[[Hashable], tuple]) -> dict[Hashable, int] | None:
     """{node: GPUs} for a gang of n placed freely, or None: one node when one holds it (the first by `rank`),
@@ -95,9 +79,9 @@ def uneven_split(n: int, nodes: Sequence[Hashable], count: Callable[[Hashable, i
 
 
 def split(n: int, nodes: Sequence[Hashable], count: Callable[[Hashable, int], int],
-          rank: Callable[[Hashable], tuple]) -> dict[Hashable, int] | None:
-    """A gang's GPUs per node under the rule in force: `even_split` (what Slurm can be asked for), or
-    `uneven_split` inside `uneven_gangs()` (the peer's rule, calibration only)."""
-    if _UNEVEN.get():
+          rank: Callable[[Hashable], tuple], even: bool = True) -> dict[Hashable, int] | None:
+    """A gang's GPUs per node: `even_split` (what Slurm can be asked for), or with `even` false `uneven_split`
+    (the peer's rule, calibration only: `Snapshot.even_gangs`)."""
+    if not even:
         return uneven_split(n, nodes, count, rank)
     return even_split(n, nodes, lambda nd, p: count(nd, p) >= p, rank)

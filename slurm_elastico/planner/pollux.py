@@ -207,10 +207,10 @@ class Room:
                 self.mem[node] += -(-mem * len(gpus) // n)
 
 
-def place(n: int, room: Room, cpus: int, mem: int) -> dict[str, int] | None:
+def place(n: int, room: Room, cpus: int, mem: int, even: bool = True) -> dict[str, int] | None:
     """GPUs per node for a job of n GPUs (with `cpus` and `mem` in all), as Slurm can be asked for them: the same
-    count on each node (`planner.gangs.split`; any count inside `gangs.uneven_gangs()`, the peer's rule, for
-    calibration only), on as few nodes as fit. One node when one holds it (best
+    count on each node (`planner.gangs.split`; with `even` false any count, the peer's rule, for calibration
+    only: `Snapshot.even_gangs`), on as few nodes as fit. One node when one holds it (best
     fit), else the nodes with the most room first, never a node another multi-node job uses (Pollux's rule).
     None when it cannot be placed."""
     one = [k for k in room.order if room.room(k, n, n, cpus, mem) >= n]
@@ -218,7 +218,7 @@ def place(n: int, room: Room, cpus: int, mem: int) -> dict[str, int] | None:
         return {min(one, key=lambda k: (len(room.gpus[k]), room.order[k])): n}
     spare = [k for k in sorted(room.order, key=lambda k: room.order[k]) if k not in room.spread]
     return split(n, spare, lambda k, p: room.room(k, p, n, cpus, mem),
-                 lambda k: (-len(room.gpus.get(k, ())), room.order[k]))
+                 lambda k: (-len(room.gpus.get(k, ())), room.order[k]), even)
 
 
 @dataclass(eq=False)
@@ -308,7 +308,7 @@ class PolluxPolicy:
                     room.hold(j.current, n, j.view.cpus, j.view.memory_mib)
                     keep.append(j)  # back to what it runs on: no restart
                     break
-                where = place(n, room, j.view.cpus, j.view.memory_mib)
+                where = place(n, room, j.view.cpus, j.view.memory_mib, snapshot.even_gangs)
                 if where is not None:
                     placed[j.view.job_id] = (n, room.take(where, n, j.view.cpus, j.view.memory_mib))
                     break

@@ -157,7 +157,8 @@ class SimCluster:
         self.shares_per_gpu = shares_per_gpu
         self.even_gangs = even_gangs
         """False (`SimSettings.even_gangs`, calibration only): a GPU-count action asks for N GPUs over its nodes,
-        at least one on each and any count per node (the Pollux peer's rule), not P on each of K."""
+        at least one on each and any count per node (the Pollux peer's rule), not P on each of K. The snapshot
+        says so to the planner (`Snapshot.even_gangs`)."""
         self.nodes: list[SimNode] = []
         left = n_gpus
         while left > 0:
@@ -460,7 +461,8 @@ class SimCluster:
                                   n.mem_alloc, gpus, n.gpu_mem_mib))
         jobs = [self._view(j) for j in self.jobs.values()]
         return Snapshot(taken_at=self.now, slurm_version=SLURM_VERSION, nodes=tuple(nodes), jobs=tuple(jobs),
-                        partitions=(PartitionView(PARTITION, tuple(n.name for n in self.nodes)),))
+                        partitions=(PartitionView(PARTITION, tuple(n.name for n in self.nodes)),),
+                        even_gangs=self.even_gangs)
 
     def _view(self, j: SimJob) -> JobView:
         running = j.state is JobState.RUNNING

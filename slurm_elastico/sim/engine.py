@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 
 from slurm_elastico.config import Settings
 from slurm_elastico.helper.epoch import run_once
-from slurm_elastico.planner.gangs import uneven_gangs
 from slurm_elastico.helper.journal import MemoryJournal
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Family, GresRequest, JobState
@@ -286,9 +285,8 @@ class Engine:
         self.dirty = True
 
     def _epoch(self, now: float) -> None:
-        with uneven_gangs(not self.sim.even_gangs):  # the peer's placement rule: calibration of the baselines only
-            result = run_once(self.cluster, self.settings, self.family_source, self.model, self.journal, now,
-                              observer=self._observe)
+        result = run_once(self.cluster, self.settings, self.family_source, self.model, self.journal, now,
+                          observer=self._observe)
         self.outcomes.update(o.status for o in result.outcomes)
         self.acted = bool(result.plan.actions)
         self._settle()

@@ -283,16 +283,14 @@ def test_a_pollux_workload_slice_runs_to_the_end_with_batches_and_gpu_counts_of_
 
 
 def test_under_the_peers_rule_a_gang_is_placed_unevenly_and_the_simulator_starts_it_so():
-    from slurm_elastico.planner.gangs import uneven_gangs
     sim = SimCluster(8, gpus_per_node=4, cpus_per_gpu=16, even_gangs=False)
     room = Room({"n0000": [0, 1, 2, 3], "n0001": [1, 2, 3]}, {"n0000": 64, "n0001": 60},
                 {"n0000": 4 * 65536, "n0001": 3 * 65536}, {"n0000": 0, "n0001": 1})
     assert place(5, room, 20, 5 * 16384) is None  # Slurm-expressible gangs: 5 splits only as 5 x 1
-    with uneven_gangs():
-        want = place(5, room, 20, 5 * 16384)
-        assert place(8, room, 20, 5 * 16384) is None  # 7 idle GPUs: no room for 8 whatever the split
+    want = place(5, room, 20, 5 * 16384, even=sim.snapshot().even_gangs)
+    assert place(8, room, 20, 5 * 16384, even=False) is None  # 7 idle GPUs: no room for 8 whatever the split
     assert want == {"n0000": 4, "n0001": 1}  # the peer's fill: the node with most room first
-    assert place(5, room, 20, 5 * 16384) is None  # the rule ends with the block
+    assert SimCluster(8, gpus_per_node=4).snapshot().even_gangs  # what Slurm can be asked for, by default
     other = SimJob(trace=TraceJob(9, 0.0, "train", "cifar10", 1, 10.0, 64), family=None,
                    gres=GresRequest("gpus", 1), cpus=4, mem_mib=16384, pin=("n0001",))
     sim.submit(other)

@@ -454,8 +454,8 @@ def test_even_gangs_is_on_by_default_and_a_bad_value_is_refused():
         from_mapping({"even_gangs": "sometimes"})
 
 
-def test_uneven_split_fills_the_best_ranked_nodes_and_split_follows_the_rule_in_force():
-    from slurm_elastico.planner.gangs import split, uneven_gangs, uneven_split
+def test_uneven_split_fills_the_best_ranked_nodes_and_split_follows_the_rule_it_is_given():
+    from slurm_elastico.planner.gangs import split, uneven_split
     idle = {"a": 1, "b": 4, "c": 2}
     count = lambda k, p: min(p, idle[k])  # noqa: E731
     rank = lambda k: (-idle[k], k)  # noqa: E731
@@ -463,9 +463,8 @@ def test_uneven_split_fills_the_best_ranked_nodes_and_split_follows_the_rule_in_
     assert uneven_split(6, list(idle), count, rank) == {"b": 4, "c": 2}  # most room first, nodes in their order
     assert uneven_split(8, list(idle), count, rank) is None  # 7 idle
     assert split(6, list(idle), count, rank) is None  # even: 6 x 1, 3 x 2, 2 x 3 do not fit
-    with uneven_gangs():
-        assert split(6, list(idle), count, rank) == {"b": 4, "c": 2}
-    assert split(6, list(idle), count, rank) is None
+    assert split(6, list(idle), count, rank, even=False) == {"b": 4, "c": 2}
+    assert split(6, list(idle), count, rank, even=True) is None
 
 
 def test_an_uneven_gpu_count_is_accepted_only_when_the_simulated_cluster_allows_it():
