@@ -66,13 +66,14 @@ def pareto(shapes: Sequence[Shape], keep: str | None = None) -> list[Shape]:
     of the input is kept, so the result is deterministic.
     """
     out: list[Shape] = []
+    prints = [s.resources.footprint() for s in shapes]  # each once, not once per pair
     for i, a in enumerate(shapes):
-        ra = a.resources.footprint()
+        ra = prints[i]
         dominated = False
         for j, b in enumerate(shapes):
             if i == j:
                 continue
-            rb = b.resources.footprint()
+            rb = prints[j]
             no_worse = b.throughput >= a.throughput and all(x <= y for x, y in zip(rb, ra))
             if not no_worse:
                 continue
