@@ -17,6 +17,7 @@ from slurm_elastico.slurm.hostlist import expand_hostlist
 
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "STOP", "KILL")
 _NODE_NAME = re.compile(r"^[A-Za-z0-9_.\-\[\],]+$")
+_USER_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*\$?$")
 
 
 def _job_id(job_id: object) -> str:
@@ -152,6 +153,49 @@ def start_now(job_id: int) -> list[str]:
 
 def release(job_id: int) -> list[str]:
     return ["scontrol", "release", _job_id(job_id)]
+
+
+def place_name(job_id: int) -> str:
+    """The reservation that keeps a requeued job's place (`reserve_place`): one per job, so a stale one is found."""
+    return f"elastico-requeue-{_job_id(job_id)}"
+
+
+def reserve_place(job_id: int, nodes: tuple[str, ...] | list[str], user: str, minutes: int) -> list[str]:
+    """Reserve `nodes` for the requeued job `job_id` of `user` alone, from now for `minutes`.
+
+    `IGNORE_JOBS`: the nodes' running jobs (the job itself among them) go on; only jobs not in the reservation
+    are kept from starting there. `NO_HOLD_JOBS_AFTER_END`: should the helper die before it clears the job's
+    reservation, the job is not held when the reservation ends, it runs anywhere. Whole nodes, since Slurm
+    22.05 reserves no GPUs alone.
+    """
+    if not nodes:
+        raise InvalidActionError(f"a place for job {job_id} needs at least one node")
+    *_, node_list = set_nodes(job_id, nodes)  # validates the id and every node name
+    if not isinstance(user, str) or not _USER_NAME.match(user):
+        raise InvalidActionError(f"user name {user!r} is not a valid user name (letters, digits, _ . -)")
+    if isinstance(minutes, bool) or not isinstance(minutes, int) or minutes < 1:
+        raise InvalidActionError(f"a reservation lasts a whole number of minutes >= 1, not {minutes!r}")
+    return ["scontrol", "create", "reservation", f"ReservationName={place_name(job_id)}", "StartTime=now",
+            f"Duration={minutes}", "Nodes" + node_list.removeprefix("NodeList"), f"Users={user}",
+            "Flags=IGNORE_JOBS,NO_HOLD_JOBS_AFTER_END"]
+
+
+def set_reservation(job_id: int, name: str) -> list[str]:
+    """Put a pending or running job into reservation `name`; "" takes it out (allowed on a running job)."""
+    if not isinstance(name, str) or (name and not _NODE_NAME.match(name)):
+        raise InvalidActionError(f"reservation name {name!r} is not valid (letters, digits, _ . -)")
+    return ["scontrol", "update", f"JobId={_job_id(job_id)}", f"Reservation={name}"]
+
+
+def delete_place(job_id: int) -> list[str]:
+    return ["scontrol", "delete", f"ReservationName={place_name(job_id)}"]
+
+
+def with_place(cmds: list[list[str]], job_id: int, reserve: list[str]) -> list[list[str]]:
+    """A requeue's commands (hold, updates, StartTime=now, release) with its place kept (`reserve_place`): the
+    reservation first, the job put in it before StartTime=now, taken out and the reservation deleted at the end."""
+    return [reserve, *cmds[:-2], set_reservation(job_id, place_name(job_id)), *cmds[-2:],
+            set_reservation(job_id, ""), delete_place(job_id)]
 
 
 def signal(job_id: int, sig: str, *, whole_job: bool = False) -> list[str]:

@@ -98,3 +98,19 @@ def test_gpu_count_argv_is_the_form_verified_on_22_05_and_24_11():
 def test_bad_gpu_counts_are_refused_with_the_reason(gpus, nodes, message):
     with pytest.raises(InvalidActionError, match=message):
         commands.set_gpu_count(5, gpus, nodes)
+
+
+def test_a_requeued_jobs_place_is_a_reservation_of_its_nodes_for_its_owner():
+    argv = commands.reserve_place(7, ("n1", "n2"), "alice", 3)
+    assert argv == ["scontrol", "create", "reservation", "ReservationName=elastico-requeue-7", "StartTime=now",
+                    "Duration=3", "Nodes=n1,n2", "Users=alice", "Flags=IGNORE_JOBS,NO_HOLD_JOBS_AFTER_END"]
+    assert commands.set_reservation(7, "") == ["scontrol", "update", "JobId=7", "Reservation="]
+    assert commands.delete_place(7) == ["scontrol", "delete", "ReservationName=elastico-requeue-7"]
+    with pytest.raises(InvalidActionError, match="at least one node"):
+        commands.reserve_place(7, (), "alice", 3)
+    with pytest.raises(InvalidActionError, match="not a valid user name"):
+        commands.reserve_place(7, ("n1",), "alice,bob", 3)
+    with pytest.raises(InvalidActionError, match="whole number of minutes"):
+        commands.reserve_place(7, ("n1",), "alice", 0)
+    with pytest.raises(InvalidActionError, match="not a valid Slurm node name"):
+        commands.reserve_place(7, ("n1 n2",), "alice", 1)

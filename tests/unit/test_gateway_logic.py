@@ -40,16 +40,36 @@ def test_classify_types_errors():
     assert classify(ok) is ok
 
 
-def test_requeue_releases_even_when_update_fails():
+RUNNING_2205 = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "slurm" / "22.05" / "squeue_running.json"
+"""Recorded 22.05 squeue: job 23 runs on n1 at mps:35 (user root)."""
+
+
+def test_requeue_releases_and_gives_back_its_place_even_when_update_fails():
     runner = ScriptedRunner([
+        (lambda a: a[0] == "squeue", 0, RUNNING_2205.read_text(), ""),
         (lambda a: a[:2] == ["scontrol", "update"] and a[-1].startswith("Gres="), 1, "", "Invalid generic resource (gres) specification"),
     ])
     gw = SlurmGateway(runner, sleep=lambda s: None)
     gw.wait_state = lambda job_id, states, timeout_s: None  # the job is held at once in this script
     with pytest.raises(SlurmError, match="gres"):
-        gw.requeue_with_share(12, 30)
-    assert runner.calls[0] == ["scontrol", "requeuehold", "12"]
-    assert runner.calls[-1] == ["scontrol", "release", "12"]
+        gw.requeue_with_share(23, 30)
+    assert runner.calls[1][:3] == ["scontrol", "create", "reservation"]  # its place kept before the hold
+    assert "Nodes=n1" in runner.calls[1] and "Users=root" in runner.calls[1]
+    assert runner.calls[2] == ["scontrol", "requeuehold", "23"]
+    assert runner.calls[-3:] == [["scontrol", "release", "23"], ["scontrol", "update", "JobId=23", "Reservation="],
+                                 ["scontrol", "delete", "ReservationName=elastico-requeue-23"]]
+
+
+def test_a_stale_place_is_replaced():
+    runner = ScriptedRunner([
+        (lambda a: a[0] == "squeue", 0, RUNNING_2205.read_text(), ""),
+        (lambda a: a[:3] == ["scontrol", "create", "reservation"], 1, "",
+         "Error creating the reservation: Duplicate reservation name"),
+    ])
+    gw = SlurmGateway(runner, sleep=lambda s: None)
+    with pytest.raises(SlurmError, match="Duplicate"):  # a create that still fails after the delete is an error
+        gw.requeue_with_share(23, 30)
+    assert [c[1] for c in runner.calls[1:]] == ["create", "delete", "create"]  # nothing held
 
 
 def test_requeue_validates_before_holding():
@@ -61,14 +81,19 @@ def test_requeue_validates_before_holding():
 
 
 def test_dry_run_argv_matches_reshape_sequence():
-    gw = SlurmGateway(ScriptedRunner([]))
-    act = Action(ActionKind.RESHAPE_RUNNING, 8, "faster", share=50, nodes=("n2",))
+    gw = SlurmGateway(ScriptedRunner([(lambda a: a[0] == "squeue", 0, RUNNING_2205.read_text(), "")]))
+    act = Action(ActionKind.RESHAPE_RUNNING, 23, "faster", share=50, nodes=("n2",))
     assert gw.argv_for(act) == [
-        ["scontrol", "requeuehold", "8"],
-        ["scontrol", "update", "JobId=8", "Gres=mps:50"],
-        ["scontrol", "update", "JobId=8", "NodeList=n2"],
-        ["scontrol", "update", "JobId=8", "StartTime=now"],
-        ["scontrol", "release", "8"],
+        ["scontrol", "create", "reservation", "ReservationName=elastico-requeue-23", "StartTime=now", "Duration=3",
+         "Nodes=n2", "Users=root", "Flags=IGNORE_JOBS,NO_HOLD_JOBS_AFTER_END"],
+        ["scontrol", "requeuehold", "23"],
+        ["scontrol", "update", "JobId=23", "Gres=mps:50"],
+        ["scontrol", "update", "JobId=23", "NodeList=n2"],
+        ["scontrol", "update", "JobId=23", "Reservation=elastico-requeue-23"],
+        ["scontrol", "update", "JobId=23", "StartTime=now"],
+        ["scontrol", "release", "23"],
+        ["scontrol", "update", "JobId=23", "Reservation="],
+        ["scontrol", "delete", "ReservationName=elastico-requeue-23"],
     ]
 
 
@@ -166,14 +191,32 @@ def test_slurm_24_11_lets_an_mps_job_move_to_whole_gpus():
     assert runner.calls[1] == ["scontrol", "update", "JobId=8", "Gres=gpu:2", "NumNodes=1-1", "NodeList="]
 
 
+class ReleasedRunner(ScriptedRunner):
+    """squeue answers `before` until the job is released, `after` from then on; everything else succeeds."""
+
+    def __init__(self, before: str, after: str):
+        super().__init__([])
+        self.texts = [(DATA / before).read_text(), (DATA / after).read_text()]
+
+    def __call__(self, argv, *, timeout=None):
+        self.calls.append(list(argv))
+        released = any(c[:2] == ["scontrol", "release"] for c in self.calls)
+        return Completed(tuple(argv), 0, self.texts[released] if argv[0] == "squeue" else "", "")
+
+
 def test_a_gpu_reshape_holds_updates_checks_and_releases_in_order():
-    runner = _squeue_answers("22.05/squeue_json_gpu_count_held_2x2.json")  # job 20 pending, gpu:2 on n2,n3
+    # job 20 pending, gpu:2 on n2,n3 until released; running there after
+    runner = ReleasedRunner("22.05/squeue_json_gpu_count_held_2x2.json", "22.05/squeue_json_gpu_count_running_2x2.json")
     gw = SlurmGateway(runner, sleep=lambda s: None)
     gw.apply(Action(ActionKind.RESHAPE_RUNNING, 20, "t", gpus=4, nodes=("n2", "n3")))
-    assert [c[:2] for c in runner.calls] == [["squeue", "--all"], ["scontrol", "requeuehold"], ["squeue", "--all"],
+    assert [c[:2] for c in runner.calls] == [["squeue", "--all"], ["squeue", "--all"], ["scontrol", "create"],
+                                              ["scontrol", "requeuehold"], ["squeue", "--all"],
                                               ["scontrol", "update"], ["squeue", "--all"], ["scontrol", "update"],
-                                              ["scontrol", "release"]]
-    assert runner.calls[5][-1] == "StartTime=now"
+                                              ["scontrol", "update"], ["scontrol", "release"], ["squeue", "--all"],
+                                              ["scontrol", "update"], ["scontrol", "delete"]]
+    assert "Nodes=n2,n3" in runner.calls[2]
+    assert runner.calls[7][-1] == "Reservation=elastico-requeue-20" and runner.calls[8][-1] == "StartTime=now"
+    assert runner.calls[11][-1] == "Reservation="  # taken out once squeue shows it running again
 
 
 def test_an_uneven_split_is_refused_before_any_command_runs():
