@@ -70,7 +70,7 @@ import time  # noqa: E402
 from slurm_elastico.config import Settings  # noqa: E402
 from slurm_elastico.interference.base import ContentionModel  # noqa: E402
 from slurm_elastico.planner import policies  # noqa: E402
-from slurm_elastico.sim import compare, metrics, pool, settings, trace  # noqa: E402
+from slurm_elastico.sim import compare, families, metrics, pool, settings, trace  # noqa: E402
 from slurm_elastico.sim.experiment import check_runnable, seed_varies  # noqa: E402
 from slurm_elastico.sim.settings import SimSettings  # noqa: E402
 from slurm_elastico.sim.truth import GroundTruth  # noqa: E402
@@ -91,7 +91,7 @@ def comparison(runs, gpus, jobs, load, seeds, window, colocation, names):
         res = pending.result()
         label = f"{gpus} GPUs, {jobs} jobs, load {load:g}, window {'hold' if window < 0 else f'{window:g} s'}, " \
                 f"truth {colocation}, {seeds} seeds ({run_time(res.runs.values())})"
-        return report(res, label, names)
+        return report(res, label, names, runs.truth, sim)
     return finish
 
 
@@ -101,13 +101,14 @@ def run_time(results) -> str:
     return f"{len(rs)} runs, {sum(r.wall_s for r in rs):.0f} s of run time"
 
 
-def report(res, label, names):
+def report(res, label, names, truth, sim):
     """Print a comparison's table, its unfinished jobs and each policy's mean JCT over elastico's, paired by seed;
     return its figures for the final JSON (mean JCT, lower bound, unfinished jobs per policy)."""
     agg = res.aggregated()
     left = res.unfinished()
     print(f"\n== {label}")
     print(res.table(SHOWN))
+    priced = priced_jobs(res, truth, sim)
     el = agg["elastico"]["mean_jct_h"]
     out = {"label": label, "static_util_arrivals": agg["static"]["util_arrivals"][0], "policies": {},
            "unfinished_rows": 0, "unfinished_jobs": 0}
@@ -132,8 +133,21 @@ def report(res, label, names):
             print(f"  {n:>16}: mean JCT {ratio:5.2f}x elastico's (paired by seed {paired[0]:.2f} ± {paired[1]:.2f}); "
                   f"unpaired intervals {'separate' if metrics.separated(m, el) else 'overlap'}"
                   f"{'' if m[0] > el[0] else '  (elastico NOT lower)'}")
+        if n == "no-pricing":
+            out["policies"][n].update(priced_jobs=priced[0], jobs=priced[1])
+            print(f"  {'':>16}  (what it ablates: under the allotment, elastico's GPU counts for jobs with "
+                  f"data-parallel shapes, prices choose only the shapes of the other jobs, {priced[0]} of "
+                  f"{priced[1]} over the seeds, and the upgrades; without prices those jobs ask for their fastest "
+                  "shape)")
     print(f"  static keeps GPUs {100 * out['static_util_arrivals']:.0f} % allocated while jobs arrive")
     return out
+
+
+def priced_jobs(res, truth, sim) -> tuple[int, int]:
+    """(jobs of every seed's trace whose shapes the prices choose under the allotment, jobs): those whose family
+    has no data-parallel shapes (inference, apps measured on one GPU only)."""
+    jobs = [j for t in res.traces.values() for j in t]
+    return sum(not families.gang_ranks(j, truth, sim.max_gpus_per_job) for j in jobs), len(jobs)
 
 
 ALIBABA_ENV = "ELASTICO_ALIBABA_TRACE"
@@ -198,7 +212,7 @@ def alibaba(runs, path, hours, seeds, names):
                  f"median pod), {len(jobs)} jobs ({shared} on a GPU share, {multi} on several GPUs; pods left out: "
                  f"{left_out}), {sim.gpus} GPUs (8 per node; the pods held {first.load_on(sim.gpus):.2f} of them "
                  f"while they arrived), window 60 s, truth gavel, {seeds} seeds ({run_time(res.runs.values())})")
-        out = report(res, label, names)
+        out = report(res, label, names, truth, sim)
         out.update(start_h=start_h, hours=hours, jobs=len(jobs), shared_gpu_jobs=shared, multi_gpu_jobs=multi,
                    gpus=sim.gpus, demand=first.load_on(sim.gpus), pods_left_out=first.skipped, seeds=seeds)
         return out

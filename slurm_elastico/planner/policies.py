@@ -88,7 +88,9 @@ REGISTRY: dict[str, Policy] = {p.name: p for p in (
            whole_gpu, price=False, interference=False, reshape=False, order=fifo_order),
     Policy("no-shapes", "elastico without shape choice: each job only at its default shape",
            default_shape, price=True, interference=True, reshape=False, order=value_order),
-    Policy("no-pricing", "elastico without prices: every job asks for its fastest shape, packing falls back",
+    Policy("no-pricing", "elastico without prices: every job without data-parallel shapes asks for its fastest "
+           "shape, no upgrades (GPU counts come from the allotment either way: prices choose only those jobs' "
+           "shapes)",
            all_shapes, price=False, interference=True, reshape=True, order=value_order, allot=True),
     Policy("no-interference", "elastico blind to co-location slowdown: no Γ, no floor check",
            all_shapes, price=True, interference=False, reshape=True, order=value_order, allot=True),
