@@ -35,8 +35,10 @@ the strength of it; and the error this costs on a true speed-up of n is
 Hyper-parameters (`KernelConfig`) are chosen on leave-one-model-out folds of
 the training data (k-fold with fewer than 3 families). The model file also
 carries its held-out error (`heldout`): on k-fold, leave-one-model-out and,
-with two or more GPU types, leave-one-GPU-out folds of the training data, and
-the admission margins derive from it (`margin_from_heldout`).
+with two or more GPU types, leave-one-GPU-out folds of the training data.
+From the same held-out pairs come the admission thresholds per floor
+(`admission`, `admission_tables`; margins per pair from the pair's
+prediction) and the gain rule's margins (`margins_from_heldout`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ from pathlib import Path
 import numpy as np
 
 from slurm_elastico.interference.base import ContentionModel, SoloProfile, distinct
+from slurm_elastico.interference.admission import FLOORS, from_json, margins, thresholds, to_json
+from slurm_elastico.interference.admission import TARGET as ADMISSION_TARGET
 from slurm_elastico.interference.errors import MeasurementError, ModelFileError
 from slurm_elastico.interference.features import measured_stats
 from slurm_elastico.interference.files import check_header, write_atomically
@@ -57,11 +61,12 @@ from slurm_elastico.interference.measurements import Colocation, samples
 from slurm_elastico.interference.specs import spec_of
 
 FILE_FORMAT = "slurm-elastico/iac-prior-corrected"
-FILE_VERSION = 1
+FILE_VERSION = 2
 NUMERIC = ("log_throughput", "log_batch", "sm_util", "membw_util", "mem_used_gib", "mps_share")
 KINDS = ("train", "infer")
 PRECISIONS = ("fp32", "fp16", "bf16", "fp8")  # code 1.. ; 0 = not stated
 FALSE_ADMISSION_TARGET = 0.10  # the share of held-out pairs whose truth may fall below prediction / (1 + margin)
+REPORT_FLOOR = 0.6  # the floor `format_transfer` shows the admission thresholds at
 PRIOR_SM = tuple(np.round(np.arange(0.30, 1.001, 0.05), 2))
 PRIOR_BW = tuple(np.round(np.arange(0.10, 0.901, 0.10), 2))
 
@@ -247,10 +252,11 @@ class PriorCorrected:
 
     def __init__(self, prior: ContentionModel, encoder: Encoder, config: KernelConfig, fitted: Fitted,
                  training_mean_norm: float, heldout: dict[str, dict[str, float]], gpu_types: Sequence[str],
-                 gpu: str | None = None):
+                 admission: dict[str, np.ndarray], gpu: str | None = None):
         self.prior, self.encoder, self.config, self.fitted = prior, encoder, config, fitted
         self.training_mean_norm = training_mean_norm
         self.heldout = heldout
+        self.admission = admission  # thresholds per floor (`admission.FLOORS`) for seen, family, gpu pairs
         self.gpu_types = tuple(gpu_types)
         self.gpu = gpu  # None: each training sample counts as if on the query's GPU (no discount); use on_gpu
         self.margins = margins_from_heldout(heldout)
@@ -281,10 +287,8 @@ class PriorCorrected:
 
     def on_gpu(self, gpu_type: str) -> PriorCorrected:
         """The model as it answers on `gpu_type`: the correction weighted by how alike that type is to training's."""
-        uniform = not self.seen_gpu(gpu_type) or self.margins["seen"] == self.margins["family"]
-        view = (_OneMargin if uniform else PriorCorrected)(self.prior, self.encoder, self.config, self.fitted,
-                                                          self.training_mean_norm, self.heldout, self.gpu_types,
-                                                          gpu_type)
+        view = PriorCorrected(self.prior, self.encoder, self.config, self.fitted, self.training_mean_norm,
+                              self.heldout, self.gpu_types, self.admission, gpu_type)
         view._base = self._base
         return view
 
@@ -314,16 +318,27 @@ class PriorCorrected:
         return np.maximum(1.0, self.prior.predict_matrix(profiles) * np.exp(self._table(profiles)))
 
     def admission_margins(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
-        """Safety margin on the floor per pair, from the held-out error of the matching kind of shift."""
-        if len(a) != len(b):
-            raise ValueError(f"admission_margins needs as many partners as jobs: {len(a)} != {len(b)}")
-        m = self.margins
-        if self.gpu is not None and not self.seen_gpu(self.gpu):
-            return np.full(len(a), m["gpu"])
+        """Margin on the floor per pair (`admission.margins`): from the pair's predicted worst normalized throughput
+        and the thresholds of its kind of shift (an unseen GPU type; else an unseen family; else seen)."""
         profiles, ia, ib = distinct(a, b, "admission_margins")
+        return self.scorer(profiles).margins(ia, ib)
+
+    def _margins_of(self, profiles: Sequence[SoloProfile], ia: np.ndarray, ib: np.ndarray, s_ab: np.ndarray,
+                    s_ba: np.ndarray) -> np.ndarray:
+        worst = 1.0 / np.maximum(s_ab, s_ba)
+        t = self.admission
+        if self.gpu is not None and not self.seen_gpu(self.gpu):
+            return margins(worst, t["gpu"])
         known = set(self.encoder.families)
         unseen = np.array([p.model_family not in known for p in profiles], dtype=bool)
-        return np.where(unseen[ia] | unseen[ib], m["family"], m["seen"]) if profiles else np.zeros(0)
+        out = margins(worst, t["seen"])
+        new = unseen[ia] | unseen[ib]
+        out[new] = margins(worst[new], t["family"])
+        return out
+
+    def scorer(self, profiles: Sequence[SoloProfile]) -> _Scorer:
+        """Slowdowns and margins of pairs of `profiles` by index (what the planner's pair cache asks)."""
+        return _Scorer(self, list(profiles))
 
     # -- online learning (interference.online) ------------------------------------------
     def fine_tune(self, observations: Sequence[Colocation], epochs: int = 0, lr: float = 0.0) -> None:
@@ -357,6 +372,7 @@ class PriorCorrected:
                             "std": list(self.encoder.std), "families": list(self.encoder.families)},
                 "training_mean_norm": self.training_mean_norm, "gpu_types": list(self.gpu_types),
                 "heldout": self.heldout, "margins": self.margins,
+                "admission": {"floors": list(FLOORS), **{k: to_json(v) for k, v in self.admission.items()}},
                 "train": {"jobs": _jobs_dict(f.jobs), "self": f.self_idx.tolist(), "partner": f.partner_idx.tolist(),
                           "gpus": f.gpus, "alpha": f.alpha.tolist(), "target": f.target.tolist()}}
 
@@ -393,23 +409,45 @@ class PriorCorrected:
                 raise ValueError("training jobs have another number of features than the encoder")
             prior = ContentionModel(**{k: float(v) for k, v in blob["prior"].items()})
             heldout = {k: {m: float(x) for m, x in v.items()} for k, v in blob["heldout"].items()}
+            adm = blob["admission"]
+            if [round(float(f), 2) for f in adm["floors"]] != list(FLOORS):
+                raise ValueError("admission thresholds on other floors than this slurm-elastico uses")
+            admission = {k: from_json(adm[k]) for k in ("seen", "family", "gpu")}
             return cls(prior, encoder, KernelConfig(**blob["config"]), fitted, float(blob["training_mean_norm"]),
-                       heldout, tuple(blob["gpu_types"]))
+                       heldout, tuple(blob["gpu_types"]), admission)
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelFileError(f"{path}: incomplete or inconsistent predictor file ({exc!r})") from None
 
 
-class _OneMargin(PriorCorrected):
-    """The view of a GPU type where every pair has the same margin (an unseen type, or seen and unseen families
-    alike): it offers `admission_margin` and no `admission_margins`, so the planner's cache never asks per pair."""
+class _Scorer:
+    """Pairs of fixed profiles by index: every pair tabulated at once (`tabulate`), or the pairs asked for."""
 
-    @property
-    def admission_margins(self):
-        raise AttributeError("one margin for every pair on this view: see admission_margin")
+    def __init__(self, model: PriorCorrected, profiles: list[SoloProfile]):
+        self.model, self.profiles = model, profiles
+        self.table: tuple[np.ndarray, np.ndarray] | None = None  # (slowdowns, margins), all pairs
 
-    @property
-    def admission_margin(self) -> float:
-        return self.margins["gpu"] if self.gpu is not None and not self.seen_gpu(self.gpu) else self.margins["seen"]
+    def tabulate(self, limit: int = 2_560_000) -> bool:
+        """Fills the table of all pairs unless there are more than `limit`; whether it is filled."""
+        n = len(self.profiles)
+        if self.table is None and n * n <= limit:
+            s = self.model.predict_matrix(self.profiles)
+            ia, ib = np.divmod(np.arange(n * n), n)
+            self.table = (s, self.model._margins_of(self.profiles, ia, ib, s.ravel(), s.T.ravel()).reshape(n, n))
+        return self.table is not None
+
+    def _pairs(self, ia: np.ndarray, ib: np.ndarray) -> tuple[list[SoloProfile], list[SoloProfile]]:
+        return [self.profiles[i] for i in ia], [self.profiles[j] for j in ib]
+
+    def slowdown(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
+        if self.table is not None or len(self.profiles) ** 2 <= 4 * len(ia) and self.tabulate():
+            return self.table[0][ia, ib]
+        return self.model.predict(*self._pairs(ia, ib))
+
+    def margins(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
+        if self.table is not None or len(self.profiles) ** 2 <= 4 * len(ia) and self.tabulate():
+            return self.table[1][ia, ib]
+        a, b = self._pairs(ia, ib)
+        return self.model._margins_of(self.profiles, ia, ib, self.model.predict(a, b), self.model.predict(b, a))
 
 
 def _jobs_dict(j: Jobs) -> dict:
@@ -438,26 +476,23 @@ def heldout_error(pred_pairs: np.ndarray, true_pairs: np.ndarray) -> dict[str, f
 
 
 def margins_from_heldout(heldout: dict[str, dict[str, float]]) -> dict[str, float]:
-    """Margins on the floor: a pair is admitted when predicted >= floor·(1 + m), with m = over_q − 1 of the held-out
-    folds of the matching shift, so about FALSE_ADMISSION_TARGET of pairs are over-predicted by more than m.
+    """Margins of the rule that a shared GPU gains (combined speed of a pair > 1 + m): m = over_sum_q − 1 of the
+    held-out folds of the matching shift, so about FALSE_ADMISSION_TARGET of pairs' combined speed is
+    over-predicted by more than m. (Admission at a floor is calibrated per pair: `admission`.)
 
-    seen: k-fold; unseen family: leave-one-model-out (>= seen); unseen GPU type: leave-one-GPU-out, or the
-    family figure when training had one GPU type (>= seen). A missing figure gives the next one up.
-    `gain_*`: the same from `over_sum_q`, for the rule that a shared GPU's combined speed must exceed 1 + margin."""
-    def m(kind: str, figure: str) -> float:
-        q = heldout.get(kind, {}).get(figure, math.nan)
+    gain_seen: k-fold; gain_family: leave-one-model-out (>= seen); gain_gpu: leave-one-GPU-out, or the
+    family figure when training had one GPU type (>= seen). A missing figure gives the next one up."""
+    def m(kind: str) -> float:
+        q = heldout.get(kind, {}).get("over_sum_q", math.nan)
         return math.nan if math.isnan(q) else max(0.0, q - 1.0)
 
-    out = {}
-    for prefix, figure in (("", "over_q"), ("gain_", "over_sum_q")):
-        seen = m("kfold", figure)
-        seen = 0.0 if math.isnan(seen) else seen
-        family = m("leave-one-model-out", figure)
-        family = seen if math.isnan(family) else max(seen, family)
-        gpu = m("leave-one-gpu-out", figure)
-        gpu = family if math.isnan(gpu) else max(seen, gpu)
-        out.update({f"{prefix}seen": seen, f"{prefix}family": family, f"{prefix}gpu": gpu})
-    return out
+    seen = m("kfold")
+    seen = 0.0 if math.isnan(seen) else seen
+    family = m("leave-one-model-out")
+    family = seen if math.isnan(family) else max(seen, family)
+    gpu = m("leave-one-gpu-out")
+    gpu = family if math.isnan(gpu) else max(seen, gpu)
+    return {"gain_seen": seen, "gain_family": family, "gain_gpu": gpu}
 
 
 # -- fitting --------------------------------------------------------------------------------------------------------
@@ -476,10 +511,24 @@ def _folds(observations: Sequence[Colocation], kind: str, seed: int) -> list[tup
             for _, tr, te in split(observations, kind, k=4, seed=seed)]
 
 
+Cross = list[tuple[np.ndarray, np.ndarray]]  # per fold: (predicted, true) (n, 2) norms of its held-out pairs
+
+
+def _pooled(cross: Cross) -> tuple[np.ndarray, np.ndarray]:
+    if not cross:
+        return np.zeros((0, 2)), np.zeros((0, 2))
+    return np.concatenate([p for p, _ in cross]), np.concatenate([t for _, t in cross])
+
+
+def _worst(cross: Cross) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per fold: (predicted, true) worst normalized throughput of each held-out pair (`admission.thresholds`)."""
+    return [(p.min(axis=1), t.min(axis=1)) for p, t in cross]
+
+
 def _cross(observations, smp: Samples, prior_log: np.ndarray, ker: _Kernels, cfg: KernelConfig,
-           kind: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Held-out (predicted, true) pair norms over `kind` folds (pairs that ran in the test part)."""
-    preds, truths = [], []
+           kind: str, seed: int) -> Cross:
+    """Held-out (predicted, true) pair norms of each `kind` fold (pairs that ran in the test part)."""
+    out = []
     for tr_pairs, te_pairs in _folds(observations, kind, seed):
         tr = np.flatnonzero(np.isin(smp.pair, tr_pairs))
         te = np.flatnonzero(np.isin(smp.pair, te_pairs))
@@ -490,11 +539,9 @@ def _cross(observations, smp: Samples, prior_log: np.ndarray, ker: _Kernels, cfg
         log_s = prior_log[te] + (ker.job[np.ix_(te, tr)] * ker.gpu[np.ix_(te, tr)]) @ alpha
         norm = 1.0 / np.maximum(1.0, np.exp(log_s))
         # samples come in (a, b) order per pair, pairs in order: two samples make a pair
-        preds.append(norm.reshape(-1, 2))
-        truths.append(np.array([[observations[i].norm_a, observations[i].norm_b] for i in smp.pair[te][::2]]))
-    if not preds:
-        return np.zeros((0, 2)), np.zeros((0, 2))
-    return np.concatenate(preds), np.concatenate(truths)
+        out.append((norm.reshape(-1, 2),
+                    np.array([[observations[i].norm_a, observations[i].norm_b] for i in smp.pair[te][::2]])))
+    return out
 
 
 def _sample_kernels(jobs: Jobs, self_idx: np.ndarray, partner_idx: np.ndarray, gpus: Sequence[str],
@@ -528,23 +575,38 @@ def fit_transfer(observations: Sequence[Colocation], seed: int = 0,
     best = None
     for cfg in grid:
         ker = _kernels(smp, enc, cfg)
-        pred, truth = _cross(obs, smp, prior_log, ker, cfg, select_kind, seed)
-        err = heldout_error(pred, truth)["mape_norm"] if len(pred) else math.inf
+        cross = _cross(obs, smp, prior_log, ker, cfg, select_kind, seed)
+        err = heldout_error(*_pooled(cross))["mape_norm"] if cross else math.inf
         if best is None or err < best[0]:
-            best = (err, cfg, ker, (pred, truth))
+            best = (err, cfg, ker, cross)
     assert best is not None
     _, cfg, ker, chosen = best
-    heldout = {select_kind: heldout_error(*chosen)}
+    crosses = {select_kind: chosen}
     if select_kind != "kfold":
-        heldout["kfold"] = heldout_error(*_cross(obs, smp, prior_log, ker, cfg, "kfold", seed))
+        crosses["kfold"] = _cross(obs, smp, prior_log, ker, cfg, "kfold", seed)
     if len({o.gpu_type for o in obs}) >= 2:
-        heldout["leave-one-gpu-out"] = heldout_error(*_cross(obs, smp, prior_log, ker, cfg, "leave-one-gpu-out", seed))
+        crosses["leave-one-gpu-out"] = _cross(obs, smp, prior_log, ker, cfg, "leave-one-gpu-out", seed)
+    heldout = {kind: heldout_error(*_pooled(c)) for kind, c in crosses.items()}
     alpha = _solve(ker.job * ker.gpu, smp.log_s - prior_log, cfg.lam)
     jobs, idx = distinct_jobs(enc.encode([*smp.selves, *smp.partners]))
     n = len(smp.selves)
     fitted = Fitted(jobs, idx[:n], idx[n:], list(smp.gpus), alpha, smp.log_s - prior_log)
     mean_norm = 1.0 / float(np.mean(np.exp(smp.log_s)))
-    return PriorCorrected(prior, enc, cfg, fitted, mean_norm, heldout, sorted(set(smp.gpus)))
+    return PriorCorrected(prior, enc, cfg, fitted, mean_norm, heldout, sorted(set(smp.gpus)),
+                          admission_tables(crosses))
+
+
+def admission_tables(crosses: dict[str, Cross]) -> dict[str, np.ndarray]:
+    """Admission thresholds per kind of pair (`admission`), from the held-out folds of the matching shift.
+
+    seen: k-fold, pooled. Unseen family: leave-one-model-out, pooled (k-fold with fewer than 3 families).
+    Unseen GPU type: the worst single fold of leave-one-GPU-out, or of leave-one-model-out (k-fold) when
+    training had one GPU type. Never below the seen thresholds."""
+    seen = thresholds(_worst(crosses["kfold"]))
+    family_cross = crosses.get("leave-one-model-out", crosses["kfold"])
+    family = np.maximum(seen, thresholds(_worst(family_cross)))
+    gpu = np.maximum(seen, thresholds(_worst(crosses.get("leave-one-gpu-out", family_cross)), worst_group=True))
+    return {"seen": seen, "family": family, "gpu": gpu}
 
 
 def format_transfer(model: PriorCorrected, out: str) -> str:
@@ -558,6 +620,9 @@ def format_transfer(model: PriorCorrected, out: str) -> str:
     for kind, e in model.heldout.items():
         lines.append(f"  {kind:<20} MAPE {e['mape_norm']:.1%} over {int(e['n_pairs'])} pairs; "
                      f"{1 - FALSE_ADMISSION_TARGET:.0%} of pairs over-predicted by at most {e['over_q'] - 1:+.0%}")
-    lines.append(f"admission margins: {m['seen']:.2f} seen, {m['family']:.2f} unseen family, {m['gpu']:.2f} unseen GPU "
-                 f"type; gain-rule margins {m['gain_seen']:.2f} / {m['gain_family']:.2f} / {m['gain_gpu']:.2f}")
+    bars = {k: model.admission[k][FLOORS.index(REPORT_FLOOR)] for k in ("seen", "family", "gpu")}
+    lines.append(f"admission at floor {REPORT_FLOOR}: a pair's worse job predicted at least {bars['seen']:.2f} (seen), "
+                 f"{bars['family']:.2f} (an unseen family), {bars['gpu']:.2f} (an unseen GPU type), so that at most "
+                 f"{ADMISSION_TARGET:.0%} of held-out bad pairs pass; gain-rule margins {m['gain_seen']:.2f} / "
+                 f"{m['gain_family']:.2f} / {m['gain_gpu']:.2f}")
     return "\n".join(lines)

@@ -16,6 +16,7 @@ from slurm_elastico.interference.errors import ModelFileError
 from slurm_elastico.interference.gavel import import_gavel
 from slurm_elastico.interference.measurements import Colocation
 from slurm_elastico.interference.specs import spec_of
+from slurm_elastico.interference.admission import FLOORS
 from slurm_elastico.interference.transfer import (
     FALSE_ADMISSION_TARGET, PriorCorrected, fit_transfer, heldout_error, margins_from_heldout, samples_of,
 )
@@ -47,8 +48,12 @@ def test_model_carries_its_heldout_error_and_margins_derive_from_it(model, k80):
         assert e["n_pairs"] > 0 and 0 < e["mape_norm"] < 1
     m = model.margins
     assert m == margins_from_heldout(model.heldout)
-    assert m["seen"] == pytest.approx(max(0.0, model.heldout["kfold"]["over_q"] - 1))
-    assert m["family"] >= m["seen"] and m["gpu"] == m["family"]  # unseen GPU: nearest shift training can show
+    assert m["gain_seen"] == pytest.approx(max(0.0, model.heldout["kfold"]["over_sum_q"] - 1))
+    t = model.admission  # thresholds per floor: nondecreasing, and more cautious the larger the shift
+    for kind in ("seen", "family", "gpu"):
+        assert len(t[kind]) == len(FLOORS) and np.all(t[kind][1:] >= t[kind][:-1])
+    assert np.all(t["family"] >= t["seen"]) and np.all(t["gpu"] >= t["family"])
+    assert np.any(t["gpu"] > t["family"])  # one GPU type: the worst family fold, not the pooled ones
     # The in-distribution error is the smaller one: a model that fits its families transfers worse to new ones.
     assert model.heldout["kfold"]["mape_norm"] < model.heldout["leave-one-model-out"]["mape_norm"]
 
@@ -56,12 +61,11 @@ def test_model_carries_its_heldout_error_and_margins_derive_from_it(model, k80):
 def test_margins_from_heldout_rules():
     h = {"kfold": {"over_q": 1.05, "over_sum_q": 1.02}, "leave-one-model-out": {"over_q": 1.3, "over_sum_q": 1.1},
          "leave-one-gpu-out": {"over_q": 1.2, "over_sum_q": 1.15}}
-    assert margins_from_heldout(h) == pytest.approx({"seen": 0.05, "family": 0.3, "gpu": 0.2, "gain_seen": 0.02,
-                                                     "gain_family": 0.1, "gain_gpu": 0.15})
-    m = margins_from_heldout({"kfold": {"over_q": 0.9}})
-    assert m["seen"] == m["family"] == m["gpu"] == 0.0 and m["gain_gpu"] == 0.0  # no figure: no margin
-    assert margins_from_heldout({"kfold": {"over_q": 1.1}, "leave-one-model-out": {"over_q": math.nan}})["gpu"] \
-        == pytest.approx(0.1)
+    assert margins_from_heldout(h) == pytest.approx({"gain_seen": 0.02, "gain_family": 0.1, "gain_gpu": 0.15})
+    m = margins_from_heldout({"kfold": {"over_sum_q": 0.9}})
+    assert m["gain_seen"] == m["gain_family"] == m["gain_gpu"] == 0.0  # no figure: no margin
+    assert margins_from_heldout({"kfold": {"over_sum_q": 1.1},
+                                 "leave-one-model-out": {"over_sum_q": math.nan}})["gain_gpu"] == pytest.approx(0.1)
 
 
 def test_heldout_error_over_quantile():
@@ -96,8 +100,11 @@ def test_far_from_training_it_falls_back_to_the_prior(model, k80):
     corr = np.abs(np.log(model.predict([o.a for o in seen], [o.b for o in seen]))
                   - np.log(model.prior.predict([o.a for o in seen], [o.b for o in seen])))
     assert corr.max() > 0.1  # the same model does correct the prior where it has data
-    # one margin for every pair on an unseen GPU type, so the planner's cache does not ask per pair
-    assert view.admission_margin == model.margins["gpu"] and not hasattr(view, "admission_margins")
+    # an unseen GPU type: every pair's margin from the unseen-GPU thresholds, by its predicted worst speed
+    from slurm_elastico.interference.admission import margins
+
+    worst = 1 / np.maximum(s, view.predict(far[::-1], far))
+    assert np.allclose(view.admission_margins(far, far[::-1]), margins(worst, model.admission["gpu"]))
     h = model.heldout  # one GPU type in training: the unseen-GPU figure is the larger of k-fold and family shift
     assert view.gain_margin == model.margins["gain_gpu"] == pytest.approx(
         max(0.0, h["leave-one-model-out"]["over_sum_q"] - 1, h["kfold"]["over_sum_q"] - 1))
@@ -106,8 +113,13 @@ def test_far_from_training_it_falls_back_to_the_prior(model, k80):
 def test_unseen_family_gets_the_family_margin_on_a_seen_gpu(model, k80):
     o = next(x for x in k80 if x.fits)
     stranger = SoloProfile(kind="train", throughput=2.0, batch=32.0, model_family="ResNet-50")
-    m = model.on_gpu("k80").admission_margins([o.a, o.a], [o.b, stranger])
-    assert m.tolist() == [model.margins["seen"], model.margins["family"]]
+    from slurm_elastico.interference.admission import margins
+
+    view = model.on_gpu("k80")
+    m = view.admission_margins([o.a, o.a], [o.b, stranger])
+    worst = [1 / max(view.predict([x], [y])[0], view.predict([y], [x])[0]) for x, y in ((o.a, o.b), (o.a, stranger))]
+    assert m[0] == margins(worst[:1], model.admission["seen"])[0]
+    assert m[1] == margins(worst[1:], model.admission["family"])[0]
 
 
 def test_speedups_train_as_no_slowdown_and_predictions_never_promise_one():
@@ -127,6 +139,8 @@ def test_file_round_trip_and_load_model_dispatch(model, k80, tmp_path):
     a, b = [o.a for o in k80[:40]], [o.b for o in k80[:40]]
     assert np.array_equal(again.on_gpu("p100").predict(a, b), model.on_gpu("p100").predict(a, b))
     assert again.margins == model.margins and again.heldout == model.heldout
+    assert all(np.array_equal(again.admission[k], model.admission[k]) for k in ("seen", "family", "gpu"))
+    assert np.array_equal(again.on_gpu("p100").admission_margins(a, b), model.on_gpu("p100").admission_margins(a, b))
     blob = json.loads(path.read_text())
     blob["train"]["self"] = blob["train"]["self"][:-1]
     path.write_text(json.dumps(blob))
@@ -158,7 +172,7 @@ def test_cli_train_then_score_on_another_gpu(tmp_path, k80):
                                                    and {o.a.model_family, o.b.model_family} <= FAMILIES])
     r = CliRunner().invoke(main, ["iac", "train", "--data", str(tmp_path / "k80.csv"), "--out", str(tmp_path / "m")])
     assert r.exit_code == 0, r.output
-    assert "leave-one-model-out" in r.output and "admission margins" in r.output
+    assert "leave-one-model-out" in r.output and "admission at floor 0.6" in r.output
     r = CliRunner().invoke(main, ["iac", "evaluate", "--model", str(tmp_path / "m"), "--data",
                                   str(tmp_path / "p100.csv"), "--json"])
     assert r.exit_code == 0, r.output
@@ -199,12 +213,7 @@ def test_the_planner_cache_reads_the_views_as_they_answer(model, k80):
         got = cache.get([(ids[i], ids[j]) for i, j in pairs])
         want = view.predict([jobs[i] for i, _ in pairs], [jobs[j] for _, j in pairs])
         assert np.allclose(got, want)
-        # an unseen GPU type: one margin for all pairs, read once; a seen one: per pair where margins differ
-        assert cache.per_pair == (gpu == "k80" and model.margins["seen"] != model.margins["family"])
-        if gpu == "h100":
-            assert cache.margin == model.margins["gpu"] > 0
-        elif cache.per_pair:
-            assert np.allclose(cache.margins([(ids[i], ids[j]) for i, j in pairs]),
-                               view.admission_margins([jobs[i] for i, _ in pairs], [jobs[j] for _, j in pairs]))
-        else:
-            assert cache.margin == model.margins["seen"]
+        # margins per pair (they follow each pair's prediction), the same through the cache as asked directly
+        assert cache.per_pair
+        assert np.allclose(cache.margins([(ids[i], ids[j]) for i, j in pairs]),
+                           view.admission_margins([jobs[i] for i, _ in pairs], [jobs[j] for _, j in pairs]))

@@ -1,0 +1,89 @@
+"""Admission margins calibrated per decision on held-out pairs: a Neyman-Pearson threshold for every floor.
+
+A pair is bad at floor f when its worse job keeps less than f of its solo
+speed; admitting it is a false admission. On the held-out pairs of a training
+split (pairs that ran together), `thresholds` finds for every floor f of
+`FLOORS` the least predicted worst normalized throughput t(f) such that at
+most `TARGET` of the pairs truly bad at f are predicted at or above it (rank
+ceil(n(1 − TARGET)) + 1 of the n bad pairs' predictions, a split-conformal
+quantile; with fewer than 1 / TARGET bad pairs, just above the highest). A
+new pair predicted p is then admitted at floor f when t(f) <= p.
+
+The planner knows floors, not thresholds, and admits a pair when predicted
+>= floor × (1 + margin). `margins` turns the thresholds into that form, per
+pair and floor-free: L(p) = the highest floor f with t(f) <= p, margin
+p / L(p) − 1, so that predicted >= floor × (1 + margin) holds exactly when
+floor <= L(p). The margin depends on the prediction, as the error does:
+a model whose predictions are pulled toward its training mean over-predicts
+its worst pairs and under-predicts its best, so one margin from all pairs
+(their over-prediction quantile) is the margin of the worst pairs applied to
+the best ones, and refuses nearly every good pair. Where held-out truth below
+a floor never reached the predictions near the floor, the margin is negative
+(the bar is below the floor): the held-out pairs say so. No held-out pair
+below f: nothing bounds that floor, it is admitted (t = −inf); a prediction
+below every threshold gets an infinite margin (refused at every floor).
+
+`groups`: the held-out pairs of each fold. Pooled (`worst_group=False`), the
+bound is on the share of bad pairs over all decisions, where a shift (an
+unseen model family) touches some pairs of a cluster's mix. `worst_group`
+takes the highest threshold of any one group: an unseen GPU type shifts every
+pair of the cluster at once, so its false admissions do not average over
+groups; the worst of G held-out groups bounds a new group's rate with about
+G / (G + 1) confidence.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+TARGET = 0.10  # share of truly bad held-out pairs that may be admitted, at every floor
+FLOORS = tuple(round(0.05 + 0.01 * i, 2) for i in range(95))  # 0.05 .. 0.99
+
+_FLOORS = np.array(FLOORS)
+Group = tuple[np.ndarray, np.ndarray]  # (predicted, true) worst normalized throughput of each held-out pair
+
+
+def _threshold(pred: np.ndarray, truth: np.ndarray, floor: float) -> float:
+    bad = np.sort(pred[truth < floor])
+    n = len(bad)
+    if n == 0:
+        return -math.inf
+    k = math.ceil(n * (1.0 - TARGET)) + 1  # 1-based rank: at most TARGET·n of the n bad pairs are >= it
+    return float(bad[k - 1]) if k <= n else float(np.nextafter(bad[-1], math.inf))
+
+
+def thresholds(groups: Sequence[Group], worst_group: bool = False) -> np.ndarray:
+    """t(f) for every floor of `FLOORS` (nondecreasing in f); empty groups are skipped; no pairs: all inf."""
+    groups = [(np.asarray(p, dtype=float), np.asarray(t, dtype=float)) for p, t in groups if len(p)]
+    if not groups:
+        return np.full(len(FLOORS), math.inf)
+    if worst_group:
+        t = np.max([[_threshold(p, y, f) for f in FLOORS] for p, y in groups], axis=0)
+    else:
+        p, y = np.concatenate([g[0] for g in groups]), np.concatenate([g[1] for g in groups])
+        t = np.array([_threshold(p, y, f) for f in FLOORS])
+    return np.maximum.accumulate(t)
+
+
+def margins(pred: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Margin of each pair whose predicted worst normalized throughput is `pred`, under thresholds `t`."""
+    pred = np.asarray(pred, dtype=float)
+    top = np.searchsorted(t, pred, side="right") - 1  # the highest floor with t(f) <= pred (t is nondecreasing)
+    level = _FLOORS[np.maximum(top, 0)]
+    with np.errstate(invalid="ignore"):
+        # (1 − 1e-12): floor × (1 + margin) <= pred must hold at floor L(p) itself, whatever the rounding
+        return np.where((top >= 0) & np.isfinite(pred), pred / level * (1.0 - 1e-12) - 1.0, math.inf)
+
+
+def to_json(t: np.ndarray) -> list[float | None]:
+    """Thresholds for a JSON file: None for −inf (a floor nothing bounds), a string for inf."""
+    return [None if x == -math.inf else ("inf" if x == math.inf else float(x)) for x in np.asarray(t).tolist()]
+
+
+def from_json(values: Sequence) -> np.ndarray:
+    if len(values) != len(FLOORS):
+        raise ValueError(f"{len(values)} admission thresholds, {len(FLOORS)} expected (one per floor)")
+    return np.array([-math.inf if v is None else float(v) for v in values], dtype=float)

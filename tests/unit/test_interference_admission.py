@@ -1,0 +1,65 @@
+"""Admission thresholds per floor from held-out pairs, and the per-pair margins the planner reads from them."""
+
+import math
+
+import numpy as np
+import pytest
+
+from slurm_elastico.interference.admission import FLOORS, TARGET, from_json, margins, thresholds, to_json
+
+
+def _at(t, floor):
+    return t[FLOORS.index(floor)]
+
+
+def test_threshold_admits_at_most_the_target_share_of_bad_pairs():
+    rng = np.random.default_rng(0)
+    truth = rng.uniform(0.2, 0.9, 400)
+    pred = 0.5 + 0.3 * (truth - 0.55) + rng.normal(0, 0.03, 400)  # ranks well, pulled toward the mean
+    t = thresholds([(pred, truth)])
+    assert np.all(t[1:] >= t[:-1])
+    for f in (0.4, 0.6, 0.8):
+        bad = truth < f
+        assert np.mean(pred[bad] >= _at(t, f)) <= TARGET
+        assert np.mean(pred[bad] >= _at(t, f) - 0.02) > TARGET / 2  # not far more cautious than it needs to be
+    # predictions pulled toward the mean: the bar at 0.6 is below 0.6, so good pairs pass
+    assert _at(t, 0.6) < 0.6 and np.mean(pred[truth >= 0.6] >= _at(t, 0.6)) > 0.5
+
+
+def test_margins_reproduce_the_thresholds_at_every_floor():
+    rng = np.random.default_rng(1)
+    truth = rng.uniform(0.2, 0.9, 300)
+    pred = truth * rng.uniform(0.8, 1.2, 300)
+    t = thresholds([(pred, truth)])
+    query = rng.uniform(0.1, 1.0, 200)
+    m = margins(query, t)
+    for f in FLOORS[::7]:
+        assert np.array_equal(query >= f * (1 + m), query >= _at(t, f))
+
+
+def test_no_evidence_and_no_bound():
+    assert np.all(np.isinf(thresholds([])))  # no held-out pair: every floor refuses
+    assert math.isinf(margins(np.array([0.9]), thresholds([]))[0])
+    t = thresholds([(np.array([0.5, 0.6]), np.array([0.5, 0.6]))])
+    assert _at(t, 0.3) == -math.inf  # nothing held out below 0.3: nothing to refuse for
+    assert 0.5 < _at(t, 0.55) < 0.5 + 1e-9  # one bad pair: just above its prediction, so it is refused
+    assert math.isinf(margins(np.array([math.nan]), t)[0])
+
+
+def test_worst_group_is_never_below_the_pooled_threshold():
+    rng = np.random.default_rng(2)
+    groups = []
+    for shift in (0.0, 0.05, 0.15):  # the last group's predictions run high: a shift the others do not show
+        truth = rng.uniform(0.2, 0.9, 150)
+        groups.append((truth + shift + rng.normal(0, 0.05, 150), truth))
+    pooled, worst = thresholds(groups), thresholds(groups, worst_group=True)
+    assert np.all(worst >= pooled) and _at(worst, 0.6) > _at(pooled, 0.6)
+    p, y = groups[2]
+    assert np.mean(p[y < 0.6] >= _at(worst, 0.6)) <= TARGET  # the worst group is held to the target
+
+
+def test_json_round_trip_and_wrong_length():
+    t = np.array([-math.inf] * 10 + [0.5] * (len(FLOORS) - 11) + [math.inf])
+    assert np.array_equal(from_json(to_json(t)), t)
+    with pytest.raises(ValueError, match="one per floor"):
+        from_json([0.5])
