@@ -441,33 +441,42 @@ WHOLE_UID = -1
 
 def _table(fam: Family, cache: PairCache, per_gpu: np.ndarray, shares_per_gpu: int) -> Table:
     shapes = fam.shapes
-    tmax = max(s.throughput for s in shapes)
+    n = len(shapes)
+    tputs = [s.throughput for s in shapes]
+    tmax = max(tputs)
     rows = []  # shares in Slurm's counts from here on; the shapes' are percent
+    res = np.empty((n, 4))
+    gang = []  # (slot, GPUs, GPU memory) of each data-parallel row
+    shares: dict[int, int] = {}  # a family has a few share levels: each converted once
     for i, s in enumerate(shapes):
         r = s.resources
-        share = shares_of(r.mps, shares_per_gpu) if r.mps else 0
+        share = 0
+        if r.mps:
+            share = shares.get(r.mps)
+            if share is None:
+                share = shares[r.mps] = shares_of(r.mps, shares_per_gpu)
         # Only a share of a GPU ever sits beside another job: whole-GPU rows (all of one, or a gang) need no
         # profile in the interference model's all-pairs block (WHOLE_UID), which then is a fraction of the size.
         uid = cache.add(solo_profile(s, fam.kind, fam.name)) if 0 < share < shares_per_gpu else WHOLE_UID
         rows.append(Row(i, uid, s.throughput, share, float(r.gpu_mem_mib), float(r.cpus), float(r.host_mem_mib),
                         gpus=r.gpus))
-    res = np.array([(row.share, *s.resources.as_tuple()[1:]) for row, s in zip(rows, shapes)],
-                   dtype=float).reshape(-1, 4)
+        res[i] = (share, r.gpu_mem_mib, r.cpus, r.host_mem_mib)
+        if r.gpus:
+            gang.append((i, r.gpus, r.gpu_mem_mib))
     demand = res / per_gpu
-    for i, s in enumerate(shapes):
-        r = s.resources
-        if r.gpus:  # n whole GPUs: n GPU equivalents of shares and of GPU memory
-            demand[i, 0] = r.gpus
-            demand[i, 1] = r.gpus * r.gpu_mem_mib / per_gpu[1]
-    tput = np.array([s.throughput for s in shapes])
-    allowed = tput >= fam.throughput_floor
-    contention = np.zeros(len(shapes))  # filled for all tables at once by _contention
+    for i, g, mem in gang:  # n whole GPUs: n GPU equivalents of shares and of GPU memory
+        demand[i, 0] = g
+        demand[i, 1] = g * mem / per_gpu[1]
+    tput = np.array(tputs)
+    floor = fam.throughput_floor
+    allowed = tput >= floor
+    contention = np.zeros(n)  # filled for all tables at once by _contention
     value = tput / tmax
     dominant = np.maximum(demand.max(axis=1), 1e-9)
     dens = value / dominant
-    by_speed = sorted((i for i in range(len(shapes)) if allowed[i]), key=lambda i: (-tput[i], i))
+    by_speed = sorted((i for i in range(n) if tputs[i] >= floor), key=lambda i: (-tputs[i], i))
     return Table(fam, rows, value, demand, allowed, contention, by_speed,
-                 float(dens[allowed].max()) if allowed.any() else 0.0, any(r.gpus for r in rows))
+                 float(dens[allowed].max()) if by_speed else 0.0, bool(gang))
 
 
 def _contention(tables: list[Table], cache: PairCache, shares_per_gpu: int) -> None:
