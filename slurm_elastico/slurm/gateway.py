@@ -191,7 +191,7 @@ class SlurmGateway:
         self._run(commands.requeue(job_id))
 
     def release(self, job_id: int) -> None:
-        """Release a held job, at least `REVOKE_GAP_S` after its hold.
+        """Release a held job, at least `REVOKE_GAP_S` after its hold, outside any place kept for it (recovery's way).
 
         A job this gateway did not hold itself (recovery, after a helper that held it died) may have been
         held within the last second, and a release in the hold's second makes it fail: wait the whole gap.
@@ -200,7 +200,19 @@ class SlurmGateway:
         wait = REVOKE_GAP_S if held_at is None else held_at + REVOKE_GAP_S - self._clock()
         if wait > 0:
             self._sleep(wait)
+        self._forget_place(job_id)
         self._run(commands.release(job_id))
+
+    def _forget_place(self, job_id: int) -> None:
+        """Take the job out of a place a helper that died kept for it (`_place_kept`) and delete that reservation,
+        so it neither waits for the reservation to end nor runs inside one that ends. Nothing there: no error."""
+        for argv in (commands.set_reservation(job_id, ""), commands.delete_place(job_id)):
+            try:
+                self._run(argv)
+            except SlurmUnavailable:
+                raise
+            except SlurmError:
+                pass  # no such reservation, or the job is in none
 
     def signal(self, job_id: int, sig: str, *, whole_job: bool = False) -> None:
         self._run(commands.signal(job_id, sig, whole_job=whole_job))
