@@ -270,9 +270,13 @@ class GpuState:
 
     def slurm_gives(self, g: int, share: int) -> bool:
         """Whether Slurm gives an `mps:share` job pinned to GPU g's node that very GPU (`gpu_choice.mps_gpu`)."""
-        gpus = self.node_gpus[self.gpu_node[g]]
+        return self.given(self.gpu_node[g], share) == g
+
+    def given(self, node: int, share: int) -> int:
+        """The GPU Slurm gives an `mps:share` job pinned to `node` (`gpu_choice.mps_gpu`), or -1."""
+        gpus = self.node_gpus[node]
         k = mps_gpu([self.free_share[i] + self.blocked[i] for i in gpus], share)
-        return k >= 0 and gpus[k] == g
+        return gpus[k] if k >= 0 else -1
 
     def fits(self, seat: Seat, row: Row, g: int, *, stays: bool = False) -> float:
         """Slowdown `seat` would see at `row` on GPU g, or 0.0 when it may not go there.
@@ -409,6 +413,7 @@ class GpuState:
         need, need_min, version = self.need, self.need_min, self.version
         refused, refused_at = self.refused, self.refused_at
         key = self.keys.setdefault((row, seat.floor, seat.best_solo), len(self.keys))  # all `fits` reads of `seat`
+        gpu_node, given = self.gpu_node, {}  # node -> the GPU Slurm gives this share there, once per call
         tries = 0
         for level in range(row.share, self._hi + 1):
             if x < need_min[level]:
@@ -427,7 +432,10 @@ class GpuState:
                     refused_at[g], refused[g] = version[g], set()
                 elif key in refused[g]:
                     continue  # asked before, nothing changed since: counted then
-                if not self.slurm_gives(g, row.share):
+                n = gpu_node[g]
+                if n not in given:  # nothing changes during the search: the node's answer holds for all its GPUs
+                    given[n] = self.given(n, row.share)
+                if given[n] != g:
                     continue  # Slurm would give this node's share elsewhere: not a try
                 slow = self.fits(seat, row, g)
                 if slow:

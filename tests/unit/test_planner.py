@@ -380,3 +380,29 @@ def test_a_job_submitted_without_requeue_is_only_reshaped_in_place():
     plan = run_epoch(snapshot(nodes, [job]), {1: fam}, cfg(), ContentionModel(), NOW, {1: 0.0})
     assert ActionKind.RESHAPE_RUNNING not in [a.kind for a in plan.actions]
     assert [a.kind for a in plan.actions] == [ActionKind.SET_ADMIN_COMMENT, ActionKind.SIGNAL]
+
+
+def test_find_gives_a_gpu_slurm_would_give_and_finds_one_whenever_there_is_one():
+    """`find` works out once per node which GPU Slurm gives the share there (`gpu_choice.mps_gpu`): what it
+    returns is that GPU on its node, and it misses no GPU that Slurm would give and that fits."""
+    rng = np.random.default_rng(5)
+    seen = {True: 0, False: 0}
+    for _ in range(300):
+        per_node = int(rng.integers(1, 9))
+        gpu_node = [n for n in range(3) for _ in range(per_node)]
+        free = [int(x) for x in rng.choice([0, 10, 30, 50, 70, 100], size=len(gpu_node))]
+        cpus = [float(rng.choice([2.0, 64.0])) for _ in range(3)]  # a node short of CPUs fits no job
+        state = GpuState(gpu_node, free, [16384.0] * len(free), cpus, [1e6] * 3, PairCache(None), 0.0,
+                         max_tries=1000, total_share=[100] * len(free))
+        for g in range(len(free)):
+            if rng.random() < 0.3 and state.free_share[g]:
+                state.block(g, int(rng.integers(1, state.free_share[g] + 1)))
+        share = int(rng.choice([10, 25, 50, 100]))
+        seat, row = Seat(1, 0.0), Row(0, 0, 1.0, share, 1000.0, 4.0, 1000.0)
+        g, _ = state.find(seat, row)
+        could = [k for k in range(len(free)) if state.slurm_gives(k, share) and state.fits(seat, row, k)]
+        assert (g >= 0) == bool(could)
+        if g >= 0:
+            assert g in could
+        seen[g >= 0] += 1
+    assert seen[True] > 50 and seen[False] > 50  # both outcomes were checked
