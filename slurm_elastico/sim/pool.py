@@ -9,8 +9,10 @@ and whatever ran before it there. The ground truth goes to each worker once,
 when it starts (its caches then warm up over the runs it takes, as in one
 process); traces, settings and the slowdown model go with each run.
 
-Worker processes are started with `fork` where the platform has it (Linux:
-nothing to import again), else `spawn`.
+Worker processes are started by a fork server where the platform has one
+(Linux), else spawned: never forked from this process, which may hold
+threads by then (the pool's own among them; Python 3.12+ warns that a fork
+then may deadlock the child). Each worker imports the simulator once.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ class Runs:
         self.workers = workers
         self._pool: ProcessPoolExecutor | None = None
         if workers > 1:
-            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+            method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
             self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method),
                                              initializer=_start, initargs=(truth,))
 
