@@ -26,10 +26,11 @@ below every threshold gets an infinite margin (refused at every floor).
 `groups`: the held-out pairs of each fold. Pooled (`worst_group=False`), the
 bound is on the share of bad pairs over all decisions, where a shift (an
 unseen model family) touches some pairs of a cluster's mix. `worst_group`
-takes the highest threshold of any one group: an unseen GPU type shifts every
-pair of the cluster at once, so its false admissions do not average over
-groups; the worst of G held-out groups bounds a new group's rate with about
-G / (G + 1) confidence.
+takes the highest threshold of the pooled one and of each group with at
+least 1 / TARGET bad pairs at that floor (fewer cannot show a rate of
+TARGET): an unseen GPU type shifts every pair of the cluster at once, so its
+false admissions do not average over groups; the worst of G held-out groups
+bounds a new group's rate with about G / (G + 1) confidence.
 """
 
 from __future__ import annotations
@@ -60,11 +61,12 @@ def thresholds(groups: Sequence[Group], worst_group: bool = False) -> np.ndarray
     groups = [(np.asarray(p, dtype=float), np.asarray(t, dtype=float)) for p, t in groups if len(p)]
     if not groups:
         return np.full(len(FLOORS), math.inf)
+    p, y = np.concatenate([g[0] for g in groups]), np.concatenate([g[1] for g in groups])
+    t = np.array([_threshold(p, y, f) for f in FLOORS])
     if worst_group:
-        t = np.max([[_threshold(p, y, f) for f in FLOORS] for p, y in groups], axis=0)
-    else:
-        p, y = np.concatenate([g[0] for g in groups]), np.concatenate([g[1] for g in groups])
-        t = np.array([_threshold(p, y, f) for f in FLOORS])
+        least = math.ceil(1.0 / TARGET)  # a group's rate of TARGET is measurable from this many bad pairs on
+        for gp, gy in groups:
+            t = np.maximum(t, [_threshold(gp, gy, f) if np.sum(gy < f) >= least else -math.inf for f in FLOORS])
     return np.maximum.accumulate(t)
 
 

@@ -63,3 +63,13 @@ def test_json_round_trip_and_wrong_length():
     assert np.array_equal(from_json(to_json(t)), t)
     with pytest.raises(ValueError, match="one per floor"):
         from_json([0.5])
+
+
+def test_worst_group_ignores_a_group_too_small_to_show_the_rate():
+    rng = np.random.default_rng(3)
+    truth = rng.uniform(0.2, 0.9, 300)
+    big = (truth + rng.normal(0, 0.05, 300), truth)
+    tiny = (np.array([0.95, 0.3]), np.array([0.4, 0.3]))  # two bad pairs, one predicted far too high
+    assert np.array_equal(thresholds([big, tiny], worst_group=True),
+                          np.maximum(thresholds([big, tiny]), thresholds([big], worst_group=True)))
+    assert _at(thresholds([big, tiny], worst_group=True), 0.6) < 0.9
