@@ -205,6 +205,16 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
     for jid, held in gangs.items():
         job = by_id[jid]
         slot = gang_of_running(job.view, job.table, len(held))
+        if slot is None and len(held) == 1 and job.seat.gpu < 0:
+            # One whole GPU (`gpu:1`: elastico-submit starts a family with GPU counts so): its one-GPU shape at
+            # the GPU's full share, as a job holding all of its MPS shares; it may then grow into a gang.
+            g, full = held[0], int(state.total_share[held[0]])
+            slot = shape_of_running(job.view, job.table, full, gs.shares_per_gpu)
+            base = job.table.rows[slot]
+            job.seat.row = Row(slot, base.uid, base.tput, full, base.mem, float(job.view.cpus),
+                               float(job.view.memory_mib))
+            state.attach(job.seat, g, base.mem)
+            continue
         if slot is None or job.seat.gpu >= 0:
             continue  # no shape of its family holds that many GPUs: left alone
         base = job.table.rows[slot]
@@ -402,7 +412,8 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
             if seat.gang:
                 actions.append(Action(ActionKind.RESHAPE_RUNNING, jid, why, gpus=seat.row.gpus, nodes=on,
                                       shape=shape.name))
-            elif seat.row.share == j.view.mps_share and jid not in moved:
+            elif jid not in moved and (seat.row.share == j.view.mps_share
+                                       or (j.view.whole_gpus == 1 and seat.row.share >= state.total_share[seat.gpu])):
                 # Same resources, new knobs: elastico-run relaunches in place on USR1, no requeue.
                 actions.append(Action(ActionKind.SIGNAL, jid, why, signal="USR1", shape=shape.name))
             else:

@@ -151,3 +151,32 @@ def test_a_gang_that_fits_a_node_is_never_spread_over_several():
     free = with_users(cluster(8, gpus_per_node=4), {k: v for k, v in busy.items() if k[0] == "n0000"})
     a = next(a for a in plan(free, [pend(1)], {1: fam}).actions if a.kind is ActionKind.SET_GPUS)
     assert (a.gpus, a.nodes) == (2, ("n0001",))
+
+
+def test_a_job_running_on_one_whole_gpu_is_seen_and_grows_into_idle_gpus():
+    # elastico-submit starts a family with GPU counts on `gpu:1`; the job then holds one GPU whole. It must be
+    # located (its one-GPU shape at the full share) so that it can grow, not left alone as an unknown gang.
+    view = JobView(1, "j1", "u", "gpu", JobState.RUNNING, gres=GresRequest("gpu", 1), nodes=("n0000",),
+                   gpu_indices=(0,), cpus=2, memory_mib=4096, submit_time=int(NOW - 900), start_time=int(NOW - 900),
+                   requeue=True, admin_comment="elastico:shape=gpus1", gpu_alloc=(("n0000", 0, 0),))
+    nodes = with_users(cluster(8, gpus_per_node=4), {("n0000", 0): (GpuUse(1, 0, whole=True),)})
+    p = plan(nodes, [view], {1: gang_family()})
+    grow = [a for a in p.actions if a.kind is ActionKind.RESHAPE_RUNNING]
+    assert len(grow) == 1 and grow[0].gpus in (2, 4, 8) and grow[0].share is None
+    assert next(pl for pl in p.placements if pl.job_id == 1).shape == grow[0].shape
+
+
+def test_a_new_micro_batch_on_one_whole_gpu_is_an_in_place_relaunch_not_a_share_requeue():
+    # Slurm 22.05 cannot move a `gpu:1` job to `mps`: a faster shape on the same whole GPU is a USR1 relaunch.
+    fam = Family(kind="train", shapes=(Shape("slow", Resources(100, 8000, 2, 4096), 1.0),
+                                       Shape("fast", Resources(100, 8000, 2, 4096), 2.0),
+                                       Shape("gpus2", Resources(0, 8000, 4, 8192, gpus=2), 2.1)),
+                 total_work=200000.0, default="slow")
+    view = JobView(1, "j1", "u", "gpu", JobState.RUNNING, gres=GresRequest("gpu", 1), nodes=("n0000",),
+                   gpu_indices=(0,), cpus=2, memory_mib=4096, submit_time=int(NOW - 60), start_time=int(NOW - 60),
+                   requeue=True, admin_comment="elastico:shape=slow", gpu_alloc=(("n0000", 0, 0),))
+    busy = {("n0000", g): (GpuUse(9, 0, whole=True),) for g in (1, 2, 3)}  # no room for a gang
+    nodes = with_users(cluster(4, gpus_per_node=4), {("n0000", 0): (GpuUse(1, 0, whole=True),), **busy})
+    p = plan(nodes, [view], {1: fam})
+    assert [(a.kind, a.signal, a.shape) for a in p.actions if a.kind is not ActionKind.SET_ADMIN_COMMENT] == [
+        (ActionKind.SIGNAL, "USR1", "fast")]
