@@ -11,8 +11,8 @@ a GPU type never seen), leave-one-model-out (a model family never seen) and
 contention prior with its fitted defaults alone, and the trivial predictors
 (training mean, the test part's median, no slowdown). Figures are pooled over
 folds: MAPE on normalized throughput and on slowdown, false admissions (bad
-pairs admitted) and good pairs admitted at floor 0.6, each with the model's
-own margins. The MLP is what `elastico iac train --predictor mlp` fits
+pairs admitted), good pairs admitted and the share of admitted pairs that
+were bad, at floor 0.6, each with the model's own margins. The MLP is what `elastico iac train --predictor mlp` fits
 (hyper-parameters and margins chosen on inner folds); `--quick` gives it a
 fixed config instead and runs leave-one-GPU-out and two leave-one-model-out
 folds only. Nothing is tuned to the test parts.
@@ -81,11 +81,12 @@ def accuracy(obs, quick: bool) -> dict:
         best = min(TRIVIAL, key=lambda m: table[m]["mape_norm"])
         print(f"\n{kind}: {n_folds} folds, {secs:.0f} s; pooled held-out pairs; floor {FLOOR}")
         print(f"{'method':<17}{'MAPE norm':>10}{'MAPE slowdown':>15}{'false adm.':>12}{'good admitted':>15}"
-              f"{'/ best trivial':>16}")
+              f"{'bad of adm.':>13}{'/ best trivial':>16}")
         for m in METHODS:
             x = table[m]
             print(f"{m:<17}{x['mape_norm']:>10.1%}{x['mape_slowdown']:>15.1%}{x['false_admission']:>12.1%}"
-                  f"{x['good_admitted']:>15.1%}{x['mape_norm'] / table[best]['mape_norm']:>16.2f}")
+                  f"{x['good_admitted']:>15.1%}{x['bad_of_admitted']:>13.1%}"
+                  f"{x['mape_norm'] / table[best]['mape_norm']:>16.2f}")
         result[kind] = {"folds": n_folds, "best_trivial": best, "metrics": table}
     return result
 

@@ -105,10 +105,11 @@ def admissible(model: SlowdownModel, a: Sequence[SoloProfile], b: Sequence[SoloP
     """Whether each pair (a[k], b[k]) may share a GPU: both keep >= floor of solo speed by the model.
 
     A trained predictor carries `admission_margin`, calibrated on its training
-    folds so that at most ~5 % of truly bad pairs pass: the bar is then
-    floor * (1 + margin). One with `admission_margins(a, b)` gives a margin per
-    pair (larger for inputs it never saw in training; for a GPU type it never
-    saw, pass `model.on_gpu(gpu_type)`). Models with neither use the plain floor.
+    folds so that few truly bad pairs pass: the bar is then floor * (1 + margin).
+    One with `admission_margins(a, b)` gives a margin per pair (the prior-corrected
+    predictor's follow each pair's prediction and its kind of shift,
+    `interference.admission`; for a GPU type it never saw, pass
+    `model.on_gpu(gpu_type)`). Models with neither use the plain floor.
     """
     if hasattr(model, "admission_margins"):
         margin = np.asarray(model.admission_margins(a, b), dtype=float)

@@ -16,7 +16,9 @@ Errors are given both on normalized throughput (co-located / solo) and on
 slowdown (solo / co-located): a MAPE on one can differ a lot from a MAPE on
 the other. Admission: a pair is bad when either job falls below `floor` (or
 the pair did not fit); `false_admission` is the share of bad pairs admitted,
-`good_admitted` the share of good pairs admitted. Trivial predictors admit
+`good_admitted` the share of good pairs admitted, `bad_of_admitted` the share
+of admitted pairs that were bad (where good pairs are rare, a low
+`false_admission` can still mean that most admitted pairs are bad). Trivial predictors admit
 with no margin.
 """
 
@@ -104,6 +106,7 @@ def metrics(truth: np.ndarray, pred: np.ndarray, margin: np.ndarray | float, flo
         "mape_slowdown": float(np.mean(np.abs(1.0 / p - 1.0 / t) * t)) if t.size else math.nan,
         "false_admission": float(np.mean(admitted[bad])) if bad.any() else math.nan,
         "good_admitted": float(np.mean(admitted[~bad])) if (~bad).any() else math.nan,
+        "bad_of_admitted": float(np.mean(bad[admitted])) if admitted.any() else math.nan,
     }
 
 
@@ -181,11 +184,12 @@ def format_score(s: Score) -> str:
              f"or did not fit), {s.n_samples} job samples, {s.n_speedups} faster than solo",
              f"GPU types scored where the model had not trained on them: {', '.join(s.unseen_gpu_types) or 'none'}",
              "",
-             f"{'method':<15}{'MAPE norm':>11}{'MAPE slowdown':>15}{'false adm.':>12}{'good admitted':>15}"]
+             f"{'method':<15}{'MAPE norm':>11}{'MAPE slowdown':>15}{'false adm.':>12}{'good admitted':>15}"
+             f"{'bad of adm.':>13}"]
     for m in s.metrics:
         x = s.metrics[m]
         lines.append(f"{m:<15}{x['mape_norm']:>11.1%}{x['mape_slowdown']:>15.1%}{x['false_admission']:>12.1%}"
-                     f"{x['good_admitted']:>15.1%}")
+                     f"{x['good_admitted']:>15.1%}{x['bad_of_admitted']:>13.1%}")
     name, value = s.best_trivial()
     ratio = s.metrics["model"]["mape_norm"] / value if value > 0 else math.inf
     lines.append(f"\nmodel / best trivial ({name}) MAPE on normalized throughput: {ratio:.2f}")

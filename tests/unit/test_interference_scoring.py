@@ -127,6 +127,8 @@ def test_score_on_an_unseen_gpu_type_beside_trivial_predictors(saved):
     assert s.metrics["no-slowdown"]["mape_norm"] == pytest.approx(np.mean(np.abs(1 - truth) / truth))
     assert s.metrics["no-slowdown"]["mape_slowdown"] == pytest.approx(np.mean(np.abs(1 - truth)))  # |S - S_true| / S_true at S = 1
     assert s.metrics["no-slowdown"]["false_admission"] == 1.0 and s.metrics["no-slowdown"]["good_admitted"] == 1.0
+    # "no slowdown" admits every pair: the share of admitted pairs that were bad is the share of bad pairs
+    assert s.metrics["no-slowdown"]["bad_of_admitted"] == pytest.approx(s.n_bad_pairs / s.n_pairs)
     mean = model.training_mean_norm
     assert s.metrics["training-mean"]["mape_norm"] == pytest.approx(np.mean(np.abs(mean - truth) / truth))
     med = np.median(truth)
