@@ -38,6 +38,7 @@ from slurm_elastico.model import Action, ActionKind, JobState, JobView, Snapshot
 class Settler(Protocol):
     def apply(self, action: Action) -> None: ...
     def release(self, job_id: int) -> None: ...
+    def forget_place(self, job_id: int) -> None: ...
 
 
 class Step(enum.Enum):
@@ -97,6 +98,10 @@ def recover(gateway: Settler, journal: JournalLike, snapshot: Snapshot, at: floa
         if jid in settled_by:  # the job's state above is from before that row's completion
             _close(journal, row_id, at, notes, jid, f"interrupted {action.kind.value}: settled with row {settled_by[jid]}")
             continue
+        if action.kind is ActionKind.RESHAPE_RUNNING:
+            # The reservation keeping the job's place (`SlurmGateway._place_kept`) outlives a helper that died
+            # mid-reshape; a job left running inside it is killed when it ends (measured on 22.05: TIMEOUT).
+            gateway.forget_place(jid)
         decision = decide(action, active.get(jid))
         if decision.step is Step.KEEP:
             journal.note(row_id, f"open: {decision.why}", at)

@@ -164,6 +164,9 @@ class Slurm:
     def release(self, job_id):
         self._do("release", job_id)
 
+    def forget_place(self, job_id):
+        self.forgot = [*getattr(self, "forgot", []), job_id]
+
     def _do(self, what, job_id, *values):
         err = self.fail(what, job_id)
         if err is not None:
@@ -194,6 +197,16 @@ def test_a_reshape_interrupted_while_its_job_checkpoints_is_kept_open_then_compl
     assert gw.did == [("set_share", 1, 100), ("start_now", 1), ("release", 1)]
     assert not journal.unsettled() and rows(journal)[0][2] == "recovered"
     assert notes[0].startswith("job 1: released (share 100, StartTime=now)") and rows(journal)[0][3] in notes[0]
+
+
+def test_every_interrupted_reshape_gives_back_the_place_kept_for_it(journal):
+    # The helper died after the release: the job runs inside the reservation that kept its place, which would
+    # kill it when it ends; recovery takes it out (a preemption keeps no place).
+    journal.plan(NOW, RESHAPE)
+    journal.plan(NOW, dataclasses.replace(PREEMPT, job_id=2))
+    gw = Slurm([RUNNING, dataclasses.replace(HELD, job_id=2)])
+    recover(gw, journal, gw.snap, NOW + 30)
+    assert gw.forgot == [1] and gw.did == [] and not journal.unsettled()
 
 
 def test_recovery_waits_for_slurm_keeping_the_row_open(journal):

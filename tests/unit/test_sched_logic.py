@@ -37,6 +37,9 @@ class FakeGateway:
     def release(self, job_id):
         self.released.append(job_id)
 
+    def forget_place(self, job_id):
+        pass
+
 
 class Fixed:
     def __init__(self, fams):
