@@ -28,8 +28,9 @@ The gateway methods (`snapshot`, `apply`, `argv_for`, `release`) behave like
 
 Slurm's scheduler (`schedule`): pending jobs in priority order (then submit
 time, then id), each at its requested GRES — `mps:N` on one GPU with N free
-shares (best fit within the first node that has one, or within the first
-node of its pin), `gpus:N` on N idle whole GPUs (no MPS user) of as few
+shares (the lowest-index one of the first node that has one, or of the
+first node of its pin: first fit, as measured on Slurm,
+`planner.gpu_choice`), `gpus:N` on N idle whole GPUs (no MPS user) of as few
 nodes as it takes: the one node with the fewest idle GPUs that still has N
 (best fit), else nodes by most idle GPUs first; pinned, only on its nodes
 and at least one GPU on each (Slurm's NodeList= is required nodes); a
@@ -302,14 +303,12 @@ class SimCluster:
         pin = self.node_index.get(job.pin[0]) if job.pin else None
         need = job.gres.count
         best: tuple[int, int] | None = None
-        for ni, gi in open_gpus:
-            if best is not None and ni != best[0]:
-                break  # first node with a fit; best fit within it
+        for ni, gi in open_gpus:  # first fit in node and GPU order, as Slurm picks (`planner.gpu_choice.mps_gpu`)
             if (pin is not None and ni != pin) or (ni, gi) in reserved or ni in reserved_nodes:
                 continue
-            free = self.gpu_free(ni, gi)
-            if free >= need and self._host_fits(ni, job) and (best is None or free < self.gpu_free(*best)):
+            if self.gpu_free(ni, gi) >= need and self._host_fits(ni, job):
                 best = (ni, gi)
+                break
         if best is None:
             return None
         if self._gpu_mem_used(*best) + self._gpu_mem_of(job) > self.nodes[best[0]].gpu_mem_mib:
