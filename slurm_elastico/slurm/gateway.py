@@ -244,6 +244,7 @@ class SlurmGateway:
         Once the job is pending and held, its share (and node pin) is updated
         and it is released with StartTime=now (otherwise Slurm waits ~120 s).
         Whatever fails after the hold, the job is released: no job is left held.
+        Its place is kept for it throughout (`_place_kept`); returns once it runs again.
         """
         share_argv = commands.set_share(job_id, share, self.shares_per_gpu)  # validate before touching the job
         nodes_argv = commands.set_nodes(job_id, tuple(nodes)) if nodes else None
@@ -279,7 +280,8 @@ class SlurmGateway:
         reservation deleted, whatever happened. Measured with it: back on its GPU ~3 s after the hold, the
         competitor still pending. Other jobs wait for those nodes only these seconds. Should the helper die
         in between, the reservation ends by itself (the stop and restart timeouts, in whole minutes) and does
-        not hold the job (`NO_HOLD_JOBS_AFTER_END`).
+        not hold a job pending in it (`NO_HOLD_JOBS_AFTER_END`); but Slurm kills a job still running inside a
+        reservation when it ends, so recovery takes the job out first (`forget_place`).
         """
         create = self._place_argv(job_id, nodes, stop_timeout_s)
         try:
