@@ -8,15 +8,15 @@ import click
 @click.command("demo")
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None,
               help="local cluster state (default: $ELASTICO_CLUSTER_DIR, then ~/.local/state/slurm-elastico/cluster)")
-@click.option("--train-jobs", type=click.IntRange(0, 64), default=16, show_default=True)
+@click.option("--train-jobs", type=click.IntRange(0, 64), default=12, show_default=True)
 @click.option("--infer-jobs", type=click.IntRange(0, 64), default=8, show_default=True)
-@click.option("--gap", "gap_s", type=click.FloatRange(0, 600), default=2.0, show_default=True,
+@click.option("--gap", "gap_s", type=click.FloatRange(0, 600), default=4.0, show_default=True,
               help="seconds between two jobs' arrivals")
 @click.option("--steps", type=click.IntRange(1, 100000), default=60, show_default=True,
               help="optimizer steps of each training job")
 @click.option("--requests", type=click.IntRange(1, 100000), default=120, show_default=True,
               help="requests of each inference job")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(10, 86400), default=300.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=click.FloatRange(10, 86400), default=420.0, show_default=True,
               help="seconds each of the two runs may take")
 @click.option("--keep/--down", default=True, help="leave the cluster running afterwards (default) or stop it")
 def demo(state_dir: str | None, train_jobs: int, infer_jobs: int, gap_s: float, steps: int, requests: int,

@@ -72,12 +72,12 @@ class DemoError(ElasticoError):
 
 @dataclass(frozen=True)
 class Workload:
-    train_jobs: int = 16
+    train_jobs: int = 12
     infer_jobs: int = 8
-    gap_s: float = 2.0
+    gap_s: float = 4.0
     steps: int = 60
     requests: int = 120
-    timeout_s: float = 300.0
+    timeout_s: float = 420.0
     """Per run: every job of the list must be done by then."""
     plan: workload.Plan = field(default_factory=workload.Plan)
 

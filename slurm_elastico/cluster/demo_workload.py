@@ -2,19 +2,36 @@
 
 One list of `DemoJob`s gives, for each job:
 - the trace row the simulator replays (`trace`);
-- the shape family elastico-submit gets (`family_spec`): the knobs and shares
-  of the simulator's own family for that trace row (`sim.families.family_of`:
-  training micro-batches by halving from the largest measured one, fp32;
-  inference `gpu_memory_utilization` × `max_num_seqs` × KV dtype), each shape
-  `declared` with the truth's solo speed and GPU memory, i.e. what
+- the shape family elastico-submit gets (`family_spec`): the knobs, shares
+  and GPU counts of the simulator's own family for that trace row
+  (`sim.families.family_of`: training micro-batches by halving from the
+  largest measured one, fp32, and data-parallel shapes of 2 and 4 whole GPUs
+  at the same global batch where the app was measured on several GPUs and
+  each rank keeps at least the smallest measured batch (`Plan.max_gpus`; such
+  a family offers one GPU only whole, as elastico-submit starts it on whole
+  GPUs and Slurm 22.05 cannot move a job from `gpu` to `mps`: the
+  simulator's `whole_gpu_gangs`); inference `gpu_memory_utilization` ×
+  `max_num_seqs` × KV dtype), each shape `declared` with the truth's solo speed and GPU memory, i.e. what
   `elastico profile` would record on the emulated GPU, so the live planner
   sees the numbers the simulated one sees (profiling noise 0);
 - the emulated job its program paces to (`emulated`, see `cluster.pacing`).
 
 `predict` runs the simulator in process on the same list and cluster: the
 `static` policy with no placement window (plain sbatch: Slurm starts each job
-at once on a whole GPU) and `elastico` with the helper's interval as epoch and
-elastico-submit's placement window.
+at once on a whole GPU, at its default one-GPU shape) and `elastico` with the
+helper's interval as epoch and elastico-submit's placement window.
+
+The default list (`APPS`, `job_list`): 12 training jobs and 8 inference
+jobs, one every 4 s, on 16 GPUs. Half the training jobs have GPU counts
+(bert at global batch 24, deepspeech2 at 80: on one GPU 0.54 and 0.45
+steps/s, on four 3.0x and 2.7x that); the others are small (deepspeech2 at
+10, bert at 6: one micro-batch each, filling 60-80 % of a GPU) and take MPS
+shares, as inference does. Plain Slurm runs each on one whole GPU and
+leaves GPUs idle as the list drains; the helper starts jobs on several GPUs,
+grows running ones into freed GPUs (GPU count, with a new micro-batch per
+rank), and starts late arrivals on shares that it widens later (share,
+engine arguments). On this ground truth that is where elastico's gain comes
+from: sharing a GPU is at best neutral for jobs that fill it (`sim.truth`).
 """
 
 from __future__ import annotations
@@ -61,14 +78,20 @@ class Plan:
     shares: tuple[int, ...] = (50, 100)
     interval_s: float = 3.0
     placement_window_s: int = 20
+    max_gpus: int = 4
+    """The most GPUs of a training job's data-parallel shapes (the simulator's `max_gpus_per_job`); 0: none."""
     restart_cost_s: float = 10.0
     """What a reshape really costs on the local cluster (checkpoint, requeue, Slurm's start, Python and torch
     start-up): the simulator's `restart_cost_s` and the planner's `reshape_cost_s`."""
     colocation: str = "gavel"
 
 
-def job_list(train: int = 16, infer: int = 8, gap_s: float = 2.0, steps: int = 60, requests: int = 120,
-             apps: Sequence[tuple[str, int]] = (("bert", 12), ("deepspeech2", 40))) -> list[DemoJob]:
+APPS = (("bert", 24), ("deepspeech2", 10), ("deepspeech2", 80), ("bert", 6))
+"""The training apps of the list, taken in turn, with their global batches (see the module docstring)."""
+
+
+def job_list(train: int = 12, infer: int = 8, gap_s: float = 4.0, steps: int = 60, requests: int = 120,
+             apps: Sequence[tuple[str, int]] = APPS) -> list[DemoJob]:
     """`train` + `infer` jobs arriving every `gap_s` seconds, inference spread evenly among the training jobs,
     the training apps taken in turn."""
     if train < 0 or infer < 0 or train + infer == 0:
@@ -90,7 +113,8 @@ def job_list(train: int = 16, infer: int = 8, gap_s: float = 2.0, steps: int = 6
 
 
 def trace(jobs: Sequence[DemoJob]) -> list[TraceJob]:
-    """The simulator's trace of the list: one-GPU jobs submitted at a whole GPU's share (100)."""
+    """The simulator's trace of the list: one-GPU jobs submitted at a whole GPU's share (100) (a training job's
+    GPU counts are its family's, `Plan.max_gpus`)."""
     return [TraceJob(j.index + 1, j.submit_s, j.kind, j.app, 1, float(j.work), j.global_batch, 100,
                      INFER_CONTEXT if j.kind == "infer" else 0.0, INFER_GENERATED if j.kind == "infer" else 0.0)
             for j in jobs]
@@ -114,7 +138,8 @@ def default_knobs(truth: GroundTruth, job: DemoJob) -> dict:
 
 def family_spec(truth: GroundTruth, job: DemoJob, plan: Plan) -> dict:
     """The YAML mapping elastico-submit reads for `job` (see the module docstring); every shape declared."""
-    shares = sorted(set(plan.shares) | {100})
+    ranks = gang_ranks(truth, job, plan)
+    shares = [100] if ranks else sorted(set(plan.shares) | {100})
     declared: dict[str, dict] = {}
     common = {"name": job.app, "mps_shares": shares, "cpus": 1, "host_mem_mib": 512}
     if job.kind == "train":
@@ -125,8 +150,16 @@ def family_spec(truth: GroundTruth, job: DemoJob, plan: Plan) -> dict:
                 declared[shape_name("train", knobs, s)] = {
                     "throughput": truth.train_speed(job.app, job.global_batch, m, s),
                     "gpu_mem_mib": int(truth.train_mem_mib(job.app, m))}
+        for r in ranks:
+            for m in sim_families.micro_batches(truth, job.app, job.global_batch, r):
+                knobs = {"micro_batch": m, "precision": "fp32", "checkpointing": False}
+                declared[shape_name("train", knobs, 0, r)] = {
+                    "throughput": truth.gang_speed(job.app, job.global_batch,
+                                                   sim_families.packed(r, plan.gpus_per_node), m),
+                    "gpu_mem_mib": int(truth.train_mem_mib(job.app, m))}
         default = shape_name("train", {**default_knobs(truth, job), "precision": "fp32", "checkpointing": False}, 100)
-        return {"kind": "train", **common, "global_batch": job.global_batch, "micro_batches": micros,
+        gpus = {"gpus": [1, *ranks], "gpus_per_node": plan.gpus_per_node} if ranks else {}
+        return {"kind": "train", **common, **gpus, "global_batch": job.global_batch, "micro_batches": micros,
                 "precisions": ["fp32"], "checkpointing": [False], "steps": job.work, "default": default,
                 "declared": declared}
     for gmu in sim_families.GMUS:
@@ -143,6 +176,13 @@ def family_spec(truth: GroundTruth, job: DemoJob, plan: Plan) -> dict:
     return {"kind": "infer", **common, "requests": job.work, "gpu_memory_utilization": list(sim_families.GMUS),
             "max_num_seqs": list(sim_families.SEQS), "kv_cache_dtype": list(sim_families.KV), "default": default,
             "declared": declared}
+
+
+def gang_ranks(truth: GroundTruth, job: DemoJob, plan: Plan) -> list[int]:
+    """The data-parallel sizes (2 or more) of a training job's family: the simulator's (`sim.families.gang_ranks`)."""
+    if job.kind != "train" or not plan.max_gpus:
+        return []
+    return sim_families.gang_ranks(trace([job])[0], truth, plan.max_gpus)
 
 
 def settings(plan: Plan, base: Settings | None = None) -> Settings:
@@ -169,7 +209,7 @@ def predict(jobs: Sequence[DemoJob], plan: Plan, truth: GroundTruth | None = Non
             "gpus": plan.gpus, "gpus_per_node": plan.gpus_per_node, "gpu_memory_mib": GPU_MEM_MIB,
             "shares": ",".join(str(s) for s in sorted(set(plan.shares) | {100})), "epoch_s": plan.interval_s,
             "placement_window_s": window, "restart_cost_s": plan.restart_cost_s, "profile_noise": 0.0,
-            "max_gpus_per_job": 0, "colocation": plan.colocation})
+            "max_gpus_per_job": plan.max_gpus, "whole_gpu_gangs": True, "colocation": plan.colocation})
         eng = engine.Engine(rows, policy, settings(plan), sim, None, truth)
         shapes = _record_shapes(eng.cluster)
         out[policy] = (eng.run(), shapes)

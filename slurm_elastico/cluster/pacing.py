@@ -9,7 +9,10 @@ emulated app at the job's CURRENT shape, MPS share and co-runners, computed
 as the simulator computes it (`sim.engine.Engine._solo` and `_rerate`):
 
 - training: `train_speed(app, global_batch, micro, share)` optimizer steps/s,
-  and the whole-GPU speed `train_speed(..., 100)`;
+  and the whole-GPU speed `train_speed(..., 100)`; a data-parallel shape of
+  n ranks on n whole GPUs: `gang_speed(app, global_batch, placement, micro)`,
+  the placement (GPUs on each node) being the job's own allocation, alone on
+  its GPUs (nobody shares a whole GPU), as `Engine._gang_solo` rates it;
 - inference: `infer_speed(context, generated, gmu, max_num_seqs, kv, share)`
   requests/s (the decode model of `sim.truth`);
 - next to co-runners on its GPU: `colocated(share speed, whole speed, me,
@@ -21,7 +24,7 @@ the simulator's prediction for a job list can be checked against Slurm.
 Where the numbers come from at run time (`SlurmPacer`):
 - the job's own allocation, from Slurm: `squeue --json` through the gateway
   (`JobView.gpu_alloc`: node, GPU index and MPS shares; 0 shares = a whole
-  GPU, as plain `--gres=gpu:1` holds it);
+  GPU, as plain `--gres=gpu:1` holds it; a gang's GPUs counted per node);
 - the co-runners: the other jobs squeue shows on the same GPU of the same
   node; what each of them is (kind, Gavel identity at its current shape) from
   the small record every paced job publishes in a directory they share
@@ -29,6 +32,9 @@ Where the numbers come from at run time (`SlurmPacer`):
   truth's 0.5 for pairs it has no measurement of).
 - refreshed every `refresh_s` seconds (default 5), so a 1 s step does not
   cost a Slurm call; when Slurm does not answer, the last rate is kept.
+
+A job of several ranks is paced by rank 0 alone: the other ranks wait for it
+in the step's collectives, so every rank keeps its pace without reading Slurm.
 
 Real compute counts: the sleep is what is left of the step's time after the
 real work; a step whose real work already took longer is not padded (and is
@@ -108,6 +114,8 @@ class Knobs:
     """The shape knobs the truth reads: micro-batch (training); vLLM arguments (inference)."""
 
     micro_batch: int = 0
+    ranks: int = 1
+    """Data-parallel ranks (training): more than 1 runs on that many whole GPUs."""
     gpu_memory_utilization: float = 0.9
     max_num_seqs: int = 0
     kv_cache_dtype: str = "auto"
@@ -135,9 +143,19 @@ def solo_speeds(truth: GroundTruth, job: Emulated, knobs: Knobs, share: int) -> 
 
 
 def rate(truth: GroundTruth, job: Emulated, knobs: Knobs, share: int,
-         others: Sequence[tuple[str, int]] = ()) -> float:
+         others: Sequence[tuple[str, int]] = (), nodes: Sequence[int] = ()) -> float:
     """Steps/s (training) or requests/s (inference) of `job` at `knobs` and `share` percent next to `others`
-    (their Gavel identities), exactly as the simulator rates it; 0 when the shape cannot run (no KV room)."""
+    (their Gavel identities), exactly as the simulator rates it; 0 when the shape cannot run (no KV room).
+
+    A training shape of several ranks runs on whole GPUs, `nodes` of them on each node (its allocation; until
+    Slurm has said, all on one node), alone: `gang_speed`, and `share` and `others` do not count.
+    """
+    if job.kind == "train" and knobs.ranks > 1:
+        if knobs.micro_batch < 1 or job.global_batch % (knobs.micro_batch * knobs.ranks):
+            raise ConfigError(SOURCE, [f"micro_batch {knobs.micro_batch!r} x ranks {knobs.ranks} must divide "
+                                       f"global batch {job.global_batch}"])
+        placement = tuple(nodes) if sum(nodes) == knobs.ranks else (knobs.ranks,)
+        return truth.gang_speed(job.app, job.global_batch, placement, knobs.micro_batch)
     at_share, whole = solo_speeds(truth, job, knobs, share)
     return truth.colocated(at_share, whole, identity(truth, job, knobs), list(others), job.colocation)
 
@@ -158,13 +176,16 @@ class Placement:
     """Job ids of the co-runners on its GPU."""
     started: float | None = None
     """When Slurm started this run of the job (epoch seconds, squeue's StartTime), if it says."""
+    nodes: tuple[int, ...] = (1,)
+    """GPUs the job holds on each of its nodes."""
 
 
 def placement_of(job_id: int, jobs: Sequence, shares_per_gpu: int = 100) -> Placement | None:
     """The job's `Placement` from squeue's running jobs (`JobView`s), None when it is not running there.
 
-    Its first GPU counts (the emulated jobs hold one). A whole GPU (0 shares: `--gres=gpu:N`) is 100 %;
-    MPS shares in Slurm's counts become a percent of `shares_per_gpu`.
+    Its first GPU gives the share and the co-runners (a job of one GPU; a gang holds whole GPUs, alone). A
+    whole GPU (0 shares: `--gres=gpu:N`) is 100 %; MPS shares in Slurm's counts become a percent of
+    `shares_per_gpu`. `nodes`: its GPUs counted per node, in Slurm's order.
     """
     mine = next((j for j in jobs if j.job_id == job_id and j.gpu_alloc), None)
     if mine is None:
@@ -173,7 +194,10 @@ def placement_of(job_id: int, jobs: Sequence, shares_per_gpu: int = 100) -> Plac
     share = 100 if shares == 0 else max(1, min(100, round(100 * shares / shares_per_gpu)))
     others = tuple(sorted(j.job_id for j in jobs if j.job_id != job_id
                           and any(n == node and g == gpu for n, g, _ in j.gpu_alloc)))
-    return Placement(share, others, float(mine.start_time) if mine.start_time else None)
+    per_node: dict[str, int] = {}
+    for n, _, _ in mine.gpu_alloc:
+        per_node[n] = per_node.get(n, 0) + 1
+    return Placement(share, others, float(mine.start_time) if mine.start_time else None, tuple(per_node.values()))
 
 
 def origin(started: float | None, program_start: float, stopped: float | None, restart_cost_s: float) -> float:
@@ -240,8 +264,8 @@ class Pacer:
         self.truth, self.job, self.knobs = truth, job, knobs
         self.placement_fn, self.identities = placement, identities
         self.refresh_s, self.clock, self.sleep = refresh_s, clock, sleep
-        self.current = Placement(100, ())
-        self.speed = rate(truth, job, knobs, 100)
+        self.current = Placement(100, (), nodes=(knobs.ranks,))
+        self.speed = rate(truth, job, knobs, 100, nodes=self.current.nodes)
         self.checked = -math.inf
         self.mark = clock()
         self.slept = 0.0
@@ -261,8 +285,8 @@ class Pacer:
             got = self.placement_fn()
             if got is not None:
                 self.current = got
-                others = [self.identities(o) for o in got.others]
-                self.speed = rate(self.truth, self.job, self.knobs, got.share, others)
+                others = [self.identities(o) for o in got.others] if self.knobs.ranks == 1 else []
+                self.speed = rate(self.truth, self.job, self.knobs, got.share, others, got.nodes)
         return self.speed
 
     def pad(self, units: float = 1.0) -> float:

@@ -23,12 +23,23 @@ def test_every_family_elastico_submit_gets_is_the_simulators_family_of_the_same_
     jobs = w.job_list(train=4, infer=2)
     assert {j.kind for j in jobs} == {"train", "infer"} and {j.app for j in jobs if j.kind == "train"} == {
         "bert", "deepspeech2"}
+    gpus = []
     for job, row in zip(jobs, w.trace(jobs)):
         live = build_family(parse_spec(w.family_spec(TRUTH, job, plan), job.name), w.GPU_MEM_MIB)
-        sim = family_of(row, TRUTH, plan.shares, w.GPU_MEM_MIB)
+        sim = family_of(row, TRUTH, plan.shares, w.GPU_MEM_MIB, max_gpus=plan.max_gpus,
+                        gpus_per_node=plan.gpus_per_node, whole_gpu_gangs=True)
         assert _shapes(live) == _shapes(sim), job.name
         assert live.default == sim.default
         assert len(live.shapes) > 1  # something to choose from
+        ranks = w.gang_ranks(TRUTH, job, plan)
+        gpus.append(ranks)
+        assert sorted({s.resources.gpus for s in live.shapes}) == [0, *ranks], job.name
+        # with GPU counts, one GPU only whole (elastico-submit starts it on gpu:1); otherwise MPS shares
+        assert {s.resources.mps for s in live.shapes if not s.resources.gpus} == ({100} if ranks else {50, 100})
+    assert [2, 4] in gpus and [] in gpus  # jobs with GPU counts 1, 2, 4 and jobs on one GPU (MPS shares)
+    no_gangs = w.family_spec(TRUTH, jobs[0], w.Plan(max_gpus=0))
+    assert "gpus" not in no_gangs and not any("gpus" in name for name in no_gangs["declared"])
+    assert no_gangs["mps_shares"] == [50, 100]  # without GPU counts a training job may take a share
 
 
 def test_job_list_staggers_arrivals_and_spreads_inference():

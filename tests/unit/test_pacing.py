@@ -60,6 +60,34 @@ def test_inference_rate_is_the_decode_model_and_a_share_slows_it():
     assert run.jobs[0].jct == pytest.approx(30 / pacing.rate(TRUTH, job, default, 100), rel=1e-9)
 
 
+@pytest.mark.parametrize("gpus,placement", [(4, (4,)), (8, (4, 4))])
+def test_a_data_parallel_job_ends_when_the_pacing_rate_on_its_placement_says(gpus, placement):
+    # A job holding `gpus` whole GPUs, as Slurm places it (full nodes first), runs at the gang speed of that
+    # placement in the simulator; the pacing of the same ranks and micro-batch on the same nodes gives it.
+    run = _sim([TraceJob(1, 0.0, "train", "bert", gpus, 50, 48, 100)], "static", gpus=8)
+    job = pacing.Emulated("train", "bert", 48)
+    knobs = pacing.Knobs(micro_batch=48 // gpus, ranks=gpus)
+    speed = pacing.rate(TRUTH, job, knobs, 100, nodes=placement)
+    assert speed != pacing.rate(TRUTH, job, pacing.Knobs(micro_batch=12), 100)  # not the one-GPU rate
+    assert run.jobs[0].jct == pytest.approx(50 / speed, rel=1e-9)
+    with pytest.raises(ConfigError, match="ranks"):
+        pacing.rate(TRUTH, job, pacing.Knobs(micro_batch=5, ranks=gpus), 100)
+
+
+def test_a_gangs_placement_counts_its_gpus_per_node_and_the_pacer_rates_it_alone(tmp_path):
+    jobs = [_view(1, [("n1", 2, 0), ("n1", 3, 0), ("n2", 0, 0), ("n2", 1, 0)]), _view(2, [("n2", 0, 0)])]
+    assert pacing.placement_of(1, jobs).nodes == (2, 2)
+    job = pacing.Emulated("train", "bert", 24)
+    knobs = pacing.Knobs(micro_batch=6, ranks=4)
+    clock = _Clock()
+    p = pacing.Pacer(TRUTH, job, knobs, lambda: pacing.placement_of(1, jobs), lambda o: ("Transformer", 16),
+                     refresh_s=0.0, clock=clock, sleep=clock.sleep)
+    p.start()
+    p.pad()
+    assert clock.t == pytest.approx(1 / TRUTH.gang_speed("bert", 24, (2, 2), 6))
+    assert TRUTH.gang_speed("bert", 24, (2, 2), 6) != TRUTH.gang_speed("bert", 24, (4,), 6)
+
+
 def _view(job_id, alloc, start=0):
     return JobView(job_id=job_id, name="j", user="u", partition="p", state=JobState.RUNNING, reason="", held=False,
                    gres=None, nodes=tuple({n for n, _, _ in alloc}), gpu_indices=(), cpus=1, memory_mib=1,

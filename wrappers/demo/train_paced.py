@@ -4,7 +4,10 @@
 Each optimizer step really runs (tiny model, CPU) and is then padded to the
 time the simulator's truth gives the emulated app (`--emulate`, JSON of
 `slurm_elastico.cluster.pacing.Emulated`) at the job's current micro-batch,
-MPS share and co-runners (see slurm_elastico/cluster/pacing.py). Under
+MPS share and co-runners (see slurm_elastico/cluster/pacing.py), or, for a
+shape of several data-parallel ranks (one srun task each, started by
+elastico-run), the truth's gang speed on the job's GPUs: rank 0 paces and
+prints, the others follow it through the step's collectives. Under
 `elastico-run` the shape comes from the ELASTICO_* variables; submitted with
 plain sbatch it is `--micro-batch` of `--global-batch`, on a whole GPU. On
 SIGUSR1/SIGTERM it finishes the step, checkpoints and exits 75. The last line
@@ -58,8 +61,10 @@ def main(argv: list[str] | None = None) -> int:
             shape = TrainShape(args.global_batch, args.micro_batch, args.global_batch // args.micro_batch,
                                steps=args.steps, name="sbatch")
         job = pacing.Emulated.from_json(args.emulate)
-        pacer = pacing.from_environment(job, pacing.Knobs(micro_batch=shape.micro_batch), Path(args.pace_dir),
-                                        PROGRAM_START, refresh_s=args.refresh_s)
+        main_rank = os.environ.get("RANK", "0") == "0"  # torch's env:// rank; absent: the only one
+        pacer = pacing.from_environment(job, pacing.Knobs(micro_batch=shape.micro_batch, ranks=shape.ranks),
+                                        Path(args.pace_dir), PROGRAM_START,
+                                        refresh_s=args.refresh_s) if main_rank else None
     except ElasticoError as exc:
         print(f"train_paced: {exc}", file=sys.stderr)
         return 2
@@ -67,16 +72,21 @@ def main(argv: list[str] | None = None) -> int:
     model = build_tiny_lm(CONFIG, seed=0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, eps=1e-6)
     data = synthetic_tokens(1024, 16, CONFIG.vocab_size, seed=1)
-    print(f"train_paced: shape {shape.name}: micro {shape.micro_batch} x {shape.accumulation} = {shape.global_batch},"
-          f" {shape.steps} steps, emulating {job.app}", flush=True)
+    if pacer is not None:
+        print(f"train_paced: shape {shape.name}: micro {shape.micro_batch} x {shape.accumulation} x {shape.ranks} "
+              f"rank(s) = {shape.global_batch}, {shape.steps} steps, emulating {job.app}", flush=True)
 
     def on_step(step: int, loss: float) -> None:
+        if pacer is None:
+            return
         pacer.pad()
         print(f"step {step}/{shape.steps} share {pacer.current.share} co-runners {len(pacer.current.others)} "
               f"rate {pacer.speed:.3f}/s", flush=True)
 
     started = time.perf_counter()
     result = train(model, optimizer, shape, data, lm_loss, ckpt_dir=args.ckpt_dir or checkpoint_dir(), on_step=on_step)
+    if pacer is None:
+        return result.exit_code
     print(json.dumps({"status": result.status, "step": result.step, "steps": shape.steps, "shape": shape.name,
                       "steps_run": result.steps_run, "resumed_from": result.resumed_from,
                       **pacing.finish(pacer, Path(args.pace_dir), result.status == "checkpointed"),
