@@ -23,14 +23,17 @@ a floor never reached the predictions near the floor, the margin is negative
 below f: nothing bounds that floor, it is admitted (t = −inf); a prediction
 below every threshold gets an infinite margin (refused at every floor).
 
-`groups`: the held-out pairs of each fold. Pooled (`worst_group=False`), the
-bound is on the share of bad pairs over all decisions, where a shift (an
-unseen model family) touches some pairs of a cluster's mix. `worst_group`
-takes the highest threshold of the pooled one and of each group with at
-least 1 / TARGET bad pairs at that floor (fewer cannot show a rate of
-TARGET): an unseen GPU type shifts every pair of the cluster at once, so its
-false admissions do not average over groups; the worst of G held-out groups
-bounds a new group's rate with about G / (G + 1) confidence.
+`groups`: the held-out pairs of each fold (each left-out family or GPU
+type). Pooled, every held-out pair counts alike: the bound of exchangeable
+pairs. But a shift moves a whole group: the pairs of one unseen family are
+over- or under-predicted together, and a group with few pairs can hold most
+of the bad ones. `by_group="mean"` also holds the mean of the groups' rates
+to the target (the expected rate of a new group, each group one draw);
+`"worst"` holds every group with at least 1 / TARGET bad pairs at that
+floor (fewer cannot show a rate of TARGET) to it: an unseen GPU type shifts
+every pair of a cluster at once, and the worst of G held-out groups bounds a
+new group's rate with about G / (G + 1) confidence. Both are never below
+the pooled threshold.
 """
 
 from __future__ import annotations
@@ -56,14 +59,33 @@ def _threshold(pred: np.ndarray, truth: np.ndarray, floor: float) -> float:
     return float(bad[k - 1]) if k <= n else float(np.nextafter(bad[-1], math.inf))
 
 
-def thresholds(groups: Sequence[Group], worst_group: bool = False) -> np.ndarray:
-    """t(f) for every floor of `FLOORS` (nondecreasing in f); empty groups are skipped; no pairs: all inf."""
+def _group_mean_threshold(groups: Sequence[Group], floor: float) -> float:
+    """The least t at which the mean over groups (with a bad pair at `floor`) of each group's share of bad pairs
+    predicted >= t is at most TARGET."""
+    bad = [np.sort(p[y < floor]) for p, y in groups]
+    bad = [b for b in bad if len(b)]
+    if not bad:
+        return -math.inf
+    cand = np.unique(np.concatenate(bad + [np.array([np.nextafter(max(b[-1] for b in bad), math.inf)])]))
+    share = np.mean([1.0 - np.searchsorted(b, cand, side="left") / len(b) for b in bad], axis=0)
+    return float(cand[np.argmax(share <= TARGET)])  # share is nonincreasing and 0 at the last candidate
+
+
+def thresholds(groups: Sequence[Group], by_group: str = "pooled") -> np.ndarray:
+    """t(f) for every floor of `FLOORS` (nondecreasing in f); empty groups are skipped; no pairs: all inf.
+
+    `by_group`: "pooled" (every pair counts alike), "mean" (also the mean of the groups' rates within the
+    target) or "worst" (also every group with at least 1 / TARGET bad pairs at that floor within it)."""
+    if by_group not in ("pooled", "mean", "worst"):
+        raise ValueError(f"by_group {by_group!r}: use pooled, mean or worst")
     groups = [(np.asarray(p, dtype=float), np.asarray(t, dtype=float)) for p, t in groups if len(p)]
     if not groups:
         return np.full(len(FLOORS), math.inf)
     p, y = np.concatenate([g[0] for g in groups]), np.concatenate([g[1] for g in groups])
     t = np.array([_threshold(p, y, f) for f in FLOORS])
-    if worst_group:
+    if by_group == "mean":
+        t = np.maximum(t, [_group_mean_threshold(groups, f) for f in FLOORS])
+    elif by_group == "worst":
         least = math.ceil(1.0 / TARGET)  # a group's rate of TARGET is measurable from this many bad pairs on
         for gp, gy in groups:
             t = np.maximum(t, [_threshold(gp, gy, f) if np.sum(gy < f) >= least else -math.inf for f in FLOORS])

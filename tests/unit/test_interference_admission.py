@@ -52,7 +52,7 @@ def test_worst_group_is_never_below_the_pooled_threshold():
     for shift in (0.0, 0.05, 0.15):  # the last group's predictions run high: a shift the others do not show
         truth = rng.uniform(0.2, 0.9, 150)
         groups.append((truth + shift + rng.normal(0, 0.05, 150), truth))
-    pooled, worst = thresholds(groups), thresholds(groups, worst_group=True)
+    pooled, worst = thresholds(groups), thresholds(groups, by_group="worst")
     assert np.all(worst >= pooled) and _at(worst, 0.6) > _at(pooled, 0.6)
     p, y = groups[2]
     assert np.mean(p[y < 0.6] >= _at(worst, 0.6)) <= TARGET  # the worst group is held to the target
@@ -70,6 +70,20 @@ def test_worst_group_ignores_a_group_too_small_to_show_the_rate():
     truth = rng.uniform(0.2, 0.9, 300)
     big = (truth + rng.normal(0, 0.05, 300), truth)
     tiny = (np.array([0.95, 0.3]), np.array([0.4, 0.3]))  # two bad pairs, one predicted far too high
-    assert np.array_equal(thresholds([big, tiny], worst_group=True),
-                          np.maximum(thresholds([big, tiny]), thresholds([big], worst_group=True)))
-    assert _at(thresholds([big, tiny], worst_group=True), 0.6) < 0.9
+    assert np.array_equal(thresholds([big, tiny], by_group="worst"),
+                          np.maximum(thresholds([big, tiny]), thresholds([big], by_group="worst")))
+    assert _at(thresholds([big, tiny], by_group="worst"), 0.6) < 0.9
+
+
+def test_group_mean_holds_the_mean_of_the_groups_rates_to_the_target():
+    rng = np.random.default_rng(4)
+    big_t = rng.uniform(0.2, 0.9, 400)
+    big = (big_t + rng.normal(0, 0.03, 400), big_t)  # many pairs, well predicted
+    small_t = rng.uniform(0.3, 0.59, 12)
+    small = (small_t + 0.2, small_t)  # a few bad pairs, all predicted far too high
+    pooled, mean = _at(thresholds([big, small]), 0.6), _at(thresholds([big, small], by_group="mean"), 0.6)
+    assert mean > pooled
+    rates = [np.mean(p[y < 0.6] >= mean) for p, y in (big, small)]
+    assert np.mean(rates) <= TARGET
+    with pytest.raises(ValueError, match="pooled, mean or worst"):
+        thresholds([big], by_group="max")
