@@ -141,6 +141,7 @@ def packed(ranks: int, gpus_per_node: int) -> tuple[int, ...]:
     return (gpus_per_node,) * (ranks // gpus_per_node) + ((ranks % gpus_per_node,) if ranks % gpus_per_node else ())
 
 
+@lru_cache(maxsize=8192)  # pure: each policy's run of a trace and seed asks again for the same (frozen) families
 def family_of(job: TraceJob, truth: GroundTruth, shares: tuple[int, ...], gpu_mem_mib: float, noise: float = 0.0,
               seed: int = 0, adaptive: bool = False, max_gpus: int = 0, gpus_per_node: int = 4,
               whole_gpu_gangs: bool = False) -> Family | None:
