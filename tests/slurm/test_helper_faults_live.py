@@ -33,18 +33,20 @@ ELASTICO = Path(sys.executable).with_name("elastico")
 STEPS = 60
 CHECKPOINT_S = 8  # how long the job takes to stop after SIGTERM (under the test cluster's KillWait of 30 s)
 
+# Arguments: the directory of its checkpoint, its steps, the seconds its checkpoint takes.
 JOB = f"""#!/bin/bash
 state="$1/$SLURM_JOB_ID.step"
+steps=${{2:-{STEPS}}}
 n=$(cat "$state" 2>/dev/null || echo 0)
-echo "start restart=${{SLURM_RESTART_COUNT:-0}} at=$n mps=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+echo "start restart=${{SLURM_RESTART_COUNT:-0}} at=$n gpus=$SLURM_JOB_GPUS mps=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 stop=0
 trap 'stop=1' TERM
-while [ "$n" -lt {STEPS} ]; do
+while [ "$n" -lt "$steps" ]; do
   sleep 0.25
   n=$((n + 1))
   echo "step $n"
   echo "$n" > "$state.tmp" && mv "$state.tmp" "$state"
-  if [ "$stop" = 1 ]; then echo "checkpointed at $n"; sleep {CHECKPOINT_S}; exit 0; fi
+  if [ "$stop" = 1 ]; then echo "checkpointed at $n"; sleep ${{3:-{CHECKPOINT_S}}}; exit 0; fi
 done
 echo "done $n"
 """
@@ -71,12 +73,12 @@ declared:
 class Site:
     """One helper's configuration and the jobs of one test; cancels them at the end."""
 
-    def __init__(self, slurm_env: dict[str, str], root: Path):
+    def __init__(self, slurm_env: dict[str, str], root: Path, planner: dict | None = None):
         self.root, self.slurm_env = root, slurm_env
         root.mkdir(parents=True, exist_ok=True)
         self.conf = root / "elastico.yaml"
         self.conf.write_text(json.dumps({"state_dir": str(root / "state"), "slurm": {"conf": slurm_env["SLURM_CONF"]},
-                                         "gpu": {"memory_mib": 16000}}))
+                                         "gpu": {"memory_mib": 16000}, **({"planner": planner} if planner else {})}))
         self.families = root / "families"
         self.families.mkdir(exist_ok=True)
         self.script = root / "job.sh"
@@ -85,13 +87,18 @@ class Site:
         self.gateway = SlurmGateway(SubprocessRunner(env=slurm_env, timeout=30))
         self.ids: list[int] = []
 
-    def submit(self, *opts: str) -> int:
+    def submit(self, *opts: str, family: str | None = FAMILY, steps: int = STEPS, checkpoint_s: int = CHECKPOINT_S) -> int:
+        """The step loop, `steps` steps, as a job with `family` (None: a plain job, which the helper leaves alone)."""
+        job_id = self.sbatch(*opts, str(self.script), str(self.root), str(steps), str(checkpoint_s))
+        if family is not None:
+            (self.families / f"{job_id}.yaml").write_text(family)
+        return job_id
+
+    def sbatch(self, *argv: str) -> int:
         out = subprocess.run(["sbatch", "--parsable", "--requeue", "--open-mode=append", f"--output={self.root}/%j.out",
-                              *opts, str(self.script), str(self.root)], env=self.env,
-                             capture_output=True, text=True, timeout=30, check=True)
+                              *argv], env=self.env, capture_output=True, text=True, timeout=30, check=True)
         job_id = int(out.stdout.strip().split(";")[0])
         self.ids.append(job_id)
-        (self.families / f"{job_id}.yaml").write_text(FAMILY)
         return job_id
 
     def sched(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -133,11 +140,11 @@ def steps_of(text: str) -> list[int]:
     return [int(line.split()[1]) for line in text.splitlines() if line.startswith("step ")]
 
 
-def assert_work_intact(site: Site, job_id: int) -> str:
+def assert_work_intact(site: Site, job_id: int, steps: int = STEPS) -> str:
     """The job ended, every step ran exactly once in order, the last one reached."""
-    text = wait_for(f"job {job_id} to finish its {STEPS} steps", lambda: (t := site.text(job_id)) and
-                    f"done {STEPS}" in t and t, timeout=120)
-    assert steps_of(text) == list(range(1, STEPS + 1)), text
+    text = wait_for(f"job {job_id} to finish its {steps} steps", lambda: (t := site.text(job_id)) and
+                    f"done {steps}" in t and t, timeout=120)
+    assert steps_of(text) == list(range(1, steps + 1)), text
     return text
 
 
@@ -155,7 +162,7 @@ def killing_scontrol(root: Path, step: str = "requeuehold *") -> Path:
     real = shutil.which("scontrol")
     assert real, "scontrol is not on PATH"
     shim = root / "shim"
-    shim.mkdir()
+    shim.mkdir(exist_ok=True)
     (shim / "scontrol").write_text(f"""#!/bin/sh
 "{real}" "$@"
 rc=$?
