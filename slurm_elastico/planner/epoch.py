@@ -430,6 +430,11 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
             actions.append(Action(ActionKind.SET_ADMIN_COMMENT, jid, why, shape=shape.name, text=comment))
         if seat.gang:
             actions.append(Action(ActionKind.SET_GPUS, jid, why, gpus=seat.row.gpus, nodes=on, shape=shape.name))
+        elif j.view.whole_gpus and seat.row.share >= state.total_share[seat.gpu]:
+            # Asks whole GPUs (elastico-submit starts a family with GPU counts on gpu:1) and gets all of one:
+            # it keeps asking whole GPUs, since Slurm 22.05 refuses to move a job from gpu to mps.
+            if j.view.whole_gpus != 1:
+                actions.append(Action(ActionKind.SET_GPUS, jid, why, gpus=1, nodes=(node,), shape=shape.name))
         elif j.view.gres is None or j.view.gres.kind != "mps" or j.view.gres.count != seat.row.share:
             actions.append(Action(ActionKind.SET_SHARE, jid, why, share=seat.row.share, shape=shape.name))
         if j.view.held:  # one this policy preempted: pinned to its place, started, released

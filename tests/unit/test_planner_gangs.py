@@ -180,3 +180,19 @@ def test_a_new_micro_batch_on_one_whole_gpu_is_an_in_place_relaunch_not_a_share_
     p = plan(nodes, [view], {1: fam})
     assert [(a.kind, a.signal, a.shape) for a in p.actions if a.kind is not ActionKind.SET_ADMIN_COMMENT] == [
         (ActionKind.SIGNAL, "USR1", "fast")]
+
+
+def test_a_pending_job_asking_one_whole_gpu_starts_on_it_without_a_share_update():
+    # Its one-GPU shape at the full share is what it asks for already; `Gres=mps:100` would be refused by 22.05.
+    busy = {("n0000", g): (GpuUse(9, 0, whole=True),) for g in (1, 2, 3)}  # no room for a gang
+    nodes = with_users(cluster(4, gpus_per_node=4), busy)
+    view = JobView(1, "j1", "u", "gpu", JobState.PENDING, reason="BeginTime", gres=GresRequest("gpu", 1),
+                   submit_time=int(NOW - 5))
+    p = plan(nodes, [view], {1: gang_family()})
+    kinds = [a.kind for a in p.actions if a.kind is not ActionKind.SET_ADMIN_COMMENT]
+    assert kinds == [ActionKind.SET_NODES, ActionKind.START_NOW]
+    held_four = JobView(1, "j1", "u", "gpu", JobState.PENDING, reason="BeginTime", gres=GresRequest("gpu", 4),
+                        submit_time=int(NOW - 5))  # asked 4 whole GPUs before: back to one, whole
+    p = plan(nodes, [held_four], {1: gang_family()})
+    a = next(a for a in p.actions if a.kind is ActionKind.SET_GPUS)
+    assert (a.gpus, a.nodes) == (1, ("n0000",)) and ActionKind.SET_SHARE not in [x.kind for x in p.actions]
