@@ -205,6 +205,12 @@ RESUME = ["update?JobId={job}?Gres=gpu:*", "update?JobId={job}?NodeList=*", "upd
 def test_a_helper_killed_during_a_preemption_and_during_the_resume_holds_the_job_only_between_them(
         site, preempt_step, resume_step):
     # Three nodes' GPUs are taken by a job the helper does not manage; a long job holds the fourth node's four.
+    # The case needs every GPU: it waits for the jobs of earlier tests to be gone (in one run the filler did not
+    # get the first three nodes and the long job waited over 60 s for the fourth).
+    try:
+        wait_for("the cluster to be idle", lambda: not site.gateway.jobs(), timeout=120)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {site.gateway.jobs()}") from None
     filler = site.sbatch("--gres=gpu:4", "--nodes=3", "--wrap=sleep 600")
     wait_running(site, filler, "the filler to run")
     long_steps, short_steps = 100, 12
