@@ -113,7 +113,7 @@ def _conflicts(jobs, families, opts, gpus, index, model, floor, row) -> None:
         margin = {p: float(v) for p, v in zip(pairs, np.where(np.isfinite(m), m, np.inf))}
     else:
         margin = dict.fromkeys(pairs, float(getattr(model, "admission_margin", 0.0)))
-    gain_floor = 0.0 if hasattr(model, "admission_margins") else PairCache(model).gain_margin  # as packing's
+    gain_floor = PairCache(model).gain_margin  # as packing's: the gain rule's least margin
 
     # The reference of each job's fraction of solo speed, as `packing.best_solo` gives the epoch's seats.
     best = {k: max((s.throughput for s in families[jobs[k].job_id].shapes if s.resources.gpus <= 1), default=0.0)

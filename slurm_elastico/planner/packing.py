@@ -260,7 +260,7 @@ class GpuState:
         else:
             # The gain without the newcomer's slowdowns bounds the real one from above, and the GPU's margin is at
             # least its occupants' own (or the one of all pairs); the slack leaves ties to the full check.
-            least = self.cache.gain_margin if not self.per_pair else max(o.margin for o in occ)
+            least = max(self.cache.gain_margin, max(o.margin for o in occ)) if self.per_pair else self.cache.gain_margin
             need = (1.0 + least) * (1.0 - 1e-12) - sum(self.fraction(o, o.row, g, o.slow) for o in occ)
         self.need[g] = need
         self.need_min[self.free_share[g]] = min(self.need_min[self.free_share[g]], need)
@@ -328,9 +328,12 @@ class GpuState:
             after = (o.slow + s - 1.0) * (1.0 + max(o.margin, m))
             if after * self.floor > 1.0 or (o.row.tput < o.floor * after):
                 return 0.0
-        # The GPU's margin: the largest of its pairs' after the placement (an occupant's `margin` is its pairs').
-        gpu_m = max(max(pair_m), max(o.margin for o in occ))
-        return slow if self._gains(seat, row, g, occ, got, slow, pair_m, gpu_m) else 0.0
+        # The GPU's margin: the largest of its pairs' after the placement (an occupant's `margin` is its pairs'),
+        # never below the model's margin for the gain rule (admission margins may be below 0).
+        least = self.cache.gain_margin
+        gpu_m = max(least, max(pair_m), max(o.margin for o in occ))
+        gain_m = [max(least, m) for m in pair_m]
+        return slow if self._gains(seat, row, g, occ, got, slow, gain_m, gpu_m) else 0.0
 
     @staticmethod
     def alone(seat: Seat, row: Row) -> float:

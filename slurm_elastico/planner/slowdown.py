@@ -78,9 +78,12 @@ class PairCache:
         self.per_pair = model is not None and hasattr(model, "admission_margins")
         # The one margin of every pair when not per pair (see interference.base.admissible).
         self.margin = 0.0 if model is None or self.per_pair else float(getattr(model, "admission_margin", 0.0))
-        # The gain rule's margin when not per pair: the model's own; the untrained stand-in's, its measured error.
-        self.gain_margin = max(self.margin, UNCALIBRATED_GAIN_MARGIN) if isinstance(model, ContentionModel) \
-            else self.margin
+        # The gain rule's least margin: the model's own for that rule (calibrated on pairs' combined speed, where it
+        # has one), else its one admission margin; the untrained stand-in's, its measured error. With per-pair
+        # margins, packing takes the larger of this and each pair's (which may be below 0: admission's bar).
+        own = float(getattr(model, "gain_margin", self.margin)) if model is not None else 0.0
+        uncalibrated = isinstance(model, ContentionModel) and not self.per_pair
+        self.gain_margin = max(own, UNCALIBRATED_GAIN_MARGIN) if uncalibrated else own
         self._dense = np.zeros((0, 0))  # slowdowns of the first len(_dense) profiles, all pairs
         self._dense_margin = np.zeros((0, 0))  # their margins (per_pair only)
         self._known: dict[tuple[int, int], float] = {}  # pairs outside the dense block

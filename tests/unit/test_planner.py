@@ -323,6 +323,23 @@ def test_per_pair_margins_are_honoured_over_the_scalar_one():
     assert two_halves(RiskyFamilies(), ("safe", "risky")) == 1
 
 
+class Lenient(Even):
+    """Per-pair admission margins below 0 (admission's bar under the floor) and a separate margin for the gain rule."""
+
+    def __init__(self, gain_margin: float):
+        super().__init__(1.5)
+        self.gain_margin = gain_margin
+
+    def admission_margins(self, a, b):
+        return np.full(len(a), -0.2)
+
+
+def test_the_gain_rule_keeps_the_models_own_margin_when_pair_margins_are_lower():
+    # Two halves at 1/1.5 each: the GPU's combined speed is 1.33, so a gain margin of 0.3 admits, 0.4 refuses.
+    assert two_halves(Lenient(0.3)) == 2
+    assert two_halves(Lenient(0.4)) == 1
+
+
 def test_the_model_is_viewed_for_the_configured_gpu_type():
     s = Settings()
     model = Travelling()
