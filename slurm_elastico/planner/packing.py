@@ -19,8 +19,9 @@ Besides the floors, a GPU is shared only when the GPU as a whole gains
 (DESIGN, IAC): with f_i = job i's predicted co-located throughput ÷ its
 throughput alone at its family's best single-GPU shape (`fraction`), a
 placement next to others is admitted only if Σ_i f_i >= 1 + m over everyone
-on the GPU, m the largest admission margin of the GPU's pairs (the one margin
-of all pairs when margins are not per pair); a pair that only breaks even is
+on the GPU, m the largest of the model's gain margin and the admission margins
+of the GPU's pairs (the one margin of all pairs when margins are not per
+pair); a pair that only breaks even is
 waste plus risk, and a model unsure of a GPU type (wide margins) shares only
 clear wins. Co-runners leave at different times and what stays behind is never
 re-checked, so with three or more on a GPU each pair of the newcomer and an
