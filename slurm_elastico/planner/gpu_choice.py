@@ -15,10 +15,12 @@ and 24.11):
   free — first fit, neither best fit nor spread (GPU 0 at 50 of 100 free and
   GPU 1 at 30: an `mps:30` goes to GPU 0). Jobs Slurm starts in one
   scheduling pass are placed in turn, each seeing what the earlier took.
-- `gpu:P`: the P lowest-index GPUs not held whole. Slurm 22.05 ignores MPS use
-  there (it starts a whole-GPU job on a GPU MPS jobs share), so the rule the
-  planner uses is constrained to be right on every version: a node qualifies
-  only when those P GPUs have no MPS user either.
+- `gpu:P`: on 22.05 the P lowest-index GPUs not held whole, MPS use ignored
+  (it starts a whole-GPU job on a GPU MPS jobs share: GPU 0 held whole, GPU 1
+  at mps:20 -> GPUs 1 and 2); on 24.11 the P lowest with no user at all (GPUs
+  2 and 3 there). The rule the planner uses is constrained to be right on
+  both: a node qualifies only when its P lowest GPUs not held whole are idle,
+  where both versions take exactly those.
 
 Pure: lists of per-GPU state in, indices out; GPUs are given in Slurm's index
 order on their node.

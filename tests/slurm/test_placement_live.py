@@ -91,18 +91,15 @@ def test_whole_gpus_go_to_the_lowest_not_held_whole(jobs, gateway):
     free, whole = slurm_free(jobs.node(node))
     share = jobs.gpus(jobs.submit(node, "mps:20"))
     assert share == ((node, mps_gpu(free, 20, whole), 20),) == ((node, 1, 20),)  # past the GPU held whole
-    # gpu:2 now: Slurm takes the two lowest not held whole, GPUs 1 and 2, though GPU 1 has an MPS user
-    # on 22.05. The planner's rule therefore does not ask this node for a pair (GPU 1 is not idle).
+    # gpu:2 now: 22.05 takes the two lowest not held whole, GPUs 1 and 2, though GPU 1 has an MPS user; 24.11
+    # the two lowest idle ones, 2 and 3. The planner's rule, right on both, does not ask this node for a pair.
     view = jobs.node(node)
     idle = [not g.users for g in view.gpus]
     assert whole_gpus(idle, 2, [g.held_whole for g in view.gpus]) == ()
     pair = jobs.submit(node, "gpu:2")
-    if gateway.snapshot().slurm_version.startswith("22."):
-        assert sorted(i for _, i, _ in jobs.gpus(pair)) == [1, 2]  # beside the MPS job: why the planner refuses
-    else:
-        time.sleep(3)
-        print(f"24.11, gpu:2 beside an MPS user on GPU 1 of {node}: {gateway.job(pair).state.value} "
-              f"{gateway.job(pair).gpu_alloc}")
+    taken = sorted(i for _, i, _ in jobs.gpus(pair))
+    print(f"Slurm {gateway.snapshot().slurm_version}: gpu:2 beside an MPS user on GPU 1 of {node} took GPUs {taken}")
+    assert taken == ([1, 2] if gateway.snapshot().slurm_version.startswith("22.") else [2, 3])
 
 
 FILLER = 100  # a whole GPU's shares
@@ -135,8 +132,9 @@ def test_the_plan_puts_each_job_on_the_gpu_slurm_gives_it(jobs, gateway):
         assert jobs.gpus(job) == ((node, gpu, fams[job].shapes[0].resources.mps),)
 
 
-def test_a_reshaped_job_gets_its_gpu_back_though_a_pending_job_wants_it(jobs, gateway):
-    node = "n3"
+def _full_node_and_rival(jobs, gateway, node: str) -> tuple[int, int, tuple[str, int, int]]:
+    """`node`'s four GPUs held by four mps:100 jobs, and a plain mps:100 job pending for one; (job on the last GPU,
+    the rival, where that job runs)."""
     for _ in range(3):
         jobs.submit(node, f"mps:{FILLER}")
     for j in list(jobs.ids):
@@ -145,6 +143,30 @@ def test_a_reshaped_job_gets_its_gpu_back_though_a_pending_job_wants_it(jobs, ga
     (where,) = jobs.gpus(job)
     rival = jobs.submit(node, f"mps:{FILLER}")  # a plain job waiting for exactly that GPU
     wait_for(lambda: gateway.job(rival).reason == "Resources", "the rival to wait for resources")
+    return job, rival, where
+
+
+def test_without_its_place_kept_a_reshaped_job_loses_its_gpu_to_a_pending_job(jobs, gateway):
+    """The gap as it was (requeuehold, update, StartTime=now, release 2 s after the hold; no reservation): the
+    pending job starts on the GPU the moment the reshaped job ends, which is why the gateway keeps its place."""
+    job, rival, where = _full_node_and_rival(jobs, gateway, "n2")
+    began = time.monotonic()
+    subprocess.run(commands.requeue_hold(job), env=jobs.env, check=True, capture_output=True, timeout=30)
+    gateway.wait_state(job, (JobState.PENDING,), 60)
+    for argv in (commands.set_share(job, 50), commands.set_nodes(job, ("n2",)), commands.start_now(job)):
+        subprocess.run(argv, env=jobs.env, check=True, capture_output=True, timeout=30)
+    time.sleep(max(0.0, began + 2 - time.monotonic()))
+    subprocess.run(commands.release(job), env=jobs.env, check=True, capture_output=True, timeout=30)
+    time.sleep(10)
+    mine, theirs = gateway.job(job), gateway.job(rival)
+    print(f"requeue without a place kept: 10 s after the release the job is {mine.state.value} ({mine.reason}) "
+          f"{mine.gpu_alloc}, the rival {theirs.state.value} {theirs.gpu_alloc} (the job's GPU was {where})")
+    assert theirs.gpu_alloc == (where[:2] + (FILLER,),) and mine.state is JobState.PENDING
+
+
+def test_a_reshaped_job_gets_its_gpu_back_though_a_pending_job_wants_it(jobs, gateway):
+    node = "n3"
+    job, rival, where = _full_node_and_rival(jobs, gateway, node)
     began = time.monotonic()
     gateway.requeue_with_share(job, 50, (node,))
     back = jobs.gpus(job)
