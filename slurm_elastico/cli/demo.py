@@ -8,9 +8,9 @@ import click
 @click.command("demo")
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None,
               help="local cluster state (default: $ELASTICO_CLUSTER_DIR, then ~/.local/state/slurm-elastico/cluster)")
-@click.option("--train-jobs", type=click.IntRange(0, 64), default=12, show_default=True)
-@click.option("--infer-jobs", type=click.IntRange(0, 64), default=8, show_default=True)
-@click.option("--gap", "gap_s", type=click.FloatRange(0, 600), default=4.0, show_default=True,
+@click.option("--train-jobs", type=click.IntRange(0, 64), default=10, show_default=True)
+@click.option("--infer-jobs", type=click.IntRange(0, 64), default=10, show_default=True)
+@click.option("--gap", "gap_s", type=click.FloatRange(0, 600), default=2.0, show_default=True,
               help="seconds between two jobs' arrivals")
 @click.option("--steps", type=click.IntRange(1, 100000), default=60, show_default=True,
               help="optimizer steps of each training job")

@@ -21,8 +21,8 @@ One list of `DemoJob`s gives, for each job:
 at once on a whole GPU, at its default one-GPU shape) and `elastico` with the
 helper's interval as epoch and elastico-submit's placement window.
 
-The default list (`APPS`, `job_list`): 12 training jobs and 8 inference
-jobs, one every 4 s, on 16 GPUs. Half the training jobs have GPU counts
+The default list (`APPS`, `job_list`): 10 training jobs and 10 inference
+jobs, one every 2 s, on 16 GPUs. Half the training jobs have GPU counts
 (bert at global batch 24, deepspeech2 at 80: on one GPU 0.54 and 0.45
 steps/s, on four 3.0x and 2.7x that); the others are small (deepspeech2 at
 10, bert at 6: one micro-batch each, filling 60-80 % of a GPU) and take MPS
@@ -90,7 +90,7 @@ APPS = (("bert", 24), ("deepspeech2", 10), ("deepspeech2", 80), ("bert", 6))
 """The training apps of the list, taken in turn, with their global batches (see the module docstring)."""
 
 
-def job_list(train: int = 12, infer: int = 8, gap_s: float = 4.0, steps: int = 60, requests: int = 120,
+def job_list(train: int = 10, infer: int = 10, gap_s: float = 2.0, steps: int = 60, requests: int = 120,
              apps: Sequence[tuple[str, int]] = APPS) -> list[DemoJob]:
     """`train` + `infer` jobs arriving every `gap_s` seconds, inference spread evenly among the training jobs,
     the training apps taken in turn."""
