@@ -3,12 +3,13 @@ the simulator's prediction for the same list.
 
 1. Bring the local cluster up (slurmctld, 4 slurmd × 4 fake GPUs, MPS,
    slurmdbd + MariaDB for sacct).
-2. The job list (`cluster.demo_workload`): tiny PyTorch training jobs and
-   tiny offline-inference jobs, arriving a few seconds apart. Each job runs
-   its real code on emulated GPUs (`cluster.pacing`): every step is padded
-   to the time the simulator's ground truth gives it at its current shape,
-   MPS share and co-runners, so it is as fast on the local cluster as in the
-   simulator.
+2. The job list (`cluster.demo_workload`): tiny PyTorch training jobs (half
+   of them data-parallel with GPU counts 1, 2 and 4) and tiny
+   offline-inference jobs, arriving a few seconds apart. Each job runs its
+   real code on emulated GPUs (`cluster.pacing`): every step is padded to
+   the time the simulator's ground truth gives it at its current shape, GPU
+   count and placement, MPS share and co-runners, so it is as fast on the
+   local cluster as in the simulator.
 3. The simulator's prediction for the same list and cluster, in process:
    `static` (plain Slurm) and `elastico`; after the live runs, again with
    each policy on the list as its live run really submitted it (a loaded
@@ -16,7 +17,8 @@ the simulator's prediction for the same list.
 4. Run the list twice on the cluster: with plain `sbatch --gres=gpu:1`
    (whole GPUs, Slurm's own scheduling, each job at its default shape), then
    with `elastico-submit` and the helper (`elastico sched --interval`), which
-   sets shapes and shares of pending jobs and reshapes running ones.
+   sets shapes, shares and GPU counts of pending jobs and reshapes running
+   ones.
 5. Check the work of every job of both runs (every training job ran exactly
    its steps; every inference job answered each request once), print the
    side-by-side table (measured and predicted: mean, median and p99 JCT,
