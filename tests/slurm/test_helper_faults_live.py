@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,9 @@ ELASTICO = Path(sys.executable).with_name("elastico")
 STEPS = 60
 CHECKPOINT_S = 8  # how long the job takes to stop after SIGTERM (under the test cluster's KillWait of 30 s)
 
-# Arguments: the directory of its checkpoint, its steps, the seconds its checkpoint takes.
+# Arguments: the directory of its checkpoint, its steps, the seconds its checkpoint takes. The step is saved by
+# the shell itself: Slurm's SIGTERM reaches every process of the job, and on 24.11 it killed the `mv` that saved
+# a step (the step then ran twice).
 JOB = f"""#!/bin/bash
 state="$1/$SLURM_JOB_ID.step"
 steps=${{2:-{STEPS}}}
@@ -45,7 +48,7 @@ while [ "$n" -lt "$steps" ]; do
   sleep 0.25
   n=$((n + 1))
   echo "step $n"
-  echo "$n" > "$state.tmp" && mv "$state.tmp" "$state"
+  echo "$n" > "$state"
   if [ "$stop" = 1 ]; then echo "checkpointed at $n"; sleep ${{3:-{CHECKPOINT_S}}}; exit 0; fi
 done
 echo "done $n"
@@ -215,11 +218,14 @@ def test_a_helper_killed_right_after_its_requeuehold_leaves_no_job_held(site):
     assert not any(r["status"] == "planned" for r in site.journal())
 
 
-# Every later step of a running job's reshape (the plan: AdminComment, then requeuehold, Gres=, NodeList=,
-# StartTime=now, release; see SlurmGateway.requeue_with_share): the helper dies right after it. The step
-# right after requeuehold, while the job checkpoints, is the test above.
+# Every later step of a running job's reshape (the plan: AdminComment, then the reservation that keeps its place,
+# requeuehold, Gres=, NodeList=, into the reservation, StartTime=now, release, out of the reservation, its
+# deletion; see SlurmGateway.requeue_with_share): the helper dies right after it. The step right after
+# requeuehold, while the job checkpoints, is the test above.
+PLACE_STEPS = ["create reservation *", "update *Reservation=elastico-*", "update *Reservation=",
+               "delete ReservationName=*"]
 RESHAPE_STEPS = ["update *AdminComment=*", "update *Gres=mps:*", "update *NodeList=*", "update *StartTime=now*",
-                 "release *"]
+                 "release *", *PLACE_STEPS]
 
 
 @pytest.mark.parametrize("step", RESHAPE_STEPS)
@@ -243,8 +249,10 @@ def test_a_helper_killed_after_any_step_of_a_reshape_leaves_no_job_held_and_runs
     text = assert_work_intact(site, job)
     runs = [line for line in text.splitlines() if line.startswith("start ")]
     assert len(runs) == 2 and runs[1].endswith("mps=100"), (step, text)  # one requeue: no action ran twice
-    holds = [r for r in site.journal(job) if r["kind"] == "reshape_running"]
-    assert len(holds) == 1 and holds[0]["status"] in ("done", "recovered"), (step, holds)
+    # One reshape carried out, besides at most the one the kill cut off (after the reservation that precedes the
+    # requeue, the job still runs and the next plan reshapes it); the start lines above are Slurm's one requeue.
+    holds = Counter(r["status"] for r in site.journal(job) if r["kind"] == "reshape_running")
+    assert set(holds) <= {"done", "recovered"} and holds["done"] <= 1 and 1 <= holds.total() <= 2, (step, holds)
     assert not site.gateway.job(job).held
 
 

@@ -3,7 +3,8 @@
 test_helper_faults_live kills the helper during a running job's share reshape; this file does the same for
 the other sequences the planner writes: the start of a pending job on a share (AdminComment, Gres=mps,
 NodeList=, StartTime=now) and on whole GPUs (AdminComment, Gres=gpu NumNodes NodeList, StartTime=now), a
-running job's GPU-count reshape (AdminComment, requeuehold, Gres=gpu, StartTime=now, release), and a
+running job's GPU-count reshape (AdminComment, requeuehold, Gres=gpu, StartTime=now, release, and the
+reservation that keeps its place meanwhile: created, entered, left, deleted), and a
 preemption (AdminComment with elastico:held=1, requeuehold) with its resume (Gres=gpu, NodeList=,
 StartTime=now, release). The helper dies right after the chosen `scontrol` command succeeded (a wrapper
 `scontrol` kills its caller; see `killing_scontrol`); then plain epochs run until the journal is settled.
@@ -21,7 +22,6 @@ import json
 import os
 import signal
 import subprocess
-from collections import Counter
 
 import pytest
 
@@ -29,7 +29,7 @@ from slurm_elastico.model import JobState
 from slurm_elastico.shapes.current import PREEMPTED_MARK, preempted_by_us
 
 from test_helper_faults_live import FAMILY as SHARE_FAMILY
-from test_helper_faults_live import Site, assert_work_intact, killing_scontrol, wait_for
+from test_helper_faults_live import PLACE_STEPS, Site, assert_work_intact, killing_scontrol, wait_for
 
 pytestmark = pytest.mark.live
 
@@ -122,13 +122,19 @@ def starts(site: Site, job_id: int) -> list[dict[str, str]]:
 
 def assert_journal_once(site: Site, job_id: int, **expected: int) -> None:
     """Every row of the job is settled, and each kind in `expected` (a requeue or a start: never safe to repeat)
-    has exactly that many rows that were issued. An update of the request (AdminComment=, Gres=, NodeList=) that
-    a crash cut off before its row was settled may be issued again by the next plan, with the same value."""
+    has that many rows carried out, besides at most the one the kill cut off ('recovered').
+
+    The journal alone cannot say whether the cut-off one took effect (a kill after the reservation that precedes
+    a requeue leaves the job running, and the next plan reshapes it); Slurm's own restart count, which the
+    cases check, does. An update of the request (AdminComment=, Gres=, NodeList=) that a crash cut off may be
+    issued again by the next plan, with the same value."""
     rows = site.journal(job_id)
     assert rows and all(r["status"] in ("done", "recovered", "failed") for r in rows), rows
-    kinds = Counter(r["kind"] for r in rows if r["status"] != "failed")
     for kind, n in expected.items():
-        assert kinds[kind] == n, (kind, [(r["kind"], r["status"], r["error"]) for r in rows])
+        done = [r for r in rows if r["kind"] == kind and r["status"] == "done"]
+        cut = [r for r in rows if r["kind"] == kind and r["status"] == "recovered"]
+        assert len(done) <= n and len(cut) <= 1 and n <= len(done) + len(cut), (
+            kind, [(r["kind"], r["status"], r["error"]) for r in rows])
 
 
 # --------------------------------------------------------------------------- start of a pending job
@@ -169,7 +175,7 @@ def test_a_helper_killed_while_starting_a_pending_job_starts_it_once(site, kind,
 # --------------------------------------------------------------------------- a running job's GPU count
 
 RESHAPE_GPUS = ["update *AdminComment=*", "requeuehold *", "update *Gres=gpu:*", "update *StartTime=now*",
-                "release *"]
+                "release *", *PLACE_STEPS]
 
 
 @pytest.mark.parametrize("step", RESHAPE_GPUS)
