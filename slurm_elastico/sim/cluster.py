@@ -423,8 +423,9 @@ class SimCluster:
         """The blocked head keeps what it is closest to fitting on, so backfill cannot starve it.
 
         A gang keeps whole nodes: its pinned nodes, else the nodes with the most idle GPUs until they hold
-        its N GPUs. A request its nodes could not hold even empty keeps nothing: Slurm's backfill finds no
-        start time for it, and holding nodes for it would starve the rest for ever.
+        its N GPUs. A request its nodes could not hold even empty keeps nothing (a share: no node with its
+        CPUs and memory): Slurm's backfill finds no start time for it, and holding nodes for it would starve
+        the rest for ever.
         """
         if job.whole:
             n = job.gres.count
@@ -444,7 +445,9 @@ class SimCluster:
                 held += len(self.nodes[ni].gpus)
             return
         pin = self.node_index.get(job.pin[0]) if job.pin else None
-        cands = [(ni, gi) for ni, gi in open_gpus if pin is None or ni == pin]
+        cpus, mem = self.host_share(job, 1, 1)
+        cands = [(ni, gi) for ni, gi in open_gpus if (pin is None or ni == pin)
+                 and cpus <= self.nodes[ni].cpus and mem <= self.nodes[ni].mem_mib]
         if cands:
             reserved.add(max(cands, key=lambda k: (self.gpu_free(*k), -k[0], -k[1])))
 

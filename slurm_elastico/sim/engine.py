@@ -55,7 +55,9 @@ from slurm_elastico.sim.truth import GroundTruth
 
 COMPLETE, ARRIVAL, BEGIN, EPOCH = 0, 1, 2, 3
 STALL_EPOCHS = 20
-"""Epochs in a row with nothing running, nothing arriving and nothing done before a run gives up (jobs left unfinished)."""
+"""Epochs in a row with nothing running, nothing arriving and nothing done before a run gives up (jobs left
+unfinished), whatever the planner asked meanwhile: actions that start nothing (a pin re-issued every epoch to a
+job Slurm will not start) must not keep a run going for ever."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,9 @@ class RunResult:
     plan_s: float
     counters: dict = field(default_factory=dict)
     unfinished: int = 0
+    cpu_s: float = 0.0
+    """CPU time of the run's thread (its cost on one core, whatever else shared the machine; `wall_s` counts
+    the time it waited for a core too)."""
 
 
 class Engine:
@@ -150,7 +155,7 @@ class Engine:
         heapq.heappush(self.heap, (t, kind, self.seq, job_id, version))
 
     def run(self) -> RunResult:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         plan_s = 0.0
         if not self.trace:
             return RunResult(self.policy, self.seed, self.sim.gpus, [], [], 0.0, 0.0, 0, 0, 0, 0.0, 0.0)
@@ -194,7 +199,7 @@ class Engine:
                     self._push(now + self.sim.epoch_s, EPOCH)
                 running = any(j.rate > 0 or j.ready_at > now for j in self.cluster.jobs.values()
                               if j.state is JobState.RUNNING)
-                stalled = 0 if (running or self.dirty or self.acted or arrived < total) else stalled + 1
+                stalled = 0 if (running or self.dirty or arrived < total) else stalled + 1
                 if self.cluster.jobs and (self.dirty or self.acted):
                     self._settle()
                     tp = time.perf_counter()
@@ -228,7 +233,7 @@ class Engine:
                       "recovered_actions": self.journal.settled["recovered"],
                       "memory_overcommits": self.cluster.counters.memory_overcommits,
                       "actions": dict(sorted(self.cluster.counters.actions.items()))},
-            unfinished=unfinished)
+            unfinished=unfinished, cpu_s=time.thread_time() - cpu)
 
     # -------------------------------------------------------------- handlers
 

@@ -515,3 +515,12 @@ def test_runs_want_a_worker_count_and_the_comparisons_truth(truth, toy, mix):
     with pool.Runs(toy) as runs, pytest.raises(ValueError, match="another ground truth"):
         compare.submit(lambda s: mix, ["static"], [0], Settings(), SimSettings(gpus=4), ContentionModel(), truth,
                        runs=runs)
+
+
+def test_a_share_no_node_could_ever_hold_keeps_nothing_and_the_rest_start():
+    c = SimCluster(2, gpus_per_node=1, cpus_per_gpu=2)  # nodes of 2 CPUs
+    c.submit(sim_job(1, GresRequest("mps", 100), cpus=4))  # heads the queue, never fits a node
+    c.submit(sim_job(2, GresRequest("mps", 100), cpus=2))
+    c.jobs[2].pin = ("n0000",)
+    c.schedule()
+    assert c.jobs[2].state is JobState.RUNNING and c.jobs[1].state is JobState.PENDING
