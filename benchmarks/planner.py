@@ -5,8 +5,12 @@ under a minute). Prints a table per part and ends with one line of JSON.
 
 Latency: one `elastico` epoch on a synthetic snapshot already in memory
 (`tests/synthetic.py`, ~8 shapes per job, a fifth of the jobs
-running), median of repeats, one thread. Targets: 200 jobs / 64 GPUs ≤ 15 ms,
-1,000 / 512 ≤ 150 ms, 10,000 / 4,096 ≤ 1.5 s. The growth exponent between two
+running), median of repeats, one thread: its wall time and its CPU time
+(`time.thread_time`). Targets: 200 jobs / 64 GPUs ≤ 15 ms, 1,000 / 512 ≤
+150 ms, 10,000 / 4,096 ≤ 1.5 s, judged on the CPU time: on a machine whose
+cores other processes share, the wall time also counts the time the epoch
+waited for a core (the load average is printed beside it); on a helper's own
+core the two are the same. The growth exponent between two
 sizes is log(t2/t1) / log(jobs2/jobs1). The same epochs at the two smaller
 sizes are timed again with a predictor trained on tests/data/gavel (the
 helper's `interference.model`), beside the contention model.
@@ -77,15 +81,18 @@ def latency(quick: bool, gang_frac: float = 0.0) -> list[dict]:
         model = ContentionModel()
         repeats = (3 if jobs >= 10000 else 5) if quick else (5 if jobs >= 10000 else 20)
         policy.plan(snap, fams, settings, model, NOW)  # warm-up: first-call imports and allocations
-        times = []
+        times, cpu = [], []
         for _ in range(repeats):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             plan = policy.plan(snap, fams, settings, model, NOW)
+            cpu.append(time.thread_time() - c0)
             times.append(time.perf_counter() - t0)
         rows.append({"jobs": jobs, "gpus": gpus, "median_s": statistics.median(times), "min_s": min(times),
-                     "target_s": target, "started": len(plan.placements), "actions": len(plan.actions)})
+                     "cpu_median_s": statistics.median(cpu), "target_s": target, "load_avg_1m": os.getloadavg()[0],
+                     "started": len(plan.placements), "actions": len(plan.actions)})
     for prev, cur in zip(rows, rows[1:]):
-        cur["growth_exponent"] = math.log(cur["median_s"] / prev["median_s"]) / math.log(cur["jobs"] / prev["jobs"])
+        cur["growth_exponent"] = (math.log(cur["cpu_median_s"] / prev["cpu_median_s"])
+                                  / math.log(cur["jobs"] / prev["jobs"]))
     return rows
 
 
@@ -192,13 +199,14 @@ def main() -> None:
     lat = latency(args.quick)
     gang = latency(args.quick, gang_frac=0.3)
     for title, rows in (("", lat), (", 30 % of families with 2/4/8-GPU shapes", gang)):
-        print(f"epoch latency (policy elastico, one thread{title})")
-        print(f"{'jobs':>6} {'GPUs':>5} {'median':>10} {'target':>8} {'ok':>3} {'growth':>7} {'started':>8}")
+        print(f"epoch latency (policy elastico, one thread{title}; medians; ok: CPU time within the target)")
+        print(f"{'jobs':>6} {'GPUs':>5} {'CPU':>10} {'wall':>10} {'load':>5} {'target':>8} {'ok':>3} {'growth':>7} "
+              f"{'started':>8}")
         for r in rows:
-            ok = "yes" if r["median_s"] <= r["target_s"] else "NO"
+            ok = "yes" if r["cpu_median_s"] <= r["target_s"] else "NO"
             growth = f"{r['growth_exponent']:.2f}" if "growth_exponent" in r else "-"
-            print(f"{r['jobs']:>6} {r['gpus']:>5} {1000 * r['median_s']:>8.1f}ms {1000 * r['target_s']:>6.0f}ms "
-                  f"{ok:>3} {growth:>7} {r['started']:>8}")
+            print(f"{r['jobs']:>6} {r['gpus']:>5} {1000 * r['cpu_median_s']:>8.1f}ms {1000 * r['median_s']:>8.1f}ms "
+                  f"{r['load_avg_1m']:>5.1f} {1000 * r['target_s']:>6.0f}ms {ok:>3} {growth:>7} {r['started']:>8}")
 
     trained = latency_trained(args.quick)
     print()
