@@ -256,7 +256,8 @@ class SlurmGateway:
                 self._run(share_argv)
                 if nodes_argv:
                     self._run(nodes_argv)
-                self._run(commands.set_reservation(job_id, place))
+                if place is not None:
+                    self._run(commands.set_reservation(job_id, place))
                 self._run(commands.start_now(job_id))
             finally:
                 # slurmd refuses a credential issued in the same second as the revocation of the
@@ -268,7 +269,7 @@ class SlurmGateway:
                 self._run(commands.release(job_id))
 
     @contextmanager
-    def _place_kept(self, job_id: int, nodes: Sequence[str], stop_timeout_s: float) -> Iterator[str]:
+    def _place_kept(self, job_id: int, nodes: Sequence[str], stop_timeout_s: float) -> Iterator[str | None]:
         """Keep the nodes a requeued job restarts on for it alone, from before its requeue-hold until it runs again.
 
         Between the hold and the restart the job's GPUs are free for at least `REVOKE_GAP_S`, and Slurm starts
@@ -277,7 +278,9 @@ class SlurmGateway:
         job runs on) are reserved for the job's owner first (`commands.reserve_place`: the running jobs go on,
         no other job starts there); the body puts the job into the reservation (the yielded name) before its
         release; once the job runs again (or after `RESTART_TIMEOUT_S`, an error) it is taken out of it and the
-        reservation deleted, whatever happened. Measured with it: back on its GPU ~3 s after the hold, the
+        reservation deleted, whatever happened. Where Slurm refuses the reservation (the nodes are already in
+        another: a site's, or a place kept for another job at the same moment), it yields None and the job is
+        requeued without one, as before. Measured with it: back on its GPU ~3 s after the hold, the
         competitor still pending. Other jobs wait for those nodes only these seconds. Should the helper die
         in between, the reservation ends by itself (the stop and restart timeouts, in whole minutes) and does
         not hold a job pending in it (`NO_HOLD_JOBS_AFTER_END`); but Slurm kills a job still running inside a
@@ -288,9 +291,17 @@ class SlurmGateway:
             self._run(create)
         except SlurmUnavailable:
             raise
-        except SlurmError:  # one left by a helper that died here: replace it
-            self._run(commands.delete_place(job_id))
-            self._run(create)
+        except SlurmError:
+            # One of this job's left by a helper that died: replace it. Any other refusal (the nodes are in
+            # another reservation: a site's, or another job's place) leaves the job's place unkept, as before.
+            self.forget_place(job_id)
+            try:
+                self._run(create)
+            except SlurmUnavailable:
+                raise
+            except SlurmError:
+                yield None
+                return
         ok = False
         try:
             yield commands.place_name(job_id)
@@ -391,7 +402,8 @@ class SlurmGateway:
                 self.wait_state(job_id, (JobState.PENDING,), stop_timeout_s)
                 self._run(argv)
                 self._verify_gpus(job_id, gpus, nodes, argv)
-                self._run(commands.set_reservation(job_id, place))
+                if place is not None:
+                    self._run(commands.set_reservation(job_id, place))
                 self._run(commands.start_now(job_id))
             finally:
                 wait = held_at + REVOKE_GAP_S - self._clock()  # as requeue_with_share: no release in the hold's second

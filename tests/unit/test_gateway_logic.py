@@ -60,16 +60,19 @@ def test_requeue_releases_and_gives_back_its_place_even_when_update_fails():
                                  ["scontrol", "delete", "ReservationName=elastico-requeue-23"]]
 
 
-def test_a_stale_place_is_replaced():
+def test_a_place_slurm_refuses_twice_leaves_the_requeue_as_before():
     runner = ScriptedRunner([
         (lambda a: a[0] == "squeue", 0, RUNNING_2205.read_text(), ""),
         (lambda a: a[:3] == ["scontrol", "create", "reservation"], 1, "",
          "Error creating the reservation: Duplicate reservation name"),
     ])
     gw = SlurmGateway(runner, sleep=lambda s: None)
-    with pytest.raises(SlurmError, match="Duplicate"):  # a create that still fails after the delete is an error
-        gw.requeue_with_share(23, 30)
-    assert [c[1] for c in runner.calls[1:]] == ["create", "delete", "create"]  # nothing held
+    gw.wait_state = lambda job_id, states, timeout_s: None
+    gw.requeue_with_share(23, 30)
+    # the stale one forgotten (job out of it, deleted), tried again; refused again: requeued without a place
+    assert [c[1] for c in runner.calls[1:5]] == ["create", "update", "delete", "create"]
+    assert [c[1] for c in runner.calls[5:]] == ["requeuehold", "update", "update", "release"]
+    assert not any("Reservation=elastico" in " ".join(c) for c in runner.calls)
 
 
 def test_requeue_validates_before_holding():
