@@ -416,6 +416,10 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
                                        or (j.view.whole_gpus == 1 and seat.row.share >= state.total_share[seat.gpu])):
                 # Same resources, new knobs: elastico-run relaunches in place on USR1, no requeue.
                 actions.append(Action(ActionKind.SIGNAL, jid, why, signal="USR1", shape=shape.name))
+            elif j.view.whole_gpus and seat.row.share >= state.total_share[seat.gpu]:
+                # Asks whole GPUs (a gang shrunk to one GPU, or a gpu:1 job moved): it keeps asking whole GPUs,
+                # since Slurm 22.05 refuses to move a job from gpu to mps ("Invalid generic resource").
+                actions.append(Action(ActionKind.RESHAPE_RUNNING, jid, why, gpus=1, nodes=(node,), shape=shape.name))
             else:
                 actions.append(Action(ActionKind.RESHAPE_RUNNING, jid, why, share=seat.row.share, nodes=(node,),
                                       shape=shape.name))

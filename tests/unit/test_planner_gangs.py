@@ -7,6 +7,8 @@ restart, and shrinks when the queue prices its GPUs above their use.
 
 from __future__ import annotations
 
+import dataclasses
+
 from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import ContentionModel
 from slurm_elastico.model import (ActionKind, Family, GpuUse, GresRequest, JobState, JobView, Resources, Shape,
@@ -196,3 +198,14 @@ def test_a_pending_job_asking_one_whole_gpu_starts_on_it_without_a_share_update(
     p = plan(nodes, [held_four], {1: gang_family()})
     a = next(a for a in p.actions if a.kind is ActionKind.SET_GPUS)
     assert (a.gpus, a.nodes) == (1, ("n0000",)) and ActionKind.SET_SHARE not in [x.kind for x in p.actions]
+
+
+def test_a_gang_shrunk_to_one_gpu_keeps_asking_a_whole_gpu():
+    # Slurm 22.05 refuses Gres=mps on a job that asks gpu ("Invalid generic resource"): a shrink of a gang to
+    # its one-GPU shape is a GPU count of 1 on its node, never a share.
+    held = [("n0000", 0), ("n0000", 1)]
+    nodes = with_users(cluster(2, gpus_per_node=2), {k: (GpuUse(1, 0, whole=True),) for k in held})
+    gang = dataclasses.replace(gang_running(1, held, start=NOW - 3600), gres=GresRequest("gpu", 2))
+    p = plan(nodes, [gang, pend(2, submit=NOW - 600)], {i: gang_family() for i in (1, 2)})
+    shrink = next(a for a in p.actions if a.kind is ActionKind.RESHAPE_RUNNING)
+    assert (shrink.job_id, shrink.gpus, shrink.share, shrink.nodes) == (1, 1, None, ("n0000",))
