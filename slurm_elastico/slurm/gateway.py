@@ -17,6 +17,7 @@ slurmctld is down.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -43,6 +44,10 @@ REVOKE_GAP_S = 2.0
 RESTART_TIMEOUT_S = 60.0
 """How long a requeued job, released, may take to run again on the place kept for it (`_place_kept`)."""
 _NOT_WAITING = tuple(s for s in JobState if s is not JobState.PENDING)
+_NO_RESERVATION = re.compile(r"Requested reservation is invalid", re.IGNORECASE)
+"""What `scontrol delete ReservationName=` says of a reservation that does not exist (ESLURM_RESERVATION_INVALID)."""
+_RESERVATION_BUSY = re.compile(r"Requested reservation is in use", re.IGNORECASE)
+"""What it says of one with a job in it (ESLURM_RESERVATION_BUSY)."""
 
 _UNKNOWN_JOB = ("invalid job id", "unknown job", "does not exist")
 _NOT_PENDING = ("no longer pending", "job is not pending", "already running")
@@ -204,17 +209,27 @@ class SlurmGateway:
         self._run(commands.release(job_id))
 
     def forget_place(self, job_id: int) -> None:
-        """Take the job out of a place a helper that died kept for it (`_place_kept`) and delete that reservation,
-        so it neither waits for the reservation to end nor runs inside one that ends (Slurm kills a job still
-        in a reservation when it ends: measured on 22.05). Nothing there: no error. Recovery calls it for
-        every interrupted reshape."""
-        for argv in (commands.set_reservation(job_id, ""), commands.delete_place(job_id)):
-            try:
-                self._run(argv)
-            except SlurmUnavailable:
+        """Delete the place a helper that died kept for the job (`_place_kept`), first taking the job out of it if
+        it is in there, so it neither waits for the reservation to end nor runs inside one that ends (Slurm kills
+        a job still in a reservation when it ends: measured on 22.05). Recovery calls it for every interrupted
+        reshape.
+
+        Only that place is touched: the job is taken out of a reservation only when Slurm says the place is in
+        use, so a job in any other one (a site's, its user's `--reservation`) stays there. No such place:
+        nothing to do. Any other refusal is raised, since a job left inside a place that ends is killed.
+        """
+        try:
+            self._run(commands.delete_place(job_id))
+            return
+        except SlurmUnavailable:
+            raise
+        except SlurmError as exc:
+            if _NO_RESERVATION.search(str(exc)):
+                return
+            if not _RESERVATION_BUSY.search(str(exc)):
                 raise
-            except SlurmError:
-                pass  # no such reservation, or the job is in none
+        self._run(commands.set_reservation(job_id, ""))  # the place has a job in it: this one, its only user
+        self._run(commands.delete_place(job_id))
 
     def signal(self, job_id: int, sig: str, *, whole_job: bool = False) -> None:
         self._run(commands.signal(job_id, sig, whole_job=whole_job))

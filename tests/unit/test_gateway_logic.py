@@ -69,10 +69,44 @@ def test_a_place_slurm_refuses_twice_leaves_the_requeue_as_before():
     gw = SlurmGateway(runner, sleep=lambda s: None)
     gw.wait_state = lambda job_id, states, timeout_s: None
     gw.requeue_with_share(23, 30)
-    # the stale one forgotten (job out of it, deleted), tried again; refused again: requeued without a place
-    assert [c[1] for c in runner.calls[1:5]] == ["create", "update", "delete", "create"]
-    assert [c[1] for c in runner.calls[5:]] == ["requeuehold", "update", "update", "release"]
-    assert not any("Reservation=elastico" in " ".join(c) for c in runner.calls)
+    # the stale one forgotten (deleted), tried again; refused again: requeued without a place
+    assert [c[1] for c in runner.calls[1:4]] == ["create", "delete", "create"]
+    assert [c[1] for c in runner.calls[4:]] == ["requeuehold", "update", "update", "release"]
+    assert not any(c[2:3] == ["JobId=23"] and c[3].startswith("Reservation=") for c in runner.calls)
+
+
+DELETE = ["scontrol", "delete", "ReservationName=elastico-requeue-7"]
+OUT_OF_IT = ["scontrol", "update", "JobId=7", "Reservation="]
+
+
+@pytest.mark.parametrize("says, calls", [
+    ("", [DELETE]),  # deleted: the job was not in it
+    ("Error deleting the reservation: Requested reservation is invalid", [DELETE]),  # none: the job's own
+    # reservation, a site's or its user's, is left alone
+])
+def test_forgetting_a_place_never_takes_the_job_out_of_another_reservation(says, calls):
+    runner = ScriptedRunner([(lambda a: a == DELETE, 1 if says else 0, "", says)])
+    SlurmGateway(runner).forget_place(7)
+    assert runner.calls == calls
+
+
+def test_forgetting_a_place_with_the_job_in_it_takes_it_out_then_deletes():
+    deletes = iter([(1, "Error deleting the reservation: Requested reservation is in use"), (0, "")])
+    calls = []
+
+    def run(argv, *, timeout=None):
+        calls.append(list(argv))
+        rc, err = next(deletes) if list(argv) == DELETE else (0, "")
+        return Completed(tuple(argv), rc, "", err)
+    SlurmGateway(run).forget_place(7)
+    assert calls == [DELETE, OUT_OF_IT, DELETE]
+
+
+def test_a_place_slurm_will_not_delete_is_an_error_not_silence():
+    runner = ScriptedRunner([(lambda a: a == DELETE, 1, "", "Error deleting the reservation: Access/permission denied")])
+    with pytest.raises(SlurmError, match="permission denied"):
+        SlurmGateway(runner).forget_place(7)
+    assert runner.calls == [DELETE]
 
 
 def test_requeue_validates_before_holding():

@@ -113,9 +113,8 @@ def test_release_of_a_job_held_by_another_process_waits_the_revocation_gap():
     slept = []
     runner = Replies()
     SlurmGateway(runner, sleep=slept.append, clock=lambda: NOW).release(5)
-    # out of any place a dead helper kept for it (`SlurmGateway._place_kept`) first, so it does not wait for it
-    assert slept == [REVOKE_GAP_S] and runner.calls == [["scontrol", "update", "JobId=5", "Reservation="],
-                                                        ["scontrol", "delete", "ReservationName=elastico-requeue-5"],
+    # the place a dead helper kept for it (`SlurmGateway._place_kept`) deleted first, so it does not wait for it
+    assert slept == [REVOKE_GAP_S] and runner.calls == [["scontrol", "delete", "ReservationName=elastico-requeue-5"],
                                                         ["scontrol", "release", "5"]]
 
 
