@@ -16,6 +16,7 @@ slurmctld is down.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import time
@@ -43,6 +44,7 @@ REVOKE_GAP_S = 2.0
 """Least time between a requeue-hold and the release of the job (see `requeue_with_share`)."""
 RESTART_TIMEOUT_S = 60.0
 """How long a requeued job, released, may take to run again on the place kept for it (`_place_kept`)."""
+log = logging.getLogger(__name__)
 _NOT_WAITING = tuple(s for s in JobState if s is not JobState.PENDING)
 _NO_RESERVATION = re.compile(r"Requested reservation is invalid", re.IGNORECASE)
 """What `scontrol delete ReservationName=` says of a reservation that does not exist (ESLURM_RESERVATION_INVALID)."""
@@ -259,7 +261,8 @@ class SlurmGateway:
         Once the job is pending and held, its share (and node pin) is updated
         and it is released with StartTime=now (otherwise Slurm waits ~120 s).
         Whatever fails after the hold, the job is released: no job is left held.
-        Its place is kept for it throughout (`_place_kept`); returns once it runs again.
+        Its place is kept for it throughout (`_place_kept`); returns once it runs again (when its place was
+        kept: at most `RESTART_TIMEOUT_S` after the release).
         """
         share_argv = commands.set_share(job_id, share, self.shares_per_gpu)  # validate before touching the job
         nodes_argv = commands.set_nodes(job_id, tuple(nodes)) if nodes else None
@@ -320,8 +323,14 @@ class SlurmGateway:
         ok = False
         try:
             yield commands.place_name(job_id)
-            self.wait_state(job_id, _NOT_WAITING, RESTART_TIMEOUT_S)
-            ok = True
+            ok = True  # carried out: held, updated, released; from here on nothing may report it failed
+            try:
+                self.wait_state(job_id, _NOT_WAITING, RESTART_TIMEOUT_S)
+            except SlurmUnavailable:
+                raise
+            except SlurmError as exc:  # released with its new request: it starts when Slurm can, out of the place
+                log.warning("job %d, reshaped and released, is not running again yet; its place is given up: %s",
+                            job_id, exc)
         finally:
             problems: list[SlurmError] = []
             for argv in (commands.set_reservation(job_id, ""), commands.delete_place(job_id)):
@@ -338,7 +347,8 @@ class SlurmGateway:
         """`commands.reserve_place` for this job: its owner, `nodes` or else those it runs on, long enough for a stop
         within `stop_timeout_s` and a restart within `RESTART_TIMEOUT_S` (one squeue call)."""
         view = self.job(job_id)
-        minutes = max(1, math.ceil((stop_timeout_s + RESTART_TIMEOUT_S) / 60))
+        # The stop, the revocation gap and the restart at their longest, plus a minute for the commands between.
+        minutes = math.ceil((stop_timeout_s + REVOKE_GAP_S + RESTART_TIMEOUT_S) / 60) + 1
         return commands.reserve_place(job_id, tuple(nodes) or view.nodes, view.user, minutes)
 
     def preempt(self, job_id: int, *, stop_timeout_s: float = 120.0) -> None:

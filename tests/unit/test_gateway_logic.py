@@ -3,7 +3,7 @@
 import pytest
 
 from slurm_elastico.errors import InvalidActionError, JobNotPendingError, SlurmError, UnknownJobError
-from slurm_elastico.model import Action, ActionKind
+from slurm_elastico.model import Action, ActionKind, JobState
 from slurm_elastico.slurm.gateway import SlurmGateway, classify
 from slurm_elastico.slurm.gpu_count import GpuCountMismatch
 from slurm_elastico.slurm.runner import Completed
@@ -75,6 +75,23 @@ def test_a_place_slurm_refuses_twice_leaves_the_requeue_as_before():
     assert not any(c[2:3] == ["JobId=23"] and c[3].startswith("Reservation=") for c in runner.calls)
 
 
+def test_a_reshape_carried_out_is_not_failed_by_a_slow_restart():
+    # Held, updated, released with its new share: a restart slower than RESTART_TIMEOUT_S is logged, the place
+    # given up (job out of it, deleted), and the reshape returns, so the executor keeps the new shape's comment.
+    runner = ScriptedRunner([(lambda a: a[0] == "squeue", 0, RUNNING_2205.read_text(), "")])
+    gw = SlurmGateway(runner, sleep=lambda s: None)
+
+    def wait_state(job_id, states, timeout_s):
+        if JobState.PENDING not in states:
+            raise SlurmError(["squeue"], 0, "", f"job {job_id} did not reach running within {timeout_s:g} s")
+    gw.wait_state = wait_state
+    gw.requeue_with_share(23, 30)
+    assert [c[:2] + c[2:3] for c in runner.calls[-3:]] == [["scontrol", "release", "23"],
+                                                           ["scontrol", "update", "JobId=23"],
+                                                           ["scontrol", "delete", "ReservationName=elastico-requeue-23"]]
+    assert runner.calls[-2][3] == "Reservation="
+
+
 DELETE = ["scontrol", "delete", "ReservationName=elastico-requeue-7"]
 OUT_OF_IT = ["scontrol", "update", "JobId=7", "Reservation="]
 
@@ -121,7 +138,7 @@ def test_dry_run_argv_matches_reshape_sequence():
     gw = SlurmGateway(ScriptedRunner([(lambda a: a[0] == "squeue", 0, RUNNING_2205.read_text(), "")]))
     act = Action(ActionKind.RESHAPE_RUNNING, 23, "faster", share=50, nodes=("n2",))
     assert gw.argv_for(act) == [
-        ["scontrol", "create", "reservation", "ReservationName=elastico-requeue-23", "StartTime=now", "Duration=3",
+        ["scontrol", "create", "reservation", "ReservationName=elastico-requeue-23", "StartTime=now", "Duration=5",
          "Nodes=n2", "Users=root", "Flags=IGNORE_JOBS,NO_HOLD_JOBS_AFTER_END"],
         ["scontrol", "requeuehold", "23"],
         ["scontrol", "update", "JobId=23", "Gres=mps:50"],

@@ -156,6 +156,30 @@ def test_a_comment_that_cannot_be_put_back_is_said_in_the_failed_actions_error()
     assert out[1].status == "failed" and "could not be put back" in out[1].error
 
 
+def test_a_job_gone_before_its_reshape_fails_that_action_not_the_epoch():
+    from slurm_elastico.errors import UnknownJobError
+    from slurm_elastico.helper.executor import execute
+    from slurm_elastico.helper.journal import MemoryJournal
+
+    class Reads:  # the real gateway's argv_for reads a reshaped job (its owner and nodes, for its place)
+        applied = []
+
+        def argv_for(self, action):
+            if action.job_id == 1 and action.kind is ActionKind.RESHAPE_RUNNING:
+                raise UnknownJobError(["squeue"], 1, "Invalid job id specified")
+            return [["scontrol"]]
+
+        def apply(self, action):
+            if action.job_id == 1 and action.kind is ActionKind.RESHAPE_RUNNING:
+                raise UnknownJobError(["squeue"], 1, "Invalid job id specified")
+            self.applied.append(action)
+
+    acts = [Action(ActionKind.RESHAPE_RUNNING, 1, "t", share=50, nodes=("n1",)), Action(ActionKind.SIGNAL, 2, "t", signal="USR1")]
+    out = execute(acts, Reads(), MemoryJournal(), NOW)
+    assert [o.status for o in out] == ["failed", "done"] and [a.job_id for a in Reads.applied] == [2]
+    assert out[0].argv == () and "Invalid job id" in out[0].error
+
+
 def test_the_admin_comment_keeps_a_sites_parts_and_a_job_without_a_family_gets_no_action(journal):
     import dataclasses
 
