@@ -583,6 +583,9 @@ class SimCluster:
             raise UnknownJobError(commands.release(job_id), 1, f"Invalid job id specified: {job_id}")
         job.held = False
 
+    def forget_place(self, job_id: int) -> None:
+        """Recovery's clean-up of a place kept for a requeued job: the simulated requeue keeps none (no gap)."""
+
     # ------------------------------------------------------------- audit
 
     def check(self) -> None:

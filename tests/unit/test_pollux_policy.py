@@ -303,3 +303,16 @@ def test_under_the_peers_rule_a_gang_is_placed_unevenly_and_the_simulator_starts
     sim.check()
     got = {sim.nodes[ni].name: int(k) for ni, k in zip(*np.unique([ni for ni, _ in job.alloc], return_counts=True))}
     assert got == want and job.placement == (4, 1)
+
+
+def test_recovery_settles_a_simulated_reshape_left_open():
+    # A simulated reshape that failed leaves its row open, as a live one does; the next epoch's recovery must
+    # settle it against the simulated cluster too (it asks the gateway to forget the job's kept place).
+    from slurm_elastico.helper.journal import MemoryJournal
+    from slurm_elastico.helper.recovery import recover
+
+    sim = SimCluster(8, gpus_per_node=4)
+    journal = MemoryJournal()
+    journal.plan(0.0, Action(ActionKind.RESHAPE_RUNNING, 99, "t", share=50, nodes=("n0000",)))
+    notes = recover(sim, journal, sim.snapshot(), 60.0)
+    assert notes and not journal.unsettled()  # job 99 is not in the cluster: the row is closed, with a note
