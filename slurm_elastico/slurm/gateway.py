@@ -266,14 +266,22 @@ class SlurmGateway:
         """
         share_argv = commands.set_share(job_id, share, self.shares_per_gpu)  # validate before touching the job
         nodes_argv = commands.set_nodes(job_id, tuple(nodes)) if nodes else None
+
+        def update() -> None:
+            self._run(share_argv)
+            if nodes_argv:
+                self._run(nodes_argv)
+        self._requeue(job_id, nodes, stop_timeout_s, update)
+
+    def _requeue(self, job_id: int, nodes: Sequence[str], stop_timeout_s: float, update: Callable[[], None]) -> None:
+        """The requeue both reshapes share: its place kept (`_place_kept`), requeuehold, wait until it is
+        pending, `update()` its request, into its place, StartTime=now, release; released whatever fails."""
         with self._place_kept(job_id, nodes, stop_timeout_s) as place:
             self._run(commands.requeue_hold(job_id))
             held_at = self._clock()
             try:
                 self.wait_state(job_id, (JobState.PENDING,), stop_timeout_s)
-                self._run(share_argv)
-                if nodes_argv:
-                    self._run(nodes_argv)
+                update()
                 if place is not None:
                     self._run(commands.set_reservation(job_id, place))
                 self._run(commands.start_now(job_id))
@@ -420,21 +428,11 @@ class SlurmGateway:
         argv = commands.set_gpu_count(job_id, gpus, tuple(nodes))
         version, current = self._gpu_request(job_id)
         gpu_count.check_change(version, job_id, current)
-        with self._place_kept(job_id, nodes, stop_timeout_s) as place:
-            self._run(commands.requeue_hold(job_id))
-            held_at = self._clock()
-            try:
-                self.wait_state(job_id, (JobState.PENDING,), stop_timeout_s)
-                self._run(argv)
-                self._verify_gpus(job_id, gpus, nodes, argv)
-                if place is not None:
-                    self._run(commands.set_reservation(job_id, place))
-                self._run(commands.start_now(job_id))
-            finally:
-                wait = held_at + REVOKE_GAP_S - self._clock()  # as requeue_with_share: no release in the hold's second
-                if wait > 0:
-                    self._sleep(wait)
-                self._run(commands.release(job_id))
+
+        def update() -> None:
+            self._run(argv)
+            self._verify_gpus(job_id, gpus, nodes, argv)
+        self._requeue(job_id, nodes, stop_timeout_s, update)
 
     def apply(self, action: Action) -> None:
         """Carry out one planner action.
