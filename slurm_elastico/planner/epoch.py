@@ -169,11 +169,12 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
         if (jv.state is JobState.PENDING and (not jv.held or (policy.allot and preempted_by_us(jv.admin_comment)))
                 and (jv.gres is None or jv.gres.kind in ("mps", "gpu", "gpus"))):
             t = table_of(fam)
-            by_id[jv.job_id] = Job(jv, t, 1.0, Seat(jv.job_id, fam.throughput_floor, best_solo=best_solo(t.rows)))
+            by_id[jv.job_id] = Job(jv, t, 1.0, Seat(jv.job_id, fam.throughput_floor, best_solo=best_solo(t.rows),
+                                                    whole=jv.whole_gpus > 0))
         elif jv.state is JobState.RUNNING:
             t = table_of(fam, jv)
-            by_id[jv.job_id] = Job(jv, t, 1.0, Seat(jv.job_id, fam.throughput_floor, best_solo=best_solo(t.rows)),
-                                   running=True)
+            by_id[jv.job_id] = Job(jv, t, 1.0, Seat(jv.job_id, fam.throughput_floor, best_solo=best_solo(t.rows),
+                                                    whole=jv.whole_gpus > 0), running=True)
     # Stand-ins for what the planner does not manage, one per share, all added before the first lookup
     # (a trained model's scorer covers the profiles it was built for; a later one would rebuild it).
     foreign = {shares: cache.add(SoloProfile(kind="train", mps_share=round(percent_of(shares, gs.shares_per_gpu))))

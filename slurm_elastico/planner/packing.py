@@ -92,6 +92,7 @@ class Seat:
     # speed in the gain rule. 0 = unknown: its row's own solo throughput is the reference (f = 1 / slowdown),
     # which the floors already imply whenever floor >= 0.5, i.e. the rule as it was before the gain check.
     best_solo: float = 0.0
+    whole: bool = False  # asks whole GPUs (`gpu:N`): Slurm gives it `gpu_choice.whole_gpus`, not an MPS share's GPU
 
 
 def best_solo(rows: Iterable[Row]) -> float:
@@ -269,15 +270,30 @@ class GpuState:
 
     # -- questions ---------------------------------------------------------
 
-    def slurm_gives(self, g: int, share: int) -> bool:
-        """Whether Slurm gives an `mps:share` job pinned to GPU g's node that very GPU (`gpu_choice.mps_gpu`)."""
-        return self.given(self.gpu_node[g], share) == g
+    def slurm_gives(self, g: int, share: int, whole: bool = False) -> bool:
+        """Whether Slurm gives a job pinned to GPU g's node that very GPU (`given`)."""
+        return self.given(self.gpu_node[g], share, whole) == g
 
-    def given(self, node: int, share: int) -> int:
-        """The GPU Slurm gives an `mps:share` job pinned to `node` (`gpu_choice.mps_gpu`), or -1."""
+    def given(self, node: int, share: int, whole: bool = False) -> int:
+        """The GPU Slurm gives an `mps:share` job pinned to `node` (`gpu_choice.mps_gpu`), or -1; with `whole`, a
+        `gpu:1` job's (`gpu_choice.whole_gpus`: its lowest GPU not held whole, only when that one is idle)."""
         gpus = self.node_gpus[node]
+        if whole:
+            idle, held = self._idle_whole(node, 0.0)
+            taken = whole_gpus(idle, 1, held)
+            return gpus[taken[0]] if taken else -1
         k = mps_gpu([self.free_share[i] + self.blocked[i] for i in gpus], share)
         return gpus[k] if k >= 0 else -1
+
+    def _idle_whole(self, node: int, mem: float) -> tuple[list[bool], list[bool]]:
+        """Per GPU of `node`: idle (no occupant, every share free, `mem` free), and held whole as Slurm sees it (by a
+        gang, or nothing free and no occupant: a foreign `gpu:N` job)."""
+        gpus = self.node_gpus[node]
+        idle = [not self.occ[g] and self.free_share[g] == self.total_share[g] > 0 and self.free_mem[g] >= mem
+                for g in gpus]
+        held = [any(s.gang for s in self.occ[g]) or (not self.occ[g] and not self.free_share[g] + self.blocked[g])
+                for g in gpus]
+        return idle, held
 
     def fits(self, seat: Seat, row: Row, g: int, *, stays: bool = False) -> float:
         """Slowdown `seat` would see at `row` on GPU g, or 0.0 when it may not go there.
@@ -287,7 +303,7 @@ class GpuState:
         """
         if self.free_share[g] < row.share or self.free_mem[g] < row.mem:
             return 0.0
-        if not stays and not self.slurm_gives(g, row.share):
+        if not stays and not self.slurm_gives(g, row.share, seat.whole and row.share >= self.total_share[g]):
             return 0.0
         n = self.gpu_node[g]
         if self.node_cpu[n] < row.cpus or self.node_mem[n] < row.hmem:
@@ -383,14 +399,10 @@ class GpuState:
             return ()
         idle: dict[int, list[bool]] = {}
         whole: dict[int, list[bool]] = {}
-        for node, gpus in self.node_gpus.items():
-            ok = [not self.occ[g] and self.free_share[g] == self.total_share[g] > 0 and self.free_mem[g] >= row.mem
-                  for g in gpus]
+        for node in self.node_gpus:
+            ok, held = self._idle_whole(node, row.mem)
             if any(ok):
-                idle[node] = ok
-                # Held whole as Slurm sees it: by a gang, or nothing free and no occupant (a foreign gpu:N job).
-                whole[node] = [any(s.gang for s in self.occ[g]) or (not self.occ[g] and not self.free_share[g] + self.blocked[g])
-                               for g in gpus]
+                idle[node], whole[node] = ok, held
         if sum(sum(v) for v in idle.values()) < n:
             return ()
 
@@ -438,7 +450,7 @@ class GpuState:
                     continue  # asked before, nothing changed since: counted then
                 n = gpu_node[g]
                 if n not in given:  # nothing changes during the search: the node's answer holds for all its GPUs
-                    given[n] = self.given(n, row.share)
+                    given[n] = self.given(n, row.share, seat.whole and row.share >= self.total_share[g])
                 if given[n] != g:
                     continue  # Slurm would give this node's share elsewhere: not a try
                 slow = self.fits(seat, row, g)

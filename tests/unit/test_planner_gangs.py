@@ -209,3 +209,18 @@ def test_a_gang_shrunk_to_one_gpu_keeps_asking_a_whole_gpu():
     p = plan(nodes, [gang, pend(2, submit=NOW - 600)], {i: gang_family() for i in (1, 2)})
     shrink = next(a for a in p.actions if a.kind is ActionKind.RESHAPE_RUNNING)
     assert (shrink.job_id, shrink.gpus, shrink.share, shrink.nodes) == (1, 1, None, ("n0000",))
+
+
+def test_a_job_asking_a_whole_gpu_is_planned_where_slurm_puts_gpu_1_not_where_a_share_would_go():
+    # Slurm 22.05 gives gpu:1 the lowest GPU not held whole, MPS users or not (planner.gpu_choice): with GPU 0 of
+    # n0000 shared by an MPS job, a gpu:1 job pinned there lands beside it, not on idle GPU 1 (the share rule's).
+    # The other node is held whole: the job must wait rather than be planned on a GPU Slurm would not give it.
+    busy = {("n0001", g): (GpuUse(9, 0, whole=True),) for g in range(4)}
+    nodes = with_users(cluster(8, gpus_per_node=4), {("n0000", 0): (GpuUse(8, 30),), **busy})
+    job = JobView(1, "j1", "u", "gpu", JobState.PENDING, gres=GresRequest("gpu", 1), submit_time=int(NOW - 60))
+    p = plan(nodes, [job], {1: gang_family()})
+    assert not p.placements and not [a for a in p.actions if a.kind in (ActionKind.SET_NODES, ActionKind.SET_GPUS)]
+    # Once GPU 0 is free, n0000 is where Slurm puts it, on GPU 0.
+    free = with_users(cluster(8, gpus_per_node=4), busy)
+    placed = plan(free, [job], {1: gang_family()})
+    assert [(pl.job_id, pl.node, pl.gpu) for pl in placed.placements] == [(1, "n0000", 0)]
