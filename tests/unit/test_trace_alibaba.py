@@ -18,7 +18,7 @@ from benchmarks import sim as bench
 from slurm_elastico.cli import main
 from slurm_elastico.config import Settings
 from slurm_elastico.errors import ConfigError
-from slurm_elastico.sim import experiment, trace
+from slurm_elastico.sim import experiment, pool, trace
 from slurm_elastico.sim.settings import SimSettings
 from slurm_elastico.sim.truth import GPU_MEM_MIB, GroundTruth
 
@@ -136,7 +136,7 @@ def test_the_benchmark_section_compares_policies_over_seeds(truth, tmp_path):
     rows = [(1, 250 + 250 * (k % 3), "Running", k * 600, k * 600 + 1800, k * 600) for k in range(12)]
     rows += [(1, 1000, "Running", k * 900 + 30, k * 900 + 2400, k * 900 + 30) for k in range(8)]
     p = pods(tmp_path / "pods.csv", rows)
-    out = bench.alibaba(truth, str(p), 4.0, 3, ["static", "elastico"])
+    out = bench.alibaba(pool.Runs(truth), str(p), 4.0, 3, ["static", "elastico"])()  # submitted, then finished
     assert out["gpus"] == 8 and out["jobs"] == len(out_jobs := trace.alibaba(p, truth, 0, out["start_h"], 4.0))
     assert out["shared_gpu_jobs"] == sum(j.kind == "infer" for j in out_jobs) > 0
     static = out["policies"]["static"]
@@ -146,7 +146,7 @@ def test_the_benchmark_section_compares_policies_over_seeds(truth, tmp_path):
 
 
 def test_the_benchmark_says_when_the_trace_is_not_given(truth, tmp_path, capsys):
-    figures, why = bench.alibaba_or_why_not(truth, None, quick=True)
+    figures, why = bench.alibaba_or_why_not(pool.Runs(truth), None, quick=True)()
     assert figures is None and capsys.readouterr().out == f"\nalibaba: not run ({why})\n"
     assert "give --alibaba PATH to openb_pod_list_default.csv" in why
     assert "not bundled: it states no license" in why and bench.ALIBABA_ENV in why
