@@ -218,7 +218,8 @@ class SlurmGateway:
 
         Only that place is touched: the job is taken out of a reservation only when Slurm says the place is in
         use, so a job in any other one (a site's, its user's `--reservation`) stays there. No such place:
-        nothing to do. Any other refusal is raised, since a job left inside a place that ends is killed.
+        nothing to do; still in use once the job is out (other jobs put into it): left to end by itself, logged.
+        Any other refusal is raised, since a job left inside a place that ends is killed.
         """
         try:
             self._run(commands.delete_place(job_id))
@@ -231,7 +232,15 @@ class SlurmGateway:
             if not _RESERVATION_BUSY.search(str(exc)):
                 raise
         self._run(commands.set_reservation(job_id, ""))  # the place has a job in it: this one, its only user
-        self._run(commands.delete_place(job_id))
+        try:
+            self._run(commands.delete_place(job_id))
+        except SlurmUnavailable:
+            raise
+        except SlurmError as exc:
+            if not _RESERVATION_BUSY.search(str(exc)):
+                raise
+            # Someone put another job into it: the job is out, which is what matters; the place ends by itself.
+            log.warning("job %d is out of its place, which still holds other jobs: %s", job_id, exc)
 
     def signal(self, job_id: int, sig: str, *, whole_job: bool = False) -> None:
         self._run(commands.signal(job_id, sig, whole_job=whole_job))

@@ -119,6 +119,17 @@ def test_forgetting_a_place_with_the_job_in_it_takes_it_out_then_deletes():
     assert calls == [DELETE, OUT_OF_IT, DELETE]
 
 
+def test_a_place_still_in_use_once_the_job_is_out_is_left_to_end():
+    calls = []
+
+    def run(argv, *, timeout=None):
+        calls.append(list(argv))
+        busy = "Error deleting the reservation: Requested reservation is in use"
+        return Completed(tuple(argv), 1 if list(argv) == DELETE else 0, "", busy if list(argv) == DELETE else "")
+    SlurmGateway(run).forget_place(7)  # another job was put into it: the job is out, nothing raised
+    assert calls == [DELETE, OUT_OF_IT, DELETE]
+
+
 def test_a_place_slurm_will_not_delete_is_an_error_not_silence():
     runner = ScriptedRunner([(lambda a: a == DELETE, 1, "", "Error deleting the reservation: Access/permission denied")])
     with pytest.raises(SlurmError, match="permission denied"):
