@@ -231,7 +231,16 @@ class SlurmGateway:
                 return
             if not _RESERVATION_BUSY.search(str(exc)):
                 raise
-        self._run(commands.set_reservation(job_id, ""))  # the place has a job in it: this one, its only user
+        self._leave_place(job_id)  # the place has a job in it: this one, its only user
+
+    def _leave_place(self, job_id: int) -> None:
+        """Take the job out of its place and delete the place (the job gone: the place all the same). Still in use
+        once the job is out (someone put other jobs into it): the job is out, which is what matters; the place
+        ends by itself, logged. Any other refusal is raised."""
+        try:
+            self._run(commands.set_reservation(job_id, ""))
+        except UnknownJobError as exc:
+            log.info("job %d is gone, nothing of it to take out of its place: %s", job_id, exc)
         try:
             self._run(commands.delete_place(job_id))
         except SlurmUnavailable:
@@ -239,7 +248,6 @@ class SlurmGateway:
         except SlurmError as exc:
             if not _RESERVATION_BUSY.search(str(exc)):
                 raise
-            # Someone put another job into it: the job is out, which is what matters; the place ends by itself.
             log.warning("job %d is out of its place, which still holds other jobs: %s", job_id, exc)
 
     def signal(self, job_id: int, sig: str, *, whole_job: bool = False) -> None:
@@ -349,16 +357,13 @@ class SlurmGateway:
                 log.warning("job %d, reshaped and released, is not running again yet; its place is given up: %s",
                             job_id, exc)
         finally:
-            problems: list[SlurmError] = []
-            for argv in (commands.set_reservation(job_id, ""), commands.delete_place(job_id)):
-                try:
-                    self._run(argv)
-                except UnknownJobError:
-                    pass  # the job is gone: nothing of it to take out
-                except SlurmError as exc:
-                    problems.append(exc)
-            if problems and ok:  # otherwise the body's own error says more
-                raise problems[0]
+            try:
+                self._leave_place(job_id)
+            except SlurmError as exc:
+                if ok:
+                    raise
+                # The body's own error is raised; the reshape's row stays open and recovery gives the place up.
+                log.warning("job %d: its place was not given up (%s); the next epoch's recovery does it", job_id, exc)
 
     def _place_argv(self, job_id: int, nodes: Sequence[str], stop_timeout_s: float = 120.0) -> list[str]:
         """`commands.reserve_place` for this job: its owner, `nodes` or else those it runs on, long enough for a stop
