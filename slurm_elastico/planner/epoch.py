@@ -414,10 +414,10 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
                 actions.append(Action(ActionKind.RESHAPE_RUNNING, jid, why, gpus=seat.row.gpus, nodes=on,
                                       shape=shape.name))
             elif jid not in moved and (seat.row.share == j.view.mps_share
-                                       or (j.view.whole_gpus == 1 and seat.row.share >= state.total_share[seat.gpu])):
+                                       or (j.view.whole_gpus == 1 and _one_whole_gpu(j, state))):
                 # Same resources, new knobs: elastico-run relaunches in place on USR1, no requeue.
                 actions.append(Action(ActionKind.SIGNAL, jid, why, signal="USR1", shape=shape.name))
-            elif j.view.whole_gpus and seat.row.share >= state.total_share[seat.gpu]:
+            elif _one_whole_gpu(j, state):
                 # Asks whole GPUs (a gang shrunk to one GPU, or a gpu:1 job moved): it keeps asking whole GPUs,
                 # since Slurm 22.05 refuses to move a job from gpu to mps ("Invalid generic resource").
                 actions.append(Action(ActionKind.RESHAPE_RUNNING, jid, why, gpus=1, nodes=(node,), shape=shape.name))
@@ -435,7 +435,7 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
             actions.append(Action(ActionKind.SET_ADMIN_COMMENT, jid, why, shape=shape.name, text=comment))
         if seat.gang:
             actions.append(Action(ActionKind.SET_GPUS, jid, why, gpus=seat.row.gpus, nodes=on, shape=shape.name))
-        elif j.view.whole_gpus and seat.row.share >= state.total_share[seat.gpu]:
+        elif _one_whole_gpu(j, state):
             # Asks whole GPUs (elastico-submit starts a family with GPU counts on gpu:1) and gets all of one:
             # it keeps asking whole GPUs, since Slurm 22.05 refuses to move a job from gpu to mps.
             if j.view.whole_gpus != 1:
@@ -736,6 +736,12 @@ def _move(job: Job, state: GpuState, now: float, progress: Mapping[int, float], 
     else:
         state.place(seat, row, g)
     return saved, work / rate_now if rate_now > 0 else math.inf
+
+
+def _one_whole_gpu(job: Job, state: GpuState) -> bool:
+    """The job asks whole GPUs (`gpu:N`) and is placed on all of one GPU: Slurm must be asked `gpu:1`, never an MPS
+    share (22.05 refuses to move a job from gpu to mps: "Invalid generic resource")."""
+    return bool(job.view.whole_gpus) and job.seat.row.share >= state.total_share[job.seat.gpu]
 
 
 def _size(row: Row, state: GpuState, g: int) -> float:

@@ -270,6 +270,10 @@ class GpuState:
 
     # -- questions ---------------------------------------------------------
 
+    def asks_one_whole(self, seat: Seat, row: Row, g: int) -> bool:
+        """Whether `seat` at `row` on GPU g is asked of Slurm as `gpu:1` (a job asking whole GPUs, all of one GPU)."""
+        return seat.whole and row.share >= self.total_share[g]
+
     def slurm_gives(self, g: int, share: int, whole: bool = False) -> bool:
         """Whether Slurm gives a job pinned to GPU g's node that very GPU (`given`)."""
         return self.given(self.gpu_node[g], share, whole) == g
@@ -303,7 +307,7 @@ class GpuState:
         """
         if self.free_share[g] < row.share or self.free_mem[g] < row.mem:
             return 0.0
-        if not stays and not self.slurm_gives(g, row.share, seat.whole and row.share >= self.total_share[g]):
+        if not stays and not self.slurm_gives(g, row.share, self.asks_one_whole(seat, row, g)):
             return 0.0
         n = self.gpu_node[g]
         if self.node_cpu[n] < row.cpus or self.node_mem[n] < row.hmem:
@@ -450,7 +454,7 @@ class GpuState:
                     continue  # asked before, nothing changed since: counted then
                 n = gpu_node[g]
                 if n not in given:  # nothing changes during the search: the node's answer holds for all its GPUs
-                    given[n] = self.given(n, row.share, seat.whole and row.share >= self.total_share[g])
+                    given[n] = self.given(n, row.share, self.asks_one_whole(seat, row, g))
                 if given[n] != g:
                     continue  # Slurm would give this node's share elsewhere: not a try
                 slow = self.fits(seat, row, g)
