@@ -87,7 +87,7 @@ def _signal(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)
     except ProcessLookupError:
-        pass
+        pass  # it has exited already: what the signal was for
 
 
 def tail(path: Path, lines: int = 15) -> str:
