@@ -45,39 +45,78 @@ from slurm_elastico.interference.base import ContentionModel, SoloProfile  # noq
 from slurm_elastico.interference.evaluation import fit_model, split  # noqa: E402
 from slurm_elastico.interference.gavel import import_gavel  # noqa: E402
 from slurm_elastico.interference.predictor import TrainConfig, train  # noqa: E402
-from slurm_elastico.interference.scoring import TRIVIAL, cross_score, model_norms_and_margins, pair_norms  # noqa: E402
-from slurm_elastico.interference.transfer import fit_transfer  # noqa: E402
+from slurm_elastico.interference.scoring import (  # noqa: E402
+    TRIVIAL, cross_score, model_norms_and_margins, pair_norms, true_norms,
+)
+from slurm_elastico.interference.transfer import admission_tables, fit_transfer  # noqa: E402
 from slurm_elastico.planner.slowdown import PairCache  # noqa: E402
 
 GAVEL = ROOT / "tests" / "data" / "gavel"
 MLP = TrainConfig(hidden=32, weight_decay=1e-4, epochs=500, use_family=True)
 FLOOR = 0.6
 METHODS = ("prior-corrected", "mlp", "contention", "fitted prior", *TRIVIAL)
+TARGETS = (0.05, 0.10, 0.15, 0.20)  # false-admission targets of the calibration: the trade-off curve
 
 
-def heldout(obs, kind: str, quick: bool) -> tuple[dict[str, dict[str, float]], int, float]:
-    """Pooled held-out metrics per method over the folds of `kind`; (metrics, folds run, seconds)."""
+def auc(pred: np.ndarray, good: np.ndarray) -> float:
+    """Probability that a good pair is predicted above a bad one (ties half): how well predictions rank pairs."""
+    g, b = pred[good], pred[~good]
+    if not len(g) or not len(b):
+        return float("nan")
+    return float(np.mean(g[:, None] > b[None, :]) + 0.5 * np.mean(g[:, None] == b[None, :]))
+
+
+def oracle(pred: np.ndarray, good: np.ndarray, false_rate: float = 0.10) -> float:
+    """Good pairs admitted by the best single threshold on `pred` that admits at most `false_rate` of the bad ones,
+    chosen on the answers: a bound for any calibration of these predictions, not a result."""
+    if not good.any() or good.all():
+        return float("nan")
+    bad = np.sort(pred[~good])[::-1]
+    k = int(np.floor(false_rate * len(bad)))  # admit the k highest bad pairs at most
+    bar = bad[k] if k < len(bad) else -np.inf
+    return float(np.mean(pred[good] > bar))
+
+
+def heldout(obs, kind: str, quick: bool) -> tuple[dict, dict, list[dict], list[str], float]:
+    """Pooled held-out metrics per method over the folds of `kind`: (metrics, the prior-corrected model's metrics
+    per calibration target, its ranking per fold, the names of the folds run, seconds)."""
     folds = split(obs, kind, k=4, seed=0)
     if quick and kind == "leave-one-model-out":
         folds = folds[:2]
 
+    per_fold: list[dict] = []
+
     def others(model, train_obs, test_obs):
         mlp = train(train_obs, MLP, seed=0) if quick else fit_model(train_obs, "leave-one-model-out", FLOOR)[0]
-        return {"mlp": model_norms_and_margins(mlp, test_obs),
-                "fitted prior": (pair_norms(model.prior, test_obs), np.zeros(len(test_obs)))}
+        out = {"mlp": model_norms_and_margins(mlp, test_obs),
+               "fitted prior": (pair_norms(model.prior, test_obs), np.zeros(len(test_obs)))}
+        pred = model_norms_and_margins(model, test_obs)[0].min(axis=1)
+        good = true_norms(test_obs).min(axis=1) >= FLOOR
+        per_fold.append({"good": int(good.sum()), "pairs": len(good), "auc": auc(pred, good),
+                         "oracle": oracle(pred, good)})
+        calibrated = model.admission
+        for target in TARGETS:  # the same predictions, thresholds calibrated to another false-admission target
+            model.admission = admission_tables(model.calibration, target)
+            out[f"target {target:.2f}"] = model_norms_and_margins(model, test_obs)
+        model.admission = calibrated
+        return out
 
     t0 = time.perf_counter()
     score = cross_score(obs, folds, fit_transfer, FLOOR, others)
     table = dict(score.metrics)
     table["prior-corrected"] = table.pop("model")
-    return {m: table[m] for m in METHODS}, len(folds), time.perf_counter() - t0
+    curve = {t: table[f"target {t:.2f}"] for t in TARGETS}
+    ran = [name for name, tr, te in folds  # the folds cross_score runs: pairs that ran together on both sides
+           if any(obs[i].fits for i in tr) and any(obs[i].fits for i in te)]
+    return {m: table[m] for m in METHODS}, curve, per_fold, ran, time.perf_counter() - t0
 
 
 def accuracy(obs, quick: bool) -> dict:
     kinds = ["leave-one-gpu-out", "leave-one-model-out"] + ([] if quick else ["kfold"])
     result = {}
     for kind in kinds:
-        table, n_folds, secs = heldout(obs, kind, quick)
+        table, curve, per_fold, names, secs = heldout(obs, kind, quick)
+        n_folds = len(names)
         best = min(TRIVIAL, key=lambda m: table[m]["mape_norm"])
         print(f"\n{kind}: {n_folds} folds, {secs:.0f} s; pooled held-out pairs; floor {FLOOR}")
         print(f"{'method':<17}{'MAPE norm':>10}{'MAPE slowdown':>15}{'false adm.':>12}{'good admitted':>15}"
@@ -87,7 +126,17 @@ def accuracy(obs, quick: bool) -> dict:
             print(f"{m:<17}{x['mape_norm']:>10.1%}{x['mape_slowdown']:>15.1%}{x['false_admission']:>12.1%}"
                   f"{x['good_admitted']:>15.1%}{x['bad_of_admitted']:>13.1%}"
                   f"{x['mape_norm'] / table[best]['mape_norm']:>16.2f}")
-        result[kind] = {"folds": n_folds, "best_trivial": best, "metrics": table}
+        print("prior-corrected, thresholds calibrated (on training folds) to another false-admission target:")
+        print(f"{'target':>8}{'false adm.':>12}{'good admitted':>15}{'bad of adm.':>13}")
+        for t, x in curve.items():
+            print(f"{t:>8.2f}{x['false_admission']:>12.1%}{x['good_admitted']:>15.1%}{x['bad_of_admitted']:>13.1%}")
+        print("ranking per fold (worst job's predicted normalized throughput, good vs bad pairs): AUC; good admitted "
+              "by the best threshold admitting <= 10 % of the fold's bad pairs, chosen on its answers (a bound)")
+        for name, f in zip(names, per_fold, strict=True):
+            print(f"  {name:<18} {f['good']:>3} good of {f['pairs']:>3}  AUC {f['auc']:.2f}  oracle {f['oracle']:.0%}")
+        result[kind] = {"folds": n_folds, "best_trivial": best, "metrics": table,
+                        "curve": {f"{t:.2f}": x for t, x in curve.items()},
+                        "per_fold": {n: f for n, f in zip(names, per_fold, strict=True)}}
     return result
 
 
@@ -162,7 +211,9 @@ def main() -> None:
     figures = {"pairs": len(a), "threads": args.threads, "train_s": round(train_s, 2),
                "transfer_train_s": round(transfer_s, 2), "target_ms": 5.0,
                "heldout": {k: {"folds": v["folds"], "best_trivial": v["best_trivial"],
-                               "metrics": {m: {x: round(y, 4) for x, y in d.items()} for m, d in v["metrics"].items()}}
+                               "metrics": {m: {x: round(y, 4) for x, y in d.items()} for m, d in v["metrics"].items()},
+                               "curve": {t: {x: round(y, 4) for x, y in d.items()} for t, d in v["curve"].items()},
+                               "per_fold": {n: {x: round(y, 4) for x, y in d.items()} for n, d in v["per_fold"].items()}}
                            for k, v in held.items()}}
     figures.update({name.replace(" ", "_").replace("(a,_b)", "ab").lower(): round(ms, 3) for name, ms in rows})
     print(json.dumps(figures))

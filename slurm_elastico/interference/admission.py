@@ -50,45 +50,49 @@ _FLOORS = np.array(FLOORS)
 Group = tuple[np.ndarray, np.ndarray]  # (predicted, true) worst normalized throughput of each held-out pair
 
 
-def _threshold(pred: np.ndarray, truth: np.ndarray, floor: float) -> float:
+def _threshold(pred: np.ndarray, truth: np.ndarray, floor: float, target: float = TARGET) -> float:
     bad = np.sort(pred[truth < floor])
     n = len(bad)
     if n == 0:
         return -math.inf
-    k = math.ceil(n * (1.0 - TARGET)) + 1  # 1-based rank: at most TARGET·n of the n bad pairs are >= it
+    k = math.ceil(n * (1.0 - target)) + 1  # 1-based rank: at most target·n of the n bad pairs are >= it
     return float(bad[k - 1]) if k <= n else float(np.nextafter(bad[-1], math.inf))
 
 
-def _group_mean_threshold(groups: Sequence[Group], floor: float) -> float:
+def _group_mean_threshold(groups: Sequence[Group], floor: float, target: float = TARGET) -> float:
     """The least t at which the mean over groups (with a bad pair at `floor`) of each group's share of bad pairs
-    predicted >= t is at most TARGET."""
+    predicted >= t is at most `target`."""
     bad = [np.sort(p[y < floor]) for p, y in groups]
     bad = [b for b in bad if len(b)]
     if not bad:
         return -math.inf
     cand = np.unique(np.concatenate(bad + [np.array([np.nextafter(max(b[-1] for b in bad), math.inf)])]))
     share = np.mean([1.0 - np.searchsorted(b, cand, side="left") / len(b) for b in bad], axis=0)
-    return float(cand[np.argmax(share <= TARGET)])  # share is nonincreasing and 0 at the last candidate
+    return float(cand[np.argmax(share <= target)])  # share is nonincreasing and 0 at the last candidate
 
 
-def thresholds(groups: Sequence[Group], by_group: str = "pooled") -> np.ndarray:
+def thresholds(groups: Sequence[Group], by_group: str = "pooled", target: float = TARGET) -> np.ndarray:
     """t(f) for every floor of `FLOORS` (nondecreasing in f); empty groups are skipped; no pairs: all inf.
 
     `by_group`: "pooled" (every pair counts alike), "mean" (also the mean of the groups' rates within the
-    target) or "worst" (also every group with at least 1 / TARGET bad pairs at that floor within it)."""
+    target) or "worst" (also every group with at least 1 / target bad pairs at that floor within it).
+    `target`: the share of bad pairs that may pass (`TARGET`; another value draws a trade-off curve)."""
     if by_group not in ("pooled", "mean", "worst"):
         raise ValueError(f"by_group {by_group!r}: use pooled, mean or worst")
+    if not 0 < target < 1:
+        raise ValueError(f"target {target!r}: the share of bad pairs admitted must be in (0, 1)")
     groups = [(np.asarray(p, dtype=float), np.asarray(t, dtype=float)) for p, t in groups if len(p)]
     if not groups:
         return np.full(len(FLOORS), math.inf)
     p, y = np.concatenate([g[0] for g in groups]), np.concatenate([g[1] for g in groups])
-    t = np.array([_threshold(p, y, f) for f in FLOORS])
+    t = np.array([_threshold(p, y, f, target) for f in FLOORS])
     if by_group == "mean":
-        t = np.maximum(t, [_group_mean_threshold(groups, f) for f in FLOORS])
+        t = np.maximum(t, [_group_mean_threshold(groups, f, target) for f in FLOORS])
     elif by_group == "worst":
-        least = math.ceil(1.0 / TARGET)  # a group's rate of TARGET is measurable from this many bad pairs on
+        least = math.ceil(1.0 / target)  # a group's rate of `target` is measurable from this many bad pairs on
         for gp, gy in groups:
-            t = np.maximum(t, [_threshold(gp, gy, f) if np.sum(gy < f) >= least else -math.inf for f in FLOORS])
+            t = np.maximum(t, [_threshold(gp, gy, f, target) if np.sum(gy < f) >= least else -math.inf
+                               for f in FLOORS])
     return np.maximum.accumulate(t)
 
 

@@ -13,8 +13,8 @@ the training residuals log S − log S_prior, with the product kernel
 
     k = k_job(a, a') · k_job(b, b') · k_gpu(gpu, gpu')
 
-`k_job` compares two jobs on standardized numeric features (log steps/s,
-log batch, SM and bandwidth utilisation, memory used, MPS share; a feature
+`k_job` compares two jobs on standardized numeric features (log steps/s
+per GB/s of the GPU's memory bandwidth, `Encoder`; log batch, SM and bandwidth utilisation, memory used, MPS share; a feature
 measured on one job and not the other counts as one length scale apart),
 times `family_sim` unless both have the same known model family, times
 e^-1 if their kinds (train/infer) differ and e^-0.5 if their precisions do.
@@ -61,8 +61,8 @@ from slurm_elastico.interference.measurements import Colocation, samples
 from slurm_elastico.interference.specs import spec_of
 
 FILE_FORMAT = "slurm-elastico/iac-prior-corrected"
-FILE_VERSION = 2
-NUMERIC = ("log_throughput", "log_batch", "sm_util", "membw_util", "mem_used_gib", "mps_share")
+FILE_VERSION = 3  # 3: throughput per unit of the GPU's memory bandwidth
+NUMERIC = ("log_steps_per_bw", "log_batch", "sm_util", "membw_util", "mem_used_gib", "mps_share")
 KINDS = ("train", "infer")
 PRECISIONS = ("fp32", "fp16", "bf16", "fp8")  # code 1.. ; 0 = not stated
 FALSE_ADMISSION_TARGET = 0.10  # the share of held-out pairs whose truth may fall below prediction / (1 + margin)
@@ -88,8 +88,14 @@ def _log(x: float) -> float:
     return math.log(x) if x > 0 else math.nan
 
 
-def _raw(p: SoloProfile) -> tuple[float, ...]:
-    return (_log(p.throughput), _log(p.batch), p.sm_util, p.membw_util, p.mem_used_mib / 1024.0,
+def log_bandwidth(gpu_type: str | None) -> float:
+    """ln of the memory bandwidth (GB/s) of `gpu_type` by its spec; NaN for a type with no listed spec (or None)."""
+    spec = None if gpu_type is None else spec_of(gpu_type)
+    return math.nan if spec is None else math.log(spec.mem_bw_gbs)
+
+
+def _raw(p: SoloProfile, log_bw: float) -> tuple[float, ...]:
+    return (_log(p.throughput) - log_bw, _log(p.batch), p.sm_util, p.membw_util, p.mem_used_mib / 1024.0,
             min(max(p.mps_share, 1), 100) / 100.0)
 
 
@@ -108,19 +114,32 @@ class Jobs:
 
 @dataclass(frozen=True)
 class Encoder:
+    """Standardizes jobs' numeric features; a job's speed is read per unit of its GPU's memory bandwidth.
+
+    Steps/s is not comparable across GPU types: the same job runs about as much faster on a bigger GPU as the
+    GPU is bigger, so raw steps/s would place every job of an unseen, faster type outside the training range.
+    Steps per GB of the GPU's memory bandwidth (`specs`) is about the same job on either type: how heavy a step
+    is for the hardware. `ref_log_bw` (the training samples' mean ln bandwidth) stands in for a GPU type with
+    no listed spec, and for a view asked without a GPU type."""
+
     numeric: tuple[str, ...]
     mean: tuple[float, ...]
     std: tuple[float, ...]
     families: tuple[str, ...]
+    ref_log_bw: float = 0.0
 
     @classmethod
-    def fit(cls, profiles: Sequence[SoloProfile]) -> Encoder:
-        raw = np.array([_raw(p) for p in profiles], dtype=float).reshape(-1, len(NUMERIC))
-        return cls(*measured_stats(raw, NUMERIC), tuple(sorted({p.model_family for p in profiles if p.model_family})))
+    def fit(cls, profiles: Sequence[SoloProfile], gpus: Sequence[str]) -> Encoder:
+        known = [b for b in map(log_bandwidth, gpus) if not math.isnan(b)]
+        ref = float(np.mean(known)) if known else 0.0
+        raw = _raw_matrix(profiles, gpus, ref)
+        return cls(*measured_stats(raw, NUMERIC), tuple(sorted({p.model_family for p in profiles if p.model_family})),
+                   ref)
 
-    def encode(self, profiles: Sequence[SoloProfile]) -> Jobs:
+    def encode(self, profiles: Sequence[SoloProfile], gpus: Sequence[str | None] | str | None) -> Jobs:
+        """`gpus`: each profile's GPU type, or one type (or None: unknown) for all of them."""
         cols = [NUMERIC.index(n) for n in self.numeric]
-        raw = np.array([_raw(p) for p in profiles], dtype=float).reshape(-1, len(NUMERIC))[:, cols]
+        raw = _raw_matrix(profiles, gpus, self.ref_log_bw)[:, cols]
         x = (raw - np.array(self.mean)) / np.array(self.std) if cols else raw
         fam = {f: i for i, f in enumerate(self.families)}
         family = np.array([fam.get(p.model_family, -1) for p in profiles], dtype=np.int64)
@@ -128,6 +147,15 @@ class Encoder:
         precision = np.array([PRECISIONS.index(p.precision) + 1 if p.precision in PRECISIONS else 0
                               for p in profiles], dtype=np.int64)
         return Jobs(x, family, kind, precision)
+
+
+def _raw_matrix(profiles: Sequence[SoloProfile], gpus: Sequence[str | None] | str | None, ref: float) -> np.ndarray:
+    if gpus is None or isinstance(gpus, str):
+        gpus = [gpus] * len(profiles)
+    cache: dict = {}
+    offsets = [cache.setdefault(g, log_bandwidth(g)) for g in gpus]
+    return np.array([_raw(p, ref if math.isnan(b) else b) for p, b in zip(profiles, offsets, strict=True)],
+                    dtype=float).reshape(-1, len(NUMERIC))
 
 
 def job_kernel(a: Jobs, b: Jobs, cfg: KernelConfig) -> np.ndarray:
@@ -257,6 +285,9 @@ class PriorCorrected:
         self.training_mean_norm = training_mean_norm
         self.heldout = heldout
         self.admission = admission  # thresholds per floor (`admission.FLOORS`) for seen, family, gpu pairs
+        # The held-out pairs `admission` was calibrated on, per kind of fold (`admission_tables`); None when loaded
+        # from a file (it keeps the thresholds only).
+        self.calibration: dict[str, Cross] | None = None
         self.gpu_types = tuple(gpu_types)
         self.gpu = gpu  # None: each training sample counts as if on the query's GPU (no discount); use on_gpu
         self.margins = margins_from_heldout(heldout)
@@ -295,7 +326,7 @@ class PriorCorrected:
     # -- predictions ---------------------------------------------------------------
     def _table(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
         """Correction f of every pair of `profiles` (i next to j)."""
-        k = job_kernel(self.encoder.encode(profiles), self.fitted.jobs, self.config)
+        k = job_kernel(self.encoder.encode(profiles, self.gpu), self.fitted.jobs, self.config)
         return (k @ self._pair_weights) @ k.T
 
     def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
@@ -305,7 +336,7 @@ class PriorCorrected:
             return np.zeros(0)
         if len(profiles) ** 2 <= 4 * len(ia):  # few distinct jobs: the whole table, then look pairs up
             return self.predict_matrix(profiles)[ia, ib]
-        k = job_kernel(self.encoder.encode(profiles), self.fitted.jobs, self.config)
+        k = job_kernel(self.encoder.encode(profiles, self.gpu), self.fitted.jobs, self.config)
         kw = k @ self._pair_weights
         corr = np.einsum("ij,ij->i", kw[ia], k[ib])
         prior = self.prior.predict([profiles[i] for i in ia], [profiles[i] for i in ib])
@@ -349,7 +380,7 @@ class PriorCorrected:
         smp = samples_of(observations)
         if len(smp.log_s) < 2:
             return
-        jobs = self.encoder.encode([*smp.selves, *smp.partners])
+        jobs = self.encoder.encode([*smp.selves, *smp.partners], [*smp.gpus, *smp.gpus])
         n = len(smp.selves)
         target = smp.log_s - np.log(self.prior.predict(smp.selves, smp.partners))
         self.restore(self._base.plus(jobs, np.arange(n), np.arange(n, 2 * n), smp.gpus, target).refit(self.config))
@@ -369,7 +400,8 @@ class PriorCorrected:
                 "prior": {"default_sm": self.prior.default_sm, "default_bw": self.prior.default_bw,
                           "kappa": self.prior.kappa},
                 "encoder": {"numeric": list(self.encoder.numeric), "mean": list(self.encoder.mean),
-                            "std": list(self.encoder.std), "families": list(self.encoder.families)},
+                            "std": list(self.encoder.std), "families": list(self.encoder.families),
+                            "ref_log_bw": self.encoder.ref_log_bw},
                 "training_mean_norm": self.training_mean_norm, "gpu_types": list(self.gpu_types),
                 "heldout": self.heldout, "margins": self.margins,
                 "admission": {"floors": list(FLOORS), **{k: to_json(v) for k, v in self.admission.items()}},
@@ -393,7 +425,7 @@ class PriorCorrected:
         try:
             enc = blob["encoder"]
             encoder = Encoder(tuple(enc["numeric"]), tuple(map(float, enc["mean"])), tuple(map(float, enc["std"])),
-                              tuple(enc["families"]))
+                              tuple(enc["families"]), float(enc["ref_log_bw"]))
             if any(n not in NUMERIC for n in encoder.numeric):
                 raise ValueError(f"unknown features {encoder.numeric}")
             t = blob["train"]
@@ -555,7 +587,7 @@ def _sample_kernels(jobs: Jobs, self_idx: np.ndarray, partner_idx: np.ndarray, g
 
 
 def _kernels(smp: Samples, enc: Encoder, cfg: KernelConfig) -> _Kernels:
-    jobs, idx = distinct_jobs(enc.encode([*smp.selves, *smp.partners]))
+    jobs, idx = distinct_jobs(enc.encode([*smp.selves, *smp.partners], [*smp.gpus, *smp.gpus]))
     n = len(smp.selves)
     return _sample_kernels(jobs, idx[:n], idx[n:], smp.gpus, cfg)
 
@@ -569,7 +601,7 @@ def fit_transfer(observations: Sequence[Colocation], seed: int = 0,
         raise MeasurementError(f"training needs at least 2 pairs that ran together; got {len(smp.log_s) // 2}")
     prior = fit_prior(smp)
     prior_log = np.log(prior.predict(smp.selves, smp.partners))
-    enc = Encoder.fit([*smp.selves, *smp.partners])
+    enc = Encoder.fit([*smp.selves, *smp.partners], [*smp.gpus, *smp.gpus])
     families = {p.model_family for o in obs for p in (o.a, o.b) if p.model_family}
     select_kind = "leave-one-model-out" if len(families) >= 3 else "kfold"
     best = None
@@ -588,24 +620,27 @@ def fit_transfer(observations: Sequence[Colocation], seed: int = 0,
         crosses["leave-one-gpu-out"] = _cross(obs, smp, prior_log, ker, cfg, "leave-one-gpu-out", seed)
     heldout = {kind: heldout_error(*_pooled(c)) for kind, c in crosses.items()}
     alpha = _solve(ker.job * ker.gpu, smp.log_s - prior_log, cfg.lam)
-    jobs, idx = distinct_jobs(enc.encode([*smp.selves, *smp.partners]))
+    jobs, idx = distinct_jobs(enc.encode([*smp.selves, *smp.partners], [*smp.gpus, *smp.gpus]))
     n = len(smp.selves)
     fitted = Fitted(jobs, idx[:n], idx[n:], list(smp.gpus), alpha, smp.log_s - prior_log)
     mean_norm = 1.0 / float(np.mean(np.exp(smp.log_s)))
-    return PriorCorrected(prior, enc, cfg, fitted, mean_norm, heldout, sorted(set(smp.gpus)),
-                          admission_tables(crosses))
+    model = PriorCorrected(prior, enc, cfg, fitted, mean_norm, heldout, sorted(set(smp.gpus)),
+                           admission_tables(crosses))
+    model.calibration = crosses
+    return model
 
 
-def admission_tables(crosses: dict[str, Cross]) -> dict[str, np.ndarray]:
+def admission_tables(crosses: dict[str, Cross], target: float = ADMISSION_TARGET) -> dict[str, np.ndarray]:
     """Admission thresholds per kind of pair (`admission`), from the held-out folds of the matching shift.
 
     seen: k-fold, pooled. Unseen family: leave-one-model-out (k-fold with fewer than 3 families), pooled and
     the mean of its folds' rates. Unseen GPU type: the worst single fold of leave-one-GPU-out, or of
     leave-one-model-out (k-fold) when training had one GPU type. Never below the seen thresholds."""
-    seen = thresholds(_worst(crosses["kfold"]))
+    seen = thresholds(_worst(crosses["kfold"]), target=target)
     family_cross = crosses.get("leave-one-model-out", crosses["kfold"])
-    family = np.maximum(seen, thresholds(_worst(family_cross), by_group="mean"))
-    gpu = np.maximum(seen, thresholds(_worst(crosses.get("leave-one-gpu-out", family_cross)), by_group="worst"))
+    family = np.maximum(seen, thresholds(_worst(family_cross), by_group="mean", target=target))
+    gpu = np.maximum(seen, thresholds(_worst(crosses.get("leave-one-gpu-out", family_cross)), by_group="worst",
+                                      target=target))
     return {"seen": seen, "family": family, "gpu": gpu}
 
 

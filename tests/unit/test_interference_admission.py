@@ -87,3 +87,17 @@ def test_group_mean_holds_the_mean_of_the_groups_rates_to_the_target():
     assert np.mean(rates) <= TARGET
     with pytest.raises(ValueError, match="pooled, mean or worst"):
         thresholds([big], by_group="max")
+
+
+def test_another_target_draws_the_trade_off_curve():
+    rng = np.random.default_rng(3)
+    truth = rng.uniform(0.2, 0.9, 400)
+    pred = truth + rng.normal(0, 0.08, 400)
+    strict, loose = thresholds([(pred, truth)], target=0.05), thresholds([(pred, truth)], target=0.20)
+    assert np.all(loose <= strict) and np.any(loose < strict)
+    bad = truth < 0.6
+    assert 0.10 < np.mean(pred[bad] >= _at(loose, 0.6)) <= 0.20
+    assert np.mean(pred[bad] >= _at(strict, 0.6)) <= 0.05
+    for rule in ("pooled", "mean", "worst"):
+        with pytest.raises(ValueError, match="target"):
+            thresholds([(pred, truth)], by_group=rule, target=1.0)

@@ -18,7 +18,8 @@ from slurm_elastico.interference.measurements import Colocation
 from slurm_elastico.interference.specs import spec_of
 from slurm_elastico.interference.admission import FLOORS
 from slurm_elastico.interference.transfer import (
-    FALSE_ADMISSION_TARGET, PriorCorrected, fit_transfer, heldout_error, margins_from_heldout, samples_of,
+    FALSE_ADMISSION_TARGET, PriorCorrected, fit_transfer, gpu_kernel, heldout_error, margins_from_heldout,
+    samples_of,
 )
 
 GAVEL = Path(__file__).parent.parent / "data" / "gavel"
@@ -219,3 +220,27 @@ def test_the_planner_cache_reads_the_views_as_they_answer(model, k80):
         assert cache.per_pair
         assert np.allclose(cache.margins([(ids[i], ids[j]) for i, j in pairs]),
                            view.admission_margins([jobs[i] for i, _ in pairs], [jobs[j] for _, j in pairs]))
+
+
+def test_speed_is_read_per_unit_of_the_gpus_memory_bandwidth(model, k80):
+    """A job as fast for its GPU's bandwidth on a P100 as on a K80 encodes the same; raw steps/s would not."""
+    job = next(o.a for o in k80)
+    ratio = spec_of("p100").mem_bw_gbs / spec_of("k80").mem_bw_gbs
+    faster = SoloProfile(kind=job.kind, throughput=job.throughput * ratio, batch=job.batch,
+                         model_family=job.model_family)
+    enc = model.encoder
+    assert np.allclose(enc.encode([faster], "p100").x, enc.encode([job], "k80").x)
+    assert not np.allclose(enc.encode([job], "p100").x, enc.encode([job], "k80").x)
+    # a type with no listed spec (or no type) reads the speed against the training types' bandwidth
+    assert np.allclose(enc.encode([job], "mi300x").x, enc.encode([job], "k80").x)
+    assert np.allclose(enc.encode([job], None).x, enc.encode([job], "k80").x)
+    # the views read it: trained on K80 only, the P100 view's correction of the faster pair is the K80 view's
+    # correction of the pair, discounted by how unlike the two types are (k_gpu)
+    partner = next(o.b for o in k80)
+    partner_p100 = SoloProfile(kind=partner.kind, throughput=partner.throughput * ratio, batch=partner.batch,
+                               model_family=partner.model_family)
+    c = gpu_kernel(["p100"], ["k80"], model.config)[0, 0]
+    assert 0 < c < 1
+    on_k80 = model.on_gpu("k80")._table([job, partner])
+    assert np.abs(on_k80).max() > 0.01
+    assert np.allclose(model.on_gpu("p100")._table([faster, partner_p100]), c * on_k80)
