@@ -15,7 +15,12 @@ pairs admitted), good pairs admitted and the share of admitted pairs that
 were bad, at floor 0.6, each with the model's own margins. The MLP is what `elastico iac train --predictor mlp` fits
 (hyper-parameters and margins chosen on inner folds); `--quick` gives it a
 fixed config instead and runs leave-one-GPU-out and two leave-one-model-out
-folds only. Nothing is tuned to the test parts.
+folds only. Nothing is tuned to the test parts. For the prior-corrected model
+each split also prints the trade-off curve (the same predictions, thresholds
+calibrated on the training folds to false-admission targets `TARGETS`) and,
+per fold, how well its predictions rank good above bad pairs (AUC) with the
+good pairs that the best threshold admitting <= 10 % of the fold's bad pairs
+would admit, chosen on the answers: a bound no calibration can beat.
 
 Speed: trains a predictor on the bundled Gavel data (a fixed config, seconds), builds
 N distinct job profiles and all N×N = 10,000 pairs (N = 100), and times one
