@@ -120,7 +120,12 @@ class Encoder:
     GPU is bigger, so raw steps/s would place every job of an unseen, faster type outside the training range.
     Steps per GB of the GPU's memory bandwidth (`specs`) is about the same job on either type: how heavy a step
     is for the hardware. `ref_log_bw` (the training samples' mean ln bandwidth) stands in for a GPU type with
-    no listed spec, and for a view asked without a GPU type."""
+    no listed spec, and for a view asked without a GPU type.
+
+    Every feature of `NUMERIC` is kept, also one the training data never measured (standardized by mean 0,
+    scale 1): a job measured where training jobs were not is then a length scale apart on it (`job_kernel`).
+    Such a job's prior is computed from its counters, while the training residuals were the residuals of the
+    prior fed defaults: the correction learned from them is the wrong correction for it, and fades."""
 
     numeric: tuple[str, ...]
     mean: tuple[float, ...]
@@ -132,9 +137,11 @@ class Encoder:
     def fit(cls, profiles: Sequence[SoloProfile], gpus: Sequence[str]) -> Encoder:
         known = [b for b in map(log_bandwidth, gpus) if not math.isnan(b)]
         ref = float(np.mean(known)) if known else 0.0
-        raw = _raw_matrix(profiles, gpus, ref)
-        return cls(*measured_stats(raw, NUMERIC), tuple(sorted({p.model_family for p in profiles if p.model_family})),
-                   ref)
+        names, mean, std = measured_stats(_raw_matrix(profiles, gpus, ref), NUMERIC)
+        stats = dict(zip(names, zip(mean, std, strict=True), strict=True))
+        return cls(NUMERIC, tuple(stats.get(n, (0.0, 1.0))[0] for n in NUMERIC),
+                   tuple(stats.get(n, (0.0, 1.0))[1] for n in NUMERIC),
+                   tuple(sorted({p.model_family for p in profiles if p.model_family})), ref)
 
     def encode(self, profiles: Sequence[SoloProfile], gpus: Sequence[str | None] | str | None) -> Jobs:
         """`gpus`: each profile's GPU type, or one type (or None: unknown) for all of them."""
