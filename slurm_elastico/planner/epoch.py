@@ -43,7 +43,7 @@ from slurm_elastico import pricing
 from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import SlowdownModel, SoloProfile
 from slurm_elastico.model import (Action, ActionKind, Family, JobState, JobView, Placement, Plan, Shape, Snapshot)
-from slurm_elastico.planner import allot, reshape, weights
+from slurm_elastico.planner import allot, gpu_choice, reshape, weights
 from slurm_elastico.planner.gpu_choice import mps_gpu
 from slurm_elastico.planner.packing import GpuState, Row, Seat, best_solo
 from slurm_elastico.planner.slowdown import PairCache, for_gpu
@@ -129,7 +129,8 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
             gpu_mem.append(mem)
             gpu_key.append((n.name, gv.index))
     n_gpus = len(gpu_node)
-    state = GpuState(gpu_node, free_share, free_mem, node_cpu, node_mem, cache, floor, total_share=total_share)
+    state = GpuState(gpu_node, free_share, free_mem, node_cpu, node_mem, cache, floor, total_share=total_share,
+                     lowest_unused=gpu_choice.lowest_unused(snapshot.slurm_version))
     per_gpu = np.array([
         float(gs.shares_per_gpu),
         float(np.mean(gpu_mem)) if n_gpus else float(gs.memory_mib),

@@ -18,9 +18,10 @@ and 24.11):
 - `gpu:P`: on 22.05 the P lowest-index GPUs not held whole, MPS use ignored
   (it starts a whole-GPU job on a GPU MPS jobs share: GPU 0 held whole, GPU 1
   at mps:20 -> GPUs 1 and 2); on 24.11 the P lowest with no user at all (GPUs
-  2 and 3 there). The rule the planner uses is constrained to be right on
-  both: a node qualifies only when its P lowest GPUs not held whole are idle,
-  where both versions take exactly those.
+  2 and 3 there). The planner follows the version it plans for
+  (`lowest_unused`): from 24.11 the P lowest GPUs with no user; before it
+  (and for a version it cannot read) a node qualifies only when its P lowest
+  GPUs not held whole are idle, where both versions take exactly those.
 
 Pure: lists of per-GPU state in, indices out; GPUs are given in Slurm's index
 order on their node.
@@ -45,17 +46,38 @@ def mps_gpu(free: Sequence[int], share: int, whole: Sequence[bool] = ()) -> int:
     return -1
 
 
-def whole_gpus(idle: Sequence[bool], count: int, whole: Sequence[bool] = ()) -> tuple[int, ...]:
+LOWEST_UNUSED_SINCE = (24, 11)
+"""The first Slurm version measured to give `gpu:P` the P lowest GPUs with no user at all (22.05: the P lowest not
+held whole). Versions between were not measured, so they get the rule that is right on both."""
+
+
+def lowest_unused(version: str) -> bool:
+    """Whether Slurm `version` ("24.11.5") gives `gpu:P` its P lowest GPUs with no user (False: not known to)."""
+    parts = version.split(".")
+    try:
+        return (int(parts[0]), int(parts[1])) >= LOWEST_UNUSED_SINCE
+    except (IndexError, ValueError):
+        return False
+
+
+def whole_gpus(idle: Sequence[bool], count: int, whole: Sequence[bool] = (),
+               unused: Sequence[bool] | None = None) -> tuple[int, ...]:
     """Indices of the `count` GPUs Slurm gives a `gpu:count` job on a node, or () when the planner must not
     ask this node for them.
 
-    Slurm takes the `count` lowest-index GPUs not held whole (`whole[i]`); `idle[i]` says GPU i has no user
-    at all. On 22.05 those GPUs may have MPS users, which the job would then share, so the node qualifies
-    only when every GPU Slurm would take is idle.
+    `idle[i]`: GPU i is free for the job as the planner plans it (no user at all). Without `unused` (22.05's
+    rule, and the one right on every version), Slurm takes the `count` lowest-index GPUs not held whole
+    (`whole[i]`); those may have MPS users, which the job would then share, so the node qualifies only when
+    every GPU Slurm would take is idle. With `unused` (from 24.11, `lowest_unused`), Slurm takes the `count`
+    lowest GPUs with no user as it sees them (`unused[i]`: besides the idle ones, GPUs the planner keeps for
+    someone else without telling Slurm), and again each must be idle.
     """
     if count < 1:
         raise ValueError(f"a whole-GPU request is at least 1 GPU, not {count}")
-    taken = [i for i in range(len(idle)) if not (i < len(whole) and whole[i])][:count]
+    if unused is not None:
+        taken = [i for i in range(len(idle)) if unused[i]][:count]
+    else:
+        taken = [i for i in range(len(idle)) if not (i < len(whole) and whole[i])][:count]
     if len(taken) < count or not all(idle[i] for i in taken):
         return ()
     return tuple(taken)

@@ -35,7 +35,8 @@ a neutral guess, as if its speed were linear in its share.
 
 Slurm, not the planner, picks the GPU within the node the helper pins
 (`planner.gpu_choice`: the lowest-index GPU with the shares free, and for a
-gang the lowest GPUs not held whole), so a share is placed only on the GPU
+gang the lowest GPUs not held whole, or from Slurm 24.11 the lowest with no
+user: `lowest_unused`, from the snapshot's version), so a share is placed only on the GPU
 Slurm would give it on that node (`slurm_gives`) and a gang only on GPUs
 Slurm would take; the interference and gain checks are then about the
 co-runners the job will really have. What Slurm sees free is the planner's
@@ -103,7 +104,7 @@ def best_solo(rows: Iterable[Row]) -> float:
 class GpuState:
     def __init__(self, gpu_node: list[int], free_share: list[int], free_mem: list[float],
                  node_cpu: list[float], node_mem: list[float], cache: PairCache, floor: float,
-                 max_tries: int = 64, total_share: list[int] | None = None):
+                 max_tries: int = 64, total_share: list[int] | None = None, lowest_unused: bool = False):
         self.gpu_node = gpu_node
         self.free_share = free_share
         self.total_share = list(total_share if total_share is not None else free_share)
@@ -111,6 +112,7 @@ class GpuState:
         for g, n in enumerate(gpu_node):
             self.node_gpus.setdefault(n, []).append(g)
         self.blocked = [0] * len(free_share)  # shares `block` took: free as far as Slurm knows
+        self.lowest_unused = lowest_unused  # Slurm gives `gpu:P` its lowest GPUs with no user (`gpu_choice`)
         self.free_mem = free_mem
         self.node_cpu = node_cpu
         self.node_mem = node_mem
@@ -280,24 +282,29 @@ class GpuState:
 
     def given(self, node: int, share: int, whole: bool = False) -> int:
         """The GPU Slurm gives an `mps:share` job pinned to `node` (`gpu_choice.mps_gpu`), or -1; with `whole`, a
-        `gpu:1` job's (`gpu_choice.whole_gpus`: its lowest GPU not held whole, only when that one is idle)."""
+        `gpu:1` job's (`gpu_choice.whole_gpus`: its lowest GPU not held whole, or from 24.11 with no user, only
+        when that one is idle)."""
         gpus = self.node_gpus[node]
         if whole:
-            idle, held = self._idle_whole(node, 0.0)
-            taken = whole_gpus(idle, 1, held)
+            idle, held, unused = self._idle_whole(node, 0.0)
+            taken = whole_gpus(idle, 1, held, unused)
             return gpus[taken[0]] if taken else -1
         k = mps_gpu([self.free_share[i] + self.blocked[i] for i in gpus], share)
         return gpus[k] if k >= 0 else -1
 
-    def _idle_whole(self, node: int, mem: float) -> tuple[list[bool], list[bool]]:
-        """Per GPU of `node`: idle (no occupant, every share free, `mem` free), and held whole as Slurm sees it (by a
-        gang, or nothing free and no occupant: a foreign `gpu:N` job)."""
+    def _idle_whole(self, node: int, mem: float) -> tuple[list[bool], list[bool], list[bool] | None]:
+        """Per GPU of `node`: idle (no occupant, every share free, `mem` free), held whole as Slurm sees it (by a
+        gang, by a job asked as `gpu:1` (`asks_one_whole`), or nothing free and no occupant: a foreign `gpu:N`
+        job), and, where Slurm gives `gpu:P` the lowest GPUs with no user (`lowest_unused`), with no user as
+        Slurm sees it (the head-of-queue reservation is not Slurm's); else None."""
         gpus = self.node_gpus[node]
         idle = [not self.occ[g] and self.free_share[g] == self.total_share[g] > 0 and self.free_mem[g] >= mem
                 for g in gpus]
-        held = [any(s.gang for s in self.occ[g]) or (not self.occ[g] and not self.free_share[g] + self.blocked[g])
-                for g in gpus]
-        return idle, held
+        held = [any(s.gang or self.asks_one_whole(s, s.row, g) for s in self.occ[g])
+                or (not self.occ[g] and not self.free_share[g] + self.blocked[g]) for g in gpus]
+        unused = ([not self.occ[g] and self.free_share[g] + self.blocked[g] == self.total_share[g] > 0 for g in gpus]
+                  if self.lowest_unused else None)
+        return idle, held, unused
 
     def fits(self, seat: Seat, row: Row, g: int, *, stays: bool = False) -> float:
         """Slowdown `seat` would see at `row` on GPU g, or 0.0 when it may not go there.
@@ -393,7 +400,8 @@ class GpuState:
         """Idle GPUs for a data-parallel row as Slurm can be asked for them, or () when they are not there.
 
         P GPUs on each of K nodes (`planner.gangs.even_split`: Slurm's `Gres=gpu:P NumNodes=K-K`), on each the
-        ones Slurm takes for `gpu:P` (`gpu_choice.whole_gpus`: its P lowest not held whole, all idle), K the
+        ones Slurm takes for `gpu:P` (`gpu_choice.whole_gpus`: its P lowest not held whole, or from 24.11 its P
+        lowest with no user; all idle), K the
         fewest nodes the gang can span (`gangs.fewest_nodes`; its throughput was measured there): one node
         when the gang fits a node (the one with the fewest idle GPUs that can: best fit). Idle: no occupant and every share free. Each node must have the CPUs and host memory for
         its part (the row's, in proportion to its GPUs there).
@@ -403,21 +411,22 @@ class GpuState:
             return ()
         idle: dict[int, list[bool]] = {}
         whole: dict[int, list[bool]] = {}
+        unused: dict[int, list[bool] | None] = {}
         for node in self.node_gpus:
-            ok, held = self._idle_whole(node, row.mem)
+            ok, held, free = self._idle_whole(node, row.mem)
             if any(ok):
-                idle[node], whole[node] = ok, held
+                idle[node], whole[node], unused[node] = ok, held, free
         if sum(sum(v) for v in idle.values()) < n:
             return ()
 
         def room(node: int, p: int) -> bool:
-            return (bool(whole_gpus(idle[node], p, whole[node])) and self.node_cpu[node] >= row.cpus * p / n - 1e-9
-                    and self.node_mem[node] >= row.hmem * p / n - 1e-9)
+            return (bool(whole_gpus(idle[node], p, whole[node], unused[node]))
+                    and self.node_cpu[node] >= row.cpus * p / n - 1e-9 and self.node_mem[node] >= row.hmem * p / n - 1e-9)
 
         size = max(len(gpus) for gpus in self.node_gpus.values())
         split = even_split(n, sorted(idle), room, lambda node: (sum(idle[node]), node), fewest_nodes(n, size))
         return tuple(self.node_gpus[node][k] for node, p in (split or {}).items()
-                     for k in whole_gpus(idle[node], p, whole[node]))
+                     for k in whole_gpus(idle[node], p, whole[node], unused[node]))
 
     def find(self, seat: Seat, row: Row) -> tuple[int, float]:
         """(GPU, slowdown) of the best-fit GPU for `row`, or (-1, 0.0).

@@ -14,6 +14,7 @@ from slurm_elastico.interference.base import ContentionModel
 from slurm_elastico.model import (ActionKind, Family, GpuUse, GresRequest, JobState, JobView, Resources, Shape,
                                   Snapshot)
 from slurm_elastico.planner import run_epoch
+from slurm_elastico.planner.gpu_choice import lowest_unused, whole_gpus
 from tests.synthetic import cluster, with_users
 
 NOW = 1_000_000.0
@@ -38,8 +39,8 @@ def gang_running(job_id: int, gpus: list[tuple[str, int]], start: float) -> JobV
                    admin_comment=f"elastico:shape=gpus{len(gpus)}", gpu_alloc=tuple((n, g, 0) for n, g in gpus))
 
 
-def plan(nodes, jobs, families, settings=None):
-    return run_epoch(Snapshot(NOW, "24.11.5", nodes, tuple(jobs)), families, settings or Settings(),
+def plan(nodes, jobs, families, settings=None, version="24.11.5"):
+    return run_epoch(Snapshot(NOW, version, nodes, tuple(jobs)), families, settings or Settings(),
                      ContentionModel(), NOW)
 
 
@@ -218,9 +219,49 @@ def test_a_job_asking_a_whole_gpu_is_planned_where_slurm_puts_gpu_1_not_where_a_
     busy = {("n0001", g): (GpuUse(9, 0, whole=True),) for g in range(4)}
     nodes = with_users(cluster(8, gpus_per_node=4), {("n0000", 0): (GpuUse(8, 30),), **busy})
     job = JobView(1, "j1", "u", "gpu", JobState.PENDING, gres=GresRequest("gpu", 1), submit_time=int(NOW - 60))
-    p = plan(nodes, [job], {1: gang_family()})
+    p = plan(nodes, [job], {1: gang_family()}, version="22.05.8")
     assert not p.placements and not [a for a in p.actions if a.kind in (ActionKind.SET_NODES, ActionKind.SET_GPUS)]
     # Once GPU 0 is free, n0000 is where Slurm puts it, on GPU 0.
     free = with_users(cluster(8, gpus_per_node=4), busy)
-    placed = plan(free, [job], {1: gang_family()})
+    placed = plan(free, [job], {1: gang_family()}, version="22.05.8")
     assert [(pl.job_id, pl.node, pl.gpu) for pl in placed.placements] == [(1, "n0000", 0)]
+
+
+def test_from_slurm_24_11_a_gang_goes_on_the_lowest_gpus_with_no_user_beside_an_mps_job():
+    # 24.11 gives gpu:P the P lowest GPUs with no user at all (measured, planner.gpu_choice.lowest_unused): GPU 0
+    # of n0000 shared by an MPS job leaves GPUs 1-3 to a gang there; 22.05 would put the gang on GPU 0 beside the
+    # MPS job, so under 22.05 the same plan starts nothing on n0000.
+    busy = {("n0001", g): (GpuUse(9, 0, whole=True),) for g in range(4)}
+    nodes = with_users(cluster(8, gpus_per_node=4), {("n0000", 0): (GpuUse(8, 30),), **busy})
+    job = JobView(1, "j1", "u", "gpu", JobState.PENDING, gres=GresRequest("gpu", 1), submit_time=int(NOW - 60))
+    placed = plan(nodes, [job], {1: gang_family()}, version="24.11.5")
+    assert [(pl.job_id, pl.node, pl.gpu) for pl in placed.placements] == [(1, "n0000", 1)]
+    gang = next(a for a in placed.actions if a.kind is ActionKind.SET_GPUS)
+    assert gang.nodes == ("n0000",) and gang.gpus >= 2  # a gang on GPUs 1.., all of them idle
+    assert not plan(nodes, [job], {1: gang_family()}, version="22.05.8").placements
+
+
+def test_the_gpus_slurm_gives_a_gang_follow_the_slurm_version():
+    assert lowest_unused("24.11.5") and lowest_unused("25.05.1")
+    assert not lowest_unused("22.05.8") and not lowest_unused("23.11.10")  # not measured: the rule right on both
+    assert not lowest_unused("unknown")
+    mps_on_0 = [False, True, True, True]  # GPU 0 has an MPS user, 1-3 have none
+    assert whole_gpus(mps_on_0, 2, unused=mps_on_0) == (1, 2)  # 24.11: the lowest with no user
+    assert whole_gpus(mps_on_0, 2) == ()  # 22.05 takes GPUs 0 and 1, beside the MPS user: not asked for
+    # A GPU the planner keeps for the queue's head has no user as Slurm sees it, so Slurm would take it: refused.
+    assert whole_gpus([True, False, True, True], 2, unused=[True, True, True, True]) == ()
+
+
+def test_a_running_gpu_1_job_holds_its_gpu_whole_so_a_gang_goes_on_the_gpus_above_it():
+    # On 22.05 gpu:P takes the lowest GPUs not held whole; a managed job asked as gpu:1 holds GPU 0 whole, so a
+    # gang of two goes on GPUs 1 and 2 of that node (before, GPU 0 counted as an MPS user's and the node was
+    # refused, leaving the gang to wait for another node).
+    nodes = with_users(cluster(4, gpus_per_node=4), {("n0000", 0): (GpuUse(1, 0, whole=True),)})
+    one = JobView(1, "j1", "u", "gpu", JobState.RUNNING, gres=GresRequest("gpu", 1), nodes=("n0000",),
+                  gpu_indices=(0,), cpus=2, memory_mib=4096, submit_time=int(NOW - 60), start_time=int(NOW - 60),
+                  requeue=True, admin_comment="elastico:shape=gpus1", gpu_alloc=(("n0000", 0, 0),))
+    fams = {1: gang_family(work=100.0), 2: gang_family(default_gpus=2)}
+    p = plan(nodes, [one, pend(2, submit=NOW - 60)], fams, version="22.05.8")
+    start = next(a for a in p.actions if a.job_id == 2 and a.kind is ActionKind.SET_GPUS)
+    assert start.nodes == ("n0000",) and start.gpus == 2
+    assert [(pl.node, pl.gpu) for pl in p.placements if pl.job_id == 2] == [("n0000", 1)]
