@@ -66,6 +66,8 @@ NUMERIC = ("log_steps_per_bw", "log_batch", "sm_util", "membw_util", "mem_used_g
 KINDS = ("train", "infer")
 PRECISIONS = ("fp32", "fp16", "bf16", "fp8")  # code 1.. ; 0 = not stated
 FALSE_ADMISSION_TARGET = 0.10  # the share of held-out pairs whose truth may fall below prediction / (1 + margin)
+HELDOUT_KINDS = ("kfold", "leave-one-model-out", "leave-one-gpu-out")  # the splits a model file reports
+ADMISSION_KINDS = ("seen", "family", "gpu", "gpu_up", "gpu_down")  # its sets of admission thresholds
 REPORT_FLOOR = 0.6  # the floor `format_transfer` shows the admission thresholds at
 PRIOR_SM = tuple(np.round(np.arange(0.30, 1.001, 0.05), 2))
 PRIOR_BW = tuple(np.round(np.arange(0.10, 0.901, 0.10), 2))
@@ -92,6 +94,16 @@ def log_bandwidth(gpu_type: str | None) -> float:
     """ln of the memory bandwidth (GB/s) of `gpu_type` by its spec; NaN for a type with no listed spec (or None)."""
     spec = None if gpu_type is None else spec_of(gpu_type)
     return math.nan if spec is None else math.log(spec.mem_bw_gbs)
+
+
+def shift_direction(gpu_type: str, trained_on: Sequence[str]) -> str:
+    """"up" when `gpu_type` has more memory bandwidth than every type of `trained_on`, "down" when it has less
+    than every one, "" otherwise (between them, or a type with no listed spec)."""
+    new = log_bandwidth(gpu_type)
+    old = [log_bandwidth(g) for g in trained_on]
+    if math.isnan(new) or not old or any(math.isnan(b) for b in old):
+        return ""
+    return "up" if new > max(old) else "down" if new < min(old) else ""
 
 
 def _raw(p: SoloProfile, log_bw: float) -> tuple[float, ...]:
@@ -366,7 +378,8 @@ class PriorCorrected:
         worst = 1.0 / np.maximum(s_ab, s_ba)
         t = self.admission
         if self.gpu is not None and not self.seen_gpu(self.gpu):
-            return margins(worst, t["gpu"])
+            direction = shift_direction(self.gpu, self.gpu_types)
+            return margins(worst, t[f"gpu_{direction}" if direction else "gpu"])
         known = set(self.encoder.families)
         unseen = np.array([p.model_family not in known for p in profiles], dtype=bool)
         out = margins(worst, t["seen"])
@@ -451,7 +464,7 @@ class PriorCorrected:
             adm = blob["admission"]
             if [round(float(f), 2) for f in adm["floors"]] != list(FLOORS):
                 raise ValueError("admission thresholds on other floors than this slurm-elastico uses")
-            admission = {k: from_json(adm[k]) for k in ("seen", "family", "gpu")}
+            admission = {k: from_json(adm[k]) for k in ADMISSION_KINDS}
             return cls(prior, encoder, KernelConfig(**blob["config"]), fitted, float(blob["training_mean_norm"]),
                        heldout, tuple(blob["gpu_types"]), admission)
         except (KeyError, TypeError, ValueError) as exc:
@@ -565,10 +578,10 @@ def _worst(cross: Cross) -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 def _cross(observations, smp: Samples, prior_log: np.ndarray, ker: _Kernels, cfg: KernelConfig,
-           kind: str, seed: int) -> Cross:
-    """Held-out (predicted, true) pair norms of each `kind` fold (pairs that ran in the test part)."""
+           folds: Sequence[tuple[np.ndarray, np.ndarray]]) -> Cross:
+    """Held-out (predicted, true) pair norms of each fold of `folds` (`_folds`; pairs that ran in the test part)."""
     out = []
-    for tr_pairs, te_pairs in _folds(observations, kind, seed):
+    for tr_pairs, te_pairs in folds:
         tr = np.flatnonzero(np.isin(smp.pair, tr_pairs))
         te = np.flatnonzero(np.isin(smp.pair, te_pairs))
         if len(tr) < 2 or len(te) < 2:
@@ -611,10 +624,11 @@ def fit_transfer(observations: Sequence[Colocation], seed: int = 0,
     enc = Encoder.fit([*smp.selves, *smp.partners], [*smp.gpus, *smp.gpus])
     families = {p.model_family for o in obs for p in (o.a, o.b) if p.model_family}
     select_kind = "leave-one-model-out" if len(families) >= 3 else "kfold"
+    select_folds = _folds(obs, select_kind, seed)
     best = None
     for cfg in grid:
         ker = _kernels(smp, enc, cfg)
-        cross = _cross(obs, smp, prior_log, ker, cfg, select_kind, seed)
+        cross = _cross(obs, smp, prior_log, ker, cfg, select_folds)
         err = heldout_error(*_pooled(cross))["mape_norm"] if cross else math.inf
         if best is None or err < best[0]:
             best = (err, cfg, ker, cross)
@@ -622,10 +636,16 @@ def fit_transfer(observations: Sequence[Colocation], seed: int = 0,
     _, cfg, ker, chosen = best
     crosses = {select_kind: chosen}
     if select_kind != "kfold":
-        crosses["kfold"] = _cross(obs, smp, prior_log, ker, cfg, "kfold", seed)
+        crosses["kfold"] = _cross(obs, smp, prior_log, ker, cfg, _folds(obs, "kfold", seed))
     if len({o.gpu_type for o in obs}) >= 2:
-        crosses["leave-one-gpu-out"] = _cross(obs, smp, prior_log, ker, cfg, "leave-one-gpu-out", seed)
-    heldout = {kind: heldout_error(*_pooled(c)) for kind, c in crosses.items()}
+        gpu_folds = _folds(obs, "leave-one-gpu-out", seed)
+        crosses["leave-one-gpu-out"] = _cross(obs, smp, prior_log, ker, cfg, gpu_folds)
+        for direction in ("up", "down"):  # the folds whose test type is bigger (smaller) than all of their training's
+            folds = [(tr, te) for tr, te in gpu_folds
+                     if shift_direction(obs[te[0]].gpu_type, sorted({obs[i].gpu_type for i in tr})) == direction]
+            if folds:
+                crosses[f"gpu-{direction}"] = _cross(obs, smp, prior_log, ker, cfg, folds)
+    heldout = {kind: heldout_error(*_pooled(c)) for kind, c in crosses.items() if kind in HELDOUT_KINDS}
     alpha = _solve(ker.job * ker.gpu, smp.log_s - prior_log, cfg.lam)
     jobs, idx = distinct_jobs(enc.encode([*smp.selves, *smp.partners], [*smp.gpus, *smp.gpus]))
     n = len(smp.selves)
@@ -642,13 +662,23 @@ def admission_tables(crosses: dict[str, Cross], target: float = ADMISSION_TARGET
 
     seen: k-fold, pooled. Unseen family: leave-one-model-out (k-fold with fewer than 3 families), pooled and
     the mean of its folds' rates. Unseen GPU type: the worst single fold of leave-one-GPU-out, or of
-    leave-one-model-out (k-fold) when training had one GPU type. Never below the seen thresholds."""
+    leave-one-model-out (k-fold) when training had one GPU type. Never below the seen thresholds.
+
+    gpu_up (gpu_down): an unseen type with more (less) memory bandwidth than every training type, from the
+    leave-one-GPU-out folds that shifted the same way (`shift_direction`), worst single fold; where training
+    had no such fold, the gpu thresholds. Sharing costs a job less on a bigger GPU, which its kernels fill
+    less: a model carried to a bigger type under-predicts its normalized throughput, to a smaller one
+    over-predicts it, so the fold of the other direction would be the wrong one to calibrate on."""
     seen = thresholds(_worst(crosses["kfold"]), target=target)
     family_cross = crosses.get("leave-one-model-out", crosses["kfold"])
     family = np.maximum(seen, thresholds(_worst(family_cross), by_group="mean", target=target))
-    gpu = np.maximum(seen, thresholds(_worst(crosses.get("leave-one-gpu-out", family_cross)), by_group="worst",
-                                      target=target))
-    return {"seen": seen, "family": family, "gpu": gpu}
+
+    def worst_fold(cross: Cross) -> np.ndarray:
+        return np.maximum(seen, thresholds(_worst(cross), by_group="worst", target=target))
+
+    gpu = worst_fold(crosses.get("leave-one-gpu-out", family_cross))
+    return {"seen": seen, "family": family, "gpu": gpu,
+            **{f"gpu_{d}": worst_fold(crosses[f"gpu-{d}"]) if f"gpu-{d}" in crosses else gpu for d in ("up", "down")}}
 
 
 def format_transfer(model: PriorCorrected, out: str) -> str:
@@ -662,9 +692,10 @@ def format_transfer(model: PriorCorrected, out: str) -> str:
     for kind, e in model.heldout.items():
         lines.append(f"  {kind:<20} MAPE {e['mape_norm']:.1%} over {int(e['n_pairs'])} pairs; "
                      f"{1 - FALSE_ADMISSION_TARGET:.0%} of pairs over-predicted by at most {e['over_q'] - 1:+.0%}")
-    bars = {k: model.admission[k][FLOORS.index(REPORT_FLOOR)] for k in ("seen", "family", "gpu")}
+    bars = {k: model.admission[k][FLOORS.index(REPORT_FLOOR)] for k in ADMISSION_KINDS}
     lines.append(f"admission at floor {REPORT_FLOOR}: a pair's worse job predicted at least {bars['seen']:.2f} (seen), "
-                 f"{bars['family']:.2f} (an unseen family), {bars['gpu']:.2f} (an unseen GPU type), so that at most "
+                 f"{bars['family']:.2f} (an unseen family), {bars['gpu']:.2f} (an unseen GPU type; one with more "
+                 f"bandwidth than all trained on {bars['gpu_up']:.2f}, less {bars['gpu_down']:.2f}), so that at most "
                  f"{ADMISSION_TARGET:.0%} of held-out bad pairs pass; gain-rule margins {m['gain_seen']:.2f} / "
                  f"{m['gain_family']:.2f} / {m['gain_gpu']:.2f}")
     return "\n".join(lines)

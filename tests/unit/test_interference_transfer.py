@@ -16,10 +16,10 @@ from slurm_elastico.interference.errors import ModelFileError
 from slurm_elastico.interference.gavel import import_gavel
 from slurm_elastico.interference.measurements import Colocation
 from slurm_elastico.interference.specs import spec_of
-from slurm_elastico.interference.admission import FLOORS
+from slurm_elastico.interference.admission import FLOORS, margins
 from slurm_elastico.interference.transfer import (
-    FALSE_ADMISSION_TARGET, PriorCorrected, fit_transfer, gpu_kernel, heldout_error, margins_from_heldout,
-    samples_of,
+    ADMISSION_KINDS, FALSE_ADMISSION_TARGET, PriorCorrected, admission_tables, fit_transfer, gpu_kernel,
+    heldout_error, margins_from_heldout, samples_of, shift_direction,
 )
 
 GAVEL = Path(__file__).parent.parent / "data" / "gavel"
@@ -102,8 +102,6 @@ def test_far_from_training_it_falls_back_to_the_prior(model, k80):
                   - np.log(model.prior.predict([o.a for o in seen], [o.b for o in seen])))
     assert corr.max() > 0.1  # the same model does correct the prior where it has data
     # an unseen GPU type: every pair's margin from the unseen-GPU thresholds, by its predicted worst speed
-    from slurm_elastico.interference.admission import margins
-
     worst = 1 / np.maximum(s, view.predict(far[::-1], far))
     assert np.allclose(view.admission_margins(far, far[::-1]), margins(worst, model.admission["gpu"]))
     h = model.heldout  # one GPU type in training: the unseen-GPU figure is the larger of k-fold and family shift
@@ -114,7 +112,6 @@ def test_far_from_training_it_falls_back_to_the_prior(model, k80):
 def test_unseen_family_gets_the_family_margin_on_a_seen_gpu(model, k80):
     o = next(x for x in k80 if x.fits)
     stranger = SoloProfile(kind="train", throughput=2.0, batch=32.0, model_family="ResNet-50")
-    from slurm_elastico.interference.admission import margins
 
     view = model.on_gpu("k80")
     m = view.admission_margins([o.a, o.a], [o.b, stranger])
@@ -142,7 +139,7 @@ def test_file_round_trip_and_load_model_dispatch(model, k80, tmp_path):
     a, b = [o.a for o in k80[:40]], [o.b for o in k80[:40]]
     assert np.array_equal(again.on_gpu("p100").predict(a, b), model.on_gpu("p100").predict(a, b))
     assert again.margins == model.margins and again.heldout == model.heldout
-    assert all(np.array_equal(again.admission[k], model.admission[k]) for k in ("seen", "family", "gpu"))
+    assert all(np.array_equal(again.admission[k], model.admission[k]) for k in ADMISSION_KINDS)
     assert np.array_equal(again.on_gpu("p100").admission_margins(a, b), model.on_gpu("p100").admission_margins(a, b))
     blob = json.loads(path.read_text())
     blob["train"]["self"] = blob["train"]["self"][:-1]
@@ -263,3 +260,30 @@ def test_a_correction_learned_without_counters_fades_where_counters_are_measured
     assert plain.max() > 0.1
     # three counters measured on each job of the pair: the product kernel weighs it e^-3 of the same pair unmeasured
     assert np.all(with_counters <= plain * math.exp(-3) + 1e-9)
+
+
+def test_shift_direction_by_memory_bandwidth():
+    assert shift_direction("v100", ["k80", "p100"]) == "up" and shift_direction("k80", ["p100"]) == "down"
+    assert shift_direction("t4", ["k80", "p100"]) == ""  # between them
+    assert shift_direction("mi300x", ["k80"]) == "" and shift_direction("v100", ["k80", "mi300x"]) == ""
+
+
+def test_an_unseen_gpu_type_is_calibrated_on_the_folds_that_shifted_the_same_way():
+    """Trained on K80 and P100: the P100 fold (trained on the K80, a bigger type) calibrates a bigger unseen type,
+    the K80 fold a smaller one; a type between them, or without a spec, gets the worst fold of both."""
+    obs = import_gavel(GAVEL / "throughputs_pairs.csv", GAVEL / "throughputs_isolated.csv").observations
+    both = [o for o in obs if {o.a.model_family, o.b.model_family} <= FAMILIES]
+    model = fit_transfer(both)
+    cal = model.calibration
+    assert len(cal["gpu-up"]) == len(cal["gpu-down"]) == 1 and len(cal["leave-one-gpu-out"]) == 2
+    assert np.array_equal(cal["gpu-up"][0][1], cal["leave-one-gpu-out"][1][1])  # the fold "test p100"
+    t = model.admission
+    again = admission_tables({"kfold": cal["kfold"], "leave-one-model-out": cal["leave-one-model-out"],
+                              "leave-one-gpu-out": cal["leave-one-gpu-out"]})
+    assert np.array_equal(t["gpu"], again["gpu"]) and np.array_equal(again["gpu_up"], t["gpu"])  # no fold: gpu
+    assert not np.array_equal(t["gpu_up"], t["gpu_down"])
+    a, b = [o.a for o in both[:60]], [o.b for o in both[:60]]
+    for gpu, kind in (("v100", "gpu_up"), ("t4", "gpu"), ("mi300x", "gpu")):
+        view = model.on_gpu(gpu)
+        worst = 1 / np.maximum(view.predict(a, b), view.predict(b, a))
+        assert np.allclose(view.admission_margins(a, b), margins(worst, t[kind]), equal_nan=True)
