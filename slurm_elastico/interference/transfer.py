@@ -665,10 +665,12 @@ def admission_tables(crosses: dict[str, Cross], target: float = ADMISSION_TARGET
     leave-one-model-out (k-fold) when training had one GPU type. Never below the seen thresholds.
 
     gpu_up (gpu_down): an unseen type with more (less) memory bandwidth than every training type, from the
-    leave-one-GPU-out folds that shifted the same way (`shift_direction`), worst single fold; where training
-    had no such fold, the gpu thresholds. Sharing costs a job less on a bigger GPU, which its kernels fill
-    less: a model carried to a bigger type under-predicts its normalized throughput, to a smaller one
-    over-predicts it, so the fold of the other direction would be the wrong one to calibrate on."""
+    leave-one-GPU-out folds that shifted the same way (`shift_direction`), worst single fold. Sharing costs a
+    job less on a bigger GPU, which its kernels fill less: a model carried to a bigger type under-predicts its
+    normalized throughput, to a smaller one over-predicts it, so the fold of the other direction would be the
+    wrong one to calibrate on. Where training had no such fold: for a smaller type the gpu thresholds; for a
+    bigger one the family thresholds, since its shift in level errs on the safe side and what remains is a
+    shift in jobs."""
     seen = thresholds(_worst(crosses["kfold"]), target=target)
     family_cross = crosses.get("leave-one-model-out", crosses["kfold"])
     family = np.maximum(seen, thresholds(_worst(family_cross), by_group="mean", target=target))
@@ -678,7 +680,8 @@ def admission_tables(crosses: dict[str, Cross], target: float = ADMISSION_TARGET
 
     gpu = worst_fold(crosses.get("leave-one-gpu-out", family_cross))
     return {"seen": seen, "family": family, "gpu": gpu,
-            **{f"gpu_{d}": worst_fold(crosses[f"gpu-{d}"]) if f"gpu-{d}" in crosses else gpu for d in ("up", "down")}}
+            "gpu_up": worst_fold(crosses["gpu-up"]) if "gpu-up" in crosses else family,
+            "gpu_down": worst_fold(crosses["gpu-down"]) if "gpu-down" in crosses else gpu}
 
 
 def format_transfer(model: PriorCorrected, out: str) -> str:

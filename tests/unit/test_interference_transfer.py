@@ -104,6 +104,11 @@ def test_far_from_training_it_falls_back_to_the_prior(model, k80):
     # an unseen GPU type: every pair's margin from the unseen-GPU thresholds, by its predicted worst speed
     worst = 1 / np.maximum(s, view.predict(far[::-1], far))
     assert np.allclose(view.admission_margins(far, far[::-1]), margins(worst, model.admission["gpu"]))
+    # trained on the K80 alone: a bigger listed type's level errs on the safe side, the family thresholds apply
+    h100 = model.on_gpu("h100")
+    worst = 1 / np.maximum(h100.predict(far, far[::-1]), h100.predict(far[::-1], far))
+    assert np.allclose(h100.admission_margins(far, far[::-1]), margins(worst, model.admission["family"]))
+    assert np.array_equal(model.admission["gpu_up"], model.admission["family"])
     h = model.heldout  # one GPU type in training: the unseen-GPU figure is the larger of k-fold and family shift
     assert view.gain_margin == model.margins["gain_gpu"] == pytest.approx(
         max(0.0, h["leave-one-model-out"]["over_sum_q"] - 1, h["kfold"]["over_sum_q"] - 1))
@@ -280,7 +285,9 @@ def test_an_unseen_gpu_type_is_calibrated_on_the_folds_that_shifted_the_same_way
     t = model.admission
     again = admission_tables({"kfold": cal["kfold"], "leave-one-model-out": cal["leave-one-model-out"],
                               "leave-one-gpu-out": cal["leave-one-gpu-out"]})
-    assert np.array_equal(t["gpu"], again["gpu"]) and np.array_equal(again["gpu_up"], t["gpu"])  # no fold: gpu
+    assert np.array_equal(t["gpu"], again["gpu"])
+    # without directed folds: a bigger type gets the family thresholds, a smaller one the gpu thresholds
+    assert np.array_equal(again["gpu_up"], t["family"]) and np.array_equal(again["gpu_down"], t["gpu"])
     assert not np.array_equal(t["gpu_up"], t["gpu_down"])
     a, b = [o.a for o in both[:60]], [o.b for o in both[:60]]
     for gpu, kind in (("v100", "gpu_up"), ("t4", "gpu"), ("mi300x", "gpu")):
