@@ -72,6 +72,10 @@ class Policy:
     order: Callable[[Sequence], list[int]]
     allot: bool = False
     """GPU counts of data-parallel jobs by weighted shortest remaining time (`planner.allot`), not by the prices."""
+    whole_gpu_gangs: bool = False
+    """Its jobs are submitted with elastico-submit, which starts a family with GPU counts on whole GPUs (`gpu:N`,
+    `shapes.nodes.start_request`), so such a family has no shape on part of a GPU: the simulator builds its
+    families so (`SimSettings.whole_gpu_gangs` for every policy)."""
 
     def plan(self, snapshot: Snapshot, families: Mapping[int, Family], settings: Settings,
              model: SlowdownModel | None, now: float, progress: Mapping[int, float] | None = None) -> Plan:
@@ -83,19 +87,22 @@ class Policy:
 
 REGISTRY: dict[str, Policy] = {p.name: p for p in (
     Policy("elastico", "shape families, shadow prices, interference-aware packing, reshapes that pay",
-           all_shapes, price=True, interference=True, reshape=True, order=value_order, allot=True),
+           all_shapes, price=True, interference=True, reshape=True, order=value_order, allot=True,
+           whole_gpu_gangs=True),
     Policy("static", "each job at its submitted shape on a whole GPU, first come first served with backfill",
            whole_gpu, price=False, interference=False, reshape=False, order=fifo_order),
     Policy("no-shapes", "elastico without shape choice: each job only at its default shape",
-           default_shape, price=True, interference=True, reshape=False, order=value_order),
+           default_shape, price=True, interference=True, reshape=False, order=value_order, whole_gpu_gangs=True),
     Policy("no-pricing", "elastico without prices: every job without data-parallel shapes asks for its fastest "
            "shape, no upgrades (GPU counts come from the allotment either way: prices choose only those jobs' "
            "shapes)",
-           all_shapes, price=False, interference=True, reshape=True, order=value_order, allot=True),
+           all_shapes, price=False, interference=True, reshape=True, order=value_order, allot=True,
+           whole_gpu_gangs=True),
     Policy("no-interference", "elastico blind to co-location slowdown: no Γ, no floor check",
-           all_shapes, price=True, interference=False, reshape=True, order=value_order, allot=True),
+           all_shapes, price=True, interference=False, reshape=True, order=value_order, allot=True,
+           whole_gpu_gangs=True),
     Policy("no-allot", "elastico with GPU counts by the prices alone (no shortest-remaining-time allotment)",
-           all_shapes, price=True, interference=True, reshape=True, order=value_order),
+           all_shapes, price=True, interference=True, reshape=True, order=value_order, whole_gpu_gangs=True),
 )}
 
 

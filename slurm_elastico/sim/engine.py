@@ -124,6 +124,8 @@ class Engine:
         # Goodput shapes (other global batches) for every training family when the settings ask for them or the
         # policy adapts batch sizes (a policy attribute, as the epoch reads `narrow` or `reshape`).
         self.adaptive = sim.adaptive_batch or bool(getattr(chosen, "adapts_batch", False))
+        # A family with GPU counts on whole GPUs only where the settings or the policy (elastico-submit's start) say so.
+        self.whole_gpu_gangs = sim.whole_gpu_gangs or bool(getattr(chosen, "whole_gpu_gangs", False))
         self.model = model
         self.truth = truth or GroundTruth()
         self.seed = seed
@@ -240,7 +242,7 @@ class Engine:
     def _arrive(self, tj: TraceJob) -> None:
         fam = family_of(tj, self.truth, self.sim.share_levels(), self.sim.gpu_memory_mib, self.sim.profile_noise,
                         self.seed, self.adaptive, self.sim.max_gpus_per_job, self.sim.gpus_per_node,
-                        self.sim.whole_gpu_gangs)
+                        self.whole_gpu_gangs)
         if fam is None:  # rigid: `--gpus=N`, on as many nodes as it takes
             gres, cpus, mem = GresRequest("gpus", tj.gpus), TRAIN_CPUS * tj.gpus, TRAIN_HOST_MIB * tj.gpus
             begin = tj.submit_s

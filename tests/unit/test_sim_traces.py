@@ -125,3 +125,21 @@ def test_a_family_with_gpu_counts_offers_one_gpu_only_whole_when_gangs_start_who
     assert {s.resources.gpus for s in whole.shapes} == {0, 2, 4} and whole.default == shared.default
     alone = family_of(job, truth, (50, 100), 16384, whole_gpu_gangs=True)  # no GPU counts: shares kept
     assert {s.resources.mps for s in alone.shapes} == {50, 100}
+
+
+@pytest.mark.parametrize("policy, shares", [("elastico", {100}), ("no-allot", {100}), ("static-mps", {25, 50, 75, 100})])
+def test_elastico_gets_the_families_elastico_submit_starts_and_a_baseline_the_settings(policy, shares):
+    # The elastico policies' jobs come through elastico-submit, which starts a family with GPU counts on whole
+    # GPUs (Policy.whole_gpu_gangs); a baseline's families follow SimSettings.whole_gpu_gangs (false here).
+    from slurm_elastico.config import Settings
+    from slurm_elastico.interference.base import ContentionModel
+    from slurm_elastico.sim.engine import Engine
+    from slurm_elastico.sim.settings import SimSettings
+
+    truth = GroundTruth()
+    jobs = [TraceJob(1, 0.0, "train", "bert", 1, 10.0, 24), TraceJob(2, 0.0, "train", "bert", 1, 10.0, 24)]
+    run = Engine(jobs, policy, Settings(), SimSettings(gpus=4, gpus_per_node=4), ContentionModel(), truth)
+    run._arrive(jobs[0])
+    fam = run.families[1]
+    assert any(s.resources.gpus for s in fam.shapes)
+    assert {s.resources.mps for s in fam.shapes if not s.resources.gpus} == shares
