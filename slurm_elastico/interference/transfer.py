@@ -38,7 +38,9 @@ carries its held-out error (`heldout`): on k-fold, leave-one-model-out and,
 with two or more GPU types, leave-one-GPU-out folds of the training data.
 From the same held-out pairs come the admission thresholds per floor
 (`admission`, `admission_tables`; margins per pair from the pair's
-prediction) and the gain rule's margins (`margins_from_heldout`).
+prediction, by the kind of shift: seen, an unseen family, an unseen GPU type
+and whether that type is bigger or smaller than the training types) and the
+gain rule's margins (`margins_from_heldout`).
 """
 
 from __future__ import annotations
