@@ -224,7 +224,8 @@ def main() -> None:
                "heldout": {k: {"folds": v["folds"], "best_trivial": v["best_trivial"],
                                "metrics": {m: {x: round(y, 4) for x, y in d.items()} for m, d in v["metrics"].items()},
                                "curve": {t: {x: round(y, 4) for x, y in d.items()} for t, d in v["curve"].items()},
-                               "per_fold": {n: {x: round(y, 4) for x, y in d.items()} for n, d in v["per_fold"].items()}}
+                               "per_fold": {n: {x: round(y, 4) for x, y in d.items()}
+                                            for n, d in v["per_fold"].items()}}
                            for k, v in held.items()}}
     figures.update({name.replace(" ", "_").replace("(a,_b)", "ab").lower(): round(ms, 3) for name, ms in rows})
     print(json.dumps(figures))

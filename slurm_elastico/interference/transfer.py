@@ -14,8 +14,10 @@ the training residuals log S − log S_prior, with the product kernel
     k = k_job(a, a') · k_job(b, b') · k_gpu(gpu, gpu')
 
 `k_job` compares two jobs on standardized numeric features (log steps/s
-per GB/s of the GPU's memory bandwidth, `Encoder`; log batch, SM and bandwidth utilisation, memory used, MPS share; a feature
-measured on one job and not the other counts as one length scale apart),
+per GB/s of the GPU's memory bandwidth, `Encoder`; log batch, SM and
+bandwidth utilisation, memory used, MPS share; a feature measured on one
+job and not the other counts as one length scale apart, also one training
+never measured),
 times `family_sim` unless both have the same known model family, times
 e^-1 if their kinds (train/infer) differ and e^-0.5 if their precisions do.
 `k_gpu` compares GPU types by their specifications (`specs`: ln SMs, ln
@@ -134,7 +136,9 @@ class Encoder:
     GPU is bigger, so raw steps/s would place every job of an unseen, faster type outside the training range.
     Steps per GB of the GPU's memory bandwidth (`specs`) is about the same job on either type: how heavy a step
     is for the hardware. `ref_log_bw` (the training samples' mean ln bandwidth) stands in for a GPU type with
-    no listed spec, and for a view asked without a GPU type.
+    no listed spec, and for a view asked without a GPU type. Where no training type has a listed spec it is NaN
+    and every speed, on any type, is read as raw steps/s: a bandwidth known for the query's type alone would
+    compare it with nothing.
 
     Every feature of `NUMERIC` is kept, also one the training data never measured (standardized by mean 0,
     scale 1): a job measured where training jobs were not is then a length scale apart on it (`job_kernel`).
@@ -145,12 +149,12 @@ class Encoder:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     families: tuple[str, ...]
-    ref_log_bw: float = 0.0
+    ref_log_bw: float = math.nan
 
     @classmethod
     def fit(cls, profiles: Sequence[SoloProfile], gpus: Sequence[str]) -> Encoder:
         known = [b for b in map(log_bandwidth, gpus) if not math.isnan(b)]
-        ref = float(np.mean(known)) if known else 0.0
+        ref = float(np.mean(known)) if known else math.nan
         names, mean, std = measured_stats(_raw_matrix(profiles, gpus, ref), NUMERIC)
         stats = dict(zip(names, zip(mean, std, strict=True), strict=True))
         return cls(NUMERIC, tuple(stats.get(n, (0.0, 1.0))[0] for n in NUMERIC),
@@ -174,7 +178,7 @@ def _raw_matrix(profiles: Sequence[SoloProfile], gpus: Sequence[str | None] | st
     if gpus is None or isinstance(gpus, str):
         gpus = [gpus] * len(profiles)
     cache: dict = {}
-    offsets = [cache.setdefault(g, log_bandwidth(g)) for g in gpus]
+    offsets = [0.0 if math.isnan(ref) else cache.setdefault(g, log_bandwidth(g)) for g in gpus]
     return np.array([_raw(p, ref if math.isnan(b) else b) for p, b in zip(profiles, offsets, strict=True)],
                     dtype=float).reshape(-1, len(NUMERIC))
 
@@ -423,7 +427,7 @@ class PriorCorrected:
                           "kappa": self.prior.kappa},
                 "encoder": {"numeric": list(self.encoder.numeric), "mean": list(self.encoder.mean),
                             "std": list(self.encoder.std), "families": list(self.encoder.families),
-                            "ref_log_bw": self.encoder.ref_log_bw},
+                            "ref_log_bw": None if math.isnan(self.encoder.ref_log_bw) else self.encoder.ref_log_bw},
                 "training_mean_norm": self.training_mean_norm, "gpu_types": list(self.gpu_types),
                 "heldout": self.heldout, "margins": self.margins,
                 "admission": {"floors": list(FLOORS), **{k: to_json(v) for k, v in self.admission.items()}},
@@ -447,7 +451,8 @@ class PriorCorrected:
         try:
             enc = blob["encoder"]
             encoder = Encoder(tuple(enc["numeric"]), tuple(map(float, enc["mean"])), tuple(map(float, enc["std"])),
-                              tuple(enc["families"]), float(enc["ref_log_bw"]))
+                              tuple(enc["families"]),
+                              math.nan if enc["ref_log_bw"] is None else float(enc["ref_log_bw"]))
             if any(n not in NUMERIC for n in encoder.numeric):
                 raise ValueError(f"unknown features {encoder.numeric}")
             t = blob["train"]

@@ -294,3 +294,19 @@ def test_an_unseen_gpu_type_is_calibrated_on_the_folds_that_shifted_the_same_way
         view = model.on_gpu(gpu)
         worst = 1 / np.maximum(view.predict(a, b), view.predict(b, a))
         assert np.allclose(view.admission_margins(a, b), margins(worst, t[kind]), equal_nan=True)
+
+
+def test_without_a_listed_training_type_speeds_are_read_raw_on_every_type(k80, tmp_path):
+    """Trained on a type with no listed spec, a listed type's bandwidth would compare it with nothing."""
+    mystery = [Colocation("mystery", o.a, o.b, o.norm_a, o.norm_b, o.fits, o.source) for o in k80]
+    model = fit_transfer(mystery)
+    assert math.isnan(model.encoder.ref_log_bw)
+    job = k80[0].a
+    raw = model.encoder.encode([job], "mystery").x
+    assert np.allclose(model.encoder.encode([job], "h100").x, raw, equal_nan=True)
+    assert np.allclose(model.encoder.encode([job], None).x, raw, equal_nan=True)
+    model.save(tmp_path / "m.json")
+    again = load_model(tmp_path / "m.json")
+    assert math.isnan(again.encoder.ref_log_bw)
+    a, b = [o.a for o in k80[:20]], [o.b for o in k80[:20]]
+    assert np.array_equal(again.on_gpu("h100").predict(a, b), model.on_gpu("h100").predict(a, b))
