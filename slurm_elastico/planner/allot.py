@@ -1,4 +1,5 @@
-"""GPU counts for data-parallel jobs: weighted shortest remaining time first, whole requests before partial ones.
+"""GPU counts for data-parallel jobs: weighted shortest remaining time first, whole requests before partial ones,
+the shortest on more GPUs where their speedup earns it.
 
 Why not the prices alone: mean completion time counts every second a job
 waits as much as every second it runs, and the measured data-parallel
@@ -14,15 +15,24 @@ whatever its size).
 Two passes over the jobs in that order, over a budget of GPU equivalents
 (free GPUs plus those the elastic running jobs hold):
 
-1. A pending job starts only at its fastest shape within its *cap* (the GPU
-   count it was submitted with), or waits: a job started on a fraction of
-   its request holds GPUs that a shorter job would finish on sooner. A
-   running job keeps the shape it runs as while that fits what is left, and
-   moves up to its cap only when the time saved over its remaining work
-   pays the restart; when shorter jobs have taken what it holds, it shrinks
-   to what is left, and with nothing left it is preempted (it resumes when
-   its turn comes, paying one restart) — or, when `preempt` is off, keeps
-   its smallest shape.
+1. A pending job starts only at its fastest shape within its *limit*, or
+   waits: a job started on a fraction of its request holds GPUs that a
+   shorter job would finish on sooner. The limit is its cap (the GPU count
+   it was submitted with), or more where its measured speedup earns it
+   (`share_limit`): heSRPT's optimal split of GPUs among jobs whose speedup
+   on n GPUs is n^p (Berg, Vesilo, Harchol-Balter, SIGMETRICS 2020) gives
+   the shortest of m jobs the fraction 1 − (1 − 1/m)^(1/(1−p)) of the GPUs
+   left, the next the same fraction of what remains, and so on; with
+   speedups near linear a short job finishing on many GPUs delays the jobs
+   behind it less than it gains (two equal jobs on two GPUs with speedup
+   1.9: one after the other they end at 0.53 and 1.05 of the one-GPU time,
+   side by side both at 1). Each shape's own speedup over the job's best
+   single GPU gives its p. A running job keeps the shape it runs as while
+   that fits what is left, and moves up to its limit only when the time
+   saved over its remaining work pays the restart; when shorter jobs have
+   taken what it holds, it shrinks to what is left, and with nothing left it
+   is preempted (it resumes when its turn comes, paying one restart) — or,
+   when `preempt` is off, keeps its smallest shape.
 2. What is left after everyone had their turn starts waiting jobs, in the
    same order, on less than they asked for: idle GPUs help nobody.
 
@@ -78,11 +88,29 @@ def _fastest(c: Claim, limit: float) -> int:
     return best
 
 
-def _running(c: Claim, budget: float, hysteresis: float, preempt: bool) -> int:
+def share_limit(c: Claim, budget: float, left: int) -> float:
+    """The most GPU equivalents `c` may take in the first pass when it and `left - 1` jobs after it share `budget`:
+    its cap, or the largest shape heSRPT's split gives it (see the module docstring), p from that shape's
+    speedup over the job's fastest shape on at most one GPU."""
+    base = max((t for t, z, ok in zip(c.tput, c.sizes, c.allowed) if ok and z <= 1 + EPS), default=0.0)
+    limit = c.cap
+    if base <= 0 or left < 1:
+        return limit
+    for size, t, ok in zip(c.sizes, c.tput, c.allowed):
+        if not ok or size <= max(1.0, limit) + EPS or t <= base:
+            continue
+        p = math.log(t / base) / math.log(size)  # the speedup as size ** p
+        frac = 1.0 if p >= 1 - EPS or left == 1 else 1.0 - (1.0 - 1.0 / left) ** (1.0 / (1.0 - p))
+        if size <= frac * budget + EPS:
+            limit = size
+    return limit
+
+
+def _running(c: Claim, budget: float, hysteresis: float, preempt: bool, limit: float) -> int:
     """A running job's slot in the first pass (see the module docstring)."""
     cur = c.current
     assert cur is not None
-    want = _fastest(c, min(budget, max(c.cap, c.sizes[cur])))
+    want = _fastest(c, min(budget, max(limit, c.sizes[cur])))
     if c.sizes[cur] <= budget + EPS:  # it keeps what it holds unless moving up pays the restart
         if want == NONE or c.tput[want] <= c.tput[cur]:
             return cur
@@ -96,12 +124,13 @@ def allot(claims: Sequence[Claim], budget: float, hysteresis: float, preempt: bo
     """Each claim's slot, or NONE (a pending job waits, a running one is preempted); see the module docstring."""
     pick = [NONE] * len(claims)
     seq = order(claims)
-    for i in seq:
+    for k, i in enumerate(seq):
         c = claims[i]
+        limit = share_limit(c, budget, len(seq) - k)
         if c.current is not None:
-            want = _running(c, budget, hysteresis, preempt)
+            want = _running(c, budget, hysteresis, preempt, limit)
         else:
-            want = _fastest(c, c.cap)
+            want = _fastest(c, limit)
             if want != NONE and c.sizes[want] > budget + EPS:
                 want = NONE  # its whole request does not fit: it waits (pass 2 may start it smaller)
         if want != NONE:

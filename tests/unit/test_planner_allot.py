@@ -33,9 +33,21 @@ def test_a_job_whose_whole_request_does_not_fit_waits_while_a_later_one_that_fit
     assert picks == [1, 2]
 
 
-def test_nobody_takes_more_than_asked_while_the_budget_lasts():
-    picks = allot.allot([claim(100.0, cap=2.0)], budget=8.0, hysteresis=0.1)
-    assert picks == [1]
+def test_a_lone_job_takes_its_fastest_shape_whatever_it_asked():
+    # heSRPT's split with nobody behind it: all of the budget, so its fastest shape that fits (8 GPUs, 6.4x).
+    assert allot.allot([claim(100.0, cap=2.0)], budget=8.0, hysteresis=0.1) == [3]
+
+
+def test_with_a_queue_the_shortest_jobs_get_more_gpus_only_where_their_speedup_earns_it():
+    # Eight one-GPU jobs, eight GPUs. Near-linear speedups (1.9x on 2, 3.6x on 4): heSRPT gives the shortest 4
+    # GPUs, the next 2, then one each while the budget lasts; the longest four wait (one after the other, the
+    # short ones end sooner than all side by side, and the ones behind them no later on average).
+    near = allot.allot([claim(100.0 * (k + 1), cap=1.0) for k in range(8)], budget=8.0, hysteresis=0.1)
+    assert near == [2, 1, 0, 0, NONE, NONE, NONE, NONE]
+    # Poor speedups (1.2x on 2 GPUs): nobody is worth more than its one GPU, and all eight start.
+    poor = [Claim(100.0 * (k + 1), SIZES, (1.0, 1.2, 1.3, 1.3), (True,) * 4, 1.0, 1e5, None, 60.0) for k in range(8)]
+    assert allot.allot(poor, budget=8.0, hysteresis=0.1) == [0] * 8
+    assert allot.share_limit(poor[0], 8.0, 8) == 1.0 and allot.share_limit(claim(100.0, cap=1.0), 8.0, 8) == 4.0
 
 
 def test_a_running_job_keeps_its_shape_unless_moving_up_pays_the_restart():

@@ -21,9 +21,10 @@ NOW = 1_000_000.0
 SPEEDUP = {1: 1.0, 2: 1.9, 4: 3.6, 8: 6.4}  # a job that scales well, as measured data-parallel jobs often do
 
 
-def gang_family(work: float = 200000.0, default_gpus: int = 1) -> Family:
-    shapes = [Shape("gpus1", Resources(100, 8000, 2, 4096), SPEEDUP[1])]
-    shapes += [Shape(f"gpus{n}", Resources(0, 8000, 2 * n, 4096 * n, gpus=n), SPEEDUP[n]) for n in (2, 4, 8)]
+def gang_family(work: float = 200000.0, default_gpus: int = 1, speedup: dict[int, float] | None = None) -> Family:
+    speedup = speedup or SPEEDUP
+    shapes = [Shape("gpus1", Resources(100, 8000, 2, 4096), speedup[1])]
+    shapes += [Shape(f"gpus{n}", Resources(0, 8000, 2 * n, 4096 * n, gpus=n), speedup[n]) for n in (2, 4, 8)]
     return Family(kind="train", shapes=tuple(shapes), total_work=work, default=f"gpus{default_gpus}")
 
 
@@ -58,12 +59,20 @@ def test_a_gang_larger_than_a_node_spans_the_fewest_nodes():
     assert a.gpus == 8 and len(a.nodes) == 2
 
 
-def test_a_queue_makes_gpus_dear_so_jobs_start_smaller_and_all_start():
+def test_a_queue_starts_jobs_on_one_gpu_each_unless_their_speedup_earns_the_first_ones_more():
+    # Jobs that gain little from more GPUs (1.2x on 2): 8 jobs on 8 GPUs, one GPU each, nobody hogs the cluster.
+    poor = {1: 1.0, 2: 1.2, 4: 1.3, 8: 1.3}
     jobs = [pend(i, submit=NOW - 60 + i) for i in range(1, 9)]
-    p = plan(cluster(8, gpus_per_node=8), jobs, {i: gang_family() for i in range(1, 9)})
-    started = {pl.job_id for pl in p.placements}
-    assert started == set(range(1, 9))  # 8 jobs on 8 GPUs: one GPU each, nobody hogs the cluster
+    p = plan(cluster(8, gpus_per_node=8), jobs, {i: gang_family(speedup=poor) for i in range(1, 9)})
+    assert {pl.job_id for pl in p.placements} == set(range(1, 9))
     assert not any(a.kind is ActionKind.SET_GPUS for a in p.actions)
+    # Near-linear ones (1.9x on 2, 3.6x on 4): the allotment's heSRPT split gives the first in its order more GPUs
+    # and the last ones wait; every GPU is used either way.
+    p = plan(cluster(8, gpus_per_node=8), jobs, {i: gang_family() for i in range(1, 9)})
+    gangs = sorted(a.gpus for a in p.actions if a.kind is ActionKind.SET_GPUS)
+    assert gangs and max(gangs) > 1 and len({pl.job_id for pl in p.placements}) < 8
+    assert sum(gangs) + sum(1 for pl in p.placements if pl.job_id not in
+                            {a.job_id for a in p.actions if a.kind is ActionKind.SET_GPUS}) == 8
 
 
 def test_an_elastic_job_grows_into_idle_gpus_when_its_remaining_work_pays_the_restart():
@@ -82,8 +91,8 @@ def test_an_elastic_job_shrinks_when_the_queue_needs_its_gpus():
     nodes = cluster(8, gpus_per_node=8)
     held = [("n0000", g) for g in range(8)]
     nodes = with_users(nodes, {k: (GpuUse(1, 0, whole=True),) for k in held})
-    jobs = [gang_running(1, held, start=NOW - 3600)] + [pend(i, submit=NOW - 600) for i in range(2, 6)]
-    p = plan(nodes, jobs, {i: gang_family() for i in range(1, 6)})
+    jobs = [gang_running(1, held, start=NOW - 3600), pend(2, submit=NOW - 600)]
+    p = plan(nodes, jobs, {i: gang_family() for i in range(1, 3)})
     shrink = next(a for a in p.actions if a.kind is ActionKind.RESHAPE_RUNNING)
     assert shrink.job_id == 1 and (shrink.gpus or 1) < 8 and "shrink" in shrink.reason
     started = {pl.job_id for pl in p.placements} - {1}
