@@ -73,3 +73,16 @@ def test_a_policy_can_be_replayed_at_the_measured_arrivals():
     assert max(r.submit for r in got["static"][0].jobs) == 6.0  # the list's own times
     with pytest.raises(ConfigError, match=r"job\(s\) \[3\]"):
         w.at_arrivals(jobs, {0: 1.0, 1: 2.0, 2: 3.0})
+
+
+def test_the_default_list_lets_the_simulator_reshape_every_kind_the_list_allows():
+    """`make demo`'s list (defaults) on its cluster: the simulated helper run reshapes running jobs in every way the
+    list allows - an MPS share, a micro-batch, an inference job's engine arguments, a GPU count."""
+    from slurm_elastico.cluster.demo import RESHAPE_KINDS, simulated_figures
+
+    jobs = w.job_list()
+    assert {j.kind for j in jobs} == {"train", "infer"} and any(w.gang_ranks(TRUTH, j, w.Plan()) for j in jobs)
+    got = w.predict(jobs, w.Plan(), TRUTH)
+    elastico, static = simulated_figures(*got["elastico"]), simulated_figures(*got["static"])
+    assert {k: elastico[f"reshape_{k}"] > 0 for k in RESHAPE_KINDS} == {k: True for k in RESHAPE_KINDS}
+    assert all(static[f"reshape_{k}"] == 0 for k in RESHAPE_KINDS) and elastico["mean_jct_s"] < static["mean_jct_s"]
