@@ -39,7 +39,8 @@ class SimSettings:
                                  "app on several GPUs); 0 = every job keeps the GPU count it was submitted with")
     whole_gpu_gangs: bool = _opt(False, help="a training family with data-parallel shapes offers one GPU only whole "
                                              "(no MPS share), as elastico-submit starts such a family on whole GPUs: "
-                                             "Slurm 22.05 cannot move a job between mps and gpu")
+                                             "Slurm 22.05 cannot move a job between mps and gpu; for every policy "
+                                             "(the elastico policies always: their jobs come through elastico-submit)")
     adaptive_batch: bool = _opt(False, help="training families also offer other global batches with an LR rule "
                                             "(goodput shapes; what the pollux policy adapts)")
     even_gangs: bool = _opt(True, help="a gang holds the same number of GPUs on each of its nodes (what Slurm's "
