@@ -147,6 +147,10 @@ def test_file_round_trip_and_load_model_dispatch(model, k80, tmp_path):
     assert all(np.array_equal(again.admission[k], model.admission[k]) for k in ADMISSION_KINDS)
     assert np.array_equal(again.on_gpu("p100").admission_margins(a, b), model.on_gpu("p100").admission_margins(a, b))
     blob = json.loads(path.read_text())
+    # a file of the previous version (raw steps/s, no directed GPU thresholds) is refused, saying what to do
+    path.write_text(json.dumps({**blob, "version": 2}))
+    with pytest.raises(ModelFileError, match=r"file version 2, this slurm-elastico reads version 3; retrain with"):
+        load_model(path)
     blob["train"]["self"] = blob["train"]["self"][:-1]
     path.write_text(json.dumps(blob))
     with pytest.raises(ModelFileError, match="different lengths"):
