@@ -17,7 +17,7 @@ import pytest
 from slurm_elastico.config import Settings
 from slurm_elastico.helper.executor import execute
 from slurm_elastico.helper.journal import MemoryJournal
-from slurm_elastico.model import JobState, NodeView
+from slurm_elastico.model import Family, JobState, NodeView, Resources, Shape
 from slurm_elastico.planner import run_epoch
 from slurm_elastico.planner.gpu_choice import lowest_unused, mps_gpu, whole_gpus
 from slurm_elastico.slurm import commands
@@ -133,6 +133,32 @@ def test_the_plan_puts_each_job_on_the_gpu_slurm_gives_it(jobs, gateway):
     assert all(o.status == "done" for o in outcomes), outcomes
     for job, (node, gpu) in placed.items():
         assert jobs.gpus(job) == ((node, gpu, fams[job].shapes[0].resources.mps),)
+
+
+def test_the_plan_puts_a_gang_where_slurm_puts_it_beside_an_mps_user(jobs, gateway):
+    """The real planner on the live snapshot, with the live Slurm version: a pending job of two whole GPUs, and the
+    only node with room has an MPS user on GPU 0. From 24.11 Slurm gives `gpu:2` GPUs 1 and 2 there and the plan
+    says so; before (22.05) Slurm would put it on GPUs 0 and 1, beside the MPS user, so the plan does not start it."""
+    for node in ("n2", "n3", "n4"):  # only n1 has room
+        for _ in range(4):
+            jobs.submit(node, f"mps:{FILLER}")
+    jobs.submit("n1", "mps:20")
+    for j in jobs.ids:
+        jobs.gpus(j)
+    job = jobs.submit("", "gpu:2", "--begin=now+3600")
+    pair = Family(kind="train", shapes=(Shape("gpus2", Resources(0, 1000, 1, 1024, gpus=2), 1.0),), total_work=1000.0)
+    wait_for(lambda: gateway.job(job).reason == "BeginTime", "the pair to wait for BeginTime")
+    snap = gateway.snapshot()
+    plan = run_epoch(snap, {job: pair}, Settings(), None, time.time())
+    placed = [(p.node, p.gpu) for p in plan.placements if p.job_id == job]
+    print(f"Slurm {snap.slurm_version}: the plan puts gpu:2 beside mps:20 on GPU 0 of n1 at {placed}")
+    if not lowest_unused(snap.slurm_version):
+        assert placed == [], (plan.actions, plan.notes)
+        return
+    assert placed == [("n1", 1)], (plan.actions, plan.notes)
+    outcomes = execute(plan.actions, gateway, MemoryJournal(), time.time())
+    assert all(o.status == "done" for o in outcomes), outcomes
+    assert sorted(jobs.gpus(job)) == [("n1", 1, 0), ("n1", 2, 0)]
 
 
 def _full_node_and_rival(jobs, gateway, node: str) -> tuple[int, int, tuple[str, int, int]]:
