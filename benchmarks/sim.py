@@ -139,8 +139,39 @@ def report(res, label, names, truth, sim):
                   f"data-parallel shapes, prices choose only the shapes of the other jobs, {priced[0]} of "
                   f"{priced[1]} over the seeds, and the upgrades; without prices those jobs ask for their fastest "
                   "shape)")
+    same_as_static(res, names, out)
     print(f"  static keeps GPUs {100 * out['static_util_arrivals']:.0f} % allocated while jobs arrive")
     return out
+
+
+def same_as_static(res, names, out) -> None:
+    """Print (and add to `out`) each policy that scheduled every job exactly as static did on some seed, and why
+    where the trace says: Tiresias when no job can leave its first queue, an ablation without shapes when every
+    job's default shape is static's (one whole GPU)."""
+    static = {r.seed: r for r in res.runs["static"]}
+    whole = all(j.gpus == 1 and j.share == 100 for t in res.traces.values() for j in t)
+    for n in names:
+        if n == "static":
+            continue
+        same = sum(metrics.same_schedule(r, static[r.seed]) for r in res.runs[n])
+        out["policies"][n]["same_schedule_as_static"] = same
+        why = ""
+        if n == "tiresias":
+            limit = policies.get(n).threshold_gpu_s
+            longest = max(metrics.longest_service_gpu_s(r) for r in res.runs[n])
+            preempted = sum(r.counters["actions"].get("preempt", 0) for r in res.runs[n])
+            out["policies"][n].update(preemptions=preempted, longest_service_gpu_h=longest / 3600,
+                                      queue_limit_gpu_h=limit / 3600)
+            if longest < limit:
+                why = (f": {preempted} preemptions; no job attained more than {longest / 3600:.1f} GPU-h (GPUs x time "
+                       f"from first start to end), under its {limit / 3600:g} GPU-h queue limit, so every job stayed "
+                       "in Q0 (arrival order, nothing to preempt for): Slurm's first come first served on whole GPUs")
+        elif whole and policies.get(n).narrow is policies.default_shape:
+            why = (": every job's default shape here is one whole GPU, static's, so it keeps only elastico's queue "
+                   "order, which acts on a job only within its placement window (then Slurm starts it first come "
+                   "first served)")
+        if same:
+            print(f"  {n:>16}: the same schedule as static, job for job, on {same} of {len(res.runs[n])} seeds{why}")
 
 
 def priced_jobs(res, truth, sim) -> tuple[int, int]:
@@ -361,7 +392,7 @@ def main() -> int:
             comparisons = [comparison(runs, 32, 300, 2.0, 5, 60.0, "gavel", names),
                            # the held placement window again, for the baselines a reader compares against
                            comparison(runs, 32, 300, 2.0, 5, -1.0, "gavel",
-                                      ["elastico", "static", "tiresias", "pollux", "no-allot"]),
+                                      ["elastico", "static", "tiresias", "pollux", "no-allot", "no-shapes"]),
                            comparison(runs, 32, 300, 2.0, 5, -1.0, "gavel-residual", ["elastico", "static"])]
             pollux = pollux_workloads(runs, range(1, 9), POLLUX_COLUMNS, 2)
         out["comparison"] = [finish() for finish in comparisons]

@@ -98,6 +98,23 @@ def separated(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return ma + ha < mb - hb or mb + hb < ma - ha
 
 
+def same_schedule(a: RunResult, b: RunResult) -> bool:
+    """Whether two runs of one trace finished every job and started and ended each at the same instants."""
+    def when(r: RunResult) -> list[tuple[int, float, float]]:
+        return [(j.job_id, j.first_start, j.end) for j in sorted(r.jobs, key=lambda j: j.job_id)]
+
+    return a.unfinished == b.unfinished == 0 and when(a) == when(b)
+
+
+def longest_service_gpu_s(r: RunResult) -> float:
+    """An upper bound on the GPU-seconds of service any job of `r` attained: its submitted GPUs × the time from
+    its first start to its end (the time between counts too, so it bounds). Valid for a policy that runs every
+    job at its submitted GPU count (Tiresias); infinite when `r` left a job unfinished (its service is unknown)."""
+    if r.unfinished:
+        return math.inf
+    return max((j.gpus * (j.end - j.first_start) for j in r.jobs), default=0.0)
+
+
 Unfinished = Mapping[int, tuple[int, int]]
 """One policy's runs: {seed: (jobs left unfinished, jobs given)}."""
 

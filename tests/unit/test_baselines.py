@@ -14,7 +14,7 @@ from slurm_elastico.model import (Action, ActionKind, Family, GpuUse, GresReques
                                   Shape)
 from slurm_elastico.planner import policies
 from slurm_elastico.planner.baselines import QUEUE_LIMIT_GPU_S, LasState, las_comment, las_state
-from slurm_elastico.sim import engine, trace
+from slurm_elastico.sim import engine, metrics, trace
 from slurm_elastico.sim.settings import SimSettings
 from slurm_elastico.sim.trace import TraceJob
 from slurm_elastico.sim.truth import GroundTruth
@@ -206,3 +206,38 @@ def test_a_pollux_workload_runs_to_the_end_every_job_at_its_submitted_gpu_count(
     assert r.counters["actions"].get("preempt", 0) > 0 and r.counters["refused_actions"] == 0
     assert seen == {j: {n} for j, n in submitted.items()}
     assert all(j.done == j.work for j in r.jobs)
+
+
+def test_tiresias_is_static_fifo_when_no_job_reaches_its_queue_limit_and_preempts_when_one_does(toy, monkeypatch):
+    # One GPU, single-GPU jobs: A (1,000 s) from 0, B and C (30 s each) at 100 and 110. Under the 16 GPU-hour
+    # limit A never leaves Q0, so Q0's arrival order is static's FIFO: the same schedule, job for job, and no
+    # preemption (why the mixed trace, whose jobs run at most 12 h on one GPU, gives both the same figures).
+    jobs = [TraceJob(1, 0, "train", "toy", 1, 1000, 16), TraceJob(2, 100, "train", "toy", 1, 30, 16),
+            TraceJob(3, 110, "train", "toy", 1, 30, 16)]
+    sim = SimSettings(gpus=1, gpus_per_node=1, epoch_s=10, placement_window_s=-1, profile_noise=0.0, audit=True,
+                      restart_cost_s=5.0, colocation="none")
+    runs = {p: engine.run(jobs, p, Settings(), sim, ContentionModel(), toy) for p in ("static", "tiresias")}
+    assert metrics.same_schedule(runs["static"], runs["tiresias"])
+    assert runs["tiresias"].counters["actions"].get("preempt", 0) == 0
+    assert metrics.longest_service_gpu_s(runs["tiresias"]) == pytest.approx(1000.0)  # far under QUEUE_LIMIT_GPU_S
+    # A limit A passes (50 GPU-s): A drops to Q1 and is preempted for B and C, which end sooner.
+    monkeypatch.setitem(policies.REGISTRY, "tiresias", dataclasses.replace(TIRESIAS, threshold_gpu_s=50.0))
+    las = engine.run(jobs, "tiresias", Settings(), sim, ContentionModel(), toy)
+    assert not metrics.same_schedule(runs["static"], las)
+    assert las.counters["actions"]["preempt"] >= 1 and las.unfinished == 0
+    ends = {j.job_id: j.end for j in las.jobs}
+    assert ends[2] < ends[1] and ends[3] < ends[1]
+
+
+def test_same_schedule_and_the_longest_service_bound():
+    def run(*jobs, unfinished=0):
+        return engine.RunResult("p", 0, 4, [engine.JobResult(i, "train", "a", g, 0.0, s, e, 0, 1.0, 1.0, 1.0, 1.0, 0.0)
+                                            for i, g, s, e in jobs], [], 1.0, 1.0, 1, 1, 1, 0.1, 0.0,
+                                unfinished=unfinished)
+
+    a = run((1, 1, 0.0, 10.0), (2, 4, 5.0, 8.0))
+    assert metrics.same_schedule(a, run((2, 4, 5.0, 8.0), (1, 1, 0.0, 10.0)))  # order of the list does not count
+    assert not metrics.same_schedule(a, run((1, 1, 0.0, 10.0), (2, 4, 5.0, 9.0)))
+    assert not metrics.same_schedule(a, run((1, 1, 0.0, 10.0), (2, 4, 5.0, 8.0), unfinished=1))
+    assert metrics.longest_service_gpu_s(a) == 12.0  # 4 GPUs x 3 s beats 1 GPU x 10 s
+    assert metrics.longest_service_gpu_s(run((1, 1, 0.0, 10.0), unfinished=2)) == float("inf")
