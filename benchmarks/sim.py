@@ -17,7 +17,10 @@ submitted) and "hold" (family jobs start only when the planner starts them).
 The ground truth of co-location is `gavel` (Gavel's measured co-run speed as
 a ceiling); the full run repeats elastico and static under the optimistic
 `gavel-residual` reading. Nothing here is tuned to a result: the constants
-are the defaults of `SimSettings` and `Settings`.
+are the defaults of `SimSettings` and `Settings`. A policy that schedules
+every job exactly as static did on some seed is said so, with why where the
+trace shows it (Tiresias: no job reached its queue limit; an ablation
+without shapes: every job's default shape is static's whole GPU).
 
 Pollux workloads: 1..8 on the peer's cluster (16 nodes × 4 GPUs, 60 s
 rounds, 30 s restarts), each policy's mean JCT and the lower bound beside
