@@ -112,6 +112,7 @@ class GpuState:
         for g, n in enumerate(gpu_node):
             self.node_gpus.setdefault(n, []).append(g)
         self.blocked = [0] * len(free_share)  # shares `block` took: free as far as Slurm knows
+        self.known: set[tuple[int, int]] = set()  # (id(seat), GPU): where Slurm runs a job already (`attach`)
         self.lowest_unused = lowest_unused  # Slurm gives `gpu:P` its lowest GPUs with no user (`gpu_choice`)
         self.free_mem = free_mem
         self.node_cpu = node_cpu
@@ -184,6 +185,7 @@ class GpuState:
         seat.gpu = g
         self.free_mem[g] -= mem
         self.occ[g].append(seat)
+        self.known.add((id(seat), g))
         self._refresh(g)
 
     def place(self, seat: Seat, row: Row, g: int) -> None:
@@ -202,6 +204,7 @@ class GpuState:
         for g in gpus:
             self.free_mem[g] -= mem
             self.occ[g].append(seat)
+            self.known.add((id(seat), g))
 
     def place_gang(self, seat: Seat, row: Row, gpus: tuple[int, ...]) -> None:
         """Put a data-parallel row on these idle GPUs (see `find_gang`)."""
@@ -296,14 +299,21 @@ class GpuState:
         """Per GPU of `node`: idle (no occupant, every share free, `mem` free), held whole as Slurm sees it (by a
         gang, by a job asked as `gpu:1` (`asks_one_whole`), or nothing free and no occupant: a foreign `gpu:N`
         job), and, where Slurm gives `gpu:P` the lowest GPUs with no user (`lowest_unused`), with no user as
-        Slurm sees it (the head-of-queue reservation is not Slurm's); else None."""
+        Slurm sees it (the head-of-queue reservation is not Slurm's); else None.
+
+        Slurm starts the jobs of a plan in its own priority order, which may put a gang before a share the plan
+        placed first. A GPU only shares this plan starts use (not `attach`ed: Slurm does not run them yet) is
+        therefore without a user for Slurm and not idle, so a gang whose lowest GPUs include it is not asked for
+        on that node, whichever Slurm starts first. A planned job holding whole GPUs counts as their user: two
+        whole-GPU jobs started in either order each get idle GPUs of their own."""
         gpus = self.node_gpus[node]
         idle = [not self.occ[g] and self.free_share[g] == self.total_share[g] > 0 and self.free_mem[g] >= mem
                 for g in gpus]
-        held = [any(s.gang or self.asks_one_whole(s, s.row, g) for s in self.occ[g])
-                or (not self.occ[g] and not self.free_share[g] + self.blocked[g]) for g in gpus]
-        unused = ([not self.occ[g] and self.free_share[g] + self.blocked[g] == self.total_share[g] > 0 for g in gpus]
-                  if self.lowest_unused else None)
+        whole = [any(s.gang or self.asks_one_whole(s, s.row, g) for s in self.occ[g]) for g in gpus]
+        held = [w or (not self.occ[g] and not self.free_share[g] + self.blocked[g]) for g, w in zip(gpus, whole)]
+        unused = ([self.total_share[g] > 0 and not w and not any((id(s), g) in self.known for s in self.occ[g])
+                   and (bool(self.occ[g]) or self.free_share[g] + self.blocked[g] == self.total_share[g])
+                   for g, w in zip(gpus, whole)] if self.lowest_unused else None)
         return idle, held, unused
 
     def fits(self, seat: Seat, row: Row, g: int, *, stays: bool = False) -> float:

@@ -161,6 +161,38 @@ def test_the_plan_puts_a_gang_where_slurm_puts_it_beside_an_mps_user(jobs, gatew
     assert sorted(jobs.gpus(job)) == [("n1", 1, 0), ("n1", 2, 0)]
 
 
+def test_jobs_started_in_one_epoch_run_where_the_plan_put_them(jobs, gateway):
+    """Slurm starts the jobs of one plan in its priority order, the plan places a gang after the shares: with a
+    share at the head (GPU 0 of n1), a gang next and another share last, Slurm starts the gang before the last
+    share. A plan that counted that share's GPU as used would put the gang on GPUs 2 and 3 where Slurm (24.11)
+    takes GPUs 1 and 2, the share's. Every job the plan starts runs where it said."""
+    for node in ("n2", "n3", "n4"):  # only n1 has room
+        for _ in range(4):
+            jobs.submit(node, f"mps:{FILLER}")
+    for j in jobs.ids:
+        jobs.gpus(j)
+    shares = family((50, 1.0, 1000), (FILLER, 1.5, 1000))
+    head, gang, last = (jobs.submit("", gres, "--begin=now+3600") for gres in ("mps:50", "gpu:2", "mps:50"))
+    for job, priority in ((head, 1_000_000), (gang, 500_000)):
+        subprocess.run(["scontrol", "update", f"JobId={job}", f"Priority={priority}"], env=jobs.env, check=True,
+                       capture_output=True, timeout=30)
+    fams = {head: shares, last: shares,
+            gang: Family(kind="train", shapes=(Shape("gpus2", Resources(0, 1000, 1, 1024, gpus=2), 1.0),),
+                         total_work=1000.0)}
+    wait_for(lambda: all(gateway.job(j).reason == "BeginTime" for j in fams), "the new jobs to wait for BeginTime")
+    snap = gateway.snapshot()
+    plan = run_epoch(snap, fams, Settings(), None, time.time())
+    placed = {p.job_id: (p.node, p.gpu) for p in plan.placements}
+    print(f"Slurm {snap.slurm_version}: planned {placed}")
+    assert {head, last} <= set(placed), (plan.actions, plan.notes)
+    outcomes = execute(plan.actions, gateway, MemoryJournal(), time.time())
+    assert all(o.status == "done" for o in outcomes), outcomes
+    ran = {job: jobs.gpus(job) for job in placed}
+    print(f"Slurm {snap.slurm_version}: ran {ran}")
+    for job, (node, gpu) in placed.items():
+        assert min(ran[job])[:2] == (node, gpu), (placed, ran)
+
+
 def _full_node_and_rival(jobs, gateway, node: str) -> tuple[int, int, tuple[str, int, int]]:
     """`node`'s four GPUs held by four mps:100 jobs, and a plain mps:100 job pending for one; (job on the last GPU,
     the rival, where that job runs)."""

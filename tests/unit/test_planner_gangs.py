@@ -276,3 +276,25 @@ def test_a_running_gpu_1_job_holds_its_gpu_whole_so_a_gang_goes_on_the_gpus_abov
     start = next(a for a in p.actions if a.job_id == 2 and a.kind is ActionKind.SET_GPUS)
     assert start.nodes == ("n0000",) and start.gpus == 2
     assert [(pl.node, pl.gpu) for pl in p.placements if pl.job_id == 2] == [("n0000", 1)]
+
+
+def test_a_gang_is_not_put_above_a_gpu_this_plan_gives_a_share_slurm_may_start_after_it():
+    # Slurm starts a plan's jobs in its priority order; the plan places shares before gangs. Head share (GPU 0 of
+    # n0000), a gang next in priority, a share last (GPU 1): on 24.11 Slurm starts the gang before the last share
+    # and gives it GPUs 1 and 2, which have no user yet (measured live, tests/slurm/test_placement_live.py). The
+    # plan may not count the last share's GPU as used and put the gang on GPUs 2 and 3: it waits this epoch.
+    full = {(f"n000{k}", g): (GpuUse(50 + 4 * k + g, 100),) for k in (1, 2, 3) for g in range(4)}
+    nodes = with_users(cluster(4, gpus_per_node=4), full)
+    jobs = [JobView(i, f"j{i}", "u", "gpu", JobState.PENDING, gres=gres, submit_time=int(NOW - 60), priority=prio)
+            for i, gres, prio in ((1, GresRequest("mps", 50), 3), (2, GresRequest("gpu", 2), 2),
+                                  (3, GresRequest("mps", 50), 1))]
+    pair = Family(kind="train", shapes=(Shape("gpus2", Resources(0, 1000, 1, 1024, gpus=2), 1.0),), total_work=1000.0)
+    shares = Family(kind="train", total_work=1000.0, shapes=(Shape("mps50", Resources(50, 1000, 1, 1024), 1.0),
+                                                             Shape("mps100", Resources(100, 1000, 1, 1024), 1.5)))
+    for version in ("24.11.5", "22.05.8"):
+        p = plan(nodes, jobs, {1: shares, 2: pair, 3: shares}, version=version)
+        assert [(pl.job_id, pl.node, pl.gpu) for pl in p.placements] == [(1, "n0000", 0), (3, "n0000", 1)], version
+    # Once Slurm runs those shares (next epoch), the gang goes on GPUs 2 and 3 there on 24.11.
+    nodes = with_users(nodes, {("n0000", 0): (GpuUse(1, 100),), ("n0000", 1): (GpuUse(3, 100),)})
+    p = plan(nodes, [jobs[1]], {2: pair}, version="24.11.5")
+    assert [(pl.job_id, pl.node, pl.gpu) for pl in p.placements] == [(2, "n0000", 2)]
