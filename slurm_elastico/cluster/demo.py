@@ -129,14 +129,29 @@ def settings_yaml(state: Path, slurm_conf: Path, plan: workload.Plan) -> str:
 
 def run(state_dir: str | None, load: Workload = Workload(), say: Callable[[str], None] = print,
         keep: bool = True) -> dict:
-    """Run the demo; returns the comparison as a dict. Raises `DemoError` when the work is not exactly done."""
-    from slurm_elastico.sim.truth import GroundTruth
+    """Run the demo; returns the comparison as a dict. Raises `DemoError` when the work is not exactly done.
 
+    `keep`: leave the cluster running afterwards; without it the cluster is stopped however the demo ends."""
     began = time.monotonic()
     cluster = LocalCluster.from_state_dir(state_dir, accounting=True)
     say(f"== 1. local Slurm cluster in {cluster.state_dir}")
     up = cluster.up()
     say(f"   {up.version}: {'already running' if up.already_running else f'started in {up.seconds:.1f} s'}")
+    try:
+        result = _run_on(cluster, load, say, began)
+    finally:
+        if not keep:
+            cluster.down()
+            say("== cluster stopped")
+    if keep:
+        say(f"== the cluster keeps running; stop it with: {typed('elastico')} cluster down "
+            f"--state-dir {shlex.quote(str(cluster.state_dir))}")
+    return result
+
+
+def _run_on(cluster: LocalCluster, load: Workload, say: Callable[[str], None], began: float) -> dict:
+    from slurm_elastico.sim.truth import GroundTruth
+
     work = cluster.state_dir / "demo" / time.strftime("%Y%m%d-%H%M%S")
     work.mkdir(parents=True)
     plan = load.plan
@@ -214,12 +229,6 @@ def run(state_dir: str | None, load: Workload = Workload(), say: Callable[[str],
                         "simulated_at_list_arrivals": nominal["static"] / nominal["elastico"]}, "work": str(work),
               "seconds": time.monotonic() - began}
     (work / "comparison.json").write_text(json.dumps(result, indent=2, sort_keys=True))
-    if not keep:
-        cluster.down()
-        say("== cluster stopped")
-    else:
-        say(f"== the cluster keeps running; stop it with: {typed('elastico')} cluster down "
-            f"--state-dir {shlex.quote(str(cluster.state_dir))}")
     return result
 
 

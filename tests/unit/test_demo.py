@@ -56,3 +56,32 @@ def test_a_paced_program_outside_slurm_says_it_needs_a_job(tmp_path):
                           pacing.Emulated("train", "bert", 12).to_json(), "--pace-dir", str(tmp_path)],
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "SLURM_JOB_ID" in out.stderr
+
+
+def test_without_keep_the_cluster_is_stopped_even_when_the_demo_fails(monkeypatch):
+    """`elastico demo --down` (keep=False): a demo that fails part-way still stops its cluster, so the next live run
+    finds its ports free; with keep the cluster stays up either way."""
+    import pytest
+
+    events = []
+
+    class Stub:  # stands for LocalCluster: the control flow only
+        state_dir = "unused"
+
+        def up(self):
+            events.append("up")
+            return type("Up", (), {"version": "slurm-wlm 0", "already_running": True, "seconds": 0.0})()
+
+        def down(self):
+            events.append("down")
+
+    def failing(cluster, load, say, began):
+        raise demo.DemoError("a job failed")
+
+    monkeypatch.setattr(demo.LocalCluster, "from_state_dir", staticmethod(lambda *a, **k: Stub()))
+    monkeypatch.setattr(demo, "_run_on", failing)
+    for keep, expected in ((False, ["up", "down"]), (True, ["up"])):
+        events.clear()
+        with pytest.raises(demo.DemoError, match="a job failed"):
+            demo.run(None, say=lambda line: None, keep=keep)
+        assert events == expected
