@@ -309,16 +309,13 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
         if target == pricing.NONE:  # the head runs anyway: at its cheapest shape at these prices
             target = int(np.argmin(pricing.costs(problem, result.prices)[i, :-1]))
         cap = job.table.rows[target].tput
-        if not _place(job, state, [s for s in job.table.by_speed if job.table.rows[s].tput <= cap]):
+        slots = [s for s in job.table.by_speed if job.table.rows[s].tput <= cap]
+        if not _place(job, state, slots):
             deferred.append(i)
         if is_head and job.seat.gpu < 0:
-            # the emptiest GPU, the last of a node among equals: Slurm fills a node's GPUs first fit by index
-            # (`planner.gpu_choice`), so the others' shares go below it rather than onto it
-            g = max(range(n_gpus), key=lambda k: (state.free_share[k], k), default=None)
-            if g is not None and state.free_share[g] > 0:
-                state.block(g, state.free_share[g])
-                notes.append(f"job {job.view.job_id} heads the queue and fits nowhere yet: "
-                             f"GPU {gpu_key[g][0]}:{gpu_key[g][1]} kept free for it")
+            note = _keep_free(job, state, slots, gpu_key)
+            if note:
+                notes.append(note)
     for i in deferred:  # what the prices left out, where room remains: the fastest share, else the smallest gang
         if i in mine:
             continue  # the allotment made it wait: shorter jobs have its GPUs
@@ -632,6 +629,30 @@ def _place(job: Job, state: GpuState, slots: list[int]) -> bool:
             state.place(job.seat, row, g)
             return True
     return False
+
+
+def _keep_free(job: Job, state: GpuState, slots: list[int], gpu_key: list[tuple[str, int]]) -> str:
+    """Keep free, this epoch, GPUs for the queue's head that fits nowhere yet; returns the note saying which.
+
+    A job asking whole GPUs where Slurm gives `gpu:P` its P lowest GPUs not held whole (22.05, and a version the
+    planner cannot tell: `gpu_choice.whole_gpus`) gets only GPUs that rule picks, on the node where they are least
+    used (`GpuState.whole_gpus_for`): Slurm would never give it another idle GPU, so keeping one would idle it for
+    nothing. Otherwise the emptiest GPU, the last of a node among equals: Slurm fills a node's GPUs first fit by
+    index (`planner.gpu_choice`), so the others' shares go below it rather than onto it.
+    """
+    if job.seat.whole and not state.lowest_unused:
+        count = min((job.table.rows[s].gpus or 1 for s in slots), default=1)
+        keep = [g for g in state.whole_gpus_for(count) if state.free_share[g] > 0]
+    else:
+        g = max(range(len(state.free_share)), key=lambda k: (state.free_share[k], k), default=None)
+        keep = [g] if g is not None and state.free_share[g] > 0 else []
+    if not keep:
+        return ""
+    for g in keep:
+        state.block(g, state.free_share[g])
+    names = ", ".join(f"{gpu_key[g][0]}:{gpu_key[g][1]}" for g in keep)
+    gpus = "GPUs" if len(keep) > 1 else "GPU"
+    return f"job {job.view.job_id} heads the queue and fits nowhere yet: {gpus} {names} kept free for it"
 
 
 def _upgrade(job: Job, state: GpuState) -> None:

@@ -295,6 +295,22 @@ class GpuState:
         k = mps_gpu([self.free_share[i] + self.blocked[i] for i in gpus], share)
         return gpus[k] if k >= 0 else -1
 
+    def whole_gpus_for(self, count: int) -> tuple[int, ...]:
+        """The GPUs Slurm's rule for `gpu:count` picks (its `count` lowest not held whole: `gpu_choice.whole_gpus`
+        without `lowest_unused`) on the node where they are least used (most free shares, then fewest occupants;
+        the last node among equals), idle or not; () when no node has `count` GPUs not held whole."""
+        best: tuple[int, ...] = ()
+        best_key: tuple[int, int, int] | None = None
+        for node, gpus in self.node_gpus.items():
+            held = self._idle_whole(node, 0.0)[1]
+            taken = tuple(gpus[k] for k in whole_gpus([True] * len(gpus), count, held))
+            if not taken:
+                continue
+            key = (sum(self.free_share[g] for g in taken), -sum(len(self.occ[g]) for g in taken), node)
+            if best_key is None or key > best_key:
+                best, best_key = taken, key
+        return best
+
     def _idle_whole(self, node: int, mem: float) -> tuple[list[bool], list[bool], list[bool] | None]:
         """Per GPU of `node`: idle (no occupant, every share free, `mem` free), held whole as Slurm sees it (by a
         gang, by a job asked as `gpu:1` (`asks_one_whole`), or nothing free and no occupant: a foreign `gpu:N`

@@ -298,3 +298,23 @@ def test_a_gang_is_not_put_above_a_gpu_this_plan_gives_a_share_slurm_may_start_a
     nodes = with_users(nodes, {("n0000", 0): (GpuUse(1, 100),), ("n0000", 1): (GpuUse(3, 100),)})
     p = plan(nodes, [jobs[1]], {2: pair}, version="24.11.5")
     assert [(pl.job_id, pl.node, pl.gpu) for pl in p.placements] == [(2, "n0000", 2)]
+
+
+def test_on_22_05_a_head_asking_a_whole_gpu_keeps_free_only_the_gpu_slurm_would_give_it():
+    # 22.05 gives gpu:1 the lowest GPU not held whole, MPS users or not: on n0000 that is GPU 0, where an MPS job
+    # runs, so the head fits nowhere. Keeping idle GPU 3 free for it would be useless (Slurm never gives it GPU 3
+    # while GPU 0 is not held whole): the GPU kept is GPU 0, so that no new share goes there and it frees.
+    busy = {("n0001", g): (GpuUse(9, 0, whole=True),) for g in range(4)}
+    nodes = with_users(cluster(8, gpus_per_node=4), {("n0000", 0): (GpuUse(8, 30),), **busy})
+    job = JobView(1, "j1", "u", "gpu", JobState.PENDING, gres=GresRequest("gpu", 1), submit_time=int(NOW - 60))
+    p = plan(nodes, [job], {1: gang_family()}, version="22.05.8")
+    kept = [n for n in p.notes if "kept free" in n]
+    assert kept == ["job 1 heads the queue and fits nowhere yet: GPU n0000:0 kept free for it"], p.notes
+    # A later share may still go on the idle GPUs only if Slurm would give it one of them: with GPU 0 kept, Slurm
+    # would give an mps job pinned to n0000 GPU 0 (its free shares are free to Slurm), so none is planned there.
+    share = JobView(2, "j2", "u", "gpu", JobState.PENDING, gres=GresRequest("mps", 50), submit_time=int(NOW - 30))
+    fams = {1: gang_family(), 2: Family(kind="train", total_work=1000.0,
+                                        shapes=(Shape("mps50", Resources(50, 1000, 1, 1024), 1.0),))}
+    p = plan(nodes, [job, share], fams, version="22.05.8")
+    assert [n for n in p.notes if "kept free" in n] == kept
+    assert not [pl for pl in p.placements if pl.node == "n0000" and pl.gpu == 0]
