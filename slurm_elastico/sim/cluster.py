@@ -30,7 +30,8 @@ Slurm's scheduler (`schedule`): pending jobs in priority order (then submit
 time, then id), each at its requested GRES — `mps:N` on one GPU with N free
 shares (the lowest-index one of the first node that has one, or of the
 first node of its pin: first fit, as measured on Slurm,
-`planner.gpu_choice`), `gpus:N` on N idle whole GPUs (no MPS user) of as few
+`planner.gpu_choice`), `gpus:N` on N idle whole GPUs (no MPS user; before
+Slurm 24.11, `slurm_version`, only the lowest of a node not held whole) of as few
 nodes as it takes: the one node with the fewest idle GPUs that still has N
 (best fit), else nodes by most idle GPUs first; pinned, only on its nodes
 and at least one GPU on each (Slurm's NodeList= is required nodes); a
@@ -56,12 +57,14 @@ from dataclasses import dataclass, field
 from slurm_elastico.errors import InvalidActionError, JobNotPendingError, SlurmError, UnknownJobError
 from slurm_elastico.model import (MPS_SHARES_PER_GPU, Action, ActionKind, Family, GpuUse, GpuView, GresRequest,
                                   JobState, JobView, NodeView, PartitionView, Snapshot)
+from slurm_elastico.planner.gpu_choice import lowest_unused
 from slurm_elastico.shapes.current import running_shape
 from slurm_elastico.slurm import commands
 from slurm_elastico.sim.trace import TraceJob
 
 PARTITION = "gpu"
 SLURM_VERSION = "24.11.5"
+"""The version simulated unless told another (`SimSettings.slurm_version`)."""
 
 
 @dataclass
@@ -154,8 +157,11 @@ class SimCluster:
     """Nodes of `gpus_per_node` GPUs; jobs submitted by the engine; the gateway and Slurm's scheduler."""
 
     def __init__(self, n_gpus: int, gpus_per_node: int = 8, gpu_mem_mib: int = 16384, cpus_per_gpu: int = 16,
-                 mem_per_gpu_mib: int = 65536, shares_per_gpu: int = MPS_SHARES_PER_GPU, even_gangs: bool = True):
+                 mem_per_gpu_mib: int = 65536, shares_per_gpu: int = MPS_SHARES_PER_GPU, even_gangs: bool = True,
+                 slurm_version: str = SLURM_VERSION):
         self.shares_per_gpu = shares_per_gpu
+        self.slurm_version = slurm_version  # what the snapshot says, and which GPUs `gpus:N` takes (`_idle`)
+        self.lowest_unused = lowest_unused(slurm_version)
         self.even_gangs = even_gangs
         """False (`SimSettings.even_gangs`, calibration only): a GPU-count action asks for N GPUs over its nodes,
         at least one on each and any count per node (the Pollux peer's rule), not P on each of K. The snapshot
@@ -316,10 +322,23 @@ class SimCluster:
         return (best,)
 
     def _idle(self, open_gpus, reserved, reserved_nodes) -> dict[int, list[int]]:
-        """Idle GPUs (no user at all) per node, outside the reservation, in node and GPU order."""
+        """The idle GPUs (no user at all) per node that `gpus:N` may take, outside the reservation, in node and GPU
+        order: from 24.11 (`lowest_unused`) every one; before, only those below the node's lowest GPU that is
+        neither held whole nor idle (`planner.gpu_choice.whole_gpus`: Slurm takes the lowest GPUs not held whole,
+        MPS users or not). 22.05 would then start the job beside those MPS users; that is not modelled: here it
+        waits for them to leave."""
         idle: dict[int, list[int]] = {}
-        for ni, gi in open_gpus:
-            if ni not in reserved_nodes and (ni, gi) not in reserved and not self.nodes[ni].gpus[gi]:
+        if self.lowest_unused:
+            for ni, gi in open_gpus:
+                if ni not in reserved_nodes and (ni, gi) not in reserved and not self.nodes[ni].gpus[gi]:
+                    idle.setdefault(ni, []).append(gi)
+            return idle
+        for ni in sorted({ni for ni, _ in open_gpus} - set(reserved_nodes)):
+            for gi, uses in enumerate(self.nodes[ni].gpus):
+                if any(u.whole for u in uses.values()):
+                    continue
+                if uses or (ni, gi) in reserved:
+                    break
                 idle.setdefault(ni, []).append(gi)
         return idle
 
@@ -462,7 +481,7 @@ class SimCluster:
             nodes.append(NodeView(n.name, "mixed" if busy else "idle", (PARTITION,), n.cpus, n.cpus_alloc, n.mem_mib,
                                   n.mem_alloc, gpus, n.gpu_mem_mib))
         jobs = [self._view(j) for j in self.jobs.values()]
-        return Snapshot(taken_at=self.now, slurm_version=SLURM_VERSION, nodes=tuple(nodes), jobs=tuple(jobs),
+        return Snapshot(taken_at=self.now, slurm_version=self.slurm_version, nodes=tuple(nodes), jobs=tuple(jobs),
                         partitions=(PartitionView(PARTITION, tuple(n.name for n in self.nodes)),),
                         even_gangs=self.even_gangs)
 

@@ -131,7 +131,8 @@ class Engine:
         self.seed = seed
         self.on_progress = on_progress
         self.cluster = SimCluster(sim.gpus, sim.gpus_per_node, sim.gpu_memory_mib, sim.cpus_per_gpu,
-                                  shares_per_gpu=settings.gpu.shares_per_gpu, even_gangs=sim.even_gangs)
+                                  shares_per_gpu=settings.gpu.shares_per_gpu, even_gangs=sim.even_gangs,
+                                  slurm_version=sim.slurm_version)
         self.cluster.before_stop = self._accrue
         self.heap: list[tuple[float, int, int, int, int]] = []
         self.seq = 0

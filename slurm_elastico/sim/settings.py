@@ -9,6 +9,7 @@ into one `ConfigError` naming it and what is allowed. Planner settings
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,9 @@ class SimSettings:
                                        "Gres=gpu:P NumNodes=K-K expresses); false: any count per node, the Pollux "
                                        "peer's own rule, only to calibrate the tiresias and pollux baselines against "
                                        "the peer's published figures")
+    slurm_version: str = _opt("24.11.5", help="the Slurm version simulated (MAJOR.MINOR.PATCH): which GPUs gpu:P takes "
+                                             "(planner.gpu_choice: from 24.11 the P lowest with no user; before, "
+                                             "the P lowest not held whole), and the version the planner plans for")
     audit: bool = _opt(False, help="check capacity and bookkeeping after every event (slow; for tests)")
 
     def share_levels(self) -> tuple[int, ...]:
@@ -64,6 +68,9 @@ def from_mapping(data: Any, source: str = "sim") -> SimSettings:
                 problems.append(f"sim.shares: {out.shares!r} must list shares in 1..100")
         except ValueError:
             problems.append(f"sim.shares: {out.shares!r} is not a comma-separated list of integers")
+        if not re.fullmatch(r"\d+\.\d+(\.\d+)?", out.slurm_version):
+            problems.append(f"sim.slurm_version: {out.slurm_version!r} is not a Slurm version such as 24.11.5 or "
+                            "22.05.8 (MAJOR.MINOR.PATCH)")
     if problems:
         raise ConfigError(source, problems)
     return out

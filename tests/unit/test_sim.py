@@ -524,3 +524,30 @@ def test_a_share_no_node_could_ever_hold_keeps_nothing_and_the_rest_start():
     c.jobs[2].pin = ("n0000",)
     c.schedule()
     assert c.jobs[2].state is JobState.RUNNING and c.jobs[1].state is JobState.PENDING
+
+
+def test_the_simulated_slurm_gives_gpus_n_the_gpus_its_version_takes():
+    # 24.11 gives gpu:1 the lowest GPU with no user: GPU 1 of n0000, beside the MPS job on GPU 0 (best fit: the node
+    # with the fewest idle GPUs). 22.05 takes the lowest GPU not held whole, GPU 0 there, an MPS user's: the
+    # simulated 22.05 does not start it on n0000 (it would share GPU 0; not modelled) but on n0001's GPU 0; and a
+    # GPU held whole is passed over: the next gpu:1 goes on n0001's GPU 1.
+    for version, second, third in (("24.11.5", (0, 1), (0, 2)), ("22.05.8", (1, 0), (1, 1))):
+        c = SimCluster(8, gpus_per_node=4, slurm_version=version)
+        c.submit(sim_job(1, GresRequest("mps", 50)))
+        c.schedule()
+        c.submit(sim_job(2, GresRequest("gpus", 1)))
+        c.schedule()
+        c.submit(sim_job(3, GresRequest("gpus", 1)))
+        c.schedule()
+        c.check()
+        assert (c.jobs[1].alloc, c.jobs[2].alloc, c.jobs[3].alloc) == (((0, 0),), (second,), (third,)), version
+        assert c.snapshot().slurm_version == version
+
+
+def test_the_simulated_slurm_version_is_a_setting_the_planner_sees():
+    assert SimSettings().slurm_version == "24.11.5"
+    e = engine.Engine([sim_job(1, GresRequest("mps", 50)).trace], "elastico", Settings(),
+                      from_mapping({"slurm_version": "22.05.8"}), ContentionModel(), GroundTruth())
+    assert e.cluster.snapshot().slurm_version == "22.05.8" and not e.cluster.lowest_unused
+    with pytest.raises(ConfigError, match="sim.slurm_version: 'latest' is not a Slurm version"):
+        from_mapping({"slurm_version": "latest"})
