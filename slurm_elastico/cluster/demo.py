@@ -169,9 +169,10 @@ def _run_on(cluster: LocalCluster, load: Workload, say: Callable[[str], None], b
         f"{load.steps} steps) and {len(jobs) - n_train} inference jobs ({load.requests} requests), one every "
         f"{load.gap_s:g} s; on emulated GPUs (cluster.pacing: each step takes the simulator's time)")
 
-    say("== 3. the simulator's prediction for the same list and cluster (in process)")
+    version = gateway.snapshot().slurm_version  # the Slurm the helper plans for: the simulator models its GPU choice
+    say(f"== 3. the simulator's prediction for the same list and cluster, on Slurm {version} (in process)")
     t0 = time.monotonic()
-    predicted = workload.predict(jobs, plan, truth)
+    predicted = workload.predict(jobs, plan, truth, slurm_version=version)
     say(f"   static and elastico simulated in {time.monotonic() - t0:.1f} s")
 
     say(f"== 4a. plain Slurm: sbatch --gres=gpu:1, each job at its default shape ({work / 'plain'})")
@@ -194,7 +195,8 @@ def _run_on(cluster: LocalCluster, load: Workload, say: Callable[[str], None], b
     # machine is loaded: elastico-submit is a Python program): the fidelity check compares like with like.
     replayed = workload.predict(jobs, plan, truth, arrivals={
         "static": workload.at_arrivals(jobs, {j.index: plain.submit[i] for i, j in plain.ids.items()}),
-        "elastico": workload.at_arrivals(jobs, {j.index: elastic.submit[i] for i, j in elastic.ids.items()})})
+        "elastico": workload.at_arrivals(jobs, {j.index: elastic.submit[i] for i, j in elastic.ids.items()})},
+        slurm_version=version)
     rows = {"plain (measured)": measured_figures(plain, plan.gpus),
             "elastico (measured)": measured_figures(elastic, plan.gpus),
             "static (simulated)": simulated_figures(*replayed["static"]),
@@ -227,7 +229,7 @@ def _run_on(cluster: LocalCluster, load: Workload, say: Callable[[str], None], b
     result = {"rows": {k: {f: v for f, v in r.items() if f != "jct"} for k, r in rows.items()},
               "ratio": {"measured": measured_ratio, "simulated": predicted_ratio,
                         "simulated_at_list_arrivals": nominal["static"] / nominal["elastico"]}, "work": str(work),
-              "seconds": time.monotonic() - began}
+              "slurm_version": version, "seconds": time.monotonic() - began}
     (work / "comparison.json").write_text(json.dumps(result, indent=2, sort_keys=True))
     return result
 

@@ -194,10 +194,11 @@ def settings(plan: Plan, base: Settings | None = None) -> Settings:
 
 
 def predict(jobs: Sequence[DemoJob], plan: Plan, truth: GroundTruth | None = None,
-            arrivals: dict[str, Sequence[DemoJob]] | None = None) -> dict:
+            arrivals: dict[str, Sequence[DemoJob]] | None = None, slurm_version: str = "") -> dict:
     """{policy: (RunResult, {job id: shape at each start or in-place relaunch})} of the simulator on the list, for
     `static` and `elastico` (see the module docstring). `arrivals` gives a policy the list as it really arrived
-    (the same jobs, other submission times: `at_arrivals`)."""
+    (the same jobs, other submission times: `at_arrivals`). `slurm_version`: the Slurm simulated (the live
+    cluster's, so its GPU choice is modelled: `SimSettings.slurm_version`); empty = the simulator's default."""
     from slurm_elastico.sim import engine
     from slurm_elastico.sim import settings as sim_settings
 
@@ -209,7 +210,8 @@ def predict(jobs: Sequence[DemoJob], plan: Plan, truth: GroundTruth | None = Non
             "gpus": plan.gpus, "gpus_per_node": plan.gpus_per_node, "gpu_memory_mib": GPU_MEM_MIB,
             "shares": ",".join(str(s) for s in sorted(set(plan.shares) | {100})), "epoch_s": plan.interval_s,
             "placement_window_s": window, "restart_cost_s": plan.restart_cost_s, "profile_noise": 0.0,
-            "max_gpus_per_job": plan.max_gpus, "whole_gpu_gangs": True, "colocation": plan.colocation})
+            "max_gpus_per_job": plan.max_gpus, "whole_gpu_gangs": True, "colocation": plan.colocation,
+            **({"slurm_version": slurm_version} if slurm_version else {})})
         eng = engine.Engine(rows, policy, settings(plan), sim, None, truth)
         shapes = _record_shapes(eng.cluster)
         out[policy] = (eng.run(), shapes)

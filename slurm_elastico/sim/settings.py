@@ -68,9 +68,9 @@ def from_mapping(data: Any, source: str = "sim") -> SimSettings:
                 problems.append(f"sim.shares: {out.shares!r} must list shares in 1..100")
         except ValueError:
             problems.append(f"sim.shares: {out.shares!r} is not a comma-separated list of integers")
-        if not re.fullmatch(r"\d+\.\d+(\.\d+)?", out.slurm_version):
+        if not re.fullmatch(r"\d+\.\d+(\.[0-9A-Za-z.-]+)?", out.slurm_version):
             problems.append(f"sim.slurm_version: {out.slurm_version!r} is not a Slurm version such as 24.11.5 or "
-                            "22.05.8 (MAJOR.MINOR.PATCH)")
+                            "22.05.8 (MAJOR.MINOR, then the release's own suffix)")
     if problems:
         raise ConfigError(source, problems)
     return out

@@ -85,3 +85,26 @@ def test_without_keep_the_cluster_is_stopped_even_when_the_demo_fails(monkeypatc
         with pytest.raises(demo.DemoError, match="a job failed"):
             demo.run(None, say=lambda line: None, keep=keep)
         assert events == expected
+
+
+def test_the_prediction_simulates_the_slurm_version_it_is_given(monkeypatch):
+    # The demo passes the live cluster's version: on 22.05 the simulated Slurm and the planner in it follow 22.05's
+    # GPU choice (`sim.cluster`, `planner.gpu_choice`). The real engine runs; the spy only records its settings.
+    from slurm_elastico.cluster import demo_workload as w
+    from slurm_elastico.sim import engine
+
+    seen = []
+    real = engine.Engine.__init__
+
+    def spy(self, trace, policy, settings, sim, *args, **kwargs):
+        seen.append((policy, sim.slurm_version))
+        real(self, trace, policy, settings, sim, *args, **kwargs)
+
+    monkeypatch.setattr(engine.Engine, "__init__", spy)
+    jobs = w.job_list(train=2, infer=1, gap_s=1.0)
+    got = w.predict(jobs, w.Plan(gpus=2), slurm_version="22.05.8")
+    assert seen == [("static", "22.05.8"), ("elastico", "22.05.8")]
+    assert all(result.unfinished == 0 for result, _ in got.values())
+    seen.clear()
+    w.predict(jobs, w.Plan(gpus=2))
+    assert seen == [("static", "24.11.5"), ("elastico", "24.11.5")]  # the simulator's default
