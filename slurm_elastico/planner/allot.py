@@ -19,8 +19,10 @@ Two passes over the jobs in that order, over a budget of GPU equivalents
    waits: a job started on a fraction of its request holds GPUs that a
    shorter job would finish on sooner. The limit is its cap (the GPU count
    it was submitted with), or more where its measured speedup earns it
-   (`share_limit`): heSRPT's optimal split of GPUs among jobs whose speedup
-   on n GPUs is n^p (Berg, Vesilo, Harchol-Balter, SIGMETRICS 2020) gives
+   (`share_limit`, over the GPUs no running job after it holds, and never
+   for a job Slurm cannot requeue): heSRPT's optimal split of GPUs among
+   jobs whose speedup on n GPUs is n^p (Berg, Vesilo, Harchol-Balter,
+   SIGMETRICS 2020) gives
    the shortest of m jobs the fraction 1 − (1 − 1/m)^(1/(1−p)) of the GPUs
    left, the next the same fraction of what remains, and so on; with
    speedups near linear a short job finishing on many GPUs delays the jobs
@@ -72,6 +74,9 @@ class Claim:
     """The slot a running job runs as; None for a pending job."""
     restart_s: float = 0.0
     """What leaving `current` costs (checkpoint and restart)."""
+    extra: bool = True
+    """May it take more than its cap (heSRPT's split)? Not a job Slurm cannot requeue: it could never give
+    them back."""
 
 
 def order(claims: Sequence[Claim]) -> list[int]:
@@ -94,7 +99,7 @@ def share_limit(c: Claim, budget: float, left: int) -> float:
     speedup over the job's fastest shape on at most one GPU."""
     base = max((t for t, z, ok in zip(c.tput, c.sizes, c.allowed) if ok and z <= 1 + EPS), default=0.0)
     limit = c.cap
-    if base <= 0 or left < 1:
+    if base <= 0 or left < 1 or not c.extra:
         return limit
     for size, t, ok in zip(c.sizes, c.tput, c.allowed):
         if not ok or size <= max(1.0, limit) + EPS or t <= base:
@@ -124,9 +129,15 @@ def allot(claims: Sequence[Claim], budget: float, hysteresis: float, preempt: bo
     """Each claim's slot, or NONE (a pending job waits, a running one is preempted); see the module docstring."""
     pick = [NONE] * len(claims)
     seq = order(claims)
+    # What the running jobs after each position hold: GPUs beyond a job's cap come only from the others, so
+    # that no running job shrinks or is preempted (a restart) for another's extra GPUs.
+    held_after = [0.0] * len(seq)
+    for k in range(len(seq) - 2, -1, -1):
+        after = claims[seq[k + 1]]
+        held_after[k] = held_after[k + 1] + (after.sizes[after.current] if after.current is not None else 0.0)
     for k, i in enumerate(seq):
         c = claims[i]
-        limit = share_limit(c, budget, len(seq) - k)
+        limit = share_limit(c, max(0.0, budget - held_after[k]), len(seq) - k)
         if c.current is not None:
             want = _running(c, budget, hysteresis, preempt, limit)
         else:

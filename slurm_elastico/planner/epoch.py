@@ -604,7 +604,8 @@ def _allot(pending: list[Job], elastic: list[Job], choice: np.ndarray, targets: 
                                       max(cap, sizes[j.seat.row.slot]), work, j.seat.row.slot, ps.reshape_cost_s))
         else:
             work = max(0.0, t.family.total_work - (progress.get(j.view.job_id) or 0.0))
-            claims.append(allot.Claim(work / rate / j.weight, sizes, [r.tput for r in rows], list(t.allowed), cap))
+            claims.append(allot.Claim(work / rate / j.weight, sizes, [r.tput for r in rows], list(t.allowed), cap,
+                                      extra=j.view.requeue))
     picks = allot.allot(claims, budget, ps.hysteresis)
     for i, p in zip(who, picks):
         choice[i] = p
@@ -661,6 +662,9 @@ def _upgrade(job: Job, state: GpuState) -> None:
     if seat.gpu < 0:
         return
     faster = [s for s in job.table.by_speed if job.table.rows[s].tput > seat.row.tput]
+    if not job.view.requeue:  # `--no-requeue`: GPUs beyond its request could never be given back
+        asked = max(1, job.table.family.default_shape.resources.gpus)
+        faster = [s for s in faster if (job.table.rows[s].gpus or 1) <= asked]
     if not faster:
         return
     need = min(job.table.rows[s].share for s in faster)

@@ -120,3 +120,25 @@ def test_a_resumed_job_running_again_has_its_preemption_mark_lifted_keeping_othe
     assert [(a.kind, a.text) for a in p.actions] == [(ActionKind.SET_ADMIN_COMMENT, "elastico:shape=gpus8")]
     unmarked = dataclasses.replace(job, admin_comment="elastico:shape=gpus8")
     assert not plan(nodes, [unmarked], {1: gang_family(default_gpus=8)}).actions
+
+
+def test_gpus_beyond_a_jobs_request_never_come_from_a_running_job_nor_go_to_one_slurm_cannot_requeue():
+    # A longer job runs on all 8; four short one-GPU jobs arrive. Their requests (4 GPUs) shrink it to 4, but
+    # heSRPT's extra GPUs for the shortest would preempt it, a restart nobody weighed: they get none.
+    running = claim(9000.0, current=3)
+    queue = [claim(10.0 * (k + 1), cap=1.0) for k in range(4)]
+    assert allot.allot([running, *queue], budget=8.0, hysteresis=0.1) == [2, 0, 0, 0, 0]
+    # With the same GPUs idle instead, the shortest take extra ones.
+    assert allot.allot(queue, budget=8.0, hysteresis=0.1)[0] > 0
+    # A job Slurm cannot requeue keeps to what it asked: it could never give the rest back.
+    rigid = dataclasses.replace(claim(10.0, cap=1.0), extra=False)
+    assert allot.allot([rigid], budget=8.0, hysteresis=0.1) == [0]
+    assert allot.share_limit(rigid, 8.0, 1) == 1.0
+
+
+def test_the_epoch_starts_a_job_that_cannot_be_requeued_on_its_request_only():
+    nodes = cluster(8, gpus_per_node=8)
+    free = plan(nodes, [pend(1)], {1: gang_family()})
+    assert any(a.kind is ActionKind.SET_GPUS and a.gpus > 1 for a in free.actions)  # a lone job takes more
+    p = plan(nodes, [dataclasses.replace(pend(1), requeue=False)], {1: gang_family()})
+    assert not any(a.kind is ActionKind.SET_GPUS for a in p.actions) and {pl.job_id for pl in p.placements} == {1}

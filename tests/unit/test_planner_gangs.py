@@ -29,8 +29,9 @@ def gang_family(work: float = 200000.0, default_gpus: int = 1, speedup: dict[int
 
 
 def pend(job_id: int, submit: float = 0.0) -> JobView:
+    """A pending job as elastico-submit makes it: Slurm may requeue it."""
     return JobView(job_id, f"j{job_id}", "u", "gpu", JobState.PENDING, gres=GresRequest("mps", 100),
-                   submit_time=int(submit))
+                   submit_time=int(submit), requeue=True)
 
 
 def gang_running(job_id: int, gpus: list[tuple[str, int]], start: float) -> JobView:
@@ -242,7 +243,8 @@ def test_from_slurm_24_11_a_gang_goes_on_the_lowest_gpus_with_no_user_beside_an_
     # MPS job, so under 22.05 the same plan starts nothing on n0000.
     busy = {("n0001", g): (GpuUse(9, 0, whole=True),) for g in range(4)}
     nodes = with_users(cluster(8, gpus_per_node=4), {("n0000", 0): (GpuUse(8, 30),), **busy})
-    job = JobView(1, "j1", "u", "gpu", JobState.PENDING, gres=GresRequest("gpu", 1), submit_time=int(NOW - 60))
+    job = JobView(1, "j1", "u", "gpu", JobState.PENDING, gres=GresRequest("gpu", 1), submit_time=int(NOW - 60),
+                  requeue=True)
     placed = plan(nodes, [job], {1: gang_family()}, version="24.11.5")
     assert [(pl.job_id, pl.node, pl.gpu) for pl in placed.placements] == [(1, "n0000", 1)]
     gang = next(a for a in placed.actions if a.kind is ActionKind.SET_GPUS)
