@@ -19,9 +19,11 @@ and 24.11):
   (it starts a whole-GPU job on a GPU MPS jobs share: GPU 0 held whole, GPU 1
   at mps:20 -> GPUs 1 and 2); on 24.11 the P lowest with no user at all (GPUs
   2 and 3 there). The planner follows the version it plans for
-  (`lowest_unused`): from 24.11 the P lowest GPUs with no user; before it
-  (and for a version it cannot read) a node qualifies only when its P lowest
-  GPUs not held whole are idle, where both versions take exactly those.
+  (`lowest_unused`): on 24.11 the P lowest GPUs with no user; on any other
+  version (22.05, and every release not measured, before or after 24.11) and
+  on one it cannot read, a node qualifies only when its P lowest GPUs not
+  held whole are idle, where both measured rules take exactly those: at worst
+  it leaves a GPU idle, never plans a GPU Slurm would not give.
 
 Pure: lists of per-GPU state in, indices out; GPUs are given in Slurm's index
 order on their node.
@@ -46,16 +48,16 @@ def mps_gpu(free: Sequence[int], share: int, whole: Sequence[bool] = ()) -> int:
     return -1
 
 
-LOWEST_UNUSED_SINCE = (24, 11)
-"""The first Slurm version measured to give `gpu:P` the P lowest GPUs with no user at all (22.05: the P lowest not
-held whole). Versions between were not measured, so they get the rule that is right on both."""
+LOWEST_UNUSED = frozenset({(24, 11)})
+"""The Slurm releases measured to give `gpu:P` the P lowest GPUs with no user at all (22.05: the P lowest not held
+whole). Every other release was not measured, so it gets the rule that is right on both."""
 
 
 def lowest_unused(version: str) -> bool:
     """Whether Slurm `version` ("24.11.5") gives `gpu:P` its P lowest GPUs with no user (False: not known to)."""
     parts = version.split(".")
     try:
-        return (int(parts[0]), int(parts[1])) >= LOWEST_UNUSED_SINCE
+        return (int(parts[0]), int(parts[1])) in LOWEST_UNUSED
     except (IndexError, ValueError):
         return False
 
@@ -68,7 +70,7 @@ def whole_gpus(idle: Sequence[bool], count: int, whole: Sequence[bool] = (),
     `idle[i]`: GPU i is free for the job as the planner plans it (no user at all). Without `unused` (22.05's
     rule, and the one right on every version), Slurm takes the `count` lowest-index GPUs not held whole
     (`whole[i]`); those may have MPS users, which the job would then share, so the node qualifies only when
-    every GPU Slurm would take is idle. With `unused` (from 24.11, `lowest_unused`), Slurm takes the `count`
+    every GPU Slurm would take is idle. With `unused` (on 24.11, `lowest_unused`), Slurm takes the `count`
     lowest GPUs with no user as it sees them (`unused[i]`: besides the idle ones, GPUs the planner keeps for
     someone else without telling Slurm), and again each must be idle.
     """

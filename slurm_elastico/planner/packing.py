@@ -285,7 +285,7 @@ class GpuState:
 
     def given(self, node: int, share: int, whole: bool = False) -> int:
         """The GPU Slurm gives an `mps:share` job pinned to `node` (`gpu_choice.mps_gpu`), or -1; with `whole`, a
-        `gpu:1` job's (`gpu_choice.whole_gpus`: its lowest GPU not held whole, or from 24.11 with no user, only
+        `gpu:1` job's (`gpu_choice.whole_gpus`: its lowest GPU not held whole, or on 24.11 with no user, only
         when that one is idle)."""
         gpus = self.node_gpus[node]
         if whole:
@@ -426,7 +426,7 @@ class GpuState:
         """Idle GPUs for a data-parallel row as Slurm can be asked for them, or () when they are not there.
 
         P GPUs on each of K nodes (`planner.gangs.even_split`: Slurm's `Gres=gpu:P NumNodes=K-K`), on each the
-        ones Slurm takes for `gpu:P` (`gpu_choice.whole_gpus`: its P lowest not held whole, or from 24.11 its P
+        ones Slurm takes for `gpu:P` (`gpu_choice.whole_gpus`: its P lowest not held whole, or on 24.11 its P
         lowest with no user; all idle), K the
         fewest nodes the gang can span (`gangs.fewest_nodes`; its throughput was measured there): one node
         when the gang fits a node (the one with the fewest idle GPUs that can: best fit). Idle: no occupant and every share free. Each node must have the CPUs and host memory for

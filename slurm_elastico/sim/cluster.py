@@ -323,7 +323,7 @@ class SimCluster:
 
     def _idle(self, open_gpus, reserved, reserved_nodes) -> dict[int, list[int]]:
         """The idle GPUs (no user at all) per node that `gpus:N` may take, outside the reservation, in node and GPU
-        order: from 24.11 (`lowest_unused`) every one; before, only those below the node's lowest GPU that is
+        order: on 24.11 (`lowest_unused`) every one; otherwise only those below the node's lowest GPU that is
         neither held whole nor idle (`planner.gpu_choice.whole_gpus`: Slurm takes the lowest GPUs not held whole,
         MPS users or not). 22.05 would then start the job beside those MPS users; that is not modelled: here it
         waits for them to leave."""

@@ -49,7 +49,7 @@ class SimSettings:
                                        "peer's own rule, only to calibrate the tiresias and pollux baselines against "
                                        "the peer's published figures")
     slurm_version: str = _opt("24.11.5", help="the Slurm version simulated (MAJOR.MINOR.PATCH): which GPUs gpu:P takes "
-                                             "(planner.gpu_choice: from 24.11 the P lowest with no user; before, "
+                                             "(planner.gpu_choice: on 24.11 the P lowest with no user; otherwise, "
                                              "the P lowest not held whole), and the version the planner plans for")
     audit: bool = _opt(False, help="check capacity and bookkeeping after every event (slow; for tests)")
 

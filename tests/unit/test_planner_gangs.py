@@ -255,8 +255,9 @@ def test_from_slurm_24_11_a_gang_goes_on_the_lowest_gpus_with_no_user_beside_an_
 
 
 def test_the_gpus_slurm_gives_a_gang_follow_the_slurm_version():
-    assert lowest_unused("24.11.5") and lowest_unused("25.05.1")
-    assert not lowest_unused("22.05.8") and not lowest_unused("23.11.10")  # not measured: the rule right on both
+    assert lowest_unused("24.11.5") and lowest_unused("24.11.0")
+    # not measured, before or after: the rule right on both
+    assert not any(lowest_unused(v) for v in ("22.05.8", "23.11.10", "25.05.1"))
     assert not lowest_unused("unknown")
     mps_on_0 = [False, True, True, True]  # GPU 0 has an MPS user, 1-3 have none
     assert whole_gpus(mps_on_0, 2, unused=mps_on_0) == (1, 2)  # 24.11: the lowest with no user
