@@ -167,7 +167,7 @@ class Engine:
         by_id = {j.job_id: j for j in self.trace}
         t0, t_last_arrival = self.trace[0].submit_s, self.trace[-1].submit_s
         self._push(t0, EPOCH)
-        now = t0
+        now = self.cluster.now = t0  # the clock starts at the first arrival, for the cluster too
         area = area_arr = 0.0
         timeline: list[tuple[float, float]] = []
         epochs = planned = 0

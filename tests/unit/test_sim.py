@@ -59,6 +59,15 @@ def test_two_gpus_three_jobs_static_jcts_are_known_exactly(toy, window, c_start)
     assert s["util"] == pytest.approx((100 + 50 + 30) / (2 * makespan), rel=1e-6)
 
 
+@pytest.mark.parametrize("window", [-1.0, 0.0])
+def test_a_trace_whose_first_job_arrives_late_starts_it_no_sooner_than_its_arrival(toy, window):
+    # The clock starts at the first arrival (500 s): that job starts there, not at 0 (a JCT of -400 s, once).
+    r = tiny_run(toy, window=window, jobs=[toy_job(1, 500, 100), toy_job(2, 500, 50), toy_job(3, 510, 30)])
+    assert min(j.first_start for j in r.jobs) >= 500.0
+    assert {j.job_id: j.jct for j in r.jobs} == pytest.approx({1: 100.0, 2: 50.0, 3: (42.0 if window < 0 else 40.0) + 30},
+                                                             rel=1e-6)
+
+
 def test_a_reshape_costs_its_restart_time_and_keeps_the_work(toy):
     sim = SimSettings(gpus=1, gpus_per_node=1, epoch_s=1000, placement_window_s=0, profile_noise=0.0, audit=True,
                       restart_cost_s=7.0, colocation="none")
