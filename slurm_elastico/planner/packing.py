@@ -35,9 +35,9 @@ a neutral guess, as if its speed were linear in its share.
 
 Slurm, not the planner, picks the GPU within the node the helper pins
 (`planner.gpu_choice`: the lowest-index GPU with the shares free, and for a
-gang the lowest GPUs not held whole, or from Slurm 24.11 the lowest with no
-user: `lowest_unused`, from the snapshot's version), so a share is placed only on the GPU
-Slurm would give it on that node (`slurm_gives`) and a gang only on GPUs
+gang the lowest GPUs not held whole, or on Slurm 24.11 the lowest with no
+user: `lowest_unused`, from the snapshot's version), so a share is placed
+only on the GPU Slurm would give it on that node (`slurm_gives`) and a gang only on GPUs
 Slurm would take; the interference and gain checks are then about the
 co-runners the job will really have. What Slurm sees free is the planner's
 free shares plus the head-of-queue reservation (`block`), which Slurm does
