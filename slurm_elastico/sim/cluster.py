@@ -30,8 +30,9 @@ Slurm's scheduler (`schedule`): pending jobs in priority order (then submit
 time, then id), each at its requested GRES — `mps:N` on one GPU with N free
 shares (the lowest-index one of the first node that has one, or of the
 first node of its pin: first fit, as measured on Slurm,
-`planner.gpu_choice`), `gpus:N` on N idle whole GPUs (no MPS user; before
-Slurm 24.11, `slurm_version`, only the lowest of a node not held whole) of as few
+`planner.gpu_choice`), `gpus:N` on N idle whole GPUs (no MPS user; on a
+Slurm other than 24.11, `slurm_version`, only the lowest of a node not held
+whole) of as few
 nodes as it takes: the one node with the fewest idle GPUs that still has N
 (best fit), else nodes by most idle GPUs first; pinned, only on its nodes
 and at least one GPU on each (Slurm's NodeList= is required nodes); a
