@@ -177,8 +177,8 @@ class Encoder:
 def _raw_matrix(profiles: Sequence[SoloProfile], gpus: Sequence[str | None] | str | None, ref: float) -> np.ndarray:
     if gpus is None or isinstance(gpus, str):
         gpus = [gpus] * len(profiles)
-    cache: dict = {}
-    offsets = [0.0 if math.isnan(ref) else cache.setdefault(g, log_bandwidth(g)) for g in gpus]
+    bw = {} if math.isnan(ref) else {g: log_bandwidth(g) for g in set(gpus)}  # once per GPU type, not per job
+    offsets = [bw.get(g, 0.0) for g in gpus]
     return np.array([_raw(p, ref if math.isnan(b) else b) for p, b in zip(profiles, offsets, strict=True)],
                     dtype=float).reshape(-1, len(NUMERIC))
 
