@@ -357,6 +357,13 @@ class PairScorer:
             return self._table[self.kind_of[ia], self.kind_of[ib]]
         return self._compute(ia, ib)
 
+    def matrices(self) -> tuple[np.ndarray, np.ndarray]:
+        """(slowdowns, margins) of every pair, [i, j] for profiles[i] next to profiles[j]; after `tabulate`."""
+        assert self._table is not None, "matrices() before tabulate()"
+        k = self.kind_of
+        return (self._table[np.ix_(k, k)],
+                np.where(self.unseen[:, None] | self.unseen, self.margin_unseen, self.margin_seen))
+
     def _compute(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
         if len(ia) == 0:
             return np.zeros(0)

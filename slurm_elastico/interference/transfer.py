@@ -379,18 +379,24 @@ class PriorCorrected:
         profiles, ia, ib = distinct(a, b, "admission_margins")
         return self.scorer(profiles).margins(ia, ib)
 
-    def _margins_of(self, profiles: Sequence[SoloProfile], ia: np.ndarray, ib: np.ndarray, s_ab: np.ndarray,
-                    s_ba: np.ndarray) -> np.ndarray:
-        worst = 1.0 / np.maximum(s_ab, s_ba)
+    def _unseen_families(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
+        """Whether each profile's model family is one training never saw (the family thresholds apply)."""
+        known = set(self.encoder.families)
+        return np.array([p.model_family not in known for p in profiles], dtype=bool)
+
+    def _margins_of(self, worst: np.ndarray, new: np.ndarray) -> np.ndarray:
+        """Margin of each pair from its predicted worst normalized throughput `worst` (any shape); `new` (same
+        shape): whether the pair holds a job of a family training never saw. Elementwise, so one call per
+        threshold set over all the pairs it applies to."""
         t = self.admission
         if self.gpu is not None and not self.seen_gpu(self.gpu):
             direction = shift_direction(self.gpu, self.gpu_types)
             return margins(worst, t[f"gpu_{direction}" if direction else "gpu"])
-        known = set(self.encoder.families)
-        unseen = np.array([p.model_family not in known for p in profiles], dtype=bool)
+        if new.all():  # common in the planner: its jobs' families are rarely training's
+            return margins(worst, t["family"])
         out = margins(worst, t["seen"])
-        new = unseen[ia] | unseen[ib]
-        out[new] = margins(worst[new], t["family"])
+        if new.any():
+            out[new] = margins(worst[new], t["family"])
         return out
 
     def scorer(self, profiles: Sequence[SoloProfile]) -> _Scorer:
@@ -483,6 +489,7 @@ class _Scorer:
 
     def __init__(self, model: PriorCorrected, profiles: list[SoloProfile]):
         self.model, self.profiles = model, profiles
+        self.unseen = model._unseen_families(profiles)
         self.table: tuple[np.ndarray, np.ndarray] | None = None  # (slowdowns, margins), all pairs
 
     def tabulate(self, limit: int = 2_560_000) -> bool:
@@ -490,9 +497,13 @@ class _Scorer:
         n = len(self.profiles)
         if self.table is None and n * n <= limit:
             s = self.model.predict_matrix(self.profiles)
-            ia, ib = np.divmod(np.arange(n * n), n)
-            self.table = (s, self.model._margins_of(self.profiles, ia, ib, s.ravel(), s.T.ravel()).reshape(n, n))
+            self.table = (s, self.model._margins_of(1.0 / np.maximum(s, s.T), self.unseen[:, None] | self.unseen))
         return self.table is not None
+
+    def matrices(self) -> tuple[np.ndarray, np.ndarray]:
+        """(slowdowns, margins) of every pair, [i, j] for profiles[i] next to profiles[j]; after `tabulate`."""
+        assert self.table is not None, "matrices() before tabulate()"
+        return self.table
 
     def _pairs(self, ia: np.ndarray, ib: np.ndarray) -> tuple[list[SoloProfile], list[SoloProfile]]:
         return [self.profiles[i] for i in ia], [self.profiles[j] for j in ib]
@@ -506,7 +517,8 @@ class _Scorer:
         if self.table is not None or len(self.profiles) ** 2 <= 4 * len(ia) and self.tabulate():
             return self.table[1][ia, ib]
         a, b = self._pairs(ia, ib)
-        return self.model._margins_of(self.profiles, ia, ib, self.model.predict(a, b), self.model.predict(b, a))
+        worst = 1.0 / np.maximum(self.model.predict(a, b), self.model.predict(b, a))
+        return self.model._margins_of(worst, self.unseen[ia] | self.unseen[ib])
 
 
 def _jobs_dict(j: Jobs) -> dict:

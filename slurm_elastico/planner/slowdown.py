@@ -158,12 +158,12 @@ class PairCache:
         scorer = self._current_scorer()
         if n * n > 16 * self.max_dense_pairs or not scorer.tabulate():
             return False
-        ia, ib = np.divmod(np.arange(n * n), n)
+        slowdowns, margins = scorer.matrices()
         self.model_calls += 1
-        self._dense = _clean(scorer.slowdown(ia, ib)).reshape(n, n)
+        self._dense = _clean(slowdowns)
         if self.per_pair:
             self.margin_calls += 1
-            self._dense_margin = _clean_margin(scorer.margins(ia, ib)).reshape(n, n)
+            self._dense_margin = _clean_margin(margins)
         return True
 
     def _lookup(self, pairs: Sequence[tuple[int, int]]) -> None:
