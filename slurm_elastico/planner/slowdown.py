@@ -196,8 +196,7 @@ class PairCache:
         if self.model is None:
             return [1.0] * len(pairs)
         if self._grow_dense():
-            dense = self._dense
-            return [float(dense[a, b]) for a, b in pairs]
+            return list(map(self._dense.item, pairs))  # a Python float each, without numpy's scalar indexing
         self._lookup(pairs)
         known = self._known
         return [known[q] for q in pairs]
@@ -207,8 +206,7 @@ class PairCache:
         if not self.per_pair:
             return [self.margin] * len(pairs)
         if self._grow_dense():
-            margin = self._dense_margin
-            return [float(margin[a, b]) for a, b in pairs]
+            return list(map(self._dense_margin.item, pairs))  # a Python float each, without numpy's scalar indexing
         self._lookup(pairs)
         known = self._known_margin
         return [known[q] for q in pairs]
