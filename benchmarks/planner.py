@@ -15,7 +15,7 @@ sizes is log(t2/t1) / log(jobs2/jobs1). The same epochs at the two smaller
 sizes are timed again with predictors trained on tests/data/gavel (the
 helper's `interference.model`): the default, prior-corrected one (target:
 within 2× of the contention model's epoch) and the MLP, beside the
-contention model.
+contention model; CPU time too, the models taking turns epoch by epoch.
 
 Optimality: random small instances (≤ 12 jobs, ≤ 4 GPUs on nodes of 2, idle)
 planned by `elastico` without queue-head reservation (the MILP knows no
@@ -99,7 +99,11 @@ def latency(quick: bool, gang_frac: float = 0.0) -> list[dict]:
 
 
 def latency_trained(quick: bool) -> list[dict]:
-    """Epoch latency with a trained predictor (Gavel data) beside the contention model, same snapshots."""
+    """Epoch latency with a trained predictor (Gavel data) beside the contention model, same snapshots.
+
+    Training is outside the timing. As in `latency`, each epoch's CPU time (`time.thread_time`) is what is
+    compared, the wall time printed beside it; the models take turns, one epoch each per round, so a change of
+    load on a shared machine falls on all of them alike."""
     from slurm_elastico.interference.gavel import import_gavel
     from slurm_elastico.interference.predictor import TrainConfig, train
     from slurm_elastico.interference.transfer import fit_transfer
@@ -113,14 +117,21 @@ def latency_trained(quick: bool) -> list[dict]:
     for jobs, gpus, _ in SIZES[:2]:
         snap, fams = synthetic.instance(np.random.default_rng(jobs), jobs, gpus, running_frac=0.2)
         row = {"jobs": jobs, "gpus": gpus}
+        cpu: dict[str, list[float]] = {name: [] for name in models}
+        wall: dict[str, list[float]] = {name: [] for name in models}
         for name, model in models.items():
-            policy.plan(snap, fams, settings, model, NOW)
-            times = []
-            for _ in range(3 if quick else 10):
-                t0 = time.perf_counter()
+            plan = policy.plan(snap, fams, settings, model, NOW)  # warm-up
+            row[f"{name}_started"] = len(plan.placements)
+        for _ in range(5 if quick else 15):
+            for name, model in models.items():
+                t0, c0 = time.perf_counter(), time.thread_time()
                 policy.plan(snap, fams, settings, model, NOW)
-                times.append(time.perf_counter() - t0)
-            row[f"{name}_median_s"] = statistics.median(times)
+                cpu[name].append(time.thread_time() - c0)
+                wall[name].append(time.perf_counter() - t0)
+        for name in models:
+            row[f"{name}_median_s"] = statistics.median(cpu[name])
+            row[f"{name}_wall_median_s"] = statistics.median(wall[name])
+        row["load_avg_1m"] = os.getloadavg()[0]
         rows.append(row)
     return rows
 
@@ -216,13 +227,17 @@ def main() -> None:
     trained = latency_trained(args.quick)
     print()
     print("epoch latency with a predictor trained on tests/data/gavel beside the contention model (trained: the "
-          "default, prior-corrected; target: within 2x of the contention model)")
-    print(f"{'jobs':>6} {'GPUs':>5} {'contention':>11} {'trained':>9} {'ratio':>6} {'ok':>3} {'mlp':>9}")
+          "default, prior-corrected; target: within 2x of the contention model; CPU time, medians; wall in brackets; "
+          "started: jobs each model's plan starts)")
+    print(f"{'jobs':>6} {'GPUs':>5} {'contention':>20} {'trained':>20} {'ratio':>6} {'ok':>3} {'mlp':>20} "
+          f"{'load':>5} {'started c/t/m':>14}")
     for r in trained:
         ratio = r["trained_median_s"] / r["contention_median_s"]
-        print(f"{r['jobs']:>6} {r['gpus']:>5} {1000 * r['contention_median_s']:>9.1f}ms "
-              f"{1000 * r['trained_median_s']:>7.1f}ms {ratio:>6.2f} {'yes' if ratio <= 2 else 'NO':>3} "
-              f"{1000 * r['mlp_median_s']:>7.1f}ms")
+        cells = [f"{1000 * r[f'{m}_median_s']:>7.1f}ms ({1000 * r[f'{m}_wall_median_s']:>6.1f}ms)"
+                 for m in ("contention", "trained", "mlp")]
+        started = "/".join(str(r[f"{m}_started"]) for m in ("contention", "trained", "mlp"))
+        print(f"{r['jobs']:>6} {r['gpus']:>5} {cells[0]:>20} {cells[1]:>20} {ratio:>6.2f} "
+              f"{'yes' if ratio <= 2 else 'NO':>3} {cells[2]:>20} {r['load_avg_1m']:>5.1f} {started:>14}")
 
     n = 200 if args.quick else 500
     opt = {"contention": optimality(n, ContentionModel(), 7), "bandwidth": optimality(n, BandwidthModel(), 8)}
