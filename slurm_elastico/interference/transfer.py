@@ -371,7 +371,11 @@ class PriorCorrected:
         """S[i, j]: slowdown of profiles[i] next to profiles[j]."""
         if not profiles:
             return np.zeros((0, 0))
-        return np.maximum(1.0, self.prior.predict_matrix(profiles) * np.exp(self._table(profiles)))
+        # In place: at the planner's few hundred profiles an (n, n) temporary costs about as much as its arithmetic.
+        s = self._table(profiles)  # a new array
+        np.exp(s, out=s)
+        s *= self.prior.predict_matrix(profiles)
+        return np.maximum(s, 1.0, out=s)
 
     def admission_margins(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
         """Margin on the floor per pair (`admission.margins`): from the pair's predicted worst normalized throughput
