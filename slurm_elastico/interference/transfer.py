@@ -9,9 +9,9 @@ parameters of the prior fitted to the training data (a grid, least absolute
 log error); with counters measured, the prior is the untrained model.
 
 `f` is the posterior mean of a Gaussian process (kernel ridge regression) on
-the training residuals log S − log S_prior, with the product kernel
+the training residuals log S − log S_prior, with the kernel
 
-    k = k_job(a, a') · k_job(b, b') · k_gpu(gpu, gpu')
+    k = [k_job(a, a') · k_job(b, b') + linear · (φ(a)·φ(a') + φ(b)·φ(b'))] · k_gpu(gpu, gpu')
 
 `k_job` compares two jobs on standardized numeric features (log steps/s
 per GB/s of the GPU's memory bandwidth, `Encoder`; log batch, SM and
@@ -27,6 +27,19 @@ every type; a type with no listed spec gets only that part. The kernel
 decays with distance, so a workload or GPU unlike anything in training gets
 f → 0: the prior, never the training mean.
 
+The product part learns what is particular to pairs like the training pairs,
+and fades for a job of an unseen family (`family_sim`). The linear part
+(`linear` > 0) learns trends that carry over: φ are a job's demand features
+(`LINEAR`: steps/s per GB/s, the solo counters, the MPS share; clipped to
+`LINEAR_CLIP` standard deviations), so log S = ... + φ(self)·β_own +
+φ(partner)·β_partner: a job with lighter steps leaves its partner more of the
+GPU, whatever its family. It is weighed by the pair's `nearness` to the
+training jobs (families aside), so it too fades away from the data.
+`batch` = 0 leaves log batch out of the distance of two jobs: a batch counts
+samples, whose size differs between models (a sentence, an image, a user's
+row), so batches compare within a family only, where steps/s already tells
+them apart.
+
 Measured speed-ups (normalized throughput > 1) train as S = 1: predictions
 never promise a speed-up. Reasons (see docs/interference-data.md, "speed-ups"):
 the planner clamps S to >= 1 before using it (`planner.slowdown._clean`),
@@ -34,8 +47,9 @@ so a predicted speed-up could only change a decision by admitting a pair on
 the strength of it; and the error this costs on a true speed-up of n is
 (n − 1)/n of normalized throughput, 9 % at n = 1.1.
 
-Hyper-parameters (`KernelConfig`) are chosen on leave-one-model-out folds of
-the training data (k-fold with fewer than 3 families). The model file also
+Hyper-parameters (`KernelConfig`, the linear part and the batch weight
+among them) are chosen on leave-one-model-out folds of the training data
+(k-fold with fewer than 3 families), by MAPE. The model file also
 carries its held-out error (`heldout`): on k-fold, leave-one-model-out and,
 with two or more GPU types, leave-one-GPU-out folds of the training data.
 From the same held-out pairs come the admission thresholds per floor
@@ -73,6 +87,10 @@ FALSE_ADMISSION_TARGET = 0.10  # the share of held-out pairs whose truth may fal
 HELDOUT_KINDS = ("kfold", "leave-one-model-out", "leave-one-gpu-out")  # the splits a model file reports
 ADMISSION_KINDS = ("seen", "family", "gpu", "gpu_up", "gpu_down")  # its sets of admission thresholds
 REPORT_FLOOR = 0.6  # the floor `format_transfer` shows the admission thresholds at
+LINEAR = ("log_steps_per_bw", "sm_util", "membw_util", "mem_used_gib", "mps_share")  # monotone demand features
+LINEAR_CLIP = 3.0  # standard deviations: how far the linear part extrapolates
+_BATCH = NUMERIC.index("log_batch")
+_LINEAR = [NUMERIC.index(n) for n in LINEAR]
 PRIOR_SM = tuple(np.round(np.arange(0.30, 1.001, 0.05), 2))
 PRIOR_BW = tuple(np.round(np.arange(0.10, 0.901, 0.10), 2))
 
@@ -84,10 +102,13 @@ class KernelConfig:
     family_sim: float = 0.3  # kernel factor between different (or unknown) model families
     gpu_scale: float = 1.0  # length scale of the GPU spec vector (ln units)
     shared: float = 0.5  # part of the correction taken to hold on every GPU type
+    batch: float = 1.0  # weight of log batch in the distance of two jobs (0: batches are not compared)
+    linear: float = 0.0  # prior variance of the correction's additive linear part (`LINEAR`); 0: none
 
 
-GRID = tuple(KernelConfig(lam=lam, num_scale=ns, family_sim=fs)
-             for lam in (0.03, 0.2) for ns in (0.5, 1.5) for fs in (0.1, 0.5))
+GRID = tuple(KernelConfig(lam=lam, num_scale=ns, family_sim=fs, batch=batch, linear=linear)
+             for lam in (0.03, 0.2) for ns in (0.5, 1.5) for fs in (0.1, 0.5) for batch in (1.0, 0.0)
+             for linear in (0.0, 0.3))
 
 
 def _log(x: float) -> float:
@@ -185,17 +206,40 @@ def _raw_matrix(profiles: Sequence[SoloProfile], gpus: Sequence[str | None] | st
 
 def job_kernel(a: Jobs, b: Jobs, cfg: KernelConfig) -> np.ndarray:
     """(len(a), len(b)) similarity of jobs, in (0, 1]."""
+    d2, same_family = _distance2(a, b, cfg)
+    return np.exp(-0.5 * d2) * np.where(same_family, 1.0, cfg.family_sim)
+
+
+def _distance2(a: Jobs, b: Jobs, cfg: KernelConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(squared distance of every job of `a` to every job of `b` apart from their families, whether they share a
+    known family)."""
     d2 = np.zeros((len(a.family), len(b.family)))
     for j in range(a.x.shape[1]):
+        weight = cfg.batch if j == _BATCH else 1.0
+        if weight == 0.0:
+            continue
         xa, xb = a.x[:, j][:, None], b.x[:, j][None, :]
         na, nb = np.isnan(xa), np.isnan(xb)
         diff = np.where(na | nb, 0.0, (np.nan_to_num(xa) - np.nan_to_num(xb)) / cfg.num_scale) ** 2
-        d2 += diff + (na ^ nb)
+        d2 += weight * (diff + (na ^ nb))
     same_family = (a.family[:, None] == b.family[None, :]) & (a.family[:, None] >= 0)
     d2 += 2.0 * (a.kind[:, None] != b.kind[None, :])
     prec = (a.precision[:, None] != b.precision[None, :]) & (a.precision[:, None] != 0) & (b.precision[None, :] != 0)
     d2 += 1.0 * prec
-    return np.exp(-0.5 * d2) * np.where(same_family, 1.0, cfg.family_sim)
+    return d2, same_family
+
+
+def linear_features(jobs: Jobs) -> np.ndarray:
+    """(len(jobs), len(LINEAR)) a job's standardized demand features of `LINEAR` (unmeasured: 0, the training
+    mean), clipped to `LINEAR_CLIP` standard deviations: the inputs of the correction's linear part."""
+    return np.clip(np.nan_to_num(jobs.x[:, _LINEAR], nan=0.0), -LINEAR_CLIP, LINEAR_CLIP)
+
+
+def nearness(d2: np.ndarray) -> np.ndarray:
+    """exp(−d²/2) of each job's distance (`_distance2`, rows) to its nearest training job (columns), families
+    aside: 1 for a training job. The linear part of a pair is weighed by its jobs' nearness, so the trend carries
+    over to an unseen family and fades, as the rest of the correction, away from the data."""
+    return np.exp(-0.5 * d2.min(axis=1))
 
 
 def gpu_kernel(g: Sequence[str], h: Sequence[str], cfg: KernelConfig) -> np.ndarray:
@@ -329,6 +373,20 @@ class PriorCorrected:
         np.add.at(w, (f.self_idx, f.partner_idx), alpha)
         return w
 
+    def _parts(self, profiles: Sequence[SoloProfile]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(kernel of each profile to the training jobs, the correction's linear part of each profile as the job
+        itself and as the partner (zeros without one), its nearness to the training jobs). The linear part of a
+        pair is its two jobs' nearness times (own part of the job + partner part of the partner)."""
+        cfg, train = self.config, self.fitted.jobs
+        jobs = self.encoder.encode(profiles, self.gpu)
+        d2, same_family = _distance2(jobs, train, cfg)
+        k = np.exp(-0.5 * d2) * np.where(same_family, 1.0, cfg.family_sim)
+        n = len(profiles)
+        if not cfg.linear or not len(train.family):
+            return k, np.zeros(n), np.zeros(n), np.zeros(n)
+        phi, phi_train, w = cfg.linear * linear_features(jobs), linear_features(train), self._pair_weights
+        return k, phi @ (phi_train.T @ w.sum(axis=1)), phi @ (phi_train.T @ w.sum(axis=0)), nearness(d2)
+
     @property
     def gain_margin(self) -> float:
         """Margin for the rule that a shared GPU gains (combined speed > 1 + margin) on this view's GPU type: from
@@ -351,8 +409,8 @@ class PriorCorrected:
     # -- predictions ---------------------------------------------------------------
     def _table(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
         """Correction f of every pair of `profiles` (i next to j)."""
-        k = job_kernel(self.encoder.encode(profiles, self.gpu), self.fitted.jobs, self.config)
-        return (k @ self._pair_weights) @ k.T
+        k, own, partner, near = self._parts(profiles)
+        return (k @ self._pair_weights) @ k.T + np.outer(near, near) * (own[:, None] + partner[None, :])
 
     def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
         """Slowdown S >= 1 of a[k] next to b[k], for every k."""
@@ -361,9 +419,9 @@ class PriorCorrected:
             return np.zeros(0)
         if len(profiles) ** 2 <= 4 * len(ia):  # few distinct jobs: the whole table, then look pairs up
             return self.predict_matrix(profiles)[ia, ib]
-        k = job_kernel(self.encoder.encode(profiles, self.gpu), self.fitted.jobs, self.config)
+        k, own, partner, near = self._parts(profiles)
         kw = k @ self._pair_weights
-        corr = np.einsum("ij,ij->i", kw[ia], k[ib])
+        corr = np.einsum("ij,ij->i", kw[ia], k[ib]) + near[ia] * near[ib] * (own[ia] + partner[ib])
         prior = self.prior.predict([profiles[i] for i in ia], [profiles[i] for i in ib])
         return np.maximum(1.0, prior * np.exp(corr))
 
@@ -501,7 +559,9 @@ class _Scorer:
         n = len(self.profiles)
         if self.table is None and n * n <= limit:
             s = self.model.predict_matrix(self.profiles)
-            self.table = (s, self.model._margins_of(1.0 / np.maximum(s, s.T), self.unseen[:, None] | self.unseen))
+            worst = np.maximum(s, s.T)  # the pair's worse job: 1 / the larger slowdown, in place
+            self.table = (s, self.model._margins_of(np.divide(1.0, worst, out=worst),
+                                                    self.unseen[:, None] | self.unseen))
         return self.table is not None
 
     def matrices(self) -> tuple[np.ndarray, np.ndarray]:
@@ -625,8 +685,11 @@ def _sample_kernels(jobs: Jobs, self_idx: np.ndarray, partner_idx: np.ndarray, g
     ku = job_kernel(jobs, jobs, cfg)
     types = sorted(set(gpus))
     g = np.array([types.index(x) for x in gpus], dtype=np.int64)
-    return _Kernels(ku[np.ix_(self_idx, self_idx)] * ku[np.ix_(partner_idx, partner_idx)],
-                    gpu_kernel(types, types, cfg)[np.ix_(g, g)])
+    job = ku[np.ix_(self_idx, self_idx)] * ku[np.ix_(partner_idx, partner_idx)]
+    if cfg.linear:
+        phi = linear_features(jobs)
+        job = job + cfg.linear * (phi[self_idx] @ phi[self_idx].T + phi[partner_idx] @ phi[partner_idx].T)
+    return _Kernels(job, gpu_kernel(types, types, cfg)[np.ix_(g, g)])
 
 
 def _kernels(smp: Samples, enc: Encoder, cfg: KernelConfig) -> _Kernels:
