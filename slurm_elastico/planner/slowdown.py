@@ -48,14 +48,17 @@ def for_gpu(model: SlowdownModel | None, gpu_type: str) -> SlowdownModel | None:
 
 def _clean_margin(m: np.ndarray) -> np.ndarray:
     """Margins as the planner uses them: inf for anything not finite (an unknown margin refuses the pair)."""
-    m = np.asarray(m, dtype=float)
-    return np.where(np.isfinite(m), m, np.inf)
+    out = np.array(m, dtype=float)  # a copy: the model's own table stays as it is
+    out[~np.isfinite(out)] = np.inf
+    return out
 
 
 def _clean(s: np.ndarray) -> np.ndarray:
     """Slowdowns as the planner uses them: >= 1, and inf for anything not finite (never admit on NaN)."""
     s = np.asarray(s, dtype=float)
-    return np.where(np.isfinite(s), np.maximum(s, 1.0), np.inf)
+    out = np.maximum(s, 1.0, out=np.empty(s.shape))  # one float array for the planner's table, not two
+    out[~np.isfinite(s)] = np.inf
+    return out
 
 
 UNCALIBRATED_GAIN_MARGIN = 0.4
