@@ -367,7 +367,11 @@ class PriorCorrected:
         """W[s, p]: summed weight of the training samples whose self is distinct job s and partner p, each weighed by
         how alike its GPU type is to `gpu` (None: no discount). The correction is then k(a)·W·k(b)ᵀ."""
         f = self.fitted
-        alpha = f.alpha if gpu is None else f.alpha * gpu_kernel([gpu], f.gpus, self.config)[0]
+        alpha = f.alpha
+        if gpu is not None:  # the kernel once per training GPU type, not per sample (`on_gpu` runs every epoch)
+            types = sorted(set(f.gpus))
+            near = dict(zip(types, gpu_kernel([gpu], types, self.config)[0].tolist()))
+            alpha = alpha * np.array([near[g] for g in f.gpus], dtype=float)
         u = len(f.jobs.family)
         w = np.zeros((u, u))
         np.add.at(w, (f.self_idx, f.partner_idx), alpha)
