@@ -10,9 +10,10 @@ fixed per-call cost (2,000 lookups: ~90 ms with the contention model, vs ~8 ms
 all pairs at once). Past `max_dense_pairs` only the pairs asked for are
 predicted, in one batched call per lookup. A model with `scorer(profiles)`
 (the trained predictor) is asked once per set of profiles: its scorer
-tabulates every pair of distinct profiles, so a block 16 times larger, or any
-lookup, is an index into that table; a profile added after that rebuilds the
-scorer, so the epoch adds every profile before its first lookup. With several
+tabulates every pair of distinct profiles, so a block 16 times larger is that
+table as it is (`matrices()`), and any lookup an index into it; a profile
+added after that rebuilds the scorer, so the epoch adds every profile before
+its first lookup. With several
 co-runners, slowdowns add: `S = 1 + Σ_k (S_k − 1)` — the pairwise model knows
 nothing better, and adding is the cautious choice (it is never below the worst
 pair).
