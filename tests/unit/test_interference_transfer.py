@@ -314,3 +314,33 @@ def test_without_a_listed_training_type_speeds_are_read_raw_on_every_type(k80, t
     assert math.isnan(again.encoder.ref_log_bw)
     a, b = [o.a for o in k80[:20]], [o.b for o in k80[:20]]
     assert np.array_equal(again.on_gpu("h100").predict(a, b), model.on_gpu("h100").predict(a, b))
+
+
+def test_the_linear_part_carries_a_trend_to_an_unseen_family_and_fades_away_from_the_data(k80):
+    """With family_sim ~ 0 the product part says nothing about a job of an unseen family; the linear part on its
+    demand features (steps/s per GB/s) still corrects the prior, and fades for jobs unlike every training job."""
+    from dataclasses import replace
+
+    from slurm_elastico.interference.transfer import KernelConfig
+
+    cfg = KernelConfig(lam=0.2, num_scale=1.5, family_sim=1e-9, batch=0.0, linear=0.3)
+    with_linear, without = fit_transfer(k80, grid=(cfg,)), fit_transfer(k80, grid=(replace(cfg, linear=0.0),))
+    pairs = [o for o in k80 if o.fits][:60]
+    a = [replace(o.a, model_family="unseen") for o in pairs]
+    b = [replace(o.b, model_family="unseen") for o in pairs]
+
+    def correction(m, x, y):
+        return np.log(m.predict(x, y)) - np.log(m.prior.predict(x, y))
+
+    assert np.abs(correction(without, a, b)).max() < 1e-6
+    trend = correction(with_linear, a, b)
+    assert np.abs(trend).max() > 0.05
+    # the pair-by-pair path (many distinct jobs, few pairs) equals the all-pairs table
+    jobs = a + b
+    table = with_linear.predict_matrix(jobs)
+    idx = np.arange(len(a))
+    assert np.allclose(with_linear.predict(a, b), table[idx, idx + len(a)])
+    # an inference job with three counters training never measured: each job of the pair e^-2.5 near, e^-5 in all
+    far_a = [replace(p, kind="infer", sm_util=0.6, membw_util=0.5, mem_used_mib=4000.0) for p in a]
+    far_b = [replace(p, kind="infer", sm_util=0.6, membw_util=0.5, mem_used_mib=4000.0) for p in b]
+    assert np.all(np.abs(correction(with_linear, far_a, far_b)) <= np.abs(trend) * math.exp(-5) + 1e-9)
