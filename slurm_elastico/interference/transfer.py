@@ -411,9 +411,9 @@ class PriorCorrected:
         return view
 
     # -- predictions ---------------------------------------------------------------
-    def _table(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
-        """Correction f of every pair of `profiles` (i next to j)."""
-        k, own, partner, near = self._parts(profiles)
+    def _table(self, profiles: Sequence[SoloProfile], parts: tuple | None = None) -> np.ndarray:
+        """Correction f of every pair of `profiles` (i next to j); `parts`: their `_parts`, if computed already."""
+        k, own, partner, near = self._parts(profiles) if parts is None else parts
         return (k @ self._pair_weights) @ k.T + np.outer(near, near) * (own[:, None] + partner[None, :])
 
     def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
@@ -423,18 +423,28 @@ class PriorCorrected:
             return np.zeros(0)
         if len(profiles) ** 2 <= 4 * len(ia):  # few distinct jobs: the whole table, then look pairs up
             return self.predict_matrix(profiles)[ia, ib]
-        k, own, partner, near = self._parts(profiles)
+        parts = self._parts(profiles)
+        return self._predict_parts(profiles, parts, ia, profiles, parts, ib)
+
+    def _predict_parts(self, a: Sequence[SoloProfile], a_parts: tuple, ia: np.ndarray, b: Sequence[SoloProfile],
+                       b_parts: tuple, ib: np.ndarray) -> np.ndarray:
+        """Slowdown of a[ia[k]] next to b[ib[k]], the two lists given with their `_parts` (computed once each)."""
+        k, own, _, near = a_parts
+        k_b, _, partner, near_b = b_parts
         kw = k @ self._pair_weights
-        corr = np.einsum("ij,ij->i", kw[ia], k[ib]) + near[ia] * near[ib] * (own[ia] + partner[ib])
-        prior = self.prior.predict([profiles[i] for i in ia], [profiles[i] for i in ib])
+        corr = np.einsum("ij,ij->i", kw[ia], k_b[ib]) + near[ia] * near_b[ib] * (own[ia] + partner[ib])
+        prior = self.prior.predict([a[i] for i in ia], [b[j] for j in ib])
         return np.maximum(1.0, prior * np.exp(corr))
 
     def predict_matrix(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
         """S[i, j]: slowdown of profiles[i] next to profiles[j]."""
         if not profiles:
             return np.zeros((0, 0))
+        return self._matrix(profiles)
+
+    def _matrix(self, profiles: Sequence[SoloProfile], parts: tuple | None = None) -> np.ndarray:
         # In place: at the planner's few hundred profiles an (n, n) temporary costs about as much as its arithmetic.
-        s = self._table(profiles)  # a new array
+        s = self._table(profiles, parts)  # a new array
         np.exp(s, out=s)
         s *= self.prior.predict_matrix(profiles)
         return np.maximum(s, 1.0, out=s)
@@ -557,12 +567,18 @@ class _Scorer:
         self.model, self.profiles = model, profiles
         self.unseen = model._unseen_families(profiles)
         self.table: tuple[np.ndarray, np.ndarray] | None = None  # (slowdowns, margins), all pairs
+        self._parts: tuple | None = None  # the profiles' encoding and kernels (`PriorCorrected._parts`), once
+
+    def parts(self) -> tuple:
+        if self._parts is None:
+            self._parts = self.model._parts(self.profiles)
+        return self._parts
 
     def tabulate(self, limit: int = 2_560_000) -> bool:
         """Fills the table of all pairs unless there are more than `limit`; whether it is filled."""
         n = len(self.profiles)
         if self.table is None and n * n <= limit:
-            s = self.model.predict_matrix(self.profiles)
+            s = self.model._matrix(self.profiles, self.parts()) if n else np.zeros((0, 0))
             worst = np.maximum(s, s.T)  # the pair's worse job: 1 / the larger slowdown, in place
             self.table = (s, self.model._margins_of(np.divide(1.0, worst, out=worst),
                                                     self.unseen[:, None] | self.unseen))
@@ -572,6 +588,13 @@ class _Scorer:
         """(slowdowns, margins) of every pair, [i, j] for profiles[i] next to profiles[j]; after `tabulate`."""
         assert self.table is not None, "matrices() before tabulate()"
         return self.table
+
+    def against(self, ia: np.ndarray, partners: Sequence[SoloProfile]) -> np.ndarray:
+        """Slowdown of profiles[ia[k]] next to partners[k], profiles the scorer does not hold (the planner's stand-in
+        neighbours): its own profiles are not encoded again, the partners once each."""
+        others, ib, _ = distinct(partners, partners, "against")
+        return self.model._predict_parts(self.profiles, self.parts(), np.asarray(ia, dtype=np.int64), others,
+                                         self.model._parts(others), ib)
 
     def _pairs(self, ia: np.ndarray, ib: np.ndarray) -> tuple[list[SoloProfile], list[SoloProfile]]:
         return [self.profiles[i] for i in ia], [self.profiles[j] for j in ib]

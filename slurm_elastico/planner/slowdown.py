@@ -219,4 +219,8 @@ class PairCache:
         """Slowdown of each id next to a stand-in partner profile, one batched call (pricing's Γ)."""
         if self.model is None or not ids:
             return np.ones(len(ids))
+        scorer = self._current_scorer() if hasattr(self.model, "scorer") else None
+        if hasattr(scorer, "against"):  # the scorer's profiles are encoded once an epoch, for this and the table
+            self.model_calls += 1
+            return _clean(np.asarray(scorer.against(np.asarray(ids, dtype=np.int64), list(partners)), dtype=float))
         return self._call([self.profiles[i] for i in ids], list(partners))
