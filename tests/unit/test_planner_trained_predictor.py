@@ -74,6 +74,12 @@ def test_the_pair_cache_tables_equal_the_models_answers_pair_by_pair(models, obs
         assert np.allclose(margin.reshape(n, n)[ia, ib], scorer.margins(ia, ib), rtol=1e-12, atol=0)
         assert np.allclose(margin.reshape(n, n)[ia, ib], model.admission_margins(a, b), rtol=1e-12, atol=0)
     assert np.isfinite(slow).all() and (slow >= 1).all()
+    # Pricing's Γ: each profile next to a stand-in neighbour the cache does not hold, from the epoch's scorer.
+    stand_ins = [SoloProfile(kind="train", mps_share=share) for share in (50, 75)]
+    some = list(range(0, n, 3))
+    partners = [stand_ins[i % 2] for i in range(len(some))]
+    assert np.allclose(cache.vs_partners(some, partners), model.predict([profiles[i] for i in some], partners),
+                       rtol=tol, atol=0)
     if name != "prior-corrected":
         return
     # Every pair's margin from the thresholds of its kind (an unseen GPU type by its direction; else an unseen
