@@ -800,8 +800,8 @@ def admission_tables(crosses: dict[str, Cross], target: float = ADMISSION_TARGET
 def format_transfer(model: PriorCorrected, out: str) -> str:
     """What `elastico iac train` says about a prior-corrected model it saved at `out`."""
     c, m = model.config, model.margins
-    lines = [f"chosen: lam={c.lam:g} num_scale={c.num_scale:g} family_sim={c.family_sim:g} (gpu_scale={c.gpu_scale:g}, "
-             f"shared={c.shared:g}); prior defaults sm={model.prior.default_sm:g} bw={model.prior.default_bw:g}; "
+    lines = [f"chosen: lam={c.lam:g} num_scale={c.num_scale:g} family_sim={c.family_sim:g} batch={c.batch:g} "
+             f"linear={c.linear:g} (gpu_scale={c.gpu_scale:g}, shared={c.shared:g}); prior defaults sm={model.prior.default_sm:g} bw={model.prior.default_bw:g}; "
              f"saved {out}",
              f"trained on GPU types {', '.join(model.gpu_types)}; {len(model.encoder.families)} families; "
              f"features {', '.join(model.encoder.numeric)}", "held-out error (normalized throughput):"]
