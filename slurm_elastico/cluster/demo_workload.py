@@ -19,7 +19,10 @@ One list of `DemoJob`s gives, for each job:
 `predict` runs the simulator in process on the same list and cluster: the
 `static` policy with no placement window (plain sbatch: Slurm starts each job
 at once on a whole GPU, at its default one-GPU shape) and `elastico` with the
-helper's interval as epoch and elastico-submit's placement window.
+helper's interval as epoch, elastico-submit's placement window and the
+interference model the helper plans with (`settings`: the untrained contention
+model, as no model file is configured). The jobs' true co-location speeds are
+the ground truth's (`Plan.colocation`) in both.
 
 The default list (`APPS`, `job_list`): 10 training jobs and 10 inference
 jobs, one every 2 s, on 16 GPUs. Half the training jobs have GPU counts
@@ -27,11 +30,15 @@ jobs, one every 2 s, on 16 GPUs. Half the training jobs have GPU counts
 steps/s, on four 3.0x and 2.7x that); the others are small (deepspeech2 at
 10, bert at 6: one micro-batch each, filling 60-80 % of a GPU) and take MPS
 shares, as inference does. Plain Slurm runs each on one whole GPU and
-leaves GPUs idle as the list drains; the helper starts jobs on several GPUs,
-grows running ones into freed GPUs (GPU count, with a new micro-batch per
-rank), and starts late arrivals on shares that it widens later (share,
-engine arguments). On this ground truth that is where elastico's gain comes
-from: sharing a GPU is at best neutral for jobs that fill it (`sim.truth`).
+leaves GPUs idle as the list drains; the helper starts jobs on several GPUs
+and grows running ones into freed GPUs (GPU count, with a new micro-batch per
+rank). On this ground truth that is where elastico's gain comes from:
+sharing a GPU is at best neutral for jobs that fill it (`sim.truth`). With
+the contention model the helper plans with, it does not start an inference
+job beside another job on this list, so no inference job is widened later
+(share and engine arguments at once); planned with no interference model, as
+the prediction once was, the simulated helper did that (2-4 times) where the
+live helper never did.
 """
 
 from __future__ import annotations
@@ -77,7 +84,9 @@ class Plan:
     gpus_per_node: int = 4
     shares: tuple[int, ...] = (50, 100)
     interval_s: float = 3.0
-    placement_window_s: int = 20
+    placement_window_s: int = 60
+    """elastico-submit's `--begin` delay: after it Slurm starts a waiting job itself, at its default shape. 20 s
+    beyond the longest wait the simulator predicts for the default list, as live the GPUs free seconds later."""
     max_gpus: int = 4
     """The most GPUs of a training job's data-parallel shapes (the simulator's `max_gpus_per_job`); 0: none."""
     restart_cost_s: float = 10.0
@@ -199,10 +208,13 @@ def predict(jobs: Sequence[DemoJob], plan: Plan, truth: GroundTruth | None = Non
     `static` and `elastico` (see the module docstring). `arrivals` gives a policy the list as it really arrived
     (the same jobs, other submission times: `at_arrivals`). `slurm_version`: the Slurm simulated (the live
     cluster's, so its GPU choice is modelled: `SimSettings.slurm_version`); empty = the simulator's default."""
+    from slurm_elastico.interference import load_model
     from slurm_elastico.sim import engine
     from slurm_elastico.sim import settings as sim_settings
 
     truth = truth or GroundTruth()
+    planned = settings(plan)
+    model = load_model(planned.interference.model)  # what `elastico sched` plans with, from the same settings
     out = {}
     for policy, window in (("static", 0), ("elastico", plan.placement_window_s)):
         rows = trace((arrivals or {}).get(policy, jobs))
@@ -212,7 +224,7 @@ def predict(jobs: Sequence[DemoJob], plan: Plan, truth: GroundTruth | None = Non
             "placement_window_s": window, "restart_cost_s": plan.restart_cost_s, "profile_noise": 0.0,
             "max_gpus_per_job": plan.max_gpus, "whole_gpu_gangs": True, "colocation": plan.colocation,
             **({"slurm_version": slurm_version} if slurm_version else {})})
-        eng = engine.Engine(rows, policy, settings(plan), sim, None, truth)
+        eng = engine.Engine(rows, policy, planned, sim, model, truth)
         shapes = _record_shapes(eng.cluster)
         out[policy] = (eng.run(), shapes)
     return out

@@ -93,12 +93,13 @@ def test_the_prediction_simulates_the_slurm_version_it_is_given(monkeypatch):
     from slurm_elastico.cluster import demo_workload as w
     from slurm_elastico.sim import engine
 
-    seen = []
+    seen, models = [], []
     real = engine.Engine.__init__
 
-    def spy(self, trace, policy, settings, sim, *args, **kwargs):
+    def spy(self, trace, policy, settings, sim, model, *args, **kwargs):
         seen.append((policy, sim.slurm_version))
-        real(self, trace, policy, settings, sim, *args, **kwargs)
+        models.append(model)
+        real(self, trace, policy, settings, sim, model, *args, **kwargs)
 
     monkeypatch.setattr(engine.Engine, "__init__", spy)
     jobs = w.job_list(train=2, infer=1, gap_s=1.0)
@@ -108,3 +109,9 @@ def test_the_prediction_simulates_the_slurm_version_it_is_given(monkeypatch):
     seen.clear()
     w.predict(jobs, w.Plan(gpus=2))
     assert seen == [("static", "24.11.5"), ("elastico", "24.11.5")]  # the simulator's default
+    # The simulated helper plans with the interference model the live helper loads from the same settings (no model
+    # file: the contention model), not with none: planned without one it shared GPUs the live helper never did.
+    from slurm_elastico.interference import ContentionModel
+
+    assert w.settings(w.Plan()).interference.model == ""
+    assert models and all(isinstance(m, ContentionModel) for m in models)
