@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import time
+
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.inputs import load_yaml
 from slurm_elastico.report.metrics import GroupRow, JobRow, group_rows, job_rows
@@ -18,7 +20,12 @@ __all__ = ["UNREADABLE", "GroupRow", "JobRow", "collect", "group_rows", "job_row
 
 
 def collect(gateway, store: Store, start: str = "now-7days", end: str = "now", shares_per_gpu: int = 100) -> list[JobRow]:
-    """Per-job rows for the jobs accounting knows in [start, end] (sacct time syntax)."""
+    """Per-job rows for the jobs accounting knows in [start, end] (sacct time syntax).
+
+    slurmctld's active jobs are asked first, then accounting, so a job that ends in between is never taken
+    for a runaway one (`metrics.job_rows`); Slurm not answering is an error, not an empty cluster."""
+    asked_at = time.time()
+    active = {j.job_id for j in gateway.jobs()}
     records = gateway.sacct(start=start, end=end)
     kinds = {}
     for row in store.query("SELECT job_id, spec FROM job_family"):
@@ -31,4 +38,4 @@ def collect(gateway, store: Store, start: str = "now-7days", end: str = "now", s
             else UNREADABLE
     reshapes = {r["job_id"]: r["n"] for r in store.query(
         "SELECT job_id, COUNT(*) AS n FROM journal WHERE status='done' AND kind='reshape_running' GROUP BY job_id")}
-    return job_rows(records, kinds, reshapes, shares_per_gpu)
+    return job_rows(records, kinds, reshapes, shares_per_gpu, active, asked_at)

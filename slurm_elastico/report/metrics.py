@@ -5,12 +5,18 @@ restarts included (DESIGN "What done means"); waiting is submission to first
 start. GPU-hours count whole GPUs (`gres/gpu`) plus MPS shares as fractions of
 a GPU; MPS share-hours count only the shares. Only finished jobs (no active
 run) have a JCT.
+
+A runaway job is one accounting still shows active (pending or running) that
+slurmctld no longer knows, and knew before it was asked: its end was never
+recorded (slurmdbd was down or lost the message; `sacctmgr show runawayjobs`
+fixes such records). sacct reports a running run's time up to now, so that
+run's GPU-hours would grow forever: they are left out and the job is marked.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from slurm_elastico.model import JobState
@@ -36,6 +42,8 @@ class JobRow:
     reshapes: int
     gpu_hours: float
     mps_share_hours: float
+    runaway: bool = False
+    """Accounting shows the job active, slurmctld no longer knows it (see the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -49,19 +57,35 @@ class GroupRow:
     gpu_hours: float
     mps_share_hours: float
     reshapes: int
+    runaway: int = 0
+
+
+RUNAWAY_MARGIN_S = 60
+"""A job submitted this long before slurmctld was asked must be in its answer if it is still active
+(clock differences between the hosts stay far below it)."""
 
 
 def job_rows(records: Iterable[SacctRecord], kinds: Mapping[int, str], reshapes: Mapping[int, int],
-             shares_per_gpu: int = 100) -> list[JobRow]:
-    """One row per job; `kinds` maps job id → family kind, `reshapes` job id → reshapes the journal holds."""
+             shares_per_gpu: int = 100, controller_jobs: Collection[int] | None = None,
+             controller_at: float | None = None) -> list[JobRow]:
+    """One row per job; `kinds` maps job id → family kind, `reshapes` job id → reshapes the journal holds.
+
+    `controller_jobs`: the active jobs slurmctld listed at `controller_at` (epoch seconds), asked before
+    accounting; a job accounting shows active, submitted before then and not in that list is runaway.
+    None: not checked."""
     rows = []
     for job_id, runs in sorted(runs_by_job(records).items()):
         first, last = runs[0], runs[-1]
         submit = first.submit_time
         starts = [r.start_time for r in runs if r.start_time]
         done = last.state in FINISHED and last.end_time is not None
+        runaway = (controller_jobs is not None and controller_at is not None and last.state.active
+                   and job_id not in controller_jobs and submit is not None
+                   and submit < controller_at - RUNAWAY_MARGIN_S)
         gpu_s = mps_s = 0.0
         for r in runs:
+            if runaway and r is last:
+                continue  # its time runs on in accounting: unknown
             whole = r.tres_alloc.get("gres/gpu", 0)
             shares = r.tres_alloc.get("gres/mps", 0)
             mps_s += r.elapsed_s * shares / shares_per_gpu
@@ -72,7 +96,7 @@ def job_rows(records: Iterable[SacctRecord], kinds: Mapping[int, str], reshapes:
             jct_s=float(last.end_time - submit) if done and submit is not None else None,
             wait_s=float(min(starts) - submit) if starts and submit is not None else None,
             runs=len(runs), reshapes=reshapes.get(job_id, 0),
-            gpu_hours=gpu_s / 3600.0, mps_share_hours=mps_s / 3600.0,
+            gpu_hours=gpu_s / 3600.0, mps_share_hours=mps_s / 3600.0, runaway=runaway,
         ))
     return rows
 
@@ -86,7 +110,7 @@ def _group(name: str, rows: list[JobRow]) -> GroupRow:
         median_jct_s=statistics.median(jcts) if jcts else None,
         mean_wait_s=statistics.fmean(waits) if waits else None,
         gpu_hours=sum(r.gpu_hours for r in rows), mps_share_hours=sum(r.mps_share_hours for r in rows),
-        reshapes=sum(r.reshapes for r in rows),
+        reshapes=sum(r.reshapes for r in rows), runaway=sum(r.runaway for r in rows),
     )
 
 

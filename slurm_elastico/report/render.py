@@ -26,7 +26,15 @@ def table(groups: list[GroupRow], jobs: list[JobRow] | None = None) -> str:
     if jobs:
         jcols = ("job_id", "user", "kind", "state", "jct_s", "wait_s", "runs", "reshapes", "gpu_hours", "name")
         jrows = [[_fmt(getattr(j, c)).replace("\n", "\\n") for c in jcols] for j in jobs]
+        for j, row in zip(jobs, jrows):
+            if j.runaway:
+                row[jcols.index("state")] += " (runaway)"
         out += ["", _columns(jcols, jrows)]
+    runaway = next((g.runaway for g in groups if g.group == "all"), 0)
+    if runaway:
+        out += ["", f"{runaway} runaway job(s): accounting shows them active but slurmctld no longer knows them "
+                    "(their end was never recorded); their last run's GPU-hours are left out. "
+                    "`sacctmgr show runawayjobs` lists and fixes them."]
     return "\n".join(out)
 
 

@@ -88,12 +88,42 @@ def test_collect_shows_a_job_whose_stored_family_no_longer_reads_instead_of_call
                       (job_id, spec, "t", 0.0))
 
     class Accounting:
+        def jobs(self):
+            return ()
+
         def sacct(self, **kwargs):
             self.asked = kwargs
             return ()
 
     kinds_seen = {}
     monkeypatch.setattr("slurm_elastico.report.job_rows",
-                        lambda records, kinds, reshapes, shares: kinds_seen.update(kinds) or [])
+                        lambda records, kinds, reshapes, shares, active, at: kinds_seen.update(kinds) or [])
     collect(Accounting(), store)
     assert kinds_seen == {1: "train", 2: UNREADABLE, 3: UNREADABLE}  # 3: a duplicate key, refused strictly
+
+
+def test_a_job_accounting_shows_active_that_slurmctld_no_longer_knows_is_runaway_and_its_open_run_uncounted():
+    at = 10_000.0
+    records = [
+        run(20, JobState.REQUEUED, 100, 110, 400, gpu=1),  # a first run that ended properly
+        run(20, JobState.RUNNING, 400, 410, None, gpu=1),  # its end never reached accounting
+        run(21, JobState.RUNNING, 100, 200, None, gpu=1),  # running, and slurmctld lists it
+        run(22, JobState.PENDING, 100, None, None),  # pending in accounting only: runaway too
+        run(23, JobState.RUNNING, int(at) - 5, int(at) - 2, None, gpu=1),  # submitted as slurmctld was asked
+        run(24, JobState.COMPLETED, 100, 200, 300, gpu=1),  # finished: slurmctld need not know it
+    ]
+    for r in records:
+        if r.state is JobState.RUNNING:  # sacct counts a running run's time up to now
+            object.__setattr__(r, "elapsed_s", int(at) + 50 - r.start_time)
+    rows = {r.job_id: r for r in job_rows(records, {}, {}, controller_jobs={21}, controller_at=at)}
+    assert {j for j, r in rows.items() if r.runaway} == {20, 22}
+    assert rows[20].gpu_hours == 290 / 3600  # the open run's ever-growing time left out
+    assert rows[21].gpu_hours == (at + 50 - 200) / 3600 and rows[23].gpu_hours > 0
+    assert rows[20].jct_s is None and rows[20].state == "RUNNING"
+    groups = group_rows(list(rows.values()))
+    assert groups[0].group == "all" and groups[0].runaway == 2
+    text = table(groups, list(rows.values()))
+    assert "RUNNING (runaway)" in text and "2 runaway job(s)" in text and "sacctmgr show runawayjobs" in text
+    # not checked without slurmctld's list (as before), and no footnote without a runaway job
+    assert not any(r.runaway for r in job_rows(records, {}, {}))
+    assert "runaway" not in table(group_rows(job_rows(records[2:3], {}, {}, controller_jobs={21}, controller_at=at)))
