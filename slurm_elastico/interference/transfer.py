@@ -662,8 +662,15 @@ def margins_from_heldout(heldout: dict[str, dict[str, float]]) -> dict[str, floa
 class _Kernels:
     """The training samples' kernel pieces for one config, computed once and sliced per fold."""
 
-    job: np.ndarray  # k_job(self) · k_job(partner), (N, N)
+    job: np.ndarray  # k_job(self) · k_job(partner) (+ the linear part), (N, N)
     gpu: np.ndarray  # k_gpu, (N, N)
+    # With a linear part: that part alone (N, N), each sample's self and partner among the distinct jobs, and
+    # their squared distances (`_distance2`): a held-out sample's linear part is weighed by its jobs' `nearness`
+    # to the fold's training jobs, as `PriorCorrected` weighs it.
+    linear: np.ndarray | None = None
+    self_job: np.ndarray | None = None
+    partner_job: np.ndarray | None = None
+    d2: np.ndarray | None = None
 
 
 def _folds(observations: Sequence[Colocation], kind: str, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -698,7 +705,12 @@ def _cross(observations, smp: Samples, prior_log: np.ndarray, ker: _Kernels, cfg
             continue
         k = ker.job[np.ix_(tr, tr)] * ker.gpu[np.ix_(tr, tr)]
         alpha = _solve(k, smp.log_s[tr] - prior_log[tr], cfg.lam)
-        log_s = prior_log[te] + (ker.job[np.ix_(te, tr)] * ker.gpu[np.ix_(te, tr)]) @ alpha
+        job = ker.job[np.ix_(te, tr)]
+        if ker.linear is not None:  # the test jobs' linear part, weighed by their nearness to the fold's training jobs
+            near = nearness(ker.d2[:, np.unique(np.concatenate([ker.self_job[tr], ker.partner_job[tr]]))])
+            weight = near[ker.self_job[te]] * near[ker.partner_job[te]]
+            job = job + (weight[:, None] - 1.0) * ker.linear[np.ix_(te, tr)]
+        log_s = prior_log[te] + (job * ker.gpu[np.ix_(te, tr)]) @ alpha
         norm = 1.0 / np.maximum(1.0, np.exp(log_s))
         # samples come in (a, b) order per pair, pairs in order: two samples make a pair
         out.append((norm.reshape(-1, 2),
@@ -709,14 +721,17 @@ def _cross(observations, smp: Samples, prior_log: np.ndarray, ker: _Kernels, cfg
 def _sample_kernels(jobs: Jobs, self_idx: np.ndarray, partner_idx: np.ndarray, gpus: Sequence[str],
                     cfg: KernelConfig) -> _Kernels:
     """The kernel between samples (self jobs[self_idx], partner jobs[partner_idx], GPU type gpus), in its parts."""
-    ku = job_kernel(jobs, jobs, cfg)
+    d2, same_family = _distance2(jobs, jobs, cfg)
+    ku = np.exp(-0.5 * d2) * np.where(same_family, 1.0, cfg.family_sim)
     types = sorted(set(gpus))
     g = np.array([types.index(x) for x in gpus], dtype=np.int64)
     job = ku[np.ix_(self_idx, self_idx)] * ku[np.ix_(partner_idx, partner_idx)]
-    if cfg.linear:
-        phi = linear_features(jobs)
-        job = job + cfg.linear * (phi[self_idx] @ phi[self_idx].T + phi[partner_idx] @ phi[partner_idx].T)
-    return _Kernels(job, gpu_kernel(types, types, cfg)[np.ix_(g, g)])
+    gpu = gpu_kernel(types, types, cfg)[np.ix_(g, g)]
+    if not cfg.linear:
+        return _Kernels(job, gpu)
+    phi = linear_features(jobs)
+    linear = cfg.linear * (phi[self_idx] @ phi[self_idx].T + phi[partner_idx] @ phi[partner_idx].T)
+    return _Kernels(job + linear, gpu, linear, self_idx, partner_idx, d2)
 
 
 def _kernels(smp: Samples, enc: Encoder, cfg: KernelConfig) -> _Kernels:

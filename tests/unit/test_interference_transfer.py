@@ -344,3 +344,33 @@ def test_the_linear_part_carries_a_trend_to_an_unseen_family_and_fades_away_from
     far_a = [replace(p, kind="infer", sm_util=0.6, membw_util=0.5, mem_used_mib=4000.0) for p in a]
     far_b = [replace(p, kind="infer", sm_util=0.6, membw_util=0.5, mem_used_mib=4000.0) for p in b]
     assert np.all(np.abs(correction(with_linear, far_a, far_b)) <= np.abs(trend) * math.exp(-5) + 1e-9)
+
+
+def test_held_out_predictions_weigh_the_linear_part_by_nearness_as_the_model_does(k80):
+    """The held-out folds the config, the held-out error and the admission thresholds come from predict each
+    test pair as the model trained on the fold's other pairs would: the linear part weighed by the test jobs'
+    nearness to that fold's training jobs (without it, folds scored a model that is never used)."""
+    from slurm_elastico.interference import transfer as t
+
+    cfg = t.KernelConfig(lam=0.2, num_scale=1.5, family_sim=0.5, batch=0.0, linear=0.3)
+    smp = samples_of(k80)
+    prior = t.fit_prior(smp)
+    prior_log = np.log(prior.predict(smp.selves, smp.partners))
+    enc = t.Encoder.fit([*smp.selves, *smp.partners], [*smp.gpus, *smp.gpus])
+    folds = t._folds(k80, "leave-one-model-out", 0)
+    cross = t._cross(k80, smp, prior_log, t._kernels(smp, enc, cfg), cfg, folds)
+    jobs, idx = t.distinct_jobs(enc.encode([*smp.selves, *smp.partners], [*smp.gpus, *smp.gpus]))
+    n, far = len(smp.selves), 0
+    for (tr_pairs, te_pairs), (held_out, _) in zip(folds, cross, strict=True):
+        tr, te = np.flatnonzero(np.isin(smp.pair, tr_pairs)), np.flatnonzero(np.isin(smp.pair, te_pairs))
+        used = np.unique(np.concatenate([idx[:n][tr], idx[n:][tr]]))  # the fold's training jobs only
+        where = np.searchsorted(used, np.arange(len(jobs.family)))
+        kernels = t._sample_kernels(jobs, idx[:n][tr], idx[n:][tr], [smp.gpus[i] for i in tr], cfg)
+        alpha = t._solve(kernels.job * kernels.gpu, smp.log_s[tr] - prior_log[tr], cfg.lam)
+        fitted = t.Fitted(jobs.take(used), where[idx[:n][tr]], where[idx[n:][tr]], [smp.gpus[i] for i in tr], alpha,
+                          smp.log_s[tr] - prior_log[tr])
+        fold_model = PriorCorrected(prior, enc, cfg, fitted, 1.0, {}, ["k80"], {})
+        a, b = [smp.selves[i] for i in te], [smp.partners[i] for i in te]
+        assert np.allclose(held_out.ravel(), 1.0 / fold_model.predict(a, b), rtol=1e-9, atol=0)
+        far += int((fold_model._parts(a)[3] < 0.95).sum())
+    assert far  # some test jobs lie away from their fold's training jobs: the weight mattered
