@@ -20,10 +20,12 @@ def write_atomically(path: str | Path, data: bytes) -> None:
     tmp.replace(path)
 
 
-def check_header(blob: object, path: str | Path, file_format: str, version: int) -> None:
-    """Raises `ModelFileError` unless `blob` is a dict of `file_format` at `version` (naming what to do)."""
+def check_header(blob: object, path: str | Path, file_format: str, version: int, older: tuple[int, ...] = ()) -> None:
+    """Raises `ModelFileError` unless `blob` is a dict of `file_format` at `version`, or at one of the `older`
+    versions this code still reads as they were written (naming what to do)."""
     if not isinstance(blob, dict) or blob.get("format") != file_format:
         raise ModelFileError(f"{path}: not a slurm-elastico predictor file (format {file_format!r} expected)")
-    if blob.get("version") != version:
+    if blob.get("version") != version and blob.get("version") not in older:
+        also = "".join(f" or {v}" for v in sorted(older, reverse=True))
         raise ModelFileError(f"{path}: file version {blob.get('version')}, this slurm-elastico reads version "
-                             f"{version}; retrain with `elastico iac train`")
+                             f"{version}{also}; retrain with `elastico iac train`")

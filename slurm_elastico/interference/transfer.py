@@ -79,7 +79,8 @@ from slurm_elastico.interference.measurements import Colocation, samples
 from slurm_elastico.interference.specs import spec_of
 
 FILE_FORMAT = "slurm-elastico/iac-prior-corrected"
-FILE_VERSION = 3  # 3: throughput per unit of the GPU's memory bandwidth
+FILE_VERSION = 4  # 3: throughput per unit of the GPU's memory bandwidth; 4: the correction's batch weight and linear part
+OLDER_VERSIONS = (3,)  # read as written: a version-3 file is the same model with batch 1 and no linear part
 NUMERIC = ("log_steps_per_bw", "log_batch", "sm_util", "membw_util", "mem_used_gib", "mps_share")
 KINDS = ("train", "infer")
 PRECISIONS = ("fp32", "fp16", "bf16", "fp8")  # code 1.. ; 0 = not stated
@@ -529,14 +530,16 @@ class PriorCorrected:
             raise ModelFileError(f"{path}: no such model file") from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ModelFileError(f"{path}: not a slurm-elastico predictor file ({type(exc).__name__})") from None
-        check_header(blob, path, FILE_FORMAT, FILE_VERSION)
+        check_header(blob, path, FILE_FORMAT, FILE_VERSION, OLDER_VERSIONS)
         try:
+            if blob["version"] == 3 and set(blob["config"]) & {"batch", "linear"}:
+                raise ValueError("a version-3 file with version-4 settings (batch, linear)")
             enc = blob["encoder"]
             encoder = Encoder(tuple(enc["numeric"]), tuple(map(float, enc["mean"])), tuple(map(float, enc["std"])),
                               tuple(enc["families"]),
                               math.nan if enc["ref_log_bw"] is None else float(enc["ref_log_bw"]))
-            if any(n not in NUMERIC for n in encoder.numeric):
-                raise ValueError(f"unknown features {encoder.numeric}")
+            if encoder.numeric != NUMERIC:  # the batch weight and the linear part read NUMERIC's columns
+                raise ValueError(f"features {encoder.numeric}, this slurm-elastico's are {NUMERIC}")
             t = blob["train"]
             fitted = Fitted(_jobs_from(t["jobs"]), np.array(t["self"], dtype=np.int64),
                             np.array(t["partner"], dtype=np.int64), list(map(str, t["gpus"])),

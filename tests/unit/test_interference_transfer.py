@@ -147,9 +147,23 @@ def test_file_round_trip_and_load_model_dispatch(model, k80, tmp_path):
     assert all(np.array_equal(again.admission[k], model.admission[k]) for k in ADMISSION_KINDS)
     assert np.array_equal(again.on_gpu("p100").admission_margins(a, b), model.on_gpu("p100").admission_margins(a, b))
     blob = json.loads(path.read_text())
-    # a file of the previous version (raw steps/s, no directed GPU thresholds) is refused, saying what to do
+    assert blob["version"] == 4 and {"batch", "linear"} <= set(blob["config"])
+    # a version-3 file (no batch weight, no linear part) reads as written: batch compared, no linear part
+    v3 = {**blob, "version": 3, "config": {k: v for k, v in blob["config"].items() if k not in ("batch", "linear")}}
+    path.write_text(json.dumps(v3))
+    old = load_model(path)
+    assert (old.config.batch, old.config.linear) == (1.0, 0.0) and np.all(old.on_gpu("p100").predict(a, b) >= 1.0)
+    path.write_text(json.dumps({**v3, "config": blob["config"]}))  # version 3 never held these settings
+    with pytest.raises(ModelFileError, match="version-3 file with version-4 settings"):
+        load_model(path)
+    # a file of an older version (raw steps/s, no directed GPU thresholds) is refused, saying what to do
     path.write_text(json.dumps({**blob, "version": 2}))
-    with pytest.raises(ModelFileError, match=r"file version 2, this slurm-elastico reads version 3; retrain with"):
+    with pytest.raises(ModelFileError, match=r"file version 2, this slurm-elastico reads version 4 or 3; retrain with"):
+        load_model(path)
+    # the batch weight and the linear part read the features' columns by name: a file of other features is refused
+    enc = blob["encoder"]
+    path.write_text(json.dumps({**blob, "encoder": {**enc, "numeric": enc["numeric"][:-1]}}))
+    with pytest.raises(ModelFileError, match="this slurm-elastico's are"):
         load_model(path)
     blob["train"]["self"] = blob["train"]["self"][:-1]
     path.write_text(json.dumps(blob))
