@@ -61,6 +61,21 @@ _UNREACHABLE = ("unable to contact slurm controller", "connect failure", "connec
                 "communication connection failure", "connection timed out")
 
 
+_NOTHING_FOUND = "slurmdb_jobs_get: nothing found"
+"""22.05's `sacct --json` for a query no job matches: exit 0, no jobs, this one `errors` entry (error 9003)."""
+
+
+def _nothing_found(result: Completed) -> bool:
+    """Whether `result` is accounting's answer that no job matched: an empty answer, not an outage."""
+    if result.returncode != 0:
+        return False
+    try:
+        errors = slurm_errors(result.stdout)
+    except NotJsonError:
+        return False
+    return bool(errors) and all(e.lower() == _NOTHING_FOUND for e in errors)
+
+
 def _says(text: str, phrases: Sequence[str]) -> bool:
     low = text.lower()
     return any(s in low for s in phrases)
@@ -182,8 +197,10 @@ class SlurmGateway:
         return self._run(commands.batch_script(job_id)).stdout
 
     def sacct(self, **kwargs) -> tuple[SacctRecord, ...]:
-        """Accounting records (needs slurmdbd or a jobcomp file); see `commands.sacct_json`."""
-        return parse_sacct(self._read(commands.sacct_json(**kwargs)))
+        """Accounting records (needs slurmdbd or a jobcomp file); see `commands.sacct_json`. None matched is an
+        empty answer on both versions (22.05 says so in `errors`: `_nothing_found`)."""
+        result = self.runner(commands.sacct_json(**kwargs))
+        return parse_sacct(result.stdout if _nothing_found(result) else check_answer(result).stdout)
 
     # ----------------------------------------------------------------- acting
 

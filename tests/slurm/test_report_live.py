@@ -4,8 +4,8 @@ A runaway job (accounting shows it active, slurmctld no longer knows it: `report
 here without destroying the shared cluster's state, so the rule's positive case is a unit test
 (tests/unit/test_report.py). This test checks the boundary it rests on: the job ids and states slurmctld's
 answer and accounting's give for the same jobs agree on both Slurm versions, so the check marks none of
-them, even as if asked two minutes later (jobs this fresh are otherwise inside its margin); and the command
-prints the jobs.
+them, even as if asked two minutes later (jobs this fresh are otherwise inside its margin); the command
+prints the jobs, and over a window with no job an empty report.
 """
 
 from __future__ import annotations
@@ -66,5 +66,12 @@ def test_report_marks_no_job_slurmctld_knows_as_runaway(slurm_cluster, tmp_path)
         listed = {j["job_id"]: j for j in json.loads(out.stdout)["jobs"]}
         assert {short, long} <= set(listed)
         assert not listed[short]["runaway"] and not listed[long]["runaway"]
+
+        # a window no job falls in is an empty report (22.05's sacct says "Nothing found" in its errors), not an outage
+        out = subprocess.run([str(BIN / "elastico"), "--config", str(c.root / "elastico.yaml"), "report",
+                              "--start", "2020-01-01", "--end", "2020-01-02", "--format", "json"],
+                             env=c.env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["jobs"] == []
     finally:
         c.cancel_all()

@@ -289,3 +289,23 @@ def test_an_uneven_split_is_refused_before_any_command_runs():
     with pytest.raises(InvalidActionError, match="do not split evenly over 2 nodes"):
         SlurmGateway(runner).apply(Action(ActionKind.SET_GPUS, 7, "t", gpus=3, nodes=("n1", "n2")))
     assert runner.calls == []
+
+
+def test_accounting_that_matched_no_job_is_an_empty_answer_and_any_other_error_an_outage():
+    """Recorded: 22.05's `sacct --json` over a window with no job exits 0 with one `errors` entry
+    (slurmdb_jobs_get "Nothing found"); that is no job, while other errors (slurmdbd down) stay an outage."""
+    from slurm_elastico.errors import SlurmUnavailable
+
+    data = RUNNING_2205.parent
+    empty = (data / "sacct_nothing_found.json").read_text()
+    gw = SlurmGateway(ScriptedRunner([(lambda a: a[0] == "sacct", 0, empty, "")]))
+    assert gw.sacct(start="2020-01-01", end="2020-01-02") == ()
+    down = empty.replace('"Nothing found with query"', '"Unable to connect to database"').replace(
+        '"Nothing found"', '"Unable to connect to database"')
+    for text in (down, empty.replace('"slurmdb_jobs_get"', '"slurm_load_jobs"')):
+        with pytest.raises(SlurmUnavailable, match="no trustworthy data"):
+            SlurmGateway(ScriptedRunner([(lambda a: a[0] == "sacct", 0, text, "")])).sacct()
+    with pytest.raises(SlurmUnavailable):
+        SlurmGateway(ScriptedRunner([(lambda a: a[0] == "sacct", 1, empty, "sacct: error: Problem talking to the database")])).sacct()
+    assert len(gw.sacct()) == 0 and len(SlurmGateway(ScriptedRunner([
+        (lambda a: a[0] == "sacct", 0, (data / "sacct.json").read_text(), "")])).sacct()) > 0
