@@ -207,7 +207,11 @@ def _raw_matrix(profiles: Sequence[SoloProfile], gpus: Sequence[str | None] | st
 
 def job_kernel(a: Jobs, b: Jobs, cfg: KernelConfig) -> np.ndarray:
     """(len(a), len(b)) similarity of jobs, in (0, 1]."""
-    d2, same_family = _distance2(a, b, cfg)
+    return _similarity(*_distance2(a, b, cfg), cfg)
+
+
+def _similarity(d2: np.ndarray, same_family: np.ndarray, cfg: KernelConfig) -> np.ndarray:
+    """`job_kernel` from `_distance2`'s answer (callers that also need the distances compute them once)."""
     return np.exp(-0.5 * d2) * np.where(same_family, 1.0, cfg.family_sim)
 
 
@@ -385,7 +389,7 @@ class PriorCorrected:
         cfg, train = self.config, self.fitted.jobs
         jobs = self.encoder.encode(profiles, self.gpu)
         d2, same_family = _distance2(jobs, train, cfg)
-        k = np.exp(-0.5 * d2) * np.where(same_family, 1.0, cfg.family_sim)
+        k = _similarity(d2, same_family, cfg)
         n = len(profiles)
         if not cfg.linear or not len(train.family):
             return k, np.zeros(n), np.zeros(n), np.zeros(n)
@@ -725,7 +729,7 @@ def _sample_kernels(jobs: Jobs, self_idx: np.ndarray, partner_idx: np.ndarray, g
                     cfg: KernelConfig) -> _Kernels:
     """The kernel between samples (self jobs[self_idx], partner jobs[partner_idx], GPU type gpus), in its parts."""
     d2, same_family = _distance2(jobs, jobs, cfg)
-    ku = np.exp(-0.5 * d2) * np.where(same_family, 1.0, cfg.family_sim)
+    ku = _similarity(d2, same_family, cfg)
     types = sorted(set(gpus))
     g = np.array([types.index(x) for x in gpus], dtype=np.int64)
     job = ku[np.ix_(self_idx, self_idx)] * ku[np.ix_(partner_idx, partner_idx)]
@@ -819,8 +823,8 @@ def format_transfer(model: PriorCorrected, out: str) -> str:
     """What `elastico iac train` says about a prior-corrected model it saved at `out`."""
     c, m = model.config, model.margins
     lines = [f"chosen: lam={c.lam:g} num_scale={c.num_scale:g} family_sim={c.family_sim:g} batch={c.batch:g} "
-             f"linear={c.linear:g} (gpu_scale={c.gpu_scale:g}, shared={c.shared:g}); prior defaults sm={model.prior.default_sm:g} bw={model.prior.default_bw:g}; "
-             f"saved {out}",
+             f"linear={c.linear:g} (gpu_scale={c.gpu_scale:g}, shared={c.shared:g}); "
+             f"prior defaults sm={model.prior.default_sm:g} bw={model.prior.default_bw:g}; saved {out}",
              f"trained on GPU types {', '.join(model.gpu_types)}; {len(model.encoder.families)} families; "
              f"features {', '.join(model.encoder.numeric)}", "held-out error (normalized throughput):"]
     for kind, e in model.heldout.items():

@@ -1,6 +1,6 @@
 """Reports from sacct and the helper's journal: JCT, waiting, GPU-hours, MPS share-hours, reshapes.
 
-`collect` does the I/O (one sacct call, two store queries); `metrics` computes;
+`collect` does the I/O (one squeue call, one sacct call, two store queries); `metrics` computes;
 `render` prints tables, CSV and JSON; `plots` draws PNGs.
 """
 
