@@ -22,7 +22,7 @@ def test_every_family_elastico_submit_gets_is_the_simulators_family_of_the_same_
     plan = w.Plan()
     jobs = w.job_list(train=4, infer=2)
     assert {j.kind for j in jobs} == {"train", "infer"} and {j.app for j in jobs if j.kind == "train"} == {
-        "bert", "deepspeech2"}
+        "bert", "ncf", "deepspeech2", "yolov3"}
     gpus = []
     for job, row in zip(jobs, w.trace(jobs)):
         live = build_family(parse_spec(w.family_spec(TRUTH, job, plan), job.name), w.GPU_MEM_MIB)
@@ -76,17 +76,18 @@ def test_a_policy_can_be_replayed_at_the_measured_arrivals():
 
 
 @pytest.mark.parametrize("version", ["22.05.8", "24.11.5"])
-def test_the_default_lists_prediction_grows_jobs_into_freed_gpus_with_new_micro_batches(version):
+def test_the_default_lists_prediction_grows_jobs_into_freed_gpus_and_widens_a_shared_one(version):
     """`make demo`'s list (defaults) on its cluster, on either Slurm the demo runs on, planned with the helper's own
     interference model: the simulated helper run moves running jobs between GPU counts, with a new micro-batch per
-    rank, and beats plain Slurm; plain Slurm never reshapes."""
+    rank, widens a job it started on a share (issue: a reshape of each kind the list calls for), and beats plain
+    Slurm; plain Slurm never reshapes."""
     from slurm_elastico.cluster.demo import RESHAPE_KINDS, simulated_figures
 
     jobs = w.job_list()
     assert {j.kind for j in jobs} == {"train", "infer"} and any(w.gang_ranks(TRUTH, j, w.Plan()) for j in jobs)
     got = w.predict(jobs, w.Plan(), TRUTH, slurm_version=version)
     elastico, static = simulated_figures(*got["elastico"]), simulated_figures(*got["static"])
-    assert elastico["reshape_gpus"] > 0 and elastico["reshape_micro-batch"] > 0
+    assert elastico["reshape_gpus"] > 0 and elastico["reshape_micro-batch"] > 0 and elastico["reshape_share"] > 0
     assert all(static[f"reshape_{k}"] == 0 for k in RESHAPE_KINDS) and elastico["mean_jct_s"] < static["mean_jct_s"]
 
 
