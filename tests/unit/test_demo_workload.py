@@ -100,3 +100,25 @@ def test_the_placement_window_outlasts_every_wait_the_simulator_predicts_with_ro
     for version in ("22.05.8", "24.11.5"):
         result, _ = w.predict(w.job_list(), plan, TRUTH, slurm_version=version)["elastico"]
         assert max(j.queued for j in result.jobs) + 20 <= plan.placement_window_s
+
+
+def test_why_the_default_list_gives_no_engine_reshape():
+    """The README's account of the missing engine reshape, checked against the families the helper gets: an
+    inference job's fastest engine arguments are the same on half a GPU and on a whole one, and beside the one
+    co-runner the helper pairs it with (ncf at 32, every micro-batch of its family) the memory still holds them;
+    beside another inference job or a larger training job they would not fit."""
+    plan = w.Plan()
+    jobs = w.job_list()
+    infer = w.family_spec(TRUTH, next(j for j in jobs if j.kind == "infer"), plan)["declared"]
+
+    def fastest(share: int, free_mib: float = w.GPU_MEM_MIB) -> str:
+        fits = {n: d for n, d in infer.items() if n.endswith(f"-mps{share}") and d["gpu_mem_mib"] <= free_mib}
+        return max(fits, key=lambda n: fits[n]["throughput"]).rpartition("-")[0]
+
+    assert fastest(50) == fastest(100)
+    ncf = w.family_spec(TRUTH, next(j for j in jobs if j.app == "ncf"), plan)["declared"]
+    assert all(fastest(50, w.GPU_MEM_MIB - d["gpu_mem_mib"]) == fastest(100) for d in ncf.values())
+    bert = w.family_spec(TRUTH, next(j for j in jobs if j.app == "bert"), plan)["declared"]
+    smallest_bert = min(d["gpu_mem_mib"] for d in bert.values())
+    assert fastest(50, w.GPU_MEM_MIB - smallest_bert) != fastest(100)
+    assert 2 * infer[fastest(100) + "-mps50"]["gpu_mem_mib"] > w.GPU_MEM_MIB  # two such engines do not fit one GPU
