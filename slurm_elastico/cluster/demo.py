@@ -216,6 +216,9 @@ def _run_on(cluster: LocalCluster, load: Workload, say: Callable[[str], None], b
         f"{nominal['static'] / nominal['elastico']:.2f}")
     say(f"   JCT ratio plain / elastico: measured {measured_ratio:.2f}, simulator {predicted_ratio:.2f} "
         f"(measured is {100 * (measured_ratio / predicted_ratio - 1):+.0f} % of the prediction)")
+    lag = {o.mode: [ended_late(work / o.mode / f"{i}.out") for i in sorted(o.ids)] for o in (plain, elastic)}
+    for line in pace_lines(lag, {"plain": rows["plain (measured)"], "elastico": rows["elastico (measured)"]}):
+        say(f"   {line}")
     plot = work / "jct.png"
     from slurm_elastico.report import plots
 
@@ -229,7 +232,8 @@ def _run_on(cluster: LocalCluster, load: Workload, say: Callable[[str], None], b
     result = {"rows": {k: {f: v for f, v in r.items() if f != "jct"} for k, r in rows.items()},
               "ratio": {"measured": measured_ratio, "simulated": predicted_ratio,
                         "simulated_at_list_arrivals": nominal["static"] / nominal["elastico"]}, "work": str(work),
-              "slurm_version": version, "seconds": time.monotonic() - began}
+              "slurm_version": version, "seconds": time.monotonic() - began,
+              "ended_late_s": {mode: {"mean": float(np.mean(v)), "max": max(v)} for mode, v in lag.items()}}
     (work / "comparison.json").write_text(json.dumps(result, indent=2, sort_keys=True))
     return result
 
@@ -464,6 +468,32 @@ def _observed(store_path: Path) -> str:
     norms = [x for o in obs for x in (o.norm_a, o.norm_b)]
     return (f"progress reports: {len(obs)} co-located pair(s) observed, jobs at {min(norms):.2f}-{max(norms):.2f} "
             f"of their solo speed (store table `colocation`, source '{SOURCE}')")
+
+
+PACE_TOLERANCE = 0.05
+"""A run whose jobs ended, on average, more than this fraction of its mean JCT after their emulated GPUs would
+have finished them is flagged: the machine did not keep pace, and its JCTs are longer than the truth's."""
+
+
+def ended_late(path: Path) -> float:
+    """Seconds after its emulated GPU the job's final run ended (its last summary line; `pacing.finish`)."""
+    lines = [ln for ln in path.read_text().splitlines() if ln.startswith("{")] if path.exists() else []
+    return float(json.loads(lines[-1]).get("ended_late_s", 0.0)) if lines else 0.0
+
+
+def pace_lines(lag: dict[str, list[float]], figures: dict[str, dict]) -> list[str]:
+    """How far each live run fell behind its emulated GPUs, and a warning for a run that did not keep pace."""
+    out = ["emulated GPUs: jobs ended after their emulated GPUs would have finished them by "
+           + "; ".join(f"{mode} mean {np.mean(v):.1f} s, max {max(v):.1f} s" for mode, v in lag.items())]
+    for mode, v in lag.items():
+        share = float(np.mean(v)) / figures[mode]["mean_jct_s"]
+        if share > PACE_TOLERANCE:
+            out.append(f"warning: the {mode} run did not keep pace with its emulated GPUs (its jobs ended "
+                       f"{100 * share:.0f} % of its mean JCT late on average; more than {100 * PACE_TOLERANCE:.0f} % "
+                       "is the machine, not the schedule): the real code ran slower than the GPUs it emulates, "
+                       "so its JCTs are longer than the simulator's truth gives and the comparison with the "
+                       "simulator does not check the simulator. Run the demo again on a less loaded machine.")
+    return out
 
 
 def _check_output(path: Path, job_id: int, job: workload.DemoJob) -> None:

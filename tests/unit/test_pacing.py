@@ -4,6 +4,7 @@ end when the pacing's rate says they do, alone, on a share, and next to a co-run
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -147,6 +148,10 @@ def test_pacer_keeps_the_last_rate_when_slurm_does_not_answer_and_late_steps_cat
     assert p.late == pytest.approx(1.5 * step)
     assert p.pad() == pytest.approx(0.5 * step)  # the third is due half a step from now
     assert clock.t == pytest.approx(3 * step)  # the run ends where the emulated GPU would
+    assert pacing.finish(p, Path("unused"), checkpointed=False)["ended_late_s"] == 0.0
+    clock.t += 4 * step  # real work slower than the emulated GPU's next step: it cannot catch up
+    p.pad()
+    assert pacing.finish(p, Path("unused"), checkpointed=False)["ended_late_s"] == pytest.approx(3 * step, abs=1e-3)
 
 
 def test_origin_is_slurms_start_and_a_later_run_pays_the_restart_cost():
@@ -184,10 +189,11 @@ def test_emulated_round_trips_through_json_and_refuses_unknown_keys():
 
 
 def test_finish_records_the_stop_only_of_a_checkpointed_run(tmp_path):
+    clock = _Clock()
     p = pacing.Pacer(TRUTH, pacing.Emulated("train", "bert", 12), pacing.Knobs(micro_batch=12), lambda: None,
-                     lambda o: pacing.UNKNOWN)
+                     lambda o: pacing.UNKNOWN, clock=clock, sleep=clock.sleep)
     p.job_id = 5
-    assert pacing.finish(p, tmp_path, checkpointed=False) == {"padded_s": 0.0, "late_s": 0.0}
+    assert pacing.finish(p, tmp_path, checkpointed=False) == {"padded_s": 0.0, "late_s": 0.0, "ended_late_s": 0.0}
     assert pacing.read_stop(tmp_path, 5) is None
     pacing.finish(p, tmp_path, checkpointed=True)
     assert pacing.read_stop(tmp_path, 5) is not None
