@@ -121,7 +121,7 @@ def test_a_run_that_fell_behind_its_emulated_gpus_is_flagged(tmp_path):
     out = tmp_path / "7.out"
     out.write_text('train_paced: shape mb12-fp32-mps100: ...\n{"status": "checkpointed", "ended_late_s": 9.0}\n'
                    'train_paced: shape mb6-fp32-gpus2: ...\n{"status": "done", "step": 60, "ended_late_s": 1.5}\n')
-    assert demo.ended_late(out) == 1.5  # the final run's
+    assert demo.ended_late(out) == 10.5  # the checkpointed run's delay carries over to the relaunched run's end
     assert demo.ended_late(tmp_path / "missing.out") == 0.0
     figures = {"plain": {"mean_jct_s": 50.0}, "elastico": {"mean_jct_s": 40.0}}
     kept = demo.pace_lines({"plain": [0.0, 1.0], "elastico": [1.5, 0.5]}, figures)

@@ -88,6 +88,7 @@ def test_the_default_lists_prediction_grows_jobs_into_freed_gpus_and_widens_a_sh
     got = w.predict(jobs, w.Plan(), TRUTH, slurm_version=version)
     elastico, static = simulated_figures(*got["elastico"]), simulated_figures(*got["static"])
     assert elastico["reshape_gpus"] > 0 and elastico["reshape_micro-batch"] > 0 and elastico["reshape_share"] > 0
+    assert elastico["reshape_engine"] == 0  # see test_why_the_default_list_gives_no_engine_reshape
     assert all(static[f"reshape_{k}"] == 0 for k in RESHAPE_KINDS) and elastico["mean_jct_s"] < static["mean_jct_s"]
 
 
