@@ -492,9 +492,9 @@ def pace_lines(lag: dict[str, list[float]], figures: dict[str, dict]) -> list[st
         if share > PACE_TOLERANCE:
             out.append(f"warning: the {mode} run did not keep pace with its emulated GPUs (its jobs ended "
                        f"{100 * share:.0f} % of its mean JCT late on average; more than {100 * PACE_TOLERANCE:.0f} % "
-                       "is the machine, not the schedule): the real code, or its start-up, ran slower than the GPUs it emulates, "
-                       "so its JCTs are longer than the simulator's truth gives and the comparison with the "
-                       "simulator does not check the simulator. Run the demo again on a less loaded machine.")
+                       "is the machine, not the schedule): the real code, or its start-up, ran slower than the GPUs "
+                       "it emulates, so its JCTs are longer than the simulator's truth gives and the comparison "
+                       "with the simulator does not check the simulator. Run the demo again on a less loaded machine.")
     return out
 
 

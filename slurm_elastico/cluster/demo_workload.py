@@ -29,11 +29,11 @@ jobs, one every 2 s, on 16 GPUs. Seven of the training jobs have GPU
 counts (bert at global batch 24, deepspeech2 at 80: on one GPU 0.54 and
 0.45 steps/s, on four 3.0x and 2.7x that; yolov3 at 8 on one or two GPUs);
 the three ncf jobs at 32 (a recommendation model, one micro-batch) cannot
-be split and take MPS shares, as inference does. An ncf job is sub-second on
-its emulated GPU (about 130 steps/s, 60 steps), so live its time is mostly its
-start-up, which the simulator does not model: it ends a few seconds after
-its emulated GPU would have, in both runs alike. Plain Slurm runs each on one whole GPU and
-leaves GPUs idle as the list drains; the helper starts jobs on several GPUs
+be split and take MPS shares, as inference does. An ncf job is sub-second
+on its emulated GPU (about 130 steps/s, 60 steps), so live its time is
+mostly its start-up, which the simulator does not model: it ends a few
+seconds after its emulated GPU would have, in both runs alike. Plain Slurm
+runs each on one whole GPU and leaves GPUs idle as the list drains; the helper starts jobs on several GPUs
 and grows running ones into freed GPUs (GPU count, with a new micro-batch per
 rank). On this ground truth that is where most of elastico's gain comes
 from: sharing a GPU is at best neutral for jobs that fill it (`sim.truth`).

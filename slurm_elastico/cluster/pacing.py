@@ -315,8 +315,8 @@ def finish(pacer: Pacer, pace_dir: Path, checkpointed: bool) -> dict:
     """End of a paced run: a checkpointed run says when it stopped (its next run pays the restart cost); returns
     the pacing figures for the program's summary line: seconds padded, the most seconds the run was behind the
     emulated GPU after a step (`late_s`, start-up included), and how many seconds after the emulated GPU would
-    have ended it the run ended (`ended_late_s`: 0 when the steps caught up; more when the machine could not keep pace, so
-    the run took longer than the simulator's truth gives it)."""
+    have ended it the run ended (`ended_late_s`: 0 when the steps caught up; more when the machine could not keep
+    pace, so the run took longer than the simulator's truth gives it)."""
     if checkpointed and pacer.job_id is not None:
         record_stop(pace_dir, pacer.job_id, time.time())
     return {"padded_s": round(pacer.slept, 3), "late_s": round(pacer.late, 3),
