@@ -475,12 +475,21 @@ PACE_TOLERANCE = 0.05
 have finished them is flagged: the machine did not keep pace, and its JCTs are longer than the truth's."""
 
 
+def summaries(path: Path) -> list[dict]:
+    """The JSON summary line each run of a paced job printed when it ended, in order (none: no output file)."""
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.startswith("{")] if path.exists() else []
+
+
 def ended_late(path: Path) -> float:
     """Seconds after its emulated GPU the job ended: the sum over its runs' summary lines (`pacing.finish`), as a
     relaunched run's emulated start is the previous run's stop plus the restart cost, so each run's delay carries
-    over to the job's end."""
-    lines = [ln for ln in path.read_text().splitlines() if ln.startswith("{")] if path.exists() else []
-    return sum(float(json.loads(ln).get("ended_late_s", 0.0)) for ln in lines)
+    over to the job's end. A summary without the figure is an error: every paced run prints it."""
+    runs = summaries(path)
+    missing = [i for i, run in enumerate(runs) if "ended_late_s" not in run]
+    if missing:
+        raise DemoError(f"{path}: run(s) {missing} printed no ended_late_s in their summary "
+                        "(see cluster.pacing.finish)")
+    return sum(float(run["ended_late_s"]) for run in runs)
 
 
 def pace_lines(lag: dict[str, list[float]], figures: dict[str, dict]) -> list[str]:
@@ -500,10 +509,10 @@ def pace_lines(lag: dict[str, list[float]], figures: dict[str, dict]) -> list[st
 
 def _check_output(path: Path, job_id: int, job: workload.DemoJob) -> None:
     """The last JSON line of the job's final run says the work is complete."""
-    lines = [ln for ln in path.read_text().splitlines() if ln.startswith("{")] if path.exists() else []
-    if not lines:
+    runs = summaries(path)
+    if not runs:
         raise DemoError(f"job {job_id} ({job.name}) printed no summary; see {path}")
-    last = json.loads(lines[-1])
+    last = runs[-1]
     if job.kind == "train" and not (last.get("status") == "done" and last.get("step") == job.work):
         raise DemoError(f"training job {job_id} ({job.name}) ended at step {last.get('step')} of {job.work} "
                         f"({last.get('status')}); see {path}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from slurm_elastico.cluster import demo
 from slurm_elastico.cluster.demo_workload import DemoJob
 
@@ -123,6 +125,10 @@ def test_a_run_that_fell_behind_its_emulated_gpus_is_flagged(tmp_path):
                    'train_paced: shape mb6-fp32-gpus2: ...\n{"status": "done", "step": 60, "ended_late_s": 1.5}\n')
     assert demo.ended_late(out) == 10.5  # the checkpointed run's delay carries over to the relaunched run's end
     assert demo.ended_late(tmp_path / "missing.out") == 0.0
+    old = tmp_path / "8.out"
+    old.write_text('{"status": "done", "step": 60, "late_s": 2.0}\n')  # a program that does not report it
+    with pytest.raises(demo.DemoError, match=r"run\(s\) \[0\] printed no ended_late_s"):
+        demo.ended_late(old)
     figures = {"plain": {"mean_jct_s": 50.0}, "elastico": {"mean_jct_s": 40.0}}
     kept = demo.pace_lines({"plain": [0.0, 1.0], "elastico": [1.5, 0.5]}, figures)
     assert len(kept) == 1 and "plain mean 0.5 s, max 1.0 s" in kept[0] and "elastico mean 1.0 s" in kept[0]
