@@ -36,6 +36,7 @@ from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Action, ActionKind, Family, JobState, JobView, Placement, Plan, Shape, Snapshot
 from slurm_elastico.planner.gangs import split
+from slurm_elastico.planner.gpu_choice import start_key
 from slurm_elastico.shapes.current import ADMIN_PREFIX, named_in_comment
 from slurm_elastico.shapes.units import shares_of
 
@@ -239,8 +240,7 @@ class LasPolicy:
                                   text=las_comment(e.view.admin_comment, e.shape.name, state)))
             actions.append(Action(ActionKind.PREEMPT, e.view.job_id, why, shape=e.shape.name))
         # Start in Slurm's own order, so that its fill of each job's nodes is the one planned here.
-        for e in sorted(begin, key=lambda e: (-e.view.priority, e.view.submit_time if e.view.submit_time is not None
-                                              else math.inf, e.view.job_id)):
+        for e in sorted(begin, key=lambda e: start_key(e.view)):
             # The same count on each node (Slurm's Gres=gpu:P NumNodes=K-K), fewest nodes, most free first (the
             # peer's rule).
             # (`gangs.split`: any count per node where the snapshot says so, the peer's rule, calibration only.)

@@ -337,6 +337,7 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
     if policy.price:
         for i in order:
             _upgrade(pending[i], state)
+    _seat_in_start_order([j for j in pending if j.seat.gpu >= 0], state)
 
     # -- running jobs ---------------------------------------------------------
     moved: set[int] = set()  # running jobs `_move` put on another GPU
@@ -365,7 +366,9 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
     actions: list[Action] = []
     placements: list[Placement] = []
     objective = 0.0
-    for j in jobs:
+    # Starts come last and in Slurm's order: a released job may start before the next is released, so Slurm
+    # runs them in the order `_seat_in_start_order` planned whether it schedules between the releases or after.
+    for j in running + sorted(pending, key=lambda j: gpu_choice.start_key(j.view)):
         t, seat, jid = j.table, j.seat, j.view.job_id
         tmax = max(s.throughput for s in t.family.shapes)
         if jid in preempted:
@@ -448,7 +451,8 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
         if j.view.reason == "BeginTime":  # placed now: no need to sit out the submit's placement window
             actions.append(Action(ActionKind.START_NOW, jid, why, shape=shape.name))
     return Plan(actions=tuple(actions), objective=objective, notes=tuple(notes),
-                placements=tuple(placements), prices=tuple(float(p) for p in result.prices))
+                placements=tuple(sorted(placements, key=lambda p: p.job_id)),
+                prices=tuple(float(p) for p in result.prices))
 
 
 # ---------------------------------------------------------------------------
@@ -630,6 +634,41 @@ def _place(job: Job, state: GpuState, slots: list[int]) -> bool:
             state.place(job.seat, row, g)
             return True
     return False
+
+
+def _seat_in_start_order(starts: list[Job], state: GpuState) -> None:
+    """Put this epoch's starts where Slurm will put them: in its order, each on the GPU its rule gives then.
+
+    The plan packs in its own order (the queue's head first, then value or the allotment's, then upgrades), but
+    Slurm starts the released jobs in its order (`gpu_choice.start_key`), each seeing what the earlier took
+    (`gpu_choice`): two shares on one node would swap GPUs, a share could take the GPU a gang was planned on.
+    So the starts are taken off and put back in Slurm's order. A job whose planned GPU is the one Slurm gives it
+    then, with nothing unplanned there, goes back as planned (the plan's checks hold). Otherwise it goes at its
+    shape to the GPU Slurm gives it on the planned node if the co-location checks allow (`GpuState.fits`), else
+    at the first of that shape and its slower ones that fits anywhere (`_place`), else it waits an epoch.
+    """
+    planned = [(j, j.seat.row, j.seat.gpu, j.seat.gang) for j in starts]
+    for j in starts:
+        state.remove(j.seat)
+    changed: set[int] = set()  # GPUs given a start the plan did not put there
+    for j, row, g, gang in sorted(planned, key=lambda p: gpu_choice.start_key(p[0].view)):
+        seat, n = j.seat, state.gpu_node[g]
+        if gang:
+            if state.gives_gang(row, gang):
+                state.place_gang(seat, row, gang)
+                continue
+        else:
+            given = state.given(n, row.share, state.asks_one_whole(seat, row, g))
+            if (given == g and g not in changed and state.free_share[g] >= row.share
+                    and state.node_cpu[n] >= row.cpus and state.node_mem[n] >= row.hmem):
+                state.place(seat, row, g)
+                continue
+            if given >= 0 and state.fits(seat, row, given):
+                state.place(seat, row, given)
+                changed.add(given)
+                continue
+        if _place(j, state, [row.slot] + [s for s in j.table.by_speed if j.table.rows[s].tput < row.tput]):
+            changed.update(seat.gang or (seat.gpu,))
 
 
 def _keep_free(job: Job, state: GpuState, slots: list[int], gpu_key: list[tuple[str, int]]) -> str:
@@ -853,8 +892,7 @@ def _queue_head(snapshot: Snapshot, part: str) -> int | None:
     cands = [j for j in snapshot.jobs if j.state is JobState.PENDING and not j.held and (not part or j.partition == part)]
     if not cands:
         return None
-    return min(cands, key=lambda j: (-j.priority, j.submit_time if j.submit_time is not None else math.inf,
-                                     j.job_id)).job_id
+    return min(cands, key=gpu_choice.start_key).job_id
 
 
 def _reserve_foreign(job: JobView, state: GpuState, nodes, where) -> str:

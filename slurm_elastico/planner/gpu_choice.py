@@ -14,7 +14,10 @@ and 24.11):
 - `mps:N`: the lowest-index GPU not held whole with at least N MPS shares
   free — first fit, neither best fit nor spread (GPU 0 at 50 of 100 free and
   GPU 1 at 30: an `mps:30` goes to GPU 0). Jobs Slurm starts in one
-  scheduling pass are placed in turn, each seeing what the earlier took.
+  scheduling pass are placed in turn, each seeing what the earlier took, in
+  Slurm's order (`start_key`); a job released while others wait may start
+  at once, before the next is released, so the helper releases a plan's
+  starts in that order too.
 - `gpu:P`: on 22.05 the P lowest-index GPUs not held whole, MPS use ignored
   (it starts a whole-GPU job on a GPU MPS jobs share: GPU 0 held whole, GPU 1
   at mps:20 -> GPUs 1 and 2); on 24.11 the P lowest with no user at all (GPUs
@@ -31,7 +34,15 @@ order on their node.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+
+from slurm_elastico.model import JobView
+
+
+def start_key(job: JobView) -> tuple[int, float, int]:
+    """Slurm's order of pending jobs: highest priority, then earliest submitted, then lowest id."""
+    return (-job.priority, job.submit_time if job.submit_time is not None else math.inf, job.job_id)
 
 
 def mps_gpu(free: Sequence[int], share: int, whole: Sequence[bool] = ()) -> int:

@@ -295,6 +295,18 @@ class GpuState:
         k = mps_gpu([self.free_share[i] + self.blocked[i] for i in gpus], share)
         return gpus[k] if k >= 0 else -1
 
+    def gives_gang(self, row: Row, gpus: tuple[int, ...]) -> bool:
+        """Whether these GPUs are the ones Slurm gives `row`'s gang on their nodes now (on each node the ones
+        `gpu_choice.whole_gpus` takes, all idle, with the node's CPUs and memory for its part)."""
+        for node, p in self._per_node(gpus).items():
+            idle, held, unused = self._idle_whole(node, row.mem)
+            taken = tuple(self.node_gpus[node][k] for k in whole_gpus(idle, p, held, unused))
+            if (taken != tuple(g for g in gpus if self.gpu_node[g] == node)
+                    or self.node_cpu[node] < row.cpus * p / len(gpus) - 1e-9
+                    or self.node_mem[node] < row.hmem * p / len(gpus) - 1e-9):
+                return False
+        return True
+
     def whole_gpus_for(self, count: int) -> tuple[int, ...]:
         """The GPUs Slurm's rule for `gpu:count` picks (its `count` lowest not held whole: `gpu_choice.whole_gpus`
         without `lowest_unused`) on the node where they are least used (most free shares, then fewest occupants;

@@ -18,6 +18,7 @@ from slurm_elastico.config import Settings
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Family, Plan, Snapshot
+from slurm_elastico.planner.gpu_choice import start_key
 
 
 def value_order(jobs: Sequence) -> list[int]:
@@ -30,12 +31,8 @@ def value_order(jobs: Sequence) -> list[int]:
 
 
 def fifo_order(jobs: Sequence) -> list[int]:
-    """What Slurm does: highest priority, then earliest submitted, then lowest id."""
-    def key(i: int):
-        v = jobs[i].view
-        return (-v.priority, v.submit_time if v.submit_time is not None else float("inf"), v.job_id)
-
-    return sorted(range(len(jobs)), key=key)
+    """What Slurm does (`gpu_choice.start_key`): highest priority, then earliest submitted, then lowest id."""
+    return sorted(range(len(jobs)), key=lambda i: start_key(jobs[i].view))
 
 
 def all_shapes(fam: Family) -> Family:

@@ -52,6 +52,7 @@ from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Action, ActionKind, Family, JobView, Placement, Plan, Shape, Snapshot
 from slurm_elastico.planner.baselines import planned_jobs, whole_gpu_any_batch
 from slurm_elastico.planner.gangs import split
+from slurm_elastico.planner.gpu_choice import start_key
 from slurm_elastico.shapes.current import ADMIN_PREFIX, named_in_comment
 from slurm_elastico.shapes.units import shares_of
 
@@ -299,8 +300,7 @@ class PolluxPolicy:
         for j in keep:
             room.hold(j.current, j.held_now, j.view.cpus, j.view.memory_mib)
         start = sorted((j for j in jobs if want[j.view.job_id] > 0 and j not in keep),
-                       key=lambda j: (-j.view.priority, j.view.submit_time if j.view.submit_time is not None
-                                      else math.inf, j.view.job_id))
+                       key=lambda j: start_key(j.view))
         placed: dict[int, tuple[int, dict[str, list[int]]]] = {}
         for j in start:
             for n in sorted((c for c in j.best if j.least <= c <= want[j.view.job_id]), reverse=True):

@@ -161,11 +161,15 @@ def test_the_plan_puts_a_gang_where_slurm_puts_it_beside_an_mps_user(jobs, gatew
     assert sorted(jobs.gpus(job)) == [("n1", 1, 0), ("n1", 2, 0)]
 
 
-def test_jobs_started_in_one_epoch_run_where_the_plan_put_them(jobs, gateway):
-    """Slurm starts the jobs of one plan in its priority order, the plan places a gang after the shares: with a
-    share at the head (GPU 0 of n1), a gang next and another share last, Slurm starts the gang before the last
-    share. A plan that counted that share's GPU as used would put the gang on GPUs 2 and 3 where Slurm (24.11)
-    takes GPUs 1 and 2, the share's. Every job the plan starts runs where it said."""
+@pytest.mark.parametrize("last_priority", [1_000, 2_000_000])
+def test_jobs_started_in_one_epoch_run_where_the_plan_put_them(jobs, gateway, last_priority):
+    """Slurm starts the jobs of one plan in its priority order, one possibly before the next is released; the
+    plan places a gang after the shares. With a share at the head (GPU 0 of n1), a gang next and another share
+    last, Slurm starts the gang before the last share: a plan that counted that share's GPU as used would put the
+    gang on GPUs 2 and 3 where Slurm (24.11) takes GPUs 1 and 2, the share's. With the last share first in
+    priority (it has the highest id; 22.05's default priority/basic ranks it so too), Slurm gives it GPU 0: a plan
+    that released the shares in id order had Slurm start the first released at once on GPU 0 (CI, 22.05.8).
+    Every job the plan starts runs where it said."""
     for node in ("n2", "n3", "n4"):  # only n1 has room
         for _ in range(4):
             jobs.submit(node, f"mps:{FILLER}")
@@ -173,7 +177,7 @@ def test_jobs_started_in_one_epoch_run_where_the_plan_put_them(jobs, gateway):
         jobs.gpus(j)
     shares = family((50, 1.0, 1000), (FILLER, 1.5, 1000))
     head, gang, last = (jobs.submit("", gres, "--begin=now+3600") for gres in ("mps:50", "gpu:2", "mps:50"))
-    for job, priority in ((head, 1_000_000), (gang, 500_000)):
+    for job, priority in ((head, 1_000_000), (gang, 500_000), (last, last_priority)):
         subprocess.run(["scontrol", "update", f"JobId={job}", f"Priority={priority}"], env=jobs.env, check=True,
                        capture_output=True, timeout=30)
     fams = {head: shares, last: shares,
