@@ -233,7 +233,8 @@ def _run_on(cluster: LocalCluster, load: Workload, say: Callable[[str], None], b
               "ratio": {"measured": measured_ratio, "simulated": predicted_ratio,
                         "simulated_at_list_arrivals": nominal["static"] / nominal["elastico"]}, "work": str(work),
               "slurm_version": version, "seconds": time.monotonic() - began,
-              "ended_late_s": {mode: {"mean": float(np.mean(v)), "max": max(v)} for mode, v in lag.items()}}
+              "ended_late_s": {mode: {"mean": float(np.mean(v)), "max": max(v)} for mode, v in lag.items()},
+              "jobs": per_job(jobs, {"plain": plain, "elastico": elastic}, replayed)}
     (work / "comparison.json").write_text(json.dumps(result, indent=2, sort_keys=True))
     return result
 
@@ -425,6 +426,25 @@ def simulated_figures(result, shapes: dict[int, list[str]]) -> dict:
 COLUMNS = (("mean_jct_s", "mean JCT s"), ("median_jct_s", "median JCT s"), ("p99_jct_s", "p99 JCT s"),
            ("mean_wait_s", "mean wait s"), ("gpu_util", "GPU util"), ("restarts", "restarts"),
            *((f"reshape_{k}", f"reshapes: {k}") for k in RESHAPE_KINDS))
+
+
+def per_job(jobs: Sequence[workload.DemoJob], live: dict[str, Observed], simulated: dict) -> list[dict]:
+    """Each job's wait, JCT and shapes, live (`live`: plain and elastico) and simulated at the same arrivals
+    (`simulated`: `workload.predict`'s static and elastico), so a user sees which jobs the simulator got wrong."""
+    policy = {"plain": "static", "elastico": "elastico"}
+    out = []
+    for job in jobs:
+        row: dict = {"job": job.name}
+        for mode, obs in live.items():
+            (job_id,) = [i for i, j in obs.ids.items() if j.index == job.index]
+            result, shapes = simulated[policy[mode]]
+            sim = next(r for r in result.jobs if r.job_id == job.index + 1)
+            row[mode] = {"wait_s": obs.start[job_id] - obs.submit[job_id], "jct_s": obs.end[job_id] - obs.submit[job_id],
+                         "shapes": obs.shapes[job_id]}
+            row[f"{policy[mode]} (simulated)"] = {"wait_s": sim.queued, "jct_s": sim.jct,
+                                                   "shapes": shapes.get(job.index + 1, [])}
+        out.append(row)
+    return out
 
 
 def comparison_table(rows: dict[str, dict]) -> str:

@@ -135,3 +135,25 @@ def test_a_run_that_fell_behind_its_emulated_gpus_is_flagged(tmp_path):
     behind = demo.pace_lines({"plain": [0.0, 1.0], "elastico": [10.0, 2.0]}, figures)
     assert len(behind) == 2 and behind[1].startswith("warning: the elastico run did not keep pace")
     assert "15 %" in behind[1]
+
+
+def test_each_jobs_live_and_simulated_figures_sit_side_by_side():
+    from slurm_elastico.cluster import demo_workload as w
+
+    jobs = w.job_list(train=2, infer=1, gap_s=1.0)
+    simulated = w.predict(jobs, w.Plan(gpus=2))
+    live = {}
+    for mode, first in (("plain", 100), ("elastico", 200)):
+        obs = demo.Observed(mode)
+        obs.ids = {first + j.index: j for j in jobs}
+        obs.submit = {first + j.index: 10.0 + j.index for j in jobs}
+        obs.start = {first + j.index: 12.0 + 2 * j.index for j in jobs}
+        obs.end = {first + j.index: 30.0 + 3 * j.index for j in jobs}
+        obs.shapes = {first + j.index: [f"s{j.index}"] for j in jobs}
+        live[mode] = obs
+    rows = demo.per_job(jobs, live, simulated)
+    assert [r["job"] for r in rows] == [j.name for j in jobs]
+    last = rows[-1]
+    assert last["plain"] == {"wait_s": 4.0, "jct_s": 24.0, "shapes": ["s2"]}  # submitted at 12, ran 16 to 36
+    sim = next(r for r in simulated["elastico"][0].jobs if r.job_id == 3)
+    assert last["elastico (simulated)"]["jct_s"] == sim.jct and last["static (simulated)"]["shapes"]

@@ -33,7 +33,10 @@ def test_every_family_elastico_submit_gets_is_the_simulators_family_of_the_same_
         assert len(live.shapes) > 1  # something to choose from
         ranks = w.gang_ranks(TRUTH, job, plan)
         gpus.append(ranks)
-        assert sorted({s.resources.gpus for s in live.shapes}) == [0, *ranks], job.name
+        # the family's GPU counts are the simulator's sizes, less one slower than a smaller count (dominated:
+        # yolov3 at 16 is slower on four GPUs than on two)
+        counts = {s.resources.gpus for s in live.shapes}
+        assert 0 in counts and counts <= {0, *ranks} and (len(counts) > 1) == bool(ranks), job.name
         # with GPU counts, one GPU only whole (elastico-submit starts it on gpu:1); otherwise MPS shares
         assert {s.resources.mps for s in live.shapes if not s.resources.gpus} == ({100} if ranks else {50, 100})
     assert [2, 4] in gpus and [] in gpus  # jobs with GPU counts 1, 2, 4 and jobs on one GPU (MPS shares)
