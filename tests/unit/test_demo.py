@@ -157,3 +157,15 @@ def test_each_jobs_live_and_simulated_figures_sit_side_by_side():
     assert last["plain"] == {"wait_s": 4.0, "jct_s": 24.0, "shapes": ["s2"]}  # submitted at 12, ran 16 to 36
     sim = next(r for r in simulated["elastico"][0].jobs if r.job_id == 3)
     assert last["elastico (simulated)"]["jct_s"] == sim.jct and last["static (simulated)"]["shapes"]
+
+
+def test_the_gap_line_splits_the_jobs_that_ran_on_several_gpus():
+    def row(plain, static, live, sim, shapes):
+        return {"plain": {"jct_s": plain}, "static (simulated)": {"jct_s": static},
+                "elastico": {"jct_s": live, "shapes": shapes}, "elastico (simulated)": {"jct_s": sim}}
+
+    rows = [row(41.0, 40.0, 30.0, 22.0, ["mb8-fp32-gpus2"]), row(42.0, 40.0, 40.0, 38.0, ["gmu0.9-seqs256-kvfp8-mps100"]),
+            row(40.0, 40.0, 50.0, 40.0, ["mb40-fp32-mps100", "mb20-fp32-gpus4"])]
+    line = demo.gap_line(rows)
+    assert "plain +1.0 s mean; elastico +6.7 s mean (+9.0 s for the 2 jobs that ran on several GPUs, +2.0 s " \
+           "for the other 1)" in line, line
