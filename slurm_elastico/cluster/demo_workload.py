@@ -212,11 +212,14 @@ def settings(plan: Plan, base: Settings | None = None) -> Settings:
 
 
 def predict(jobs: Sequence[DemoJob], plan: Plan, truth: GroundTruth | None = None,
-            arrivals: dict[str, Sequence[DemoJob]] | None = None, slurm_version: str = "") -> dict:
+            arrivals: dict[str, Sequence[DemoJob]] | None = None, slurm_version: str = "",
+            start_cost_s: float = 0.0) -> dict:
     """{policy: (RunResult, {job id: shape at each start or in-place relaunch})} of the simulator on the list, for
     `static` and `elastico` (see the module docstring). `arrivals` gives a policy the list as it really arrived
     (the same jobs, other submission times: `at_arrivals`). `slurm_version`: the Slurm simulated (the live
-    cluster's, so its GPU choice is modelled: `SimSettings.slurm_version`); empty = the simulator's default."""
+    cluster's, so its GPU choice is modelled: `SimSettings.slurm_version`); empty = the simulator's default.
+    `start_cost_s`: seconds each job's first start makes no progress (`SimSettings.start_cost_s`): 0, as on the
+    emulated GPUs (start-up overlaps the emulated work); more, to see what live start-up and exit would change."""
     from slurm_elastico.interference import load_model
     from slurm_elastico.sim import engine
     from slurm_elastico.sim import settings as sim_settings
@@ -230,7 +233,8 @@ def predict(jobs: Sequence[DemoJob], plan: Plan, truth: GroundTruth | None = Non
         sim = sim_settings.from_mapping({
             "gpus": plan.gpus, "gpus_per_node": plan.gpus_per_node, "gpu_memory_mib": GPU_MEM_MIB,
             "shares": ",".join(str(s) for s in sorted(set(plan.shares) | {100})), "epoch_s": plan.interval_s,
-            "placement_window_s": window, "restart_cost_s": plan.restart_cost_s, "profile_noise": 0.0,
+            "placement_window_s": window, "restart_cost_s": plan.restart_cost_s, "start_cost_s": start_cost_s,
+            "profile_noise": 0.0,
             "max_gpus_per_job": plan.max_gpus, "whole_gpu_gangs": True, "colocation": plan.colocation,
             **({"slurm_version": slurm_version} if slurm_version else {})})
         eng = engine.Engine(rows, policy, planned, sim, model, truth)

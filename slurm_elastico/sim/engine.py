@@ -327,7 +327,7 @@ class Engine:
             job.ready_at = now + self.sim.restart_cost_s
         self.cluster.relaunched = []
         for job in self.cluster.schedule():
-            job.ready_at = now + (self.sim.restart_cost_s if job.starts > 1 else 0.0)
+            job.ready_at = now + (self.sim.restart_cost_s if job.starts > 1 else self.sim.start_cost_s)
             job.mark = now
             job.rate = 0.0
             self._solo(job)

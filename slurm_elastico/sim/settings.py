@@ -31,6 +31,9 @@ class SimSettings:
     placement_window_s: float = _opt(60.0, lo=-1, help="a job waits this long for the planner before Slurm starts "
                                                       "it as submitted; -1 = until the planner starts it")
     restart_cost_s: float = _opt(60.0, lo=0, help="true checkpoint-and-restart time of a reshape (no progress)")
+    start_cost_s: float = _opt(0.0, lo=0, help="seconds a job makes no progress after its first start, holding its "
+                                               "GPUs (its processes starting; every later start costs "
+                                               "restart_cost_s); 0 = none")
     profile_noise: float = _opt(0.05, lo=0, hi=1, help="sigma of the lognormal error of profiled throughputs")
     colocation: str = _opt("gavel", choices=COLOCATION, help="ground truth of co-location (sim.truth): Gavel's co-run "
                                                              "speed as a ceiling, its residual beyond time-slicing, "
