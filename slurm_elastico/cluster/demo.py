@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -440,10 +441,11 @@ def per_job(jobs: Sequence[workload.DemoJob], live: dict[str, Observed], simulat
         for mode, obs in live.items():
             (job_id,) = [i for i, j in obs.ids.items() if j.index == job.index]
             result, shapes = simulated[policy[mode]]
-            sim = next(r for r in result.jobs if r.job_id == job.index + 1)
-            row[mode] = {"wait_s": obs.start[job_id] - obs.submit[job_id], "jct_s": obs.end[job_id] - obs.submit[job_id],
-                         "shapes": obs.shapes[job_id]}
-            row[f"{policy[mode]} (simulated)"] = {"wait_s": sim.queued, "jct_s": sim.jct,
+            sim = next((r for r in result.jobs if r.job_id == job.index + 1), None)  # None: it did not finish
+            row[mode] = {"wait_s": obs.start[job_id] - obs.submit[job_id],
+                         "jct_s": obs.end[job_id] - obs.submit[job_id], "shapes": obs.shapes[job_id]}
+            row[f"{policy[mode]} (simulated)"] = {"wait_s": sim.queued if sim else None,
+                                                   "jct_s": sim.jct if sim else None,
                                                    "shapes": shapes.get(job.index + 1, [])}
         out.append(row)
     return out
@@ -534,8 +536,8 @@ def gap_line(rows: list[dict]) -> str:
     simulator does not model (a job's processes starting and exiting, Slurm's completing state, the helper's
     epoch), apart for the elastico run's jobs that ran on several GPUs (a process per rank, each start and exit)."""
     def mean_gap(mode: str, sim: str, keep=lambda r: True) -> tuple[float, int]:
-        gaps = [r[mode]["jct_s"] - r[sim]["jct_s"] for r in rows if keep(r)]
-        return (float(np.mean(gaps)) if gaps else 0.0), len(gaps)
+        gaps = [r[mode]["jct_s"] - r[sim]["jct_s"] for r in rows if keep(r) and r[sim]["jct_s"] is not None]
+        return (float(np.mean(gaps)) if gaps else math.nan), len(gaps)
 
     def gang(r: dict) -> bool:
         return any("-gpus" in s for s in r["elastico"]["shapes"])
@@ -544,9 +546,12 @@ def gap_line(rows: list[dict]) -> str:
     elastico, _ = mean_gap("elastico", "elastico (simulated)")
     several, n = mean_gap("elastico", "elastico (simulated)", gang)
     one, m = mean_gap("elastico", "elastico (simulated)", lambda r: not gang(r))
+    split = ", ".join(part for part, k in ((f"{several:+.1f} s for the {n} jobs that ran on several GPUs", n),
+                                            (f"{one:+.1f} s for the other {m}" if n else f"{one:+.1f} s", m)) if k)
+    unfinished = sum(r[s]["jct_s"] is None for r in rows for s in ("static (simulated)", "elastico (simulated)"))
     return (f"live minus simulated JCT per job (what the simulator does not model: processes starting and exiting, "
             f"Slurm's completing state, the helper's epoch): plain {plain:+.1f} s mean; elastico {elastico:+.1f} s "
-            f"mean ({several:+.1f} s for the {n} jobs that ran on several GPUs, {one:+.1f} s for the other {m})")
+            f"mean ({split})" + (f"; {unfinished} simulated job(s) did not finish, left out" if unfinished else ""))
 
 
 def _check_output(path: Path, job_id: int, job: workload.DemoJob) -> None:

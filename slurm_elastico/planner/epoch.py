@@ -289,6 +289,8 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
             if got is not None:
                 reshaped[j.view.job_id] = got
 
+    early = set(reshaped) | preempted  # running jobs changed before the packing: their actions come first
+
     # -- packing --------------------------------------------------------------
     order = policy.order(pending)
     mine = set(allotted)
@@ -366,9 +368,15 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
     actions: list[Action] = []
     placements: list[Placement] = []
     objective = 0.0
-    # Starts come last and in Slurm's order: a released job may start before the next is released, so Slurm
-    # runs them in the order `_seat_in_start_order` planned whether it schedules between the releases or after.
-    for j in running + sorted(pending, key=lambda j: gpu_choice.start_key(j.view)):
+    # Actions in the order the plan placed the jobs, which is the order Slurm places them in: the running jobs
+    # changed before the packing (shrinks, preemptions, the allotment's grows), then the starts in Slurm's order
+    # (`_seat_in_start_order`: a released job may start before the next is released, or Slurm may start them all
+    # in one pass), then the running jobs reshaped around them. A relaunch returns once its job runs again; the
+    # starts before it are only released, and Slurm starts them at its next pass, seconds before a requeued job
+    # can run again.
+    starts = sorted(pending, key=lambda j: gpu_choice.start_key(j.view))
+    before = [j for j in running if j.view.job_id in early]
+    for j in before + starts + [j for j in running if j.view.job_id not in early]:
         t, seat, jid = j.table, j.seat, j.view.job_id
         tmax = max(s.throughput for s in t.family.shapes)
         if jid in preempted:

@@ -164,8 +164,13 @@ def test_the_gap_line_splits_the_jobs_that_ran_on_several_gpus():
         return {"plain": {"jct_s": plain}, "static (simulated)": {"jct_s": static},
                 "elastico": {"jct_s": live, "shapes": shapes}, "elastico (simulated)": {"jct_s": sim}}
 
-    rows = [row(41.0, 40.0, 30.0, 22.0, ["mb8-fp32-gpus2"]), row(42.0, 40.0, 40.0, 38.0, ["gmu0.9-seqs256-kvfp8-mps100"]),
+    rows = [row(41.0, 40.0, 30.0, 22.0, ["mb8-fp32-gpus2"]),
+            row(42.0, 40.0, 40.0, 38.0, ["gmu0.9-seqs256-kvfp8-mps100"]),
             row(40.0, 40.0, 50.0, 40.0, ["mb40-fp32-mps100", "mb20-fp32-gpus4"])]
     line = demo.gap_line(rows)
-    assert "plain +1.0 s mean; elastico +6.7 s mean (+9.0 s for the 2 jobs that ran on several GPUs, +2.0 s " \
-           "for the other 1)" in line, line
+    assert line.endswith("plain +1.0 s mean; elastico +6.7 s mean (+9.0 s for the 2 jobs that ran on several GPUs, "
+                         "+2.0 s for the other 1)"), line
+    assert demo.gap_line(rows[1:2]).endswith("elastico +2.0 s mean (+2.0 s)")  # none on several GPUs: no "0 jobs"
+    rows[1]["elastico (simulated)"]["jct_s"] = None  # a job the simulator did not finish
+    assert demo.gap_line(rows).endswith("(+9.0 s for the 2 jobs that ran on several GPUs); 1 simulated job(s) did "
+                                        "not finish, left out")

@@ -325,65 +325,91 @@ def test_on_22_05_a_head_asking_a_whole_gpu_keeps_free_only_the_gpu_slurm_would_
     assert not [pl for pl in p.placements if pl.node == "n0000" and pl.gpu == 0]
 
 
-def _slurm_starts(nodes, plan_, version: str) -> dict[int, tuple[str, int]]:
-    """Replay a plan's starts as Slurm makes them: in the order the plan releases them (START_NOW), each on the GPU
-    Slurm's rule gives then (`gpu_choice`, measured live), seeing what the earlier took. {job: (node, first GPU)}"""
+def _slurm_places(nodes, plan_, version: str) -> dict[int, tuple[str, int]]:
+    """Replay a plan's actions as Slurm carries them out, in the plan's order: a preemption frees the job's GPUs, a
+    relaunch (`RESHAPE_RUNNING`) frees them and puts the job back at once (the gateway waits until it runs), a
+    start (`START_NOW`, `RESUME`) is placed in turn; each on the GPUs Slurm's rule gives then (`gpu_choice`,
+    measured live), seeing what the earlier took. {job: (node, first GPU)} of each job placed."""
     free = {(n.name, g.index): g.shares_total - sum(u.shares for u in g.users) for n in nodes for g in n.gpus}
-    whole = {k: False for k in free}
-    used = {(n.name, g.index): bool(g.users) for n in nodes for g in n.gpus}
+    whole = {(n.name, g.index): any(u.whole for u in g.users) for n in nodes for g in n.gpus}
+    users = {(n.name, g.index): len(g.users) for n in nodes for g in n.gpus}
+    holds = {}  # job -> [(GPU, shares, whole)]
+    for n in nodes:
+        for g in n.gpus:
+            for u in g.users:
+                holds.setdefault(u.job_id, []).append(((n.name, g.index), u.shares, u.whole))
     ask: dict[int, Action] = {}
     got = {}
+
+    def leave(job_id: int) -> None:
+        for k, shares, held_whole in holds.pop(job_id, []):
+            free[k] += 100 if held_whole else shares
+            whole[k] = whole[k] and not held_whole
+            users[k] -= 1
+
+    def place(job_id: int, req: Action) -> None:
+        if req.gpus is not None:  # whole GPUs: Gres=gpu:P on each of its nodes
+            taken = []
+            for node in req.nodes:
+                idx = sorted(i for n, i in free if n == node)
+                per = req.gpus // len(req.nodes)
+                pick = [i for i in idx if (not users[node, i]) if lowest_unused(version) or not whole[node, i]][:per]
+                assert len(pick) == per, (job_id, req)
+                taken += [(node, i) for i in pick]
+            for k in taken:
+                assert not users[k] and free[k] == 100, (job_id, k, "Slurm would put a gang beside another job")
+                whole[k], users[k], free[k] = True, users[k] + 1, 0
+            holds[job_id] = [(k, 100, True) for k in taken]
+            got[job_id] = min(taken)
+            return
+        (node,) = req.nodes
+        idx = sorted(i for n, i in free if n == node)
+        share = req.share if req.share is not None else 100
+        k = mps_gpu([free[node, i] for i in idx], share, [whole[node, i] for i in idx])
+        assert k >= 0, (job_id, req, "Slurm would find no GPU with the shares")
+        free[node, idx[k]] -= share
+        users[node, idx[k]] += 1
+        holds[job_id] = [((node, idx[k]), share, False)]
+        got[job_id] = (node, idx[k])
+
     for a in plan_.actions:
         if a.kind in (ActionKind.SET_SHARE, ActionKind.SET_GPUS):
             ask[a.job_id] = a
         elif a.kind is ActionKind.SET_NODES:
-            ask.setdefault(a.job_id, a)
-            ask[a.job_id] = dataclasses.replace(ask[a.job_id], nodes=a.nodes)
-        elif a.kind is ActionKind.START_NOW:
-            req = ask[a.job_id]
-            if req.kind is ActionKind.SET_GPUS:
-                taken = []
-                for node in req.nodes:
-                    idx = sorted(i for n, i in free if n == node)
-                    per = req.gpus // len(req.nodes)
-                    if lowest_unused(version):
-                        pick = [i for i in idx if not used[node, i]][:per]
-                    else:
-                        pick = [i for i in idx if not whole[node, i]][:per]
-                    taken += [(node, i) for i in pick]
-                for k in taken:
-                    whole[k], used[k], free[k] = True, True, 0
-                got[a.job_id] = min(taken)
-            else:
-                (node,) = req.nodes
-                idx = sorted(i for n, i in free if n == node)
-                share = req.share if req.kind is ActionKind.SET_SHARE else 100
-                i = idx[mps_gpu([free[node, i] for i in idx], share, [whole[node, i] for i in idx])]
-                free[node, i] -= share
-                used[node, i] = True
-                got[a.job_id] = (node, i)
+            ask[a.job_id] = dataclasses.replace(ask.get(a.job_id, a), nodes=a.nodes)
+        elif a.kind is ActionKind.PREEMPT:
+            leave(a.job_id)
+        elif a.kind is ActionKind.RESHAPE_RUNNING:
+            leave(a.job_id)
+            place(a.job_id, a)
+        elif a.kind in (ActionKind.START_NOW, ActionKind.RESUME):
+            place(a.job_id, dataclasses.replace(ask[a.job_id], nodes=ask[a.job_id].nodes or a.nodes))
     return got
 
 
 def test_every_start_runs_where_the_plan_puts_it_whatever_order_slurm_starts_them_in():
     # Slurm starts the released jobs in its priority order, one possibly before the next is released; the
-    # plan packs in its own (the queue's head, value, upgrades). With random priorities, foreign MPS users and
-    # gangs, replaying the plan's releases in their order under Slurm's rules must give every start its GPU.
-    # (Before the starts were re-seated and released in Slurm's order: two shares on a node swapped GPUs, the
-    # live failure of test_placement_live's one-epoch test on 22.05.)
+    # plan packs in its own (the queue's head, value, upgrades), and reshapes running jobs around its starts.
+    # With random priorities, foreign MPS users, running jobs and gangs, replaying the plan's actions in their
+    # order under Slurm's rules must put every job it starts or relaunches where the plan put it. (Before the
+    # starts were re-seated and the actions ordered as the plan placed the jobs: two shares on a node swapped
+    # GPUs, the live failure of test_placement_live's one-epoch test on 22.05.)
     rng = np.random.default_rng(7)
-    checked = 0
+    checked = relaunched = 0
     for trial in range(60):
-        snap, fams = instance(rng, 12, 8, gpus_per_node=4, gang_frac=0.4)
-        users = {(f"n000{int(rng.integers(0, 2))}", int(rng.integers(0, 4))): (GpuUse(9000 + t, 30),)
+        snap, fams = instance(rng, 12, 8, gpus_per_node=4, gang_frac=0.4, running_frac=0.3)
+        users = {(f"n000{int(rng.integers(0, 2))}", int(rng.integers(0, 4))): (GpuUse(9000 + t, 20),)
                  for t in range(int(rng.integers(0, 4)))}
-        nodes = with_users(snap.nodes, users)
-        jobs = [dataclasses.replace(j, priority=int(rng.integers(0, 1000)), requeue=True, reason="BeginTime")
+        nodes = with_users(snap.nodes, {k: tuple(g.users) + users.get((n.name, g.index), ())
+                                        for n in snap.nodes for g in n.gpus for k in [(n.name, g.index)]})
+        jobs = [dataclasses.replace(j, priority=int(rng.integers(0, 1000)), requeue=True,
+                                    reason="BeginTime" if j.state is JobState.PENDING else "")
                 for j in snap.jobs]
         for version in ("24.11.5", "22.05.8"):
             p = plan(nodes, jobs, fams, version=version)
             placed = {pl.job_id: (pl.node, pl.gpu) for pl in p.placements}
-            got = _slurm_starts(nodes, p, version)
+            got = _slurm_places(nodes, p, version)
             assert got == {j: placed[j] for j in got}, (trial, version, got, placed)
             checked += len(got)
-    assert checked > 200
+            relaunched += sum(a.kind is ActionKind.RESHAPE_RUNNING for a in p.actions)
+    assert checked > 200 and relaunched > 0, (checked, relaunched)
