@@ -435,13 +435,15 @@ def per_job(jobs: Sequence[workload.DemoJob], live: dict[str, Observed], simulat
     """Each job's wait, JCT and shapes, live (`live`: plain and elastico) and simulated at the same arrivals
     (`simulated`: `workload.predict`'s static and elastico), so a user sees which jobs the simulator got wrong."""
     policy = {"plain": "static", "elastico": "elastico"}
+    ids = {mode: {j.index: i for i, j in obs.ids.items()} for mode, obs in live.items()}
+    done = {mode: {r.job_id: r for r in simulated[policy[mode]][0].jobs} for mode in live}  # trace ids: index + 1
     out = []
     for job in jobs:
         row: dict = {"job": job.name}
         for mode, obs in live.items():
-            (job_id,) = [i for i, j in obs.ids.items() if j.index == job.index]
-            result, shapes = simulated[policy[mode]]
-            sim = next((r for r in result.jobs if r.job_id == job.index + 1), None)  # None: it did not finish
+            job_id = ids[mode][job.index]
+            sim = done[mode].get(job.index + 1)  # None: it did not finish
+            shapes = simulated[policy[mode]][1]
             row[mode] = {"wait_s": obs.start[job_id] - obs.submit[job_id],
                          "jct_s": obs.end[job_id] - obs.submit[job_id], "shapes": obs.shapes[job_id]}
             row[f"{policy[mode]} (simulated)"] = {"wait_s": sim.queued if sim else None,
@@ -546,8 +548,10 @@ def gap_line(rows: list[dict]) -> str:
     elastico, _ = mean_gap("elastico", "elastico (simulated)")
     several, n = mean_gap("elastico", "elastico (simulated)", gang)
     one, m = mean_gap("elastico", "elastico (simulated)", lambda r: not gang(r))
-    split = ", ".join(part for part, k in ((f"{several:+.1f} s for the {n} jobs that ran on several GPUs", n),
-                                            (f"{one:+.1f} s for the other {m}" if n else f"{one:+.1f} s", m)) if k)
+    parts = [f"{several:+.1f} s for the {n} jobs that ran on several GPUs"] if n else []
+    if m:
+        parts.append(f"{one:+.1f} s for the other {m}" if n else f"{one:+.1f} s")
+    split = ", ".join(parts)
     unfinished = sum(r[s]["jct_s"] is None for r in rows for s in ("static (simulated)", "elastico (simulated)"))
     return (f"live minus simulated JCT per job (what the simulator does not model: processes starting and exiting, "
             f"Slurm's completing state, the helper's epoch): plain {plain:+.1f} s mean; elastico {elastico:+.1f} s "

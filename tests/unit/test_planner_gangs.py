@@ -325,7 +325,7 @@ def test_on_22_05_a_head_asking_a_whole_gpu_keeps_free_only_the_gpu_slurm_would_
     assert not [pl for pl in p.placements if pl.node == "n0000" and pl.gpu == 0]
 
 
-def _slurm_places(nodes, plan_, version: str) -> dict[int, tuple[str, int]]:
+def _slurm_places(nodes, jobs, plan_, version: str) -> dict[int, tuple[str, int]]:
     """Replay a plan's actions as Slurm carries them out, in the plan's order: a preemption frees the job's GPUs, a
     relaunch (`RESHAPE_RUNNING`) frees them and puts the job back at once (the gateway waits until it runs), a
     start (`START_NOW`, `RESUME`) is placed in turn; each on the GPUs Slurm's rule gives then (`gpu_choice`,
@@ -339,6 +339,7 @@ def _slurm_places(nodes, plan_, version: str) -> dict[int, tuple[str, int]]:
             for u in g.users:
                 holds.setdefault(u.job_id, []).append(((n.name, g.index), u.shares, u.whole))
     ask: dict[int, Action] = {}
+    asked = {j.job_id: j.gres.count for j in jobs if j.gres is not None}
     got = {}
 
     def leave(job_id: int) -> None:
@@ -364,7 +365,7 @@ def _slurm_places(nodes, plan_, version: str) -> dict[int, tuple[str, int]]:
             return
         (node,) = req.nodes
         idx = sorted(i for n, i in free if n == node)
-        share = req.share if req.share is not None else 100
+        share = req.share if req.share is not None else asked[job_id]  # no SET_SHARE: the share it asked
         k = mps_gpu([free[node, i] for i in idx], share, [whole[node, i] for i in idx])
         assert k >= 0, (job_id, req, "Slurm would find no GPU with the shares")
         free[node, idx[k]] -= share
@@ -408,7 +409,7 @@ def test_every_start_runs_where_the_plan_puts_it_whatever_order_slurm_starts_the
         for version in ("24.11.5", "22.05.8"):
             p = plan(nodes, jobs, fams, version=version)
             placed = {pl.job_id: (pl.node, pl.gpu) for pl in p.placements}
-            got = _slurm_places(nodes, p, version)
+            got = _slurm_places(nodes, jobs, p, version)
             assert got == {j: placed[j] for j in got}, (trial, version, got, placed)
             checked += len(got)
             relaunched += sum(a.kind is ActionKind.RESHAPE_RUNNING for a in p.actions)
