@@ -12,14 +12,14 @@ import click
 @click.option("--infer-jobs", type=click.IntRange(0, 64), default=10, show_default=True)
 @click.option("--gap", "gap_s", type=click.FloatRange(0, 600), default=2.0, show_default=True,
               help="seconds between two jobs' arrivals")
-@click.option("--steps", type=click.IntRange(1, 100000), default=60, show_default=True,
-              help="optimizer steps of each training job")
+@click.option("--steps", type=click.IntRange(1, 100000), default=None,
+              help="optimizer steps of every training job [default: each app's own, printed as the demo starts]")
 @click.option("--requests", type=click.IntRange(1, 100000), default=120, show_default=True,
               help="requests of each inference job")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(10, 86400), default=420.0, show_default=True,
               help="seconds each of the two runs may take")
 @click.option("--keep/--down", default=True, help="leave the cluster running afterwards (default) or stop it")
-def demo(state_dir: str | None, train_jobs: int, infer_jobs: int, gap_s: float, steps: int, requests: int,
+def demo(state_dir: str | None, train_jobs: int, infer_jobs: int, gap_s: float, steps: int | None, requests: int,
          timeout_s: float, keep: bool) -> None:
     """One mixed training and inference job list on a local Slurm cluster with emulated GPUs, run with plain
     sbatch and with elastico-submit and the helper, beside the simulator's prediction for the same list."""

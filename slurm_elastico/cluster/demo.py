@@ -78,7 +78,8 @@ class Workload:
     train_jobs: int = 10
     infer_jobs: int = 10
     gap_s: float = 2.0
-    steps: int = 60
+    steps: int | None = None
+    """Optimizer steps of every training job; None: each app's own (`demo_workload.APPS`)."""
     requests: int = 120
     timeout_s: float = 420.0
     """Per run: every job of the list must be done by then."""
@@ -165,9 +166,11 @@ def _run_on(cluster: LocalCluster, load: Workload, say: Callable[[str], None], b
     truth = GroundTruth()
     jobs = workload.job_list(load.train_jobs, load.infer_jobs, load.gap_s, load.steps, load.requests)
     _write_inputs(work, jobs, plan, truth, load.requests)
+    train = {(j.app, j.global_batch, j.work) for j in jobs if j.kind == "train"}
     n_train = sum(j.kind == "train" for j in jobs)
-    say(f"== 2. the job list: {n_train} training jobs ({', '.join(sorted({j.app for j in jobs if j.kind == 'train'}))}, "
-        f"{load.steps} steps) and {len(jobs) - n_train} inference jobs ({load.requests} requests), one every "
+    say(f"== 2. the job list: {n_train} training jobs ("
+        + ", ".join(f"{app} at batch {batch}, {steps} steps" for app, batch, steps in sorted(train))
+        + f") and {len(jobs) - n_train} inference jobs ({load.requests} requests), one every "
         f"{load.gap_s:g} s; on emulated GPUs (cluster.pacing: each step takes the simulator's time)")
 
     version = gateway.snapshot().slurm_version  # the Slurm the helper plans for: the simulator models its GPU choice
@@ -189,7 +192,7 @@ def _run_on(cluster: LocalCluster, load: Workload, say: Callable[[str], None], b
     for obs in (plain, elastic):
         for job_id, job in obs.ids.items():
             _check_output(work / obs.mode / f"{job_id}.out", job_id, job)
-    say(f"   both runs: every training job ran exactly its {load.steps} steps; every inference job answered each "
+    say(f"   both runs: every training job ran exactly its steps; every inference job answered each "
         f"of its {load.requests} requests once")
 
     # The simulator again, each policy on the list as its live run really got it (submission times drift when the

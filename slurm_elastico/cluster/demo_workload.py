@@ -26,21 +26,26 @@ the ground truth's (`Plan.colocation`) in both.
 
 The default list (`APPS`, `job_list`): 10 training jobs and 10 inference
 jobs, one every 2 s, on 16 GPUs. Seven of the training jobs have GPU
-counts: deepspeech2 at global batch 80 (0.45 steps/s on one GPU, 2.7x that
-on four), yolov3 at 16 (1.7 steps/s on one GPU, 1.6x on two) and bert at 12
-(1.1 steps/s on one GPU, 1.6x on two). yolov3 and bert keep the whole
-global batch on one GPU and halve the micro-batch on two, so every change
-of their GPU count is also a micro-batch reshape; deepspeech2 changes its
-micro-batch (40 to 20) only on four. The three ncf jobs at 32 (a
-recommendation model, one micro-batch) cannot be split and take MPS
-shares, as inference does. An ncf job is sub-second
-on its emulated GPU (about 130 steps/s, 60 steps), so live its time is
-mostly its start-up, which the simulator does not model: it ends a few
-seconds after its emulated GPU would have, in both runs alike. Plain Slurm
-runs each on one whole GPU and leaves GPUs idle as the list drains; the helper starts jobs on several GPUs
-and grows running ones into freed GPUs (GPU count, with a new micro-batch per
-rank). On this ground truth that is where most of elastico's gain comes
-from: sharing a GPU is at best neutral for jobs that fill it (`sim.truth`).
+counts: imagenet at global batch 160 (1.3 steps/s on one GPU, 1.8x that on
+two, 2.9x on four; 180 steps), yolov3 at 16 (1.7 steps/s on one GPU, 1.6x
+on two; 60 steps) and bert at 12 (1.1 steps/s on one GPU, 1.6x on two; 120
+steps). Each keeps its whole global batch in one micro-batch on one GPU and
+splits it across the ranks on more, so every change of a job's GPU count is
+also a micro-batch reshape: a grow from one GPU shows both kinds at once.
+The long jobs arriving while every GPU is taken (imagenet and bert, 100 s or
+more on one GPU) start on one GPU and still have most of their work left
+when GPUs free, so their grow does not hang on a few seconds of timing. The three ncf jobs at 32 (a recommendation model, one micro-batch)
+cannot be split and take MPS shares, as inference does. An ncf job is
+sub-second on its emulated GPU (about 130 steps/s, 60 steps), so live its
+time is mostly its start-up, which the simulator does not model: it ends
+seconds after its emulated GPU would have, more so in the helper's run
+(more processes start at once: ranks, relaunches). Plain Slurm runs each
+job on one whole GPU and leaves GPUs idle as the list drains; the helper
+starts jobs on several GPUs and grows running ones into freed GPUs (GPU
+count, with a new micro-batch per rank). On this ground truth that is where
+most of elastico's gain comes from: sharing a GPU is at best neutral for
+jobs that fill it (`sim.truth`).
+
 The one pairing the helper's contention model admits on this list is an
 inference job beside the small ncf job (Gavel measured LM next to
 Recommendation at 0.73 + 0.70 of solo speed): when every GPU is taken the
@@ -104,18 +109,19 @@ class Plan:
     colocation: str = "gavel"
 
 
-APPS = (("ncf", 32), ("deepspeech2", 80), ("yolov3", 16), ("bert", 12))
-"""The training apps of the list, taken in turn, with their global batches (see the module docstring)."""
+APPS = (("ncf", 32, 60), ("imagenet", 160, 180), ("yolov3", 16, 60), ("bert", 12, 120))
+"""The training apps of the list, taken in turn: (app, global batch, optimizer steps) (see the module docstring)."""
 
 
-def job_list(train: int = 10, infer: int = 10, gap_s: float = 2.0, steps: int = 60, requests: int = 120,
-             apps: Sequence[tuple[str, int]] = APPS) -> list[DemoJob]:
+def job_list(train: int = 10, infer: int = 10, gap_s: float = 2.0, steps: int | None = None, requests: int = 120,
+             apps: Sequence[tuple[str, int, int]] = APPS) -> list[DemoJob]:
     """`train` + `infer` jobs arriving every `gap_s` seconds, inference spread evenly among the training jobs,
-    the training apps taken in turn."""
+    the training apps taken in turn; each training job runs its app's steps, or `steps` when given."""
     if train < 0 or infer < 0 or train + infer == 0:
         raise ConfigError("demo", [f"train {train}, infer {infer}: at least one job, none negative"])
-    if gap_s < 0 or steps < 1 or requests < 1:
-        raise ConfigError("demo", [f"gap_s {gap_s} (>= 0), steps {steps} (>= 1), requests {requests} (>= 1)"])
+    if gap_s < 0 or (steps is not None and steps < 1) or requests < 1:
+        raise ConfigError("demo", [f"gap_s {gap_s} (>= 0), steps {steps} (>= 1, or none: each app's own), "
+                                   f"requests {requests} (>= 1)"])
     n = train + infer
     out: list[DemoJob] = []
     t = 0
@@ -124,9 +130,9 @@ def job_list(train: int = 10, infer: int = 10, gap_s: float = 2.0, steps: int = 
         if is_infer:
             out.append(DemoJob(i, "infer", INFER_APP, i * gap_s, requests))
         else:
-            app, batch = apps[t % len(apps)]
+            app, batch, own = apps[t % len(apps)]
             t += 1
-            out.append(DemoJob(i, "train", app, i * gap_s, steps, batch))
+            out.append(DemoJob(i, "train", app, i * gap_s, own if steps is None else steps, batch))
     return out
 
 

@@ -22,7 +22,7 @@ def test_every_family_elastico_submit_gets_is_the_simulators_family_of_the_same_
     plan = w.Plan()
     jobs = w.job_list(train=4, infer=2)
     assert {j.kind for j in jobs} == {"train", "infer"} and {j.app for j in jobs if j.kind == "train"} == {
-        "bert", "ncf", "deepspeech2", "yolov3"}
+        "bert", "ncf", "imagenet", "yolov3"}
     gpus = []
     for job, row in zip(jobs, w.trace(jobs)):
         live = build_family(parse_spec(w.family_spec(TRUTH, job, plan), job.name), w.GPU_MEM_MIB)
@@ -52,6 +52,39 @@ def test_job_list_staggers_arrivals_and_spreads_inference():
     assert kinds.count("i") == 3 and "ii" not in kinds
     with pytest.raises(ConfigError, match="at least one job"):
         w.job_list(train=0, infer=0)
+
+
+def test_each_training_job_runs_its_apps_steps_unless_steps_are_given():
+    own = {app: steps for app, _, steps in w.APPS}
+    assert len(set(own.values())) > 1  # the apps differ
+    jobs = [j for j in w.job_list() if j.kind == "train"]
+    assert [j.work for j in jobs] == [own[j.app] for j in jobs]
+    assert {j.work for j in w.job_list(steps=7) if j.kind == "train"} == {7}
+    assert {j.work for j in w.job_list(requests=9) if j.kind == "infer"} == {9}
+    with pytest.raises(ConfigError, match=r"steps 0 \(>= 1, or none"):
+        w.job_list(steps=0)
+
+
+def test_every_gpu_count_change_of_the_default_list_is_also_a_micro_batch_change():
+    """A job's best shape at each of its GPU counts (the family the helper gets, fastest declared shape) has its own
+    micro-batch per rank, so a grow or shrink live shows both kinds. deepspeech2 at 80, in the list before, kept
+    micro-batch 40 on one GPU and on two."""
+    plan = w.Plan()
+    counted = 0
+    for job in w.job_list(train=len(w.APPS), infer=0):
+        fam = build_family(parse_spec(w.family_spec(TRUTH, job, plan), job.name), w.GPU_MEM_MIB)
+        best: dict[int, tuple[float, int]] = {}
+        for s in fam.shapes:
+            best[s.resources.gpus] = max(best.get(s.resources.gpus, (0.0, 0)), (s.throughput, s.knob("micro_batch")))
+        if len(best) > 1:
+            counted += 1
+            micros = [m for _, m in best.values()]
+            assert len(set(micros)) == len(micros), (job.name, best)
+    assert counted == 3  # imagenet, yolov3, bert
+    old = w.DemoJob(0, "train", "deepspeech2", 0.0, 60, 80)
+    fam = build_family(parse_spec(w.family_spec(TRUTH, old, plan), old.name), w.GPU_MEM_MIB)
+    one, two = (max((s.throughput, s.knob("micro_batch")) for s in fam.shapes if s.resources.gpus == n) for n in (0, 2))
+    assert one[1] == two[1] == 40
 
 
 def test_prediction_runs_both_policies_to_the_end_and_plain_slurm_never_reshapes():
@@ -140,20 +173,20 @@ def test_a_start_cost_holds_each_job_at_its_first_start():
 @pytest.mark.parametrize("version", ["22.05.8", "24.11.5"])
 def test_the_default_list_shows_each_kind_when_jobs_start_slower_or_arrive_off_time(version):
     """Live every job starts and exits seconds slower than on its emulated GPU (its processes; the demo prints the
-    gap) and arrives up to a second off its time, so the GPUs free later than simulated. The list still shows a
-    reshape of each kind it is built for (share, micro-batch, GPU count) in every such draw: the list before it
-    (bert at 24, ncf at 32, deepspeech2 at 80, yolov3 at 8), which grew jobs to a new micro-batch only on four
-    GPUs, lost its share reshape in 6 of these 18 draws (9 per version) and its micro-batch reshape in 3."""
+    gap: up to +9 s a job in the helper's run) and arrives up to a second off its time, so the GPUs free later than
+    simulated. The list still shows a reshape of each kind it is built for (share, micro-batch, GPU count) in every
+    such draw. The same list with bert at 60 steps lost its GPU-count and micro-batch reshapes in 3 of these 24
+    draws (12 per version): its last bert job then starts on two GPUs at once."""
     import dataclasses
     import random
 
     from slurm_elastico.cluster.demo import simulated_figures
 
-    for start_cost_s in (0.0, 2.0, 4.0):
+    for start_cost_s in (0.0, 3.0, 6.0, 9.0):
         for seed in (0, 1, 2):  # 0: the list's own arrival times
             draw = random.Random(seed)
-            jobs = [dataclasses.replace(j, submit_s=max(0.0, j.submit_s + draw.uniform(-1, 1)) if seed else j.submit_s)
-                    for j in w.job_list()]
+            jobs = [dataclasses.replace(j, submit_s=max(0.0, j.submit_s + draw.uniform(-1.5, 1.5)) if seed
+                                        else j.submit_s) for j in w.job_list()]
             got = simulated_figures(*w.predict(jobs, w.Plan(), TRUTH, slurm_version=version,
                                                start_cost_s=start_cost_s)["elastico"])
             kinds = {k: got[f"reshape_{k}"] for k in ("share", "micro-batch", "gpus")}
