@@ -3,8 +3,8 @@ the simulator's prediction for the same list.
 
 1. Bring the local cluster up (slurmctld, 4 slurmd × 4 fake GPUs, MPS,
    slurmdbd + MariaDB for sacct).
-2. The job list (`cluster.demo_workload`): tiny PyTorch training jobs (half
-   of them data-parallel with GPU counts 1, 2 and 4) and tiny
+2. The job list (`cluster.demo_workload`): tiny PyTorch training jobs (most
+   of them data-parallel with GPU counts 1 and 2, or 1, 2 and 4) and tiny
    offline-inference jobs, arriving a few seconds apart. Each job runs its
    real code on emulated GPUs (`cluster.pacing`): every step is padded to
    the time the simulator's ground truth gives it at its current shape, GPU

@@ -29,23 +29,26 @@ jobs, one every 2 s, on 16 GPUs. Seven of the training jobs have GPU
 counts: imagenet at global batch 160 (1.3 steps/s on one GPU, 1.8x that on
 two, 2.9x on four; 180 steps), yolov3 at 16 (1.7 steps/s on one GPU, 1.6x
 on two; 60 steps) and bert at 12 (1.1 steps/s on one GPU, 1.6x on two; 120
-steps). Each keeps its whole global batch in one micro-batch on one GPU
-and splits it across the ranks on more, so every change of a job's GPU
-count is also a micro-batch reshape: a grow from one GPU shows both kinds
-at once. The jobs arriving while every GPU is taken are long (imagenet and
-bert, 100 s or more on one GPU): one that starts on a single GPU still has
-most of its work left when more GPUs free, so its grow does not hang on a
-few seconds of timing (it may also wait and start on several GPUs). The three ncf jobs at 32 (a recommendation model, one
-micro-batch) cannot be split and take MPS shares, as inference does. An
-ncf job is sub-second on its emulated GPU (about 130 steps/s, 60 steps),
-so live its time is mostly its start-up, which the simulator does not
-model: it ends seconds after its emulated GPU would have, more so in the
-helper's run (more processes start at once: ranks, relaunches). Plain
-Slurm runs each job on one whole GPU and leaves GPUs idle as the list
-drains; the helper starts jobs on several GPUs and grows running ones into
-freed GPUs (GPU count, with a new micro-batch per rank). On this ground
-truth that is where most of elastico's gain comes from: sharing a GPU is
-at best neutral for jobs that fill it (`sim.truth`).
+steps). The fastest shape of each at one GPU keeps the whole global batch
+in one micro-batch, and at more GPUs splits it across the ranks, so every
+GPU-count change to a job's fastest shape is also a micro-batch reshape: a
+grow from one GPU shows both kinds at once. The imagenet and bert jobs
+arriving while every GPU is taken are long (100 s or more on one GPU): one
+that starts on a single GPU still has most of its work left when more GPUs
+free, so its grow does not hang on a few seconds of timing. One may also
+wait and start on several GPUs at once: on Slurm 24.11 the simulator has
+both later imagenet jobs do so, and the last bert job carries the grow.
+The three ncf jobs at 32 (a recommendation model, one micro-batch) cannot
+be split and take MPS shares, as inference does. An ncf job is sub-second
+on its emulated GPU (about 130 steps/s, 60 steps), so live its time is
+mostly its start-up, which the simulator does not model: it ends seconds
+after its emulated GPU would have, more so in the helper's run (more
+processes start at once: ranks, relaunches). Plain Slurm runs each job on
+one whole GPU and leaves GPUs idle as the list drains; the helper starts
+jobs on several GPUs and grows running ones into freed GPUs (GPU count,
+with a new micro-batch per rank). On this ground truth that is where most
+of elastico's gain comes from: sharing a GPU is at best neutral for jobs
+that fill it (`sim.truth`).
 
 The one pairing the helper's contention model admits on this list is an
 inference job beside the small ncf job (Gavel measured LM next to

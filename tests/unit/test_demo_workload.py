@@ -173,10 +173,12 @@ def test_a_start_cost_holds_each_job_at_its_first_start():
 @pytest.mark.parametrize("version", ["22.05.8", "24.11.5"])
 def test_the_default_list_shows_each_kind_when_jobs_start_slower_or_arrive_off_time(version):
     """Live every job starts and exits seconds slower than on its emulated GPU (its processes; the demo prints the
-    gap: +6 to +11 s a job in the helper's run) and arrives up to a second or two off its time, so the GPUs free
+    gap: +3 to +11 s a job in the helper's run) and arrives up to a second or two off its time, so the GPUs free
     later than simulated. The list still shows a reshape of each kind it is built for (share, micro-batch, GPU count)
     in every such draw. The same list with bert at 60 steps lost its GPU-count and micro-batch reshapes in 3 of these
-    24 draws (12 per version): its imagenet jobs and its last bert job then start on several GPUs at once."""
+    24 draws (all on 24.11): its imagenet jobs and its last bert job then start on several GPUs at once. The list
+    before (deepspeech2 at 80, 60 steps each) passes every draw too, yet missed reshapes live: these draws guard the
+    list against regressions; the live runs in the README are the check of what varies live."""
     import dataclasses
     import random
 
