@@ -166,11 +166,11 @@ def _run_on(cluster: LocalCluster, load: Workload, say: Callable[[str], None], b
     truth = GroundTruth()
     jobs = workload.job_list(load.train_jobs, load.infer_jobs, load.gap_s, load.steps, load.requests)
     _write_inputs(work, jobs, plan, truth, load.requests)
-    train = {(j.app, j.global_batch, j.work) for j in jobs if j.kind == "train"}
+    train = sorted({(j.app, j.global_batch, j.work) for j in jobs if j.kind == "train"})
+    apps = ", ".join(f"{app} {steps} steps at batch {batch}" for app, batch, steps in train)
     n_train = sum(j.kind == "train" for j in jobs)
-    say(f"== 2. the job list: {n_train} training jobs ("
-        + ", ".join(f"{app} at batch {batch}, {steps} steps" for app, batch, steps in sorted(train))
-        + f") and {len(jobs) - n_train} inference jobs ({load.requests} requests), one every "
+    say(f"== 2. the job list: {n_train} training jobs{f' ({apps})' if apps else ''}"
+        f" and {len(jobs) - n_train} inference jobs ({load.requests} requests), one every "
         f"{load.gap_s:g} s; on emulated GPUs (cluster.pacing: each step takes the simulator's time)")
 
     version = gateway.snapshot().slurm_version  # the Slurm the helper plans for: the simulator models its GPU choice
