@@ -10,8 +10,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from slurm_elastico.model import JobState
+from slurm_elastico.runtime.progress import progress_path, read_progress
 from slurm_elastico.slurm.gateway import SlurmGateway
 from slurm_elastico.slurm.runner import SubprocessRunner
+from slurm_elastico.store import Store
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "wrappers" / "examples"
 BIN = Path(sys.executable).parent
@@ -96,6 +99,57 @@ def wait_for(predicate, what: str, timeout: float = 60.0):
             return value
         time.sleep(0.2)
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def epoch(c: Cluster) -> dict:
+    """One `elastico sched --once --json` epoch; its JSON result."""
+    done = subprocess.run([str(BIN / "elastico"), "sched", "--once", "--json"], env=c.env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def solo_rates(root) -> set[int]:
+    """The jobs the helper has a solo speed for (in the store of the `Cluster` at `root`)."""
+    with Store(root / "state" / "elastico.sqlite") as store:
+        return {r["job_id"] for r in store.query("SELECT job_id FROM solo_rate")}
+
+
+def until(c: Cluster, done, what: str, timeout: float = 90) -> None:
+    """Helper epochs 6 s apart (a rate needs reports >= 5 s apart, after a 5 s warm-up) until `done(notes)`."""
+    deadline = time.monotonic() + timeout
+    notes: list[str] = []
+    while time.monotonic() < deadline:
+        notes = epoch(c)["notes"]
+        if done(notes):
+            return
+        time.sleep(6)
+    raise AssertionError(f"no {what} within {timeout:g} s; last epoch's notes: {notes}")
+
+
+def idle_nodes(c: Cluster, timeout: float = 120) -> tuple[str, str]:
+    """Two nodes, once no job runs anywhere: other tests' jobs would share these jobs' GPUs or this machine's CPUs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        snap = c.gateway.snapshot()
+        running = sorted(j.job_id for j in snap.jobs if j.state is JobState.RUNNING)
+        idle = sorted(n.name for n in snap.nodes if n.usable)
+        if not running and len(idle) >= 2:
+            return idle[0], idle[1]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the cluster did not become idle within {timeout:g} s: jobs {running} still run")
+        time.sleep(1)
+
+
+def wait_report(c: Cluster, job_id: int, restarts: int, timeout: float = 90) -> None:
+    """Until the job's run number `restarts` has reported some work done."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        report = read_progress(progress_path(c.root, job_id))
+        if report is not None and report.restarts == restarts and report.done > 0:
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id}: no progress report of restart {restarts}; output:\n{c.text(job_id)}")
 
 
 PLANNED_FAMILY = """kind: train
