@@ -8,7 +8,8 @@ speed ÷ solo speed) and their sum, the GPU's combined speed.
 
 * It is **reverted** when the combined speed is below 1 + margin (sharing the
   GPU did not gain: two jobs one after the other would do as well, without the
-  risk) or when a job runs below its floor.
+  risk) or when a job runs below its floor. The margin is the model's gain
+  margin, and at least `MIN_GAIN`: what a pair that gains nothing can measure.
 * Otherwise it is **kept**.
 
 Pure logic: `judge_pairings` takes the observer's accumulated (work, seconds)
@@ -39,6 +40,12 @@ MIN_TRIAL_S = 10.0
 """Seconds each job of a pair must have run beside the other before the pairing is judged. The observer spends a
 pair's accumulated time once it makes an observation of it (`helper.observe.MIN_PAIR_S`, also 10 s), so judge on
 the same accumulation before that call, with a `min_seconds` no larger than it."""
+MIN_GAIN = 0.1
+"""The least observed gain that keeps a pairing, whatever the model's margin (the untrained model has none). A pair
+that gains nothing still measures a little above 1: each solo speed is taken while other work (the helper, other
+jobs' processes) shares the machine. Two jobs time-slicing one CPU core through real Slurm measured 1.00 to 1.05
+(tests/slurm/test_probe_revert_live.py, three runs on Slurm 22.05 and 24.11); 0.1 is twice the most, so such a pair
+is reverted."""
 REFUSE_S = 6 * 3600.0
 """How long a reverted pairing stays refused (its jobs may change phase; a later trial is allowed)."""
 
@@ -63,10 +70,12 @@ def judge_pairings(beside: Mapping[PairKey, tuple[float, float]], solo_rates: Ma
     """A verdict for every pair with enough side-by-side progress in both directions and both solo rates known.
 
     `floors`: one floor for every job, or a floor per job id (a job not listed has none). `margin` >= 0: the
-    combined speed must exceed 1 + margin. Pairs without enough evidence yet get no verdict (still on trial).
+    combined speed must exceed 1 + margin, or 1 + `MIN_GAIN` when that is more. Pairs without enough evidence
+    yet get no verdict (still on trial).
     """
     if not (margin >= 0 and math.isfinite(margin)):
         raise ValueError(f"margin {margin!r}: must be a finite number >= 0 (the gain a shared GPU must show)")
+    margin = max(margin, MIN_GAIN)
     if not min_seconds > 0:
         raise ValueError(f"min_seconds {min_seconds!r}: must be > 0")
     out = []

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from slurm_elastico.interference.base import ContentionModel, SoloProfile
-from slurm_elastico.interference.probe import Refusals, judge_pairings
+from slurm_elastico.interference.probe import MIN_GAIN, Refusals, judge_pairings
 from slurm_elastico.planner.slowdown import PairCache
 
 
@@ -28,6 +28,13 @@ def test_a_pairing_that_breaks_even_is_reverted():
     (v,) = judge_pairings(_beside(6.2, 2.6), SOLO, floors=0.6, margin=0.3)  # 0.62 + 0.65 = 1.27 < 1.3
     assert v.revert and "does not gain" in v.reason and v.combined == pytest.approx(1.27)
     (v,) = judge_pairings(_beside(6.2, 2.6), SOLO, floors=0.6, margin=0.2)
+    assert not v.revert
+
+
+def test_a_pairing_must_gain_more_than_measurement_noise_whatever_the_model_margin():
+    (v,) = judge_pairings(_beside(5.2, 2.1), SOLO, floors=0.0, margin=0.0)  # 0.52 + 0.525: time-sliced, measured
+    assert v.revert and "not above 1 + margin 0.1" in v.reason and MIN_GAIN == 0.1
+    (v,) = judge_pairings(_beside(5.8, 2.2), SOLO, floors=0.0, margin=0.0)  # 0.58 + 0.55 = 1.13
     assert not v.revert
 
 

@@ -48,12 +48,12 @@ def shared_snapshot(d1, d2, at, n_gpus=1):
 
 
 def steps(root):
-    """Jobs 1 and 2 alone (2.0 and 1.0 units/s), then on one GPU for 10 s (1.2 and 0.5 units/s: 0.6 + 0.5 = 1.1)."""
+    """Jobs 1 and 2 alone (2.0 and 1.0 units/s), then on one GPU for 10 s (1.3 and 0.5 units/s: 0.65 + 0.5 = 1.15)."""
     d1, d2 = root / "w1", root / "w2"
     alone = lambda at: snapshot(cluster(2), [job(1, 0, 50, T0 - 100, d1), job(2, 1, 50, T0 - 100, d2)], at)
     return d1, d2, [(alone(T0), 10, 0, T0), (alone(T0 + 20), 50, 20, T0 + 20),
                     (shared_snapshot(d1, d2, T0 + 25), 60, 20, T0 + 30),  # squeue read as job 2 joined
-                    (shared_snapshot(d1, d2, T0 + 40), 72, 25, T0 + 40)]
+                    (shared_snapshot(d1, d2, T0 + 40), 73, 25, T0 + 40)]
 
 
 def write(d1, d2, done1, done2, at):
@@ -77,7 +77,7 @@ def test_a_pair_below_one_plus_the_gain_margin_is_refused_and_kept_in_the_store(
         assert [v.jobs for v in observer.reverted] == ([(1, 2)] if reverted else [])
         assert observer.refusals.refused(PROFILE, PROFILE, T0 + 41) is reverted
         if not reverted:
-            assert any(n.startswith("probe: jobs 1 and 2 together run at 1.10") and "kept" in n for n in notes)
+            assert any(n.startswith("probe: jobs 1 and 2 together run at 1.15") and "kept" in n for n in notes)
         again = ProgressObserver(store, "p100", Margin(margin))  # the next run of a helper run once per epoch
         assert again.refusals.refused(PROFILE, PROFILE, T0 + 41) is reverted and again.reverted == []
 
