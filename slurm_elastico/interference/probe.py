@@ -43,9 +43,9 @@ the same accumulation before that call, with a `min_seconds` no larger than it."
 MIN_GAIN = 0.1
 """The least observed gain that keeps a pairing, whatever the model's margin (the untrained model has none). A pair
 that gains nothing still measures a little above 1: each solo speed is taken while other work (the helper, other
-jobs' processes) shares the machine. Two jobs time-slicing one CPU core through real Slurm measured 1.00 to 1.05
-(tests/slurm/test_probe_revert_live.py, three runs on Slurm 22.05 and 24.11); 0.1 is twice the most, so such a pair
-is reverted."""
+jobs' processes) shares the machine. Two jobs time-slicing one CPU core through real Slurm measured 1.00 to 1.06
+(tests/slurm/test_probe_revert_live.py, four runs on Slurm 22.05 and 24.11); 0.1 is above all of them with room to
+spare, so such a pair is reverted."""
 REFUSE_S = 6 * 3600.0
 """How long a reverted pairing stays refused (its jobs may change phase; a later trial is allowed)."""
 

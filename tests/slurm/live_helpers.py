@@ -101,6 +101,31 @@ def wait_for(predicate, what: str, timeout: float = 60.0):
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
+def step_program(step: str, setup: str = "") -> str:
+    """A job program of ELASTICO_STEPS steps that reports its progress through the runtime API (no torch).
+
+    `setup` runs first, `step` (one line) is each step's work. It resumes from its checkpointed step, and on
+    SIGUSR1/SIGTERM saves its step and exits 75 (elastico-run's contract)."""
+    return f"""#!/usr/bin/env python3
+import json, os, signal, sys, time
+from slurm_elastico.runtime import report_progress
+{setup}
+ckpt = os.path.join(os.environ["ELASTICO_CKPT_DIR"], "step")
+step = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
+stop = []
+signal.signal(signal.SIGTERM, lambda s, f: stop.append(s))
+signal.signal(signal.SIGUSR1, lambda s, f: stop.append(s))
+total = int(os.environ["ELASTICO_STEPS"])
+report_progress(step, total, final=True)
+while step < total and not stop:
+    {step}
+    step += 1
+    report_progress(step, total)
+open(ckpt, "w").write(str(step))
+sys.exit(75 if stop else 0)
+"""
+
+
 def epoch(c: Cluster) -> dict:
     """One `elastico sched --once --json` epoch; its JSON result."""
     done = subprocess.run([str(BIN / "elastico"), "sched", "--once", "--json"], env=c.env, capture_output=True,

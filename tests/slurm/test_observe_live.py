@@ -19,7 +19,7 @@ from slurm_elastico.model import JobState
 from slurm_elastico.helper.observe import MAX_NORM
 from slurm_elastico.store import Store
 
-from live_helpers import BIN, Cluster, idle_nodes, solo_rates, until, wait_report
+from live_helpers import BIN, Cluster, idle_nodes, solo_rates, step_program, until, wait_report
 
 pytestmark = pytest.mark.live
 
@@ -38,26 +38,8 @@ host_mem_mib: 512
 """
 
 
-# A job of fixed steps (a little CPU work and a short wait, so other load on this machine hardly moves its
-# speed); on SIGUSR1/SIGTERM it saves its step and exits 75 (elastico-run's contract).
-PROGRAM = """#!/usr/bin/env python3
-import os, signal, sys, time
-from slurm_elastico.runtime import report_progress
-ckpt = os.path.join(os.environ["ELASTICO_CKPT_DIR"], "step")
-step = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
-stop = []
-signal.signal(signal.SIGTERM, lambda s, f: stop.append(s))
-signal.signal(signal.SIGUSR1, lambda s, f: stop.append(s))
-total = int(os.environ["ELASTICO_STEPS"])
-report_progress(step, total, final=True)
-while step < total and not stop:
-    sum(i * i for i in range(2000))
-    time.sleep(0.01)
-    step += 1
-    report_progress(step, total)
-open(ckpt, "w").write(str(step))
-sys.exit(75 if stop else 0)
-"""
+# A little CPU work and a short wait each step, so other load on this machine hardly moves the job's speed.
+PROGRAM = step_program("sum(i * i for i in range(2000)); time.sleep(0.01)")
 
 
 def test_helper_learns_solo_speeds_and_records_the_observed_slowdown(slurm_cluster, tmp_path):

@@ -9,7 +9,7 @@ at its whole-GPU shape, journaled), records the observation the predictor learns
 
 The family's floor is 0.65 of the program's speed on one core, measured here before the jobs start; the jobs
 run at about 0.5 of it side by side, so the floor is what the test relies on. The gain rule would revert the pair
-too (it measured 1.00 to 1.05 of one GPU's worth, under 1 + `probe.MIN_GAIN`), but by less, and each solo speed
+too (it measured 1.00 to 1.06 of one GPU's worth, under 1 + `probe.MIN_GAIN`), but by less, and each solo speed
 is taken while the helper shares the machine, so the test does not rest on it.
 Needs two CPU cores, so that the two jobs' GPUs, apart, are two cores.
 """
@@ -27,15 +27,11 @@ import pytest
 from slurm_elastico.model import JobState
 from slurm_elastico.store import Store
 
-from live_helpers import Cluster, epoch, idle_nodes, solo_rates, until, wait_report
+from live_helpers import Cluster, epoch, idle_nodes, solo_rates, step_program, until, wait_report
 
 pytestmark = pytest.mark.live
 
-PROGRAM = """#!/usr/bin/env python3
-import json, os, signal, sys, time
-from slurm_elastico.runtime import report_progress
-
-
+PROGRAM = step_program("work()", setup="""
 def work():
     return sum(i * i for i in range(20000))
 
@@ -55,21 +51,8 @@ node = os.environ["SLURMD_NODENAME"]
 gpu = int((os.environ.get("SLURM_JOB_GPUS") or os.environ["CUDA_VISIBLE_DEVICES"]).split(",")[0])
 core = cores[(offsets[node] + gpu) % len(cores)]
 os.sched_setaffinity(0, {core})
-print(f"fake GPU {node}:{gpu} is CPU core {core}", flush=True)
-ckpt = os.path.join(os.environ["ELASTICO_CKPT_DIR"], "step")
-step = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
-stop = []
-signal.signal(signal.SIGTERM, lambda s, f: stop.append(s))
-signal.signal(signal.SIGUSR1, lambda s, f: stop.append(s))
-total = int(os.environ["ELASTICO_STEPS"])
-report_progress(step, total, final=True)
-while step < total and not stop:
-    work()
-    step += 1
-    report_progress(step, total)
-open(ckpt, "w").write(str(step))
-sys.exit(75 if stop else 0)
-"""
+print(f"fake GPU {node}:{gpu} is CPU core {core}", flush=True)""")
+"""Each step is CPU work on the job's own core (see the module's text); `--calibrate` prints its steps/s on one."""
 
 FAMILY = """kind: train
 name: contend-live
