@@ -101,6 +101,16 @@ def distinct(a: Sequence[SoloProfile], b: Sequence[SoloProfile],
     return [a[i] if i < n else b[i - n] for i in first.tolist()], inverse[:n], inverse[n:]
 
 
+MIN_GAIN = 0.1
+"""The least gain a shared GPU must show, predicted (the planner's gain rule: combined speed >= 1 + margin, the
+margin never below this) or observed (probe and revert, `interference.probe`): a pairing that gains less is not
+worth its risk and its restarts. A policy choice, set above what a pair that gains nothing measures: two jobs
+time-slicing one CPU core through real Slurm measured 1.00 to 1.06 of one GPU's worth of solo speed, not 1,
+because each solo speed is taken while other work (the helper, other jobs) shares the machine
+(tests/slurm/test_probe_revert_live.py, four runs on Slurm 22.05 and 24.11). On a GPU the noise differs; this
+is not a measured bound for it."""
+
+
 def admissible(model: SlowdownModel, a: Sequence[SoloProfile], b: Sequence[SoloProfile], floor: float) -> np.ndarray:
     """Whether each pair (a[k], b[k]) may share a GPU: both keep >= floor of solo speed by the model.
 

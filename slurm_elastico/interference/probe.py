@@ -9,7 +9,8 @@ speed ÷ solo speed) and their sum, the GPU's combined speed.
 * It is **reverted** when the combined speed is below 1 + margin (sharing the
   GPU did not gain: two jobs one after the other would do as well, without the
   risk) or when a job runs below its floor. The margin is the model's gain
-  margin, and at least `MIN_GAIN`: what a pair that gains nothing can measure.
+  margin, and at least `base.MIN_GAIN`, the least gain the planner asks of a
+  pairing too.
 * Otherwise it is **kept**.
 
 Pure logic: `judge_pairings` takes the observer's accumulated (work, seconds)
@@ -32,7 +33,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from slurm_elastico.interference.base import SlowdownModel, SoloProfile, distinct
+from slurm_elastico.interference.base import MIN_GAIN, SlowdownModel, SoloProfile, distinct
 
 PairKey = tuple[int, str, int, str]
 """(job, its shape, partner, partner's shape): one direction of a co-located pair, as the observer keys it."""
@@ -40,12 +41,6 @@ MIN_TRIAL_S = 10.0
 """Seconds each job of a pair must have run beside the other before the pairing is judged. The observer spends a
 pair's accumulated time once it makes an observation of it (`helper.observe.MIN_PAIR_S`, also 10 s), so judge on
 the same accumulation before that call, with a `min_seconds` no larger than it."""
-MIN_GAIN = 0.1
-"""The least observed gain that keeps a pairing, whatever the model's margin (the untrained model has none). A pair
-that gains nothing still measures a little above 1: each solo speed is taken while other work (the helper, other
-jobs' processes) shares the machine. Two jobs time-slicing one CPU core through real Slurm measured 1.00 to 1.06
-(tests/slurm/test_probe_revert_live.py, four runs on Slurm 22.05 and 24.11); 0.1 is above all of them with room to
-spare, so such a pair is reverted."""
 REFUSE_S = 6 * 3600.0
 """How long a reverted pairing stays refused (its jobs may change phase; a later trial is allowed)."""
 
@@ -70,7 +65,7 @@ def judge_pairings(beside: Mapping[PairKey, tuple[float, float]], solo_rates: Ma
     """A verdict for every pair with enough side-by-side progress in both directions and both solo rates known.
 
     `floors`: one floor for every job, or a floor per job id (a job not listed has none). `margin` >= 0: the
-    combined speed must exceed 1 + margin, or 1 + `MIN_GAIN` when that is more. Pairs without enough evidence
+    combined speed must reach 1 + margin, or 1 + `MIN_GAIN` when that is more. Pairs without enough evidence
     yet get no verdict (still on trial).
     """
     if not (margin >= 0 and math.isfinite(margin)):
@@ -103,9 +98,15 @@ def judge_pairings(beside: Mapping[PairKey, tuple[float, float]], solo_rates: Ma
     return out
 
 
+MEASURED = ("sm_util", "membw_util", "mem_used_mib", "power_w")
+"""A profile's fields that a job's counters, measured alone, replace (`shapes.solo.solo_profile`)."""
+
+
 def profile_key(p: SoloProfile) -> tuple:
-    """A profile as a hashable key in which an unmeasured (NaN) field equals another unmeasured one."""
-    return tuple(None if isinstance(v, float) and math.isnan(v) else v for v in vars(p).values())
+    """What a refusal is keyed on: the profile without its counters, so a pair stays refused once its jobs are
+    measured alone again (on a GPU each solo interval gives new counters) and for other jobs of the same family
+    and shape; an unmeasured (NaN) field equals another unmeasured one."""
+    return tuple(None if isinstance(v, float) and math.isnan(v) else v for k, v in vars(p).items() if k not in MEASURED)
 
 
 class Refusals:
@@ -140,10 +141,13 @@ class Refusals:
     def from_list(cls, rows: list[dict]) -> Refusals:
         """Reads `to_list`'s form; a row that is not one raises ValueError naming it."""
         out = cls()
-        names = [f.name for f in fields(SoloProfile)]
+        every = [f.name for f in fields(SoloProfile)]
+        keyed = [n for n in every if n not in MEASURED]
         for i, row in enumerate(rows):
-            try:
-                a, b = (SoloProfile(**{n: (math.nan if v is None else v) for n, v in zip(names, row[k], strict=True)})
+            try:  # a row holds `profile_key`'s fields; one written before refusals were keyed so, every field
+                a, b = (SoloProfile(**{n: (math.nan if v is None else v)
+                                       for n, v in zip(every if len(row[k]) == len(every) else keyed, row[k],
+                                                       strict=True)})
                         for k in ("a", "b"))
                 until = float(row["until"])
             except (KeyError, TypeError, ValueError) as exc:

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from slurm_elastico.interference.base import ContentionModel, SlowdownModel, SoloProfile
+from slurm_elastico.interference.base import MIN_GAIN, ContentionModel, SlowdownModel, SoloProfile
 
 
 def for_gpu(model: SlowdownModel | None, gpu_type: str) -> SlowdownModel | None:
@@ -85,9 +85,11 @@ class PairCache:
         # The gain rule's least margin: the model's own for that rule (calibrated on pairs' combined speed, where it
         # has one), else its one admission margin; the untrained stand-in's, its measured error. With per-pair
         # margins, packing takes the larger of this and each pair's (which may be below 0: admission's bar).
+        # Never below `MIN_GAIN`: a pairing predicted to gain less is not tried (the probe would undo it).
         own = float(getattr(model, "gain_margin", self.margin)) if model is not None else 0.0
         uncalibrated = isinstance(model, ContentionModel) and not self.per_pair
-        self.gain_margin = max(own, UNCALIBRATED_GAIN_MARGIN) if uncalibrated else own
+        least = max(MIN_GAIN, UNCALIBRATED_GAIN_MARGIN) if uncalibrated else MIN_GAIN
+        self.gain_margin = max(own, least) if model is not None else 0.0
         self._dense = np.zeros((0, 0))  # slowdowns of the first len(_dense) profiles, all pairs
         self._dense_margin = np.zeros((0, 0))  # their margins (per_pair only)
         self._known: dict[tuple[int, int], float] = {}  # pairs outside the dense block

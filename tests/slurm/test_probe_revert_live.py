@@ -37,8 +37,8 @@ def work():
 
 
 cores = sorted(os.sched_getaffinity(0))
-if sys.argv[1] == "--calibrate":  # steps/s on one core, nothing else on it
-    os.sched_setaffinity(0, {cores[0]})
+if sys.argv[1] == "--calibrate":  # steps/s on core number argv[2] (of those this process may use)
+    os.sched_setaffinity(0, {cores[int(sys.argv[2])]})
     work()
     n, t0 = 0, time.monotonic()
     while time.monotonic() - t0 < 2.0:
@@ -52,7 +52,7 @@ gpu = int((os.environ.get("SLURM_JOB_GPUS") or os.environ["CUDA_VISIBLE_DEVICES"
 core = cores[(offsets[node] + gpu) % len(cores)]
 os.sched_setaffinity(0, {core})
 print(f"fake GPU {node}:{gpu} is CPU core {core}", flush=True)""")
-"""Each step is CPU work on the job's own core (see the module's text); `--calibrate` prints its steps/s on one."""
+"""Each step is CPU work on the job's own core (see the module's text); `--calibrate N` prints its steps/s on core N."""
 
 FAMILY = """kind: train
 name: contend-live
@@ -78,6 +78,22 @@ MAX_EPOCHS = 8
 """A few epochs: warm-up (5 s), two readings >= 5 s apart and 10 s side by side need 3 to 5 of them, 6 s apart."""
 
 
+def calibrate(program) -> float:
+    """The program's steps/s on one core, the slower of the first two, measured on both at once (as the jobs run)."""
+    runs = [subprocess.Popen([sys.executable, str(program), "--calibrate", str(i)], stdout=subprocess.PIPE, text=True)
+            for i in (0, 1)]
+    out = [run.communicate(timeout=60)[0] for run in runs]
+    assert all(run.returncode == 0 for run in runs), out
+    return min(float(x) for x in out)
+
+
+def core_of(c: Cluster, job_id: int) -> int:
+    """The core the job's latest run pinned itself to (its output's last "is CPU core N" line)."""
+    lines = [x for x in c.text(job_id).splitlines() if " is CPU core " in x]
+    assert lines, f"job {job_id} did not say its core: {c.text(job_id)}"
+    return int(lines[-1].rsplit(" ", 1)[1])
+
+
 def samples(root) -> dict:
     """What the helper accumulated of the jobs' speeds (for a failure's message)."""
     with Store(root / "state" / "elastico.sqlite") as store:
@@ -90,20 +106,18 @@ def test_a_co_location_that_does_not_pay_is_undone_recorded_and_refused(slurm_cl
         pytest.skip("needs two CPU cores: each job's fake GPU is backed by a core of its own")
     program = tmp_path / "contend.py"
     program.write_text(PROGRAM)
-    calibrated = subprocess.run([sys.executable, str(program), "--calibrate"], capture_output=True, text=True,
-                                timeout=60, check=True)
-    speed = float(calibrated.stdout)
-    c = Cluster(dict(slurm_cluster.env()), tmp_path, {"f.yaml": FAMILY.format(floor=FLOOR * speed, speed=speed,
-                                                                                    whole=1.8 * speed)},
-                config="planner: {policy: static}\ngpu: {type: fake}\n")
+    c = Cluster(dict(slurm_cluster.env()), tmp_path, {}, config="planner: {policy: static}\ngpu: {type: fake}\n")
     try:
         first, second = idle_nodes(c)  # nothing else runs: this machine's cores are the jobs' GPUs
+        speed = calibrate(program)
+        (tmp_path / "f.yaml").write_text(FAMILY.format(floor=FLOOR * speed, speed=speed, whole=1.8 * speed))
         offsets = tmp_path / "offsets.json"
         offsets.write_text(json.dumps({first: 0, second: 1}))  # GPU 0 of each node: two different cores
         a = c.submit("f.yaml", program, str(offsets), options=("-w", first))
         b = c.submit("f.yaml", program, str(offsets), options=("-w", second))
         wait_report(c, a, 0)
         wait_report(c, b, 0)
+        assert core_of(c, a) != core_of(c, b), (c.text(a), c.text(b))  # alone, each on a core of its own
         until(c, lambda notes: solo_rates(tmp_path) == {a, b}, "a solo rate for each job")
         with Store(tmp_path / "state" / "elastico.sqlite") as store:
             alone = {r["job_id"]: r["work"] / r["seconds"] for r in store.query("SELECT * FROM solo_rate")}
@@ -115,6 +129,7 @@ def test_a_co_location_that_does_not_pay_is_undone_recorded_and_refused(slurm_cl
         wait_report(c, b, 1)
         gpus = {j.job_id: {(n, i) for n, i, _ in j.gpu_alloc} for j in c.gateway.snapshot().jobs}
         assert gpus[a] == gpus[b], f"Slurm placed the jobs on different GPUs ({gpus[a]} vs {gpus[b]})"
+        assert core_of(c, a) == core_of(c, b)
         undone, notes = None, []
         for n in range(1, MAX_EPOCHS + 1):
             result = epoch(c)
@@ -140,7 +155,7 @@ def test_a_co_location_that_does_not_pay_is_undone_recorded_and_refused(slurm_cl
         # The observation the predictor learns from: both jobs at about half speed (one core time-sliced).
         assert len(observed) == 1, observed
         norms = observed[0]["a_norm"], observed[0]["b_norm"]
-        assert max(norms) < FLOOR and sum(norms) < 1.25, norms  # about half speed each: sharing gained nothing
+        assert max(norms) < FLOOR and sum(norms) < 1.25, norms  # about half speed each, far from a gain
         print(f"  observed side by side: {norms[0]:.3f} + {norms[1]:.3f} = {sum(norms):.3f} of solo speed")
         assert len(refused) == 1, refused  # the pair of profiles is not paired again while refused
 
@@ -149,6 +164,7 @@ def test_a_co_location_that_does_not_pay_is_undone_recorded_and_refused(slurm_cl
         apart = {j: {(n, i) for n, i, _ in jobs[j].gpu_alloc} for j in (a, b)}
         assert jobs[a].state is JobState.RUNNING and jobs[b].state is JobState.RUNNING
         assert not apart[a] & apart[b] and {n for n, _ in apart[b]} == {first}, apart
+        assert core_of(c, a) != core_of(c, b)
         assert "elastico:shape=mb8-fp32-mps100" in jobs[b].admin_comment
     finally:
         c.cancel_all()

@@ -1,5 +1,6 @@
 """Probe and revert: pairings judged on observed progress, and refused pairs the planner's cache never admits."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -79,6 +80,16 @@ def test_refused_pairs_get_infinite_slowdown_until_the_refusal_ends():
     assert refusals.model(plain, now=200.0) is plain  # nothing refused: the model itself, unwrapped
 
 
+def test_a_refusal_holds_when_the_jobs_counters_are_measured_again():
+    jobs = _jobs()
+    refusals = Refusals()
+    refusals.add(jobs[0], jobs[1], now=0.0)
+    remeasured = dataclasses.replace(jobs[0], sm_util=0.61, membw_util=0.33, mem_used_mib=2345.0, power_w=180.0)
+    assert refusals.refused(remeasured, jobs[1], now=1.0)  # each solo interval on a GPU gives new counters
+    other = dataclasses.replace(jobs[0], model_family="another")
+    assert not refusals.refused(other, jobs[1], now=1.0)  # another model is another pair
+
+
 def test_the_planner_cache_never_admits_a_refused_pair():
     jobs = _jobs()
     refusals = Refusals()
@@ -101,3 +112,7 @@ def test_refusals_survive_a_round_trip_through_json():
     assert not again.refused(jobs[0], jobs[2], now=1.0) and not again.refused(jobs[2], jobs[2], now=51.0)
     with pytest.raises(ValueError, match="refusal 0"):
         Refusals.from_list([{"a": [1, 2], "b": [], "until": 3}])
+    # A row written before refusals were keyed without counters holds every field of each profile.
+    full = [None if isinstance(v, float) and math.isnan(v) else v for v in vars(jobs[0]).values()]
+    old = Refusals.from_list([{"a": full, "b": full, "until": 10.0}])
+    assert old.refused(jobs[0], dataclasses.replace(jobs[0], sm_util=0.5), now=5.0)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from slurm_elastico.config import Settings
-from slurm_elastico.interference.base import SoloProfile, admissible
+from slurm_elastico.interference.base import MIN_GAIN, SoloProfile, admissible
 from slurm_elastico.model import JobState
 from slurm_elastico.planner import exact, run_epoch
 from slurm_elastico.planner.packing import GpuState, Row, Seat, best_solo
@@ -96,10 +96,17 @@ def test_a_pair_summing_to_1_3_needs_a_margin_under_0_3():
 
 
 def test_a_pair_exactly_at_one_plus_the_margin_is_admitted():
-    # No slowdown: 0.5 + 0.5 = 1.0 >= 1 + 0, and 0.625 + 0.625 = 1.25 >= 1 + 0.25 (exact in binary).
-    assert pair_admitted(Even(1.0, 0.0), 0.5, floor=0.0)
+    # No slowdown: 0.625 + 0.625 = 1.25 >= 1 + 0.25 (exact in binary).
     assert pair_admitted(Even(1.0, 0.25), 0.625, floor=0.0)
     assert not pair_admitted(Even(1.0, 0.25), 0.62, floor=0.0)
+
+
+def test_a_model_without_a_gain_margin_still_asks_the_least_gain():
+    # Margin 0: 0.5 + 0.5 = 1.0 gains nothing and 1.09 too little (MIN_GAIN 0.1); 0.5625 + 0.5625 = 1.125 passes.
+    assert MIN_GAIN == 0.1 and PairCache(Even(1.0, 0.0)).gain_margin == MIN_GAIN
+    assert not pair_admitted(Even(1.0, 0.0), 0.5, floor=0.0)
+    assert not pair_admitted(Even(1.0, 0.0), 0.545, floor=0.0)
+    assert pair_admitted(Even(1.0, 0.0), 0.5625, floor=0.0)
 
 
 def test_a_job_alone_is_admitted_whatever_its_fraction_or_margin():
@@ -126,10 +133,10 @@ def test_per_pair_the_larger_direction_counts():
 def three(m_ab: float) -> bool:
     """A and B share a GPU (margin `m_ab` between them); whether C may join, its own pairs at margin 0.
 
-    Alone: f_A = f_B = 0.7, f_C = 1. C halves A's and B's speed and is slowed 1.5× by each:
-    the pair C+A alone gives 1/1.5 + 0.7/2 = 1.02, the three together 0.35 + 0.35 + 1/2 = 1.2.
+    Alone: f_A = f_B = 0.7, f_C = 1. C halves A's and B's speed and is slowed 1.25× by each:
+    the pair C+A alone gives 1/1.25 + 0.7/2 = 1.15, the three together 0.35 + 0.35 + 1/1.5 = 1.37.
     """
-    model = Table({("a", "c"): 2.0, ("b", "c"): 2.0, ("c", "a"): 1.5, ("c", "b"): 1.5},
+    model = Table({("a", "c"): 2.0, ("b", "c"): 2.0, ("c", "a"): 1.25, ("c", "b"): 1.25},
                   {("a", "b"): m_ab, ("b", "a"): m_ab})
     state = gpu(model, floor=0.3)
     a, ra = seat_row(state, 1, 40, 0.7, 1.0, "a")
@@ -142,8 +149,8 @@ def three(m_ab: float) -> bool:
 
 
 def test_per_pair_the_largest_margin_of_the_gpu_counts():
-    assert three(0.0)  # 1.2 >= 1.0
-    assert not three(0.3)  # 1.2 < 1.3: the margin of A and B, a pair C is not in, counts
+    assert three(0.0)  # 1.37 >= 1.1 (MIN_GAIN)
+    assert not three(0.38)  # 1.37 < 1.38: the margin of A and B, a pair C is not in, counts
 
 
 def test_each_pair_of_the_newcomer_must_gain_on_its_own():
@@ -164,7 +171,7 @@ def test_each_pair_of_the_newcomer_must_gain_on_its_own():
 
 
 def test_a_foreign_occupant_counts_as_its_share_of_the_gpu():
-    for f, admitted in ((0.65, True), (0.55, False)):  # next to a foreign 40 %: 1.05 and 0.95
+    for f, admitted in ((0.75, True), (0.65, False), (0.55, False)):  # next to a foreign 40 %: 1.15, 1.05, 0.95
         state = gpu(Even(1.0))
         foreign = Seat(9, 0.0, Row(-1, state.cache.add(SoloProfile(kind="train", mps_share=40)), float("inf"), 40,
                                    0.0, 0.0, 0.0))
@@ -212,7 +219,8 @@ def test_the_exact_optimum_applies_the_gain_rule():
     def best(model):
         return exact.optimum(snap, {1: fam, 2: fam}, "waiting", NOW, model, FLOOR, 81920)
 
-    assert best(Even(1.1)) == pytest.approx(shared)  # 0.6/1.1 × 2 = 1.09
+    assert best(Even(1.05)) == pytest.approx(shared)  # 0.6/1.05 × 2 = 1.14 >= 1.1 (MIN_GAIN)
+    assert best(Even(1.1)) == pytest.approx(max(w.values()))  # 0.6/1.1 × 2 = 1.09: gains too little
     assert best(Even(1.35)) == pytest.approx(max(w.values()))  # 0.6/1.35 × 2 = 0.89: one job on the whole GPU
     assert floors_admit(Even(1.35))
 
