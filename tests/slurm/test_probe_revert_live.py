@@ -9,7 +9,7 @@ at its whole-GPU shape, journaled), records the observation the predictor learns
 
 The family's floor is 0.65 of the program's speed on one core, measured here before the jobs start; the jobs
 run at about 0.5 of it side by side, so the floor is what the test relies on. The gain rule would revert the pair
-too (it measured 1.00 to 1.06 of one GPU's worth, under 1 + `probe.MIN_GAIN`), but by less, and each solo speed
+too (it measured 0.96 to 1.06 of one GPU's worth, under 1 + `base.MIN_GAIN`), but by less, and each solo speed
 is taken while the helper shares the machine, so the test does not rest on it.
 Needs two CPU cores, so that the two jobs' GPUs, apart, are two cores.
 """
