@@ -105,8 +105,8 @@ MIN_GAIN = 0.1
 """The least gain a shared GPU must show, predicted (the planner's gain rule: combined speed >= 1 + margin, the
 margin never below this) or observed (probe and revert, `interference.probe`): a pairing that gains less is not
 worth its risk and its restarts. A policy choice, set above what a pair that gains nothing measures: two jobs
-time-slicing one CPU core through real Slurm measured 0.96 to 1.06 of one GPU's worth of solo speed, not 1,
-because each solo speed is taken while other work (the helper, other jobs) shares the machine
+time-slicing one CPU core through real Slurm measured 0.96 to 1.06 of one GPU's worth of solo speed, around 1
+but not at it, because each speed is taken while other work (the helper, other jobs) shares the machine
 (tests/slurm/test_probe_revert_live.py, six runs on Slurm 22.05 and 24.11). On a GPU the noise differs; this
 is not a measured bound for it."""
 
