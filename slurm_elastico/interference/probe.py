@@ -91,7 +91,7 @@ def judge_pairings(beside: Mapping[PairKey, tuple[float, float]], solo_rates: Ma
             reason = f"job {j} runs at {n:.2f} of its solo speed beside job {b if j == a else a}, below its floor {f:g}"
         elif combined < 1.0 + margin:
             reason = (f"jobs {a} and {b} together run at {combined:.2f} of one GPU's worth of solo speed "
-                      f"({norms[0]:.2f} + {norms[1]:.2f}), not above 1 + margin {margin:g}: sharing does not gain")
+                      f"({norms[0]:.2f} + {norms[1]:.2f}), below 1 + margin {margin:g}: sharing does not gain")
         else:
             reason = f"jobs {a} and {b} together run at {combined:.2f} ({norms[0]:.2f} + {norms[1]:.2f}): kept"
         out.append(Verdict((a, b), (sa, sb), norms, combined, bool(below) or combined < 1.0 + margin, reason))
@@ -152,7 +152,8 @@ class Refusals:
                 until = float(row["until"])
             except (KeyError, TypeError, ValueError) as exc:
                 raise ValueError(f"refusal {i}: not a pair of solo profiles with an end time ({exc})") from None
-            out._until[frozenset((profile_key(a), profile_key(b)))] = until
+            key = frozenset((profile_key(a), profile_key(b)))  # old rows that differed in counters are one now
+            out._until[key] = max(out._until.get(key, 0.0), until)
         return out
 
     def model(self, model: SlowdownModel, now: float) -> SlowdownModel:

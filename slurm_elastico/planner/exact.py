@@ -5,7 +5,8 @@ objective up to the constant `Σ_j w_j`), with one shape and one GPU per job
 at most, shares and memory per GPU, CPUs and memory per node, and no pair of
 shapes on one GPU that the interference model puts under a floor (with its
 admission margin, as packing checks it: speed >= floor × (1 + margin)) or that
-does not gain (packing's gain rule: f_a + f_b >= 1 + the pair's margin, f a
+does not gain (packing's gain rule: f_a + f_b >= 1 + the larger of the pair's
+margin and `PairCache.gain_margin`, which is at least `MIN_GAIN`; f a
 job's predicted co-located throughput ÷ its throughput alone at its family's
 fastest single-GPU shape). Pairs only: the planner also refuses three-way
 co-locations whose added slowdowns break a floor or the whole GPU's gain, and

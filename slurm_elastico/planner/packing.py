@@ -19,7 +19,8 @@ Besides the floors, a GPU is shared only when the GPU as a whole gains
 (DESIGN, IAC): with f_i = job i's predicted co-located throughput ÷ its
 throughput alone at its family's best single-GPU shape (`fraction`), a
 placement next to others is admitted only if Σ_i f_i >= 1 + m over everyone
-on the GPU, m the largest of the model's gain margin and the admission margins
+on the GPU, m the largest of the gain margin (`PairCache.gain_margin`: the
+model's, never below `interference.base.MIN_GAIN`) and the admission margins
 of the GPU's pairs (the one margin of all pairs when margins are not per
 pair); a pair that only breaks even is
 waste plus risk, and a model unsure of a GPU type (wide margins) shares only

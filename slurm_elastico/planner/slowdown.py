@@ -85,9 +85,12 @@ class PairCache:
         # The gain rule's least margin: the model's own for that rule (calibrated on pairs' combined speed, where it
         # has one), else its one admission margin; the untrained stand-in's, its measured error. With per-pair
         # margins, packing takes the larger of this and each pair's (which may be below 0: admission's bar).
-        # Never below `MIN_GAIN`: a pairing predicted to gain less is not tried (the probe would undo it).
+        # Never below `MIN_GAIN`: a pairing predicted to gain less is not tried (the probe would undo it). Whether the
+        # model is the untrained stand-in is asked of the model a `probe.RefusingModel` wraps, whose per-pair margins
+        # are the stand-in's one margin: refusing some pairs must not lower the bar for the others.
         own = float(getattr(model, "gain_margin", self.margin)) if model is not None else 0.0
-        uncalibrated = isinstance(model, ContentionModel) and not self.per_pair
+        inner = getattr(model, "inner", model)
+        uncalibrated = isinstance(inner, ContentionModel) and not hasattr(inner, "admission_margins")
         least = max(MIN_GAIN, UNCALIBRATED_GAIN_MARGIN) if uncalibrated else MIN_GAIN
         self.gain_margin = max(own, least) if model is not None else 0.0
         self._dense = np.zeros((0, 0))  # slowdowns of the first len(_dense) profiles, all pairs

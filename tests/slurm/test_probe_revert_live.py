@@ -82,7 +82,11 @@ def calibrate(program) -> float:
     """The program's steps/s on one core, the slower of the first two, measured on both at once (as the jobs run)."""
     runs = [subprocess.Popen([sys.executable, str(program), "--calibrate", str(i)], stdout=subprocess.PIPE, text=True)
             for i in (0, 1)]
-    out = [run.communicate(timeout=60)[0] for run in runs]
+    try:
+        out = [run.communicate(timeout=60)[0] for run in runs]
+    finally:
+        for run in runs:
+            run.kill()
     assert all(run.returncode == 0 for run in runs), out
     return min(float(x) for x in out)
 
@@ -129,7 +133,8 @@ def test_a_co_location_that_does_not_pay_is_undone_recorded_and_refused(slurm_cl
         wait_report(c, b, 1)
         gpus = {j.job_id: {(n, i) for n, i, _ in j.gpu_alloc} for j in c.gateway.snapshot().jobs}
         assert gpus[a] == gpus[b], f"Slurm placed the jobs on different GPUs ({gpus[a]} vs {gpus[b]})"
-        assert core_of(c, a) == core_of(c, b)
+        assert core_of(c, a) == core_of(c, b), ("one GPU, yet two cores: does Slurm narrow the jobs' CPU affinity?",
+                                                c.text(a), c.text(b))
         undone, notes = None, []
         for n in range(1, MAX_EPOCHS + 1):
             result = epoch(c)

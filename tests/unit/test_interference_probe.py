@@ -34,7 +34,7 @@ def test_a_pairing_that_breaks_even_is_reverted():
 
 def test_a_pairing_must_gain_more_than_measurement_noise_whatever_the_model_margin():
     (v,) = judge_pairings(_beside(5.2, 2.1), SOLO, floors=0.0, margin=0.0)  # 0.52 + 0.525: time-sliced, measured
-    assert v.revert and "not above 1 + margin 0.1" in v.reason and MIN_GAIN == 0.1
+    assert v.revert and "below 1 + margin 0.1" in v.reason and MIN_GAIN == 0.1
     (v,) = judge_pairings(_beside(5.8, 2.2), SOLO, floors=0.0, margin=0.0)  # 0.58 + 0.55 = 1.13
     assert not v.revert
 
@@ -57,7 +57,7 @@ def test_no_verdict_before_enough_evidence():
 
 def _jobs():
     return [SoloProfile(kind="train", throughput=10.0, batch=32.0, model_family="a"),
-            SoloProfile(kind="infer", throughput=4.0, batch=1.0, model_family="b", sm_util=math.nan),
+            SoloProfile(kind="infer", throughput=4.0, batch=math.nan, model_family="b", sm_util=math.nan),
             SoloProfile(kind="train", throughput=2.0, batch=8.0, model_family="c")]
 
 
@@ -65,7 +65,7 @@ def test_refused_pairs_get_infinite_slowdown_until_the_refusal_ends():
     jobs = _jobs()
     refusals = Refusals()
     # The profile the helper rebuilds next epoch is another object, equal in value (NaN fields included).
-    again = SoloProfile(kind="infer", throughput=4.0, batch=1.0, model_family="b", sm_util=float("nan"))
+    again = SoloProfile(kind="infer", throughput=4.0, batch=float("nan"), model_family="b")
     refusals.add(jobs[0], again, now=100.0, seconds=50.0)
     model = refusals.model(ContentionModel(), now=120.0)
     s = model.predict([jobs[0], jobs[1], jobs[0]], [jobs[1], jobs[0], jobs[2]])

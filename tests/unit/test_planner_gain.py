@@ -79,7 +79,7 @@ def test_a_pair_summing_to_0_95_is_refused_though_both_hold_their_floors():
     model = Even(1.25)  # each runs at 0.8 of its own solo speed: above the floor 0.6
     assert floors_admit(model)
     assert not pair_admitted(model, 0.475 * 1.25)  # f = 0.475 each: 0.95 in all
-    assert pair_admitted(model, 0.55 * 1.25)  # f = 0.55 each: 1.1, a gain
+    assert pair_admitted(model, 0.6 * 1.25)  # f = 0.6 each: 1.2, a gain
 
 
 def test_an_unknown_reference_keeps_the_old_rule():
@@ -178,10 +178,10 @@ def test_a_foreign_occupant_counts_as_its_share_of_the_gpu():
         state.attach(foreign, 0, 0.0)
         a, ra = seat_row(state, 1, 60, f, 1.0)
         assert (state.fits(a, ra, 0) > 0) is admitted, f
-    state = gpu(Even(1.25))  # its slowdown counts too: 0.4/1.25 + 0.75/1.25 = 0.92
+    state = gpu(Even(1.25))  # its slowdown counts too: 0.4/1.25 + 0.9/1.25 = 1.04 (1.12 were it ignored)
     state.attach(Seat(9, 0.0, Row(-1, state.cache.add(SoloProfile(kind="train", mps_share=40)), float("inf"), 40,
                                   0.0, 0.0, 0.0)), 0, 0.0)
-    a, ra = seat_row(state, 1, 60, 0.75, 1.0)
+    a, ra = seat_row(state, 1, 60, 0.9, 1.0)
     assert state.fits(a, ra, 0) == 0.0
 
 
@@ -221,6 +221,7 @@ def test_the_exact_optimum_applies_the_gain_rule():
 
     assert best(Even(1.05)) == pytest.approx(shared)  # 0.6/1.05 × 2 = 1.14 >= 1.1 (MIN_GAIN)
     assert best(Even(1.1)) == pytest.approx(max(w.values()))  # 0.6/1.1 × 2 = 1.09: gains too little
+    assert two_halves(0.6, Even(1.1)) == [(1, 100)] and two_halves(0.6, Even(1.05)) == [(1, 50), (2, 50)]  # packing agrees
     assert best(Even(1.35)) == pytest.approx(max(w.values()))  # 0.6/1.35 × 2 = 0.89: one job on the whole GPU
     assert floors_admit(Even(1.35))
 

@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 
 from slurm_elastico.config import Settings
-from slurm_elastico.interference.base import ContentionModel, SoloProfile
+from slurm_elastico.interference.base import MIN_GAIN, ContentionModel, SoloProfile
+from slurm_elastico.interference.probe import Refusals
 from slurm_elastico.model import ActionKind, GpuUse, Snapshot
 from slurm_elastico.planner import run_epoch
-from slurm_elastico.planner.slowdown import UNCALIBRATED_GAIN_MARGIN, PairCache
+from slurm_elastico.planner.slowdown import UNCALIBRATED_GAIN_MARGIN, PairCache, for_gpu
 from tests.synthetic import cluster, family, running, with_users
 
 PAIRS = Path(__file__).resolve().parents[2] / "slurm_elastico" / "sim" / "data" / "gavel_pairs_p100.csv"
@@ -34,6 +35,25 @@ def test_a_model_with_no_margin_gets_the_stand_in_margin_and_none_means_no_inter
     assert PairCache(ContentionModel()).gain_margin == UNCALIBRATED_GAIN_MARGIN
     assert PairCache(ContentionModel()).margin == 0.0  # the floors' margin stays the model's own
     assert PairCache(None).gain_margin == 0.0
+
+
+class Calibrated:
+    """A trained model's interface, reduced: predictions and its own gain margin."""
+
+    def __init__(self, gain_margin: float):
+        self.gain_margin = gain_margin
+
+    def predict(self, a, b):
+        return np.ones(len(a))
+
+
+def test_refusing_some_pairs_keeps_the_stand_in_margin_for_the_others():
+    refusals = Refusals()
+    refusals.add(SoloProfile(kind="train", model_family="a"), SoloProfile(kind="infer", model_family="b"), now=0.0)
+    wrapped = refusals.model(ContentionModel(), now=1.0)
+    assert not isinstance(wrapped, ContentionModel) and PairCache(wrapped).per_pair  # margins per pair
+    assert PairCache(for_gpu(wrapped, "a100-80g")).gain_margin == UNCALIBRATED_GAIN_MARGIN
+    assert PairCache(refusals.model(Calibrated(0.05), now=1.0)).gain_margin == MIN_GAIN  # a trained one: its own
 
 
 NOW = 100_000.0

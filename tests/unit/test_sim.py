@@ -140,7 +140,7 @@ def test_the_truth_never_asks_the_policys_model(truth, monkeypatch):
     spy = Spy()
     # Small ncf jobs: half a GPU runs one nearly as fast as a whole one, so a model that believes sharing is free
     # pairs them (their summed fractions clear the gain rule's least gain, MIN_GAIN).
-    jobs = [TraceJob(i, 10.0 * i, "train", "ncf", 1, 300, global_batch=32) for i in range(6)]
+    jobs = [TraceJob(i, 10.0 * i, "train", "ncf", 1, 300, global_batch=32) for i in range(1, 7)]
     sim = SimSettings(gpus=2, gpus_per_node=2, placement_window_s=-1)
     e = engine.Engine(jobs, "elastico", Settings(), sim, spy, truth, seed=3)
     rerate = e._rerate
