@@ -50,6 +50,10 @@ class Cluster:
         self.ids.append(job_id)
         return job_id
 
+    def store(self) -> Store:
+        """The helper's store (its state directory is `root`/state)."""
+        return Store(self.root / "state" / "elastico.sqlite")
+
     def text(self, job_id: int) -> str:
         p = self.root / f"{job_id}.out"
         return p.read_text(errors="replace") if p.exists() else ""
@@ -134,9 +138,9 @@ def epoch(c: Cluster) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def solo_rates(root) -> set[int]:
-    """The jobs the helper has a solo speed for (in the store of the `Cluster` at `root`)."""
-    with Store(root / "state" / "elastico.sqlite") as store:
+def solo_rates(c: Cluster) -> set[int]:
+    """The jobs the helper has a solo speed for."""
+    with c.store() as store:
         return {r["job_id"] for r in store.query("SELECT job_id FROM solo_rate")}
 
 

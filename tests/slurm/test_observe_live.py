@@ -17,7 +17,6 @@ import pytest
 from slurm_elastico.interference.measurements import load_from_store
 from slurm_elastico.model import JobState
 from slurm_elastico.helper.observe import MAX_NORM
-from slurm_elastico.store import Store
 
 from live_helpers import BIN, Cluster, idle_nodes, solo_rates, step_program, until, wait_report
 
@@ -52,7 +51,7 @@ def test_helper_learns_solo_speeds_and_records_the_observed_slowdown(slurm_clust
         b = c.submit("f.yaml", program, options=("-w", second))
         wait_report(c, a, 0)
         wait_report(c, b, 0)
-        until(c, lambda notes: solo_rates(tmp_path) == {a, b}, "a solo rate for each job")
+        until(c, lambda notes: solo_rates(c) == {a, b}, "a solo rate for each job")
         status = subprocess.run([str(BIN / "elastico"), "status", "--json"], env=c.env, capture_output=True, text=True,
                                 timeout=60)
         jobs = {j["job_id"]: j for j in json.loads(status.stdout)["jobs"]}
@@ -65,7 +64,7 @@ def test_helper_learns_solo_speeds_and_records_the_observed_slowdown(slurm_clust
         assert gpus[a] == gpus[b], f"Slurm placed the jobs on different GPUs ({gpus[a]} vs {gpus[b]})"
         until(c, lambda notes: any(f"observed: jobs {min(a, b)} and {max(a, b)}" in n for n in notes),
               "the co-location observed")
-        with Store(tmp_path / "state" / "elastico.sqlite") as store:
+        with c.store() as store:
             (obs,) = load_from_store(store, source="observed")
         assert 0 < obs.norm_a <= MAX_NORM and 0 < obs.norm_b <= MAX_NORM
         print(f"\n  two jobs on one fake GPU (shared CPUs): {obs.norm_a:.2f} and {obs.norm_b:.2f} of solo speed")

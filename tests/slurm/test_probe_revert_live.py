@@ -25,7 +25,6 @@ import time
 import pytest
 
 from slurm_elastico.model import JobState
-from slurm_elastico.store import Store
 
 from live_helpers import Cluster, epoch, idle_nodes, solo_rates, step_program, until, wait_report
 
@@ -98,9 +97,9 @@ def core_of(c: Cluster, job_id: int) -> int:
     return int(lines[-1].rsplit(" ", 1)[1])
 
 
-def samples(root) -> dict:
+def samples(c: Cluster) -> dict:
     """What the helper accumulated of the jobs' speeds (for a failure's message)."""
-    with Store(root / "state" / "elastico.sqlite") as store:
+    with c.store() as store:
         return {t: [dict(r) for r in store.query(f"SELECT * FROM {t}")]
                 for t in ("solo_rate", "pair_rate", "colocation", "pair_refusal")}
 
@@ -122,8 +121,8 @@ def test_a_co_location_that_does_not_pay_is_undone_recorded_and_refused(slurm_cl
         wait_report(c, a, 0)
         wait_report(c, b, 0)
         assert core_of(c, a) != core_of(c, b), (c.text(a), c.text(b))  # alone, each on a core of its own
-        until(c, lambda notes: solo_rates(tmp_path) == {a, b}, "a solo rate for each job")
-        with Store(tmp_path / "state" / "elastico.sqlite") as store:
+        until(c, lambda notes: solo_rates(c) == {a, b}, "a solo rate for each job")
+        with c.store() as store:
             alone = {r["job_id"]: r["work"] / r["seconds"] for r in store.query("SELECT * FROM solo_rate")}
         assert min(alone.values()) > FLOOR * speed, (
             f"the jobs ran at {alone} steps/s alone, not above their floor {FLOOR * speed:.1f} (this machine "
@@ -144,14 +143,14 @@ def test_a_co_location_that_does_not_pay_is_undone_recorded_and_refused(slurm_cl
                 break
             time.sleep(6)
         assert undone, (f"the pairing was not undone within {MAX_EPOCHS} epochs; the epochs' notes: {notes}; "
-                        f"the helper's samples: {samples(tmp_path)}; job {a}: {c.text(a)}; job {b}: {c.text(b)}")
+                        f"the helper's samples: {samples(c)}; job {a}: {c.text(a)}; job {b}: {c.text(b)}")
         (move,) = undone
         assert move["job_id"] == b and move["status"] == "done", move  # the later arrival moves
         assert move["shape"] == "mb8-fp32-mps100" and move["nodes"] == [first], move
         assert "undo a co-location that did not pay" in move["reason"] and "below its floor" in move["reason"]
         print(f"\n  undone after {n} epoch(s) side by side: {move['reason']}")
 
-        with Store(tmp_path / "state" / "elastico.sqlite") as store:
+        with c.store() as store:
             journal = [(r["job_id"], r["kind"], r["status"]) for r in
                        store.query("SELECT * FROM journal WHERE job_id = ? ORDER BY id", (b,))]
             observed = store.query("SELECT a_norm, b_norm FROM colocation WHERE source = 'observed'")
@@ -162,7 +161,7 @@ def test_a_co_location_that_does_not_pay_is_undone_recorded_and_refused(slurm_cl
         norms = observed[0]["a_norm"], observed[0]["b_norm"]
         assert max(norms) < FLOOR and sum(norms) < 1.25, norms  # about half speed each, far from a gain
         print(f"  observed side by side: {norms[0]:.3f} + {norms[1]:.3f} = {sum(norms):.3f} of solo speed")
-        assert len(refused) == 1, refused  # the pair of profiles is not paired again while refused
+        assert len(refused) == 1, refused  # kept for the planner (unit tests: it never pairs them while refused)
 
         wait_report(c, b, 2)
         jobs = {j.job_id: j for j in c.gateway.snapshot().jobs}
