@@ -25,9 +25,11 @@ from slurm_elastico.slurm.runner import SubprocessRunner
 
 TEST_CLUSTER_ENV = "ELASTICO_TEST_CLUSTER_DIR"
 TEST_PORT_BASE_ENV = "ELASTICO_TEST_CLUSTER_PORT_BASE"
-TEST_PORT_BASE = DEFAULT_PORT_BASE + 20000
-"""The session cluster's ports: slurmctld 36817, slurmdbd 36819, MariaDB 36820, slurmd 37001-37004; apart from
-`elastico cluster up`'s defaults (16817-16820, 17001-) and from the clusters `test_cluster_live` starts (26817-)."""
+TEST_PORT_BASE = DEFAULT_PORT_BASE + 4000
+"""The session cluster's ports: slurmctld 20817, slurmdbd 20819, MariaDB 20820, slurmd 21001-21004; apart from
+`elastico cluster up`'s defaults (16817-16820, 17001-), the reshape benchmark's (18817-) and the clusters
+`test_cluster_live` starts (26817-), and below the kernel's range for outgoing connections (from 32768), where
+any connection may hold a port for a while."""
 
 
 @pytest.fixture(scope="session")

@@ -57,6 +57,29 @@ class Ports:
         return self.slurmd_first + index - 1
 
 
+def parse_port_ranges(text: str) -> list[tuple[int, int]]:
+    """The kernel's port lists as (first, last) pairs: `32768\t60999` (ip_local_port_range) or
+    `8080,9000-9010` (ip_local_reserved_ports, empty when none is reserved)."""
+    if "\t" in text.strip() or " " in text.strip():
+        first, last = text.split()
+        return [(int(first), int(last))]
+    pairs = []
+    for item in filter(None, text.strip().split(",")):
+        first, _, last = item.partition("-")
+        pairs.append((int(first), int(last or first)))
+    return pairs
+
+
+def ephemeral(ports: list[int], local_range: tuple[int, int], reserved: list[tuple[int, int]]) -> list[int]:
+    """The ports the kernel may hand to outgoing connections: inside `local_range`, not reserved.
+
+    Such a port is free now and then taken by any program's outgoing connection for as long as it
+    lasts, so a daemon that listens on it fails to start at random.
+    """
+    first, last = local_range
+    return [p for p in ports if first <= p <= last and not any(lo <= p <= hi for lo, hi in reserved)]
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     """What to build: node count, fake GPUs, MPS shares, accounting, ports, Slurm version."""

@@ -323,6 +323,17 @@ class LocalCluster:
         """Refuse early, naming the port, when another program holds a port a daemon is about to bind."""
         ports = {"mariadbd": spec.ports.mariadb, "slurmdbd": spec.ports.slurmdbd, "slurmctld": spec.ports.slurmctld}
         ports.update({f"slurmd-{n}": spec.ports.slurmd(i) for i, n in enumerate(spec.node_names, 1)})
+        wanted = sorted(ports[d.name] for d in to_start if d.name in ports)
+        kernel = _kernel_port_ranges()
+        clash = config.ephemeral(wanted, *kernel) if kernel else []
+        if clash:
+            (first, last), _ = kernel
+            raise ClusterError(
+                f"port base {self._params['port_base']} puts daemons on TCP ports {', '.join(map(str, clash))}, in the "
+                f"range the kernel gives outgoing connections ({first}-{last}, net.ipv4.ip_local_port_range): "
+                "any program's connection may hold such a port, and the daemon then fails to start; choose a "
+                f"--port-base whose ports (base to base+3, base+184 to base+{183 + len(spec.node_names)}) lie "
+                "outside that range, or reserve them in net.ipv4.ip_local_reserved_ports")
         for daemon in to_start:
             port = ports.get(daemon.name)
             if port is not None and not _port_free(port):
@@ -513,6 +524,17 @@ def _parsed(parse: Callable[[str], tuple[_R, ...]], out: Completed) -> tuple[_R,
         return parse(out.stdout)
     except ParseError as exc:
         raise ClusterError(f"`{' '.join(out.argv)}` printed what the parser does not understand: {exc}") from None
+
+
+def _kernel_port_ranges() -> tuple[tuple[int, int], list[tuple[int, int]]] | None:
+    """The kernel's range for outgoing connections' ports and its reserved ports; None where unreadable."""
+    base = Path("/proc/sys/net/ipv4")
+    try:
+        local = config.parse_port_ranges((base / "ip_local_port_range").read_text())
+        reserved = config.parse_port_ranges((base / "ip_local_reserved_ports").read_text())
+    except (OSError, ValueError):
+        return None
+    return local[0], reserved
 
 
 def _port_free(port: int) -> bool:

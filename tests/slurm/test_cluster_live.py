@@ -157,6 +157,21 @@ def test_a_taken_port_is_refused_before_anything_starts(make_cluster):
     assert cluster.status().stopped
 
 
+def test_a_port_base_in_the_kernels_outgoing_range_is_refused_before_anything_starts(make_cluster):
+    # Ports there are taken now and then by any program's outgoing connection: a daemon would fail at random.
+    first, last = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+    reserved = open("/proc/sys/net/ipv4/ip_local_reserved_ports").read().strip()
+    assert not reserved, f"this test assumes no reserved ports; the kernel reserves {reserved}"
+    cluster = make_cluster(port_base=first + 100, nodes=1)
+    with pytest.raises(ClusterError) as err:
+        cluster.up()
+    text = str(err.value)
+    assert f"port base {first + 100} puts daemons on TCP ports {first + 100}, {first + 284}," in text
+    assert f"({first}-{last}, net.ipv4.ip_local_port_range)" in text
+    assert "ip_local_reserved_ports" in text
+    assert cluster.status().stopped
+
+
 def test_session_cluster_fixture_serves_sinfo_and_sacct(slurm_cluster, slurm_env):
     assert slurm_env == {"SLURM_CONF": str(slurm_cluster.slurm_conf)}
     assert slurm_cluster.status().running

@@ -41,6 +41,26 @@ def test_ports_from_base_keep_away_from_system_slurm():
         Ports.from_base(80)
 
 
+@pytest.mark.parametrize("text, ranges", [
+    ("32768\t60999\n", [(32768, 60999)]),
+    ("\n", []),
+    ("8080,9000-9010\n", [(8080, 8080), (9000, 9010)]),
+])
+def test_parse_port_ranges_reads_the_kernels_two_forms(text, ranges):
+    assert config.parse_port_ranges(text) == ranges
+
+
+def test_ephemeral_ports_are_those_in_the_outgoing_range_and_not_reserved():
+    ports = [16817, 32767, 32768, 37001, 37002, 60999, 61000]
+    assert config.ephemeral(ports, (32768, 60999), []) == [32768, 37001, 37002, 60999]
+    assert config.ephemeral(ports, (32768, 60999), [(37000, 37001), (60999, 60999)]) == [32768, 37002]
+    # Every port a default cluster, the tests' session cluster or the reshape benchmark uses lies outside.
+    for base in (16817, 18817, 20817, 26817, 26917, 27017):
+        p = Ports.from_base(base)
+        used = [p.slurmctld, p.slurmdbd, p.mariadb, *(p.slurmd(i) for i in range(1, 65))]
+        assert config.ephemeral(used, (32768, 60999), []) == []
+
+
 def test_default_node_line_has_four_nodes_with_their_ports_and_gres():
     conf = config.slurm_conf(spec(), LAYOUT)
     node = [line for line in lines(conf) if line.startswith("NodeName=")]
@@ -157,9 +177,9 @@ def test_local_cluster_validates_at_construction_and_gives_env(tmp_path):
 def test_clusters_on_other_ports_get_their_own_cluster_name(tmp_path):
     # One helper per ClusterName on a host: the demo's cluster and the tests' must not share one.
     default = LocalCluster(tmp_path / "a")._spec_for((22, 5))
-    other = LocalCluster(tmp_path / "b", port_base=36817)._spec_for((24, 11))
-    assert default.name == "elastico" and other.name == "elastico36817"
-    assert "ClusterName=elastico36817" in config.slurm_conf(other, Layout(tmp_path / "b")).splitlines()
+    other = LocalCluster(tmp_path / "b", port_base=20817)._spec_for((24, 11))
+    assert default.name == "elastico" and other.name == "elastico20817"
+    assert "ClusterName=elastico20817" in config.slurm_conf(other, Layout(tmp_path / "b")).splitlines()
 
 
 def test_from_state_dir_uses_saved_settings_under_overrides(tmp_path):
