@@ -13,10 +13,12 @@ import re
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
-from slurm_elastico.cluster import LocalCluster, daemons
+from slurm_elastico.cluster import LocalCluster, config, daemons
+from slurm_elastico.cluster.config import Ports
 from slurm_elastico.errors import ClusterError
 
 pytestmark = pytest.mark.live
@@ -159,14 +161,18 @@ def test_a_taken_port_is_refused_before_anything_starts(make_cluster):
 
 def test_a_port_base_in_the_kernels_outgoing_range_is_refused_before_anything_starts(make_cluster):
     # Ports there are taken now and then by any program's outgoing connection: a daemon would fail at random.
-    first, last = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
-    reserved = open("/proc/sys/net/ipv4/ip_local_reserved_ports").read().strip()
-    assert not reserved, f"this test assumes no reserved ports; the kernel reserves {reserved}"
-    cluster = make_cluster(port_base=first + 100, nodes=1)
+    kernel = Path("/proc/sys/net/ipv4")
+    [(first, last)] = config.parse_port_ranges((kernel / "ip_local_port_range").read_text())
+    reserved = config.parse_port_ranges((kernel / "ip_local_reserved_ports").read_text())
+    base = first + 100
+    ports = Ports.from_base(base)
+    clash = config.ephemeral([ports.slurmctld, ports.slurmd(1)], (first, last), reserved)
+    assert clash, f"ports {ports} of base {base} are all reserved on this machine ({reserved}); pick another base"
+    cluster = make_cluster(port_base=base, nodes=1)
     with pytest.raises(ClusterError) as err:
         cluster.up()
     text = str(err.value)
-    assert f"port base {first + 100} puts daemons on TCP ports {first + 100}, {first + 284}," in text
+    assert f"port base {base} puts daemons on TCP ports {', '.join(map(str, clash))}, in the range" in text
     assert f"({first}-{last}, net.ipv4.ip_local_port_range)" in text
     assert "ip_local_reserved_ports" in text
     assert cluster.status().stopped
