@@ -320,7 +320,8 @@ class LocalCluster:
         return [_Daemon(n, n.split("-")[0], lay.pid_file(n), lay.log_file(n)) for n in names]
 
     def _check_ports(self, spec: ClusterSpec, to_start: list[_Daemon]) -> None:
-        """Refuse early, naming the port, when another program holds a port a daemon is about to bind."""
+        """Refuse early, naming the port, when another program holds a port a daemon is about to bind, or
+        when such a port lies where the kernel may hand it to any outgoing connection."""
         ports = {"mariadbd": spec.ports.mariadb, "slurmdbd": spec.ports.slurmdbd, "slurmctld": spec.ports.slurmctld}
         ports.update({f"slurmd-{n}": spec.ports.slurmd(i) for i, n in enumerate(spec.node_names, 1)})
         wanted = sorted(ports[d.name] for d in to_start if d.name in ports)
@@ -532,9 +533,9 @@ def _kernel_port_ranges() -> tuple[tuple[int, int], list[tuple[int, int]]] | Non
     try:
         local = config.parse_port_ranges((base / "ip_local_port_range").read_text())
         reserved = config.parse_port_ranges((base / "ip_local_reserved_ports").read_text())
-    except (OSError, ValueError):
+        return local[0], reserved
+    except (OSError, ValueError, IndexError):
         return None
-    return local[0], reserved
 
 
 def _port_free(port: int) -> bool:
