@@ -48,7 +48,7 @@ def slurm_cluster(tmp_path_factory) -> LocalCluster:
         problem = str(exc)
     if problem is not None:
         cluster.down()  # leave no half-started daemons behind a failed run
-        hint = f" (set {TEST_PORT_BASE_ENV} to test beside it)" if "already in use" in problem else ""
+        hint = f" (set {TEST_PORT_BASE_ENV} to test beside it)" if "already in use" in problem or "ip_local_port_range" in problem else ""
         pytest.fail(f"the local Slurm cluster in {state_dir} did not come up: {problem}{hint}", pytrace=False)
     yield cluster
     if not result.already_running:

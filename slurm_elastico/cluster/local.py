@@ -202,8 +202,9 @@ class LocalCluster:
         installed = install.ensure_installed(self.accounting)
         spec = self.spec
         running_before = [d.name for d in self._daemons() if self._pid(d) is not None]
-        self._write_files(spec, config_locked=bool(running_before))
+        # Ports first: a refused --port-base must not be saved as the state directory's settings.
         self._check_ports(spec, [d for d in self._daemons() if d.name not in running_before])
+        self._write_files(spec, config_locked=bool(running_before))
         started: list[str] = []
         launched: dict[str, float] = {}
         for daemon in self._daemons():
@@ -325,7 +326,7 @@ class LocalCluster:
         ports = {"mariadbd": spec.ports.mariadb, "slurmdbd": spec.ports.slurmdbd, "slurmctld": spec.ports.slurmctld}
         ports.update({f"slurmd-{n}": spec.ports.slurmd(i) for i, n in enumerate(spec.node_names, 1)})
         wanted = sorted(ports[d.name] for d in to_start if d.name in ports)
-        kernel = _kernel_port_ranges()
+        kernel = kernel_port_ranges()
         clash = config.ephemeral(wanted, *kernel) if kernel else []
         if clash:
             (first, last), _ = kernel
@@ -334,7 +335,8 @@ class LocalCluster:
                 f"range the kernel gives outgoing connections ({first}-{last}, net.ipv4.ip_local_port_range): "
                 "any program's connection may hold such a port, and the daemon then fails to start; choose a "
                 f"--port-base whose ports (base to base+3, base+184 to base+{183 + len(spec.node_names)}) lie "
-                "outside that range, or reserve them in net.ipv4.ip_local_reserved_ports")
+                f"below it, at most {first - 184 - len(spec.node_names)} (the default is {DEFAULT_PORT_BASE}), or "
+                "reserve them in net.ipv4.ip_local_reserved_ports")
         for daemon in to_start:
             port = ports.get(daemon.name)
             if port is not None and not _port_free(port):
@@ -527,15 +529,18 @@ def _parsed(parse: Callable[[str], tuple[_R, ...]], out: Completed) -> tuple[_R,
         raise ClusterError(f"`{' '.join(out.argv)}` printed what the parser does not understand: {exc}") from None
 
 
-def _kernel_port_ranges() -> tuple[tuple[int, int], list[tuple[int, int]]] | None:
+def kernel_port_ranges() -> tuple[tuple[int, int], list[tuple[int, int]]] | None:
     """The kernel's range for outgoing connections' ports and its reserved ports; None where unreadable."""
     base = Path("/proc/sys/net/ipv4")
     try:
-        local = config.parse_port_ranges((base / "ip_local_port_range").read_text())
-        reserved = config.parse_port_ranges((base / "ip_local_reserved_ports").read_text())
-        return local[0], reserved
+        local = config.parse_port_ranges((base / "ip_local_port_range").read_text())[0]
     except (OSError, ValueError, IndexError):
         return None
+    try:
+        reserved = config.parse_port_ranges((base / "ip_local_reserved_ports").read_text())
+    except (OSError, ValueError):  # a kernel without the list reserves nothing
+        reserved = []
+    return local, reserved
 
 
 def _port_free(port: int) -> bool:
