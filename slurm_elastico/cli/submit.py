@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from slurm_elastico import config
-from slurm_elastico.errors import ElasticoError, SlurmNotFound
+from slurm_elastico.errors import ElasticoError, SlurmError, SlurmNotFound
 from slurm_elastico.jobwrap.options import split_argv
 from slurm_elastico.jobwrap.submit import prepare
 from slurm_elastico.slurm.submit import sbatch as run_sbatch
@@ -78,3 +78,6 @@ def submit(argv: Sequence[str], *, env: Mapping[str, str] | None = None, out: Te
     except SlurmNotFound as exc:
         err.write(f"elastico-submit: error: {exc}; nothing was submitted\n")
         return 127
+    except SlurmError as exc:
+        err.write(f"elastico-submit: error: {exc}\n")
+        return exc.exit_code

@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
-from slurm_elastico.errors import SlurmNotFound
+from slurm_elastico.errors import SlurmError, SlurmNotFound
 from slurm_elastico.slurm import commands
 
 def sbatch(options: Sequence[str], script: str, *, env: Mapping[str, str], out: TextIO,
@@ -29,12 +29,17 @@ def sbatch(options: Sequence[str], script: str, *, env: Mapping[str, str], out: 
     except FileNotFoundError:
         raise SlurmNotFound(cmd, None, "", f"`{program}` is not installed or not on PATH") from None
     assert proc.stdin is not None and proc.stdout is not None
+    unread = False
     try:
         proc.stdin.write(script)
         proc.stdin.close()
     except BrokenPipeError:
-        pass  # sbatch exited early (bad option); its message and exit code follow
+        unread = True  # sbatch exited early (a bad option, say): its message and exit code follow
     for line in proc.stdout:
         out.write(line)
         out.flush()
-    return proc.wait()
+    code = proc.wait()
+    if unread and code == 0:
+        raise SlurmError(cmd, code, "", f"`{program}` exited with 0 before it read the whole batch script; "
+                         "whatever it submitted may lack part of the script: check it with `squeue --me`")
+    return code

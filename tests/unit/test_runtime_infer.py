@@ -48,7 +48,7 @@ def engine(request):
     """Each CPU engine; the transformers one only where the `cpu-infer` extra is installed."""
     if request.param == "torch":
         return TorchEngine(seed=0)
-    pytest.importorskip("transformers")
+    pytest.importorskip("transformers", reason="transformers is not installed: install the 'cpu-infer' extra")
     from slurm_elastico.runtime.infer import TransformersEngine
 
     return TransformersEngine(seed=0)
@@ -146,7 +146,7 @@ def test_vllm_code_path_against_a_stand_in_module(monkeypatch):
 
 
 def test_transformers_engine_is_batch_size_invariant_on_these_prompts():
-    pytest.importorskip("transformers")
+    pytest.importorskip("transformers", reason="transformers is not installed: install the 'cpu-infer' extra")
     from slurm_elastico.runtime.infer import TransformersEngine
 
     eng = TransformersEngine(seed=0)

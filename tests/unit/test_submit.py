@@ -214,6 +214,25 @@ def test_parsable_output_and_sbatch_exit_code_pass_through(tmp_path, env, monkey
     assert len(calls(tmp_path)) == 2 and state_files(tmp_path) == []
 
 
+@pytest.mark.parametrize("code", [1, 0])
+def test_an_sbatch_that_stops_reading_the_script_is_reported(tmp_path, env, monkeypatch, code):
+    # 1 MiB of script is more than a pipe holds: the write breaks when sbatch exits without reading it.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job.sh").write_text("#!/bin/sh\n" + "# filler\n" * (1 << 17))
+    quits = tmp_path / "quits"
+    quits.write_text(f"#!/bin/sh\necho Submitted batch job 9\nexit {code}\n")
+    quits.chmod(0o755)
+    out, err = io.StringIO(), io.StringIO()
+    rc = submit(["--family", "fam.yaml", "job.sh"], env=env, out=out, err=err, sbatch=str(quits))
+    assert out.getvalue() == "Submitted batch job 9\n"
+    if code:  # a refusal: sbatch's own exit code, as always
+        assert rc == 1 and err.getvalue() == ""
+    else:  # a success that cannot have seen the whole script is an error, not a silent pass
+        assert rc == 3
+        assert "elastico-submit: error: " in err.getvalue()
+        assert "exited with 0 before it read the whole batch script" in err.getvalue()
+
+
 def test_bad_family_and_missing_script_are_reported_together_and_nothing_is_submitted(tmp_path, env, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "bad.yaml").write_text("kind: train\nglobal_batch: 30\nmicro_batches: [8]\nsteps: 0\nbogus: 1\n")
