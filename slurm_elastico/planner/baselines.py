@@ -1,12 +1,5 @@
 """Baseline policies a reader would ask for, runnable by the live helper and the simulator alike.
 
-- `half_gpu` narrows a family for *static MPS sharing*: every job at its
-  submitted knobs on half a GPU, first come first served, blind to
-  interference (what a site configures by hand with `mps:50`).
-- `whole_gpu_any_batch` narrows for the *Pollux-style* goodput baseline:
-  whole GPUs only, any knobs the family offers — including other global
-  batches when the family declares them with a learning-rate rule (their
-  throughput is then goodput, in steps of the submitted batch per second).
 - `LasPolicy` is *Tiresias* (Gu et al., NSDI 2019) as the Pollux artifact's
   simulator runs it (`tiresias.py`): discretised two-dimensional least
   attained service. Attained service is GPUs × time run. Two queues: Q0
@@ -21,13 +14,16 @@
   most free first (the peer's placement), the same count on each node as
   Slurm's `Gres=gpu:P NumNodes=K-K` asks (`planner.gangs`); running jobs keep
   theirs.
+- `planned_jobs`: the jobs a preempting baseline plans (Tiresias here, Pollux
+  in `planner.pollux`).
 
-All are pure: a `Snapshot` and families in, a `Plan` out.
+Static MPS sharing is a `Policy` of the registry with the `half_gpu`
+narrower; it and the Pollux-style `whole_gpu_any_batch` are in
+`planner.narrowers`. All are pure: a `Snapshot` and families in, a `Plan` out.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -37,44 +33,9 @@ from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Action, ActionKind, Family, JobState, JobView, Placement, Plan, Shape, Snapshot
 from slurm_elastico.planner.gangs import split
 from slurm_elastico.planner.gpu_choice import start_key
+from slurm_elastico.planner.narrowers import whole_gpu
 from slurm_elastico.shapes.current import ADMIN_PREFIX, named_in_comment
 from slurm_elastico.shapes.units import shares_of
-
-HALF = 50
-
-
-def _whole_gpu(fam: Family) -> Family:
-    """`policies.whole_gpu` (imported late: policies imports this module)."""
-    from slurm_elastico.planner.policies import whole_gpu
-
-    return whole_gpu(fam)
-
-
-def _same_knobs(fam: Family, d: Shape, share: int) -> Shape:
-    """The family's shape with `d`'s knobs at `share`; if pruned away, `d` at that share with throughput in proportion."""
-    for s in fam.shapes:
-        if s.resources.mps == share and s.knobs == d.knobs:
-            return s
-    res = dataclasses.replace(d.resources, mps=share)
-    return dataclasses.replace(d, resources=res, throughput=d.throughput * share / max(d.resources.mps, 1))
-
-
-def half_gpu(fam: Family) -> Family:
-    """The submitted knobs on half a GPU (a multi-GPU job as submitted); no floor (static sharing checks nothing)."""
-    if fam.default_shape.resources.gpus:
-        return _whole_gpu(fam)
-    d = _same_knobs(fam, fam.default_shape, HALF)
-    return dataclasses.replace(fam, shapes=(d,), default=d.name, throughput_floor=0.0)
-
-
-def whole_gpu_any_batch(fam: Family) -> Family:
-    """Every shape the family offers on whole GPUs (its largest share of one, or several), the default kept."""
-    top = max(s.resources.mps for s in fam.shapes)
-    keep = tuple(s for s in fam.shapes if s.resources.gpus or s.resources.mps == top)
-    d = fam.default_shape
-    default = d.name if d in keep else max(keep, key=lambda s: s.throughput).name
-    return dataclasses.replace(fam, shapes=keep, default=default, throughput_floor=0.0)
-
 
 QUEUE_LIMIT_GPU_S = 16 * 3600.0
 """The peer's one queue limit: Q0 until 16 GPU-hours of attained service, then Q1 (`tiresias.py`)."""
@@ -163,7 +124,7 @@ class LasPolicy:
     description: str
     threshold_gpu_s: float = QUEUE_LIMIT_GPU_S
     """Attained GPU-seconds at which a job leaves Q0 for Q1."""
-    narrow: Callable[[Family], Family] = _whole_gpu
+    narrow: Callable[[Family], Family] = whole_gpu
     price: bool = False
     interference: bool = False
     reshape: bool = False

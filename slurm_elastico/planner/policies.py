@@ -1,6 +1,6 @@
-"""Planning policies behind one registry: `elastico`, the `static` baseline and the ablations.
+"""Planning policies behind one registry: `elastico`, the `static` baseline, the ablations and the peers' baselines.
 
-A policy is data: how it narrows a family, whether it prices, whether it
+A policy is data: how it narrows a family (`planner.narrowers`), whether it prices, whether it
 checks interference, whether it reshapes running jobs, and how it orders the
 queue. The epoch reads those fields and never a policy's name, so the live
 helper and the simulator run exactly the same code for each.
@@ -8,7 +8,6 @@ helper and the simulator run exactly the same code for each.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -18,7 +17,11 @@ from slurm_elastico.config import Settings
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Family, Plan, Snapshot
+from slurm_elastico.planner.baselines import LasPolicy
+from slurm_elastico.planner.epoch import plan_epoch
 from slurm_elastico.planner.gpu_choice import start_key
+from slurm_elastico.planner.narrowers import all_shapes, default_shape, half_gpu, whole_gpu
+from slurm_elastico.planner.pollux import PolluxPolicy
 
 
 def value_order(jobs: Sequence) -> list[int]:
@@ -33,29 +36,6 @@ def value_order(jobs: Sequence) -> list[int]:
 def fifo_order(jobs: Sequence) -> list[int]:
     """What Slurm does (`gpu_choice.start_key`): highest priority, then earliest submitted, then lowest id."""
     return sorted(range(len(jobs)), key=lambda i: start_key(jobs[i].view))
-
-
-def all_shapes(fam: Family) -> Family:
-    return fam
-
-
-def default_shape(fam: Family) -> Family:
-    """Only the shape the job would run as unplanned (its share and knobs fixed)."""
-    d = fam.default_shape
-    return dataclasses.replace(fam, shapes=(d,), default=d.name)
-
-
-def whole_gpu(fam: Family) -> Family:
-    """The default shape on whole GPUs: the job's knobs and GPU count as submitted, no sharing (plain Slurm)."""
-    d = fam.default_shape
-    if d.resources.gpus:  # submitted on several GPUs: already whole ones
-        return dataclasses.replace(fam, shapes=(d,), default=d.name, throughput_floor=0.0)
-    top = max(s.resources.mps for s in fam.shapes)
-    if d.resources.mps != top:
-        same = [s for s in fam.shapes if s.resources.mps == top and s.knobs == d.knobs]
-        d = same[0] if same else dataclasses.replace(d, resources=dataclasses.replace(d.resources, mps=100))
-    d = dataclasses.replace(d, resources=dataclasses.replace(d.resources, mps=100))
-    return dataclasses.replace(fam, shapes=(d,), default=d.name, throughput_floor=0.0)
 
 
 @dataclass(frozen=True)
@@ -77,12 +57,10 @@ class Policy:
     def plan(self, snapshot: Snapshot, families: Mapping[int, Family], settings: Settings,
              model: SlowdownModel | None, now: float, progress: Mapping[int, float] | None = None) -> Plan:
         """One epoch under this policy; pure (see `slurm_elastico.planner.epoch`)."""
-        from slurm_elastico.planner.epoch import plan_epoch
-
         return plan_epoch(snapshot, families, settings, model, now, self, progress)
 
 
-REGISTRY: dict[str, Policy] = {p.name: p for p in (
+REGISTRY: dict[str, Policy] = {p.name: p for p in (  # type: ignore[misc]  (LasPolicy, PolluxPolicy: Policy's interface)
     Policy("elastico", "shape families, shadow prices, interference-aware packing, reshapes that pay",
            all_shapes, price=True, interference=True, reshape=True, order=value_order, allot=True,
            whole_gpu_gangs=True),
@@ -100,23 +78,16 @@ REGISTRY: dict[str, Policy] = {p.name: p for p in (
            whole_gpu_gangs=True),
     Policy("no-allot", "elastico with GPU counts by the prices alone (no shortest-remaining-time allotment)",
            all_shapes, price=True, interference=True, reshape=True, order=value_order, whole_gpu_gangs=True),
-)}
-
-
-from slurm_elastico.planner import baselines as _baselines  # noqa: E402  (baselines build on the narrowers above)
-from slurm_elastico.planner import pollux as _pollux  # noqa: E402
-
-REGISTRY.update({p.name: p for p in (  # type: ignore[misc]  (LasPolicy, PolluxPolicy: Policy's interface, not its class)
     Policy("static-mps", "static MPS sharing: each job at its submitted knobs on half a GPU, first come first "
-           "served, blind to interference", _baselines.half_gpu, price=False, interference=False, reshape=False,
+           "served, blind to interference", half_gpu, price=False, interference=False, reshape=False,
            order=fifo_order),
-    _baselines.LasPolicy("tiresias", "Tiresias (NSDI 2019) as the Pollux artifact runs it: two-queue least "
-                         "attained service (Q0 until 16 GPU-hours, then Q1), whole GPUs at the submitted count, "
-                         "lower-queue jobs preempted and resumed later"),
-    _pollux.PolluxPolicy("pollux", "Pollux (OSDI 2021): GPU counts and batch sizes for goodput (throughput x "
-                         "statistical efficiency), allocations maximising the p=-1 power mean of speedups with "
-                         "restarts penalised, whole GPUs, preemption"),
-)})
+    LasPolicy("tiresias", "Tiresias (NSDI 2019) as the Pollux artifact runs it: two-queue least "
+              "attained service (Q0 until 16 GPU-hours, then Q1), whole GPUs at the submitted count, "
+              "lower-queue jobs preempted and resumed later"),
+    PolluxPolicy("pollux", "Pollux (OSDI 2021): GPU counts and batch sizes for goodput (throughput x "
+                 "statistical efficiency), allocations maximising the p=-1 power mean of speedups with "
+                 "restarts penalised, whole GPUs, preemption"),
+)}
 
 
 def get(name: str) -> Policy:

@@ -50,9 +50,10 @@ import numpy as np
 from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Action, ActionKind, Family, JobView, Placement, Plan, Shape, Snapshot
-from slurm_elastico.planner.baselines import planned_jobs, whole_gpu_any_batch
+from slurm_elastico.planner.baselines import planned_jobs
 from slurm_elastico.planner.gangs import split
 from slurm_elastico.planner.gpu_choice import start_key
+from slurm_elastico.planner.narrowers import whole_gpu_any_batch
 from slurm_elastico.shapes.current import ADMIN_PREFIX, named_in_comment
 from slurm_elastico.shapes.units import shares_of
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import ContentionModel
 from slurm_elastico.model import JobState
-from slurm_elastico.planner import exact, policies
+from slurm_elastico.planner import exact, narrowers, policies
 from slurm_elastico.planner.weights import weight_of
 from slurm_elastico.shapes.solo import solo_profile
 from tests import synthetic
@@ -135,7 +135,7 @@ def test_no_plan_exceeds_a_capacity_or_a_floor(case):
     snap, fams, policy, model = case
     plan = policy.plan(snap, fams, Settings(), model, NOW)
     floor = Settings().interference.floor * (1 + getattr(model, "least_margin", 0.0)) if policy.interference else 0.0
-    narrowed = {k: policy.narrow(f) for k, f in fams.items()} if policy.narrow is not policies.all_shapes else fams
+    narrowed = {k: policy.narrow(f) for k, f in fams.items()} if policy.narrow is not narrowers.all_shapes else fams
     check_capacity(snap, narrowed, plan, floor, full=fams)
     if policy.interference:
         check_gain(snap, narrowed, plan, model, fams)

@@ -16,7 +16,7 @@ from slurm_elastico.interference.base import ContentionModel
 from slurm_elastico.model import (Action, ActionKind, Family, GpuUse, GresRequest, JobState, JobView, Resources,
                                   Shape)
 from slurm_elastico.planner import policies
-from slurm_elastico.planner.baselines import whole_gpu_any_batch
+from slurm_elastico.planner.narrowers import whole_gpu_any_batch
 from slurm_elastico.planner.pollux import (FLOOR, PolluxPolicy, Room, allocate, best_by_gpus, pollux_comment,
                                            place, pollux_state, PolluxState, power_mean, restart_factor)
 from slurm_elastico.sim import engine, trace
