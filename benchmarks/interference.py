@@ -3,7 +3,7 @@
 Run from the repository root: `python benchmarks/interference.py [--quick]`.
 
 Accuracy: on the bundled Gavel pairs, the prior-corrected predictor
-(`interference.transfer`, what `elastico iac train` fits) and the MLP
+(`interference.transfer.fit`, what `elastico iac train` fits) and the MLP
 (`interference.predictor`, a fixed config) are trained on one part and scored
 on a held-out part: leave-one-GPU-out (K80 -> P100, P100 -> K80: transfer to
 a GPU type never seen), leave-one-model-out (a model family never seen) and
@@ -53,7 +53,8 @@ from slurm_elastico.interference.predictor import TrainConfig, train  # noqa: E4
 from slurm_elastico.interference.scoring import (  # noqa: E402
     TRIVIAL, cross_score, model_norms_and_margins, pair_norms, true_norms,
 )
-from slurm_elastico.interference.transfer import admission_tables, fit_transfer  # noqa: E402
+from slurm_elastico.interference.transfer.calibration import admission_tables  # noqa: E402
+from slurm_elastico.interference.transfer.fit import fit_transfer  # noqa: E402
 from slurm_elastico.planner.slowdown import PairCache  # noqa: E402
 
 GAVEL = ROOT / "tests" / "data" / "gavel"

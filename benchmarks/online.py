@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from slurm_elastico.interference.gavel import import_gavel  # noqa: E402
 from slurm_elastico.interference.online import OnlineLearner, holdout_error  # noqa: E402
 from slurm_elastico.interference.predictor import TrainConfig, train  # noqa: E402
-from slurm_elastico.interference.transfer import fit_transfer  # noqa: E402
+from slurm_elastico.interference.transfer.fit import fit_transfer  # noqa: E402
 
 GAVEL = ROOT / "tests" / "data" / "gavel"
 CONFIG = TrainConfig(hidden=16, weight_decay=1e-2, epochs=300, use_family=False)

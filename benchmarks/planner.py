@@ -106,7 +106,7 @@ def latency_trained(quick: bool) -> list[dict]:
     load on a shared machine falls on all of them alike."""
     from slurm_elastico.interference.gavel import import_gavel
     from slurm_elastico.interference.predictor import TrainConfig, train
-    from slurm_elastico.interference.transfer import fit_transfer
+    from slurm_elastico.interference.transfer.fit import fit_transfer
 
     data = ROOT / "tests" / "data" / "gavel"
     obs = import_gavel(data / "throughputs_pairs.csv", data / "throughputs_isolated.csv").observations

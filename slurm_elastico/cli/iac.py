@@ -61,7 +61,7 @@ def evaluate(data: str, model_path: str | None, kind: str | None, predictor: str
     if predictor in (None, "prior-corrected"):
         from slurm_elastico.interference.evaluation import split
         from slurm_elastico.interference.scoring import cross_score, format_score
-        from slurm_elastico.interference.transfer import fit_transfer
+        from slurm_elastico.interference.transfer.fit import fit_transfer
 
         observations = measurements.load(data)
         result = cross_score(observations, split(observations, kind, k=folds, seed=seed),
@@ -102,7 +102,7 @@ def train_cmd(data: str, out: str, predictor: str, select_by: str | None, floor:
                                "selects on leave-one-model-out folds and its margins hold at any floor")
     observations = measurements.load(data)
     if predictor == "prior-corrected":
-        from slurm_elastico.interference.transfer import fit_transfer, format_transfer
+        from slurm_elastico.interference.transfer.fit import fit_transfer, format_transfer
 
         model = fit_transfer(observations, seed=seed)
         model.save(out)

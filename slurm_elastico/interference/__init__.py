@@ -1,7 +1,7 @@
 """Interference prediction (IAC): how much a job slows down when it shares a GPU.
 
 `load_model` is what the helper calls: the trained predictor when a model
-file is configured (the prior-corrected predictor of `transfer`, a JSON file
+file is configured (the prior-corrected predictor of `transfer.model`, a JSON file
 read without torch, or the MLP of `predictor`, which needs PyTorch), else the
 untrained `ContentionModel` — so a controller without torch still schedules.
 """
@@ -37,7 +37,7 @@ def load_model(path: str | os.PathLike | None) -> SlowdownModel:
     except OSError as exc:
         raise ModelFileError(f"{path}: cannot be read ({exc.strerror})") from None
     if head.startswith(b"{"):
-        from slurm_elastico.interference.transfer import PriorCorrected
+        from slurm_elastico.interference.transfer.model import PriorCorrected
 
         return PriorCorrected.load(path)
     from slurm_elastico.interference.predictor import MlpPredictor  # imports torch

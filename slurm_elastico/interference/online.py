@@ -16,7 +16,7 @@ when the hardware itself changes, the reference goes stale; build a new
 learner with fresh reference data then. Fine-tuning never widens the model's
 `Coverage`: pairs on a GPU type it was not trained on stay on the cautious
 view (`MlpPredictor.on_gpu`) until it is retrained with `elastico iac train`.
-The prior-corrected predictor (`transfer.PriorCorrected`) is refined the same
+The prior-corrected predictor (`transfer.model.PriorCorrected`) is refined the same
 way, without torch: its `fine_tune` refits the correction on the replay (its
 margins and the GPU types it counts as seen stay as trained; observations on
 the cluster's GPU type weigh fully there).
@@ -36,7 +36,7 @@ from slurm_elastico.interference.scoring import view_for
 
 if TYPE_CHECKING:  # the learner needs predict, fine_tune, state and restore, not torch
     from slurm_elastico.interference.predictor import MlpPredictor
-    from slurm_elastico.interference.transfer import PriorCorrected
+    from slurm_elastico.interference.transfer.model import PriorCorrected
 
     Refinable = MlpPredictor | PriorCorrected
 

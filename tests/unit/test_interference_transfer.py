@@ -17,10 +17,14 @@ from slurm_elastico.interference.gavel import import_gavel
 from slurm_elastico.interference.measurements import Colocation
 from slurm_elastico.interference.specs import spec_of
 from slurm_elastico.interference.admission import FLOORS, margins
-from slurm_elastico.interference.transfer import (
-    ADMISSION_KINDS, FALSE_ADMISSION_TARGET, PriorCorrected, admission_tables, fit_transfer, gpu_kernel,
-    heldout_error, margins_from_heldout, samples_of, shift_direction,
+from slurm_elastico.interference.transfer.calibration import (
+    ADMISSION_KINDS, FALSE_ADMISSION_TARGET, admission_tables, heldout_error, margins_from_heldout,
 )
+from slurm_elastico.interference.transfer.encoding import shift_direction
+from slurm_elastico.interference.transfer.fit import fit_transfer
+from slurm_elastico.interference.transfer.kernel import gpu_kernel
+from slurm_elastico.interference.transfer.model import PriorCorrected
+from slurm_elastico.interference.transfer.training import samples_of
 
 GAVEL = Path(__file__).parent.parent / "data" / "gavel"
 FAMILIES = {"ResNet-18", "LM", "A3C", "Transformer"}
@@ -335,7 +339,7 @@ def test_the_linear_part_carries_a_trend_to_an_unseen_family_and_fades_away_from
     demand features (steps/s per GB/s) still corrects the prior, and fades for jobs unlike every training job."""
     from dataclasses import replace
 
-    from slurm_elastico.interference.transfer import KernelConfig
+    from slurm_elastico.interference.transfer.kernel import KernelConfig
 
     cfg = KernelConfig(lam=0.2, num_scale=1.5, family_sim=1e-9, batch=0.0, linear=0.3)
     with_linear, without = fit_transfer(k80, grid=(cfg,)), fit_transfer(k80, grid=(replace(cfg, linear=0.0),))
@@ -364,25 +368,25 @@ def test_held_out_predictions_weigh_the_linear_part_by_nearness_as_the_model_doe
     """The held-out folds the config, the held-out error and the admission thresholds come from predict each
     test pair as the model trained on the fold's other pairs would: the linear part weighed by the test jobs'
     nearness to that fold's training jobs (without it, folds scored a model that is never used)."""
-    from slurm_elastico.interference import transfer as t
+    from slurm_elastico.interference.transfer import encoding, fit, kernel, training
 
-    cfg = t.KernelConfig(lam=0.2, num_scale=1.5, family_sim=0.5, batch=0.0, linear=0.3)
+    cfg = kernel.KernelConfig(lam=0.2, num_scale=1.5, family_sim=0.5, batch=0.0, linear=0.3)
     smp = samples_of(k80)
-    prior = t.fit_prior(smp)
+    prior = training.fit_prior(smp)
     prior_log = np.log(prior.predict(smp.selves, smp.partners))
-    enc = t.Encoder.fit([*smp.selves, *smp.partners], [*smp.gpus, *smp.gpus])
-    folds = t._folds(k80, "leave-one-model-out", 0)
-    cross = t._cross(k80, smp, prior_log, t._kernels(smp, enc, cfg), cfg, folds)
-    jobs, idx = t.distinct_jobs(enc.encode([*smp.selves, *smp.partners], [*smp.gpus, *smp.gpus]))
+    enc = encoding.Encoder.fit([*smp.selves, *smp.partners], [*smp.gpus, *smp.gpus])
+    folds = fit._folds(k80, "leave-one-model-out", 0)
+    cross = fit._cross(k80, smp, prior_log, fit._kernels(smp, enc, cfg), cfg, folds)
+    jobs, idx = encoding.distinct_jobs(enc.encode([*smp.selves, *smp.partners], [*smp.gpus, *smp.gpus]))
     n, far = len(smp.selves), 0
     for (tr_pairs, te_pairs), (held_out, _) in zip(folds, cross, strict=True):
         tr, te = np.flatnonzero(np.isin(smp.pair, tr_pairs)), np.flatnonzero(np.isin(smp.pair, te_pairs))
         used = np.unique(np.concatenate([idx[:n][tr], idx[n:][tr]]))  # the fold's training jobs only
         where = np.searchsorted(used, np.arange(len(jobs.family)))
-        kernels = t._sample_kernels(jobs, idx[:n][tr], idx[n:][tr], [smp.gpus[i] for i in tr], cfg)
-        alpha = t._solve(kernels.job * kernels.gpu, smp.log_s[tr] - prior_log[tr], cfg.lam)
-        fitted = t.Fitted(jobs.take(used), where[idx[:n][tr]], where[idx[n:][tr]], [smp.gpus[i] for i in tr], alpha,
-                          smp.log_s[tr] - prior_log[tr])
+        kernels = kernel.sample_kernels(jobs, idx[:n][tr], idx[n:][tr], [smp.gpus[i] for i in tr], cfg)
+        alpha = kernel.solve(kernels.job * kernels.gpu, smp.log_s[tr] - prior_log[tr], cfg.lam)
+        fitted = training.Fitted(jobs.take(used), where[idx[:n][tr]], where[idx[n:][tr]], [smp.gpus[i] for i in tr],
+                                 alpha, smp.log_s[tr] - prior_log[tr])
         fold_model = PriorCorrected(prior, enc, cfg, fitted, 1.0, {}, ["k80"], {})
         a, b = [smp.selves[i] for i in te], [smp.partners[i] for i in te]
         assert np.allclose(held_out.ravel(), 1.0 / fold_model.predict(a, b), rtol=1e-9, atol=0)

@@ -17,7 +17,8 @@ from slurm_elastico.interference.admission import margins
 from slurm_elastico.interference.base import SoloProfile
 from slurm_elastico.interference.gavel import import_gavel
 from slurm_elastico.interference.predictor import TrainConfig, train
-from slurm_elastico.interference.transfer import fit_transfer, shift_direction
+from slurm_elastico.interference.transfer.encoding import shift_direction
+from slurm_elastico.interference.transfer.fit import fit_transfer
 from slurm_elastico.planner import policies
 from slurm_elastico.planner.slowdown import PairCache, for_gpu
 from tests import synthetic
