@@ -9,7 +9,6 @@ Prints a table, then one line of JSON with the figures.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from slurm_elastico import jsonout
 from slurm_elastico.runtime.checkpoint import load_latest, save_checkpoint
 from slurm_elastico.runtime.tinylm import TinyConfig, build_tiny_lm
 
@@ -67,7 +67,7 @@ def main() -> None:
     for r in rows:
         print(f"{r['mib']:>10g} {r['save_s']:>9.4f} {r['load_s']:>9.4f} {r['save_mib_s']:>11.0f} {r['load_mib_s']:>11.0f}")
     print(f"example job (train_tiny) checkpoint save: {tiny_s * 1000:.1f} ms")
-    print(json.dumps({"benchmark": "checkpoint", "quick": args.quick, "rows": rows, "tiny_example_save_s": tiny_s}))
+    print(jsonout.dumps({"benchmark": "checkpoint", "quick": args.quick, "rows": rows, "tiny_example_save_s": tiny_s}))
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ Ends with one JSON line.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -46,6 +45,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from slurm_elastico import jsonout  # noqa: E402
 from slurm_elastico.interference.base import ContentionModel, SoloProfile  # noqa: E402
 from slurm_elastico.interference.evaluation import fit_model, split  # noqa: E402
 from slurm_elastico.interference.gavel import import_gavel  # noqa: E402
@@ -229,7 +229,7 @@ def main() -> None:
                                             for n, d in v["per_fold"].items()}}
                            for k, v in held.items()}}
     figures.update({name.replace(" ", "_").replace("(a,_b)", "ab").lower(): round(ms, 3) for name, ms in rows})
-    print(json.dumps(figures))
+    print(jsonout.dumps(figures))
 
 
 if __name__ == "__main__":

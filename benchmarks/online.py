@@ -14,7 +14,6 @@ shuffle; the held-out family never enters model choice. Ends with one JSON line.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from slurm_elastico import jsonout  # noqa: E402
 from slurm_elastico.interference.gavel import import_gavel  # noqa: E402
 from slurm_elastico.interference.online import OnlineLearner, holdout_error  # noqa: E402
 from slurm_elastico.interference.predictor import TrainConfig, train  # noqa: E402
@@ -90,7 +90,7 @@ def main() -> None:
     print(f"\nmean over families: {np.mean(first):.1%} unseen -> {np.mean(last):.1%} after "
           f"{args.batch * args.steps} observed pairs (frozen model on the same pairs: {np.mean(frozen):.1%}); "
           f"{time.perf_counter() - t0:.0f} s")
-    print(json.dumps({"benchmark": "online", "predictor": args.predictor, "quick": args.quick, "batch": args.batch, "steps": args.steps,
+    print(jsonout.dumps({"benchmark": "online", "predictor": args.predictor, "quick": args.quick, "batch": args.batch, "steps": args.steps,
                       "mean_mape_unseen": float(np.mean(first)), "mean_mape_online": float(np.mean(last)),
                       "mean_mape_frozen": float(np.mean(frozen)), "families": rows}))
 

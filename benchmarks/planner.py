@@ -37,7 +37,6 @@ import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import sys  # noqa: E402
 import dataclasses  # noqa: E402
-import json  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
@@ -48,6 +47,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # for `tests.synthetic`, the fixtures the unit tests share
 
+from slurm_elastico import jsonout  # noqa: E402
 from slurm_elastico.config import Settings  # noqa: E402
 from slurm_elastico.interference.base import ContentionModel  # noqa: E402
 from slurm_elastico.model import JobState  # noqa: E402
@@ -251,7 +251,7 @@ def main() -> None:
     print()
     print(f"weight monotonicity: raising w_j lowered job j's throughput in {mono['drops']} of {mono['cases']} "
           "random cases")
-    print(json.dumps({"latency": lat, "latency_gangs": gang, "latency_trained": trained, "optimality": opt, "monotonicity": mono}))
+    print(jsonout.dumps({"latency": lat, "latency_gangs": gang, "latency_trained": trained, "optimality": opt, "monotonicity": mono}))
 
 
 if __name__ == "__main__":

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 
 import click
 
+from slurm_elastico import jsonout
 from slurm_elastico.cluster import LocalCluster
 from slurm_elastico.cluster.programs import typed
 
@@ -42,7 +42,7 @@ def up(state_dir, nodes, gpus, shares_per_gpu, accounting, port_base, kill_wait,
                                         accounting=accounting, port_base=port_base, kill_wait=kill_wait)
     result = local.up()
     if as_json:
-        click.echo(json.dumps({"state_dir": str(local.state_dir), "slurm_conf": str(local.slurm_conf),
+        click.echo(jsonout.dumps({"state_dir": str(local.state_dir), "slurm_conf": str(local.slurm_conf),
                                "started": list(result.started), "installed": list(result.installed),
                                "already_running": result.already_running, "seconds": round(result.seconds, 3),
                                "version": result.version}))
@@ -75,7 +75,7 @@ def status(state_dir, as_json) -> None:
     """Show each daemon and node; exit code 0 when the whole cluster runs, 1 otherwise."""
     state = LocalCluster.from_state_dir(state_dir).status()
     if as_json:
-        click.echo(json.dumps(state.to_dict(), indent=2))
+        click.echo(jsonout.dumps(state.to_dict(), indent=2))
     else:
         click.echo(f"cluster {state.state_dir}: {'running' if state.running else 'not running'}")
         click.echo(f"SLURM_CONF={state.slurm_conf}")

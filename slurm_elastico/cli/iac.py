@@ -5,11 +5,11 @@ Parses and prints; the work is in `slurm_elastico.interference` (measurements, e
 
 from __future__ import annotations
 
-import json
 import shlex
 
 import click
 
+from slurm_elastico import jsonout
 from slurm_elastico.interference import measurements
 from slurm_elastico.interference.errors import MeasurementError
 
@@ -56,7 +56,7 @@ def evaluate(data: str, model_path: str | None, kind: str | None, predictor: str
         if not model_path.strip():
             raise click.UsageError("--model is empty; give the file `elastico iac train` wrote")
         result = score(load_model(model_path), measurements.load(data), floor=floor)
-        click.echo(json.dumps(result.to_dict(), indent=2) if as_json else format_score(result))
+        click.echo(jsonout.dumps(result.to_dict(), indent=2) if as_json else format_score(result))
         return
     if predictor in (None, "prior-corrected"):
         from slurm_elastico.interference.evaluation import split
@@ -66,13 +66,13 @@ def evaluate(data: str, model_path: str | None, kind: str | None, predictor: str
         observations = measurements.load(data)
         result = cross_score(observations, split(observations, kind, k=folds, seed=seed),
                              lambda part: fit_transfer(part, seed=seed), floor=floor)
-        click.echo(json.dumps({"split": kind, **result.to_dict()}, indent=2) if as_json
+        click.echo(jsonout.dumps({"split": kind, **result.to_dict()}, indent=2) if as_json
                    else f"split: {kind}\n" + format_score(result))
         return
     from slurm_elastico.interference.evaluation import evaluate as run, format_report
 
     report = run(measurements.load(data), kind, floor=floor, k=folds, seed=seed)
-    click.echo(json.dumps(report.to_dict(), indent=2) if as_json else format_report(report))
+    click.echo(jsonout.dumps(report.to_dict(), indent=2) if as_json else format_report(report))
 
 
 @iac.command("train")

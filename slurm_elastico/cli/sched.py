@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sqlite3
 import time
 
 import click
 
+from slurm_elastico import jsonout
 from slurm_elastico.cli import settings
 
 
@@ -83,7 +83,7 @@ class Output:
 
     def log(self, level: str, line: str) -> None:
         if self.log_format == "json":
-            click.echo(json.dumps({"ts": time.time(), "level": level, "event": "log", "message": line}), err=True)
+            click.echo(jsonout.dumps({"ts": time.time(), "level": level, "event": "log", "message": line}), err=True)
         else:
             click.echo(line if line.startswith("note:") else f"elastico sched: {line}", err=True)
 
@@ -92,9 +92,9 @@ class Output:
 
         if self.log_format == "json":
             level = "warning" if result.outage or any(o.status != "done" for o in result.outcomes) else "info"
-            click.echo(json.dumps({"ts": time.time(), "level": level, "event": "epoch", **result.to_dict()}))
+            click.echo(jsonout.dumps({"ts": time.time(), "level": level, "event": "epoch", **result.to_dict()}))
         else:
-            click.echo(json.dumps(result.to_dict()) if self.as_json else render(result))
+            click.echo(jsonout.dumps(result.to_dict()) if self.as_json else render(result))
 
 
 def _serve(cfg, interval, epochs, dry_run, families_dir, out: Output, metrics, metrics_file) -> None:

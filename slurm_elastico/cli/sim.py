@@ -9,12 +9,12 @@ unfinished jobs is not a result.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 
 import click
 
+from slurm_elastico import jsonout
 from slurm_elastico.cli import Finite, settings
 from slurm_elastico.sim.experiment import ProgressBar, load_sweep, setup, write_sweep
 from slurm_elastico.sim.trace import DEFAULT_JITTER_S
@@ -114,7 +114,7 @@ def compare_cmd(ctx, names, seeds, loads, out, as_json, progress, **recipe) -> N
         if out:
             write_sweep(sweep, report, out)
         if as_json:
-            click.echo(json.dumps(report, sort_keys=True))
+            click.echo(jsonout.dumps(report, sort_keys=True))
         bad = [(f"{p} at load {ld:g}", sd, c, n) for ld, res in zip(loads_f, results) for p, sd, c, n in
                res.incomplete()]
         if bad:
@@ -161,6 +161,6 @@ def _emit(result, out, as_json) -> None:
         for p in cmp.write(result, out):
             click.echo(f"wrote {p}", err=True)
     if as_json:
-        click.echo(json.dumps(result.to_json(), sort_keys=True))
+        click.echo(jsonout.dumps(result.to_json(), sort_keys=True))
     else:
         click.echo(result.table(SHOWN))

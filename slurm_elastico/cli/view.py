@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import click
 
+from slurm_elastico import jsonout
 from slurm_elastico.cli import settings
 from slurm_elastico.model import Snapshot
 from slurm_elastico.runtime.progress import Progress, read_job_reports
@@ -78,7 +78,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     """
     snap = gateway_from(settings(ctx)).snapshot()
     progress = progress_of(snap)
-    click.echo(json.dumps(snapshot_dict(snap, progress), indent=2) if as_json else render(snap, progress))
+    click.echo(jsonout.dumps(snapshot_dict(snap, progress), indent=2) if as_json else render(snap, progress))
 
 
 @click.command("config")

@@ -52,6 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
+from slurm_elastico import jsonout
 from slurm_elastico.cluster import demo_workload as workload
 from slurm_elastico.cluster import install
 from slurm_elastico.cluster.local import LocalCluster
@@ -241,7 +242,7 @@ def _run_on(cluster: LocalCluster, load: Workload, say: Callable[[str], None], b
               "slurm_version": version, "seconds": time.monotonic() - began,
               "ended_late_s": {mode: {"mean": float(np.mean(v)), "max": max(v)} for mode, v in lag.items()},
               "jobs": jobs_rows}
-    (work / "comparison.json").write_text(json.dumps(result, indent=2, sort_keys=True))
+    (work / "comparison.json").write_text(jsonout.dumps(result, indent=2, sort_keys=True))
     return result
 
 

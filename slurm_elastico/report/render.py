@@ -5,8 +5,8 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import json
 
+from slurm_elastico import jsonout
 from slurm_elastico.report.metrics import GroupRow, JobRow
 
 
@@ -57,5 +57,6 @@ def to_csv(rows: list[JobRow] | list[GroupRow]) -> str:
 
 
 def to_json(groups: list[GroupRow], jobs: list[JobRow]) -> str:
-    return json.dumps({"groups": [dataclasses.asdict(g) for g in groups], "jobs": [dataclasses.asdict(j) for j in jobs]},
-                      indent=2)
+    """Groups and jobs as strict JSON (a figure that is not a number is null; times are Unix seconds)."""
+    return jsonout.dumps({"groups": [dataclasses.asdict(g) for g in groups],
+                          "jobs": [dataclasses.asdict(j) for j in jobs]}, indent=2)

@@ -14,12 +14,12 @@ not a result — `check_complete` raises `Incomplete` naming each such run.
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from slurm_elastico import jsonout
 from slurm_elastico.config import Settings
 from slurm_elastico.errors import ElasticoError
 from slurm_elastico.interference.base import SlowdownModel
@@ -187,7 +187,7 @@ def write(result: Comparison, out: str | Path, plot: bool = True) -> list[Path]:
                     if t.job_id in left:
                         w.writerow([p, r.seed, t.job_id, t.kind, t.app, t.gpus, t.submit_s, "", "", "", t.work,
                                     "", "", 0])
-    paths[2].write_text(json.dumps(result.to_json(), indent=2, sort_keys=True))
+    paths[2].write_text(jsonout.dumps(result.to_json(), indent=2, sort_keys=True))
     if plot:
         paths.append(plots.jct_cdf(result.runs, out / "jct_cdf.png"))
         paths.append(plots.utilization(result.runs, out / "utilization.png"))

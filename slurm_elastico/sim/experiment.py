@@ -14,12 +14,13 @@ The command: `slurm_elastico.cli.sim`.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from slurm_elastico import jsonout
 
 
 class Setup(NamedTuple):
@@ -157,7 +158,7 @@ def write_sweep(sweep: dict, report: dict, out: str) -> None:
     from slurm_elastico.sim import plots
 
     Path(out).mkdir(parents=True, exist_ok=True)
-    (Path(out) / "sweep.json").write_text(json.dumps(report, indent=2, sort_keys=True))
+    (Path(out) / "sweep.json").write_text(jsonout.dumps(report, indent=2, sort_keys=True))
     plots.load_sweep(sweep, Path(out) / "load_sweep.png")
 
 
