@@ -45,7 +45,8 @@ from slurm_elastico.interference.base import SlowdownModel, SoloProfile
 from slurm_elastico.model import (Action, ActionKind, Family, JobState, JobView, Placement, Plan, Shape, Snapshot)
 from slurm_elastico.planner import allot, gpu_choice, reshape, weights
 from slurm_elastico.planner.gpu_choice import mps_gpu
-from slurm_elastico.planner.packing import GpuState, Row, Seat, best_solo
+from slurm_elastico.planner.packing import GpuState
+from slurm_elastico.planner.seats import Row, Seat, best_solo
 from slurm_elastico.planner.slowdown import PairCache, for_gpu
 from slurm_elastico.shapes.current import ADMIN_PREFIX, PREEMPTED_MARK, named_in_comment, preempted_by_us, running_shape
 from slurm_elastico.shapes.solo import solo_profile

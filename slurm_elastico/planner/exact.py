@@ -116,11 +116,11 @@ def _conflicts(jobs, families, opts, gpus, index, model, floor, row) -> None:
         margin = dict.fromkeys(pairs, float(getattr(model, "admission_margin", 0.0)))
     gain_floor = PairCache(model).gain_margin  # as packing's: the gain rule's least margin
 
-    # The reference of each job's fraction of solo speed, as `packing.best_solo` gives the epoch's seats.
+    # The reference of each job's fraction of solo speed, as `seats.best_solo` gives the epoch's seats.
     best = {k: max((s.throughput for s in families[jobs[k].job_id].shapes if s.resources.gpus <= 1), default=0.0)
             for k in {a[0] for a in keys}}
 
-    def fraction(a, tput: float, s: float) -> float:  # as packing.GpuState.fraction
+    def fraction(a, tput: float, s: float) -> float:  # as admission.Admission.fraction
         ref = max(best[a[0]], tput)
         return tput / ref / s if ref > 0 else 0.0
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from slurm_elastico.planner.gpu_choice import mps_gpu, whole_gpus
-from slurm_elastico.planner.packing import GpuState, Row, Seat
+from slurm_elastico.planner.packing import GpuState
+from slurm_elastico.planner.seats import Row, Seat
 from slurm_elastico.planner.slowdown import PairCache
 
 

@@ -14,7 +14,8 @@ from slurm_elastico.shapes import solo_profile
 from slurm_elastico.model import ActionKind, GpuUse, GresRequest, JobState, JobView
 from slurm_elastico.planner import ADMIN_PREFIX, policies, run_epoch
 from slurm_elastico.planner import reshape as rule
-from slurm_elastico.planner.packing import GpuState, Row, Seat
+from slurm_elastico.planner.packing import GpuState
+from slurm_elastico.planner.seats import Row, Seat
 from slurm_elastico.planner.slowdown import UNCALIBRATED_GAIN_MARGIN, PairCache
 from tests.synthetic import cluster, family, pending, running, snapshot, with_users
 

@@ -17,7 +17,8 @@ from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import MIN_GAIN, SoloProfile, admissible
 from slurm_elastico.model import JobState
 from slurm_elastico.planner import exact, run_epoch
-from slurm_elastico.planner.packing import GpuState, Row, Seat, best_solo
+from slurm_elastico.planner.packing import GpuState
+from slurm_elastico.planner.seats import Row, Seat, best_solo
 from slurm_elastico.planner.slowdown import PairCache
 from slurm_elastico.planner.weights import weight_of
 from tests.synthetic import cluster, family, pending, snapshot
