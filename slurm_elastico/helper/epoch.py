@@ -20,6 +20,7 @@ answers.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import shlex
 import sqlite3
@@ -166,7 +167,8 @@ def predicted_slowdowns(plan: Plan, families: dict[int, Family]) -> tuple[tuple[
 
 def render(result: EpochResult) -> str:
     """The epoch for a person: each action with its reason and, for a dry run, the exact commands."""
-    lines = [f"epoch at {result.at:.0f}: {len(result.outcomes)} action(s), objective {result.plan.objective:.3f}"]
+    lines = [f"epoch at {local_time(result.at)}: {len(result.outcomes)} action(s), "
+             f"objective {result.plan.objective:.3f}"]
     lines += [f"  recovered: {r}" for r in result.recovered]
     lines += [f"  warning: {w}" for w in result.warnings]
     for o in result.outcomes:
@@ -179,6 +181,15 @@ def render(result: EpochResult) -> str:
     if result.outage:
         lines.append(f"  outage: Slurm stopped answering; the epoch's later actions were skipped: {result.outage}")
     return "\n".join(lines)
+
+
+def local_time(at: float) -> str:
+    """Unix seconds as this host's local time with its offset, ISO 8601 to the second (2026-12-04T05:16:39+00:00).
+
+    For a person reading the log; the JSON forms keep Unix seconds (`EpochResult.to_dict`), which scripts compare.
+    The zone is the process's (TZ, else /etc/localtime): the offset is written, so a reader elsewhere is not misled.
+    """
+    return datetime.datetime.fromtimestamp(at, datetime.timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
 def backoff_s(interval_s: float, outages: int) -> float:

@@ -104,6 +104,27 @@ def test_dry_run_issues_nothing(journal):
     assert gw.applied == []
 
 
+@pytest.mark.parametrize("tz, expected", [("UTC0", "2026-12-04T05:16:39+00:00"),
+                                          ("EST+5", "2026-12-04T00:16:39-05:00")])
+def test_the_epoch_line_gives_a_readable_local_time_with_its_offset(monkeypatch, tz, expected):
+    import time
+
+    from slurm_elastico.helper.epoch import render
+
+    monkeypatch.setenv("TZ", tz)
+    time.tzset()
+    try:
+        fam = family((100, 1.0, 1000))
+        result = run_once(FakeGateway(snapshot(cluster(1), [pending(1)])), Settings(), Fixed({1: fam}), None, None,
+                          1796361399.0, dry_run=True)
+        first = render(result).splitlines()[0]
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert first.startswith(f"epoch at {expected}: "), first
+    assert result.to_dict()["at"] == 1796361399.0  # scripts keep Unix seconds
+
+
 def test_journal_round_trips_actions():
     a = Action(ActionKind.RESHAPE_RUNNING, 7, "why", share=50, nodes=("n1",), shape="s")
     assert action_from_json(action_to_json(a)) == a
