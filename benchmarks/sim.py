@@ -38,7 +38,7 @@ full), on 8-GPU nodes just large enough for what those pods held in the
 trace (their GPU shares, while they arrived), the baselines and elastico,
 seeds 0..2 with paired intervals as in the comparison. A pod asking for part
 of a GPU is an inference job on that MPS share; whole-GPU pods are training
-jobs (see `trace.alibaba_slice`).
+jobs (see `trace_alibaba.alibaba_slice`).
 
 A job a run leaves unfinished is never dropped silently: each table shows
 every policy's unfinished jobs beside its means (marked `*`), a policy row
@@ -74,8 +74,10 @@ from slurm_elastico.config import Settings  # noqa: E402
 from slurm_elastico.interference.base import ContentionModel  # noqa: E402
 from slurm_elastico.planner import policies  # noqa: E402
 from slurm_elastico.sim import compare, families, metrics, pool, settings, trace  # noqa: E402
+from slurm_elastico.sim import trace_alibaba, trace_pollux  # noqa: E402
 from slurm_elastico.sim.experiment import check_runnable, seed_varies  # noqa: E402
 from slurm_elastico.sim.settings import SimSettings  # noqa: E402
+from slurm_elastico.sim.trace_synthetic import MixSpec, synthetic  # noqa: E402
 from slurm_elastico.sim.truth import GroundTruth  # noqa: E402
 
 SHOWN = ("mean_jct_h", "median_jct_h", "p99_jct_h", "makespan_h", "util_arrivals", "mean_queue_h", "reshapes_per_job",
@@ -85,8 +87,8 @@ SHOWN = ("mean_jct_h", "median_jct_h", "p99_jct_h", "makespan_h", "util_arrivals
 def comparison(runs, gpus, jobs, load, seeds, window, colocation, names):
     """Submit the mixed-trace comparison's runs; returns what prints its table and gives its figures."""
     sim = SimSettings(gpus=gpus, placement_window_s=window, colocation=colocation)
-    spec = trace.MixSpec(n_jobs=jobs, gpus=gpus, load=load, gpu_memory_mib=sim.gpu_memory_mib)
-    pending = compare.submit(lambda s: trace.synthetic(spec, s, runs.truth), names, list(range(seeds)), Settings(),
+    spec = MixSpec(n_jobs=jobs, gpus=gpus, load=load, gpu_memory_mib=sim.gpu_memory_mib)
+    pending = compare.submit(lambda s: synthetic(spec, s, runs.truth), names, list(range(seeds)), Settings(),
                              sim, ContentionModel(), runs.truth,
                              seed_varies=seed_varies("synthetic", 0.0, sim.profile_noise), runs=runs)
 
@@ -221,15 +223,15 @@ def alibaba(runs, path, hours, seeds, names):
     arrivals and durations are the trace's.
     """
     truth = runs.truth
-    whole = trace.alibaba_slice(path, truth)
+    whole = trace_alibaba.alibaba_slice(path, truth)
     centre_h = (whole.start_s + statistics.median(j.submit_s for j in whole.jobs)) / 3600
     start_h = max(0.0, centre_h - hours / 2)
-    first = trace.alibaba_slice(path, truth, 0, start_h, hours)
+    first = trace_alibaba.alibaba_slice(path, truth, 0, start_h, hours)
     sim = SimSettings(gpus=first.gpus_for(ALIBABA_LOAD, 8), gpus_per_node=8, placement_window_s=60.0,
                       colocation="gavel")
 
     def make(seed):
-        jobs = trace.alibaba(path, truth, seed, start_h, hours)
+        jobs = trace_alibaba.alibaba(path, truth, seed, start_h, hours)
         check_runnable(jobs, truth, sim, f"alibaba slice {start_h:g} h + {hours:g} h")
         return jobs
 
@@ -277,7 +279,7 @@ def pollux_workloads(runs, workloads, names, seeds):
     width = {n: max(10, len(n)) for n in names}
     futures = {}
     for w in workloads:
-        base = trace.pollux(w, runs.truth)
+        base = trace_pollux.pollux(w, runs.truth)
         for n in names:
             policy, peer_placed = n.removesuffix(PEER_PLACED), n.endswith(PEER_PLACED)
             for sd in range(seeds):
@@ -336,10 +338,10 @@ def scale(runs, gpus, hours, load, max_duration_s, epoch_s, policy="elastico"):
     """Submit a run of arrivals over `hours` on `gpus` GPUs at `load`; returns what prints it and gives its
     figures."""
     truth = runs.truth
-    pilot = trace.synthetic(trace.MixSpec(n_jobs=2000, gpus=gpus, load=load, max_duration_s=max_duration_s), 99, truth)
+    pilot = synthetic(MixSpec(n_jobs=2000, gpus=gpus, load=load, max_duration_s=max_duration_s), 99, truth)
     per_job = pilot[-1].submit_s / len(pilot)  # seconds between arrivals at this load
     n = max(100, int(hours * 3600 / per_job))
-    jobs = trace.synthetic(trace.MixSpec(n_jobs=n, gpus=gpus, load=load, max_duration_s=max_duration_s), 1, truth)
+    jobs = synthetic(MixSpec(n_jobs=n, gpus=gpus, load=load, max_duration_s=max_duration_s), 1, truth)
     sim = SimSettings(gpus=gpus, epoch_s=epoch_s, placement_window_s=epoch_s)
     future = runs.submit(jobs, policy, Settings(), sim, ContentionModel(), 1)
     return lambda: scale_row(future.result(), gpus, n, jobs, sim)

@@ -5,7 +5,7 @@ folder holding `pollux/`, `gavel-colocation/` and `azure-llm-2023/` as their
 READMEs describe. The simulator never reads the sources at run time, only
 what this writes (small, column-trimmed copies); rerun it to refresh them or
 to derive the same files from other measurements. The Alibaba trace states
-no license, so it is not bundled: `trace.alibaba` reads its original CSV
+no license, so it is not bundled: `trace_alibaba.alibaba` reads its original CSV
 from a path you give.
 """
 

@@ -1,7 +1,7 @@
 """A simulation experiment as `elastico sim` sets it up: settings, trace recipe, ground truth and model; the load sweep.
 
 `setup` reads the `sim:` section of a YAML file, applies the command line's
-overrides and returns a trace factory per seed (`trace.load`), every trace
+overrides and returns a trace factory per seed (`trace_spec.load`), every trace
 checked runnable on the cluster (`check_runnable`: some job, none asking
 more GPUs or GPU memory than there are), and says what a seed varies. A
 fixed trace (Pollux, a CSV) is loaded once and each seed's replica gets its
@@ -37,12 +37,12 @@ class Setup(NamedTuple):
 def seed_varies(trace_name: str, jitter_s: float, profile_noise: float) -> str:
     """What differs between seeds of `trace_name`: the trace itself, the jobs' drawn apps, or arrival jitter; and
     the profiling noise. Says so when nothing does (then "± 0" is not replication)."""
-    from slurm_elastico.sim import trace as traces
+    from slurm_elastico.sim import trace_spec
 
     kind = trace_name.partition(":")[0]
     if kind == "synthetic":
         parts = ["the synthetic trace itself (arrivals, durations, apps and batches, inference sizes)"]
-    elif not traces.is_fixed(trace_name):
+    elif not trace_spec.is_fixed(trace_name):
         parts = ["the app and global batch drawn for each job (arrivals and durations are the trace's)"]
     elif jitter_s > 0:
         parts = [f"the arrival jitter (each arrival moved by a seeded uniform offset within ±{jitter_s:g} s)"]
@@ -92,6 +92,7 @@ def setup(cfg, trace_name, jobs, load, infer_fraction, hours, gpus, epoch_s, win
     from slurm_elastico.interference import load_model
     from slurm_elastico.sim import settings as sim_settings
     from slurm_elastico.sim import trace as traces
+    from slurm_elastico.sim import trace_spec
     from slurm_elastico.sim.truth import GroundTruth
 
     data = {}
@@ -109,12 +110,12 @@ def setup(cfg, trace_name, jobs, load, infer_fraction, hours, gpus, epoch_s, win
     jitter = traces.DEFAULT_JITTER_S if jitter_s is None else float(jitter_s)
 
     def load_seed(seed: int):
-        got = traces.load(trace_name, truth, seed, n_jobs=jobs, gpus=sim.gpus, load=load,
+        got = trace_spec.load(trace_name, truth, seed, n_jobs=jobs, gpus=sim.gpus, load=load,
                           infer_fraction=infer_fraction, hours=hours, gpu_memory_mib=sim.gpu_memory_mib)
         check_runnable(got, truth, sim, trace_name)
         return got
 
-    if traces.is_fixed(trace_name):
+    if trace_spec.is_fixed(trace_name):
         base = load_seed(0)  # before any run: a bad trace fails at once
 
         def make(seed: int):

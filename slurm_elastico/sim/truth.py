@@ -5,36 +5,12 @@ Kept apart from everything the policy sees: the planner gets families with
 `elastico profile` would record them) and its own interference model (by
 default `ContentionModel`); it never sees the co-location factors below.
 
-Training (measured, Pollux on NVIDIA T4): one optimizer step at global batch
-G and micro-batch m runs `G/m` micro-steps of the measured `step_time(m)`
-(log-log interpolation between measured per-GPU batches) plus one
-`sync_time` (`train_speed`: the rule of every one-GPU figure).
-
-Several GPUs (`gang_speed`, and `rigid_speed`, which places r GPUs the way
-Slurm fills nodes, full nodes first: 6 → (4, 2)): Pollux measured
-data-parallel step and sync times per placement (GPUs on each node, e.g.
-(4, 2)) and per-GPU batch on 1–4 nodes of 4 T4s, and per (nodes, GPUs) on
-6–16 nodes; `pollux_placements.csv.gz` bundles both. At a fixed global
-batch G on r GPUs each runs `a = ceil(G/r / micro)` micro-steps per
-optimizer step, which takes `a·(step − sync) + sync` (Pollux's rule:
-gradients are all-reduced once). A measured placement (up to a rotation of
-its nodes: the ring all-reduce visits them in a cycle) is log-log
-interpolated in the per-GPU batch; any other is linearly interpolated, in
-log time, over (nodes, GPUs, log per-GPU batch) between the placement rows
-averaged per such triple and the 6–16-node rows, nodes capped at 16, and
-takes the nearest measurement outside them. Per-GPU batches are clamped to
-the measured range.
-
-Statistical efficiency (measured, Pollux's validation runs, `pollux_validation.csv.gz`): at each
-measured global batch, per epoch, the iterations done and the gradient's squared mean and variance
-(`grad_sqr`, `grad_var`). As Pollux's simulator has it, one step at global batch b during epoch e
-makes `gain = (var + sqr) / (var / s + sqr)` steps' worth of progress at the app's smallest
-measured batch (s = b / that batch), with the statistics linearly interpolated between the measured
-batches around b (`gain`). A job's epochs are those of its own batch: epoch e ends at the measured
-iterations after e + 1 epochs, as a fraction of the iterations to the end (`epoch_ends`). So one step
-at b is worth `gain(b, e) / gain(B, e)` steps of the job's own batch B (`efficiency_ratio`), which
-changes as training goes on (the gradient noise grows, and large batches lose less); at B itself it
-is exactly 1, so a job that keeps its batch finishes after its measured iterations, as before.
+Training: the measured step times of `sim.step_times`, on one GPU by the
+single-node rule (`train_speed`: G/m micro-steps of `step_time(m)` plus one
+`sync_time`) and on several by placement (`gang_speed`, and `rigid_speed`,
+which places them as Slurm fills nodes); at a global batch other than the
+job's own, the statistical efficiency of `sim.gradient_noise` (`gain`,
+`efficiency_ratio`, `epoch_ends`).
 
 MPS share: a job at micro-batch m uses a fraction
 `d(m) = τ_min / τ(m)` of the GPU (τ = step time per sample; small batches
@@ -72,24 +48,17 @@ the two; runs should be reported under both.
 
 from __future__ import annotations
 
-import csv
-import gzip
-import io
 import math
-import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator
-from scipy.spatial import QhullError
 
 from slurm_elastico.errors import ConfigError
-from slurm_elastico.inputs import LIMITS, decode, read_bytes
-
-DATA = Path(__file__).parent / "data"
+from slurm_elastico.sim.datafiles import DATA, read_rows
+from slurm_elastico.sim.gradient_noise import GradientNoise
+from slurm_elastico.sim.step_times import GangTable, TrainProfile, ring, slurm_placement
 
 T4_MEM_MIB = 15360.0
 GPU_MEM_MIB = 16384.0
@@ -112,163 +81,13 @@ SEQ_S = 0.0004
 PREFILL_S = 0.00005
 
 
-@dataclass(frozen=True)
-class TrainProfile:
-    """Measured step and sync time per per-GPU batch for one app on `gpus` GPUs of one node."""
-
-    app: str
-    gpus: int
-    bsz: np.ndarray
-    step: np.ndarray
-    sync: np.ndarray
-
-    def at(self, m: float) -> tuple[float, float]:
-        """(step, sync) seconds at per-GPU batch m, log-log interpolated (clamped to the measured range)."""
-        x = math.log(min(max(m, self.bsz[0]), self.bsz[-1]))
-        lb = np.log(self.bsz)
-        return (float(np.exp(np.interp(x, lb, np.log(self.step)))),
-                float(np.exp(np.interp(x, lb, np.log(np.maximum(self.sync, 1e-9))))))
-
-
-def slurm_placement(gpus: int, gpus_per_node: int = 4) -> tuple[int, ...]:
-    """GPUs per node as Slurm gives `gpus` GPUs on empty nodes of `gpus_per_node`: full nodes first (6 → (4, 2))."""
-    full, rest = divmod(gpus, gpus_per_node)
-    return (gpus_per_node,) * full + ((rest,) if rest else ())
-
-
-def _ring(placement: tuple[int, ...]) -> tuple[int, ...]:
-    """The placement's smallest rotation: how Pollux keys its measured placements ((2, 1) and (1, 2) → (1, 2))."""
-    return min(placement[i:] + placement[:i] for i in range(len(placement)))
-
-
-class GangTable:
-    """One app's measured multi-GPU step and sync times (see `GroundTruth.gang_speed`).
-
-    `exact`: per measured placement (smallest rotation), times per per-GPU batch. `points`: (nodes, GPUs,
-    log per-GPU batch) of the placement rows averaged per such triple plus the scalability rows; `values`:
-    (log step, log sync) there.
-    """
-
-    def __init__(self, app: str, rows: list[tuple[str, int, int, float, float, float]]):
-        """From (placement digits or "" for a scalability row, nodes, GPUs, per-GPU batch, step, sync) rows."""
-        per: dict[tuple[int, ...], list[tuple[float, float, float]]] = {}
-        avg: dict[tuple[int, int, float], list[tuple[float, float]]] = {}
-        for digits, nodes, ranks, bsz, step, sync in rows:
-            if digits:
-                per.setdefault(_ring(tuple(int(c) for c in digits)), []).append((bsz, step, sync))
-            avg.setdefault((nodes, ranks, bsz), []).append((step, sync))
-        self.exact: dict[tuple[int, ...], TrainProfile] = {}
-        for p, vals in per.items():
-            a = np.array(sorted(vals))
-            self.exact[p] = TrainProfile(app, sum(p), a[:, 0], a[:, 1], a[:, 2])
-        keys = sorted(avg)
-        self.points = np.array([(n, r, math.log(b)) for n, r, b in keys])
-        self.values = np.log(np.maximum(np.array([np.mean(avg[k], axis=0) for k in keys]), 1e-9))
-        self.max_nodes = max(k[0] for k in keys)
-        self.bsz_range = (min(k[2] for k in keys), max(k[2] for k in keys))
-        self._linear: LinearNDInterpolator | NearestNDInterpolator | None = None
-        self._nearest: NearestNDInterpolator | None = None
-
-    def at(self, placement: tuple[int, ...], m: float) -> tuple[float, float]:
-        """(step, sync) seconds of one micro-step at per-GPU batch m on `placement` (already `_ring`-normalised)."""
-        prof = self.exact.get(placement)
-        if prof is not None:
-            return prof.at(m)
-        lo, hi = self.bsz_range
-        x = np.array([[min(len(placement), self.max_nodes), sum(placement), math.log(min(max(m, lo), hi))]])
-        if self._nearest is None:
-            self._nearest = NearestNDInterpolator(self.points, self.values)
-            try:
-                self._linear = LinearNDInterpolator(self.points, self.values)
-            except QhullError:  # too few measurements to span a volume: the nearest one everywhere
-                self._linear = self._nearest
-        v = self._linear(x)[0]
-        if not np.all(np.isfinite(v)):  # outside the measured hull: the nearest measurement
-            v = self._nearest(x)[0]
-        return float(np.exp(v[0])), float(np.exp(v[1]))
-
-
-class GradientNoise:
-    """One app's measured gradient statistics and iterations per epoch at each measured global batch.
-
-    From (global batch, epoch, iteration, grad_sqr, grad_var) rows; every batch must have the same epochs.
-    """
-
-    def __init__(self, app: str, rows: list[tuple[int, int, float, float, float]]):
-        per: dict[int, dict[int, tuple[float, float, float]]] = {}
-        for batch, epoch, it, sqr, var in rows:
-            per.setdefault(batch, {})[epoch] = (it, sqr, var)
-        counts = {len(v) for v in per.values()}
-        if len(counts) != 1 or any(sorted(v) != list(range(len(v))) for v in per.values()):
-            raise ConfigError("ground truth", [f"validation rows of app {app!r} must give epochs 0..E-1 at every "
-                                               f"global batch; got {sorted((b, len(v)) for b, v in per.items())}"])
-        self.app = app
-        epochs = counts.pop()
-        self.batches = np.array(sorted(per), dtype=float)
-        table = np.array([[per[int(b)][e] for e in range(epochs)] for b in self.batches])
-        self.iterations, self.sqr, self.var = table[:, :, 0], table[:, :, 1], table[:, :, 2]
-
-    @property
-    def epochs(self) -> int:
-        return self.iterations.shape[1]
-
-    def _at(self, values: np.ndarray, batch: float) -> np.ndarray:
-        """The row of `values` at `batch`: linear between the measured batches around it, clamped outside them."""
-        b = self.batches
-        if batch <= b[0]:
-            return values[0]
-        if batch >= b[-1]:
-            return values[-1]
-        hi = int(np.searchsorted(b, batch))
-        if b[hi] == batch:
-            return values[hi]
-        w = (batch - b[hi - 1]) / (b[hi] - b[hi - 1])
-        return (1.0 - w) * values[hi - 1] + w * values[hi]
-
-    def gain(self, batch: float, epoch: int) -> float:
-        """Progress of one step at `batch` during `epoch`, in steps at the smallest measured batch."""
-        e = min(max(epoch, 0), self.epochs - 1)
-        sqr, var = float(self._at(self.sqr[:, e], batch)), float(self._at(self.var[:, e], batch))
-        scale = float(batch / self.batches[0])
-        denom = var / scale + sqr
-        return (var + sqr) / denom if denom > 0 else 1.0
-
-    def epoch_ends(self, batch: float) -> np.ndarray:
-        """Fraction of the training done at the end of each epoch at `batch` (the last is 1)."""
-        it = self._at(self.iterations, batch)
-        return it / it[-1]
-
-
-def _read_csv(path: Path) -> list[dict[str, str]]:
-    """Rows of a CSV (gzip-compressed when it ends in .gz) read through `inputs` (a regular file within the trace
-    size limit, decompressed within it too, UTF-8); any problem raises `ConfigError` naming the file."""
-    data = read_bytes(path, "trace")
-    limit = LIMITS["trace"]
-    if path.suffix == ".gz":
-        try:
-            with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
-                data = f.read(limit + 1)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise ConfigError(str(path), [f"not a gzip file ({exc}); allowed: a CSV, or one compressed by gzip "
-                                          "when its name ends in .gz"]) from None
-        if len(data) > limit:
-            raise ConfigError(str(path), [f"decompresses to more than {limit // 2**20} MiB; allowed: a trace of at "
-                                          f"most {limit // 2**20} MiB"])
-    text = decode(data, str(path), "trace")
-    try:
-        return list(csv.DictReader(io.StringIO(text, newline="")))
-    except csv.Error as exc:
-        raise ConfigError(str(path), [f"not a CSV file ({exc}); allowed: comma-separated text with a header "
-                                      "line"]) from None
-
-
 class GroundTruth:
     """Solo speeds, memory and co-location factors from documented files (defaults: the bundled copies)."""
 
     def __init__(self, profiles: Path | None = None, iterations: Path | None = None, pairs: Path | None = None,
                  placements: Path | None = None, validation: Path | None = None):
         self.placement_rows: dict[str, list[tuple[str, int, int, float, float, float]]] = {}
-        for r in _read_csv(placements or DATA / "pollux_placements.csv.gz"):
+        for r in read_rows(placements or DATA / "pollux_placements.csv.gz"):
             self.placement_rows.setdefault(r["app"], []).append(
                 (r["placement"], int(r["num_nodes"]), int(r["num_replicas"]), float(r["local_bsz"]),
                  float(r["step_time"]), float(r["sync_time"])))
@@ -276,25 +95,25 @@ class GroundTruth:
         self._gangs: dict[str, GangTable] = {}
         self.profiles: dict[tuple[str, int], TrainProfile] = {}
         rows: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
-        for r in _read_csv(profiles or DATA / "pollux_profiles.csv"):
+        for r in read_rows(profiles or DATA / "pollux_profiles.csv"):
             rows.setdefault((r["app"], int(r["gpus"])), []).append(
                 (float(r["local_bsz"]), float(r["step_time"]), float(r["sync_time"])))
         for key, vals in rows.items():
             a = np.array(sorted(vals))
             self.profiles[key] = TrainProfile(key[0], key[1], a[:, 0], a[:, 1], a[:, 2])
         noise_rows: dict[str, list[tuple[int, int, float, float, float]]] = {}
-        for r in _read_csv(validation or DATA / "pollux_validation.csv.gz"):
+        for r in read_rows(validation or DATA / "pollux_validation.csv.gz"):
             noise_rows.setdefault(r["app"], []).append(
                 (int(r["global_batch"]), int(r["epoch"]), float(r["iteration"]), float(r["grad_sqr"]),
                  float(r["grad_var"])))
         self.noise = {app: GradientNoise(app, rows) for app, rows in noise_rows.items()}
         self.iterations: dict[str, dict[int, int]] = {}
-        for r in _read_csv(iterations or DATA / "pollux_iterations.csv"):
+        for r in read_rows(iterations or DATA / "pollux_iterations.csv"):
             self.iterations.setdefault(r["app"], {})[int(r["global_batch"])] = int(r["iterations"])
         self.norm: dict[tuple[tuple[str, int], tuple[str, int]], float] = {}
         self.gavel_batches: dict[str, list[int]] = {}
         unfit: list[tuple[tuple[str, int], tuple[str, int]]] = []
-        for r in _read_csv(pairs or DATA / "gavel_pairs_p100.csv"):
+        for r in read_rows(pairs or DATA / "gavel_pairs_p100.csv"):
             a = (r["model1"], int(r["bs1"]) if r["bs1"] else 0)
             b = (r["model2"], int(r["bs2"]) if r["bs2"] else 0)
             for m, bs in (a, b):
@@ -367,7 +186,7 @@ class GroundTruth:
         """Optimizer steps/s of a data-parallel job on `placement` (GPUs on each node) at a fixed global batch.
 
         Each of the r = sum(placement) GPUs holds G/r samples per step, in `a = ceil(G/r / micro)` micro-steps;
-        a step takes `a·(step − sync) + sync` at that micro-batch and placement (see the module docstring for
+        a step takes `a·(step − sync) + sync` at that micro-batch and placement (see `sim.step_times` for
         the lookup). `micro` defaults to the fewest micro-steps the largest measured per-GPU batch allows
         (micro = ceil(G/r / a)); a micro above G/r is G/r. Nodes holding no GPU are dropped, and a placement
         counts up to a rotation ((2, 1) = (1, 2)).
@@ -381,7 +200,7 @@ class GroundTruth:
         if not p or min(p) < 0 or global_batch <= 0 or (micro is not None and micro < 1):
             raise ConfigError("ground truth", [f"gang_speed({app!r}, {global_batch}, {tuple(placement)}, {micro}): "
                                                "needs GPUs, a positive global batch and micro-batch"])
-        return self._gang_speed(app, global_batch, _ring(p), micro)
+        return self._gang_speed(app, global_batch, ring(p), micro)
 
     @lru_cache(maxsize=65536)
     def _gang_speed(self, app: str, global_batch: int, placement: tuple[int, ...], micro: int | None) -> float:
@@ -435,7 +254,7 @@ class GroundTruth:
 
     @lru_cache(maxsize=262144)
     def gain(self, app: str, batch: float, epoch: int) -> float:
-        """Progress of one step at global batch `batch` during `epoch` (see the module docstring)."""
+        """Progress of one step at global batch `batch` during `epoch` (see `sim.gradient_noise`)."""
         return self.gradient_noise(app).gain(batch, epoch)
 
     def efficiency_ratio(self, app: str, own_batch: int, batch: float, epoch: int) -> float:

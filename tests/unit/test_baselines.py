@@ -14,7 +14,7 @@ from slurm_elastico.model import (Action, ActionKind, Family, GpuUse, GresReques
                                   Shape)
 from slurm_elastico.planner import policies
 from slurm_elastico.planner.baselines import QUEUE_LIMIT_GPU_S, LasState, las_comment, las_state
-from slurm_elastico.sim import engine, metrics, trace
+from slurm_elastico.sim import engine, metrics, trace_pollux
 from slurm_elastico.sim.settings import SimSettings
 from slurm_elastico.sim.trace import TraceJob
 from slurm_elastico.sim.truth import GroundTruth
@@ -189,7 +189,7 @@ def test_a_high_priority_arrival_preempts_the_lowest_priority_running_job(toy, m
 
 def test_a_pollux_workload_runs_to_the_end_every_job_at_its_submitted_gpu_count(monkeypatch):
     truth = GroundTruth()
-    jobs = trace.pollux(1, truth)
+    jobs = trace_pollux.pollux(1, truth)
     submitted = {j.job_id: j.gpus for j in jobs}
     seen: dict[int, set[int]] = {}
     start = engine.SimCluster.start

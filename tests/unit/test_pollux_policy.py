@@ -19,7 +19,7 @@ from slurm_elastico.planner import policies
 from slurm_elastico.planner.narrowers import whole_gpu_any_batch
 from slurm_elastico.planner.pollux import (FLOOR, PolluxPolicy, Room, allocate, best_by_gpus, pollux_comment,
                                            place, pollux_state, PolluxState, power_mean, restart_factor)
-from slurm_elastico.sim import engine, trace
+from slurm_elastico.sim import engine, trace_pollux
 from slurm_elastico.sim.cluster import SimCluster, SimJob
 from slurm_elastico.sim.families import _epoch_bounds, at_epoch, efficiency_segment, family_of
 from slurm_elastico.sim.settings import SimSettings
@@ -121,7 +121,7 @@ def test_the_goodput_optimal_batch_grows_with_the_gpus(truth):
 
 
 def test_a_fixed_batch_policy_runs_the_same_with_or_without_goodput_shapes(truth):
-    jobs = trace.pollux(1, truth)[:20]
+    jobs = trace_pollux.pollux(1, truth)[:20]
     base = dict(gpus=64, gpus_per_node=4, epoch_s=60.0, placement_window_s=-1.0, restart_cost_s=30.0)
     plain = engine.run(jobs, "static", Settings(), SimSettings(**base), ContentionModel(), truth)
     wide = engine.run(jobs, "static", Settings(), SimSettings(**base, adaptive_batch=True), ContentionModel(), truth)
@@ -264,7 +264,7 @@ def test_a_gang_is_placed_with_the_same_count_on_each_node_and_slurm_starts_it_s
 
 def test_a_pollux_workload_slice_runs_to_the_end_with_batches_and_gpu_counts_of_its_choice(truth, monkeypatch):
     assert isinstance(policies.get("pollux"), PolluxPolicy)
-    jobs = trace.pollux(1, truth)[:40]
+    jobs = trace_pollux.pollux(1, truth)[:40]
     shapes: dict[int, set[tuple[int, str]]] = {}
     start = engine.SimCluster.start
 

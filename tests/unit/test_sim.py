@@ -12,7 +12,7 @@ from slurm_elastico.config import Settings
 from slurm_elastico.errors import ConfigError, InvalidActionError, JobNotPendingError, SlurmError
 from slurm_elastico.interference.base import ContentionModel
 from slurm_elastico.model import Action, ActionKind, Family, GresRequest, JobState, Resources, Shape
-from slurm_elastico.sim import engine, metrics, trace
+from slurm_elastico.sim import engine, metrics, trace, trace_pollux, trace_synthetic
 from slurm_elastico.sim.cluster import SimCluster, SimJob
 from slurm_elastico.sim.settings import SimSettings, from_mapping
 from slurm_elastico.sim.trace import TraceJob
@@ -100,7 +100,7 @@ def test_a_reshape_costs_its_restart_time_and_keeps_the_work(toy):
 
 @pytest.fixture(scope="module")
 def mix(truth):
-    return trace.synthetic(trace.MixSpec(n_jobs=40, gpus=4, load=2.0, max_duration_s=3 * 3600), seed=3, truth=truth)
+    return trace_synthetic.synthetic(trace_synthetic.MixSpec(n_jobs=40, gpus=4, load=2.0, max_duration_s=3 * 3600), seed=3, truth=truth)
 
 
 @pytest.mark.parametrize("policy", ["elastico", "tiresias", "static-mps", "pollux"])
@@ -121,7 +121,7 @@ def test_same_seed_same_run_and_another_seed_differs(truth, mix):
     a = engine.run(mix, "elastico", Settings(), sim, ContentionModel(), truth, seed=3)
     b = engine.run(mix, "elastico", Settings(), sim, ContentionModel(), truth, seed=3)
     assert a.jobs == b.jobs and a.timeline == b.timeline
-    other = trace.synthetic(trace.MixSpec(n_jobs=40, gpus=4, load=2.0, max_duration_s=3 * 3600), seed=4, truth=truth)
+    other = trace_synthetic.synthetic(trace_synthetic.MixSpec(n_jobs=40, gpus=4, load=2.0, max_duration_s=3 * 3600), seed=4, truth=truth)
     assert other != mix
 
 
@@ -398,7 +398,7 @@ def test_set_gpus_is_refused_on_a_running_job_and_a_reshape_moves_a_gang_from_tw
 
 
 def test_the_audit_holds_on_a_mixed_run_of_gangs_and_shared_gpus(truth):
-    jobs = trace.pollux(6, truth)[:60]
+    jobs = trace_pollux.pollux(6, truth)[:60]
     assert any(j.gpus > 4 for j in jobs) and any(j.gpus == 1 for j in jobs)
     e = engine.Engine(jobs, "static", Settings(), SimSettings(gpus=64, gpus_per_node=4, audit=True),
                       ContentionModel(), truth)
@@ -418,7 +418,7 @@ def test_the_audit_holds_on_a_mixed_run_of_gangs_and_shared_gpus(truth):
 
 def test_pollux_workload_6_finishes_every_job_on_sixteen_four_gpu_nodes(truth):
     # Before gangs a job larger than one node never started: 42 of 160 jobs here (up to 48 GPUs).
-    jobs = trace.pollux(6, truth)
+    jobs = trace_pollux.pollux(6, truth)
     assert max(j.gpus for j in jobs) > 8
     r = engine.run(jobs, "static", Settings(), SimSettings(gpus=64, gpus_per_node=4), ContentionModel(), truth)
     assert r.unfinished == 0 and len(r.jobs) == 160
@@ -447,7 +447,7 @@ def test_every_policy_runs_the_same_at_4_mps_shares_per_gpu_as_at_100(truth, pol
     import dataclasses
 
     sim = SimSettings(gpus=4, gpus_per_node=2, shares="25,50,75,100", max_gpus_per_job=4)
-    jobs = [j for j in trace.synthetic(trace.MixSpec(n_jobs=16, gpus=4, load=1.5), 3, truth)
+    jobs = [j for j in trace_synthetic.synthetic(trace_synthetic.MixSpec(n_jobs=16, gpus=4, load=1.5), 3, truth)
             if j.share % 25 == 0]
     got = {}
     for per_gpu in (100, 4):

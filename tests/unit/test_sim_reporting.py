@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from slurm_elastico.cli import main
 from slurm_elastico.errors import ConfigError
-from slurm_elastico.sim import compare, metrics, trace
+from slurm_elastico.sim import compare, metrics, trace, trace_pollux
 from slurm_elastico.sim.engine import JobResult, RunResult
 from slurm_elastico.sim.experiment import seed_varies, setup
 from slurm_elastico.sim.trace import TraceJob
@@ -92,7 +92,7 @@ def test_table_marks_means_of_runs_with_unfinished_jobs():
 
 
 def test_jitter_varies_arrivals_by_seed_within_the_bound_and_is_order_independent():
-    jobs = trace.pollux(1)
+    jobs = trace_pollux.pollux(1)
     a, b = trace.jitter_arrivals(jobs, 0, 60.0), trace.jitter_arrivals(jobs, 1, 60.0)
     base = {j.job_id: j.submit_s for j in jobs}
     for got in (a, b):
@@ -126,7 +126,7 @@ def test_setup_jitters_fixed_traces_per_seed_and_says_what_a_seed_varies():
     assert s.make(2) == s.make(2)
     assert "arrival jitter" in s.seed_varies and "±60 s" in s.seed_varies and "profiling noise" in s.seed_varies
     exact = _setup("pollux:1", jitter_s=0.0)
-    assert exact.make(0) == exact.make(1) == trace.pollux(1)
+    assert exact.make(0) == exact.make(1) == trace_pollux.pollux(1)
     assert "jitter" not in exact.seed_varies and "profiling noise" in exact.seed_varies
     assert "synthetic trace itself" in _setup("synthetic").seed_varies
     assert seed_varies("pollux:1", 0.0, 0.0).startswith("nothing")

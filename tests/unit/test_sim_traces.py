@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from slurm_elastico.cli import main
 from slurm_elastico.errors import ConfigError
-from slurm_elastico.sim import trace
+from slurm_elastico.sim import trace, trace_alibaba, trace_azure, trace_philly, trace_pollux, trace_synthetic
 from slurm_elastico.sim.families import family_of
 from slurm_elastico.sim.trace import TraceJob
 from slurm_elastico.sim.truth import GroundTruth
@@ -35,17 +35,17 @@ def test_csv_round_trip_and_bad_rows_named(truth, tmp_path):
 
 
 def test_pollux_workload_work_is_measured_iterations(truth):
-    jobs = trace.pollux(1, truth)
+    jobs = trace_pollux.pollux(1, truth)
     assert len(jobs) == 160 and jobs[0].submit_s <= jobs[-1].submit_s
     first = next(j for j in jobs if j.app == "cifar10" and j.global_batch == 2048)
     assert first.work == truth.iterations["cifar10"][2048]  # measured iterations at that batch
-    assert max(j.gpus for j in jobs) > 1 and all(j.gpus == 1 for j in trace.pollux(1, truth, single_gpu=True))
+    assert max(j.gpus for j in jobs) > 1 and all(j.gpus == 1 for j in trace_pollux.pollux(1, truth, single_gpu=True))
 
 
 def test_philly_slice_keeps_arrivals_and_durations(truth):
-    jobs = trace.philly(truth=truth, seed=1, start_s=40 * 86400, hours=2)
+    jobs = trace_philly.philly(truth=truth, seed=1, start_s=40 * 86400, hours=2)
     assert jobs and all(0 <= j.submit_s < 2 * 3600 for j in jobs)
-    again = trace.philly(truth=truth, seed=1, start_s=40 * 86400, hours=2)
+    again = trace_philly.philly(truth=truth, seed=1, start_s=40 * 86400, hours=2)
     assert again == jobs  # seeded model assignment
     one = next(j for j in jobs if j.gpus == 1)
     # work = duration × speed alone at the submitted shape, so alone on plain Slurm it takes its Philly duration
@@ -61,21 +61,21 @@ def test_alibaba_pods_become_shared_inference_and_whole_gpu_training(truth, tmp_
                  "b,1000,1024,2,1000,,LS,Running,50,7250,50\n"
                  "c,1000,1024,0,0,,LS,Running,0,10,0\n"  # CPU only: dropped
                  "d,1000,1024,1,1000,,BE,Running,10,1810,10\n")
-    jobs = trace.alibaba(p, truth, seed=0)
+    jobs = trace_alibaba.alibaba(p, truth, seed=0)
     assert [(j.kind, j.gpus, j.share) for j in jobs] == [("train", 1, 100), ("train", 2, 100), ("infer", 1, 50)]
     assert [j.submit_s for j in jobs] == [0.0, 40.0, 90.0]  # in creation order, from the first pod's creation
 
 
 def test_azure_requests_size_inference_jobs(truth):
-    req = trace.azure_requests(service="code")
+    req = trace_azure.azure_requests(service="code")
     assert req.shape[1] == 3 and (req[:, 1] > 0).all() and (req[:, 0][1:] >= req[:, 0][:-1]).all()
     with pytest.raises(ConfigError, match="allowed: conv, code"):
-        trace.azure_requests(service="chat")
+        trace_azure.azure_requests(service="chat")
 
 
 def test_synthetic_mix_offers_the_load_asked_for(truth):
-    spec = trace.MixSpec(n_jobs=300, gpus=16, load=1.5, infer_fraction=0.4)
-    jobs = trace.synthetic(spec, seed=2, truth=truth)
+    spec = trace_synthetic.MixSpec(n_jobs=300, gpus=16, load=1.5, infer_fraction=0.4)
+    jobs = trace_synthetic.synthetic(spec, seed=2, truth=truth)
     kinds = {j.kind for j in jobs}
     assert kinds == {"train", "infer"} and 0.25 < sum(j.kind == "infer" for j in jobs) / len(jobs) < 0.55
     gpu_s = 0.0

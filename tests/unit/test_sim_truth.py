@@ -9,7 +9,9 @@ import math
 import pytest
 
 from slurm_elastico.errors import ConfigError
-from slurm_elastico.sim.truth import DATA, GroundTruth, slurm_placement
+from slurm_elastico.sim.datafiles import DATA
+from slurm_elastico.sim.step_times import slurm_placement
+from slurm_elastico.sim.truth import GroundTruth
 
 APPS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
 

@@ -18,7 +18,7 @@ from benchmarks import sim as bench
 from slurm_elastico.cli import main
 from slurm_elastico.config import Settings
 from slurm_elastico.errors import ConfigError
-from slurm_elastico.sim import experiment, pool, trace
+from slurm_elastico.sim import experiment, pool, trace, trace_alibaba
 from slurm_elastico.sim.settings import SimSettings
 from slurm_elastico.sim.truth import GPU_MEM_MIB, GroundTruth
 
@@ -48,7 +48,7 @@ def test_pods_become_jobs_by_share_and_pods_that_never_ran_are_left_out(truth, t
         (1, 1000, "Failed", 1400, 1400 + 600, 1400),          # row 5: ran 10 min until it failed
         (1, 1000, "Running", 1500, 1500, 1500),               # row 6: no run time
     ])
-    s = trace.alibaba_slice(p, truth, seed=3)
+    s = trace_alibaba.alibaba_slice(p, truth, seed=3)
     assert [(j.job_id, j.kind, j.gpus, j.share) for j in s.jobs] == [
         (1, "infer", 1, 46), (3, "train", 2, 100), (5, "train", 1, 100)]
     assert [j.submit_s for j in s.jobs] == [0.0, 200.0, 400.0]  # creation, from the slice's first pod
@@ -63,8 +63,8 @@ def test_pods_become_jobs_by_share_and_pods_that_never_ran_are_left_out(truth, t
     assert single.work / truth.train_speed(single.app, single.global_batch, micro, 100) == pytest.approx(600)
     # Held GPUs while the pods arrived (t 1000..1400): 0.46 × 400 s + 2 GPUs × 140 s (from 1260) + 0 (at 1400).
     assert s.gpu_seconds == pytest.approx(0.46 * 400 + 2 * 140)
-    assert trace.alibaba(p, truth, seed=3) == s.jobs
-    other = trace.alibaba(p, truth, seed=4)
+    assert trace_alibaba.alibaba(p, truth, seed=3) == s.jobs
+    other = trace_alibaba.alibaba(p, truth, seed=4)
     assert [j.submit_s for j in other] == [j.submit_s for j in s.jobs]  # a seed draws models, not arrivals
 
 
@@ -72,15 +72,15 @@ def test_a_window_takes_the_pods_created_in_it_and_caps_durations(truth, tmp_pat
     day = 86400
     p = pods(tmp_path / "pods.csv", [(1, 1000, "Running", k * 6 * H, k * 6 * H + 30 * day, k * 6 * H)
                                      for k in range(8)])  # one pod every 6 h, each running 30 days
-    s = trace.alibaba_slice(p, truth, start_h=12, hours=12, max_duration_s=2 * day)
+    s = trace_alibaba.alibaba_slice(p, truth, start_h=12, hours=12, max_duration_s=2 * day)
     assert [j.job_id for j in s.jobs] == [3, 4]  # created at 12 h and 18 h; the one at 24 h is outside
     assert s.start_s == 12 * H and [j.submit_s for j in s.jobs] == [0.0, 6 * H]
     speed = truth.train_speed(s.jobs[0].app, s.jobs[0].global_batch,
                               trace.default_micro(truth, s.jobs[0].app, s.jobs[0].global_batch), 100)
     assert s.jobs[0].work / speed == pytest.approx(2 * day)
-    assert len(trace.alibaba(p, truth, start_h=12)) == 6  # no `hours`: to the trace's end
+    assert len(trace_alibaba.alibaba(p, truth, start_h=12)) == 6  # no `hours`: to the trace's end
     with pytest.raises(ConfigError) as err:
-        trace.alibaba_slice(p, truth, start_h=100, hours=5)
+        trace_alibaba.alibaba_slice(p, truth, start_h=100, hours=5)
     assert "no pod created in [100 h, 105 h)" in str(err.value) and "the file has 8 pod(s)" in str(err.value)
 
 
@@ -88,7 +88,7 @@ def test_a_cluster_sized_to_the_slice_demand(truth, tmp_path):
     # 10 one-GPU pods, one every hour, each running 5 h: while they arrive (9 h) they hold 9 + 8 + ... GPU-hours.
     p = pods(tmp_path / "pods.csv", [(1, 1000, "Running", k * H, k * H + 5 * H, k * H) for k in range(10)]
              + [(8, 1000, "Running", 9 * H, 10 * H, 9 * H)])
-    s = trace.alibaba_slice(p, truth)
+    s = trace_alibaba.alibaba_slice(p, truth)
     held = sum(min(5, 9 - k) for k in range(10))  # GPU-hours within 0..9 h; the 8-GPU pod starts at 9 h
     assert s.gpu_seconds == pytest.approx(held * H)
     assert s.load_on(4) == pytest.approx(held / (4 * 9))
@@ -104,18 +104,18 @@ def test_bad_files_and_arguments_are_named(truth, tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text(HEADER + "a,1,1,one,1000,,LS,Running,0,10,0\nb,1,1,1,1000,,LS,Running,5,x,5\n")
     with pytest.raises(ConfigError) as err:
-        trace.alibaba(bad, truth)
+        trace_alibaba.alibaba(bad, truth)
     text = str(err.value)
     assert "pod row 1 (a): num_gpu 'one'" in text and "pod row 2 (b): deletion_time 'x'" in text
     short = tmp_path / "short.csv"
     short.write_text("name,num_gpu,creation_time\na,1,0\n")
     with pytest.raises(ConfigError, match="missing column.*gpu_milli, deletion_time, scheduled_time"):
-        trace.alibaba(short, truth)
+        trace_alibaba.alibaba(short, truth)
     with pytest.raises(ConfigError) as err:
-        trace.alibaba(bad, truth, start_h=-1, hours=0)
+        trace_alibaba.alibaba(bad, truth, start_h=-1, hours=0)
     assert "start_h -1" in str(err.value) and "hours 0" in str(err.value)
     with pytest.raises(ConfigError, match="cannot read"):
-        trace.alibaba(tmp_path / "nosuch.csv", truth)
+        trace_alibaba.alibaba(tmp_path / "nosuch.csv", truth)
 
 
 def test_a_job_larger_than_the_cluster_is_a_clear_error_not_a_nan_table(tmp_path):
@@ -137,7 +137,7 @@ def test_the_benchmark_section_compares_policies_over_seeds(truth, tmp_path):
     rows += [(1, 1000, "Running", k * 900 + 30, k * 900 + 2400, k * 900 + 30) for k in range(8)]
     p = pods(tmp_path / "pods.csv", rows)
     out = bench.alibaba(pool.Runs(truth), str(p), 4.0, 3, ["static", "elastico"])()  # submitted, then finished
-    assert out["gpus"] == 8 and out["jobs"] == len(out_jobs := trace.alibaba(p, truth, 0, out["start_h"], 4.0))
+    assert out["gpus"] == 8 and out["jobs"] == len(out_jobs := trace_alibaba.alibaba(p, truth, 0, out["start_h"], 4.0))
     assert out["shared_gpu_jobs"] == sum(j.kind == "infer" for j in out_jobs) > 0
     static = out["policies"]["static"]
     assert static["unfinished_by_seed"] == {"0": 0, "1": 0, "2": 0} and out["unfinished_jobs"] == 0
