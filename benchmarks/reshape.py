@@ -114,13 +114,14 @@ class Output:
         raise TimeoutError(f"{self.path}: no line matching {pattern!r} within {timeout:g} s")
 
 
-def start_cluster(args) -> tuple[LocalCluster, bool]:
+def start_cluster(args) -> tuple[LocalCluster, bool, str]:
+    """The cluster, whether this run started it (and so stops it), and its Slurm's version (`slurmd -V`)."""
     if args.state_dir or os.environ.get(STATE_DIR_ENV):
         cluster = LocalCluster.from_state_dir(args.state_dir or None)
     else:
         cluster = LocalCluster(tempfile.mkdtemp(prefix="elastico-bench-"), port_base=args.port_base)
     result = cluster.up()
-    return cluster, not result.already_running
+    return cluster, not result.already_running, result.version
 
 
 def elastico_job(work: Path, env: dict[str, str]) -> int:
@@ -250,7 +251,7 @@ def main() -> None:
     reps = args.reps or (2 if args.quick else 5)
     gpu_reps = 1 if args.quick else reps  # each is three moves (1 -> 2 -> 4 -> 1)
     started = time.monotonic()
-    cluster, ours = start_cluster(args)
+    cluster, ours, slurm_version = start_cluster(args)
     env = {**os.environ, **cluster.env(), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("ELASTICO_CKPT_DIR", None)
     gw = SlurmGateway(SubprocessRunner(env=cluster.env(), timeout=30))
@@ -301,7 +302,8 @@ def main() -> None:
               f"model), {figures[name]['running_s']['median'] - figures['plain_requeue']['running_s']['median']:+.2f} s "
               "over a plain requeue")
     print(f"total {time.monotonic() - started:.0f} s")
-    print(json.dumps({"benchmark": "reshape", "reps": reps, "gpu_reps": gpu_reps, **figures,
+    print(json.dumps({"benchmark": "reshape", "quick": args.quick, "slurm_version": slurm_version, "reps": reps,
+                      "gpu_reps": gpu_reps, **figures,
                       "requeue_extra_running_s": extra}))
 
 

@@ -124,7 +124,7 @@ def report(res, label, names, truth, sim):
         out["policies"][n] = {"mean_jct_h": m[0], "ci95": m[1], "lower_bound_h": agg[n]["lower_bound_h"][0],
                               "ratio_to_lb": agg[n]["ratio_to_lb"][0], "unfinished": count,
                               "unfinished_by_seed": {str(sd): c for sd, (c, _) in left[n].items()},
-                              "result": count == 0}
+                              "result": count == 0, **action_outcomes(res.runs[n])}
         out["unfinished_rows"] += count > 0
         out["unfinished_jobs"] += count
         if count:
@@ -147,6 +147,12 @@ def report(res, label, names, truth, sim):
     same_as_static(res, names, out)
     print(f"  static keeps GPUs {100 * out['static_util_arrivals']:.0f} % allocated while jobs arrive")
     return out
+
+
+def action_outcomes(runs) -> dict[str, int]:
+    """Actions over `runs` that the simulated Slurm refused (`refused_actions`) and that were skipped after a refusal
+    of the same job's earlier action (`skipped_actions`): counted beside the means, as unfinished jobs are."""
+    return {k: sum(r.counters[k] for r in runs) for k in ("refused_actions", "skipped_actions")}
 
 
 def same_as_static(res, names, out) -> None:
@@ -306,6 +312,8 @@ def pollux_table(futures, workloads, names, seeds, width):
         rows.append({"workload": w, "mean_jct_s": {n: m for n, (m, _, _) in means.items()},
                      "lower_bound_s": {n: b for n, (_, b, _) in means.items()},
                      "unfinished": {n: c for n, (_, _, c) in means.items()},
+                     "refused_actions": {n: action_outcomes([futures[w, n, sd].result() for sd in range(seeds)])[
+                         "refused_actions"] for n in names},
                      "peer_mean_jct_s": {"pollux": peer[0], "tiresias": peer[1], "optimus": peer[2]}})
         # The bound is the trace's (every job alone at its fastest shape); a row differs only where a policy left
         # jobs unfinished, and those are marked.
@@ -331,7 +339,8 @@ def pollux_table(futures, workloads, names, seeds, width):
     return {"workloads": rows, "mean_jct_s": avg, "lower_bound_s": lb, "seeds": seeds,
             "ratio_to_lb": {n: avg[n] / lb[n] if lb[n] > 0 else math.nan for n in names},
             "peer_mean_jct_s": dict(zip(("pollux", "tiresias", "optimus"), peer_avg)),
-            "unfinished": left, "unfinished_jobs": sum(left.values())}
+            "unfinished": left, "unfinished_jobs": sum(left.values()),
+            "refused_actions": {n: sum(r["refused_actions"][n] for r in rows) for n in names}}
 
 
 def scale(runs, gpus, hours, load, max_duration_s, epoch_s, policy="elastico"):
@@ -356,6 +365,7 @@ def scale_row(r, gpus, n, jobs, sim):
            "events": r.events,
            "events_per_s": r.events / wall, "epochs": r.epochs, "epochs_planned": r.epochs_planned,
            "plan_ms_per_epoch": s["plan_ms_per_epoch"], "epoch_s": sim.epoch_s, "unfinished": r.unfinished,
+           "refused_actions": r.counters["refused_actions"],
            "mean_jct_h": s["mean_jct_h"], "lower_bound_h": s["lower_bound_h"], "ratio_to_lb": s["ratio_to_lb"],
            "util_arrivals": s["util_arrivals"]}
     print(f"  {gpus:5d} GPUs {n:6d} jobs over {row['arrival_hours']:.1f} h, epoch {sim.epoch_s:g} s: {wall:6.1f} s wall "

@@ -1,0 +1,279 @@
+"""What each benchmark's figures mean on the results page: its title, what it measures, and its tables.
+
+Pure functions from a benchmark's captured figures (its final JSON line) to
+markdown lines. A key the benchmark's JSON lacks (an older capture, a section
+not run) is shown as "n/a" or "not counted", never guessed; a count of
+unfinished jobs or refused actions stands in the same row as the mean it
+qualifies.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+USES_TORCH = frozenset({"checkpoint", "interference", "online", "planner", "reshape"})
+"""The benchmarks whose figures depend on torch (the machine line names its version for them)."""
+PLOTS = ("sim", "planner", "interference", "online", "checkpoint")
+"""The benchmarks with a plot, docs/results/<name>.png (drawn by results_plots)."""
+POLICY_WORDS = {"static": "plain Slurm", "pollux": "the Pollux baseline"}
+
+
+def fmt(value, spec: str = ".2f") -> str:
+    """A figure for the page; "n/a" for a missing, NaN or infinite one (never the text "nan")."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if not isinstance(value, int | float) or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    return format(value, spec)
+
+
+def ms(seconds) -> str:
+    """Seconds shown as milliseconds, one decimal."""
+    return fmt(seconds * 1000.0 if isinstance(seconds, int | float) else None, ".1f")
+
+
+def pct(value) -> str:
+    return fmt(value, ".1%")
+
+
+def count(d: dict, key: str) -> str:
+    """A count beside a mean: the number, or "not counted" when this capture's JSON has no such count."""
+    return fmt(d[key], "d") if key in d and isinstance(d[key], int) else ("not counted" if key not in d else "n/a")
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def anchor(title: str) -> str:
+    """The heading's anchor as GitHub and MkDocs both make it (titles here have no doubled spaces or hyphens)."""
+    return re.sub(r"[\s]+", "-", re.sub(r"[^\w\s-]", "", title).strip().lower())
+
+
+def verdict(unfinished) -> str:
+    if not isinstance(unfinished, int):
+        return "n/a"
+    return "yes" if unfinished == 0 else f"**NOT A RESULT** ({unfinished} unfinished)"
+
+
+# --------------------------------------------------------------------------------------------------------- sim
+
+
+def _policy_table(policies: dict) -> list[str]:
+    rows = []
+    for name, p in sorted(policies.items(), key=lambda item: item[0] != "elastico"):  # elastico first, then as given
+        over = "1 (reference)" if name == "elastico" else (
+            f"{fmt(p.get('over_elastico'))} (paired {fmt(p.get('paired_ratio'))} ± {fmt(p.get('paired_ci95'))})")
+        rows.append([name, f"{fmt(p.get('mean_jct_h'), '.3f')} ± {fmt(p.get('ci95'), '.3f')}", over,
+                     fmt(p.get("ratio_to_lb")), count(p, "unfinished"), count(p, "refused_actions"),
+                     verdict(p.get("unfinished"))])
+    return table(["policy", "mean JCT h ± 95 %", "× elastico's mean JCT", "× lower bound", "unfinished jobs",
+                  "refused actions", "a result"], rows)
+
+
+def _comparison(c: dict) -> list[str]:
+    return [f"**Mixed trace** ({c.get('label', 'n/a')}; plain Slurm keeps its GPUs "
+            f"{pct(c.get('static_util_arrivals'))} allocated while jobs arrive). Mean job completion time (JCT, hours, "
+            "over seeds, ± the 95 % Student-t half-width); `× elastico's` above 1 means elastico finished jobs "
+            "sooner, paired by seed (the same trace) with its own interval; the lower bound is every job alone at "
+            "its fastest shape from submission.", ""] + _policy_table(c.get("policies", {})) + [""]
+
+
+def _pollux(p: dict) -> list[str]:
+    names = list(p.get("mean_jct_s", {}))
+    rows = []
+    for w in p.get("workloads", []):
+        left = w.get("unfinished", {})
+        rows.append([str(w.get("workload"))] + [fmt(w["mean_jct_s"].get(n), ".0f") + ("*" if left.get(n) else "")
+                                                for n in names]
+                    + [fmt(min(w.get("lower_bound_s", {}).values(), default=None), ".0f")]
+                    + [fmt(w.get("peer_mean_jct_s", {}).get(k), ".0f") for k in ("pollux", "tiresias", "optimus")])
+    rows.append(["mean"] + [fmt(p["mean_jct_s"].get(n), ".0f") for n in names]
+                + [fmt(min(p.get("lower_bound_s", {}).values(), default=None), ".0f")]
+                + [fmt(p.get("peer_mean_jct_s", {}).get(k), ".0f") for k in ("pollux", "tiresias", "optimus")])
+    refused = p.get("refused_actions")
+    return ([f"**Pollux workloads** on the peer's cluster (64 GPUs, 16 nodes × 4, 60 s rounds, 30 s restarts; "
+            f"{p.get('seeds', 'n/a')} seed(s)): mean JCT in seconds beside the peer's published means; `@peer` "
+            "columns place gangs as the peer's simulator does (the calibration), the others as Slurm can be asked "
+            "(the comparison); `*` marks a cell with unfinished jobs (not a result).", ""]
+    + table(["workload", *names, "lower bound", "peer pollux", "peer tiresias", "peer optimus"], rows) + [
+        "", "Unfinished jobs: " + ", ".join(f"{n} {fmt(v, 'd')}" for n, v in p.get("unfinished", {}).items())
+        + "; refused actions: " + (", ".join(f"{n} {fmt(v, 'd')}" for n, v in refused.items()) if refused
+                                   else "not counted") + ".", ""])
+
+
+def _scale(rows: list[dict]) -> list[str]:
+    body = [[fmt(r.get("gpus"), "d"), fmt(r.get("jobs"), "d"), fmt(r.get("arrival_hours"), ".1f"),
+             fmt(r.get("wall_s"), ".1f"), fmt(r.get("cpu_s"), ".1f"), fmt(r.get("events_per_s"), ".0f"),
+             fmt(r.get("plan_ms_per_epoch"), ".0f"), fmt(r.get("mean_jct_h"), ".3f"), count(r, "unfinished"),
+             count(r, "refused_actions")] for r in rows]
+    return ["**Scale** (elastico on one core): wall and CPU seconds to replay the arrivals, events per second, "
+            "the planner's milliseconds per planned epoch.", ""] + table(
+        ["GPUs", "jobs", "arrivals over h", "wall s", "CPU s", "events/s", "plan ms/epoch", "mean JCT h",
+         "unfinished jobs", "refused actions"], body) + [""]
+
+
+def sim_body(f: dict) -> list[str]:
+    out = []
+    for c in f.get("comparison", []):
+        out += _comparison(c)
+    if f.get("pollux"):
+        out += _pollux(f["pollux"])
+    if f.get("alibaba"):
+        out += ["**Alibaba GPU-sharing trace** " + f"({f['alibaba'].get('label', 'n/a')}).", ""]
+        out += _policy_table(f["alibaba"].get("policies", {})) + [""]
+    else:
+        out += [f"**Alibaba GPU-sharing trace**: not run ({f.get('alibaba_not_run', 'no reason given')}).", ""]
+    if f.get("scale"):
+        out += _scale(f["scale"])
+    out.append(f"Unfinished jobs over every section: {fmt(f.get('unfinished_jobs'), 'd')} "
+               f"({'complete' if f.get('complete') else '**NOT COMPLETE: not a result**'}); the whole run took "
+               f"{fmt(f.get('wall_s'), '.0f')} s on {fmt(f.get('workers'), 'd')} worker process(es).")
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------- planner
+
+
+def _latency(rows: list[dict]) -> list[str]:
+    body = [[fmt(r.get("jobs"), "d"), fmt(r.get("gpus"), "d"), ms(r.get("cpu_median_s")), ms(r.get("median_s")),
+             ms(r.get("target_s")),
+             fmt(r["cpu_median_s"] <= r["target_s"]) if isinstance(r.get("cpu_median_s"), float) else "n/a",
+             fmt(r.get("growth_exponent")), fmt(r.get("load_avg_1m"), ".1f"), fmt(r.get("started"), "d")]
+            for r in rows]
+    return table(["jobs", "GPUs", "CPU ms", "wall ms", "target ms", "within target", "growth exponent",
+                  "load (1 min)", "jobs started"], body)
+
+
+def planner_body(f: dict) -> list[str]:
+    out = ["**Epoch latency** (median of repeats, one thread; judged on CPU time, since on a shared machine the "
+           "wall time also counts waiting for a core; the growth exponent is log(t2/t1) / log(jobs2/jobs1)):", ""]
+    out += _latency(f.get("latency", [])) + ["", "The same with 30 % of the families data-parallel "
+                                                 "(2, 4 and 8-GPU shapes):", ""]
+    out += _latency(f.get("latency_gangs", [])) + [""]
+    rows = []
+    for r in f.get("latency_trained", []):
+        c, t = r.get("contention_median_s"), r.get("trained_median_s")
+        ratio = t / c if isinstance(c, float) and isinstance(t, float) and c > 0 else None
+        rows.append([fmt(r.get("jobs"), "d"), fmt(r.get("gpus"), "d"), ms(c), ms(t), fmt(ratio),
+                     fmt(ratio <= 2.0) if ratio is not None else "n/a", ms(r.get("mlp_median_s")),
+                     fmt(r.get("load_avg_1m"), ".1f")])
+    out += ["**Epoch latency with a trained predictor** (the default prior-corrected one, trained on the bundled "
+            "Gavel pairs; target: within 2× the contention model's epoch; CPU ms, medians):", ""]
+    out += table(["jobs", "GPUs", "contention ms", "trained ms", "ratio", "within 2×", "MLP ms", "load (1 min)"],
+                 rows) + [""]
+    opt = f.get("optimality", {})
+    out += ["**Optimality gap** against an exact MILP on small random instances (≤ 12 jobs, ≤ 4 GPUs; "
+            "gap = (optimum − planner) / optimum of Σ w·T/T_max):", ""]
+    out += table(["interference model", "instances", "mean gap", "worst gap", "optimal"],
+                 [[m, fmt(r.get("instances"), "d"), pct(r.get("mean_gap")), pct(r.get("worst_gap")),
+                   fmt(r.get("optimal_share"), ".0%")] for m, r in opt.items()]) + [""]
+    mono = f.get("monotonicity", {})
+    out.append(f"**Weight monotonicity**: raising a pending job's weight lowered its throughput in "
+               f"{fmt(mono.get('drops'), 'd')} of {fmt(mono.get('cases'), 'd')} random cases.")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ interference
+
+SPEED = (("prior-corrected_predictab", "prior-corrected predict(a, b)"),
+         ("prior-corrected_predict_matrix", "prior-corrected predict_matrix"),
+         ("mlp_predictab", "MLP predict(a, b)"), ("mlp_predict_matrix", "MLP predict_matrix"),
+         ("contention_predictab", "contention predict(a, b)"),
+         ("prior-corrected_paircache_epoch", "prior-corrected PairCache epoch"),
+         ("mlp_paircache_epoch", "MLP PairCache epoch"), ("contention_paircache_epoch", "contention PairCache epoch"))
+
+
+def interference_body(f: dict) -> list[str]:
+    out = []
+    for kind, h in f.get("heldout", {}).items():
+        rows = [[m, pct(x.get("mape_norm")), pct(x.get("mape_slowdown")), pct(x.get("false_admission")),
+                 pct(x.get("good_admitted")), pct(x.get("bad_of_admitted"))]
+                for m, x in h.get("metrics", {}).items() if not m.startswith("target ")]
+        out += [f"**Held out, {kind}** ({fmt(h.get('folds'), 'd')} folds, pooled; floor 0.6; best trivial predictor: "
+                f"{h.get('best_trivial', 'n/a')}): MAPE of normalized throughput and of slowdown, bad pairs admitted "
+                "(false admissions), good pairs admitted, and the share of admitted pairs that were bad.", ""]
+        out += table(["method", "MAPE norm", "MAPE slowdown", "false admissions", "good admitted", "bad of admitted"],
+                     rows) + [""]
+    out += [f"**Speed** ({fmt(f.get('pairs'), 'd')} pairs in one call, {fmt(f.get('threads'), 'd')} torch thread(s), "
+            f"asked as on an unseen GPU; target {fmt(f.get('target_ms'), 'g')} ms for predict(a, b); a PairCache "
+            "epoch is 2,000 planner lookups):", ""]
+    out += table(["call", "median ms"], [[label, fmt(f.get(key), ".2f")] for key, label in SPEED])
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------- online
+
+
+def online_body(f: dict) -> list[str]:
+    rows = []
+    for fam, r in f.get("families", {}).items():
+        seen = r.get("observed") or [None]
+        rows.append([fam or "(none)", pct((r.get("mape_online") or [None])[0]), fmt(seen[-1], "d"),
+                     pct((r.get("mape_online") or [None])[-1]), pct((r.get("mape_frozen") or [None])[-1]),
+                     fmt(r.get("accepted"), "d")])
+    rows.append(["**mean**", pct(f.get("mean_mape_unseen")), fmt(f.get("batch", 0) * f.get("steps", 0), "d"),
+                 pct(f.get("mean_mape_online")), pct(f.get("mean_mape_frozen")), ""])
+    return [f"The {f.get('predictor', 'n/a')} predictor, one held-out model family at a time, observing "
+            f"{fmt(f.get('batch'), 'd')} pairs per epoch for up to {fmt(f.get('steps'), 'd')} epochs; MAPE of "
+            "normalized throughput on the family's pairs not yet observed, online against the same model frozen.",
+            ""] + table(["held-out family", "MAPE unseen", "pairs observed", "MAPE online", "MAPE frozen",
+                         "updates kept"], rows)
+
+
+# ------------------------------------------------------------------------------------------------- checkpoint
+
+
+def checkpoint_body(f: dict) -> list[str]:
+    rows = [[fmt(r.get("mib"), "g"), ms(r.get("save_s")), ms(r.get("load_s")), fmt(r.get("save_mib_s"), ".0f"),
+             fmt(r.get("load_mib_s"), ".0f")] for r in f.get("rows", [])]
+    return ["Median of repeats, in a temporary directory (often tmpfs or local disk, which flatters a network file "
+            "system; `--dir` measures the jobs' own):", ""] + table(
+        ["state MiB", "save ms", "verified load ms", "save MiB/s", "load MiB/s"], rows) + [
+        "", f"The example job's (train_tiny) whole checkpoint saves in {ms(f.get('tiny_example_save_s'))} ms."]
+
+
+# --------------------------------------------------------------------------------------------------- reshape
+
+RESHAPE_PATHS = (("requeue", "requeue, new share (elastico)"), ("in_place", "in place, same share (elastico)"),
+                 ("plain_requeue", "requeue, no checkpoint (plain Slurm)"),
+                 ("gpus_1_to_2", "GPUs 1 → 2, every rank up"), ("gpus_2_to_4", "GPUs 2 → 4, every rank up"))
+
+
+def reshape_body(f: dict) -> list[str]:
+    def cell(fig: dict, key: str) -> str:
+        x = fig.get(key)
+        return f"{fmt(x.get('median'))} [{fmt(x.get('min'))}–{fmt(x.get('max'))}]" if x else "–"
+
+    rows = [[label] + [cell(f.get(key, {}), k) for k in ("stop_s", "checkpoint_s", "running_s", "first_step_s")]
+            for key, label in RESHAPE_PATHS]
+    return [f"Seconds from the helper's action, median [min–max] over {fmt(f.get('reps'), 'd')} repetitions "
+            f"({fmt(f.get('gpu_reps'), 'd')} for GPU counts), on a local Slurm cluster started for the run:", ""] + table(
+        ["path", "checkpointed, exit", "checkpoint save", "running, new shape", "first step"], rows) + [
+        "", f"elastico's requeue costs {fmt(f.get('requeue_extra_running_s'), '+.2f')} s over a plain requeue until "
+            "the job runs again."]
+
+
+ABOUT = {
+    "sim": ("Simulation: mean JCT against plain Slurm and the baselines",
+            "The trace-driven simulator runs the same planner code as the helper; every registered policy on a "
+            "mixed training/inference trace, the Pollux workloads beside the peer's published figures, and the "
+            "simulator's own speed."),
+    "planner": ("Planner: epoch latency and optimality gap",
+                "One planning epoch on synthetic clusters of three sizes, and the plan's value against an exact "
+                "MILP on small instances."),
+    "interference": ("Interference prediction: held-out accuracy and speed",
+                     "The slowdown predictors on the bundled Gavel pairs, trained on one part and scored on GPU "
+                     "types and model families they never saw, and the time one batched call takes."),
+    "online": ("Online learning on an unseen model family",
+               "How fast the predictor's error falls as the helper feeds it the slowdowns it observes."),
+    "checkpoint": ("Checkpoint save and verified load",
+                   "Atomic write, fsync and SHA-256 verification of a model-like state, by size."),
+    "reshape": ("Reshape overhead on a live Slurm cluster",
+                "A job reshaped the way the helper does it (signal, checkpoint, requeue or relaunch in place), "
+                "against a plain Slurm requeue."),
+}
+"""Per benchmark: the section's title and what it measures."""
+BODIES = {"sim": sim_body, "planner": planner_body, "interference": interference_body, "online": online_body,
+          "checkpoint": checkpoint_body, "reshape": reshape_body}
