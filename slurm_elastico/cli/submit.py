@@ -32,11 +32,30 @@ USAGE = """usage: elastico-submit [sbatch options] --family FILE script [script 
 
 Submits `script` like sbatch does (every sbatch option and #SBATCH line
 works), running it under elastico-run with the shape the scheduler picks from
-the shape family in FILE (YAML; see slurm_elastico/shapes/spec.py).
-Unless you set them yourself it adds --requeue, --open-mode=append,
---signal=B:USR1@<submit.signal_lead_s>, --gres=mps:<the family default's
-share> and --begin=now+<submit.placement_window_s>.
+the shape family in FILE. Unless you set them yourself it adds --requeue,
+--open-mode=append, --signal=B:USR1@<submit.signal_lead_s>, --gres=mps:<the
+family default's share> and --begin=now+<submit.placement_window_s>.
 Settings: $ELASTICO_CONFIG, then /etc/slurm-elastico/elastico.yaml.
+
+The family file (YAML) lists the equivalent ways the job may run; each list
+is a choice and the shapes are every combination:
+  kind: train    steps, global_batch (fixed in every shape), micro_batches
+                 (divisors of global_batch), precisions (fp32 bf16 fp16),
+                 checkpointing (false true)
+  kind: infer    requests, gpu_memory_utilization (0..1], max_num_seqs,
+                 kv_cache_dtype (auto fp8)
+  both           mps_shares (percent of one GPU); optional: gpus (whole
+                 GPUs per shape), throughput_floor, cpus, host_mem_mib,
+                 name, default, model (estimate hints), declared
+Example:
+  kind: train
+  global_batch: 64
+  micro_batches: [16, 32, 64]
+  precisions: [fp32, bf16]
+  checkpointing: [false]
+  steps: 1000
+  mps_shares: [50, 100]
+Full reference: docs/users/families.md in the project's documentation.
 """
 
 

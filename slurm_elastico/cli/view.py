@@ -74,7 +74,8 @@ def render(snap: Snapshot, progress: dict[int, Progress] | None = None) -> str:
 def status(ctx: click.Context, as_json: bool) -> None:
     """Show nodes, GPUs with their MPS shares, and active jobs, from one squeue call and one node listing.
 
-    DONE is the work a running job reports done (elastico-run jobs; see `slurm_elastico.runtime.progress`).
+    DONE is the share of its work a running job has reported done: jobs under elastico-run that report their
+    progress (docs/users/runtime.md in the project's documentation).
     """
     snap = gateway_from(settings(ctx)).snapshot()
     progress = progress_of(snap)

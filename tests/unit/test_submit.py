@@ -260,6 +260,23 @@ def test_help_prints_usage_without_sbatch(tmp_path, env, monkeypatch):
     assert rc == 0 and out.startswith("usage: elastico-submit") and calls(tmp_path) == []
 
 
+def test_help_explains_the_family_file_with_an_example_that_is_valid():
+    """The help is self-sufficient: it names the keys and gives an example that parses, and it sends the user to
+    the documentation, never to a source file."""
+    import yaml
+
+    from slurm_elastico.cli.submit import USAGE
+    from slurm_elastico.shapes.spec import parse_spec
+
+    example = USAGE.split("Example:\n", 1)[1].split("\nFull reference:", 1)[0]
+    spec = parse_spec(yaml.safe_load(example), "the help's example")
+    assert spec.kind == "train" and spec.work == 1000
+    for key in ("steps", "global_batch", "micro_batches", "precisions", "checkpointing", "requests",
+                "gpu_memory_utilization", "max_num_seqs", "kv_cache_dtype", "mps_shares", "gpus"):
+        assert key in USAGE
+    assert "docs/users/families.md" in USAGE and ".py" not in USAGE
+
+
 def test_the_default_share_is_sent_in_slurms_counts_and_a_percent_that_is_no_whole_count_is_refused(
         tmp_path, env, monkeypatch):
     monkeypatch.chdir(tmp_path)
