@@ -47,12 +47,13 @@ sys.path.insert(0, str(ROOT))
 
 from slurm_elastico import jsonout  # noqa: E402
 from slurm_elastico.interference.base import ContentionModel, SoloProfile  # noqa: E402
-from slurm_elastico.interference.evaluation import fit_model, split  # noqa: E402
+from slurm_elastico.interference.evaluation import fit_model  # noqa: E402
 from slurm_elastico.interference.gavel import import_gavel  # noqa: E402
 from slurm_elastico.interference.predictor import TrainConfig, train  # noqa: E402
 from slurm_elastico.interference.scoring import (  # noqa: E402
     TRIVIAL, cross_score, model_norms_and_margins, pair_norms, true_norms,
 )
+from slurm_elastico.interference.splits import split  # noqa: E402
 from slurm_elastico.interference.transfer.calibration import admission_tables  # noqa: E402
 from slurm_elastico.interference.transfer.fit import fit_transfer  # noqa: E402
 from slurm_elastico.planner.slowdown import PairCache  # noqa: E402

@@ -31,8 +31,8 @@ from slurm_elastico.interference.base import ContentionModel
 from slurm_elastico.interference.errors import MeasurementError
 from slurm_elastico.interference.measurements import Colocation, samples
 from slurm_elastico.interference.predictor import MlpPredictor, TrainConfig, coverage_of, train
+from slurm_elastico.interference.splits import Fold, split
 
-SPLITS = ("kfold", "leave-one-model-out", "leave-one-gpu-out")
 METHODS = ("model", "no-interference", "mean-slowdown", "contention")
 GRID = (
     # Widths <= 32 keep one 10,000-pair planner call within a few milliseconds on one core.
@@ -44,30 +44,6 @@ GRID = (
 MARGINS = tuple(i / 100 for i in range(0, 41))  # safety margins on the floor the calibration may pick
 SHRINKS = (0.0, 0.25, 0.5, 0.75, 1.0)  # weight kept on the model on an unseen GPU type (rest: training mean)
 FALSE_ADMISSION_TARGET = 0.05
-
-Fold = tuple[str, list[int], list[int]]  # (name, train pair indices, test pair indices)
-
-
-def split(observations: Sequence[Colocation], kind: str, k: int = 5, seed: int = 0) -> list[Fold]:
-    """Folds of pair indices for `kind` (one of `SPLITS`)."""
-    n = len(observations)
-    if kind == "kfold":
-        order = np.random.default_rng(seed).permutation(n)
-        folds = [sorted(order[i::k].tolist()) for i in range(k)]
-        return [(f"fold {i + 1}/{k}", sorted(set(range(n)) - set(f)), f) for i, f in enumerate(folds) if f]
-    if kind == "leave-one-model-out":
-        families = sorted({p.model_family for o in observations for p in (o.a, o.b) if p.model_family})
-        out = []
-        for fam in families:
-            test = [i for i, o in enumerate(observations) if fam in (o.a.model_family, o.b.model_family)]
-            out.append((fam, [i for i in range(n) if i not in set(test)], test))
-        return out
-    if kind == "leave-one-gpu-out":
-        gpus = sorted({o.gpu_type for o in observations})
-        return [(f"test {g}", [i for i, o in enumerate(observations) if o.gpu_type != g],
-                 [i for i, o in enumerate(observations) if o.gpu_type == g]) for g in gpus]
-    raise MeasurementError(f"unknown split {kind!r}; choose one of {', '.join(SPLITS)}")
-
 
 def _inner_kind(outer: str, observations: Sequence[Colocation]) -> str:
     families = {p.model_family for o in observations for p in (o.a, o.b) if p.model_family}

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +48,22 @@ class GavelImport:
     did_not_fit: int = 0  # unordered single-GPU pairs with colo 0,0 (also in observations, fits = 0)
     multi_gpu_skipped: int = 0  # ordered rows with scale > 1: no co-location measured
     duplicates: int = 0  # ordered rows whose mirror was already imported
+
+    def on(self, gpu_types: Sequence[str]) -> list[Colocation]:
+        """The observations on `gpu_types` (all of them when it is empty); a type the data does not have is an
+        error naming the types it has (`elastico iac import-gavel --gpu-type`)."""
+        found = sorted({o.gpu_type for o in self.observations})
+        missing = [g for g in gpu_types if g not in found]
+        if missing:
+            raise MeasurementError(f"--gpu-type {', '.join(missing)}: not in the data; it has {', '.join(found)}")
+        return [o for o in self.observations if not gpu_types or o.gpu_type in gpu_types]
+
+    def summary(self, kept: Sequence[Colocation]) -> str:
+        """What `elastico iac import-gavel` says of the `kept` observations and of the rows it skipped."""
+        fits = sum(o.fits for o in kept)
+        return (f"{len(kept)} pairs on {', '.join(sorted({o.gpu_type for o in kept}))}: {fits} ran together, "
+                f"{len(kept) - fits} did not fit (kept, fits=0); the input's {self.multi_gpu_skipped} multi-GPU rows "
+                f"(not measured) and {self.duplicates} mirrored rows were skipped")
 
 
 def _num(row: dict[str, str], column: str, where: str, empty_ok: bool = False) -> float:

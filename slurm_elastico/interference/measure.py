@@ -84,3 +84,9 @@ def measure_pair(cmd_a: Sequence[str], cmd_b: Sequence[str], profile_a: SoloProf
         together = [f.result() for f in futures]
     norm_a, norm_b = (together[0] / solo[0].throughput, together[1] / solo[1].throughput)
     return Colocation(gpu_type, solo[0], solo[1], norm_a, norm_b, True, "elastico iac measure")
+
+
+def describe(obs: Colocation) -> str:
+    """One line of what `elastico iac measure` measured: each workload's solo speed and its normalized speed."""
+    return (f"a: solo {obs.a.throughput:.4g}/s, normalized {obs.norm_a:.3f}; "
+            f"b: solo {obs.b.throughput:.4g}/s, normalized {obs.norm_b:.3f}")

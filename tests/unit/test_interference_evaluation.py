@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_elastico.cli import main
-from slurm_elastico.interference import evaluation
+from slurm_elastico.interference import evaluation, splits
 from slurm_elastico.interference.errors import MeasurementError
 from slurm_elastico.interference.gavel import import_gavel
 from slurm_elastico.interference.predictor import TrainConfig
@@ -21,9 +21,9 @@ def obs():
     return import_gavel(GAVEL / "throughputs_pairs.csv", GAVEL / "throughputs_isolated.csv").observations
 
 
-@pytest.mark.parametrize("kind", evaluation.SPLITS)
+@pytest.mark.parametrize("kind", splits.SPLITS)
 def test_splits_partition_pairs_without_leaks(obs, kind):
-    folds = evaluation.split(obs, kind, k=5, seed=0)
+    folds = splits.split(obs, kind, k=5, seed=0)
     assert len(folds) >= 2
     for name, train, test in folds:
         assert test and not set(train) & set(test)
@@ -35,7 +35,7 @@ def test_splits_partition_pairs_without_leaks(obs, kind):
     if kind == "kfold":
         assert sorted(i for _, _, t in folds for i in t) == list(range(len(obs)))
     with pytest.raises(MeasurementError, match="unknown split"):
-        evaluation.split(obs, "random", k=5)
+        splits.split(obs, "random", k=5)
 
 
 def test_calibrated_margin_meets_the_false_admission_target():

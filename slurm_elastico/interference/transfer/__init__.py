@@ -62,7 +62,7 @@ The modules, in the order they build on one another: `encoding` (a job's
 features, GPU types by bandwidth), `kernel` (the correction's kernel and its
 solve), `training` (the samples, the fitted prior, the fitted weights),
 `calibration` (held-out error, admission thresholds and gain margins),
-`file` (the JSON model file), `model` (`PriorCorrected`: predictions, views,
+`modelfile` (the JSON model file), `model` (`PriorCorrected`: predictions, views,
 online refits) and `fit` (`fit_transfer`: config choice on held-out folds,
 then the model; `format_transfer`).
 """

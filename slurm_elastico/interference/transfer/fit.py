@@ -2,7 +2,8 @@
 
 `fit_transfer` fits the prior, tries every config of the grid on held-out folds (by MAPE), measures the chosen
 one's held-out error per kind of fold and the admission thresholds from the same folds (`calibration`), and
-trains on all the data. `format_transfer` is what `elastico iac train` says about the result.
+trains on all the data. `format_transfer` is what `elastico iac train` says about the result; `cross_validate`
+scores the whole procedure on held-out folds (`elastico iac evaluate --split`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from slurm_elastico.interference.admission import FLOORS
 from slurm_elastico.interference.admission import TARGET as ADMISSION_TARGET
 from slurm_elastico.interference.errors import MeasurementError
 from slurm_elastico.interference.measurements import Colocation
+from slurm_elastico.interference.scoring import Score, cross_score
+from slurm_elastico.interference.splits import split
 from slurm_elastico.interference.transfer.calibration import (
     ADMISSION_KINDS, FALSE_ADMISSION_TARGET, HELDOUT_KINDS, Cross, admission_tables, heldout_error,
 )
@@ -32,8 +35,6 @@ GRID = tuple(KernelConfig(lam=lam, num_scale=ns, family_sim=fs, batch=batch, lin
 
 
 def _folds(observations: Sequence[Colocation], kind: str, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    from slurm_elastico.interference.evaluation import split
-
     return [(np.array(tr, dtype=np.int64), np.array(te, dtype=np.int64))
             for _, tr, te in split(observations, kind, k=4, seed=seed)]
 
@@ -117,6 +118,14 @@ def fit_transfer(observations: Sequence[Colocation], seed: int = 0,
                            admission_tables(crosses))
     model.calibration = crosses
     return model
+
+
+def cross_validate(observations: Sequence[Colocation], kind: str, k: int = 5, seed: int = 0,
+                   floor: float = 0.6) -> Score:
+    """`fit_transfer` scored on the held-out part of each `kind` fold of `observations` (`scoring.cross_score`), the
+    config chosen on each training part only: what `elastico iac evaluate --split` prints."""
+    obs = list(observations)
+    return cross_score(obs, split(obs, kind, k=k, seed=seed), lambda part: fit_transfer(part, seed=seed), floor=floor)
 
 
 def format_transfer(model: PriorCorrected, out: str) -> str:
