@@ -22,8 +22,8 @@ $(STAMP): pyproject.toml
 	@echo "setup: torch 2.13.0 (a CPU build if pip's configuration offers one; else PyPI's CUDA build, 2.7 GB to download)"
 	$(PY) -m pip install -q "torch==2.13.0"
 	@$(PY) -c 'import torch; print("setup: torch", torch.__version__, f"(CUDA {torch.version.cuda} build)" if torch.version.cuda else "(CPU build)")'
-	@echo "setup: slurm-elastico, editable, with numpy, scipy, click, pyyaml, nvidia-ml-py, matplotlib, transformers, pytest, hypothesis"
-	$(PY) -m pip install -q -e ".[torch,test,plot,cpu-infer]"
+	@echo "setup: slurm-elastico, editable, with numpy, scipy, click, pyyaml, nvidia-ml-py, matplotlib, transformers, pytest, hypothesis, mkdocs"
+	$(PY) -m pip install -q -e ".[torch,test,plot,cpu-infer,docs]"
 	touch $(STAMP)
 	@echo "setup: done; $(VENV) holds $$(du -sh $(VENV) | cut -f1)"
 
@@ -74,6 +74,12 @@ test-other-slurm:
 
 demo: setup packages
 	$(VENV)/bin/elastico demo
+
+# The documentation site, built into site/ (warnings are errors: a broken link fails the build).
+# `$(VENV)/bin/mkdocs serve` serves it with live reload while you edit docs/.
+.PHONY: docs
+docs: setup
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(PY) -m mkdocs build --strict --site-dir site
 
 clean:
 	-$(VENV)/bin/elastico cluster down

@@ -39,7 +39,7 @@ def sched(ctx, once, interval, epochs, dry_run, families_dir, as_json, log_forma
     whole life: a second --interval helper is refused, naming the first one's pid; a --once that finds
     them taken skips its epoch. While Slurm does not answer, nothing is planned: --once exits 75,
     --interval waits longer each time and says so. It acts only on jobs elastico-submit made (the family
-    is read from the job's batch script) and keeps its state private (etc/README-admin.md).
+    is read from the job's batch script) and keeps its state private (docs/admin/running.md).
     """
     from slurm_elastico.helper.lock import HelperBusy, helper_lock
     from slurm_elastico.helper.metrics import Metrics, serve
