@@ -49,6 +49,16 @@ def test_readme_has_the_headline_markers_in_order():
     assert 0 <= begin < end, "README.md needs <!-- results:headline --> then <!-- /results:headline -->"
 
 
+def test_readme_links_point_to_files_in_the_repository():
+    """The README is read on a forge, not on the site: a link must name a file that is committed, not one the
+    site's build generates (the reference pages)."""
+    text = README.read_text(encoding="utf-8")
+    targets = [t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", text) if "://" not in t]
+    assert targets, "README.md links to no documentation page"
+    missing = sorted({t for t in targets if t and not (ROOT / t).exists()})
+    assert not missing, f"README.md links to {missing}, which are not files of the repository"
+
+
 def test_family_page_names_every_key():
     text = FAMILIES.read_text(encoding="utf-8")
     keys = {*family_spec.TRAIN_KEYS, *family_spec.INFER_KEYS, *family_spec.TRAIN_MODEL_KEYS,
