@@ -11,7 +11,6 @@ import json
 import math
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,16 +23,13 @@ from slurm_elastico.interference.transfer.encoding import NUMERIC, Encoder, Jobs
 from slurm_elastico.interference.transfer.kernel import KernelConfig
 from slurm_elastico.interference.transfer.training import Fitted
 
-if TYPE_CHECKING:
-    from slurm_elastico.interference.transfer.model import PriorCorrected
-
 FILE_FORMAT = "slurm-elastico/iac-prior-corrected"
 FILE_VERSION = 4  # 3: throughput per unit of the GPU's memory bandwidth; 4: the correction's batch weight and linear part
 OLDER_VERSIONS = (3,)  # read as written: a version-3 file is the same model with batch 1 and no linear part
 
 
-def to_dict(model: PriorCorrected) -> dict:
-    """The model as the JSON document its file holds."""
+def to_dict(model) -> dict:
+    """The JSON document of `model`, a `PriorCorrected` (`model` imports this module, so it is not typed here)."""
     f = model.fitted
     return {"format": FILE_FORMAT, "version": FILE_VERSION, "config": asdict(model.config),
             "prior": {"default_sm": model.prior.default_sm, "default_bw": model.prior.default_bw,
@@ -48,7 +44,7 @@ def to_dict(model: PriorCorrected) -> dict:
                       "gpus": f.gpus, "alpha": f.alpha.tolist(), "target": f.target.tolist()}}
 
 
-def write(model: PriorCorrected, path: str | Path) -> None:
+def write(model, path: str | Path) -> None:
     """Writes `model` as one JSON file (atomically: write, fsync, rename)."""
     write_atomically(path, json.dumps(to_dict(model)).encode())
 
