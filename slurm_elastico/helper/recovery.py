@@ -99,7 +99,7 @@ def recover(gateway: Settler, journal: JournalLike, snapshot: Snapshot, at: floa
             _close(journal, row_id, at, notes, jid, f"interrupted {action.kind.value}: settled with row {settled_by[jid]}")
             continue
         if action.kind is ActionKind.RESHAPE_RUNNING:
-            # The reservation keeping the job's place (`SlurmGateway._place_kept`) outlives a helper that died
+            # The reservation keeping the job's place (`slurm.places.Places.kept`) outlives a helper that died
             # mid-reshape; a job left running inside it is killed when it ends (measured on 22.05: TIMEOUT).
             gateway.forget_place(jid)
         decision = decide(action, active.get(jid))

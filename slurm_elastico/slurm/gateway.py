@@ -1,126 +1,37 @@
 """The Slurm gateway: the only class that runs Slurm commands.
 
 It reads the cluster (`snapshot()`: one `squeue` call and one node listing, whatever
-the number of jobs) and acts on it (MPS share, node pin, requeue with a new
-share, signals, admin comments). Argv comes from `commands`, parsing from
-`jobs`, `nodes` and `accounting`, assembly from `snapshot`; this class only
-sequences them through an injected runner, so a test or the simulator can
+the number of jobs) and acts on it (MPS share, node pin, GPU count, requeue with a
+new shape, signals, admin comments). Argv comes from `commands`, parsing from
+`jobs`, `nodes` and `accounting`, assembly from `snapshot`, the meaning of an
+answer from `answers`, the place kept for a requeued job from `places`; this class
+only sequences them through an injected runner, so a test or the simulator can
 hand in another runner (or another gateway with the same methods).
 
-Every failure is a typed error carrying the argv, exit code and stderr. A read
-that gets no answer (a non-zero exit, a timeout, no JSON, or Slurm's own
-`errors` list in the JSON) is `SlurmUnavailable`, never an empty cluster:
-22.05's `squeue --json` exits 0 with `slurm_load_jobs` errors and no jobs while
-slurmctld is down.
+Every failure is a typed error carrying the argv, exit code and stderr; a read
+that gets no answer is `SlurmUnavailable`, never an empty cluster (`answers`).
 """
 
 from __future__ import annotations
 
-import logging
 import math
-import re
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 
-from slurm_elastico.errors import (
-    InvalidActionError,
-    JobNotPendingError,
-    NotJsonError,
-    SlurmError,
-    SlurmUnavailable,
-    UnknownJobError,
-)
+from slurm_elastico.errors import InvalidActionError, SlurmError, UnknownJobError
 from slurm_elastico.model import Action, ActionKind, JobState, JobView, Snapshot
 from slurm_elastico.slurm import commands, gpu_count
 from slurm_elastico.slurm.accounting import SacctRecord, parse_sacct
+from slurm_elastico.slurm.answers import check_answer, classify, nothing_found
 from slurm_elastico.slurm.jobs import parse_squeue
 from slurm_elastico.slurm.nodes import parse_sinfo
+from slurm_elastico.slurm.places import RESTART_TIMEOUT_S, Places
 from slurm_elastico.slurm.runner import Completed, Runner
-from slurm_elastico.slurm.schema import slurm_errors, slurm_version
+from slurm_elastico.slurm.schema import slurm_version
 from slurm_elastico.slurm.snapshot import build_nodes, partitions_from
 
 REVOKE_GAP_S = 2.0
 """Least time between a requeue-hold and the release of the job (see `requeue_with_share`)."""
-RESTART_TIMEOUT_S = 60.0
-"""How long a requeued job, released, may take to run again on the place kept for it (`_place_kept`)."""
-log = logging.getLogger(__name__)
-_NOT_WAITING = tuple(s for s in JobState if s is not JobState.PENDING)
-_NO_RESERVATION = re.compile(r"Requested reservation is invalid", re.IGNORECASE)
-"""What `scontrol delete ReservationName=` says of a reservation that does not exist (ESLURM_RESERVATION_INVALID)."""
-_RESERVATION_BUSY = re.compile(r"Requested reservation is in use", re.IGNORECASE)
-"""What it says of one with a job in it (ESLURM_RESERVATION_BUSY)."""
-
-_UNKNOWN_JOB = ("invalid job id", "unknown job", "does not exist")
-_NOT_PENDING = ("no longer pending", "job is not pending", "already running")
-# What Slurm's clients print when the controller cannot be reached (measured on 22.05 with slurmctld
-# stopped: `scontrol show config` "Unable to contact slurm controller (connect failure)", `scontrol release`
-# and `update` "Unexpected message received"); the rest are the other texts of Slurm's communication errors.
-_UNREACHABLE = ("unable to contact slurm controller", "connect failure", "connection refused",
-                "unexpected message received", "socket timed out", "zero bytes were transmitted",
-                "communication connection failure", "connection timed out")
-
-
-_NOTHING_FOUND = "slurmdb_jobs_get: nothing found"
-"""22.05's `sacct --json` for a query no job matches: exit 0, no jobs, this one `errors` entry (error 9003)."""
-
-
-def _nothing_found(result: Completed) -> bool:
-    """Whether `result` is accounting's answer that no job matched: an empty answer, not an outage."""
-    if result.returncode != 0:
-        return False
-    try:
-        errors = slurm_errors(result.stdout)
-    except NotJsonError:
-        return False
-    return bool(errors) and all(e.lower() == _NOTHING_FOUND for e in errors)
-
-
-def _says(text: str, phrases: Sequence[str]) -> bool:
-    low = text.lower()
-    return any(s in low for s in phrases)
-
-
-def classify(result: Completed) -> Completed:
-    """Raise the typed error a failed Slurm command deserves; return the result when it succeeded."""
-    if result.returncode == 0:
-        return result
-    text = (result.stderr or result.stdout).strip()
-    if _says(text, _UNKNOWN_JOB):
-        raise UnknownJobError(result.argv, result.returncode, text)
-    if _says(text, _NOT_PENDING):
-        raise JobNotPendingError(result.argv, result.returncode, text)
-    if _says(text, _UNREACHABLE):
-        raise SlurmUnavailable(result.argv, result.returncode, text,
-                               f"`{' '.join(result.argv)}` could not reach Slurm's controller (exit {result.returncode})")
-    raise SlurmError(result.argv, result.returncode, text)
-
-
-def check_answer(result: Completed) -> Completed:
-    """A read's result when Slurm answered; otherwise the typed error (see the module's docstring).
-
-    `UnknownJobError` when Slurm answered that the job does not exist (by exit code or in its `errors`);
-    `SlurmUnavailable` for any other non-zero exit, output that is no JSON object, or a non-empty `errors`
-    list; `ParseError` (from the parsers, later) for JSON of an unknown schema.
-    """
-    command = " ".join(result.argv)
-    if result.returncode != 0:
-        text = (result.stderr or result.stdout).strip()
-        if _says(text, _UNKNOWN_JOB):
-            raise UnknownJobError(result.argv, result.returncode, text)
-        raise SlurmUnavailable(result.argv, result.returncode, text,
-                               f"`{command}` did not answer (exit {result.returncode})")
-    try:
-        errors = slurm_errors(result.stdout)
-    except NotJsonError as exc:
-        raise SlurmUnavailable(result.argv, 0, result.stderr, f"`{command}` did not answer: {exc}") from None
-    if errors:
-        text = "; ".join(errors)
-        if _says(text, _UNKNOWN_JOB):
-            raise UnknownJobError(result.argv, 0, text)
-        raise SlurmUnavailable(result.argv, 0, text,
-                               f"`{command}` answered with Slurm errors and no trustworthy data (is slurmctld down?)")
-    return result
 
 
 class SlurmGateway:
@@ -146,6 +57,8 @@ class SlurmGateway:
         self._sleep = sleep
         self._clock = clock
         self._held_at: dict[int, float] = {}  # when `preempt` held each job (the release waits REVOKE_GAP_S)
+        # Late-bound: a gateway whose wait_state is replaced (a test's) waits for its places the same way.
+        self._places = Places(lambda argv: self._run(argv), lambda *wait: self.wait_state(*wait))
 
     # ----------------------------------------------------------------- reading
 
@@ -198,9 +111,9 @@ class SlurmGateway:
 
     def sacct(self, **kwargs) -> tuple[SacctRecord, ...]:
         """Accounting records (needs slurmdbd or a jobcomp file); see `commands.sacct_json`. None matched is an
-        empty answer on both versions (22.05 says so in `errors`: `_nothing_found`)."""
+        empty answer on both versions (22.05 says so in `errors`: `answers.nothing_found`)."""
         result = self.runner(commands.sacct_json(**kwargs))
-        return parse_sacct(result.stdout if _nothing_found(result) else check_answer(result).stdout)
+        return parse_sacct(result.stdout if nothing_found(result) else check_answer(result).stdout)
 
     # ----------------------------------------------------------------- acting
 
@@ -228,44 +141,11 @@ class SlurmGateway:
         self._run(commands.release(job_id))
 
     def forget_place(self, job_id: int) -> None:
-        """Delete the place a helper that died kept for the job (`_place_kept`), first taking the job out of it if
-        it is in there, so it neither waits for the reservation to end nor runs inside one that ends (Slurm kills
-        a job still in a reservation when it ends: measured on 22.05). Recovery calls it for every interrupted
-        reshape.
+        """Delete the place a helper that died kept for the job, taking the job out of it first (`Places.forget`).
 
-        Only that place is touched: the job is taken out of a reservation only when Slurm says the place is in
-        use, so a job in any other one (a site's, its user's `--reservation`) stays there. No such place:
-        nothing to do; still in use once the job is out (other jobs put into it): left to end by itself, logged.
-        Any other refusal is raised, since a job left inside a place that ends is killed.
+        Recovery calls it for every interrupted reshape: Slurm kills a job still inside a reservation when it ends.
         """
-        try:
-            self._run(commands.delete_place(job_id))
-            return
-        except SlurmUnavailable:
-            raise
-        except SlurmError as exc:
-            if _NO_RESERVATION.search(str(exc)):
-                return
-            if not _RESERVATION_BUSY.search(str(exc)):
-                raise
-        self._leave_place(job_id)  # the place has a job in it: this one, its only user
-
-    def _leave_place(self, job_id: int) -> None:
-        """Take the job out of its place and delete the place (the job gone: the place all the same). Still in use
-        once the job is out (someone put other jobs into it): the job is out, which is what matters; the place
-        ends by itself, logged. Any other refusal is raised."""
-        try:
-            self._run(commands.set_reservation(job_id, ""))
-        except UnknownJobError as exc:
-            log.info("job %d is gone, nothing of it to take out of its place: %s", job_id, exc)
-        try:
-            self._run(commands.delete_place(job_id))
-        except SlurmUnavailable:
-            raise
-        except SlurmError as exc:
-            if not _RESERVATION_BUSY.search(str(exc)):
-                raise
-            log.warning("job %d is out of its place, which still holds other jobs: %s", job_id, exc)
+        self._places.forget(job_id)
 
     def signal(self, job_id: int, sig: str, *, whole_job: bool = False) -> None:
         self._run(commands.signal(job_id, sig, whole_job=whole_job))
@@ -295,7 +175,7 @@ class SlurmGateway:
         Once the job is pending and held, its share (and node pin) is updated
         and it is released with StartTime=now (otherwise Slurm waits ~120 s).
         Whatever fails after the hold, the job is released: no job is left held.
-        Its place is kept for it throughout (`_place_kept`); returns once it runs again (when its place was
+        Its place is kept for it throughout (`Places.kept`); returns once it runs again (when its place was
         kept: at most `RESTART_TIMEOUT_S` after the release).
         """
         share_argv = commands.set_share(job_id, share, self.shares_per_gpu)  # validate before touching the job
@@ -308,9 +188,9 @@ class SlurmGateway:
         self._requeue(job_id, nodes, stop_timeout_s, update)
 
     def _requeue(self, job_id: int, nodes: Sequence[str], stop_timeout_s: float, update: Callable[[], None]) -> None:
-        """The requeue both reshapes share: its place kept (`_place_kept`), requeuehold, wait until it is
+        """The requeue both reshapes share: its place kept (`Places.kept`), requeuehold, wait until it is
         pending, `update()` its request, into its place, StartTime=now, release; released whatever fails."""
-        with self._place_kept(job_id, nodes, stop_timeout_s) as place:
+        with self._places.kept(job_id, self._place_argv(job_id, nodes, stop_timeout_s)) as place:
             self._run(commands.requeue_hold(job_id))
             held_at = self._clock()
             try:
@@ -327,60 +207,6 @@ class SlurmGateway:
                 if wait > 0:
                     self._sleep(wait)
                 self._run(commands.release(job_id))
-
-    @contextmanager
-    def _place_kept(self, job_id: int, nodes: Sequence[str], stop_timeout_s: float) -> Iterator[str | None]:
-        """Keep the nodes a requeued job restarts on for it alone, from before its requeue-hold until it runs again.
-
-        Between the hold and the restart the job's GPUs are free for at least `REVOKE_GAP_S`, and Slurm starts
-        any pending job that fits there the moment the job ends: measured on 22.05, a plain pending `mps:100`
-        job took the GPU and the reshaped job stayed pending (Resources). So the nodes (`nodes`, else those the
-        job runs on) are reserved for the job's owner first (`commands.reserve_place`: the running jobs go on,
-        no other job starts there); the body puts the job into the reservation (the yielded name) before its
-        release; once the job runs again (or after `RESTART_TIMEOUT_S`, an error) it is taken out of it and the
-        reservation deleted, whatever happened. Where Slurm refuses the reservation (the nodes are already in
-        another: a site's, or a place kept for another job at the same moment), it yields None and the job is
-        requeued without one, as before. Measured with it: back on its GPU ~3 s after the hold, the
-        competitor still pending. Other jobs wait for those nodes only these seconds. Should the helper die
-        in between, the reservation ends by itself (the stop and restart timeouts, in whole minutes) and does
-        not hold a job pending in it (`NO_HOLD_JOBS_AFTER_END`); but Slurm kills a job still running inside a
-        reservation when it ends, so recovery takes the job out first (`forget_place`).
-        """
-        create = self._place_argv(job_id, nodes, stop_timeout_s)
-        try:
-            self._run(create)
-        except SlurmUnavailable:
-            raise
-        except SlurmError:
-            # One of this job's left by a helper that died: replace it. Any other refusal (the nodes are in
-            # another reservation: a site's, or another job's place) leaves the job's place unkept, as before.
-            self.forget_place(job_id)
-            try:
-                self._run(create)
-            except SlurmUnavailable:
-                raise
-            except SlurmError:
-                yield None
-                return
-        ok = False
-        try:
-            yield commands.place_name(job_id)
-            ok = True  # carried out: held, updated, released; from here on nothing may report it failed
-            try:
-                self.wait_state(job_id, _NOT_WAITING, RESTART_TIMEOUT_S)
-            except SlurmUnavailable:
-                raise
-            except SlurmError as exc:  # released with its new request: it starts when Slurm can, out of the place
-                log.warning("job %d, reshaped and released, is not running again yet; its place is given up: %s",
-                            job_id, exc)
-        finally:
-            try:
-                self._leave_place(job_id)
-            except SlurmError as exc:
-                if ok:
-                    raise
-                # The body's own error is raised; the reshape's row stays open and recovery gives the place up.
-                log.warning("job %d: its place was not given up (%s); the next epoch's recovery does it", job_id, exc)
 
     def _place_argv(self, job_id: int, nodes: Sequence[str], stop_timeout_s: float = 120.0) -> list[str]:
         """`commands.reserve_place` for this job: its owner, `nodes` or else those it runs on, long enough for a stop

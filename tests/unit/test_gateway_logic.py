@@ -4,7 +4,8 @@ import pytest
 
 from slurm_elastico.errors import InvalidActionError, JobNotPendingError, SlurmError, UnknownJobError
 from slurm_elastico.model import Action, ActionKind, JobState
-from slurm_elastico.slurm.gateway import SlurmGateway, classify
+from slurm_elastico.slurm.answers import classify
+from slurm_elastico.slurm.gateway import SlurmGateway
 from slurm_elastico.slurm.gpu_count import GpuCountMismatch
 from slurm_elastico.slurm.runner import Completed
 

@@ -26,7 +26,8 @@ from slurm_elastico.helper.observer import ProgressObserver
 from slurm_elastico.helper.recovery import Step, decide, recover
 from slurm_elastico.model import Action, ActionKind, GpuUse, JobState
 from slurm_elastico.slurm.conf import cluster_name, read_cluster_name
-from slurm_elastico.slurm.gateway import REVOKE_GAP_S, SlurmGateway, check_answer, classify
+from slurm_elastico.slurm.answers import check_answer, classify
+from slurm_elastico.slurm.gateway import REVOKE_GAP_S, SlurmGateway
 from slurm_elastico.slurm.runner import Completed
 from slurm_elastico.store import Store
 from tests.synthetic import cluster, family, pending, running, snapshot, with_users
@@ -113,7 +114,7 @@ def test_release_of_a_job_held_by_another_process_waits_the_revocation_gap():
     slept = []
     runner = Replies()
     SlurmGateway(runner, sleep=slept.append, clock=lambda: NOW).release(5)
-    # the place a dead helper kept for it (`SlurmGateway._place_kept`) deleted first, so it does not wait for it
+    # the place a dead helper kept for it (`slurm.places.Places.kept`) deleted first, so it does not wait for it
     assert slept == [REVOKE_GAP_S] and runner.calls == [["scontrol", "delete", "ReservationName=elastico-requeue-5"],
                                                         ["scontrol", "release", "5"]]
 
