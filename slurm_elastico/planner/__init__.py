@@ -13,7 +13,7 @@ from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Family, Plan, Snapshot
 from slurm_elastico.planner import policies
-from slurm_elastico.planner.epoch import ADMIN_PREFIX
+from slurm_elastico.shapes.current import ADMIN_PREFIX
 
 __all__ = ["ADMIN_PREFIX", "policies", "run_epoch"]
 

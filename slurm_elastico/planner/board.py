@@ -1,0 +1,195 @@
+"""Reading the snapshot for one epoch: the free capacity per GPU and node, the families as tables, who is where.
+
+Jobs without a family are never acted on, but what they hold counts (a
+foreign occupant, with a stand-in profile per share it holds). A running job
+is put on the GPU(s) it holds at the shape elastico-run runs it as
+(`shape_of_running`, `gang_of_running`); one the epoch cannot locate is left
+alone. Held jobs are left alone (held by a user, or mid-reshape), but under a
+policy with `allot` one this policy preempted is planned again (its
+AdminComment's mark, `shapes.current.preempted_by_us`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from slurm_elastico.config import Settings
+from slurm_elastico.interference.base import SoloProfile
+from slurm_elastico.model import Family, JobState, JobView, NodeView, Shape, Snapshot
+from slurm_elastico.planner import gpu_choice
+from slurm_elastico.planner.packing import GpuState
+from slurm_elastico.planner.seats import Row, Seat, best_solo
+from slurm_elastico.planner.slowdown import PairCache
+from slurm_elastico.planner.tables import WHOLE_UID, Job, Table, fill_contention, make_table
+from slurm_elastico.shapes.current import named_in_comment, preempted_by_us, running_shape
+from slurm_elastico.shapes.solo import solo_profile
+from slurm_elastico.shapes.units import percent_of
+
+
+@dataclass
+class Board:
+    """What `read_board` found: the GPU ledger and the managed jobs on it, with the lookups later phases use."""
+
+    nodes: list[NodeView]  # usable nodes of the partition
+    where: dict[tuple[str, int], int]  # (node, GPU index) -> the GPU's number in `state`
+    gpu_key: list[tuple[str, int]]  # the GPU's number -> (node, GPU index)
+    per_gpu: np.ndarray  # one GPU's worth of each resource (`tables.RESOURCES`): the pricing's unit
+    state: GpuState
+    tables: dict[int, Table]
+    by_id: dict[int, Job]  # every job with a family the epoch may plan, by id
+    jobs: list[Job]  # those it plans (a running one only where located on a GPU), by id
+
+
+def _named_shape(job: JobView, family: Family) -> Shape | None:
+    """The shape of `family` the job's AdminComment names, if any (whatever share it holds)."""
+    name = named_in_comment(job.admin_comment)
+    return next((s for s in family.shapes if s.name == name), None) if name is not None else None
+
+
+def shape_of_running(job: JobView, table: Table, held_share: int, shares_per_gpu: int) -> int:
+    """Slot of the shape a running job runs as: the rule elastico-run follows (`shapes.current.running_shape`)."""
+    shape, _ = running_shape(table.family.shapes, table.family.default_shape, job.admin_comment, held_share,
+                             shares_per_gpu)
+    return table.family.shapes.index(shape)
+
+
+def gang_of_running(job: JobView, table: Table, gpus: int) -> int | None:
+    """Slot of the data-parallel shape a running job holding `gpus` whole GPUs runs as: the one its AdminComment
+    names if it has that many GPUs, else the fastest with that many (None: the family has none)."""
+    rows = [r for r in table.rows if r.gpus == gpus]
+    named = _named_shape(job, table.family)
+    for r in rows:
+        if named is not None and table.family.shapes[r.slot] is named:
+            return r.slot
+    return max(rows, key=lambda r: (r.tput, -r.slot)).slot if rows else None
+
+
+def read_board(snapshot: Snapshot, families: Mapping[int, Family], settings: Settings, policy, cache: PairCache,
+               floor: float) -> Board:
+    """The capacity and the jobs of `snapshot` as the epoch plans them under `policy` (its `narrow` and `allot`);
+    `cache` gets a profile per shape that may share a GPU, `floor` is the co-location floor the ledger checks."""
+    gs = settings.gpu
+    part = settings.slurm.partition
+    # -- capacity -----------------------------------------------------------
+    nodes = [n for n in snapshot.nodes if n.usable and (not part or part in n.partitions)]
+    gpu_node, free_share, total_share, free_mem, gpu_mem, gpu_key = [], [], [], [], [], []
+    where: dict[tuple[str, int], int] = {}
+    node_cpu, node_mem = [], []
+    for ni, n in enumerate(nodes):
+        node_cpu.append(float(n.cpus - n.cpus_alloc))
+        node_mem.append(float(n.memory_mib - n.memory_alloc_mib) if n.memory_mib > 0 else math.inf)
+        mem = float(n.gpu_memory_mib or gs.memory_mib)
+        for gv in n.gpus:
+            where[(n.name, gv.index)] = len(gpu_node)
+            gpu_node.append(ni)
+            free_share.append(gv.shares_free)
+            total_share.append(gv.shares_total)
+            free_mem.append(mem)
+            gpu_mem.append(mem)
+            gpu_key.append((n.name, gv.index))
+    n_gpus = len(gpu_node)
+    state = GpuState(gpu_node, free_share, free_mem, node_cpu, node_mem, cache, floor, total_share=total_share,
+                     lowest_unused=gpu_choice.lowest_unused(snapshot.slurm_version))
+    per_gpu = np.array([
+        float(gs.shares_per_gpu),
+        float(np.mean(gpu_mem)) if n_gpus else float(gs.memory_mib),
+        max(1.0, sum(n.cpus for n in nodes) / max(1, n_gpus)),
+        max(1.0, sum(n.memory_mib for n in nodes) / max(1, n_gpus)),
+    ])
+
+    # -- families as tables (one per distinct family object) ----------------
+    tables: dict[int, Table] = {}
+    narrowed: dict[int, Family] = {}
+
+    def table_of(fam: Family, running: JobView | None = None) -> Table:
+        key = id(fam)
+        if key not in narrowed:
+            narrowed[key] = policy.narrow(fam)
+        small = narrowed[key]
+        if running is not None:
+            # A running job keeps the shape it runs as, even one the policy's narrowing drops.
+            now_as = _named_shape(running, fam)
+            if now_as is not None and now_as not in small.shapes:
+                extra = (key, now_as.name)
+                if extra not in narrowed:
+                    narrowed[extra] = dataclasses.replace(small, shapes=small.shapes + (now_as,))
+                small = narrowed[extra]
+        t = tables.get(id(small))
+        if t is None:
+            t = tables[id(small)] = make_table(small, cache, per_gpu, gs.shares_per_gpu)
+        return t
+
+    # -- who is where --------------------------------------------------------
+    jobs: list[Job] = []
+    by_id: dict[int, Job] = {}
+    for jv in snapshot.jobs:
+        fam = families.get(jv.job_id)
+        if fam is None or not fam.shapes or (part and jv.partition != part):
+            continue
+        if (jv.state is JobState.PENDING and (not jv.held or (policy.allot and preempted_by_us(jv.admin_comment)))
+                and (jv.gres is None or jv.gres.kind in ("mps", "gpu", "gpus"))):
+            t = table_of(fam)
+            by_id[jv.job_id] = Job(jv, t, 1.0, Seat(jv.job_id, fam.throughput_floor, best_solo=best_solo(t.rows),
+                                                    whole=jv.whole_gpus > 0))
+        elif jv.state is JobState.RUNNING:
+            t = table_of(fam, jv)
+            by_id[jv.job_id] = Job(jv, t, 1.0, Seat(jv.job_id, fam.throughput_floor, best_solo=best_solo(t.rows),
+                                                    whole=jv.whole_gpus > 0), running=True)
+    # Stand-ins for what the planner does not manage, one per share, all added before the first lookup
+    # (a trained model's scorer covers the profiles it was built for; a later one would rebuild it).
+    foreign = {shares: cache.add(SoloProfile(kind="train", mps_share=round(percent_of(shares, gs.shares_per_gpu))))
+               for shares in sorted({u.shares for n in nodes for gv in n.gpus for u in gv.users if not u.whole})}
+    gangs: dict[int, list[int]] = {}
+    for n in nodes:
+        for gv in n.gpus:
+            g = where[(n.name, gv.index)]
+            for use in gv.users:
+                if use.whole:
+                    job = by_id.get(use.job_id)
+                    if job is not None and job.running:
+                        gangs.setdefault(use.job_id, []).append(g)
+                    continue
+                job = by_id.get(use.job_id)
+                if job is not None and job.running and job.seat.gpu < 0:
+                    slot = shape_of_running(job.view, job.table, use.shares, gs.shares_per_gpu)
+                    base = job.table.rows[slot]
+                    uid = base.uid
+                    if uid == WHOLE_UID and use.shares < gv.shares_total:  # named whole, holds a share: profile it
+                        uid = cache.add(solo_profile(job.table.family.shapes[slot], job.table.family.kind,
+                                                     job.table.family.name))
+                    job.seat.row = Row(slot, uid, base.tput, use.shares, base.mem,
+                                       float(job.view.cpus), float(job.view.memory_mib))
+                    state.attach(job.seat, g, base.mem)
+                else:
+                    row = Row(-1, foreign[use.shares], math.inf, use.shares, gpu_mem[g] * use.shares / gs.shares_per_gpu, 0, 0)
+                    state.attach(Seat(use.job_id, 0.0, row), g, row.mem)
+    for jid, held in gangs.items():
+        job = by_id[jid]
+        slot = gang_of_running(job.view, job.table, len(held))
+        if slot is None and len(held) == 1 and job.seat.gpu < 0:
+            # One whole GPU (`gpu:1`: elastico-submit starts a family with GPU counts so): its one-GPU shape at
+            # the GPU's full share, as a job holding all of its MPS shares; it may then grow into a gang.
+            g, full = held[0], int(state.total_share[held[0]])
+            slot = shape_of_running(job.view, job.table, full, gs.shares_per_gpu)
+            base = job.table.rows[slot]
+            job.seat.row = Row(slot, base.uid, base.tput, full, base.mem, float(job.view.cpus),
+                               float(job.view.memory_mib))
+            state.attach(job.seat, g, base.mem)
+            continue
+        if slot is None or job.seat.gpu >= 0:
+            continue  # no shape of its family holds that many GPUs: left alone
+        base = job.table.rows[slot]
+        job.seat.row = Row(slot, base.uid, base.tput, 0, base.mem, float(job.view.cpus), float(job.view.memory_mib),
+                           gpus=len(held))
+        state.attach_gang(job.seat, tuple(held), base.mem)
+    fill_contention(list(tables.values()), cache, gs.shares_per_gpu)
+    for j in by_id.values():
+        if not j.running or j.seat.gpu >= 0:
+            jobs.append(j)  # running jobs we cannot locate on a GPU are left alone
+    jobs.sort(key=lambda j: j.view.job_id)
+    return Board(nodes, where, gpu_key, per_gpu, state, tables, by_id, jobs)

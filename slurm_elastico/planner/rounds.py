@@ -1,0 +1,170 @@
+"""The epoch's pricing rounds: the jobs' tables as one pricing problem, a few projected-subgradient rounds of
+shadow prices (`slurm_elastico.pricing`), and under a policy with `allot` the GPU counts of the jobs with
+data-parallel shapes from `planner.allot` instead of from the prices.
+
+Elastic running jobs (`running.is_elastic`) take part with the pending ones,
+never left out, at a restart charge for any shape but their own
+(`_restart_charge`), so that when the queue makes GPUs dear they give some
+back, and when GPUs sit idle they take them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from slurm_elastico import pricing
+from slurm_elastico.config import PlannerSettings
+from slurm_elastico.planner import allot
+from slurm_elastico.planner.board import Board
+from slurm_elastico.planner.packing import GpuState
+from slurm_elastico.planner.running import left_s
+from slurm_elastico.planner.tables import RESOURCES, Job, Table
+
+
+@dataclass
+class Priced:
+    """What the pricing rounds chose."""
+
+    problem: pricing.PriceProblem
+    result: pricing.PriceResult
+    choice: np.ndarray  # per pending job, in `pending` order: the slot chosen, or `pricing.NONE`
+    targets: dict[int, int]  # elastic running job's id -> the slot chosen (`pricing.NONE`: preempted)
+    allotted: list[int]  # pending jobs whose GPU count the allotment chose, in its order
+    growers: list[Job]  # elastic running jobs, in the allotment's order
+
+    def note(self) -> str:
+        """The prices and the rounds it took, for the plan's notes."""
+        return ("prices (GPU equivalents): " + ", ".join(f"{r}={v:.3g}" for r, v in zip(RESOURCES, self.result.prices))
+                + f" after {self.result.rounds} round(s)")
+
+
+def price(pending: list[Job], elastic: list[Job], board: Board, policy, ps: PlannerSettings, now: float,
+          progress: Mapping[int, float]) -> Priced:
+    """Price the pending and elastic jobs over what is free (with `policy.price`; else every job asks its
+    fastest shape at zero prices), then let the allotment choose the GPU counts (with `policy.allot`)."""
+    restart = [_restart_charge(j, now, progress, ps.reshape_cost_s, ps.hysteresis) for j in elastic]
+    problem = _problem(pending, board.state, board.per_gpu, elastic, restart)
+    if policy.price and (pending or elastic):
+        result = pricing.solve(problem, ps.rounds, ps.step)
+    else:
+        z = np.zeros(len(RESOURCES))
+        result = pricing.PriceResult(z, pricing.choose(problem, z), 0)
+    choice = result.choice[:len(pending)].copy()
+    targets = {j.view.job_id: int(c) for j, c in zip(elastic, result.choice[len(pending):])}
+    allotted: list[int] = []  # pending jobs whose GPU count the allotment chose, in its order
+    growers: list[Job] = []  # elastic running jobs, in the allotment's order
+    if policy.allot:
+        allotted, growers = _allot(pending, elastic, choice, targets, problem, now, progress, ps,
+                                   float(board.per_gpu[0]))
+    return Priced(problem, result, choice, targets, allotted, growers)
+
+
+def _restart_charge(job: Job, now: float, progress: Mapping[int, float], cost_s: float, hysteresis: float) -> float:
+    """What a reshape costs an elastic job in the pricing's units: its weight × the share of its remaining time
+    the restart takes (with the hysteresis margin), at most its weight."""
+    _, left = left_s(job, now, progress)
+    return job.weight * min(1.0, (1.0 + hysteresis) * cost_s / max(left, 1e-9)) if math.isfinite(left) else 0.0
+
+
+def _problem(pending: list[Job], state: GpuState, per_gpu: np.ndarray, elastic: list[Job] = (),
+             restart: list[float] = ()) -> pricing.PriceProblem:
+    """Stack the jobs' tables into padded [J, C] arrays over the free pool: the pending jobs, then the elastic
+    running ones (never left out; only their whole-GPU shapes; `restart` charged on all but the current one;
+    what they hold is added to the pool)."""
+    every = [*pending, *elastic]
+    width = max((len(j.table.rows) for j in every), default=1)
+    uniq: dict[int, int] = {}
+    tabs: list[Table] = []
+    idx = np.empty(len(every), dtype=int)
+    for k, j in enumerate(every):
+        u = uniq.get(id(j.table))
+        if u is None:
+            u = uniq[id(j.table)] = len(tabs)
+            tabs.append(j.table)
+        idx[k] = u
+    nt, r = max(1, len(tabs)), len(RESOURCES)
+    value = np.zeros((nt, width))
+    demand = np.zeros((nt, width, r))
+    allowed = np.zeros((nt, width), dtype=bool)
+    contention = np.zeros((nt, width))
+    for u, t in enumerate(tabs):
+        c = len(t.rows)
+        value[u, :c], demand[u, :c], allowed[u, :c], contention[u, :c] = t.value, t.demand, t.allowed, t.contention
+    w = np.array([j.weight for j in every], dtype=float)
+    v = value[idx]
+    open_gpus = [g for g, f in enumerate(state.free_share) if f > 0]
+    held = {g: j for j in elastic for g in (j.seat.gang or (j.seat.gpu,))}  # GPUs an elastic job could give back
+    open_nodes = sorted({state.gpu_node[g] for g in (*open_gpus, *held)})
+    free = np.array([
+        sum(state.free_share[g] for g in open_gpus),
+        sum(max(0.0, state.free_mem[g]) for g in open_gpus),
+        sum(max(0.0, state.node_cpu[n]) for n in open_nodes),
+        sum(min(max(0.0, state.node_mem[n]), 1e15) for n in open_nodes),
+    ], dtype=float)
+    allow = allowed[idx]
+    penalty = w[:, None] * v * contention[idx]
+    optional = np.ones(len(every), dtype=bool)
+    for k, (j, charge) in enumerate(zip(elastic, restart), start=len(pending)):
+        rows = j.table.rows
+        allow[k, :len(rows)] &= np.array([bool(r.gpus) or r.share >= state.total_share[j.seat.gpu] for r in rows])
+        allow[k, j.seat.row.slot] = True
+        penalty[k, :len(rows)] += charge
+        penalty[k, j.seat.row.slot] -= charge
+        optional[k] = False
+        mine = j.seat.gang or (j.seat.gpu,)
+        free += np.array([sum(state.total_share[g] for g in mine), sum(max(0.0, state.free_mem[g]) + j.seat.row.mem
+                                                                       for g in mine), j.seat.row.cpus, j.seat.row.hmem])
+    cap = free / per_gpu
+    if cap[0] <= 0:
+        allow[:len(pending)] = False
+    return pricing.PriceProblem(
+        value=v, demand=demand[idx], penalty=penalty, allowed=allow,
+        weight=w, capacity=cap, optional=optional)
+
+
+def _gang_capable(job: Job) -> bool:
+    return job.table.gangs
+
+
+def _allot(pending: list[Job], elastic: list[Job], choice: np.ndarray, targets: dict[int, int],
+           problem: pricing.PriceProblem, now: float, progress: Mapping[int, float], ps,
+           per_gpu_share: float) -> tuple[list[int], list[Job]]:
+    """Replace the prices' choice for the jobs with data-parallel shapes by `planner.allot` (weighted shortest
+    remaining time first); the other pending jobs keep the prices' choice and are budgeted first. Returns the
+    allotted pending jobs' indices and the elastic jobs, each in the allotment's order."""
+    budget = float(problem.capacity[0])
+    for i, j in enumerate(pending):
+        if not _gang_capable(j) and choice[i] != pricing.NONE:
+            budget -= float(problem.demand[i, choice[i], 0])
+    who = [i for i, j in enumerate(pending) if _gang_capable(j)]
+    claims = []
+    for j in [pending[i] for i in who] + list(elastic):
+        rows, t = j.table.rows, j.table
+        sizes = [float(r.gpus) if r.gpus else r.share / per_gpu_share for r in rows]
+        cap = float(max(1, t.family.default_shape.resources.gpus))
+        # the key's speed: per GPU at its request, so that the key is the GPU-seconds left (its area, as
+        # Tiresias's two dimensions count service, but what is left rather than what was had)
+        rate = max((r.tput for r, z in zip(rows, sizes) if z <= cap + 1e-9), default=0.0) / cap
+        rate = rate if rate > 0 else max(r.tput for r in rows) / cap
+        if j.running:
+            work, _ = left_s(j, now, progress)
+            # a running job moves only between whole GPUs (a gang, or one GPU alone)
+            allowed = [bool(r.gpus) or r.share >= per_gpu_share for r in rows]
+            allowed[j.seat.row.slot] = True
+            claims.append(allot.Claim(work / rate / j.weight, sizes, [r.tput for r in rows], allowed,
+                                      max(cap, sizes[j.seat.row.slot]), work, j.seat.row.slot, ps.reshape_cost_s))
+        else:
+            work = max(0.0, t.family.total_work - (progress.get(j.view.job_id) or 0.0))
+            claims.append(allot.Claim(work / rate / j.weight, sizes, [r.tput for r in rows], list(t.allowed), cap,
+                                      extra=j.view.requeue))
+    picks = allot.allot(claims, budget, ps.hysteresis)
+    for i, p in zip(who, picks):
+        choice[i] = p
+    for j, p in zip(elastic, picks[len(who):]):
+        targets[j.view.job_id] = p
+    seq = allot.order(claims)
+    return [who[k] for k in seq if k < len(who)], [elastic[k - len(who)] for k in seq if k >= len(who)]

@@ -1,0 +1,136 @@
+"""The pending jobs onto GPUs: packed in the policy's order at what the prices chose, the ones the prices left
+out where room remains, upgrades into what is still free, then seated where Slurm will start them.
+
+Each job goes at the fastest shape that fits without exceeding what its
+prices chose (`place`: a share by `GpuState.find`, a gang by
+`GpuState.find_gang`). The queue's head goes first; if it fits nowhere yet,
+GPUs are kept free for it (`reservation.keep_free`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from slurm_elastico import pricing
+from slurm_elastico.config import PlannerSettings
+from slurm_elastico.planner import gpu_choice
+from slurm_elastico.planner.packing import GpuState
+from slurm_elastico.planner.reservation import keep_free
+from slurm_elastico.planner.rounds import Priced
+from slurm_elastico.planner.tables import Job
+
+
+def pack(pending: list[Job], priced: Priced, head: Job | None, policy, state: GpuState, ps: PlannerSettings,
+         gpu_key: list[tuple[str, int]], notes: list[str]) -> list[int]:
+    """Place the pending jobs in `policy.order` (the allotment's jobs after the others, the queue's head first),
+    then the ones the prices left out where room remains; returns the order they were packed in."""
+    choice, problem, result, allotted = priced.choice, priced.problem, priced.result, priced.allotted
+    order = policy.order(pending)
+    mine = set(allotted)
+    if mine:  # the allotment's jobs after the others (budgeted first), in its order
+        order = [i for i in order if i not in mine] + allotted
+    if head is not None and ps.reserve_queue_head:
+        hi = pending.index(head)
+        order = [hi] + [i for i in order if i != hi]
+    deferred: list[int] = []
+    for i in order:
+        job = pending[i]
+        target = int(choice[i])
+        is_head = job is head and ps.reserve_queue_head
+        if target == pricing.NONE and not is_head:
+            if job.table.by_speed:
+                deferred.append(i)
+            continue
+        if target == pricing.NONE:  # the head runs anyway: at its cheapest shape at these prices
+            target = int(np.argmin(pricing.costs(problem, result.prices)[i, :-1]))
+        cap = job.table.rows[target].tput
+        slots = [s for s in job.table.by_speed if job.table.rows[s].tput <= cap]
+        if not place(job, state, slots):
+            deferred.append(i)
+        if is_head and job.seat.gpu < 0:
+            note = keep_free(job, state, slots, gpu_key)
+            if note:
+                notes.append(note)
+    for i in deferred:  # what the prices left out, where room remains: the fastest share, else the smallest gang
+        if i in mine:
+            continue  # the allotment made it wait: shorter jobs have its GPUs
+        t = pending[i].table
+        place(pending[i], state, [s for s in t.by_speed if not t.rows[s].gpus]
+               + sorted((s for s in t.by_speed if t.rows[s].gpus), key=lambda s: (t.rows[s].gpus, -t.rows[s].tput)))
+    return order
+
+
+def place(job: Job, state: GpuState, slots: list[int]) -> bool:
+    """Put `job` at the first of `slots` that fits anywhere."""
+    for s in slots:
+        row = job.table.rows[s]
+        if row.gpus:
+            gang = state.find_gang(row)
+            if gang:
+                state.place_gang(job.seat, row, gang)
+                return True
+            continue
+        g, _ = state.find(job.seat, row)
+        if g >= 0:
+            state.place(job.seat, row, g)
+            return True
+    return False
+
+
+def upgrade(job: Job, state: GpuState) -> None:
+    """Move a placed pending job to a faster shape if one fits now, anywhere."""
+    seat = job.seat
+    if seat.gpu < 0:
+        return
+    faster = [s for s in job.table.by_speed if job.table.rows[s].tput > seat.row.tput]
+    if not job.view.requeue:  # `--no-requeue`: GPUs beyond its request could never be given back
+        asked = max(1, job.table.family.default_shape.resources.gpus)
+        faster = [s for s in faster if (job.table.rows[s].gpus or 1) <= asked]
+    if not faster:
+        return
+    need = min(job.table.rows[s].share for s in faster)
+    if (not seat.gang and not any(job.table.rows[s].gpus for s in faster)
+            and state.free_share[seat.gpu] + seat.row.share < need and state.max_free() < need):
+        return  # nowhere has the shares: skip the remove/re-place
+    old, g0, gang = seat.row, seat.gpu, seat.gang
+    state.remove(seat)
+    if not place(job, state, faster):
+        if gang:
+            state.place_gang(seat, old, gang)
+        else:
+            state.place(seat, old, g0)
+
+
+def seat_in_start_order(starts: list[Job], state: GpuState) -> None:
+    """Put this epoch's starts where Slurm will put them: in its order, each on the GPU its rule gives then.
+
+    The plan packs in its own order (the queue's head first, then value or the allotment's, then upgrades), but
+    Slurm starts the released jobs in its order (`gpu_choice.start_key`), each seeing what the earlier took
+    (`gpu_choice`): two shares on one node would swap GPUs, a share could take the GPU a gang was planned on.
+    So the starts are taken off and put back in Slurm's order. A job whose planned GPU is the one Slurm gives it
+    then, with nothing unplanned there, goes back as planned (the plan's checks hold). Otherwise it goes at its
+    shape to the GPU Slurm gives it on the planned node if the co-location checks allow (`GpuState.fits`), else
+    at the first of that shape and its slower ones that fits anywhere (`place`), else it waits an epoch.
+    """
+    planned = [(j, j.seat.row, j.seat.gpu, j.seat.gang) for j in starts]
+    for j in starts:
+        state.remove(j.seat)
+    changed: set[int] = set()  # GPUs given a start the plan did not put there
+    for j, row, g, gang in sorted(planned, key=lambda p: gpu_choice.start_key(p[0].view)):
+        seat, n = j.seat, state.gpu_node[g]
+        if gang:
+            if state.gives_gang(row, gang):
+                state.place_gang(seat, row, gang)
+                continue
+        else:
+            given = state.given(n, row.share, state.asks_one_whole(seat, row, g))
+            if (given == g and g not in changed and state.free_share[g] >= row.share
+                    and state.node_cpu[n] >= row.cpus and state.node_mem[n] >= row.hmem):
+                state.place(seat, row, g)
+                continue
+            if given >= 0 and state.fits(seat, row, given):
+                state.place(seat, row, given)
+                changed.add(given)
+                continue
+        if place(j, state, [row.slot] + [s for s in j.table.by_speed if j.table.rows[s].tput < row.tput]):
+            changed.update(seat.gang or (seat.gpu,))

@@ -1,0 +1,112 @@
+"""The epoch's words for a job: its family as arrays (`Table`) and the job with its table and seat (`Job`).
+
+One `Table` per distinct family (as the policy narrowed it), built once an
+epoch: what the pricing (`planner.rounds`) and the packing need per shape —
+T/T_max, demand in GPU equivalents, the throughput floor, Γ's contention
+against a stand-in neighbour, the allowed shapes fastest first. Shares are in
+Slurm's counts from here on (the shapes' are percent).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from slurm_elastico.interference.base import SoloProfile
+from slurm_elastico.model import Family, JobView
+from slurm_elastico.planner.seats import Row, Seat
+from slurm_elastico.planner.slowdown import PairCache
+from slurm_elastico.shapes.solo import solo_profile
+from slurm_elastico.shapes.units import percent_of, shares_of
+
+RESOURCES = ("mps", "gpu_mem", "cpus", "host_mem")
+"""The resources priced, in this order in every demand and price vector."""
+
+
+@dataclass
+class Table:
+    """One distinct family, as arrays: what pricing and packing need per shape."""
+
+    family: Family
+    rows: list[Row]
+    value: np.ndarray  # [C] T / T_max
+    demand: np.ndarray  # [C, R] in GPU equivalents
+    allowed: np.ndarray  # [C] at or above the floor
+    contention: np.ndarray  # [C] 1 − 1/S against a stand-in neighbour (0 at a whole GPU)
+    by_speed: list[int]  # allowed slots, fastest first
+    density: float  # best value per dominant GPU-equivalent
+    gangs: bool = False  # whether any shape holds whole GPUs as a data-parallel gang
+
+
+@dataclass
+class Job:
+    """One job the epoch plans: its view, its family's table, its fairness weight (`planner.weights`), its seat."""
+
+    view: JobView
+    table: Table
+    weight: float
+    seat: Seat
+    running: bool = False
+
+
+WHOLE_UID = -1
+"""`Row.uid` of a row holding whole GPUs: never looked up (nobody shares a GPU it holds)."""
+
+
+def make_table(fam: Family, cache: PairCache, per_gpu: np.ndarray, shares_per_gpu: int) -> Table:
+    """`fam` as a `Table`; each shape that is a share of a GPU gets a profile in `cache`."""
+    shapes = fam.shapes
+    n = len(shapes)
+    tputs = [s.throughput for s in shapes]
+    tmax = max(tputs)
+    rows = []  # shares in Slurm's counts from here on; the shapes' are percent
+    res = np.empty((n, 4))
+    gang = []  # (slot, GPUs, GPU memory) of each data-parallel row
+    shares: dict[int, int] = {}  # a family has a few share levels: each converted once
+    for i, s in enumerate(shapes):
+        r = s.resources
+        share = 0
+        if r.mps:
+            share = shares.get(r.mps)
+            if share is None:
+                share = shares[r.mps] = shares_of(r.mps, shares_per_gpu)
+        # Only a share of a GPU ever sits beside another job: whole-GPU rows (all of one, or a gang) need no
+        # profile in the interference model's all-pairs block (WHOLE_UID), which then is a fraction of the size.
+        uid = cache.add(solo_profile(s, fam.kind, fam.name)) if 0 < share < shares_per_gpu else WHOLE_UID
+        rows.append(Row(i, uid, s.throughput, share, float(r.gpu_mem_mib), float(r.cpus), float(r.host_mem_mib),
+                        gpus=r.gpus))
+        res[i] = (share, r.gpu_mem_mib, r.cpus, r.host_mem_mib)
+        if r.gpus:
+            gang.append((i, r.gpus, r.gpu_mem_mib))
+    demand = res / per_gpu
+    for i, g, mem in gang:  # n whole GPUs: n GPU equivalents of shares and of GPU memory
+        demand[i, 0] = g
+        demand[i, 1] = g * mem / per_gpu[1]
+    tput = np.array(tputs)
+    floor = fam.throughput_floor
+    allowed = tput >= floor
+    contention = np.zeros(n)  # filled for all tables at once by fill_contention
+    value = tput / tmax
+    dominant = np.maximum(demand.max(axis=1), 1e-9)
+    dens = value / dominant
+    by_speed = sorted((i for i in range(n) if tputs[i] >= floor), key=lambda i: (-tputs[i], i))
+    return Table(fam, rows, value, demand, allowed, contention, by_speed,
+                 float(dens[allowed].max()) if by_speed else 0.0, bool(gang))
+
+
+def fill_contention(tables: list[Table], cache: PairCache, shares_per_gpu: int) -> None:
+    """Γ's slowdown for every partial-GPU shape, next to a stand-in neighbour holding the rest; one model call."""
+    todo = [(t, i) for t in tables for i, r in enumerate(t.rows) if r.share < shares_per_gpu and not r.gpus]
+    if not todo or not cache.enabled:
+        return
+    # one stand-in per share left over (the same object each time, so a model may compute it once)
+    stand_in: dict[int, SoloProfile] = {}
+    for t, i in todo:
+        rest = shares_per_gpu - t.rows[i].share
+        if rest not in stand_in:
+            stand_in[rest] = SoloProfile(kind="train", mps_share=round(percent_of(rest, shares_per_gpu)))
+    partners = [stand_in[shares_per_gpu - t.rows[i].share] for t, i in todo]
+    slow = cache.vs_partners([t.rows[i].uid for t, i in todo], partners)
+    for (t, i), s in zip(todo, slow):
+        t.contention[i] = 1.0 - 1.0 / s
