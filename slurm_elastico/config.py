@@ -6,6 +6,11 @@ valid ones, so an administrator fixes the file in one pass.
 
 Sections are dataclasses; each field's type and its `range`/`choices`
 metadata are the schema. Adding a setting is adding a field.
+
+`load` also checks the paths the settings name against this host's file
+system (`check_paths`): a state_dir that is a file, or a slurm.conf that does
+not exist, is refused at once, naming the key, rather than failing later in a
+helper epoch, a report or a submission with a message that names no setting.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import stat
 import types
 import typing
 from dataclasses import dataclass, field
@@ -164,7 +170,10 @@ def from_mapping(data: Any, source: str = "<settings>") -> Settings:
 
 
 def load(path: str | os.PathLike | None = None) -> Settings:
-    """Load settings from `path`, `$ELASTICO_CONFIG`, or the default path; defaults if none exists."""
+    """Load settings from `path`, `$ELASTICO_CONFIG`, or the default path; defaults if none exists.
+
+    The paths the settings name are checked on this host (`check_paths`), so a wrong one is refused here and not
+    when the helper, a report or a submission first uses it."""
     if path is None:
         env = os.environ.get(ENV_VAR)
         candidates = [Path(env)] if env else list(DEFAULT_PATHS)
@@ -172,5 +181,79 @@ def load(path: str | os.PathLike | None = None) -> Settings:
         if path is None:
             if env:
                 raise ConfigError(env, [f"${ENV_VAR} names a file that does not exist"])
-            return Settings()
-    return from_mapping(inputs.read_yaml(path, "settings file"), str(path))
+            settings = Settings()
+            _raise_path_problems(settings, "the default settings (no settings file)")
+            return settings
+    settings = from_mapping(inputs.read_yaml(path, "settings file"), str(path))
+    _raise_path_problems(settings, str(path))
+    return settings
+
+
+STATE_DIR_ALLOWED = "allowed: a directory, or a path that can be created as one"
+SLURM_CONF_ALLOWED = "allowed: the path of the cluster's slurm.conf (a regular file), or empty for Slurm's default"
+
+
+def check_paths(settings: Settings) -> list[str]:
+    """The problems of the paths `settings` name, as this host's file system has them (empty: none).
+
+    state_dir must be a directory or a path whose nearest existing parent is one (the helper creates the rest);
+    slurm.conf, when set, an existing regular file: otherwise every Slurm command fails later, with a message about
+    Slurm's configuration that names no setting. Whether the helper's user may write the state directory is
+    checked where the helper starts (`helper.private`): `elastico config` may run as another user.
+    """
+    problems = []
+    if not settings.state_dir:
+        problems.append(f"state_dir: empty; {STATE_DIR_ALLOWED}")
+    else:
+        problems += _directory_problems("state_dir", Path(settings.state_dir))
+    if settings.slurm.conf:
+        conf = Path(settings.slurm.conf)
+        what = _what_is(conf)
+        if what != "is a regular file":
+            problems.append(f"slurm.conf: {conf} {what}; {SLURM_CONF_ALLOWED}")
+    return problems
+
+
+def _raise_path_problems(settings: Settings, source: str) -> None:
+    problems = check_paths(settings)
+    if problems:
+        raise ConfigError(source, problems)
+
+
+def _directory_problems(key: str, path: Path) -> list[str]:
+    """`key: ...` when `path` is not a directory and cannot be created as one (a parent is a file, say)."""
+    what = _what_is(path)
+    if what in ("is a directory", UNCHECKED):  # a path this user may not look into is the helper's to judge
+        return []
+    if what != "does not exist":
+        return [f"{key}: {path} {what}; {STATE_DIR_ALLOWED}"]
+    for parent in path.parents:
+        above = _what_is(parent)
+        if above in ("is a directory", UNCHECKED):
+            return []
+        if above != "does not exist":
+            return [f"{key}: {path} cannot be created: {parent} {above}; {STATE_DIR_ALLOWED}"]
+    return []  # pragma: no cover - a relative path ends at ".", an absolute one at "/"
+
+
+UNCHECKED = "cannot be checked (permission denied)"
+
+
+def _what_is(path: Path) -> str:
+    """What `path` is, in words that follow its name: 'is a regular file', 'does not exist', ... (symlinks followed)."""
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "does not exist"
+    except PermissionError:
+        return UNCHECKED
+    except OSError as exc:
+        return f"cannot be checked ({exc.strerror or exc})"
+    except ValueError:
+        return "is no path (it holds a NUL character)"
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a regular file"),
+                       (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return f"is {name}"
+    return "is neither a regular file nor a directory"  # pragma: no cover - every kind Linux has is above

@@ -92,3 +92,74 @@ def test_the_file_is_read_strictly(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(ConfigError, match="FIFO"):
         config.load(fifo)
+
+
+# ----------------------------------------------------------------------------- paths checked on this host
+
+def _settings_file(tmp_path, text: str):
+    p = tmp_path / "elastico.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_a_state_dir_that_is_a_regular_file_is_refused_naming_key_path_kind_and_what_is_allowed(tmp_path):
+    (tmp_path / "statefile").write_text("")
+    p = _settings_file(tmp_path, f"state_dir: {tmp_path / 'statefile'}\n")
+    with pytest.raises(ConfigError) as err:
+        config.load(p)
+    assert err.value.source == str(p)
+    assert err.value.problems == (f"state_dir: {tmp_path / 'statefile'} is a regular file; allowed: a directory, "
+                                  "or a path that can be created as one",)
+
+
+def test_a_state_dir_below_a_regular_file_cannot_be_created_and_an_empty_one_is_refused(tmp_path):
+    (tmp_path / "statefile").write_text("")
+    p = _settings_file(tmp_path, f"state_dir: {tmp_path / 'statefile' / 'a' / 'b'}\n")
+    with pytest.raises(ConfigError, match=f"state_dir: {tmp_path}/statefile/a/b cannot be created: "
+                                          f"{tmp_path}/statefile is a regular file; allowed: a directory"):
+        config.load(p)
+    p = _settings_file(tmp_path, "state_dir: ''\n")
+    with pytest.raises(ConfigError, match="state_dir: empty; allowed: a directory"):
+        config.load(p)
+
+
+def test_a_state_dir_that_exists_as_a_directory_or_can_be_created_is_accepted(tmp_path):
+    (tmp_path / "state").mkdir()
+    for state in (tmp_path / "state", tmp_path / "new" / "deeper"):
+        assert config.load(_settings_file(tmp_path, f"state_dir: {state}\n")).state_dir == str(state)
+    assert not (tmp_path / "new").exists()  # checking creates nothing
+
+
+def test_a_slurm_conf_that_is_missing_or_not_a_regular_file_is_refused(tmp_path):
+    (tmp_path / "confdir").mkdir()
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "slurm.conf").write_text("ClusterName=c\n")
+    allowed = "allowed: the path of the cluster's slurm.conf (a regular file), or empty for Slurm's default"
+    for name, what in (("nosuch.conf", "does not exist"), ("confdir", "is a directory"),
+                       ("fifo", "is a FIFO (named pipe)")):
+        p = _settings_file(tmp_path, f"state_dir: {tmp_path}\nslurm:\n  conf: {tmp_path / name}\n")
+        with pytest.raises(ConfigError) as err:
+            config.load(p)
+        assert err.value.problems == (f"slurm.conf: {tmp_path / name} {what}; {allowed}",)
+    for conf in (tmp_path / "slurm.conf", ""):
+        assert config.load(_settings_file(tmp_path, f"state_dir: {tmp_path}\nslurm:\n  conf: '{conf}'\n"))
+
+
+def test_every_path_problem_is_reported_at_once(tmp_path):
+    (tmp_path / "statefile").write_text("")
+    p = _settings_file(tmp_path, f"state_dir: {tmp_path / 'statefile'}\nslurm:\n  conf: {tmp_path / 'no.conf'}\n")
+    with pytest.raises(ConfigError) as err:
+        config.load(p)
+    assert [q.split(":")[0] for q in err.value.problems] == ["state_dir", "slurm.conf"]
+
+
+def test_elastico_config_refuses_a_state_dir_that_is_a_file(tmp_path):
+    from click.testing import CliRunner
+
+    from slurm_elastico.cli import main
+
+    (tmp_path / "statefile").write_text("")
+    p = _settings_file(tmp_path, f"state_dir: {tmp_path / 'statefile'}\n")
+    result = CliRunner().invoke(main, ["--config", str(p), "config"])
+    assert result.exit_code == 2
+    assert f"state_dir: {tmp_path / 'statefile'} is a regular file; allowed: a directory" in result.output
