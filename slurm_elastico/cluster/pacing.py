@@ -6,13 +6,13 @@ runs its real code and, after each optimizer step (training) or each answered
 batch of requests (inference), sleeps until the step has taken what the
 simulator's ground truth (`sim.truth.GroundTruth`) gives a job of the
 emulated app at the job's CURRENT shape, MPS share and co-runners, computed
-as the simulator computes it (`sim.engine.Engine._solo` and `_rerate`):
+as the simulator computes it (`sim.speeds.JobSpeeds._solo`, `sim.engine.Engine._rerate`):
 
 - training: `train_speed(app, global_batch, micro, share)` optimizer steps/s,
   and the whole-GPU speed `train_speed(..., 100)`; a data-parallel shape of
   n ranks on n whole GPUs: `gang_speed(app, global_batch, placement, micro)`,
   the placement (GPUs on each node) being the job's own allocation, alone on
-  its GPUs (nobody shares a whole GPU), as `Engine._gang_solo` rates it;
+  its GPUs (nobody shares a whole GPU), as `JobSpeeds._gang_solo` rates it;
 - inference: `infer_speed(context, generated, gmu, max_num_seqs, kv, share)`
   requests/s (the decode model of `sim.truth`);
 - next to co-runners on its GPU: `colocated(share speed, whole speed, me,

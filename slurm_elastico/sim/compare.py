@@ -25,8 +25,8 @@ from slurm_elastico.errors import ElasticoError
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.planner import policies
 from slurm_elastico.sim import metrics, plots
-from slurm_elastico.sim.engine import RunResult
 from slurm_elastico.sim.pool import Runs
+from slurm_elastico.sim.results import RunResult
 from slurm_elastico.sim.settings import SimSettings
 from slurm_elastico.sim.trace import TraceJob
 from slurm_elastico.sim.truth import GroundTruth

@@ -9,7 +9,8 @@ and is counted (`refused_actions`, `skipped_actions`). The policy is chosen by n
 loop never branches on it). Between epochs Slurm starts what fits
 (`SimCluster.schedule`).
 
-A job's rate is piecewise constant: it changes only when its GPU's occupants
+A job's rate is piecewise constant: its speed alone (`sim.speeds`) under the
+ground truth's co-location rule. It changes only when its GPU's occupants
 change (a job holding whole GPUs runs alone on them, at the speed of its
 placement: the GPUs it holds on each node), or, for a job running at another
 global batch than its own (goodput shapes), when an epoch of its statistical
@@ -37,7 +38,6 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 from slurm_elastico.config import Settings
 from slurm_elastico.helper.epoch import run_once
@@ -45,11 +45,14 @@ from slurm_elastico.helper.journal import MemoryJournal
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Family, GresRequest, JobState
 from slurm_elastico.planner import policies
-from slurm_elastico.shapes.units import PERCENT, percent_of, shares_of
-from slurm_elastico.sim.cluster import SimCluster, SimJob
+from slurm_elastico.shapes.units import shares_of
+from slurm_elastico.sim.cluster import SimCluster
 from slurm_elastico.sim.families import (INFER_CPUS, INFER_HOST_MIB, TRAIN_CPUS, TRAIN_HOST_MIB, at_epoch,
                                          efficiency_epoch, efficiency_segment, fastest_speed, family_of)
+from slurm_elastico.sim.job import SimJob
+from slurm_elastico.sim.results import JobResult, RunResult
 from slurm_elastico.sim.settings import SimSettings
+from slurm_elastico.sim.speeds import JobSpeeds, shape_of
 from slurm_elastico.sim.trace import TraceJob
 from slurm_elastico.sim.truth import GroundTruth
 
@@ -60,57 +63,7 @@ unfinished), whatever the planner asked meanwhile: actions that start nothing (a
 job Slurm will not start) must not keep a run going for ever."""
 
 
-@dataclass(frozen=True)
-class JobResult:
-    job_id: int
-    kind: str
-    app: str
-    gpus: int
-    submit: float
-    first_start: float
-    end: float
-    restarts: int
-    """Reshapes: requeues plus in-place relaunches."""
-    work: float
-    done: float
-    best_s: float
-    """The job alone on the cluster at its fastest shape: its share of the lower bound on mean JCT."""
-    samples: float
-    requests: float
-
-    @property
-    def jct(self) -> float:
-        return self.end - self.submit
-
-    @property
-    def queued(self) -> float:
-        return self.first_start - self.submit
-
-
-@dataclass
-class RunResult:
-    policy: str
-    seed: int
-    gpus: int
-    jobs: list[JobResult]
-    timeline: list[tuple[float, float]]
-    """(time, allocated share of all GPUs) at each epoch tick."""
-    util_makespan: float
-    util_arrivals: float
-    """Mean allocated share while jobs still arrive (the 'cluster kept busy' figure)."""
-    events: int
-    epochs: int
-    epochs_planned: int
-    wall_s: float
-    plan_s: float
-    counters: dict = field(default_factory=dict)
-    unfinished: int = 0
-    cpu_s: float = 0.0
-    """CPU time of the run's thread (its cost on one core, whatever else shared the machine; `wall_s` counts
-    the time it waited for a core too)."""
-
-
-class Engine:
+class Engine(JobSpeeds):
     """One simulation run of one policy on one trace."""
 
     def __init__(self, trace: Sequence[TraceJob], policy: str, settings: Settings, sim: SimSettings,
@@ -354,59 +307,6 @@ class Engine:
         job.mark = now
         job.version += 1
 
-    def _solo(self, job: SimJob) -> tuple[float, float, tuple[str, int]]:
-        """(speed at its share, speed at a whole GPU, Gavel identity) of a started job, from the ground truth.
-
-        A job holding whole GPUs (`gpus:N`) runs data-parallel on its placement: `truth.gang_speed`; one GPU of a
-        rigid job keeps `rigid_speed`, so one-GPU figures stay those of the single-GPU rule.
-        """
-        placement = job.placement
-        key = (job.shape, job.share, placement, self._stat_epoch(job))
-        got = self.solo.get(job.job_id)
-        if got is not None and got[3] == key:
-            return got[:3]
-        tj, t = job.trace, self.truth
-        if job.family is None:
-            speed = (t.gang_speed(tj.app, tj.global_batch, placement) if sum(placement) > 1
-                     else t.rigid_speed(tj.app, tj.global_batch, 1))
-            val = (speed, speed, t.identity(tj.kind, tj.app, tj.global_batch))
-        elif job.whole:
-            val = self._gang_solo(job, placement)
-        else:
-            shape = _shape_of(job)
-            pct = percent_of(job.share, self.cluster.shares_per_gpu)  # the truth speaks percent of a GPU
-            if tj.kind == "train":
-                m = int(shape.knob("micro_batch"))
-                b = int(shape.knob("global_batch", tj.global_batch))
-                f = efficiency_segment(t, tj, b, job.done)[0]
-                val = (t.train_speed(tj.app, b, m, pct) * f, t.train_speed(tj.app, b, m, PERCENT) * f,
-                       t.identity("train", tj.app, m))
-            else:
-                args = (tj.context_tokens, tj.generated_tokens, float(shape.knob("gpu_memory_utilization")),
-                        int(shape.knob("max_num_seqs")), str(shape.knob("kv_cache_dtype")))
-                mem = float(self.sim.gpu_memory_mib)
-                val = (t.infer_speed(*args, pct, mem), t.infer_speed(*args, PERCENT, mem),
-                       t.identity("infer", tj.app, args[3]))
-        self.solo[job.job_id] = (*val, key)
-        return val
-
-    def _gang_solo(self, job: SimJob, placement: tuple[int, ...]) -> tuple[float, float, tuple[str, int]]:
-        """A family job on whole GPUs: its shape's micro-batch and global batch on the GPUs it really holds.
-
-        Inference holds one engine per GPU (independent replicas), so its speed is one engine's times the GPUs.
-        """
-        tj, t = job.trace, self.truth
-        shape = _shape_of(job)
-        if tj.kind == "train":
-            m = int(shape.knob("micro_batch"))
-            b = int(shape.knob("global_batch", tj.global_batch))
-            speed = t.gang_speed(tj.app, b, placement, m) * efficiency_segment(t, tj, b, job.done)[0]
-            return speed, speed, t.identity("train", tj.app, m)
-        args = (tj.context_tokens, tj.generated_tokens, float(shape.knob("gpu_memory_utilization")),
-                int(shape.knob("max_num_seqs")), str(shape.knob("kv_cache_dtype")))
-        speed = t.infer_speed(*args, PERCENT, float(self.sim.gpu_memory_mib)) * sum(placement)
-        return speed, speed, t.identity("infer", tj.app, args[3])
-
     def _rerate(self, job: SimJob) -> None:
         self._accrue(job)
         share_speed, whole_speed, me = self._solo(job)
@@ -420,27 +320,13 @@ class Engine:
         end = job.trace.work
         self.until.pop(job.job_id, None)
         if self._stat_epoch(job) >= 0:
-            _, until = efficiency_segment(self.truth, job.trace, int(_shape_of(job).knob("global_batch")), job.done)
+            _, until = efficiency_segment(self.truth, job.trace, int(shape_of(job).knob("global_batch")), job.done)
             if until < end:
                 self.until[job.job_id] = end = until
         if rate <= 0:
             return  # stalled (a shape that cannot run here); it completes only if its neighbours change
         left = max(0.0, end - job.done)
         self._push(max(self.cluster.now, job.ready_at) + left / rate, COMPLETE, job.job_id, job.version)
-
-    def _stat_epoch(self, job: SimJob) -> int:
-        """The epoch of statistical efficiency a training family job is in when goodput shapes exist, else -1."""
-        if not self.adaptive or job.family is None or job.trace.kind != "train":
-            return -1
-        return efficiency_epoch(self.truth, job.trace, job.done)
-
-
-def _shape_of(job: SimJob):
-    """The family shape a started job runs as (its default when the name is not one of its shapes)."""
-    try:
-        return job.family.shape(job.shape)
-    except KeyError:
-        return job.family.default_shape
 
 
 class _Families:

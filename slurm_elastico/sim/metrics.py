@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-from slurm_elastico.sim.engine import RunResult
+from slurm_elastico.sim.results import RunResult
 
 H = 3600.0
 FIGURES = ("mean_jct_h", "median_jct_h", "p99_jct_h", "makespan_h", "train_samples_per_h", "infer_requests_per_h",

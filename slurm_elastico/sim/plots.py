@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from slurm_elastico.errors import ConfigError
-from slurm_elastico.sim.engine import RunResult
+from slurm_elastico.sim.results import RunResult
 
 
 def _plt():

@@ -25,6 +25,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.sim import engine
+from slurm_elastico.sim.results import RunResult
 from slurm_elastico.sim.settings import SimSettings
 from slurm_elastico.sim.trace import TraceJob
 from slurm_elastico.sim.truth import GroundTruth
@@ -39,7 +40,7 @@ def _start(truth: GroundTruth) -> None:
 
 
 def _run(trace: Sequence[TraceJob], policy: str, settings: Settings, sim: SimSettings,
-         model: SlowdownModel | None, seed: int) -> engine.RunResult:
+         model: SlowdownModel | None, seed: int) -> RunResult:
     return engine.run(trace, policy, settings, sim, model, _TRUTH, seed)
 
 

@@ -15,6 +15,7 @@ from slurm_elastico.model import (Action, ActionKind, Family, GpuUse, GresReques
 from slurm_elastico.planner import policies
 from slurm_elastico.planner.baselines import QUEUE_LIMIT_GPU_S, LasState, las_comment, las_state
 from slurm_elastico.sim import engine, metrics, trace_pollux
+from slurm_elastico.sim.results import JobResult, RunResult
 from slurm_elastico.sim.settings import SimSettings
 from slurm_elastico.sim.trace import TraceJob
 from slurm_elastico.sim.truth import GroundTruth
@@ -231,9 +232,9 @@ def test_tiresias_is_static_fifo_when_no_job_reaches_its_queue_limit_and_preempt
 
 def test_same_schedule_and_the_longest_service_bound():
     def run(*jobs, unfinished=0):
-        return engine.RunResult("p", 0, 4, [engine.JobResult(i, "train", "a", g, 0.0, s, e, 0, 1.0, 1.0, 1.0, 1.0, 0.0)
-                                            for i, g, s, e in jobs], [], 1.0, 1.0, 1, 1, 1, 0.1, 0.0,
-                                unfinished=unfinished)
+        return RunResult("p", 0, 4, [JobResult(i, "train", "a", g, 0.0, s, e, 0, 1.0, 1.0, 1.0, 1.0, 0.0)
+                                     for i, g, s, e in jobs], [], 1.0, 1.0, 1, 1, 1, 0.1, 0.0,
+                         unfinished=unfinished)
 
     a = run((1, 1, 0.0, 10.0), (2, 4, 5.0, 8.0))
     assert metrics.same_schedule(a, run((2, 4, 5.0, 8.0), (1, 1, 0.0, 10.0)))  # order of the list does not count

@@ -20,8 +20,9 @@ from slurm_elastico.planner.narrowers import whole_gpu_any_batch
 from slurm_elastico.planner.pollux import (FLOOR, PolluxPolicy, Room, allocate, best_by_gpus, pollux_comment,
                                            place, pollux_state, PolluxState, power_mean, restart_factor)
 from slurm_elastico.sim import engine, trace_pollux
-from slurm_elastico.sim.cluster import SimCluster, SimJob
+from slurm_elastico.sim.cluster import SimCluster
 from slurm_elastico.sim.families import _epoch_bounds, at_epoch, efficiency_segment, family_of
+from slurm_elastico.sim.job import SimJob
 from slurm_elastico.sim.settings import SimSettings
 from slurm_elastico.sim.trace import TraceJob
 from slurm_elastico.sim.truth import GroundTruth

@@ -16,7 +16,8 @@ from slurm_elastico.model import ActionKind, GpuUse, GresRequest
 from slurm_elastico.planner import run_epoch
 from slurm_elastico.shapes.current import running_shape
 from slurm_elastico.shapes.units import ShareUnitError, percent_of, percent_step, shares_of
-from slurm_elastico.sim.cluster import SimCluster, SimJob
+from slurm_elastico.sim.cluster import SimCluster
+from slurm_elastico.sim.job import SimJob
 from slurm_elastico.sim.trace import TraceJob
 from slurm_elastico.slurm import commands
 from tests.synthetic import cluster, family, pending, running, snapshot, with_users

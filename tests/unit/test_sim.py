@@ -13,7 +13,8 @@ from slurm_elastico.errors import ConfigError, InvalidActionError, JobNotPending
 from slurm_elastico.interference.base import ContentionModel
 from slurm_elastico.model import Action, ActionKind, Family, GresRequest, JobState, Resources, Shape
 from slurm_elastico.sim import engine, metrics, trace, trace_pollux, trace_synthetic
-from slurm_elastico.sim.cluster import SimCluster, SimJob
+from slurm_elastico.sim.cluster import SimCluster
+from slurm_elastico.sim.job import SimJob
 from slurm_elastico.sim.settings import SimSettings, from_mapping
 from slurm_elastico.sim.trace import TraceJob
 from slurm_elastico.sim.truth import GroundTruth

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from slurm_elastico.cli import main
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.sim import compare, metrics, trace, trace_pollux
-from slurm_elastico.sim.engine import JobResult, RunResult
 from slurm_elastico.sim.experiment import seed_varies, setup
+from slurm_elastico.sim.results import JobResult, RunResult
 from slurm_elastico.sim.trace import TraceJob
 
 TRACE = ("job_id,submit_s,kind,app,gpus,work,global_batch,share,context_tokens,generated_tokens\n"

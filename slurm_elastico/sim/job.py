@@ -1,0 +1,81 @@
+"""A job in the simulation: its trace row, its request as Slurm holds it, where it runs and what it has done.
+
+`SimJob` is mutable, on purpose: the cluster (`sim.cluster`, its scheduler and
+gateway) changes its state, request and GPUs; the engine (`sim.engine`) its
+progress accounting. Nothing else writes it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from slurm_elastico.model import Family, GresRequest, JobState
+from slurm_elastico.shapes.current import running_shape
+from slurm_elastico.sim.trace import TraceJob
+
+
+@dataclass
+class SimJob:
+    """One job's whole life in the simulation (mutable; only this module and the engine change it)."""
+
+    trace: TraceJob
+    family: Family | None
+    gres: GresRequest
+    cpus: int
+    mem_mib: int
+    state: JobState = JobState.PENDING
+    held: bool = False
+    begin: float = 0.0
+    pin: tuple[str, ...] = ()
+    """Node names the job must run on (NodeList=); an `mps` job uses only the first."""
+    per_node: bool = False
+    """A gang asked as `Gres=gpu:P NumNodes=K-K` (`commands.set_gpu_count`): P = N / K GPUs on each of its K
+    pinned nodes (one node when unpinned). False: `gpus:N` for the job as submitted (`--gpus=N`), which Slurm
+    may spread unevenly."""
+    comment: str = ""
+    # while running
+    alloc: tuple[tuple[int, int], ...] = ()
+    """(node index, GPU index) of every GPU the job holds, in node then GPU order."""
+    share: int = 0
+    """MPS shares it holds on each of its GPUs (all of them when it holds them whole)."""
+    shape: str = ""
+    start: float = -1.0
+    # progress accounting (the engine's)
+    done: float = 0.0
+    rate: float = 0.0
+    mark: float = 0.0
+    ready_at: float = 0.0
+    version: int = 0
+    # outcomes
+    first_start: float = -1.0
+    end: float = -1.0
+    restarts: int = 0  # requeues, as Slurm counts them
+    relaunches: int = 0  # in-place relaunches at a new shape (USR1)
+    starts: int = 0
+
+    @property
+    def job_id(self) -> int:
+        return self.trace.job_id
+
+    @property
+    def whole(self) -> bool:
+        """Whether the job asks for whole GPUs (a `gpus:N` gang) rather than an MPS share."""
+        return self.gres.kind == "gpus"
+
+    @property
+    def placement(self) -> tuple[int, ...]:
+        """GPUs it holds on each of its nodes, most first (e.g. (4, 2)); () when not running."""
+        return tuple(sorted(Counter(ni for ni, _ in self.alloc).values(), reverse=True))
+
+    @property
+    def node_indices(self) -> tuple[int, ...]:
+        """Its nodes, in index order."""
+        return tuple(sorted({ni for ni, _ in self.alloc}))
+
+    def shape_name(self, shares_per_gpu: int) -> str:
+        """The shape the job runs as when it starts: the rule elastico-run follows (`shapes.current.running_shape`)."""
+        if self.family is None:
+            return ""
+        held = self.gres.count if self.gres.kind == "mps" else None  # the share it starts with, in Slurm's counts
+        return running_shape(self.family.shapes, self.family.default_shape, self.comment, held, shares_per_gpu)[0].name
