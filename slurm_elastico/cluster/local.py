@@ -11,10 +11,11 @@ SlurmUser=root; fake GPUs are device nodes).
 It reads its own Slurm as the gateway does: argv from `slurm.commands`, run
 through `slurm.runner` with `SLURM_CONF` aimed at this cluster, and parsed by
 the same JSON parsers (`slurm.nodes`, `slurm.jobs`), so node states are
-Slurm's JSON words joined by '+' ("idle", "mixed+completing",
-"idle+not_responding") on 22.05 and 24.11 alike. Only the daemons' own
-setup (munged, MariaDB, `slurmd -V`, `sacctmgr` for slurmdbd's cluster list)
-runs through `daemons.run`: those print no JSON the parsers read.
+Slurm's JSON words joined by '+' on 22.05 and 24.11 alike (`status`). Only the
+daemons' own setup (`slurmd -V` here; munged, MariaDB and `sacctmgr` for
+slurmdbd's cluster list in `startup`) runs through `daemons.run`: those print
+no JSON the parsers read. What it needs of the machine (ports, private files,
+fake GPUs) is in `host`.
 """
 
 from __future__ import annotations
@@ -24,116 +25,33 @@ import os
 import secrets
 import shlex
 import socket
-import stat
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from slurm_elastico.cluster import config, daemons, install
+from slurm_elastico.cluster import config, daemons, install, startup
 from slurm_elastico.cluster.config import DEFAULT_PORT_BASE, ClusterSpec, Layout, Ports
+from slurm_elastico.cluster.host import kernel_port_ranges, make_gpus, port_free, write_private
 from slurm_elastico.cluster.programs import typed
+from slurm_elastico.cluster.startup import COMMAND_TIMEOUT_S, Daemon, binary
+from slurm_elastico.cluster.status import ClusterStatus, DaemonStatus, DownResult, UpResult, usable
 from slurm_elastico.errors import ClusterError, ParseError, SlurmError
 from slurm_elastico.slurm import commands
 from slurm_elastico.slurm.jobs import parse_squeue
 from slurm_elastico.slurm.nodes import NodeRecord, parse_sinfo
 from slurm_elastico.slurm.runner import Completed, SubprocessRunner
 
-__all__ = ["LocalCluster", "ClusterStatus", "DaemonStatus", "UpResult", "DownResult", "DEFAULT_PORT_BASE",
-           "STATE_DIR_ENV", "default_state_dir"]
-
 STATE_DIR_ENV = "ELASTICO_CLUSTER_DIR"
-# The words of a node state ("mixed+completing") that mean "registered and usable"; a node with any other
-# flag (not_responding, drain, planned, powered_down, ...) is not ready.
-READY_STATES = frozenset({"idle", "mixed", "allocated", "completing"})
-COMMAND_TIMEOUT_S = 15.0
-MARIADB_START_S = 60.0
-SLURMDBD_START_S = 60.0
-DAEMON_START_S = 15.0
 
 _R = TypeVar("_R")
-
-
-def _usable(state: str) -> bool:
-    """Whether a node state such as "mixed+completing" (as `slurm.nodes` writes it) means registered and usable."""
-    return set(state.split("+")) <= READY_STATES
 
 
 def default_state_dir() -> Path:
     """`$ELASTICO_CLUSTER_DIR`, else ~/.local/state/slurm-elastico/cluster."""
     env = os.environ.get(STATE_DIR_ENV)
     return Path(env) if env else Path.home() / ".local" / "state" / "slurm-elastico" / "cluster"
-
-
-@dataclass(frozen=True)
-class DaemonStatus:
-    name: str
-    pid: int | None
-    log: str
-
-    @property
-    def running(self) -> bool:
-        return self.pid is not None
-
-
-@dataclass(frozen=True)
-class ClusterStatus:
-    """What runs now: each expected daemon with its pid (None = not running) and each node's state."""
-
-    state_dir: str
-    slurm_conf: str
-    accounting: bool
-    daemons: tuple[DaemonStatus, ...]
-    nodes: dict[str, str]
-
-    @property
-    def running(self) -> bool:
-        """Every daemon runs and every node is usable."""
-        return (all(d.running for d in self.daemons) and bool(self.nodes)
-                and all(_usable(s) for s in self.nodes.values()))
-
-    @property
-    def stopped(self) -> bool:
-        return not any(d.running for d in self.daemons)
-
-    def to_dict(self) -> dict:
-        return {
-            "state_dir": self.state_dir,
-            "slurm_conf": self.slurm_conf,
-            "accounting": self.accounting,
-            "running": self.running,
-            "daemons": [{"name": d.name, "pid": d.pid, "running": d.running, "log": d.log} for d in self.daemons],
-            "nodes": dict(self.nodes),
-        }
-
-
-@dataclass(frozen=True)
-class UpResult:
-    started: tuple[str, ...]
-    installed: tuple[str, ...]
-    seconds: float
-    version: str
-
-    @property
-    def already_running(self) -> bool:
-        return not self.started
-
-
-@dataclass(frozen=True)
-class DownResult:
-    stopped: tuple[str, ...]
-    cancelled_jobs: int
-    seconds: float
-
-
-@dataclass(frozen=True)
-class _Daemon:
-    name: str        # as reported: "slurmd-n1"
-    program: str     # the process's command name
-    pid_file: Path
-    log: Path
 
 
 class LocalCluster:
@@ -191,7 +109,7 @@ class LocalCluster:
 
     def env(self) -> dict[str, str]:
         """Environment for Slurm commands aimed at this cluster."""
-        return {"SLURM_CONF": str(self.layout.slurm_conf)}
+        return startup.slurm_env(self.layout)
 
     def up(self) -> UpResult:
         """Start what is not running (installing packages first if needed); wait until every node is usable."""
@@ -201,18 +119,18 @@ class LocalCluster:
                                f"and its fake GPUs are device nodes); run `{typed('elastico')} cluster up` as root")
         installed = install.ensure_installed(self.accounting)
         spec = self.spec
-        running_before = [d.name for d in self._daemons() if self._pid(d) is not None]
+        running_before = [d.name for d in self._daemons() if d.pid() is not None]
         # Ports first: a refused --port-base must not be saved as the state directory's settings.
         self._check_ports(spec, [d for d in self._daemons() if d.name not in running_before])
         self._write_files(spec, config_locked=bool(running_before))
         started: list[str] = []
         launched: dict[str, float] = {}
         for daemon in self._daemons():
-            if self._pid(daemon) is not None:
+            if daemon.pid() is not None:
                 continue
             if daemon.program == "slurmd":
                 launched[daemon.name.removeprefix("slurmd-")] = time.time()
-            self._start(daemon, spec)
+            startup.start(daemon, spec, self.layout, self._children)
             started.append(daemon.name)
         self._wait_for_nodes(spec, launched)
         return UpResult(tuple(started), tuple(installed), time.monotonic() - start, self._version_text)
@@ -232,7 +150,7 @@ class LocalCluster:
 
     def status(self) -> ClusterStatus:
         """Each expected daemon's pid and, when the controller runs, each node's state."""
-        listed = tuple(DaemonStatus(d.name, self._pid(d), str(d.log)) for d in self._daemons())
+        listed = tuple(DaemonStatus(d.name, d.pid(), str(d.log)) for d in self._daemons())
         by_name = {d.name: d for d in listed}
         running = by_name["slurmctld"].running and by_name["munged"].running
         nodes = {r.name: r.state for r in self._node_records()} if running else {}
@@ -270,7 +188,7 @@ class LocalCluster:
         for path in (lay.root, lay.etc, lay.logs, lay.run):
             path.chmod(0o755)
         if not lay.db_password.exists():
-            _write_private(lay.db_password, secrets.token_urlsafe(18))
+            write_private(lay.db_password, secrets.token_urlsafe(18))
         password = lay.db_password.read_text().strip()
         files = {lay.slurm_conf: config.slurm_conf(spec, lay), lay.gres_conf: config.gres_conf(spec, lay)}
         cgroup = config.cgroup_conf(spec)
@@ -286,25 +204,25 @@ class LocalCluster:
                 "then `up` with the new settings")
         for path in changed:
             # slurmdbd refuses a slurmdbd.conf others can read (it holds the DB password).
-            _write_private(path, files[path]) if path == lay.slurmdbd_conf else path.write_text(files[path])
+            write_private(path, files[path]) if path == lay.slurmdbd_conf else path.write_text(files[path])
         if not config_locked and cgroup is None:
             lay.cgroup_conf.unlink(missing_ok=True)
         if not lay.munge_key.exists():
-            _write_private(lay.munge_key, os.urandom(1024), mode=0o400)
+            write_private(lay.munge_key, os.urandom(1024), mode=0o400)
         for node in spec.node_names:
             (lay.spool / node).mkdir(exist_ok=True)
-            _make_gpus(lay.gpu_dir(node), spec.gpus_per_node)
+            make_gpus(lay.gpu_dir(node), spec.gpus_per_node)
         params = {**self._params, "timeout": self.timeout}
         lay.spec_file.write_text(json.dumps(params, indent=2, sort_keys=True) + "\n")
 
     # ----- daemons --------------------------------------------------------------------------------
 
-    def _daemons(self) -> list[_Daemon]:
+    def _daemons(self) -> list[Daemon]:
         """Every daemon of this cluster, in start order."""
         lay = self.layout
 
-        def d(name: str, program: str) -> _Daemon:
-            return _Daemon(name, program, lay.pid_file(name), lay.log_file(name))
+        def d(name: str, program: str) -> Daemon:
+            return Daemon(name, program, lay.pid_file(name), lay.log_file(name))
 
         listed = [d("munged", "munged")]
         if self.accounting:
@@ -313,14 +231,14 @@ class LocalCluster:
         listed += [d(f"slurmd-{node}", "slurmd") for node in self.nodes]
         return listed
 
-    def _stop_order(self) -> list[_Daemon]:
+    def _stop_order(self) -> list[Daemon]:
         """Everything that may run, whatever the settings: slurmd (all pid files), controller, database, munge."""
         lay = self.layout
         slurmds = sorted({p.stem for p in lay.run.glob("slurmd-*.pid")} | {f"slurmd-{n}" for n in self.nodes})
         names = [*slurmds, "slurmctld", "slurmdbd", "mariadbd", "munged"]
-        return [_Daemon(n, n.split("-")[0], lay.pid_file(n), lay.log_file(n)) for n in names]
+        return [Daemon(n, n.split("-")[0], lay.pid_file(n), lay.log_file(n)) for n in names]
 
-    def _check_ports(self, spec: ClusterSpec, to_start: list[_Daemon]) -> None:
+    def _check_ports(self, spec: ClusterSpec, to_start: list[Daemon]) -> None:
         """Refuse early, naming the port, when another program holds a port a daemon is about to bind, or
         when such a port lies where the kernel may hand it to any outgoing connection."""
         ports = {"mariadbd": spec.ports.mariadb, "slurmdbd": spec.ports.slurmdbd, "slurmctld": spec.ports.slurmctld}
@@ -339,116 +257,16 @@ class LocalCluster:
                 "reserve them in net.ipv4.ip_local_reserved_ports")
         for daemon in to_start:
             port = ports.get(daemon.name)
-            if port is not None and not _port_free(port):
+            if port is not None and not port_free(port):
                 raise ClusterError(
                     f"{daemon.name} cannot start: TCP port {port} is already in use by another program (another "
                     f"local cluster or a system service); stop it or choose another port base (now "
                     f"{self._params['port_base']}; --port-base)")
 
-    def _pid(self, daemon: _Daemon) -> int | None:
-        return daemons.running_pid(daemon.pid_file, daemon.program)
-
-    def _start(self, daemon: _Daemon, spec: ClusterSpec) -> None:
-        daemon.pid_file.unlink(missing_ok=True)  # stale: its process is gone
-        if daemon.name == "munged":
-            self._start_munged(daemon)
-        elif daemon.name == "mariadbd":
-            self._start_mariadb(daemon, spec)
-        elif daemon.name == "slurmdbd":
-            self._start_slurmdbd(daemon, spec)
-        elif daemon.name == "slurmctld":
-            self._launch(daemon, [_bin("slurmctld"), "-f", self.slurm_conf])
-        else:
-            self._launch(daemon, [_bin("slurmd"), "-f", self.slurm_conf, "-N", daemon.name.split("-", 1)[1]])
-
-    def _launch(self, daemon: _Daemon, argv: list, ready=None, timeout: float = DAEMON_START_S) -> None:
-        """Run a self-daemonizing program and wait for its pid file (and `ready`, if given)."""
-        out = self.layout.logs / f"{daemon.name}.out"
-        log_start = daemon.log.stat().st_size if daemon.log.exists() else 0
-        rc = daemons.launch(argv, out, env=self.env())
-        if rc != 0:
-            raise daemons.failure(daemon.name, f"exited with code {rc} at start (its output is in {out})", daemon.log)
-
-        def started() -> bool:
-            if self._pid(daemon) is not None:
-                return True
-            # Fail fast instead of waiting out the timeout: Slurm logs "fatal:" before it exits.
-            pid = daemons.read_pid(daemon.pid_file)
-            if (pid is not None and not daemons.is_alive(pid)) or daemons.logged_fatal(daemon.log, log_start):
-                raise daemons.failure(daemon.name, "exited at start", daemon.log)
-            return False
-
-        if not daemons.wait_for(started, timeout):
-            raise daemons.failure(daemon.name, f"wrote no live pid to {daemon.pid_file} within {timeout:g} s",
-                                  daemon.log)
-        if ready is not None and not daemons.wait_for(lambda: self._pid(daemon) is None or ready(), timeout):
-            raise daemons.failure(daemon.name, f"was not ready within {timeout:g} s", daemon.log)
-        if self._pid(daemon) is None:
-            raise daemons.failure(daemon.name, "exited right after starting", daemon.log)
-
-    def _start_munged(self, daemon: _Daemon) -> None:
-        lay = self.layout
-        lay.munge_socket.unlink(missing_ok=True)
-        argv = [_bin("munged"), f"--socket={lay.munge_socket}", f"--key-file={lay.munge_key}",
-                f"--pid-file={daemon.pid_file}", f"--log-file={daemon.log}", f"--seed-file={lay.run / 'munged.seed'}",
-                "--force"]
-        self._launch(daemon, argv, ready=lay.munge_socket.exists)
-
-    def _start_mariadb(self, daemon: _Daemon, spec: ClusterSpec) -> None:
-        lay = self.layout
-        if not (lay.db / "mysql").is_dir():
-            lay.db.mkdir(parents=True, exist_ok=True)
-            argv = [_bin("mariadb-install-db"), "--no-defaults", "--user=root", f"--datadir={lay.db}",
-                    "--auth-root-authentication-method=socket", "--skip-test-db"]
-            out = daemons.run(argv, 180)
-            if out.returncode != 0:
-                raise ClusterError(f"mariadb-install-db failed (exit {out.returncode}):\n"
-                                   + "\n".join((out.stderr + out.stdout).strip().splitlines()[-15:]))
-        lay.mariadb_socket.unlink(missing_ok=True)
-        # --user=root: the state dir may be private to root (pytest's tmp dirs are 0700).
-        argv = [_bin("mariadbd"), "--no-defaults", "--user=root", f"--datadir={lay.db}",
-                f"--socket={lay.mariadb_socket}", f"--port={spec.ports.mariadb}", "--bind-address=127.0.0.1",
-                f"--pid-file={daemon.pid_file}", f"--log-error={daemon.log}", "--skip-name-resolve",
-                # slurmdbd warns below these; 900 s is its recommended lock wait.
-                "--innodb-lock-wait-timeout=900", "--skip-log-bin"]
-        child = daemons.spawn(argv, lay.logs / "mariadbd.out")
-        self._children.append(child)
-
-        def accepting() -> bool:
-            if child.poll() is not None:
-                raise daemons.failure("mariadbd", f"exited with code {child.returncode} at start", daemon.log)
-            return self._pid(daemon) is not None and self._sql("SELECT 1;") == 0
-
-        if not daemons.wait_for(accepting, MARIADB_START_S, interval=0.2):
-            raise daemons.failure("mariadbd", f"did not accept connections on {lay.mariadb_socket} "
-                                  f"within {MARIADB_START_S:g} s", daemon.log)
-        if self._sql(config.db_setup_sql(lay.db_password.read_text().strip())) != 0:
-            raise daemons.failure("mariadbd", "refused to create the accounting database and user", daemon.log)
-
-    def _sql(self, sql: str) -> int:
-        argv = [_bin("mariadb"), "--no-defaults", f"--socket={self.layout.mariadb_socket}", "-u", "root", "--batch"]
-        return daemons.run(argv, COMMAND_TIMEOUT_S, input=sql).returncode
-
-    def _start_slurmdbd(self, daemon: _Daemon, spec: ClusterSpec) -> None:
-        # slurmdbd reads slurmdbd.conf from the directory of $SLURM_CONF (set by _launch).
-        self._launch(daemon, [_bin("slurmdbd")], ready=lambda: self._clusters() is not None,
-                     timeout=SLURMDBD_START_S)
-        if spec.name not in (self._clusters() or ()):
-            out = daemons.run([_bin("sacctmgr"), "-i", "add", "cluster", spec.name], COMMAND_TIMEOUT_S, env=self.env())
-            if out.returncode != 0 or spec.name not in (self._clusters() or ()):
-                raise daemons.failure("slurmdbd", f"did not register cluster {spec.name!r} "
-                                      f"(sacctmgr: {(out.stderr or out.stdout).strip()})", daemon.log)
-
-    def _clusters(self) -> list[str] | None:
-        """Cluster names slurmdbd knows, or None while it does not answer."""
-        out = daemons.run([_bin("sacctmgr"), "-n", "-P", "list", "cluster", "format=cluster"], COMMAND_TIMEOUT_S,
-                          env=self.env())
-        return out.stdout.split() if out.returncode == 0 else None
-
     def _slurm(self, argv: list[str]) -> Completed:
         """Run a Slurm client command built by `slurm.commands` against this cluster."""
         try:
-            return self._runner([_bin(argv[0]), *argv[1:]])
+            return self._runner([binary(argv[0]), *argv[1:]])
         except SlurmError as exc:  # not installed, or no answer in time
             raise ClusterError(str(exc)) from None
 
@@ -474,12 +292,12 @@ class LocalCluster:
 
         def ready() -> bool:
             nonlocal states
-            dead = [d for d in self._daemons() if self._pid(d) is None]
+            dead = [d for d in self._daemons() if d.pid() is None]
             if dead:
                 raise daemons.failure(dead[0].name, "stopped while the cluster came up", dead[0].log)
             records = self._node_records()
             states = {r.name: r.state for r in records}
-            if not (set(spec.node_names) <= states.keys() and all(_usable(states[n]) for n in spec.node_names)):
+            if not (set(spec.node_names) <= states.keys() and all(usable(states[n]) for n in spec.node_names)):
                 return False
             if not fresh:
                 return True
@@ -492,7 +310,7 @@ class LocalCluster:
 
         if daemons.wait_for(ready, self.timeout, interval=0.1):
             return
-        late = [n for n in spec.node_names if not _usable(states.get(n, "absent"))]
+        late = [n for n in spec.node_names if not usable(states.get(n, "absent"))]
         shown = ", ".join(f"{n}={states.get(n, 'absent')}" for n in late)
         node_log = self.layout.log_file(f"slurmd-{late[0]}") if late else ctld.log
         raise ClusterError(
@@ -503,20 +321,13 @@ class LocalCluster:
         """Cancel every job and wait (up to KillWait + 10 s) until they are gone; 0 when the controller is down."""
         daemon = next(d for d in self._stop_order() if d.name == "slurmctld")
         munge = next(d for d in self._stop_order() if d.name == "munged")
-        if self._pid(daemon) is None or self._pid(munge) is None:
+        if daemon.pid() is None or munge.pid() is None:
             return 0
         jobs = self._job_ids()
         if jobs:
             self._slurm(commands.cancel(jobs))
             daemons.wait_for(lambda: not self._job_ids(), self._params["kill_wait"] + 10, interval=0.2)
         return len(jobs)
-
-
-def _bin(name: str) -> str:
-    path = install.which(name)
-    if path is None:
-        raise ClusterError(f"`{name}` is not installed; `{typed('elastico')} cluster up` installs it as root")
-    return path
 
 
 def _parsed(parse: Callable[[str], tuple[_R, ...]], out: Completed) -> tuple[_R, ...]:
@@ -527,49 +338,3 @@ def _parsed(parse: Callable[[str], tuple[_R, ...]], out: Completed) -> tuple[_R,
         return parse(out.stdout)
     except ParseError as exc:
         raise ClusterError(f"`{' '.join(out.argv)}` printed what the parser does not understand: {exc}") from None
-
-
-def kernel_port_ranges() -> tuple[tuple[int, int], list[tuple[int, int]]] | None:
-    """The kernel's range for outgoing connections' ports and its reserved ports; None where unreadable."""
-    base = Path("/proc/sys/net/ipv4")
-    try:
-        local = config.parse_port_ranges((base / "ip_local_port_range").read_text())[0]
-    except (OSError, ValueError, IndexError):
-        return None
-    try:
-        reserved = config.parse_port_ranges((base / "ip_local_reserved_ports").read_text())
-    except (OSError, ValueError):  # a kernel without the list reserves nothing
-        reserved = []
-    return local, reserved
-
-
-def _port_free(port: int) -> bool:
-    """Whether a listening socket could bind `port` on all addresses now (TIME_WAIT does not count)."""
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("", port))
-        except OSError:
-            return False
-    return True
-
-
-def _write_private(path: Path, content: str | bytes, mode: int = 0o600) -> None:
-    """Create `path` readable by its owner only, with no moment of wider permissions."""
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(content.encode() if isinstance(content, str) else content)
-
-
-def _make_gpus(directory: Path, count: int) -> None:
-    """Fake NVIDIA devices nvidia0..N-1 (char 195:N): slurmd only stats them; a plain file if mknod is refused."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for index in range(count):
-        path = directory / f"nvidia{index}"
-        if path.exists() or path.is_symlink():
-            continue
-        try:
-            os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(config.NVIDIA_MAJOR, index))
-        except PermissionError:
-            path.touch()

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from slurm_elastico.cluster import LocalCluster, config, daemons, local
+from slurm_elastico.cluster import LocalCluster, config, daemons, host
 from slurm_elastico.cluster.config import Ports
 from slurm_elastico.errors import ClusterError
 
@@ -160,7 +160,7 @@ def test_a_taken_port_is_refused_before_anything_starts(make_cluster):
 
 def test_a_port_base_in_the_kernels_outgoing_range_is_refused_before_anything_starts(make_cluster):
     # Ports there are taken now and then by any program's outgoing connection: a daemon would fail at random.
-    kernel = local.kernel_port_ranges()
+    kernel = host.kernel_port_ranges()
     if kernel is None or kernel[0][0] > 60000:
         pytest.skip(f"the kernel's range for outgoing connections is unreadable or above the highest port base "
                     f"(60000): {kernel}")
