@@ -8,21 +8,21 @@ import click
 @click.command("demo")
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None,
               help="local cluster state (default: $ELASTICO_CLUSTER_DIR, then ~/.local/state/slurm-elastico/cluster)")
-@click.option("--train-jobs", type=click.IntRange(0, 64), default=10, show_default=True)
-@click.option("--infer-jobs", type=click.IntRange(0, 64), default=10, show_default=True)
-@click.option("--gap", "gap_s", type=click.FloatRange(0, 600), default=2.0, show_default=True,
+@click.option("--train-jobs", type=click.IntRange(0, 64), default=6, show_default=True)
+@click.option("--infer-jobs", type=click.IntRange(0, 64), default=3, show_default=True)
+@click.option("--gap", "gap_s", type=click.FloatRange(0, 600), default=6.0, show_default=True,
               help="seconds between two jobs' arrivals")
 @click.option("--steps", type=click.IntRange(1, 100000), default=None,
               help="optimizer steps of every training job [default: each app's own, printed as the demo starts]")
 @click.option("--requests", type=click.IntRange(1, 100000), default=120, show_default=True,
               help="requests of each inference job")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(10, 86400), default=420.0, show_default=True,
-              help="seconds each of the two runs may take")
+              help="seconds the two runs (side by side, at once) may take")
 @click.option("--keep/--down", default=True, help="leave the cluster running afterwards (default) or stop it")
 def demo(state_dir: str | None, train_jobs: int, infer_jobs: int, gap_s: float, steps: int | None, requests: int,
          timeout_s: float, keep: bool) -> None:
-    """One mixed training and inference job list on a local Slurm cluster with emulated GPUs, run with plain
-    sbatch and with elastico-submit and the helper, beside the simulator's prediction for the same list."""
+    """One mixed training and inference job list on a local Slurm cluster with emulated GPUs, run at once on two
+    halves of it, with plain sbatch and with elastico-submit and the helper, beside the simulator's prediction."""
     from slurm_elastico.cluster import demo as main_job
 
     if train_jobs + infer_jobs == 0:

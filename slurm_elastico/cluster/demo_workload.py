@@ -24,31 +24,29 @@ interference model the helper plans with (`settings`: the untrained contention
 model, as no model file is configured). The jobs' true co-location speeds are
 the ground truth's (`Plan.colocation`) in both.
 
-The default list (`APPS`, `job_list`): 10 training jobs and 10 inference
-jobs, one every 2 s, on 16 GPUs. Seven of the training jobs have GPU
-counts: imagenet at global batch 160 (1.3 steps/s on one GPU, 1.8x that on
-two, 2.9x on four; 180 steps), yolov3 at 16 (1.7 steps/s on one GPU, 1.6x
-on two; 60 steps) and bert at 12 (1.1 steps/s on one GPU, 1.6x on two; 120
+The default list (`APPS`, `job_list`): 6 training jobs and 3 inference
+jobs, one every 6 s, on 8 GPUs (2 nodes × 4: one half of the local
+cluster, `cluster.halves`). Four of the training jobs have GPU counts:
+imagenet at global batch 160 (1.3 steps/s on one GPU, 1.8x that on two,
+2.9x on four; 300 steps), yolov3 at 16 (1.7 steps/s on one GPU, 1.6x on
+two; 120 steps) and bert at 12 (1.1 steps/s on one GPU, 1.6x on two; 240
 steps). The fastest shape of each at one GPU keeps the whole global batch
 in one micro-batch, and at more GPUs splits it across the ranks, so every
 GPU-count change to a job's fastest shape is also a micro-batch reshape: a
-grow from one GPU shows both kinds at once. The imagenet and bert jobs
-arriving while every GPU is taken are long (100 s or more on one GPU): one
-that starts on a single GPU still has most of its work left when more GPUs
-free, so its grow does not hang on a few seconds of timing. One may also
-wait and start on several GPUs at once: on Slurm 24.11 the simulator has
-both later imagenet jobs do so, and the last bert job carries the grow.
-The three ncf jobs at 32 (a recommendation model, one micro-batch) cannot
-be split and take MPS shares, as inference does. An ncf job is sub-second
-on its emulated GPU (about 130 steps/s, 60 steps), so live its time is
-mostly its start-up, which the simulator does not model: it ends seconds
-after its emulated GPU would have, more so in the helper's run (more
-processes start at once: ranks, relaunches). Plain Slurm runs each job on
-one whole GPU and leaves GPUs idle as the list drains; the helper starts
-jobs on several GPUs and grows running ones into freed GPUs (GPU count,
-with a new micro-batch per rank). On this ground truth that is where most
-of elastico's gain comes from: sharing a GPU is at best neutral for jobs
-that fill it (`sim.truth`).
+grow from one GPU shows both kinds at once. The jobs are long (imagenet
+and bert about 230 s on one GPU) so that a job's start-up and exit, which
+the simulator models only as `start_cost_s`, are a few percent of its time.
+The second imagenet job arrives while the helper's jobs hold every GPU: it
+starts on one and grows to four when they free; the bert job grows from one
+GPU to two. The two ncf jobs at 32 (a recommendation model, one
+micro-batch) cannot be split and take MPS shares, as inference does. An ncf
+job is sub-second on its emulated GPU (about 130 steps/s, 60 steps), so
+live its time is mostly its start-up. Plain Slurm runs each job on one
+whole GPU and leaves GPUs idle while its long jobs run alone; the helper
+starts jobs on several GPUs and grows running ones into freed GPUs (GPU
+count, with a new micro-batch per rank). On this ground truth that is where
+most of elastico's gain comes from: sharing a GPU is at best neutral for
+jobs that fill it (`sim.truth`).
 
 The one pairing the helper's contention model admits on this list is an
 inference job beside the small ncf job (Gavel measured LM next to
@@ -65,7 +63,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slurm_elastico.cluster.pacing import Emulated
+from slurm_elastico.cluster.pacing import Emulated, Knobs, rate, seconds_for
 from slurm_elastico.config import Settings
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.model import ActionKind
@@ -98,7 +96,8 @@ class DemoJob:
 class Plan:
     """The demo's cluster and timings, shared by both live runs and the simulator."""
 
-    gpus: int = 16
+    gpus: int = 8
+    """GPUs of one half of the local cluster: each run (plain, elastico) has its own half (`cluster.halves`)."""
     gpus_per_node: int = 4
     shares: tuple[int, ...] = (50, 100)
     interval_s: float = 3.0
@@ -111,13 +110,16 @@ class Plan:
     """What a reshape really costs on the local cluster (checkpoint, requeue, Slurm's start, Python and torch
     start-up): the simulator's `restart_cost_s` and the planner's `reshape_cost_s`."""
     colocation: str = "gavel"
+    start_cost_s: float = 2.0
+    """Seconds of start-up and exit per job on the local cluster, for the prediction before the live runs (the
+    simulator's `start_cost_s`); after them the demo replays with the value measured on the plain half."""
 
 
-APPS = (("ncf", 32, 60), ("imagenet", 160, 180), ("yolov3", 16, 60), ("bert", 12, 120))
+APPS = (("ncf", 32, 60), ("imagenet", 160, 300), ("yolov3", 16, 120), ("bert", 12, 240))
 """The training apps of the list, taken in turn: (app, global batch, optimizer steps) (see the module docstring)."""
 
 
-def job_list(train: int = 10, infer: int = 10, gap_s: float = 2.0, steps: int | None = None, requests: int = 120,
+def job_list(train: int = 6, infer: int = 3, gap_s: float = 6.0, steps: int | None = None, requests: int = 120,
              apps: Sequence[tuple[str, int, int]] = APPS) -> list[DemoJob]:
     """`train` + `infer` jobs arriving every `gap_s` seconds, inference spread evenly among the training jobs,
     the training apps taken in turn; each training job runs its app's steps, or `steps` when given."""
@@ -162,6 +164,14 @@ def default_knobs(truth: GroundTruth, job: DemoJob) -> dict:
         return {"micro_batch": default_micro(truth, job.app, job.global_batch)}
     return {"gpu_memory_utilization": sim_families.GMUS[-1], "max_num_seqs": sim_families.SEQS[-1],
             "kv_cache_dtype": "auto"}
+
+
+def solo_seconds(truth: GroundTruth, job: DemoJob, plan: Plan) -> float:
+    """Seconds `job`'s work takes at its default shape alone on a whole GPU (how plain sbatch runs it), as its
+    emulated GPU paces it (`pacing.rate`)."""
+    knobs = default_knobs(truth, job)
+    at = Knobs(**knobs) if job.kind == "infer" else Knobs(micro_batch=knobs["micro_batch"])
+    return seconds_for(job.work, rate(truth, emulated(job, plan), at, 100))
 
 
 def family_spec(truth: GroundTruth, job: DemoJob, plan: Plan) -> dict:

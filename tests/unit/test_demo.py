@@ -1,4 +1,6 @@
-"""The demo's pure figures: what a reshape changed, from shape names; the side-by-side table; measured figures."""
+"""The demo's pure parts: what a reshape changed, from shape names; the side-by-side table; measured figures; the
+start-up cost measured on the plain half; the two halves of the cluster; the progress line; the live loop's check
+that each run stays on its half (a fake gateway, no cluster)."""
 
 from __future__ import annotations
 
@@ -6,30 +8,30 @@ from collections import Counter
 
 import pytest
 
-from slurm_elastico.cluster import demo
+from slurm_elastico.cluster import demo, demo_checks, demo_figures, demo_live, halves
 from slurm_elastico.cluster.demo_workload import DemoJob
 
 
 def test_reshape_kinds_name_what_changed_between_starts():
-    got = demo.reshape_kinds(["mb12-fp32-mps100", "mb12-fp32-mps100", "mb6-fp32-mps50", "mb6-fp32-mps100",
+    got = demo_figures.reshape_kinds(["mb12-fp32-mps100", "mb12-fp32-mps100", "mb6-fp32-mps50", "mb6-fp32-mps100",
                               "mb6-fp32-gpus2"])
     assert got == Counter({"share": 2, "micro-batch": 1, "gpus": 1})
-    assert demo.reshape_kinds(["gmu0.9-seqs256-kvauto-mps100", "gmu0.5-seqs64-kvfp8-mps100"]) == Counter(engine=1)
-    assert demo.reshape_kinds(["sbatch"]) == Counter()
+    assert demo_figures.reshape_kinds(["gmu0.9-seqs256-kvauto-mps100", "gmu0.5-seqs64-kvfp8-mps100"]) == Counter(engine=1)
+    assert demo_figures.reshape_kinds(["sbatch"]) == Counter()
 
 
 def test_measured_figures_count_from_submission_and_weigh_utilisation_by_time():
-    obs = demo.Observed("plain")
+    obs = demo_live.Observed("plain")
     job = DemoJob(0, "train", "bert", 0.0, 10, 12)
     obs.ids = {1: job, 2: job}
     obs.submit, obs.start, obs.end = {1: 0.0, 2: 10.0}, {1: 2.0, 2: 20.0}, {1: 40.0, 2: 50.0}
     obs.samples = [(0.0, 0.5), (20.0, 1.0), (50.0, 0.0)]
     obs.shapes = {1: ["mb12-fp32-mps100"], 2: ["mb12-fp32-mps100", "mb6-fp32-mps50"]}
-    f = demo.measured_figures(obs, 16)
+    f = demo_figures.measured_figures(obs, 16)
     assert (f["mean_jct_s"], f["median_jct_s"], f["mean_wait_s"]) == (40.0, 40.0, 6.0)
     assert f["gpu_util"] == (0.5 * 20 + 1.0 * 30) / 50
     assert (f["restarts"], f["reshape_share"], f["reshape_micro-batch"]) == (1, 1, 1)
-    table = demo.comparison_table({"plain (measured)": f, "elastico (measured)": f})
+    table = demo_figures.comparison_table({"plain (measured)": f, "elastico (measured)": f})
     assert "mean JCT s" in table and "reshapes: share" in table and table.count("40.0") >= 2
 
 
@@ -39,8 +41,10 @@ def test_the_helpers_settings_are_the_simulators(tmp_path):
 
     plan = demo_workload.Plan()
     path = tmp_path / "elastico.yaml"
-    path.write_text(demo.settings_yaml(tmp_path / "state", tmp_path / "slurm.conf", plan))
+    (tmp_path / "slurm.conf").touch()  # the settings check that the cluster's slurm.conf exists
+    path.write_text(demo.settings_yaml(tmp_path / "state", tmp_path / "slurm.conf", plan, "demo-elastico"))
     live = config.load(path)
+    assert live.slurm.partition == "demo-elastico"  # the helper manages its half only (planner.epoch)
     planned = demo_workload.settings(plan)
     assert (live.gpu, live.planner, live.interference) == (planned.gpu, planned.planner, planned.interference)
     assert live.planner.reshape_cost_s == plan.restart_cost_s and live.gpu.type == ""
@@ -54,7 +58,7 @@ def test_a_paced_program_outside_slurm_says_it_needs_a_job(tmp_path):
     from slurm_elastico.cluster import pacing
 
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("SLURM_", "ELASTICO_"))}
-    out = subprocess.run([sys.executable, str(demo.PROGRAM["train"]), "--emulate",
+    out = subprocess.run([sys.executable, str(demo_live.PROGRAM["train"]), "--emulate",
                           pacing.Emulated("train", "bert", 12).to_json(), "--pace-dir", str(tmp_path)],
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "SLURM_JOB_ID" in out.stderr
@@ -77,14 +81,14 @@ def test_without_keep_the_cluster_is_stopped_even_when_the_demo_fails(monkeypatc
         def down(self):
             events.append("down")
 
-    def failing(cluster, load, say, began):
-        raise demo.DemoError("a job failed")
+    def failing(cluster, load, say, began, progress):
+        raise demo_checks.DemoError("a job failed")
 
     monkeypatch.setattr(demo.LocalCluster, "from_state_dir", staticmethod(lambda *a, **k: Stub()))
     monkeypatch.setattr(demo, "_run_on", failing)
     for keep, expected in ((False, ["up", "down"]), (True, ["up"])):
         events.clear()
-        with pytest.raises(demo.DemoError, match="a job failed"):
+        with pytest.raises(demo_checks.DemoError, match="a job failed"):
             demo.run(None, say=lambda line: None, keep=keep)
         assert events == expected
 
@@ -123,16 +127,16 @@ def test_a_run_that_fell_behind_its_emulated_gpus_is_flagged(tmp_path):
     out = tmp_path / "7.out"
     out.write_text('train_paced: shape mb12-fp32-mps100: ...\n{"status": "checkpointed", "ended_late_s": 9.0}\n'
                    'train_paced: shape mb6-fp32-gpus2: ...\n{"status": "done", "step": 60, "ended_late_s": 1.5}\n')
-    assert demo.ended_late(out) == 10.5  # the checkpointed run's delay carries over to the relaunched run's end
-    assert demo.ended_late(tmp_path / "missing.out") == 0.0
+    assert demo_checks.ended_late(out) == 10.5  # the checkpointed run's delay carries over to the relaunched run's end
+    assert demo_checks.ended_late(tmp_path / "missing.out") == 0.0
     old = tmp_path / "8.out"
     old.write_text('{"status": "done", "step": 60, "late_s": 2.0}\n')  # a program that does not report it
-    with pytest.raises(demo.DemoError, match=r"run\(s\) \[0\] printed no ended_late_s"):
-        demo.ended_late(old)
+    with pytest.raises(demo_checks.DemoError, match=r"run\(s\) \[0\] printed no ended_late_s"):
+        demo_checks.ended_late(old)
     figures = {"plain": {"mean_jct_s": 50.0}, "elastico": {"mean_jct_s": 40.0}}
-    kept = demo.pace_lines({"plain": [0.0, 1.0], "elastico": [1.5, 0.5]}, figures)
+    kept = demo_checks.pace_lines({"plain": [0.0, 1.0], "elastico": [1.5, 0.5]}, figures)
     assert len(kept) == 1 and "plain mean 0.5 s, max 1.0 s" in kept[0] and "elastico mean 1.0 s" in kept[0]
-    behind = demo.pace_lines({"plain": [0.0, 1.0], "elastico": [10.0, 2.0]}, figures)
+    behind = demo_checks.pace_lines({"plain": [0.0, 1.0], "elastico": [10.0, 2.0]}, figures)
     assert len(behind) == 2 and behind[1].startswith("warning: the elastico run did not keep pace")
     assert "15 %" in behind[1]
 
@@ -144,14 +148,14 @@ def test_each_jobs_live_and_simulated_figures_sit_side_by_side():
     simulated = w.predict(jobs, w.Plan(gpus=2))
     live = {}
     for mode, first in (("plain", 100), ("elastico", 200)):
-        obs = demo.Observed(mode)
+        obs = demo_live.Observed(mode)
         obs.ids = {first + j.index: j for j in jobs}
         obs.submit = {first + j.index: 10.0 + j.index for j in jobs}
         obs.start = {first + j.index: 12.0 + 2 * j.index for j in jobs}
         obs.end = {first + j.index: 30.0 + 3 * j.index for j in jobs}
         obs.shapes = {first + j.index: [f"s{j.index}"] for j in jobs}
         live[mode] = obs
-    rows = demo.per_job(jobs, live, simulated)
+    rows = demo_figures.per_job(jobs, live, simulated)
     assert [r["job"] for r in rows] == [j.name for j in jobs]
     last = rows[-1]
     assert last["plain"] == {"wait_s": 4.0, "jct_s": 24.0, "shapes": ["s2"]}  # submitted at 12, ran 16 to 36
@@ -167,10 +171,139 @@ def test_the_gap_line_splits_the_jobs_that_ran_on_several_gpus():
     rows = [row(41.0, 40.0, 30.0, 22.0, ["mb8-fp32-gpus2"]),
             row(42.0, 40.0, 40.0, 38.0, ["gmu0.9-seqs256-kvfp8-mps100"]),
             row(40.0, 40.0, 50.0, 40.0, ["mb40-fp32-mps100", "mb20-fp32-gpus4"])]
-    line = demo.gap_line(rows)
+    line = demo_figures.gap_line(rows)
     assert line.endswith("plain +1.0 s mean; elastico +6.7 s mean (+9.0 s for the 2 jobs that ran on several GPUs, "
                          "+2.0 s for the other 1)"), line
-    assert demo.gap_line(rows[1:2]).endswith("elastico +2.0 s mean (+2.0 s)")  # none on several GPUs: no "0 jobs"
+    assert demo_figures.gap_line(rows[1:2]).endswith("elastico +2.0 s mean (+2.0 s)")  # none on several GPUs: no "0 jobs"
     rows[1]["elastico (simulated)"]["jct_s"] = None  # a job the simulator did not finish
-    assert demo.gap_line(rows).endswith("(+9.0 s for the 2 jobs that ran on several GPUs); 1 simulated job(s) did "
+    assert demo_figures.gap_line(rows).endswith("(+9.0 s for the 2 jobs that ran on several GPUs); 1 simulated job(s) did "
                                         "not finish, left out")
+
+
+def test_the_start_cost_is_what_plain_jobs_held_their_gpu_beyond_their_work():
+    from slurm_elastico.cluster import demo_workload as w
+    from slurm_elastico.sim.truth import GroundTruth
+
+    truth, plan = GroundTruth(), w.Plan()
+    jobs = w.job_list(train=2, infer=1, gap_s=1.0)
+    work = {j.index: w.solo_seconds(truth, j, plan) for j in jobs}
+    assert work[0] == pytest.approx(60 / 130, rel=0.05)  # ncf: sub-second on its emulated GPU
+    obs = demo_live.Observed("plain")
+    obs.ids = {10 + j.index: j for j in jobs}
+    obs.start = {10 + j.index: 100.0 for j in jobs}
+    obs.end = {10 + j.index: 100.0 + work[j.index] + extra for j, extra in zip(jobs, (1.0, 2.0, 6.0))}
+    assert demo_figures.start_cost(obs, truth, plan) == pytest.approx(3.0)
+    obs.end = {i: obs.start[i] + work[j.index] - 1.0 for i, j in obs.ids.items()}  # poll noise: never below 0
+    assert demo_figures.start_cost(obs, truth, plan) == 0.0
+
+
+def _node(name, gpus=4, state="idle", partitions=("debug",)):
+    from slurm_elastico.model import GpuView, NodeView
+
+    return NodeView(name, state, partitions, 8, 0, 8000, 0, tuple(GpuView(name, i) for i in range(gpus)))
+
+
+def test_the_cluster_splits_into_two_equal_halves_in_node_order():
+    nodes = [_node(n) for n in ("n10", "n2", "n1", "n3")]
+    plain, elastico = halves.split(nodes, 8, 4)
+    assert (plain.mode, plain.partition, plain.nodes) == ("plain", "demo-plain", ("n1", "n2"))
+    assert (elastico.mode, elastico.partition, elastico.nodes) == ("elastico", "demo-elastico", ("n3", "n10"))
+    with pytest.raises(halves.HalvesError, match=r"two halves of 2 usable node\(s\) with 4 GPUs.*n3 \(4 GPUs, not "
+                                                 r"usable\).*n4 \(2 GPUs\)"):
+        halves.split([_node("n1"), _node("n2"), _node("n3", state="down"), _node("n4", gpus=2)], 8, 4)
+    with pytest.raises(halves.HalvesError, match="multiple of the GPUs per node"):
+        halves.split(nodes, 6, 4)
+
+
+def test_a_halfs_partition_is_made_or_moved_only_when_it_differs():
+    from slurm_elastico.model import PartitionView
+
+    half = halves.Half("elastico", "demo-elastico", ("n3", "n4"))
+    assert halves.partition_argv(half, [PartitionView("debug", ("n1", "n2", "n3", "n4"))]) == [
+        "scontrol", "create", "PartitionName=demo-elastico", "Nodes=n3,n4", "State=UP", "MaxTime=INFINITE",
+        "Default=NO"]
+    assert halves.partition_argv(half, [PartitionView("demo-elastico", ("n4", "n3"))]) is None
+    assert halves.partition_argv(half, [PartitionView("demo-elastico", ("n2", "n3"))])[1] == "update"
+    assert halves.partition_argv(half, [PartitionView("demo-elastico", ("n3", "n4"), "DOWN")])[1] == "update"
+
+
+def test_each_run_submits_to_its_halfs_partition(tmp_path, monkeypatch):
+    from slurm_elastico.cluster import demo_workload as w
+    from slurm_elastico.sim.truth import GroundTruth
+
+    monkeypatch.setattr(demo_live, "_sbatch", lambda: "sbatch")
+    job = w.job_list(train=1, infer=0)[0]
+    plain = demo_live.submit_argv(halves.Half("plain", "demo-plain", ("n1",)), job, tmp_path, w.Plan(), GroundTruth())
+    assert plain[0] == "sbatch" and "--partition=demo-plain" in plain and "--gres=gpu:1" in plain
+    elastic = demo_live.submit_argv(halves.Half("elastico", "demo-elastico", ("n2",)), job, tmp_path, w.Plan(),
+                                    GroundTruth())
+    assert elastic[0].endswith("elastico-submit") and "--partition=demo-elastico" in elastic
+    assert not any(a.startswith("--gres") for a in elastic)  # the family's shapes decide
+
+
+class _Stream:
+    def __init__(self, tty):
+        self.text, self.tty = "", tty
+
+    def write(self, s):
+        self.text += s
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return self.tty
+
+
+def test_the_progress_line_rewrites_itself_on_a_terminal_and_prints_every_few_seconds_elsewhere():
+    from slurm_elastico.cluster.progress import ProgressLine
+
+    term = _Stream(True)
+    line = ProgressLine(term)
+    line.update("a")
+    line.update("b")
+    line.end()
+    line.end()  # nothing shown: no second newline
+    assert term.text == "\ra\x1b[K\rb\x1b[K\n"
+    now = [0.0]
+    log = _Stream(False)
+    line = ProgressLine(log, every_s=15, clock=lambda: now[0])
+    for t, text in ((0, "first"), (5, "skipped"), (15, "second"), (29, "skipped"), (31, "third")):
+        now[0] = t
+        line.update(text)
+    line.end()
+    assert log.text == "first\nsecond\nthird\n"
+    with pytest.raises(ValueError, match="every_s"):
+        ProgressLine(log, every_s=0)
+
+
+def test_the_live_loop_times_each_job_and_refuses_a_job_outside_its_half(tmp_path, monkeypatch):
+    from slurm_elastico.cluster import demo_workload as w
+    from slurm_elastico.model import JobState, JobView
+    from slurm_elastico.sim.truth import GroundTruth
+
+    job = w.job_list(train=1, infer=0)[0]
+    half = halves.Half("plain", "demo-plain", ("n1",))
+    monkeypatch.setattr(demo_live, "submit_argv", lambda *a: ["sbatch"])
+    monkeypatch.setattr(demo_live, "_submit_at", lambda due, argv, env, cwd, job: (7, 0.0, 0.1))
+    monkeypatch.setattr(demo_live.time, "sleep", lambda s: None)
+
+    class Gateway:
+        def __init__(self, answers):
+            self.answers = list(answers)
+
+        def jobs(self):
+            return self.answers.pop(0) if self.answers else ()
+
+    def running(node):
+        return (JobView(7, "j", "root", "demo-plain", JobState.RUNNING, gpu_alloc=((node, 0, 0),)),)
+
+    args = ([half], [job], tmp_path, {}, None, w.Plan(), GroundTruth(), 60.0, lambda line: None,
+            demo_live.ProgressLine(_Stream(False)))
+    got = demo_live.run_halves(*args[:4], Gateway([running("n1"), running("n1")]), *args[5:])
+    obs = got["plain"]
+    assert set(obs.ids) == {7} and obs.start[7] <= obs.end[7] and obs.shapes[7] == []
+    assert max(u for _, u in obs.samples) == 1 / w.Plan().gpus  # one whole GPU of the half
+    with pytest.raises(demo_checks.DemoError, match=r"job 7 of the plain run holds GPUs on n3, outside its half "
+                                                    r"\(n1\)"):
+        demo_live.run_halves(*args[:4], Gateway([running("n3")]), *args[5:])
