@@ -1,11 +1,20 @@
-"""The helper's Prometheus metrics: counted from each epoch, rendered in the text exposition format (0.0.4).
+"""The helper's Prometheus metrics: counted from each epoch, exposed in the text format (0.0.4) by prometheus_client.
 
 `Metrics` is fed by the helper's loop (`epoch`, `outage`, `failed`) and
 rendered by `render`; `serve` answers `GET /metrics` from a daemon thread
 (`elastico sched --metrics-port`), `write_file` replaces a file atomically for
 node_exporter's textfile collector (`--metrics-file`). Rendering reads only
 what the loop stored under a lock: the HTTP thread never touches the store or
-Slurm. No client library: the format is a few lines of text.
+Slurm.
+
+The text is prometheus_client's (`generate_latest`): its escaping and number
+formatting are the library's. `Metrics` is a collector in its own
+`CollectorRegistry`, never the library's global one, so nothing else in the
+process (a library that registers its own metrics) leaks into the helper's
+and two `Metrics` (tests) do not collide. The collector builds each family
+from what the loop stored (`collect`), so the names, labels and bucket edges
+(`le="10"`, not the library's `10.0`) are those administrators' dashboards
+already use (docs: the helper's metrics table).
 """
 
 from __future__ import annotations
@@ -14,8 +23,13 @@ import math
 import os
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric,
+                                    SummaryMetricFamily)
 
 from slurm_elastico.helper.epoch import EpochResult
 from slurm_elastico.store import Store
@@ -25,22 +39,20 @@ BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 PRICE_RESOURCES = ("mps", "gpu_memory", "cpus", "host_memory")
 """The order of `Plan.prices`."""
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""What `generate_latest` writes (newer prometheus_client releases call a later format their latest)."""
 
 
-def _label(value: object) -> str:
-    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _num(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
+def _edge(value: float) -> str:
+    """A bucket's `le` label as the helper has always written it: 10 for 10.0, 0.25 for 0.25, +Inf."""
     if math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
     return repr(float(value)) if not float(value).is_integer() else str(int(value))
 
 
 class Metrics:
-    """What the helper has done since it started, ready to render."""
+    """What the helper has done since it started, ready to render; a prometheus_client collector.
+
+    `registry` is this object's own `CollectorRegistry` (it holds only this collector)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -55,6 +67,8 @@ class Metrics:
         self._held = 0
         self._managed = 0
         self._last = 0.0
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
 
     def epoch(self, result: EpochResult, seconds: float, observed: tuple[float, int], ended_at: float) -> None:
         """Count one epoch that Slurm answered (its actions may have met an outage: `result.outage`).
@@ -92,43 +106,46 @@ class Metrics:
             if seconds <= edge:
                 self._buckets[i] += 1
 
-    def render(self) -> str:
-        """Everything in Prometheus' text exposition format."""
+    def collect(self) -> Iterator[Metric]:
+        """Each metric family from what the loop stored (prometheus_client's collector interface)."""
         with self._lock:
-            out: list[str] = []
-
-            def head(name: str, kind: str, what: str) -> None:
-                out.append(f"# HELP {name} {what}")
-                out.append(f"# TYPE {name} {kind}")
-
-            head("elastico_epoch_duration_seconds", "histogram", "Wall time of one helper epoch.")
-            for edge, n in zip(BUCKETS_S, self._buckets):
-                out.append(f'elastico_epoch_duration_seconds_bucket{{le="{_num(edge)}"}} {n}')
-            out.append(f'elastico_epoch_duration_seconds_bucket{{le="+Inf"}} {self._duration_count}')
-            out.append(f"elastico_epoch_duration_seconds_sum {_num(self._duration_sum)}")
-            out.append(f"elastico_epoch_duration_seconds_count {self._duration_count}")
-            head("elastico_epochs_total", "counter", "Epochs by result (ok, outage: Slurm did not answer, failed).")
+            histogram = HistogramMetricFamily("elastico_epoch_duration_seconds", "Wall time of one helper epoch.")
+            histogram.add_metric([], [(_edge(e), n) for e, n in zip(BUCKETS_S, self._buckets)]
+                                 + [("+Inf", self._duration_count)], self._duration_sum)
+            epochs = CounterMetricFamily("elastico_epochs_total",
+                                         "Epochs by result (ok, outage: Slurm did not answer, failed).",
+                                         labels=["result"])
             for result in ("ok", "outage", "failed"):
-                out.append(f'elastico_epochs_total{{result="{result}"}} {self._epochs[result]}')
-            head("elastico_actions_total", "counter", "Actions by kind and outcome.")
+                epochs.add_metric([result], self._epochs[result])
+            actions = CounterMetricFamily("elastico_actions_total", "Actions by kind and outcome.",
+                                          labels=["kind", "outcome"])
             for (kind, outcome), n in sorted(self._actions.items()):
-                out.append(f'elastico_actions_total{{kind="{_label(kind)}",outcome="{_label(outcome)}"}} {n}')
-            head("elastico_price", "gauge", "The last plan's shadow price per resource, in GPU equivalents.")
-            for resource, price in zip(PRICE_RESOURCES, self._prices):
-                out.append(f'elastico_price{{resource="{resource}"}} {_num(price)}')
-            head("elastico_predicted_slowdown", "gauge", "Solo speed over planned speed of each placed job.")
+                actions.add_metric([kind, outcome], n)
+            price = GaugeMetricFamily("elastico_price",
+                                      "The last plan's shadow price per resource, in GPU equivalents.",
+                                      labels=["resource"])
+            for resource, value in zip(PRICE_RESOURCES, self._prices):
+                price.add_metric([resource], value)
+            predicted = GaugeMetricFamily("elastico_predicted_slowdown",
+                                          "Solo speed over planned speed of each placed job.", labels=["job_id"])
             for job_id, s in sorted(self._predicted.items()):
-                out.append(f'elastico_predicted_slowdown{{job_id="{job_id}"}} {_num(s)}')
-            head("elastico_observed_slowdown", "summary", "Solo over co-located speed of the pairs observed.")
-            out.append(f"elastico_observed_slowdown_sum {_num(self._observed[0])}")
-            out.append(f"elastico_observed_slowdown_count {self._observed[1]}")
-            head("elastico_held_jobs", "gauge", "Managed jobs pending and held at the last epoch's start.")
-            out.append(f"elastico_held_jobs {self._held}")
-            head("elastico_managed_jobs", "gauge", "Queued jobs with a family at the last epoch.")
-            out.append(f"elastico_managed_jobs {self._managed}")
-            head("elastico_last_epoch_timestamp_seconds", "gauge", "When the last epoch ended (Unix time).")
-            out.append(f"elastico_last_epoch_timestamp_seconds {_num(self._last)}")
-        return "\n".join(out) + "\n"
+                predicted.add_metric([str(job_id)], s)
+            families = [
+                histogram, epochs, actions, price, predicted,
+                SummaryMetricFamily("elastico_observed_slowdown", "Solo over co-located speed of the pairs observed.",
+                                    count_value=self._observed[1], sum_value=self._observed[0]),
+                GaugeMetricFamily("elastico_held_jobs", "Managed jobs pending and held at the last epoch's start.",
+                                  value=self._held),
+                GaugeMetricFamily("elastico_managed_jobs", "Queued jobs with a family at the last epoch.",
+                                  value=self._managed),
+                GaugeMetricFamily("elastico_last_epoch_timestamp_seconds", "When the last epoch ended (Unix time).",
+                                  value=self._last),
+            ]
+        yield from families
+
+    def render(self) -> str:
+        """Everything in Prometheus' text exposition format (0.0.4)."""
+        return generate_latest(self.registry).decode("utf-8")
 
 
 def observed_slowdowns(store: Store, source: str) -> tuple[float, int]:
@@ -144,7 +161,9 @@ def observed_slowdowns(store: Store, source: str) -> tuple[float, int]:
 def write_file(metrics: Metrics, path: str | os.PathLike[str]) -> None:
     """Replace `path` with the metrics (write, rename): the textfile collector never reads a torn file.
 
-    The file is made readable by all (0644): node_exporter usually runs as another user."""
+    The file is made readable by all (0644) before it is renamed into place: node_exporter usually runs as another
+    user. prometheus_client's `write_to_textfile` is as atomic but leaves the mode to the umask, and the acting
+    helper runs with umask 077 (its state is private): node_exporter could not read the file it wrote."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import urllib.request
 
@@ -86,3 +87,28 @@ def test_the_endpoint_is_scraped_and_the_file_is_replaced(tmp_path):
     write_file(m, path)
     assert samples(path.read_text()) == samples(m.render()) and oct(path.stat().st_mode & 0o777) == "0o644"
     assert [p.name for p in tmp_path.iterdir()] == ["elastico.prom"]
+
+
+def test_the_text_is_prometheus_clients_own_in_a_private_registry_with_the_names_dashboards_use():
+    from prometheus_client import REGISTRY
+    from prometheus_client.parser import text_string_to_metric_families
+
+    m, other = Metrics(), Metrics()
+    m.epoch(result([Outcome(Action(ActionKind.SET_SHARE, 1, "r", share=50), "done")]), 0.2, (2.0, 1), 1000.0)
+    kinds = {f.name: f.type for f in text_string_to_metric_families(m.render())}
+    assert kinds == {"elastico_epoch_duration_seconds": "histogram", "elastico_epochs": "counter",
+                     "elastico_actions": "counter", "elastico_price": "gauge", "elastico_predicted_slowdown": "gauge",
+                     "elastico_observed_slowdown": "summary", "elastico_held_jobs": "gauge",
+                     "elastico_managed_jobs": "gauge", "elastico_last_epoch_timestamp_seconds": "gauge"}
+    assert samples(other.render())['elastico_epochs_total{result="ok"}'] == 0  # each Metrics counts its own
+    assert "elastico_epochs_total" not in {s.name for f in REGISTRY.collect() for s in f.samples}
+
+
+def test_the_file_is_readable_by_node_exporter_under_the_helpers_private_umask(tmp_path):
+    m = Metrics()
+    old = os.umask(0o077)  # what the acting helper runs with
+    try:
+        write_file(m, tmp_path / "elastico.prom")
+    finally:
+        os.umask(old)
+    assert oct((tmp_path / "elastico.prom").stat().st_mode & 0o777) == "0o644"
