@@ -43,6 +43,7 @@ import threading
 import time
 from pathlib import Path
 
+from slurm_elastico import jsonout
 from slurm_elastico.cli.submit import submit
 from slurm_elastico.cluster import STATE_DIR_ENV, LocalCluster
 from slurm_elastico.slurm.gateway import SlurmGateway
@@ -302,9 +303,9 @@ def main() -> None:
               f"model), {figures[name]['running_s']['median'] - figures['plain_requeue']['running_s']['median']:+.2f} s "
               "over a plain requeue")
     print(f"total {time.monotonic() - started:.0f} s")
-    print(json.dumps({"benchmark": "reshape", "quick": args.quick, "slurm_version": slurm_version, "reps": reps,
-                      "gpu_reps": gpu_reps, **figures,
-                      "requeue_extra_running_s": extra}))
+    print(jsonout.dumps({"benchmark": "reshape", "quick": args.quick, "slurm_version": slurm_version, "reps": reps,
+                         "gpu_reps": gpu_reps, **figures,
+                         "requeue_extra_running_s": extra}))
 
 
 if __name__ == "__main__":

@@ -64,12 +64,12 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
+from slurm_elastico import jsonout  # noqa: E402
 from slurm_elastico.config import Settings  # noqa: E402
 from slurm_elastico.interference.base import ContentionModel  # noqa: E402
 from slurm_elastico.planner import policies  # noqa: E402
@@ -446,7 +446,7 @@ def main() -> int:
         totals = {k: sum(v) if isinstance(v, list) else v or 0 for k, v in sections.items()}
         print(f"\nNOT A RESULT: {out['unfinished_jobs']} unfinished job(s): " + ", ".join(
             f"{k} {v}" for k, v in totals.items() if v))
-    print("\n" + json.dumps(out, sort_keys=True))
+    print("\n" + jsonout.dumps(out, sort_keys=True))
     return 0
 
 
