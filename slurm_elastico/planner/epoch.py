@@ -30,7 +30,7 @@ cut short leaves it held and still known as ours), then it is lifted. Jobs held
 by anyone else stay untouched.
 
 The phases, each in its own module: `board` (capacity, tables, who is
-where), `reservation` (the queue's head), `rounds` (prices and the
+where), `reservation` (the queue's head), `prices` (prices and the
 allotment), `running` (elastic jobs give back, grow; reshapes and moves that
 pay), `starts` (the packing of pending jobs), `actions` (the `Plan`).
 """
@@ -46,7 +46,7 @@ from slurm_elastico.planner import weights
 from slurm_elastico.planner.actions import write_plan
 from slurm_elastico.planner.board import read_board
 from slurm_elastico.planner.reservation import reserve_head
-from slurm_elastico.planner.rounds import price
+from slurm_elastico.planner.prices import price
 from slurm_elastico.planner.running import give_back, is_elastic, reshape_running, undo_idle_shrinks
 from slurm_elastico.planner.slowdown import PairCache, for_gpu
 from slurm_elastico.planner.starts import pack, seat_in_start_order, upgrade

@@ -2,7 +2,7 @@
 
 A running job that holds whole GPUs and whose family has gang shapes is
 *elastic* (`is_elastic`): it takes part in the pricing with the pending jobs
-(`planner.rounds`), so when the queue makes GPUs dear it gives some back — it
+(`planner.prices`), so when the queue makes GPUs dear it gives some back — it
 shrinks, or under the allotment is preempted, before the packing
 (`give_back`) — and when GPUs sit idle it takes them after the packing
 (`reshape_running`). A shrink or preemption whose GPUs nobody took is undone

@@ -16,7 +16,7 @@ from slurm_elastico.config import PlannerSettings
 from slurm_elastico.planner import gpu_choice
 from slurm_elastico.planner.packing import GpuState
 from slurm_elastico.planner.reservation import keep_free
-from slurm_elastico.planner.rounds import Priced
+from slurm_elastico.planner.prices import Priced
 from slurm_elastico.planner.tables import Job
 
 

@@ -1,7 +1,7 @@
 """The epoch's words for a job: its family as arrays (`Table`) and the job with its table and seat (`Job`).
 
 One `Table` per distinct family (as the policy narrowed it), built once an
-epoch: what the pricing (`planner.rounds`) and the packing need per shape —
+epoch: what the pricing (`planner.prices`) and the packing need per shape —
 T/T_max, demand in GPU equivalents, the throughput floor, Γ's contention
 against a stand-in neighbour, the allowed shapes fastest first. Shares are in
 Slurm's counts from here on (the shapes' are percent).

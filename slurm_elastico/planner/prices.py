@@ -1,4 +1,4 @@
-"""The epoch's pricing rounds: the jobs' tables as one pricing problem, a few projected-subgradient rounds of
+"""The epoch's prices: the jobs' tables as one pricing problem, a few projected-subgradient rounds of
 shadow prices (`slurm_elastico.pricing`), and under a policy with `allot` the GPU counts of the jobs with
 data-parallel shapes from `planner.allot` instead of from the prices.
 
@@ -27,7 +27,7 @@ from slurm_elastico.planner.tables import RESOURCES, Job, Table
 
 @dataclass
 class Priced:
-    """What the pricing rounds chose."""
+    """What the prices (and the allotment) chose."""
 
     problem: pricing.PriceProblem
     result: pricing.PriceResult
