@@ -44,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
+from slurm_elastico import jsonout
 from slurm_elastico.cluster import demo_checks as checks
 from slurm_elastico.cluster import demo_figures as figures
 from slurm_elastico.cluster import demo_workload as workload
@@ -208,7 +209,7 @@ def _run_on(cluster: LocalCluster, load: Workload, say: Callable[[str], None], b
               "wall_s": {o.mode: o.wall_s for o in (plain, elastic)},
               "ended_late_s": {mode: {"mean": float(np.mean(v)), "max": max(v)} for mode, v in lag.items()},
               "jobs": jobs_rows}
-    (work / "comparison.json").write_text(json.dumps(result, indent=2, sort_keys=True))
+    (work / "comparison.json").write_text(jsonout.dumps(result, indent=2, sort_keys=True))
     return result
 
 
