@@ -1,8 +1,8 @@
 """In-job runtime API: the current shape, the checkpoint-request flag, atomic checkpoints.
 
 The training loop helper (`slurm_elastico.runtime.train`) and the inference
-runner (`slurm_elastico.runtime.infer`) need torch and are imported from their
-modules, so reading the shape stays cheap for programs that do not use them;
+runner (`slurm_elastico.runtime.infer`, its engines in `runtime.engines`) need
+torch and are imported from their modules, so reading the shape stays cheap for programs that do not use them;
 so does `slurm_elastico.runtime.dist` (a data-parallel rank's membership from
 torch's env:// variables, its process group and device).
 """

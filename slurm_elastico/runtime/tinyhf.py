@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from slurm_elastico.runtime.infer import EngineUnavailableError
+from slurm_elastico.runtime.engines import EngineUnavailableError
 
 CORPUS = (
     "Write one line about the sea.",

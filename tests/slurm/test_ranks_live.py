@@ -214,7 +214,7 @@ def test_inference_moved_1_2_1_engine_replicas_answers_each_request_exactly_once
     """The CPU engine (`infer_tiny.py --engine torch`): 1 replica, then 2 (each its share of the request list, its own
     journal shard), then 1 again, moved the helper's way; the journal shards hold every request once, as the
     uninterrupted one-replica run wrote them."""
-    from slurm_elastico.runtime.infer import journal_shards
+    from slurm_elastico.runtime.journal import journal_shards
 
     c = Cluster(dict(slurm_cluster.env()), tmp_path, {"infer.yaml": INFER_FAMILY})
     args, gpu = ("--requests", str(EXAMPLES / "requests.jsonl"), "--batch-sleep", "0.8"), ("--gres=gpu:1",)

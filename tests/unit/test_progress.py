@@ -6,7 +6,9 @@ import os
 import pytest
 import torch
 
-from slurm_elastico.runtime.infer import TorchEngine, run_inference, Request
+from slurm_elastico.runtime.engines import TorchEngine
+from slurm_elastico.runtime.infer import run_inference
+from slurm_elastico.runtime.journal import Request
 from slurm_elastico.runtime.progress import (ENV, Progress, ProgressReporter, ReportError, progress_path,
                                              read_progress, write_progress)
 from slurm_elastico.runtime.shape import InferShape, TrainShape

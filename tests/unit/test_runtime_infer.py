@@ -11,16 +11,9 @@ import pytest
 import torch
 
 from slurm_elastico.errors import ConfigError
-from slurm_elastico.runtime.infer import (
-    Completion,
-    EngineUnavailableError,
-    Journal,
-    JournalCorruptError,
-    TorchEngine,
-    VllmEngine,
-    read_requests,
-    run_inference,
-)
+from slurm_elastico.runtime.engines import Completion, EngineUnavailableError, TorchEngine, VllmEngine
+from slurm_elastico.runtime.infer import run_inference
+from slurm_elastico.runtime.journal import Journal, JournalCorruptError, read_requests
 from slurm_elastico.runtime.shape import EXIT_CHECKPOINTED, InferShape
 from journal_helpers import journal_lines, outputs, stop_after
 
@@ -49,7 +42,7 @@ def engine(request):
     if request.param == "torch":
         return TorchEngine(seed=0)
     pytest.importorskip("transformers", reason="transformers is not installed: install the 'cpu-infer' extra")
-    from slurm_elastico.runtime.infer import TransformersEngine
+    from slurm_elastico.runtime.engines import TransformersEngine
 
     return TransformersEngine(seed=0)
 
@@ -147,7 +140,7 @@ def test_vllm_code_path_against_a_stand_in_module(monkeypatch):
 
 def test_transformers_engine_is_batch_size_invariant_on_these_prompts():
     pytest.importorskip("transformers", reason="transformers is not installed: install the 'cpu-infer' extra")
-    from slurm_elastico.runtime.infer import TransformersEngine
+    from slurm_elastico.runtime.engines import TransformersEngine
 
     eng = TransformersEngine(seed=0)
     prompts = [f"p{i} " + "x" * i for i in range(6)]
@@ -181,7 +174,7 @@ def run_replicas(requests_file, journal, shape, stops):
 
 
 def all_shards(journal):
-    from slurm_elastico.runtime.infer import journal_shards
+    from slurm_elastico.runtime.journal import journal_shards
 
     return {p.name: journal_lines(p) for p in journal_shards(journal)}
 

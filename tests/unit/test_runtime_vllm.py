@@ -21,7 +21,9 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed: run `make test-vllm-cpu`")
 
-from slurm_elastico.runtime.infer import VllmEngine, read_requests, run_inference  # noqa: E402
+from slurm_elastico.runtime.engines import VllmEngine  # noqa: E402
+from slurm_elastico.runtime.infer import run_inference  # noqa: E402
+from slurm_elastico.runtime.journal import read_requests  # noqa: E402
 from slurm_elastico.runtime.shape import EXIT_CHECKPOINTED, InferShape  # noqa: E402
 from slurm_elastico.runtime.tinyhf import build_tiny_model_dir  # noqa: E402
 from journal_helpers import journal_lines, outputs, stop_after

@@ -31,7 +31,9 @@ import torch
 from slurm_elastico.cluster import pacing
 from slurm_elastico.errors import ElasticoError
 from slurm_elastico.runtime import checkpoint_dir, current_infer_shape, install_signal_handlers
-from slurm_elastico.runtime.infer import ENGINES, Journal, run_inference
+from slurm_elastico.runtime.engines import ENGINES
+from slurm_elastico.runtime.infer import run_inference
+from slurm_elastico.runtime.journal import Journal
 from slurm_elastico.runtime.shape import InferShape
 
 

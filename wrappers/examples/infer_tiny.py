@@ -21,7 +21,8 @@ from pathlib import Path
 
 from slurm_elastico.errors import ElasticoError
 from slurm_elastico.runtime import checkpoint_dir, current_infer_shape, install_signal_handlers, requested_by
-from slurm_elastico.runtime.infer import ENGINES, VllmEngine, run_inference
+from slurm_elastico.runtime.engines import ENGINES, VllmEngine
+from slurm_elastico.runtime.infer import run_inference
 from slurm_elastico.runtime.shape import InferShape
 
 HERE = Path(__file__).resolve().parent
