@@ -9,14 +9,14 @@ unfinished jobs is not a result.
 
 from __future__ import annotations
 
-import math
 import sys
 
 import click
 
 from slurm_elastico import jsonout
 from slurm_elastico.cli import Finite, settings
-from slurm_elastico.sim.experiment import ProgressBar, load_sweep, setup, write_sweep
+from slurm_elastico.errors import ConfigError
+from slurm_elastico.sim.experiment import ProgressBar, check_sweep, load_sweep, parse_loads, setup, write_sweep
 from slurm_elastico.sim.trace import DEFAULT_JITTER_S
 
 TRACE_HELP = ("synthetic (a training/inference mix), pollux:N (bundled workload N=1..8), pollux1:N (the same on one "
@@ -54,6 +54,14 @@ def _options(f):
     return f
 
 
+def _loads(ctx, param, text: str | None) -> list[float] | None:
+    """--loads as numbers (`experiment.parse_loads`); one that is not a load is a usage error."""
+    try:
+        return parse_loads(text) if text else None
+    except ConfigError as exc:
+        raise click.BadParameter("; ".join(exc.problems), param_hint="--loads") from None
+
+
 @click.group("sim")
 def sim() -> None:
     """Trace-driven simulation: the real planner and policies on a simulated Slurm cluster."""
@@ -87,7 +95,8 @@ def run_cmd(ctx, policy, seed, out, as_json, progress, **recipe) -> None:
 @click.option("--policies", "names", default=None,
               help="comma-separated policies (default: every policy in the registry)")
 @click.option("--seeds", type=click.IntRange(1, 1000), default=5, show_default=True, help="seeds 0..N-1")
-@click.option("--loads", default=None, help="synthetic: comma-separated loads for a sweep (writes load_sweep.png)")
+@click.option("--loads", default=None, callback=_loads,
+              help="synthetic: comma-separated loads for a sweep (writes load_sweep.png)")
 @click.pass_context
 def compare_cmd(ctx, names, seeds, loads, out, as_json, progress, **recipe) -> None:
     """Every policy over several seeds: mean and 95 % interval of each figure, ratio to the lower bound.
@@ -105,53 +114,22 @@ def compare_cmd(ctx, names, seeds, loads, out, as_json, progress, **recipe) -> N
         def each(ld, res):
             if not as_json:
                 bar.done()
-                click.echo(f"load {ld:g}:\n" + res.table(SHOWN))
+                click.echo(f"load {ld:g}:\n" + res.table(cmp.SHOWN_FIGURES))
 
-        loads_f = _loads(loads)
         sweep, report, results = load_sweep(lambda ld: setup(settings(ctx), **{**recipe, "load": ld}),
-                                            loads_f, names_l, seeds, bar, each)
+                                            loads, names_l, seeds, bar, each)
         bar.done()
         if out:
             write_sweep(sweep, report, out)
         if as_json:
             click.echo(jsonout.dumps(report, sort_keys=True))
-        bad = [(f"{p} at load {ld:g}", sd, c, n) for ld, res in zip(loads_f, results) for p, sd, c, n in
-               res.incomplete()]
-        if bad:
-            raise cmp.Incomplete(bad)
+        check_sweep(loads, results)
         return
     s = setup(settings(ctx), **recipe)
     result = cmp.compare(s.make, names_l, range(seeds), s.cfg, s.sim, s.model, s.truth, bar, s.seed_varies)
     bar.done()
     _emit(result, out, as_json)
     result.check_complete()
-
-
-def _loads(text: str) -> list[float]:
-    """--loads as numbers: each finite and > 0, at most 64 of them."""
-    from slurm_elastico.inputs import clip
-
-    parts = text.split(",")
-    bad = []
-    loads = []
-    for part in parts:
-        try:
-            value = float(part)
-        except ValueError:
-            value = math.nan
-        if not (math.isfinite(value) and value > 0):
-            bad.append(clip(repr(part.strip())))
-        loads.append(value)
-    if bad:
-        raise click.BadParameter(f"{', '.join(bad[:5])} is not a load; allowed: comma-separated numbers > 0 "
-                                 "(e.g. 0.5,1,2)", param_hint="--loads")
-    if len(loads) > 64:
-        raise click.BadParameter(f"{len(loads)} loads; allowed: at most 64", param_hint="--loads")
-    return loads
-
-
-SHOWN = ("mean_jct_h", "median_jct_h", "p99_jct_h", "makespan_h", "util_arrivals", "mean_queue_h",
-         "reshapes_per_job", "ftf_mean", "ratio_to_lb")
 
 
 def _emit(result, out, as_json) -> None:
@@ -163,4 +141,4 @@ def _emit(result, out, as_json) -> None:
     if as_json:
         click.echo(jsonout.dumps(result.to_json(), sort_keys=True))
     else:
-        click.echo(result.table(SHOWN))
+        click.echo(result.table(cmp.SHOWN_FIGURES))

@@ -7,13 +7,16 @@ more GPUs or GPU memory than there are), and says what a seed varies. A
 fixed trace (Pollux, a CSV) is loaded once and each seed's replica gets its
 own arrival jitter (`trace.jitter_arrivals`, ±`jitter_s`), so seeds vary
 something real besides the profiling noise. `load_sweep`
-runs `compare.compare` at several offered loads and `write_sweep` saves the
-result (sweep.json, load_sweep.png); `ProgressBar` shows the runs' progress.
+runs `compare.compare` at several offered loads (`parse_loads` reads them
+from `--loads`), `check_sweep` refuses a sweep with unfinished jobs, and
+`write_sweep` saves the result (sweep.json, load_sweep.png); `ProgressBar`
+shows the runs' progress.
 The command: `slurm_elastico.cli.sim`.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -152,6 +155,46 @@ def load_sweep(setup_for: Callable[[float], Setup], loads: Iterable[float], name
         if each is not None:
             each(ld, res)
     return sweep, report, results
+
+
+MAX_LOADS = 64
+"""The most offered loads one sweep takes (`elastico sim compare --loads`)."""
+
+
+def parse_loads(text: str) -> list[float]:
+    """Offered loads from comma-separated text (`--loads`): each a finite number > 0, at most `MAX_LOADS` of them.
+
+    Raises one `ConfigError` from "--loads" naming the values that are not loads (the first five), or the count.
+    """
+    from slurm_elastico.errors import ConfigError
+    from slurm_elastico.inputs import clip
+
+    bad = []
+    loads = []
+    for part in text.split(","):
+        try:
+            value = float(part)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value > 0):
+            bad.append(clip(repr(part.strip())))
+        loads.append(value)
+    if bad:
+        raise ConfigError("--loads", [f"{', '.join(bad[:5])} is not a load; allowed: comma-separated numbers > 0 "
+                                      "(e.g. 0.5,1,2)"])
+    if len(loads) > MAX_LOADS:
+        raise ConfigError("--loads", [f"{len(loads)} loads; allowed: at most {MAX_LOADS}"])
+    return loads
+
+
+def check_sweep(loads: Sequence[float], results: Sequence[Any]) -> None:
+    """Raise `compare.Incomplete` naming each policy, load and seed whose run left jobs unfinished (`results`: the
+    comparisons of `load_sweep`, one per load): a sweep point with unfinished jobs is not a result."""
+    from slurm_elastico.sim import compare as cmp
+
+    bad = [(f"{p} at load {ld:g}", sd, c, n) for ld, res in zip(loads, results) for p, sd, c, n in res.incomplete()]
+    if bad:
+        raise cmp.Incomplete(bad)
 
 
 def write_sweep(sweep: dict, report: dict, out: str) -> None:
