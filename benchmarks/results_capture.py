@@ -66,7 +66,7 @@ def machine() -> dict:
     mem_kib = _first("/proc/meminfo", "MemTotal", ":").split()
     return {"cpu": _first("/proc/cpuinfo", "model name", ":") or platform.processor() or platform.machine(),
             "cpus": os.cpu_count(), "memory_gib": round(int(mem_kib[0]) / 2**20, 1) if mem_kib else None,
-            "os": _first("/etc/os-release", "PRETTY_NAME", "=") or platform.system(), "kernel": platform.release(),
+            "os": _first("/etc/os-release", "PRETTY_NAME", "=") or platform.system(),
             "python": platform.python_version(), "torch": _version("torch"),
             "load_avg_1m": round(os.getloadavg()[0], 2)}
 
@@ -107,6 +107,12 @@ def last_json(stdout: str) -> dict:
     return figures
 
 
+def local_paths_out(text: str, root: Path = ROOT) -> str:
+    """`text` with this checkout's and the temporary directory's paths made generic: an error kept in the
+    repository names files as a reader's checkout has them."""
+    return text.replace(f"{root}{os.sep}", "").replace(str(root), ".").replace(tempfile.gettempdir(), "$TMPDIR")
+
+
 def run_one(name: str, full: bool, prov: dict, root: Path = ROOT) -> dict:
     """Run one benchmark, echoing its output as it comes; its result record (figures, or the error)."""
     argv = command(name, full)
@@ -126,13 +132,13 @@ def run_one(name: str, full: bool, prov: dict, root: Path = ROOT) -> dict:
         stderr = err.read()
     record["wall_s"] = round(time.monotonic() - t0, 1)
     if rc != 0:
-        tail = "\n".join(stderr.strip().splitlines()[-ERROR_TAIL_LINES:])
+        tail = local_paths_out("\n".join(stderr.strip().splitlines()[-ERROR_TAIL_LINES:]), root)
         record["error"] = f"exit status {rc}" + (f"; the end of its error output:\n{tail}" if tail else "")
         return record
     try:
         record["figures"] = finite(last_json("".join(out)))
     except ValueError as e:
-        record["error"] = str(e)
+        record["error"] = local_paths_out(str(e), root)
     return record
 
 

@@ -5,6 +5,7 @@ Run from the repository root:
     python benchmarks/results_page.py            # render the page, plots and headline from docs/results/*.json
     python benchmarks/results_page.py --run      # run every benchmark --quick first (`make results`)
     python benchmarks/results_page.py --run --full   # ... in full (`make results FULL=1`)
+    python benchmarks/results_page.py --run --only planner   # measure one again, keep the others
     python benchmarks/results_page.py --check    # exit 1 naming the difference if the page or headline differ
 
 `render` is pure (records in, markdown out), so a figure typed into the page
@@ -29,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import results_sections as sections  # noqa: E402
 from benchmarks.results_capture import BENCHMARKS  # noqa: E402
+from benchmarks.results_sections import fmt  # noqa: E402
 
 PAGE = ROOT / "docs" / "results.md"
 RESULTS = ROOT / "docs" / "results"
@@ -41,17 +43,12 @@ class PageError(RuntimeError):
     """The page or headline cannot be written or does not match what the captured JSON gives."""
 
 
-def fmt(value, spec: str = ".2f") -> str:
-    """A figure for the page; "n/a" for a missing, NaN or infinite one (never the text "nan")."""
-    return sections.fmt(value, spec)
-
-
 def machine_line(record: dict) -> str:
     """The machine a record was measured on, in words: CPU, memory, OS, Python, and torch or Slurm where used."""
     m = record.get("provenance", {}).get("machine", {})
     figures = record.get("figures") or {}
-    parts = [f"{m.get('cpu') or 'unknown CPU'} ({m.get('cpus', 'n/a')} CPUs)", f"{fmt(m.get('memory_gib'), 'g')} GiB",
-             m.get("os") or "unknown OS", f"kernel {m.get('kernel') or 'n/a'}", f"Python {m.get('python') or 'n/a'}"]
+    parts = [f"{m.get('cpu') or 'unknown CPU'} ({m.get('cpus', 'n/a')} CPUs)", f"{fmt(m.get('memory_gib'), 'g')} GiB memory",
+             m.get("os") or "unknown OS", f"Python {m.get('python') or 'n/a'}"]
     if record.get("benchmark") in sections.USES_TORCH:
         parts.append(f"torch {m.get('torch') or 'n/a'}")
     if figures.get("slurm_version"):
@@ -97,7 +94,8 @@ def render(results: dict[str, dict]) -> str:
              "`docs/results/<name>.json` with the commit, date, machine and mode it came from (a `-dirty` commit "
              "had uncommitted changes). A mean is a result only when nothing was dropped: unfinished jobs and "
              "refused actions are given beside each mean that has them; \"n/a\" marks a figure the benchmark could "
-             "not give.", "", "**Headline.** " + head, "",
+             "not give. Timings (planner, interference speed, checkpoint, reshape) move with the machine and its "
+             "load, which each section gives.", "", "**Headline.** " + head, "",
              "| benchmark | mode | commit | measured | state |", "|---|---|---|---|---|"]
     for name in BENCHMARKS:
         rec = results.get(name)
@@ -203,17 +201,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", action="store_true", help="run every benchmark (--quick unless --full) and capture it")
     ap.add_argument("--full", action="store_true", help="with --run: the benchmarks in full (hours)")
+    ap.add_argument("--only", nargs="+", choices=BENCHMARKS, metavar="NAME",
+                    help=f"with --run: measure only these ({', '.join(BENCHMARKS)}); the others' JSON is kept")
     ap.add_argument("--check", action="store_true", help="only compare the committed page and headline")
     args = ap.parse_args(argv)
-    if args.full and not args.run:
-        ap.error("--full goes with --run (it chooses how the benchmarks run)")
+    if (args.full or args.only) and not args.run:
+        ap.error("--full and --only go with --run (they choose which benchmarks run and how)")
     if args.check and args.run:
         ap.error("--check compares what is committed; it cannot be combined with --run")
     failed = []
     if args.run:
         from benchmarks.results_capture import capture
 
-        failed = capture(BENCHMARKS, args.full, RESULTS)
+        failed = capture(args.only or BENCHMARKS, args.full, RESULTS)
     try:
         results = load()
         if args.check:
