@@ -75,8 +75,9 @@ def _nodes(settings: config.Settings, env: Mapping[str, str]):
 
 
 def submit(argv: Sequence[str], *, env: Mapping[str, str] | None = None, out: TextIO | None = None,
-           err: TextIO | None = None, sbatch: str = "sbatch", interpreter: str | None = None) -> int:
-    """Validate and submit through sbatch; returns the exit code (sbatch's once it ran)."""
+           err: TextIO | None = None, sbatch: str | None = None, interpreter: str | None = None) -> int:
+    """Validate and submit through sbatch (`sbatch`: another program in its place); returns the exit code
+    (sbatch's once it ran)."""
     env = dict(os.environ if env is None else env)
     out = out or sys.stdout
     err = err or sys.stderr

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from slurm_elastico.jobwrap.options import Option
+from slurm_elastico.slurm.sbatch_options import Option
 
 # What sbatch reads from the environment for the options elastico-submit may add (man sbatch, INPUT ENVIRONMENT).
 ENV_FOR = {

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.runtime.shape import Shape as RuntimeShape
 from slurm_elastico.runtime.shape import TrainShape
+from slurm_elastico.slurm import commands
 
 ENTRY = "slurm_elastico.jobwrap.ranks"
 
@@ -46,8 +47,7 @@ def srun_argv(program: Sequence[str], ranks: int, nodes: int, python: str = sys.
     if ranks < 1 or nodes < 1 or ranks % nodes:
         raise ConfigError("elastico-run", [f"{ranks} rank(s) cannot be spread evenly over {nodes} node(s); "
                                            "allowed: a rank count that is a multiple of the job's node count"])
-    return ["srun", f"--ntasks={ranks}", f"--ntasks-per-node={ranks // nodes}", f"--nodes={nodes}", "--overcommit",
-            "--kill-on-bad-exit=0", "--export=ALL", python, "-m", ENTRY, *program]
+    return commands.srun_tasks([python, "-m", ENTRY, *program], ranks, nodes)
 
 
 def rendezvous(host: str | None = None) -> dict[str, str]:

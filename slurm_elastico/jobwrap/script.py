@@ -12,7 +12,7 @@ import os
 import re
 
 from slurm_elastico.errors import ConfigError
-from slurm_elastico.jobwrap.options import header_lines
+from slurm_elastico.slurm.sbatch_options import header_lines
 from slurm_elastico.jobwrap.payload import Payload
 
 _CHUNK = 76

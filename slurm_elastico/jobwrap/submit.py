@@ -18,7 +18,8 @@ from pathlib import Path
 from slurm_elastico import config
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.jobwrap.additions import added_options, signal_lead
-from slurm_elastico.jobwrap.options import Option, SubmitArgs, directive_options
+from slurm_elastico.jobwrap.options import SubmitArgs
+from slurm_elastico.slurm.sbatch_options import Option, directive_options
 from slurm_elastico.jobwrap.payload import Payload
 from slurm_elastico.jobwrap.script import batch_script
 from slurm_elastico.inputs import load_yaml, read_bytes, read_text

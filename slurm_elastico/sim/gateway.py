@@ -73,7 +73,7 @@ class SimGateway:
     def _job(self, action: Action) -> SimJob:
         job = self.jobs.get(action.job_id)
         if job is None:
-            raise UnknownJobError(["scontrol", "update", f"JobId={action.job_id}"], 1,
+            raise UnknownJobError(commands.update_job(action.job_id), 1,
                                   f"Invalid job id specified: {action.job_id}")
         return job
 
@@ -160,8 +160,7 @@ class SimGateway:
         does not split evenly over the nodes, as the live gateway does before touching Slurm."""
         if action.kind is ActionKind.SET_GPUS or (action.kind is ActionKind.RESHAPE_RUNNING and action.gpus is not None):
             if not self.even_gangs:  # the peer's rule: N GPUs on these nodes in any split (calibration only)
-                update = ["scontrol", "update", f"JobId={action.job_id}",
-                          f"TresPerJob=gres/gpu:{commands.need(action.gpus, action)}", f"NodeList={','.join(action.nodes)}"]
+                update = commands.set_gpus(action.job_id, commands.need(action.gpus, action), action.nodes)
                 if action.kind is ActionKind.SET_GPUS:
                     return [update]
                 return [commands.requeue_hold(action.job_id), update, commands.start_now(action.job_id),

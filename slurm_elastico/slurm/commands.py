@@ -79,9 +79,10 @@ def batch_script(job_id: int) -> list[str]:
     return ["scontrol", "write", "batch_script", _job_id(job_id), "-"]
 
 
-def sbatch(options: Sequence[str], program: str = "sbatch") -> list[str]:
-    """sbatch reading the batch script from stdin; `options` are a user's own sbatch options, passed verbatim."""
-    return [program, *options]
+def sbatch(options: Sequence[str], program: str | None = None) -> list[str]:
+    """sbatch (or `program` in its place) reading the batch script from stdin; `options` are a user's own sbatch
+    options, passed verbatim."""
+    return [program or "sbatch", *options]
 
 
 def set_share(job_id: int, share: int, shares_per_gpu: int = MPS_SHARES_PER_GPU) -> list[str]:
@@ -127,6 +128,23 @@ def gpu_count_argv(action: Action) -> list[list[str]]:
     if action.kind is ActionKind.RESHAPE_RUNNING:
         return [requeue_hold(jid), update, start_now(jid), release(jid)]
     raise InvalidActionError(f"{action.kind.value} action for job {jid} does not change a GPU count")
+
+
+def update_job(job_id: int, *fields: str) -> list[str]:
+    """`scontrol update JobId=<id>` with `fields` (`Key=value` each, as given): what an error about updating the
+    job names when no single builder below fits (the simulator's)."""
+    return ["scontrol", "update", f"JobId={_job_id(job_id)}", *fields]
+
+
+def srun_tasks(command: Sequence[str], ranks: int, nodes: int) -> list[str]:
+    """srun running `command` as `ranks` tasks inside the job, `ranks // nodes` on each of its `nodes` nodes.
+
+    Overcommitted (the tasks share the job's CPUs), each task's failure left to its supervisor
+    (`--kill-on-bad-exit=0`), the job's environment exported to every task. Trap: `ranks` must be a multiple
+    of `nodes` (the caller checks it, naming its own input).
+    """
+    return ["srun", f"--ntasks={ranks}", f"--ntasks-per-node={ranks // nodes}", f"--nodes={nodes}", "--overcommit",
+            "--kill-on-bad-exit=0", "--export=ALL", *command]
 
 
 def set_nodes(job_id: int, nodes: tuple[str, ...] | list[str]) -> list[str]:

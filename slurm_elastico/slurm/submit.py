@@ -15,8 +15,9 @@ from slurm_elastico.errors import SlurmError, SlurmNotFound
 from slurm_elastico.slurm import commands
 
 def sbatch(options: Sequence[str], script: str, *, env: Mapping[str, str], out: TextIO,
-           program: str = "sbatch") -> int:
-    """Run sbatch with `script` on stdin; returns its exit code. Raises SlurmNotFound when `program` is not on PATH.
+           program: str | None = None) -> int:
+    """Run sbatch (or `program`) with `script` on stdin; returns its exit code. Raises SlurmNotFound when it is
+    not on PATH.
 
     Its stdout is copied to `out` line by line (with --wait sbatch prints the id long before it exits); its
     stderr is the caller's own.
@@ -27,7 +28,7 @@ def sbatch(options: Sequence[str], script: str, *, env: Mapping[str, str], out: 
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(env),
                                 encoding="utf-8", errors="surrogateescape")
     except FileNotFoundError:
-        raise SlurmNotFound(cmd, None, "", f"`{program}` is not installed or not on PATH") from None
+        raise SlurmNotFound(cmd, None, "", f"`{cmd[0]}` is not installed or not on PATH") from None
     assert proc.stdin is not None and proc.stdout is not None
     unread = False
     try:
@@ -40,6 +41,6 @@ def sbatch(options: Sequence[str], script: str, *, env: Mapping[str, str], out: 
         out.flush()
     code = proc.wait()
     if unread and code == 0:
-        raise SlurmError(cmd, code, "", f"`{program}` exited with 0 before it read the whole batch script; "
+        raise SlurmError(cmd, code, "", f"`{cmd[0]}` exited with 0 before it read the whole batch script; "
                          "whatever it submitted may lack part of the script: check it with `squeue --me`")
     return code

@@ -114,3 +114,20 @@ def test_a_requeued_jobs_place_is_a_reservation_of_its_nodes_for_its_owner():
         commands.reserve_place(7, ("n1",), "alice", 0)
     with pytest.raises(InvalidActionError, match="not a valid Slurm node name"):
         commands.reserve_place(7, ("n1 n2",), "alice", 1)
+
+
+def test_a_job_update_names_the_job_and_refuses_a_bad_id():
+    assert commands.update_job(7, "Comment=x") == ["scontrol", "update", "JobId=7", "Comment=x"]
+    with pytest.raises(InvalidActionError, match="job id must be a positive integer"):
+        commands.update_job(0)
+
+
+def test_srun_spreads_the_ranks_evenly_over_the_nodes():
+    argv = commands.srun_tasks(["python", "-m", "x"], 8, 2)
+    assert argv[:4] == ["srun", "--ntasks=8", "--ntasks-per-node=4", "--nodes=2"]
+    assert argv[-3:] == ["python", "-m", "x"]
+
+
+def test_sbatch_is_the_program_unless_another_is_given():
+    assert commands.sbatch(["-p", "debug"]) == ["sbatch", "-p", "debug"]
+    assert commands.sbatch([], "/opt/fake/sbatch") == ["/opt/fake/sbatch"]

@@ -122,7 +122,7 @@ def test_payload_carries_the_sites_shares_per_gpu():
 
 def test_a_family_with_gpu_counts_starts_on_whole_gpus_unless_the_user_chose():
     from slurm_elastico.jobwrap.additions import added_options
-    from slurm_elastico.jobwrap.options import Option
+    from slurm_elastico.slurm.sbatch_options import Option
     from slurm_elastico.shapes import build_family, parse_spec
     from slurm_elastico.shapes.nodes import start_request
 

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from slurm_elastico.cli.submit import submit
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.jobwrap.additions import added_options, signal_lead
-from slurm_elastico.jobwrap.options import Option, directive_options, split_argv
+from slurm_elastico.jobwrap.options import split_argv
+from slurm_elastico.slurm.sbatch_options import Option, directive_options
 from slurm_elastico.jobwrap.payload import Payload
 from slurm_elastico.jobwrap.script import batch_script, payload_from_script, shebang_argv
 
