@@ -166,3 +166,18 @@ def test_plots_draw_from_the_committed_json(tmp_path: Path):
         if "figures" in results.get(name, {}):
             results_plots.draw(name, results[name]["figures"], tmp_path / f"{name}.png")
             assert (tmp_path / f"{name}.png").stat().st_size > 1000
+
+
+def test_check_names_a_figure_edited_by_hand(tmp_path: Path, monkeypatch, capsys):
+    edited = tmp_path / "results.md"
+    text = page.PAGE.read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| elastico |"))
+    cells = row.split("|")
+    cells[2] = " 0.001 ± 0.001 "  # elastico's mean JCT, typed in
+    edited.write_text(text.replace(row, "|".join(cells), 1))
+    monkeypatch.setattr(page, "PAGE", edited)
+    assert page.main(["--check"]) == 1
+    err = capsys.readouterr().err
+    assert "docs/results.md differs from its rendering" in err and "0.001 ± 0.001" in err
+    edited.write_text(text)
+    assert page.main(["--check"]) == 0
