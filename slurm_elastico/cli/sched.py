@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import sqlite3
 import time
 
 import click
@@ -41,11 +39,10 @@ def sched(ctx, once, interval, epochs, dry_run, families_dir, as_json, log_forma
     --interval waits longer each time and says so. It acts only on jobs elastico-submit made (the family
     is read from the job's batch script) and keeps its state private (docs/admin/running.md).
     """
-    from slurm_elastico.helper.lock import HelperBusy, helper_lock
+    from slurm_elastico.helper.lock import HelperBusy
     from slurm_elastico.helper.metrics import Metrics, serve
-    from slurm_elastico.helper.private import require_private
+    from slurm_elastico.helper.service import held
     from slurm_elastico.planner import policies
-    from slurm_elastico.slurm.conf import read_cluster_name
 
     if once and interval is not None:
         raise click.UsageError("--once and --interval exclude each other")
@@ -55,10 +52,8 @@ def sched(ctx, once, interval, epochs, dry_run, families_dir, as_json, log_forma
     policies.get(cfg.planner.policy)  # an unknown policy stops here, not at every epoch
     with contextlib.ExitStack() as lifetime:  # what the helper holds for its whole life
         if not dry_run:  # a dry run changes nothing: it may look while the helper runs
-            lifetime.callback(os.umask, os.umask(0o077))  # its state is private (helper.private)
-            require_private(cfg.state_dir)
             try:
-                lifetime.enter_context(helper_lock(read_cluster_name(cfg.slurm.conf), cfg.state_dir))
+                lifetime.enter_context(held(cfg))
             except HelperBusy as exc:
                 if interval is not None:
                     raise
@@ -100,57 +95,15 @@ class Output:
 def _serve(cfg, interval, epochs, dry_run, families_dir, out: Output, metrics, metrics_file) -> None:
     """The helper's life once it holds its locks: one epoch, or epochs every `interval` seconds."""
     from slurm_elastico.cli.view import gateway_from
-    from slurm_elastico.errors import ConfigError, ElasticoError, SlurmUnavailable
-    from slurm_elastico.helper.epoch import main_loop, outage_line, run_once
-    from slurm_elastico.helper.metrics import observed_slowdowns, write_file
-    from slurm_elastico.helper.observe import SOURCE
-    from slurm_elastico.helper.families import DirectoryFamilies, ScriptFamilies
-    from slurm_elastico.helper.journal import Journal
-    from slurm_elastico.helper.observer import ProgressObserver
-    from slurm_elastico.interference import load_model
-    from slurm_elastico.interference.errors import MeasurementError
-    from slurm_elastico.interference.measurements import read_csv
-    from slurm_elastico.store import Store
+    from slurm_elastico.errors import SlurmUnavailable
+    from slurm_elastico.helper.epoch import main_loop, outage_line
+    from slurm_elastico.helper.service import open_service
 
-    # Everything a bad input can fail is read before the store is opened, so a refused start writes nothing.
-    gateway = gateway_from(cfg)
-    directory = DirectoryFamilies(families_dir, cfg.gpu.memory_mib) if families_dir else None
-    model = load_model(cfg.interference.model)
-    reference = []
-    if cfg.interference.reference:
-        if not cfg.interference.model:
-            out.log("info", "note: interference.reference is set but interference.model is empty: observed "
-                    "slowdowns are recorded, no model is refined")
-        try:
-            reference = read_csv(cfg.interference.reference)
-        except MeasurementError as exc:
-            raise ConfigError("interference.reference", [f"{exc} (the measurement CSV the model was trained on)"]) from None
-    store = Store(cfg.store_path)
-    families = directory or ScriptFamilies(store, gateway, cfg.gpu.memory_mib)
-    journal = None if dry_run else Journal(store)
-    observer = ProgressObserver(store, cfg.gpu.type, model, cfg.interference.model, reference)
-
-    def publish() -> None:
-        if metrics_file:
-            try:
-                write_file(metrics, metrics_file)
-            except OSError as exc:  # the metrics are a view: their file failing must not stop scheduling
-                out.log("error", f"error: metrics not written to {metrics_file}: {exc.strerror}")
+    service = open_service(cfg, gateway_from(cfg), families_dir=families_dir, dry_run=dry_run, metrics=metrics,
+                           metrics_file=metrics_file, log=out.log)
 
     def step():
-        started = time.monotonic()
-        try:
-            result = run_once(gateway, cfg, families, model, journal, time.time(), dry_run=dry_run, observer=observer)
-        except SlurmUnavailable:
-            metrics.outage(time.monotonic() - started, time.time())
-            publish()
-            raise
-        except (ElasticoError, sqlite3.Error, OSError):
-            metrics.failed(time.monotonic() - started, time.time())
-            publish()
-            raise
-        metrics.epoch(result, time.monotonic() - started, observed_slowdowns(store, SOURCE), time.time())
-        publish()
+        result = service.step()
         out.epoch(result)
         return result
 
@@ -163,6 +116,5 @@ def _serve(cfg, interval, epochs, dry_run, families_dir, out: Output, metrics, m
         if result.outage:
             raise SystemExit(SlurmUnavailable.exit_code)
         return
-    failures = main_loop(step, interval, epochs, log=out.log)
-    if failures:
+    if main_loop(step, interval, epochs, log=out.log):  # the number of failed epochs
         raise SystemExit(1)

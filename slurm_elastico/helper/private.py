@@ -3,7 +3,7 @@
 A journal row that `recovery.recover` settles, or an admission that says a job
 is elastico-submit's, would be a way to make the helper act on someone else's
 job if a user could write the store. So the acting helper creates everything
-with umask 077 (`cli.sched`) and refuses to start on a state directory or store file that
+with umask 077 (`helper.service.held`) and refuses to start on a state directory or store file that
 another user owns or that group or others may write.
 """
 

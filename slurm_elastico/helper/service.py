@@ -1,0 +1,126 @@
+"""One run of the helper as a service: its working parts, opened in a safe order, and one epoch with its metrics.
+
+`held` is what a helper that acts holds for its whole life (a dry run holds
+nothing: it changes nothing, so it may look while the helper runs).
+`open_service` reads everything a bad input can fail (the families directory,
+the interference model and the measurements it was trained on) before it
+opens the store, so a refused start writes nothing; then the store, the
+journal (none in a dry run: it changes nothing) and the progress observer.
+`Service.step` runs one epoch and counts it in the metrics (an outage or a
+failure too, before the error goes on to the caller), then rewrites the
+metrics file when there is one. Printing and exit codes are the CLI's.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Protocol
+
+from slurm_elastico.config import Settings
+from slurm_elastico.errors import ConfigError, ElasticoError, SlurmUnavailable
+from slurm_elastico.helper.epoch import EpochResult, Gateway, run_once
+from slurm_elastico.helper.families import DirectoryFamilies, FamilySource, ScriptFamilies, ScriptReader
+from slurm_elastico.helper.journal import Journal
+from slurm_elastico.helper.lock import helper_lock
+from slurm_elastico.helper.metrics import Metrics, observed_slowdowns, write_file
+from slurm_elastico.helper.observe import SOURCE
+from slurm_elastico.helper.observer import ProgressObserver
+from slurm_elastico.helper.private import require_private
+from slurm_elastico.interference import load_model
+from slurm_elastico.interference.base import SlowdownModel
+from slurm_elastico.interference.errors import MeasurementError
+from slurm_elastico.interference.measurements import read_csv
+from slurm_elastico.slurm.conf import read_cluster_name
+from slurm_elastico.store import Store
+
+Log = Callable[[str, str], None]
+"""Where the service says something: `log(level, line)`, level one of "info", "warning", "error"."""
+
+
+@contextmanager
+def held(settings: Settings) -> Iterator[None]:
+    """Umask 077 (the helper's state is private: `helper.private`), a private state directory, and the cluster's
+    and the state directory's locks, until the block ends; `HelperBusy` naming the other helper when taken."""
+    previous = os.umask(0o077)
+    try:
+        require_private(settings.state_dir)
+        with helper_lock(read_cluster_name(settings.slurm.conf), settings.state_dir):
+            yield
+    finally:
+        os.umask(previous)
+
+
+class HelperGateway(Gateway, ScriptReader, Protocol):
+    """What the helper needs of Slurm: the epoch's gateway, and the jobs' batch scripts (their families)."""
+
+
+@dataclass
+class Service:
+    """The parts one helper run holds for its whole life (see the module's docstring)."""
+
+    settings: Settings
+    gateway: HelperGateway
+    families: FamilySource
+    model: SlowdownModel
+    journal: Journal | None
+    observer: ProgressObserver
+    store: Store
+    metrics: Metrics
+    log: Log
+    dry_run: bool = False
+    metrics_file: str | None = None
+
+    def publish(self) -> None:
+        """Rewrite the metrics file, if any; a failure is logged, never raised: the metrics are a view, and their
+        file failing must not stop scheduling."""
+        if self.metrics_file:
+            try:
+                write_file(self.metrics, self.metrics_file)
+            except OSError as exc:
+                self.log("error", f"error: metrics not written to {self.metrics_file}: {exc.strerror}")
+
+    def step(self) -> EpochResult:
+        """One epoch, counted in the metrics; `SlurmUnavailable` and other failures are counted, then raised."""
+        started = time.monotonic()
+        try:
+            result = run_once(self.gateway, self.settings, self.families, self.model, self.journal, time.time(),
+                              dry_run=self.dry_run, observer=self.observer)
+        except SlurmUnavailable:
+            self.metrics.outage(time.monotonic() - started, time.time())
+            self.publish()
+            raise
+        except (ElasticoError, sqlite3.Error, OSError):
+            self.metrics.failed(time.monotonic() - started, time.time())
+            self.publish()
+            raise
+        self.metrics.epoch(result, time.monotonic() - started, observed_slowdowns(self.store, SOURCE), time.time())
+        self.publish()
+        return result
+
+
+def open_service(settings: Settings, gateway: HelperGateway, *, families_dir: str | None, dry_run: bool,
+                 metrics: Metrics, metrics_file: str | None, log: Log) -> Service:
+    """The helper's parts for `settings`; every bad input is refused before the store is opened (`ConfigError`
+    naming `interference.reference` for measurements that do not read)."""
+    cfg = settings
+    directory = DirectoryFamilies(families_dir, cfg.gpu.memory_mib) if families_dir else None
+    model = load_model(cfg.interference.model)
+    reference = []
+    if cfg.interference.reference:
+        if not cfg.interference.model:
+            log("info", "note: interference.reference is set but interference.model is empty: observed "
+                "slowdowns are recorded, no model is refined")
+        try:
+            reference = read_csv(cfg.interference.reference)
+        except MeasurementError as exc:
+            raise ConfigError("interference.reference", [f"{exc} (the measurement CSV the model was trained on)"]) from None
+    store = Store(cfg.store_path)
+    families = directory or ScriptFamilies(store, gateway, cfg.gpu.memory_mib)
+    journal = None if dry_run else Journal(store)
+    observer = ProgressObserver(store, cfg.gpu.type, model, cfg.interference.model, reference)
+    return Service(cfg, gateway, families, model, journal, observer, store, metrics, log, dry_run, metrics_file)
