@@ -93,7 +93,7 @@ def world(tmp_path_factory):
     (d / "state" / "keep.txt").write_text("the administrator's\n")
     bin_dir = d / "bin"
     bin_dir.mkdir()
-    (bin_dir / "sbatch").write_text(f"#!/bin/sh\necho \"$@\" >> {d}/sbatch.calls\necho Submitted batch job 1\n")
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\ncat >/dev/null\necho \"$@\" >> {d}/sbatch.calls\necho Submitted batch job 1\n")  # reads the script, as sbatch does
     (bin_dir / "sbatch").chmod(0o755)
     yield d
     for lock in (Path("/run/slurm-elastico") / f"{CLUSTER}.lock",):  # a full-disk case may leave its empty lock
