@@ -6,7 +6,10 @@
 cgroup.conf, `startup` how each daemon starts, `daemons` the pid-file start
 and stop of its daemons, `host` the ports, private files and fake GPUs it
 takes from the machine, `install` the Debian packages it needs, and `demo`
-the main job (`elastico demo`) run on it.
+the main job (`elastico demo`) run on it: its job list (`demo_workload`,
+paced by `pacing`), the cluster's two halves (`halves`), the two runs at once
+(`demo_live`, shown by `progress`), their figures (`demo_figures`) and the
+checks of their work (`demo_checks`).
 """
 
 from slurm_elastico.cluster.config import DEFAULT_PORT_BASE

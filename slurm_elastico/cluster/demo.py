@@ -5,7 +5,7 @@ time, beside the simulator's prediction for the same list.
    slurmdbd + MariaDB for sacct) and split it into two halves of 2 nodes
    × 4 GPUs (`cluster.halves`): a partition for each run.
 2. The job list (`cluster.demo_workload`): tiny PyTorch training jobs (most
-   of them data-parallel with GPU counts 1 and 2, or 1, 2 and 4) and tiny
+   of them data-parallel with GPU counts 1 and 2) and tiny
    offline-inference jobs, arriving a few seconds apart. Each job runs its
    real code on emulated GPUs (`cluster.pacing`): every step is padded to
    the time the simulator's ground truth gives it at its current shape, GPU
@@ -149,9 +149,12 @@ def _run_on(cluster: LocalCluster, load: Workload, say: Callable[[str], None], b
         f"elastico sched --interval {plan.interval_s:g} on the other")
     runs = run_halves(halves, jobs, work, env, gateway, plan, truth, load.timeout_s, say, progress)
     plain, elastic = runs["plain"], runs["elastico"]
+    load_avg = os.getloadavg()[1]  # the last 5 minutes: about the runs' time
     say(f"   all {len(jobs)} jobs of each run finished: plain in {plain.wall_s:.0f} s, elastico in "
         f"{elastic.wall_s:.0f} s; the helper's actions: "
         f"{', '.join(f'{n} {k}' for k, n in sorted(elastic.actions.items())) or 'none'}")
+    say(f"   the machine's load meanwhile: {load_avg:.1f} runnable processes on {os.cpu_count()} cores (5-minute "
+        "load average, the demo's own included)")
 
     say("== 5. checking the work")
     for obs in (plain, elastic):
@@ -205,7 +208,7 @@ def _run_on(cluster: LocalCluster, load: Workload, say: Callable[[str], None], b
                         "simulated_at_list_arrivals": nominal["static"] / nominal["elastico"]},
               "start_cost_s": {"nominal": plan.start_cost_s, "measured": cost}, "work": str(work),
               "halves": {h.mode: {"partition": h.partition, "nodes": list(h.nodes)} for h in halves},
-              "slurm_version": version, "seconds": time.monotonic() - began,
+              "slurm_version": version, "seconds": time.monotonic() - began, "load_average_5min": load_avg,
               "wall_s": {o.mode: o.wall_s for o in (plain, elastic)},
               "ended_late_s": {mode: {"mean": float(np.mean(v)), "max": max(v)} for mode, v in lag.items()},
               "jobs": jobs_rows}
