@@ -238,8 +238,10 @@ def predict(jobs: Sequence[DemoJob], plan: Plan, truth: GroundTruth | None = Non
     `static` and `elastico` (see the module docstring). `arrivals` gives a policy the list as it really arrived
     (the same jobs, other submission times: `at_arrivals`). `slurm_version`: the Slurm simulated (the live
     cluster's, so its GPU choice is modelled: `SimSettings.slurm_version`); empty = the simulator's default.
-    `start_cost_s`: seconds each job's first start makes no progress (`SimSettings.start_cost_s`): 0, as on the
-    emulated GPUs (start-up overlaps the emulated work); more, to see what live start-up and exit would change."""
+    `start_cost_s`: seconds each job's first start makes no progress (`SimSettings.start_cost_s`): the demo gives
+    `Plan.start_cost_s` before its live runs and the cost measured on the plain half after them (a long job's
+    start-up overlaps its emulated work live, `pacing.origin`; its exit, a short job's start-up and Slurm's
+    completing state do not)."""
     from slurm_elastico.interference import load_model
     from slurm_elastico.sim import engine
     from slurm_elastico.sim import settings as sim_settings
