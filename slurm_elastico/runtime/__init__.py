@@ -7,6 +7,8 @@ so does `slurm_elastico.runtime.dist` (a data-parallel rank's membership from
 torch's env:// variables, its process group and device).
 """
 
+import importlib
+
 from slurm_elastico.runtime.progress import report_progress
 from slurm_elastico.runtime.shape import (
     EXIT_CHECKPOINTED,
@@ -28,13 +30,22 @@ from slurm_elastico.runtime.signals import (
 )
 
 
-def __getattr__(name: str) -> object:
-    """Checkpoint functions import torch; load them on first use."""
-    from slurm_elastico.runtime import checkpoint
+_LAZY = frozenset(
+    ("save_checkpoint", "load_checkpoint", "load_latest", "Checkpoint", "CheckpointError", "CheckpointCorruptError")
+)
 
-    if name in ("save_checkpoint", "load_checkpoint", "load_latest", "Checkpoint", "CheckpointError", "CheckpointCorruptError"):
-        return getattr(checkpoint, name)
-    raise AttributeError(f"module 'slurm_elastico.runtime' has no attribute {name!r}")
+
+def __getattr__(name: str) -> object:
+    """Checkpoint functions import torch; load them on first use.
+
+    The name is checked before anything is imported: `from package import sub`
+    asks this hook for `sub` first, so importing the submodule that way here
+    would recurse forever.
+    """
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    checkpoint = importlib.import_module(__name__ + ".checkpoint")
+    return getattr(checkpoint, name)
 
 
 __all__ = [
