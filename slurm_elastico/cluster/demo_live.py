@@ -11,12 +11,17 @@ returned (each job is submitted at its arrival time by its own thread, so a slow
 the next), first start when the job is first seen running, end when it is no longer listed. GPU utilisation is
 the allocated share of the half's GPUs (a whole GPU or an MPS share), averaged over the run, as the simulator
 counts it. A job seen on a node outside its half is an error: the halves must not mix.
+
+An error or Ctrl-C stops the runs: no job is submitted after it (the submitting threads wait for their arrival
+time on an event, not in a sleep), every job the demo submitted and did not see end is cancelled, and the helper
+is stopped and waited for (it runs in its own session, so the terminal's Ctrl-C does not reach it mid-reshape).
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -32,6 +37,7 @@ from slurm_elastico.cluster.programs import program
 from slurm_elastico.cluster.progress import ProgressLine
 from slurm_elastico.errors import SlurmError
 from slurm_elastico.model import JobState
+from slurm_elastico.slurm import commands
 
 PROGRAMS = Path(__file__).resolve().parents[2] / "wrappers" / "demo"
 PROGRAM = {"train": PROGRAMS / "train_paced.py", "infer": PROGRAMS / "infer_paced.py"}
@@ -108,15 +114,18 @@ def run_halves(halves: Sequence[Half], jobs: Sequence[workload.DemoJob], work: P
     helper = log = None
     if "elastico" in obs:
         log = open(work / "elastico" / "sched.log", "w")
+        # Its own session: a Ctrl-C at the terminal reaches the demo only, which stops the helper itself (below).
         helper = subprocess.Popen([_bin("elastico"), "sched", "--interval", str(plan.interval_s), "--json"],
-                                  env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                  env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  start_new_session=True)
+    stop = threading.Event()
     t0 = time.monotonic()
     # Each job is submitted at its arrival time by its own thread (elastico-submit takes seconds on a loaded
     # machine; one after the other they would drift later and later), while this loop polls squeue every second.
     pool = ThreadPoolExecutor(max_workers=len(jobs) * len(halves), thread_name_prefix="submit")
     pending: dict[Future, tuple[str, workload.DemoJob]] = {
-        pool.submit(_submit_at, t0 + job.submit_s, submit_argv(h, job, work, plan, truth), env, work / h.mode, job):
-        (h.mode, job) for job in jobs for h in halves}
+        pool.submit(_submit_at, t0 + job.submit_s, submit_argv(h, job, work, plan, truth), env, work / h.mode, job,
+                    stop): (h.mode, job) for job in jobs for h in halves}
     try:
         while True:
             now = time.monotonic()
@@ -161,12 +170,20 @@ def run_halves(halves: Sequence[Half], jobs: Sequence[workload.DemoJob], work: P
                 raise DemoError(f"jobs did not finish within {timeout_s:.0f} s: {left} ({len(pending)} not "
                                 f"submitted yet); see {work}")
             time.sleep(max(0.0, 1.0 - (time.monotonic() - now)))
+    except BaseException:  # an error or Ctrl-C: submit nothing more, stop the helper, cancel what was submitted
+        stop.set()
+        progress.end()
+        pool.shutdown(wait=True, cancel_futures=True)  # waiting threads return at once; one mid-command ends it
+        _stop_helper(helper)
+        ended = {job_id for o in obs.values() for job_id in o.end}
+        _cancel(gateway, sorted((set(mode_of) | _submitted(pending)) - ended), say)
+        raise
     finally:
+        stop.set()
         progress.end()
         pool.shutdown(wait=True, cancel_futures=True)
-        if helper is not None:
-            helper.terminate()
-            helper.wait(timeout=30)
+        _stop_helper(helper)
+        if log is not None:
             log.close()
     for mode, o in obs.items():
         o.wall_s = max(o.end.values()) - t0
@@ -177,10 +194,46 @@ def run_halves(halves: Sequence[Half], jobs: Sequence[workload.DemoJob], work: P
     return obs
 
 
-def _submit_at(due: float, argv: list[str], env: dict, cwd: Path, job: workload.DemoJob) -> tuple[int, float, float]:
-    """Submit `job` at `due` (monotonic clock); returns its id, when Slurm had it (the command returned: the JCT
-    counts from there, as the simulator's) and how long the command took."""
-    time.sleep(max(0.0, due - time.monotonic()))
+def _submitted(pending: dict[Future, tuple[str, workload.DemoJob]]) -> set[int]:
+    """The ids of the jobs whose submission ended but the loop had not yet collected."""
+    return {f.result()[0] for f in pending
+            if f.done() and not f.cancelled() and f.exception() is None and f.result() is not None}
+
+
+def _stop_helper(helper: subprocess.Popen | None) -> None:
+    """Terminate the helper and wait for it (killed if it does not end within 30 s); nothing when it has ended."""
+    if helper is None or helper.poll() is not None:
+        return
+    helper.terminate()
+    try:
+        helper.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        helper.kill()
+        helper.wait(timeout=30)
+
+
+def _cancel(gateway, job_ids: list[int], say: Callable[[str], None]) -> None:
+    """Cancel the demo's jobs still running or waiting (scancel); a failure is said, never raised, so the error
+    that stopped the demo is the one reported."""
+    if not job_ids:
+        return
+    argv = commands.cancel(job_ids)
+    try:
+        done = gateway.runner(argv)
+        problem = "" if done.returncode == 0 else f"exit {done.returncode}: {(done.stderr or done.stdout).strip()}"
+    except Exception as exc:  # reported: the error that stopped the demo goes on
+        problem = str(exc)
+    ids = " ".join(map(str, job_ids))
+    say(f"   cancelled the demo's job(s) {ids}" if not problem else
+        f"   cancelling the demo's job(s) {ids} failed ({problem}); cancel them with: scancel {ids}")
+
+
+def _submit_at(due: float, argv: list[str], env: dict, cwd: Path, job: workload.DemoJob,
+               stop: threading.Event) -> tuple[int, float, float] | None:
+    """Submit `job` at `due` (monotonic clock), unless `stop` is set first (then None); returns its id, when Slurm
+    had it (the command returned: the JCT counts from there, as the simulator's) and how long the command took."""
+    if stop.wait(max(0.0, due - time.monotonic())):
+        return None
     began = time.monotonic()
     # Run from the run's directory: jobs run there and keep their checkpoints under it.
     out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=120)

@@ -285,7 +285,7 @@ def test_the_live_loop_times_each_job_and_refuses_a_job_outside_its_half(tmp_pat
     job = w.job_list(train=1, infer=0)[0]
     half = halves.Half("plain", "demo-plain", ("n1",))
     monkeypatch.setattr(demo_live, "submit_argv", lambda *a: ["sbatch"])
-    monkeypatch.setattr(demo_live, "_submit_at", lambda due, argv, env, cwd, job: (7, 0.0, 0.1))
+    monkeypatch.setattr(demo_live, "_submit_at", lambda due, argv, env, cwd, job, stop: (7, 0.0, 0.1))
     monkeypatch.setattr(demo_live.time, "sleep", lambda s: None)
 
     class Gateway:
@@ -307,3 +307,81 @@ def test_the_live_loop_times_each_job_and_refuses_a_job_outside_its_half(tmp_pat
     with pytest.raises(demo_checks.DemoError, match=r"job 7 of the plain run holds GPUs on n3, outside its half "
                                                     r"\(n1\)"):
         demo_live.run_halves(*args[:4], Gateway([running("n3")]), *args[5:])
+
+
+class _Helper:
+    """Stands for the helper's process: records how it was started and stopped."""
+
+    def __init__(self, kwargs):
+        self.kwargs, self.calls = kwargs, []
+
+    def poll(self):
+        return 0 if "terminate" in self.calls else None
+
+    def terminate(self):
+        self.calls.append("terminate")
+
+    def wait(self, timeout=None):
+        self.calls.append("wait")
+        return 0
+
+
+class _Subprocess:
+    """Stands for `subprocess` in demo_live: a submission returns the next job id at once (41, 42, ...)."""
+
+    import subprocess as real
+
+    STDOUT, DEVNULL, TimeoutExpired = real.STDOUT, real.DEVNULL, real.TimeoutExpired
+
+    def __init__(self):
+        self.submitted, self.helpers = [], []
+
+    def run(self, argv, **kwargs):
+        self.submitted.append(argv[1])
+        return self.real.CompletedProcess(argv, 0, f"{40 + len(self.submitted)};cluster\n", "")
+
+    def Popen(self, argv, **kwargs):
+        self.helpers.append(_Helper(kwargs))
+        return self.helpers[-1]
+
+
+@pytest.mark.parametrize("error", ["outside its half", "ctrl-c"])
+def test_an_error_stops_the_submissions_cancels_the_submitted_jobs_and_stops_the_helper(tmp_path, monkeypatch, error):
+    import time
+
+    from slurm_elastico.cluster import demo_workload as w
+    from slurm_elastico.model import JobState, JobView
+    from slurm_elastico.sim.truth import GroundTruth
+
+    fake = _Subprocess()
+    monkeypatch.setattr(demo_live, "subprocess", fake)
+    monkeypatch.setattr(demo_live, "submit_argv", lambda half, job, *a: ["submit", f"{half.mode}-{job.name}"])
+    jobs = w.job_list(train=3, infer=0, gap_s=60.0)  # the first at 0 s, the others a minute apart
+    (tmp_path / "elastico").mkdir()
+
+    class Gateway:
+        def __init__(self):
+            self.ran = []
+
+        def jobs(self):
+            if len(fake.submitted) < 2:  # both halves' first job
+                return ()
+            if error == "ctrl-c":
+                raise KeyboardInterrupt
+            return (JobView(41, "j", "root", "demo-plain", JobState.RUNNING, gpu_alloc=(("n9", 0, 0),)),)
+
+        def runner(self, argv):
+            self.ran.append(argv)
+            return fake.real.CompletedProcess(argv, 0, "", "")
+
+    gateway, said = Gateway(), []
+    pair = [halves.Half("plain", "demo-plain", ("n1",)), halves.Half("elastico", "demo-elastico", ("n2",))]
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt if error == "ctrl-c" else demo_checks.DemoError):
+        demo_live.run_halves(pair, jobs, tmp_path, {}, gateway, w.Plan(), GroundTruth(), 600.0, said.append,
+                             demo_live.ProgressLine(_Stream(False)))
+    assert time.monotonic() - began < 20  # not at the next arrival (60 s) nor the last (120 s)
+    assert sorted(fake.submitted) == sorted(f"{m}-{jobs[0].name}" for m in ("plain", "elastico"))  # nothing more
+    assert gateway.ran == [["scancel", "41", "42"]] and "cancelled the demo's job(s) 41 42" in said[-1]
+    (helper,) = fake.helpers
+    assert helper.kwargs["start_new_session"] is True and helper.calls == ["terminate", "wait"]
