@@ -116,7 +116,7 @@ def _run_on(cluster: LocalCluster, load: Workload, say: Callable[[str], None], b
 
     plan = load.plan
     gateway = SlurmGateway(SubprocessRunner(env=cluster.env()))
-    halves = cluster_halves.ensure(gateway, plan.gpus, plan.gpus_per_node)
+    halves = cluster_halves.ensure(gateway, plan.gpus, plan.gpus_per_node, cluster.state_dir)
     say("   two halves of " + " and ".join(f"{', '.join(h.nodes)} (partition {h.partition}, {h.mode})"
                                            for h in halves) + f": {plan.gpus} GPUs each")
     work = cluster.state_dir / "demo" / time.strftime("%Y%m%d-%H%M%S")

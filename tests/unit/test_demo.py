@@ -215,16 +215,50 @@ def test_the_cluster_splits_into_two_equal_halves_in_node_order():
         halves.split(nodes, 6, 4)
 
 
-def test_a_halfs_partition_is_made_or_moved_only_when_it_differs():
+def test_a_halfs_partition_is_made_or_updated_up_every_time():
     from slurm_elastico.model import PartitionView
 
     half = halves.Half("elastico", "demo-elastico", ("n3", "n4"))
     assert halves.partition_argv(half, [PartitionView("debug", ("n1", "n2", "n3", "n4"))]) == [
         "scontrol", "create", "PartitionName=demo-elastico", "Nodes=n3,n4", "State=UP", "MaxTime=INFINITE",
         "Default=NO"]
-    assert halves.partition_argv(half, [PartitionView("demo-elastico", ("n4", "n3"))]) is None
+    # Even when it looks right: Slurm 22.05 reads every partition as UP, so one left DOWN is brought up all the same.
+    same = halves.partition_argv(half, [PartitionView("demo-elastico", ("n4", "n3"))])
+    assert same[:2] == ["scontrol", "update"] and "State=UP" in same
     assert halves.partition_argv(half, [PartitionView("demo-elastico", ("n2", "n3"))])[1] == "update"
-    assert halves.partition_argv(half, [PartitionView("demo-elastico", ("n3", "n4"), "DOWN")])[1] == "update"
+
+
+def test_the_halves_are_refused_while_an_earlier_demo_left_jobs_in_them(tmp_path):
+    from types import SimpleNamespace
+
+    from slurm_elastico.model import JobState, JobView, PartitionView
+
+    nodes = [_node(n, partitions=("debug", "demo-plain")) for n in ("n1", "n2", "n3", "n4")]
+
+    class Gateway:
+        def __init__(self, jobs):
+            self.jobs, self.ran = jobs, []
+
+        def snapshot(self):
+            return SimpleNamespace(nodes=nodes, jobs=self.jobs, partitions=(PartitionView("demo-plain", ("n1", "n2")),))
+
+        def runner(self, argv):
+            self.ran.append(argv)
+            return SimpleNamespace(returncode=0, stdout="", stderr="")
+
+    others = (JobView(3, "j", "root", "debug", JobState.RUNNING),  # another partition's job
+              JobView(4, "j", "root", "demo-elastico", JobState.COMPLETED))  # 22.05 lists ended jobs a while
+    gateway = Gateway(others)
+    plain, elastico = halves.ensure(gateway, 8, 4)
+    assert [argv[1:3] for argv in gateway.ran] == [["update", "PartitionName=demo-plain"],
+                                                    ["create", "PartitionName=demo-elastico"]]
+    left = (JobView(12, "j", "root", "demo-plain", JobState.RUNNING),
+            JobView(11, "j", "root", "debug,demo-elastico", JobState.PENDING))
+    gateway = Gateway(others + left)
+    with pytest.raises(halves.HalvesError, match=r"still hold 2 job\(s\).*: 11 \(debug,demo-elastico, pending\), 12 "
+                                                 r"\(demo-plain, running\);.*scancel 11 12 .*cluster down --state-dir "):
+        halves.ensure(gateway, 8, 4, tmp_path)
+    assert gateway.ran == []  # nothing changed on the cluster
 
 
 def test_each_run_submits_to_its_halfs_partition(tmp_path, monkeypatch):
