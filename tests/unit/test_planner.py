@@ -252,6 +252,29 @@ def test_down_nodes_and_other_partitions_are_not_used():
     assert [p.node for p in plan.placements] == ["n0001"]
 
 
+def test_only_the_managed_partitions_jobs_and_nodes_are_used():
+    # slurm.partition "a": n0000 is a's, n0001 to n0003 b's. b's jobs are neither placed nor reshaped (the older,
+    # higher-priority pending one, the running one at a slow shape with its GPU to itself), and a's second job
+    # waits rather than take an idle GPU of b.
+    whole = family((100, 1.0, 1000))
+    slow = family((25, 0.3, 1000), (100, 1.0, 1000), work=10000.0)
+    n_a, *n_b = cluster(4, gpus_per_node=1)
+    nodes = with_users((dataclasses.replace(n_a, partitions=("a",)),
+                        *(dataclasses.replace(n, partitions=("b",)) for n in n_b)), {("n0001", 0): (GpuUse(4, 25),)})
+    jobs = [pending(1, NOW - 60), pending(2, NOW - 60), pending(3, NOW - 600, priority=9),
+            running(4, "n0001", 0, 25, start=NOW - 100, shape="mps25-0")]
+    jobs = [dataclasses.replace(j, partition="b" if j.job_id >= 3 else "a") for j in jobs]
+    settings = dataclasses.replace(cfg(), slurm=dataclasses.replace(Settings().slurm, partition="a"))
+    families = {1: whole, 2: whole, 3: whole, 4: slow}
+    plan = run_epoch(snapshot(nodes, jobs), families, settings, ContentionModel(), NOW, {4: 0.0})
+    assert [(p.job_id, p.node) for p in plan.placements] == [(1, "n0000")]
+    assert {a.job_id for a in plan.actions} == {1}
+    # The same cluster managed whole: b's jobs are placed and reshaped, a's second job starts (the filter is what
+    # kept them out).
+    everything = run_epoch(snapshot(nodes, jobs), families, cfg(), ContentionModel(), NOW, {4: 0.0})
+    assert {2, 3, 4} <= {a.job_id for a in everything.actions}
+
+
 def test_job_waiting_out_its_placement_window_is_started_now():
     import dataclasses
 
