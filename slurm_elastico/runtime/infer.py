@@ -31,10 +31,14 @@ from pathlib import Path
 from slurm_elastico.errors import ElasticoError
 from slurm_elastico.runtime.dist import membership
 from slurm_elastico.runtime.engines import Engine
+# The engines a program runs the runner with, importable from here as the users' guide first documented it.
+from slurm_elastico.runtime.engines import TorchEngine, TransformersEngine, VllmEngine
 from slurm_elastico.runtime.journal import Journal, JournalCorruptError, OtherShards, Request, read_requests, replica_journal
 from slurm_elastico.runtime.progress import ProgressReporter
 from slurm_elastico.runtime.shape import EXIT_CHECKPOINTED, InferShape
 from slurm_elastico.runtime.signals import checkpoint_requested
+
+__all__ = ["InferResult", "TorchEngine", "TransformersEngine", "VllmEngine", "run_inference"]
 
 
 @dataclass(frozen=True)

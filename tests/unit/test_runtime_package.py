@@ -31,3 +31,13 @@ def test_lazy_names_import_in_a_new_process_and_unknown_names_are_absent():
 
 def test_every_lazy_name_is_exported():
     assert runtime._LAZY <= set(runtime.__all__)
+
+
+def test_the_inference_runner_still_provides_its_engines():
+    # Programs written to the first users' guide import the engines beside the runner.
+    from slurm_elastico.runtime import engines, infer
+    from slurm_elastico.runtime.infer import TorchEngine, TransformersEngine, VllmEngine, run_inference
+
+    assert (VllmEngine, TorchEngine, TransformersEngine) == (engines.VllmEngine, engines.TorchEngine,
+                                                             engines.TransformersEngine)
+    assert callable(run_inference) and set(infer.__all__) >= {"VllmEngine", "run_inference"}
