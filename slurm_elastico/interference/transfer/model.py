@@ -14,6 +14,7 @@ import numpy as np
 
 from slurm_elastico.interference.admission import margins
 from slurm_elastico.interference.base import ContentionModel, SoloProfile, distinct
+from slurm_elastico.interference.errors import ModelFileError
 from slurm_elastico.interference.measurements import Colocation
 from slurm_elastico.interference.transfer import modelfile
 from slurm_elastico.interference.transfer.calibration import Cross, margins_from_heldout
@@ -188,8 +189,13 @@ class PriorCorrected:
 
     @classmethod
     def load(cls, path: str | Path) -> PriorCorrected:
-        """The model in the file at `path` (`ModelFileError` saying what is wrong with it)."""
-        return cls(*modelfile.read(path))
+        """The model in the file at `path` (`ModelFileError` saying what is wrong with it, the constructor's
+        complaints about the file's values included)."""
+        fields = modelfile.read(path)
+        try:
+            return cls(*fields)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelFileError(f"{path}: incomplete or inconsistent predictor file ({exc!r})") from None
 
 
 class _Scorer:
