@@ -43,10 +43,13 @@ is a choice and the shapes are every combination:
                  (divisors of global_batch), precisions (fp32 bf16 fp16),
                  checkpointing (false true)
   kind: infer    requests, gpu_memory_utilization (0..1], max_num_seqs,
-                 kv_cache_dtype (auto fp8)
+                 kv_cache_dtype (auto fp8); with gpus, parallel (replicas:
+                 n engine replicas, or tensor: tensor_parallel_size n)
   both           mps_shares (percent of one GPU); optional: gpus (whole
-                 GPUs per shape), throughput_floor, cpus, host_mem_mib,
-                 name, default, model (estimate hints), declared
+                 GPUs per shape), gpus_per_node and max_nodes (at most so
+                 many of a shape's GPUs on one node, and nodes per shape),
+                 throughput_floor, cpus, host_mem_mib, name, default, model
+                 (estimate hints), declared
 Example:
   kind: train
   global_batch: 64

@@ -273,7 +273,8 @@ def test_help_explains_the_family_file_with_an_example_that_is_valid():
     spec = parse_spec(yaml.safe_load(example), "the help's example")
     assert spec.kind == "train" and spec.work == 1000
     for key in ("steps", "global_batch", "micro_batches", "precisions", "checkpointing", "requests",
-                "gpu_memory_utilization", "max_num_seqs", "kv_cache_dtype", "mps_shares", "gpus"):
+                "gpu_memory_utilization", "max_num_seqs", "kv_cache_dtype", "mps_shares", "gpus", "gpus_per_node",
+                "max_nodes", "parallel"):
         assert key in USAGE
     assert "docs/users/families.md" in USAGE and ".py" not in USAGE
 
