@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime
 import importlib.metadata
 import json
-import math
 import os
 import platform
 import subprocess
@@ -21,6 +20,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from slurm_elastico.jsonout import finite
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ("sim", "planner", "interference", "online", "checkpoint", "reshape")
@@ -80,17 +81,6 @@ def provenance(full: bool) -> dict:
 def command(name: str, full: bool) -> list[str]:
     """The argv that runs benchmark `name` from the repository root, as a reader would type it."""
     return [".venv/bin/python", f"benchmarks/{name}.py", *([] if full else ["--quick"])]
-
-
-def finite(value):
-    """`value` with every NaN or infinity replaced by None (JSON null, shown as "n/a"), so the stored file is JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite(v) for v in value]
-    return value
 
 
 def last_json(stdout: str) -> dict:

@@ -80,9 +80,6 @@ from slurm_elastico.sim.settings import SimSettings  # noqa: E402
 from slurm_elastico.sim.trace_synthetic import MixSpec, synthetic  # noqa: E402
 from slurm_elastico.sim.truth import GroundTruth  # noqa: E402
 
-SHOWN = ("mean_jct_h", "median_jct_h", "p99_jct_h", "makespan_h", "util_arrivals", "mean_queue_h", "reshapes_per_job",
-         "ftf_mean", "ratio_to_lb")
-
 
 def comparison(runs, gpus, jobs, load, seeds, window, colocation, names):
     """Submit the mixed-trace comparison's runs; returns what prints its table and gives its figures."""
@@ -112,7 +109,7 @@ def report(res, label, names, truth, sim):
     agg = res.aggregated()
     left = res.unfinished()
     print(f"\n== {label}")
-    print(res.table(SHOWN))
+    print(res.table(compare.SHOWN_FIGURES))
     priced = priced_jobs(res, truth, sim)
     el = agg["elastico"]["mean_jct_h"]
     out = {"label": label, "static_util_arrivals": agg["static"]["util_arrivals"][0], "policies": {},
