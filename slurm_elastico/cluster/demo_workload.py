@@ -5,12 +5,12 @@ One list of `DemoJob`s gives, for each job:
 - the shape family elastico-submit gets (`family_spec`): the knobs, shares
   and GPU counts of the simulator's own family for that trace row
   (`sim.families.family_of`: training micro-batches by halving from the
-  largest measured one, fp32, and data-parallel shapes of 2 and 4 whole GPUs
-  at the same global batch where the app was measured on several GPUs and
-  each rank keeps at least the smallest measured batch (`Plan.max_gpus`; such
-  a family offers one GPU only whole, as elastico-submit starts it on whole
-  GPUs and Slurm 22.05 cannot move a job from `gpu` to `mps`: the
-  simulator's `whole_gpu_gangs`); inference `gpu_memory_utilization` ×
+  largest measured one, fp32, and data-parallel shapes of 2 whole GPUs at
+  the same global batch where the app was measured on several GPUs and each
+  rank keeps at least the smallest measured batch (at most `Plan.max_gpus`,
+  2, GPUs per shape; such a family offers one GPU only whole, as
+  elastico-submit starts it on whole GPUs and Slurm 22.05 cannot move a job
+  from `gpu` to `mps`: the simulator's `whole_gpu_gangs`); inference `gpu_memory_utilization` ×
   `max_num_seqs` × KV dtype), each shape `declared` with the truth's solo speed and GPU memory, i.e. what
   `elastico profile` would record on the emulated GPU, so the live planner
   sees the numbers the simulated one sees (profiling noise 0);
@@ -104,8 +104,8 @@ class Plan:
     beyond the longest wait the simulator predicts for the default list, as live the GPUs free seconds later."""
     max_gpus: int = 2
     """The most GPUs of a training job's data-parallel shapes (the simulator's `max_gpus_per_job`); 0: none. Two:
-    a shape of four ranks starts four PyTorch processes at once, which on a loaded 2-core machine took up to 100 s
-    (measured), far beyond the start cost the simulator is given, and delayed every job after it."""
+    a shape of four ranks starts four PyTorch processes at once, which on a loaded machine of few cores takes far
+    longer than the start cost the simulator is given, and delays every job after it."""
     restart_cost_s: float = 10.0
     """What a reshape really costs on the local cluster (checkpoint, requeue, Slurm's start, Python and torch
     start-up): the simulator's `restart_cost_s` and the planner's `reshape_cost_s`."""
