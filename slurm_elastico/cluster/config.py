@@ -155,6 +155,9 @@ class Layout:
     dev = property(lambda self: self.root / "dev")
     spool = property(lambda self: self.root / "spool")
     db = property(lambda self: self.root / "db")
+    db_tmp = property(lambda self: self.root / "db-tmp")
+    """MariaDB's own temporary directory: two servers bootstrapping at once in a shared /tmp clash on their
+    temporary tables' names ("Unknown table 'mysql.tmp_user_sys'", mariadb-install-db exit 1)."""
     slurm_conf = property(lambda self: self.etc / "slurm.conf")
     gres_conf = property(lambda self: self.etc / "gres.conf")
     cgroup_conf = property(lambda self: self.etc / "cgroup.conf")

@@ -103,17 +103,18 @@ def _start_munged(daemon: Daemon, layout: Layout) -> None:
 
 
 def _start_mariadb(daemon: Daemon, spec: ClusterSpec, layout: Layout, children: list[subprocess.Popen]) -> None:
+    layout.db_tmp.mkdir(parents=True, exist_ok=True)
     if not (layout.db / "mysql").is_dir():
         layout.db.mkdir(parents=True, exist_ok=True)
         argv = [binary("mariadb-install-db"), "--no-defaults", "--user=root", f"--datadir={layout.db}",
-                "--auth-root-authentication-method=socket", "--skip-test-db"]
+                f"--tmpdir={layout.db_tmp}", "--auth-root-authentication-method=socket", "--skip-test-db"]
         out = daemons.run(argv, 180)
         if out.returncode != 0:
             raise ClusterError(f"mariadb-install-db failed (exit {out.returncode}):\n"
                                + "\n".join((out.stderr + out.stdout).strip().splitlines()[-15:]))
     layout.mariadb_socket.unlink(missing_ok=True)
     # --user=root: the state dir may be private to root (pytest's tmp dirs are 0700).
-    argv = [binary("mariadbd"), "--no-defaults", "--user=root", f"--datadir={layout.db}",
+    argv = [binary("mariadbd"), "--no-defaults", "--user=root", f"--datadir={layout.db}", f"--tmpdir={layout.db_tmp}",
             f"--socket={layout.mariadb_socket}", f"--port={spec.ports.mariadb}", "--bind-address=127.0.0.1",
             f"--pid-file={daemon.pid_file}", f"--log-error={daemon.log}", "--skip-name-resolve",
             # slurmdbd warns below these; 900 s is its recommended lock wait.
