@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-unit demo clean
+.PHONY: setup test check demo clean
 
 setup: $(STAMP)
 
@@ -32,11 +32,14 @@ $(STAMP): pyproject.toml
 packages: setup
 	@$(PY) -c 'from slurm_elastico.cluster.install import missing_packages as m; p = m(True); print("setup: the local cluster installs " + " ".join(p) + " with apt-get (with their dependencies) when it first starts" if p else "setup: Slurm, munge, slurmdbd and MariaDB are installed")'
 
+# Six pytest-xdist workers on two cores: the live tests mostly wait on Slurm, so they run side by side,
+# each worker on a local Slurm cluster of its own (tests/conftest.py), beside the unit tests.
 test: setup packages
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 6 --dist loadgroup
 
-test-unit: setup
-	$(PY) -m pytest -q -m "not live"
+# The fast tier: unit tests and the parsers on recorded Slurm output; no daemons, no root.
+check: setup
+	$(PY) -m pytest -q -n 2 -m "not live"
 
 # Runs every benchmark with --quick (FULL=1: in full, hours), keeps each one's final JSON line with its
 # provenance under docs/results/, then renders docs/results.md, its plots and README.md's headline from those

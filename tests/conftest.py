@@ -1,24 +1,32 @@
-"""Shared fixtures: one live local Slurm cluster for the whole test run.
+"""Shared fixtures: one live local Slurm cluster per test process.
 
 `slurm_cluster` starts it on first use (root needed; missing Debian packages
 are installed) with accounting on, so `sacct` works for every live test, and
 stops it at the end of the session. Without root or apt it FAILS with the
 reason instead of skipping: CI runs as root and must run the live tests.
+
+`make test` runs pytest-xdist workers (`-n 4 --dist loadgroup`). The live tests
+mostly wait on Slurm, so they run side by side, but never on one cluster: each
+worker starts its own (ports `TEST_PORT_BASE + 1000 × worker`), since the helper
+acts on every elastico job of a cluster and some tests wait for an idle cluster.
+The Debian packages are installed by one worker at a time (apt holds a lock).
 Set ELASTICO_TEST_CLUSTER_DIR to reuse a state directory between runs (a
-cluster that was already running there is left running), and
-ELASTICO_TEST_CLUSTER_PORT_BASE to choose its ports. By default they are not
-the default ports of `elastico cluster up`, so `make test` runs beside the
-cluster `make demo` leaves running.
+cluster that was already running there is left running; a worker adds its
+name), and ELASTICO_TEST_CLUSTER_PORT_BASE to choose the first worker's ports.
+By default they are not the default ports of `elastico cluster up`, so
+`make test` runs beside the cluster `make demo` leaves running.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 from pathlib import Path
 
 import pytest
 
-from slurm_elastico.cluster import DEFAULT_PORT_BASE, LocalCluster
+from slurm_elastico.cluster import DEFAULT_PORT_BASE, LocalCluster, install
 from slurm_elastico.errors import ClusterError
 from slurm_elastico.slurm.gateway import SlurmGateway
 from slurm_elastico.slurm.runner import SubprocessRunner
@@ -30,20 +38,42 @@ TEST_PORT_BASE = DEFAULT_PORT_BASE + 4000
 `elastico cluster up`'s defaults (16817-16820, 17001-), the reshape benchmark's (18817-) and the clusters
 `test_cluster_live` starts (26817-), and below the kernel's range for outgoing connections (from 32768), where
 any connection may hold a port for a while."""
+WORKER_PORT_STRIDE = 1000
+"""Worker N's cluster takes TEST_PORT_BASE + N × 1000 (gw0 20817-21004, ..., gw3 23817-24004): up to 6 workers
+stay below test_cluster_live's 26817."""
+MAX_WORKERS = 6
+
+
+def worker_index(worker_id: str) -> int:
+    """0 for a run without xdist ("master") and for gw0, N for gwN; more workers than ports set aside is an error."""
+    if worker_id == "master":
+        return 0
+    index = int(worker_id.removeprefix("gw"))
+    if index >= MAX_WORKERS:
+        pytest.fail(f"pytest-xdist worker {worker_id}: the live tests set ports aside for {MAX_WORKERS} workers "
+                    f"(-n {MAX_WORKERS} at most)", pytrace=False)
+    return index
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory) -> LocalCluster:
-    """The session's running LocalCluster: 4 nodes × 4 fake GPUs, 100 MPS shares each, accounting on."""
+def slurm_cluster(tmp_path_factory, worker_id) -> LocalCluster:
+    """This worker's running LocalCluster: 4 nodes × 4 fake GPUs, 100 MPS shares each, accounting on."""
     if os.geteuid() != 0:
         pytest.fail("the live tests need root: the local Slurm cluster runs its daemons as root and makes fake "
                     "GPU device nodes; run pytest as root (CI does)", pytrace=False)
-    state_dir = Path(os.environ.get(TEST_CLUSTER_ENV) or tmp_path_factory.mktemp("cluster"))
-    port_base = int(os.environ.get(TEST_PORT_BASE_ENV) or TEST_PORT_BASE)
+    index = worker_index(worker_id)
+    chosen = os.environ.get(TEST_CLUSTER_ENV)
+    state_dir = Path(f"{chosen}-{worker_id}" if chosen and worker_id != "master" else chosen or tmp_path_factory.mktemp("cluster"))
+    port_base = int(os.environ.get(TEST_PORT_BASE_ENV) or TEST_PORT_BASE) + WORKER_PORT_STRIDE * index
     cluster = LocalCluster(state_dir, accounting=True, port_base=port_base)
     problem = None
     try:
-        result = cluster.up()
+        # Workers share the run's base temporary directory; one apt-get at a time (dpkg holds a lock).
+        with open(tmp_path_factory.getbasetemp().parent / "install.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            install.ensure_installed(True)
+        with cpu_share(tmp_path_factory, alone=False):  # a start is busy: never beside an `alone` test
+            result = cluster.up()
     except ClusterError as exc:
         problem = str(exc)
     if problem is not None:
@@ -52,7 +82,8 @@ def slurm_cluster(tmp_path_factory) -> LocalCluster:
         pytest.fail(f"the local Slurm cluster in {state_dir} did not come up: {problem}{hint}", pytrace=False)
     yield cluster
     if not result.already_running:
-        cluster.down()
+        with cpu_share(tmp_path_factory, alone=False):
+            cluster.down()
 
 
 @pytest.fixture
@@ -65,3 +96,33 @@ def slurm_env(slurm_cluster: LocalCluster) -> dict[str, str]:
 def gateway(slurm_env: dict[str, str]) -> SlurmGateway:
     """A SlurmGateway on the session's cluster (30 s per Slurm command)."""
     return SlurmGateway(SubprocessRunner(env=slurm_env, timeout=30))
+
+
+@contextlib.contextmanager
+def cpu_share(tmp_path_factory, alone: bool):
+    """Hold this machine's CPUs shared with the other workers, or (`alone`) to this worker only.
+
+    Under pytest-xdist the workers run tests side by side. A test that measures how jobs time-slice a core
+    (probe and revert) needs nothing else running: it holds an exclusive lock that every other test, and every
+    cluster start and stop, holds shared. The gate lock keeps new holders from starting while it waits, so it
+    is not starved. The locks are in the base temporary directory, which all workers of one run share.
+    """
+    root = tmp_path_factory.getbasetemp().parent
+    with open(root / "cpu-gate.lock", "w") as gate, open(root / "cpu.lock", "w") as cpu:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(cpu, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        yield  # the files' closing drops the locks
+
+
+@pytest.fixture(autouse=True)
+def cpu_turn(request, tmp_path_factory):
+    """Each test holds the CPUs shared, or to itself when marked `alone` (see cpu_share)."""
+    with cpu_share(tmp_path_factory, alone=request.node.get_closest_marker("alone") is not None):
+        yield
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `alone` first: they then wait for no long test already running on another worker."""
+    items.sort(key=lambda item: item.get_closest_marker("alone") is None)

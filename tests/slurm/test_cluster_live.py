@@ -20,7 +20,7 @@ from slurm_elastico.cluster import LocalCluster, config, daemons, host
 from slurm_elastico.cluster.config import Ports
 from slurm_elastico.errors import ClusterError
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.xdist_group("cluster-lifecycle")]  # fixed ports of its own: one worker runs them all
 
 PORT_BASE_PLAIN = 26817
 PORT_BASE_ACCOUNTING = 26917

@@ -28,7 +28,7 @@ from slurm_elastico.model import JobState
 
 from live_helpers import Cluster, epoch, idle_nodes, solo_rates, step_program, until, wait_report
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.alone]  # it times jobs sharing one core: no other test may run
 
 PROGRAM = step_program("work()", setup="""
 def work():
