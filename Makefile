@@ -33,9 +33,11 @@ packages: setup
 	@$(PY) -c 'from slurm_elastico.cluster.install import missing_packages as m; p = m(True); print("setup: the local cluster installs " + " ".join(p) + " with apt-get (with their dependencies) when it first starts" if p else "setup: Slurm, munge, slurmdbd and MariaDB are installed")'
 
 # Six pytest-xdist workers on two cores: the live tests mostly wait on Slurm, so they run side by side,
-# each worker on a local Slurm cluster of its own (tests/conftest.py), beside the unit tests.
+# each worker on a local Slurm cluster of its own (tests/conftest.py), beside the unit tests. Then the
+# tests marked `alone` (they time jobs sharing a CPU core), with nothing else running.
 test: setup packages
-	$(PY) -m pytest -q -n 6 --dist loadgroup
+	ELASTICO_TEST_PHASE=shared $(PY) -m pytest -q -n 6 --dist loadgroup
+	ELASTICO_TEST_PHASE=alone $(PY) -m pytest -q
 
 # The fast tier: unit tests and the parsers on recorded Slurm output; no daemons, no root.
 check: setup
