@@ -20,11 +20,13 @@ from slurm_elastico.cluster import LocalCluster, config, daemons, host
 from slurm_elastico.cluster.config import Ports
 from slurm_elastico.errors import ClusterError
 
-pytestmark = [pytest.mark.live, pytest.mark.xdist_group("cluster-lifecycle")]  # fixed ports of its own: one worker runs them all
+pytestmark = pytest.mark.live
 
 PORT_BASE_PLAIN = 26817
 PORT_BASE_ACCOUNTING = 26917
 PORT_BASE_BROKEN = 27017
+PORT_BASE_TAKEN = 27317
+"""Each test's clusters have ports of their own (slurmd at base + 184): under pytest-xdist they may run at once."""
 
 
 def slurm(env: dict[str, str], *argv: str, timeout: float = 30) -> str:
@@ -133,18 +135,8 @@ def test_accounting_lists_the_job_in_sacct_json(make_cluster, tmp_path, capsys):
     assert [pid for pid in pids if daemons.is_alive(pid)] == []
 
 
-def free_base(*bases: int) -> int:
-    """The first base whose one-node cluster's ports are free: a test about something else must not fail on a port
-    that some other program holds for a moment (seen once: 27017 taken during a parallel run)."""
-    for base in bases:
-        ports = Ports.from_base(base)
-        if all(host.port_free(p) for p in (ports.slurmctld, ports.slurmdbd, ports.mariadb, ports.slurmd(1))):
-            return base
-    raise AssertionError(f"no free port base among {bases}")
-
-
 def test_a_daemon_that_cannot_start_is_named_with_its_log(make_cluster):
-    cluster = make_cluster(port_base=free_base(PORT_BASE_BROKEN, 27417, 27617), nodes=1, timeout=20)
+    cluster = make_cluster(port_base=PORT_BASE_BROKEN, nodes=1, timeout=20)
     key = cluster.state_dir / "etc" / "munge.key"
     key.parent.mkdir(parents=True)
     key.write_bytes(b"too short")  # munged wants at least 32 bytes
@@ -158,12 +150,12 @@ def test_a_daemon_that_cannot_start_is_named_with_its_log(make_cluster):
 
 
 def test_a_taken_port_is_refused_before_anything_starts(make_cluster):
-    cluster = make_cluster(port_base=PORT_BASE_BROKEN, nodes=1)
+    cluster = make_cluster(port_base=PORT_BASE_TAKEN, nodes=1)
     with socket.socket() as blocker:  # someone else holds the controller's port
         blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        blocker.bind(("127.0.0.1", PORT_BASE_BROKEN))
+        blocker.bind(("127.0.0.1", PORT_BASE_TAKEN))
         blocker.listen()
-        with pytest.raises(ClusterError, match=f"slurmctld cannot start: TCP port {PORT_BASE_BROKEN} is already in use"):
+        with pytest.raises(ClusterError, match=f"slurmctld cannot start: TCP port {PORT_BASE_TAKEN} is already in use"):
             cluster.up()
     assert cluster.status().stopped
 

@@ -55,7 +55,7 @@ def test_ephemeral_ports_are_those_in_the_outgoing_range_and_not_reserved():
     assert config.ephemeral(ports, (32768, 60999), []) == [32768, 37001, 37002, 60999]
     assert config.ephemeral(ports, (32768, 60999), [(37000, 37001), (60999, 60999)]) == [32768, 37002]
     # Every port a default cluster, the tests' session cluster or the reshape benchmark uses lies outside.
-    for base in (16817, 18817, 20817, 26817, 26917, 27017):
+    for base in (16817, 18817, 20817, 26817, 26917, 27017, 27317):
         p = Ports.from_base(base)
         used = [p.slurmctld, p.slurmdbd, p.mariadb, *(p.slurmd(i) for i in range(1, 65))]
         assert config.ephemeral(used, (32768, 60999), []) == []
