@@ -61,6 +61,8 @@ class GresRequest:
 
     kind: str  # "mps", "gpu" or "gpus"
     count: int
+    gpu_type: str = ""
+    """The GPU type asked for (`gpu:a100:2`); "" when the request names none (any type)."""
 
     def __post_init__(self) -> None:
         if self.kind not in ("mps", "gpu", "gpus"):
@@ -69,7 +71,7 @@ class GresRequest:
             raise ValueError(f"GRES count must be >= 0, not {self.count}")
 
     def __str__(self) -> str:
-        return f"{self.kind}:{self.count}"
+        return f"{self.kind}:{self.gpu_type}:{self.count}" if self.gpu_type else f"{self.kind}:{self.count}"
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,10 @@ class NodeView:
     memory_alloc_mib: int
     gpus: tuple[GpuView, ...] = ()
     gpu_memory_mib: int = 0
-    """Memory of each GPU; Slurm does not know it, so it comes from settings."""
+    """Memory of each GPU; Slurm does not know it, so it comes from settings (per type: `gpu.types`)."""
+    gpu_type: str = ""
+    """The type of the node's GPUs from its gres (`gpu:a100:4` → "a100"); "" when the gres names no type.
+    A node's GPUs are of one type: Slurm lets a node mix types, the planner treats such a node by its first."""
 
     @property
     def usable(self) -> bool:
@@ -296,6 +301,8 @@ class Shape:
     throughput: float
     knobs: tuple[tuple[str, object], ...] = ()
     measured: Counters | None = None
+    gpu_type: str = ""
+    """The GPU type this shape runs on, with the throughput it has there; "" = any type (a one-type cluster)."""
 
     def knob(self, name: str, default: object = None) -> object:
         for k, v in self.knobs:
@@ -358,6 +365,9 @@ class Action:
     shape: str | None = None
     signal: str | None = None
     text: str | None = None
+    gpu_type: str = ""
+    """The GPU type the job is placed on or moved to (SET_GPUS, SET_SHARE, RESHAPE_RUNNING → `gpu:TYPE:N`);
+    "" = the request names no type."""
 
 
 @dataclass(frozen=True)
