@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import stat
 import types
 import typing
@@ -46,11 +47,56 @@ class SlurmSettings:
 
 
 @dataclass(frozen=True)
+class GpuTypeSettings:
+    """One GPU type of a mixed cluster (`gpu.types.a100`): what Slurm does not know of it."""
+
+    memory_mib: int = _opt(0, lo=1, hi=16 * 1024 * 1024, help="memory of each GPU of this type (required)")
+    shares_per_gpu: int = _opt(0, lo=0, hi=100, help="MPS shares of one GPU of this type as gres.conf sets "
+                               "them; 0 = gpu.shares_per_gpu")
+
+
+TYPE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+"""A GPU type as Slurm's gres names it (`gpu:a100:4`, `gpu:rtx_2080ti:2`, `gpu:a100-80:1`)."""
+TYPE_KEY = "TYPE"
+"""How `valid_keys` writes the name of a type in `gpu.types.TYPE.memory_mib`."""
+
+
+@dataclass(frozen=True)
 class GpuSettings:
-    memory_mib: int = _opt(81920, lo=1, hi=16 * 1024 * 1024, help="memory of each GPU (Slurm does not know it)")
+    memory_mib: int = _opt(81920, lo=1, hi=16 * 1024 * 1024, help="memory of each GPU (Slurm does not know it); on "
+                           "a mixed cluster, of a GPU whose gres names no type")
     shares_per_gpu: int = _opt(100, lo=1, hi=100, help="MPS shares of one GPU as configured in gres.conf")
     type: str = _opt("", help="GPU type as the interference model's training data names it (v100, k80, p100...); "
                      "one it never saw gets its cautious view; empty = unknown: the model as is")
+    types: dict[str, GpuTypeSettings] = field(default_factory=dict, metadata={
+        "help": "the GPU types of a mixed cluster, by the name Slurm's gres gives them (`Gres=gpu:a100:4` → a100), "
+                "each with its memory; empty = every GPU has gpu.memory_mib. When set, a node whose gres names "
+                "another type is refused, naming it"})
+
+    def type_settings(self, gpu_type: str) -> GpuTypeSettings | None:
+        """The settings of `gpu_type` (Slurm compares type names ignoring case, so does this); None if not named."""
+        return self.types.get(gpu_type) or next((v for k, v in self.types.items() if k.lower() == gpu_type.lower()), None)
+
+    def memory_of(self, gpu_type: str) -> int:
+        """Memory (MiB) of one GPU of `gpu_type`: gpu.memory_mib when the type is "" or `types` is empty.
+
+        `ConfigError` for a type `types` does not name, listing those it names."""
+        if not gpu_type or not self.types:
+            return self.memory_mib
+        found = self.type_settings(gpu_type)
+        if found is None:
+            raise ConfigError("gpu.types", [f"GPU type {gpu_type!r} has no memory configured; gpu.types names "
+                                            f"{', '.join(sorted(self.types))}: add gpu.types.{gpu_type}.memory_mib"])
+        return found.memory_mib
+
+    def shares_of(self, gpu_type: str) -> int:
+        """MPS shares of one GPU of `gpu_type` (its own `shares_per_gpu`, else gpu.shares_per_gpu)."""
+        found = self.type_settings(gpu_type) if gpu_type else None
+        return found.shares_per_gpu if found is not None and found.shares_per_gpu else self.shares_per_gpu
+
+    def type_memory(self) -> dict[str, int]:
+        """{type: memory MiB} of every configured type (what the gateway and the families read)."""
+        return {name: t.memory_mib for name, t in self.types.items()}
 
 
 @dataclass(frozen=True)
@@ -101,6 +147,8 @@ def valid_keys(cls: type = Settings, prefix: str = "") -> list[str]:
         t = hints[f.name]
         if dataclasses.is_dataclass(t):
             keys += valid_keys(t, f"{prefix}{f.name}.")
+        elif _entry_class(t) is not None:
+            keys += valid_keys(_entry_class(t), f"{prefix}{f.name}.{TYPE_KEY}.")
         else:
             keys.append(f"{prefix}{f.name}")
     return keys
@@ -153,11 +201,50 @@ def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
         typ = hints[key]
         if dataclasses.is_dataclass(typ):
             kwargs[key] = _build(typ, value, f"{dotted}.", problems)
+        elif _entry_class(typ) is not None:
+            kwargs[key] = _build_entries(_entry_class(typ), value, dotted, problems)
         else:
             checked = _check_value(dotted, value, typ, dict(fields[key].metadata), problems)
             if checked is not None:
                 kwargs[key] = checked
     return cls(**kwargs)
+
+
+def _entry_class(typ: Any) -> type | None:
+    """The settings class of a `dict[str, <settings class>]` field (gpu.types), else None."""
+    args = typing.get_args(typ)
+    if typing.get_origin(typ) is dict and len(args) == 2 and dataclasses.is_dataclass(args[1]):
+        return args[1]
+    return None
+
+
+def _build_entries(cls: type, data: Any, key: str, problems: list[str]) -> dict[str, Any]:
+    """A mapping of names to `cls` settings (gpu.types): each name a GPU type as Slurm writes it, each entry
+    checked like a section; a field without a default (its minimum above 0) must be given."""
+    if not isinstance(data, dict):
+        problems.append(f"{key}: expected a mapping of GPU type to its settings (e.g. {{a100: {{memory_mib: "
+                        f"40960}}}}), got {type(data).__name__} {inputs.clip(repr(data))}")
+        return {}
+    out: dict[str, Any] = {}
+    seen: dict[str, str] = {}
+    for name, value in data.items():
+        if not isinstance(name, str) or not TYPE_NAME.match(name):
+            problems.append(f"{key}: {inputs.clip(repr(name))} is not a GPU type name; allowed: letters, digits, "
+                            "_ . - (as in Slurm's Gres=gpu:a100:4)")
+            continue
+        if name.lower() in seen:
+            problems.append(f"{key}: {name!r} and {seen[name.lower()]!r} differ only in case (Slurm's type names "
+                            "do not)")
+            continue
+        seen[name.lower()] = name
+        entry = _build(cls, {} if value is None else value, f"{key}.{name}.", problems)
+        for f in dataclasses.fields(cls) if value is None or isinstance(value, dict) else ():
+            lo = f.metadata.get("lo")
+            if f.name not in (value or {}) and lo is not None and getattr(entry, f.name) < lo:
+                problems.append(f"{key}.{name}.{f.name}: missing; allowed: a number from {lo} to "
+                                f"{f.metadata['hi']}, which every GPU type needs")
+        out[name] = entry
+    return out
 
 
 def from_mapping(data: Any, source: str = "<settings>") -> Settings:

@@ -27,20 +27,27 @@ from slurm_elastico.cli import submit as submit_cli
 from slurm_elastico.planner import policies
 
 
-def field_of(key: str) -> dataclasses.Field:
-    """The dataclass field behind a dotted settings key (`planner.rounds`)."""
+def section_of(key: str) -> tuple[type, str]:
+    """The settings class holding a dotted key's last part, and that part (`gpu.types.TYPE.memory_mib` → the class
+    of one GPU type's settings, "memory_mib")."""
     cls: type = config.Settings
     *sections, name = key.split(".")
     for section in sections:
-        cls = typing.get_type_hints(cls)[section]
+        if section == config.TYPE_KEY:
+            continue
+        hint = typing.get_type_hints(cls)[section]
+        cls = typing.get_args(hint)[1] if typing.get_origin(hint) is dict else hint
+    return cls, name
+
+
+def field_of(key: str) -> dataclasses.Field:
+    """The dataclass field behind a dotted settings key (`planner.rounds`)."""
+    cls, name = section_of(key)
     return next(f for f in dataclasses.fields(cls) if f.name == name)
 
 
 def type_name(key: str) -> str:
-    cls: type = config.Settings
-    *sections, name = key.split(".")
-    for section in sections:
-        cls = typing.get_type_hints(cls)[section]
+    cls, name = section_of(key)
     return typing.get_type_hints(cls)[name].__name__
 
 
@@ -86,6 +93,8 @@ def configuration_page() -> str:
         "`elastico config --keys` lists the same keys, and `elastico config` prints the settings in force.",
         "Unknown keys and bad values are refused in one message that names each problem and the valid keys.",
         "`etc/elastico.yaml` in the repository is a commented example.",
+        f"In `gpu.types.{config.TYPE_KEY}.…`, `{config.TYPE_KEY}` stands for a GPU type as the nodes' gres names it",
+        "(`Gres=gpu:a100:4` → `a100`): one entry per type of a mixed cluster.",
         "",
     ]
     section = None
