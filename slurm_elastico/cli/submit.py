@@ -74,7 +74,8 @@ def _nodes(settings: config.Settings, env: Mapping[str, str]):
     conf = settings.slurm.conf or env.get("SLURM_CONF")
     runner = SubprocessRunner(env={"SLURM_CONF": conf} if conf else {}, timeout=settings.slurm.timeout_s)
     return SlurmGateway(runner, shares_per_gpu=settings.gpu.shares_per_gpu,
-                        gpu_memory_mib=settings.gpu.memory_mib).snapshot().nodes
+                        gpu_memory_mib=settings.gpu.memory_mib,
+                        type_memory=settings.gpu.type_memory()).snapshot().nodes
 
 
 def submit(argv: Sequence[str], *, env: Mapping[str, str] | None = None, out: TextIO | None = None,

@@ -22,6 +22,7 @@ def gateway_from(cfg):
         SubprocessRunner(env=env, timeout=cfg.slurm.timeout_s),
         shares_per_gpu=cfg.gpu.shares_per_gpu,
         gpu_memory_mib=cfg.gpu.memory_mib,
+        type_memory=cfg.gpu.type_memory(),
     )
 
 

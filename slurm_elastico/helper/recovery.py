@@ -165,8 +165,9 @@ def _reshape_updates(action: Action) -> list[tuple[Action, str]]:
     jid, why = action.job_id, "complete an interrupted reshape"
     if action.gpus is not None:
         where = f" on {','.join(action.nodes)}" if action.nodes else ""
-        return [(Action(ActionKind.SET_GPUS, jid, why, gpus=action.gpus, nodes=action.nodes),
-                 f"{action.gpus} GPU(s){where}")]
+        typed = f" of type {action.gpu_type}" if action.gpu_type else ""
+        return [(Action(ActionKind.SET_GPUS, jid, why, gpus=action.gpus, nodes=action.nodes, gpu_type=action.gpu_type),
+                 f"{action.gpus} GPU(s){typed}{where}")]
     out = []
     if action.share is not None:
         out.append((Action(ActionKind.SET_SHARE, jid, why, share=action.share), f"share {action.share}"))

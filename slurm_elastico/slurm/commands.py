@@ -90,7 +90,21 @@ def set_share(job_id: int, share: int, shares_per_gpu: int = MPS_SHARES_PER_GPU)
     return ["scontrol", "update", f"JobId={_job_id(job_id)}", f"Gres=mps:{validate_share(share, shares_per_gpu)}"]
 
 
-def set_gpus(job_id: int, gpus: int, nodes: tuple[str, ...] | list[str]) -> list[str]:
+_GPU_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+def gpu_spec(gpus: int, gpu_type: str = "") -> str:
+    """`gpu:N` or `gpu:TYPE:N`, the form `Gres=` takes on 22.05 and 24.11; a bad type is refused here.
+
+    Trap: a type of digits alone ("3090") would read back as a count where no count follows; here one always does.
+    """
+    if not isinstance(gpu_type, str) or (gpu_type and not _GPU_TYPE.match(gpu_type)):
+        raise InvalidActionError(f"GPU type {gpu_type!r} is not a Slurm GPU type name (letters, digits, _ . -, "
+                                 "as in Gres=gpu:a100:4), or empty for any type")
+    return f"gpu:{gpu_type}:{gpus}" if gpu_type else f"gpu:{gpus}"
+
+
+def set_gpus(job_id: int, gpus: int, nodes: tuple[str, ...] | list[str], gpu_type: str = "") -> list[str]:
     """The simulator's notation for a gang's GPU count (`TresPerJob=`); NOT what Slurm honours.
 
     Slurm 22.05 ignores `TresPerJob=` at run time and 24.11 refuses it on a `--gres` job; the live gateway
@@ -99,11 +113,12 @@ def set_gpus(job_id: int, gpus: int, nodes: tuple[str, ...] | list[str]) -> list
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise InvalidActionError(f"GPUs of a job must be an integer >= 1, not {gpus!r}")
     *_, job, node_list = set_nodes(job_id, nodes)  # validates the id and every node name
-    return ["scontrol", "update", job, f"TresPerJob=gres/gpu:{gpus}", node_list]
+    return ["scontrol", "update", job, f"TresPerJob=gres/{gpu_spec(gpus, gpu_type)}", node_list]
 
 
-def set_gpu_count(job_id: int, gpus: int, nodes: tuple[str, ...] | list[str]) -> list[str]:
-    """Pending or held job → `gpus` whole GPUs for the job, spread evenly over `nodes` (one node when empty).
+def set_gpu_count(job_id: int, gpus: int, nodes: tuple[str, ...] | list[str], gpu_type: str = "") -> list[str]:
+    """Pending or held job → `gpus` whole GPUs for the job, spread evenly over `nodes` (one node when empty),
+    of `gpu_type` when one is given (`Gres=gpu:TYPE:P`: the same form on 22.05 and 24.11; "" asks for any type).
 
     `Gres=gpu:<per node> NumNodes=K-K NodeList=...` in one update, verified on Slurm 22.05 and 24.11
     (see `gpu_count`): 22.05 ignores `TresPerNode=`/`TresPerJob=` and refuses `NumNodes=K`. Empty `nodes`
@@ -116,13 +131,14 @@ def set_gpu_count(job_id: int, gpus: int, nodes: tuple[str, ...] | list[str]) ->
     if gpus % count:
         raise InvalidActionError(f"{gpus} GPUs do not split evenly over {count} nodes ({','.join(nodes)}): "
                                  "Slurm's Gres= asks the same number of GPUs on every node")
-    return ["scontrol", "update", job, f"Gres=gpu:{gpus // count}", f"NumNodes={count}-{count}", node_list]
+    return ["scontrol", "update", job, f"Gres={gpu_spec(gpus // count, gpu_type)}", f"NumNodes={count}-{count}",
+            node_list]
 
 
 def gpu_count_argv(action: Action) -> list[list[str]]:
     """The verified commands for a GPU-count action (SET_GPUS, or RESHAPE_RUNNING with `gpus`) on a live Slurm."""
     jid = action.job_id
-    update = set_gpu_count(jid, need(action.gpus, action), action.nodes)
+    update = set_gpu_count(jid, need(action.gpus, action), action.nodes, action.gpu_type)
     if action.kind is ActionKind.SET_GPUS:
         return [update]
     if action.kind is ActionKind.RESHAPE_RUNNING:
@@ -252,10 +268,11 @@ def argv_for(action: Action, shares_per_gpu: int = MPS_SHARES_PER_GPU) -> list[l
     if action.kind is ActionKind.SET_NODES:
         return [set_nodes(jid, action.nodes)]
     if action.kind is ActionKind.SET_GPUS:
-        return [set_gpus(jid, need(action.gpus, action), action.nodes)]
+        return [set_gpus(jid, need(action.gpus, action), action.nodes, action.gpu_type)]
     if action.kind is ActionKind.RESHAPE_RUNNING and action.gpus is not None:
         # As below with the gang's GPU count; set_gpus carries the NodeList itself. Not yet verified live (set_gpus).
-        return [requeue_hold(jid), set_gpus(jid, action.gpus, action.nodes), start_now(jid), release(jid)]
+        return [requeue_hold(jid), set_gpus(jid, action.gpus, action.nodes, action.gpu_type), start_now(jid),
+                release(jid)]
     if action.kind is ActionKind.RESHAPE_RUNNING:
         cmds = [requeue_hold(jid), set_share(jid, need(action.share, action), shares_per_gpu)]
         if action.nodes:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from slurm_elastico.errors import InvalidActionError, SlurmError, UnknownJobError
 from slurm_elastico.model import Action, ActionKind, JobState, JobView, Snapshot
@@ -38,7 +38,8 @@ class SlurmGateway:
     """Snapshot and actions against a real Slurm cluster through `runner`.
 
     `shares_per_gpu` must match gres.conf (MPS Count ÷ GPUs); `gpu_memory_mib`
-    is each GPU's memory, which Slurm does not know. `sleep` is injectable so
+    is each GPU's memory, which Slurm does not know, and `type_memory` each GPU
+    type's (`gpu.types`; empty: every GPU has `gpu_memory_mib`). `sleep` is injectable so
     tests of the polling logic need not wait.
     """
 
@@ -48,12 +49,14 @@ class SlurmGateway:
         *,
         shares_per_gpu: int = 100,
         gpu_memory_mib: int = 0,
+        type_memory: Mapping[str, int] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.time,
     ):
         self.runner = runner
         self.shares_per_gpu = shares_per_gpu
         self.gpu_memory_mib = gpu_memory_mib
+        self.type_memory = dict(type_memory or {})
         self._sleep = sleep
         self._clock = clock
         self._held_at: dict[int, float] = {}  # when `preempt` held each job (the release waits REVOKE_GAP_S)
@@ -86,7 +89,8 @@ class SlurmGateway:
         taken_at = self._clock()
         jobs = tuple(j for j in parse_squeue(squeue_text) if j.state.active)
         records = parse_sinfo(nodes_text)
-        nodes = build_nodes(records, jobs, shares_per_gpu=self.shares_per_gpu, gpu_memory_mib=self.gpu_memory_mib)
+        nodes = build_nodes(records, jobs, shares_per_gpu=self.shares_per_gpu, gpu_memory_mib=self.gpu_memory_mib,
+                            type_memory=self.type_memory)
         return Snapshot(
             taken_at=taken_at,
             slurm_version=version,
@@ -260,48 +264,59 @@ class SlurmGateway:
         text = self._read(commands.squeue_job_json(job_id))
         return slurm_version(text), gpu_count.request_of(text, job_id)
 
-    def _verify_gpus(self, job_id: int, gpus: int, nodes: Sequence[str], argv: list[str]) -> None:
-        gpu_count.verify(self._read(commands.squeue_job_json(job_id)), job_id, gpus, tuple(nodes), argv)
+    def _verify_gpus(self, job_id: int, gpus: int, nodes: Sequence[str], argv: list[str], gpu_type: str = "") -> None:
+        gpu_count.verify(self._read(commands.squeue_job_json(job_id)), job_id, gpus, tuple(nodes), argv, gpu_type)
 
-    def set_gpus(self, job_id: int, gpus: int, nodes: Sequence[str] = ()) -> None:
-        """Give a pending or held job `gpus` whole GPUs spread evenly over `nodes` (one node when empty).
+    def _check_gpu_change(self, job_id: int, gpu_type: str) -> None:
+        """Refuse up front what Slurm would refuse or ignore: a change this version cannot make (`check_change`),
+        a GPU type no node has (`check_type`: one more node listing, only for a typed change)."""
+        version, current = self._gpu_request(job_id)
+        gpu_count.check_change(version, job_id, current)
+        if gpu_type:
+            gpu_count.check_type(parse_sinfo(self._read(commands.nodes_json(version))), job_id, gpu_type)
+
+    def set_gpus(self, job_id: int, gpus: int, nodes: Sequence[str] = (), gpu_type: str = "") -> None:
+        """Give a pending or held job `gpus` whole GPUs spread evenly over `nodes` (one node when empty), of
+        `gpu_type` when one is given (`Gres=gpu:TYPE:P`; "" asks for any type).
 
         `InvalidActionError` before any update where this Slurm version refuses or ignores the change
-        (22.05: a job on an MPS share, or one that asked `--gpus`); `GpuCountMismatch` when the request read
-        back afterwards is not the one asked for; `JobNotPendingError` for a running job.
+        (22.05: a job on an MPS share, or one that asked `--gpus`) or no node has `gpu_type`; `GpuCountMismatch`
+        when the request read back afterwards is not the one asked for; `JobNotPendingError` for a running job.
         """
-        argv = commands.set_gpu_count(job_id, gpus, tuple(nodes))  # validate before touching the job
-        version, current = self._gpu_request(job_id)
-        gpu_count.check_change(version, job_id, current)
+        argv = commands.set_gpu_count(job_id, gpus, tuple(nodes), gpu_type)  # validate before touching the job
+        self._check_gpu_change(job_id, gpu_type)
         self._run(argv)
-        self._verify_gpus(job_id, gpus, nodes, argv)
+        self._verify_gpus(job_id, gpus, nodes, argv, gpu_type)
 
-    def requeue_with_gpus(self, job_id: int, gpus: int, nodes: Sequence[str] = (), *, stop_timeout_s: float = 120.0) -> None:
-        """Move a running job to `gpus` whole GPUs on `nodes`: requeuehold → update → check → StartTime=now → release.
+    def requeue_with_gpus(self, job_id: int, gpus: int, nodes: Sequence[str] = (), *, gpu_type: str = "",
+                          stop_timeout_s: float = 120.0) -> None:
+        """Move a running job to `gpus` whole GPUs on `nodes`, of `gpu_type` when given (a move between types):
+        requeuehold → update → check → StartTime=now → release.
 
-        Checked against the Slurm version before the hold, so a change the version refuses leaves the job
-        running; whatever fails after the hold (a mismatch included), the job is released.
+        Checked against the Slurm version and the cluster's GPU types before the hold, so a change Slurm would
+        refuse leaves the job running; whatever fails after the hold (a refused update, a mismatch), the job is
+        released, on its old request.
         """
-        argv = commands.set_gpu_count(job_id, gpus, tuple(nodes))
-        version, current = self._gpu_request(job_id)
-        gpu_count.check_change(version, job_id, current)
+        argv = commands.set_gpu_count(job_id, gpus, tuple(nodes), gpu_type)
+        self._check_gpu_change(job_id, gpu_type)
 
         def update() -> None:
             self._run(argv)
-            self._verify_gpus(job_id, gpus, nodes, argv)
+            self._verify_gpus(job_id, gpus, nodes, argv, gpu_type)
         self._requeue(job_id, nodes, stop_timeout_s, update)
 
     def apply(self, action: Action) -> None:
         """Carry out one planner action.
 
-        A change of a job's GPU count (`SET_GPUS`, or a `RESHAPE_RUNNING` with `gpus`) goes through
-        `set_gpus` / `requeue_with_gpus`: the verified `Gres=gpu:P NumNodes=K-K NodeList=` form, refused up
-        front where the Slurm version would refuse or ignore it, and read back afterwards (`gpu_count`).
+        A change of a job's GPU count or type (`SET_GPUS`, or a `RESHAPE_RUNNING` with `gpus`, each with its
+        `gpu_type`) goes through `set_gpus` / `requeue_with_gpus`: the verified `Gres=gpu[:TYPE]:P NumNodes=K-K
+        NodeList=` form, refused up front where the Slurm version would refuse or ignore it or no node has the
+        type, and read back afterwards (`gpu_count`).
         """
         if action.kind is ActionKind.SET_GPUS:
-            self.set_gpus(action.job_id, commands.need(action.gpus, action), action.nodes)
+            self.set_gpus(action.job_id, commands.need(action.gpus, action), action.nodes, action.gpu_type)
         elif action.kind is ActionKind.RESHAPE_RUNNING and action.gpus is not None:
-            self.requeue_with_gpus(action.job_id, action.gpus, action.nodes)
+            self.requeue_with_gpus(action.job_id, action.gpus, action.nodes, gpu_type=action.gpu_type)
         elif action.kind is ActionKind.SET_SHARE:
             self.set_share(action.job_id, commands.need(action.share, action))
         elif action.kind is ActionKind.SET_NODES:

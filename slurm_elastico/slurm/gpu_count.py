@@ -24,14 +24,16 @@ Pure functions of squeue's JSON text; the gateway runs the commands.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
 from slurm_elastico.errors import InvalidActionError, SlurmError
 from slurm_elastico.slurm.gres import parse_gres_request, parse_tres
 from slurm_elastico.slurm.hostlist import expand_hostlist
+from slurm_elastico.slurm.nodes import NodeRecord
 from slurm_elastico.slurm.schema import Fields, load
 
-__all__ = ["GpuCountMismatch", "GpuRequest", "check_change", "request_of", "verify"]
+__all__ = ["GpuCountMismatch", "GpuRequest", "check_change", "check_type", "cluster_types", "request_of", "verify"]
 
 
 class GpuCountMismatch(SlurmError):
@@ -46,9 +48,12 @@ class GpuRequest:
     count: int
     node_count: int
     required_nodes: tuple[str, ...]
+    gpu_type: str = ""
+    """The GPU type the request names (`gpu:a100:2`); "" for any type."""
 
     def __str__(self) -> str:
-        what = f"{self.kind}:{self.count}" if self.kind else "no GPU"
+        typed = f"{self.gpu_type}:" if self.gpu_type else ""
+        what = f"{self.kind}:{typed}{self.count}" if self.kind else "no GPU"
         pin = f" on {','.join(self.required_nodes)}" if self.required_nodes else ""
         return f"{what} × {self.node_count} node(s){pin}"
 
@@ -67,13 +72,13 @@ def request_of(text: str, job_id: int) -> GpuRequest:
         per_node = f.parsed("tres_per_node", parse_gres_request)
         per_job = f.parsed("tres_per_job", parse_gres_request)
         if per_node is not None:
-            kind, count = per_node.kind, per_node.count
+            kind, count, typ = per_node.kind, per_node.count, per_node.gpu_type
         elif per_job is not None:
-            kind, count = "gpus", per_job.count
+            kind, count, typ = "gpus", per_job.count, per_job.gpu_type
         else:
-            kind, count = "", 0
+            kind, count, typ = "", 0, ""
         node_count = f.parsed("tres_req_str", parse_tres).get("node") or f.integer("node_count") or 1
-        return GpuRequest(kind, count, node_count, f.parsed("required_nodes", expand_hostlist))
+        return GpuRequest(kind, count, node_count, f.parsed("required_nodes", expand_hostlist), typ)
     raise InvalidActionError(f"job {job_id} is not in squeue: its GPU count cannot be changed")
 
 
@@ -100,12 +105,34 @@ def check_change(version: str, job_id: int, current: GpuRequest) -> None:
             "a job and ignores TresPerJob=: resubmit it with --gres=gpu:N, or use Slurm 23.02 or later")
 
 
-def verify(text: str, job_id: int, gpus: int, nodes: tuple[str, ...] | list[str], argv: list[str]) -> GpuRequest:
-    """The job's request read back after `argv`; `GpuCountMismatch` naming both when it is not `gpus` on `nodes`."""
+def cluster_types(records: Iterable[NodeRecord]) -> tuple[str, ...]:
+    """The GPU types the nodes' gres name, in first-seen order (a node of several types adds each)."""
+    out: list[str] = []
+    for r in records:
+        out += [t for t, _ in r.gpu_types if t and t not in out]
+    return tuple(out)
+
+
+def check_type(records: Iterable[NodeRecord], job_id: int, gpu_type: str) -> None:
+    """Refuse, before any command runs, a move to a GPU type no node of the cluster has (Slurm compares type
+    names ignoring case): `InvalidActionError` naming the type and the types the cluster has."""
+    if not gpu_type:
+        return
+    known = cluster_types(records)
+    if gpu_type.lower() not in {t.lower() for t in known}:
+        have = f"the types its nodes have are {', '.join(known)}" if known else "its nodes' gres name no GPU type"
+        raise InvalidActionError(f"job {job_id} cannot be moved to GPU type {gpu_type!r}: Slurm knows no such type "
+                                 f"on this cluster; {have}")
+
+
+def verify(text: str, job_id: int, gpus: int, nodes: tuple[str, ...] | list[str], argv: list[str],
+           gpu_type: str = "") -> GpuRequest:
+    """The job's request read back after `argv`; `GpuCountMismatch` naming both when it is not `gpus` of
+    `gpu_type` on `nodes` (type names compared ignoring case)."""
     names = expand_hostlist(",".join(nodes))
     count = len(names) or 1
-    want = GpuRequest("gpu", gpus // count, count, names)
+    want = GpuRequest("gpu", gpus // count, count, names, gpu_type)
     got = request_of(text, job_id)
-    if got != want:
+    if replace(got, gpu_type=got.gpu_type.lower()) != replace(want, gpu_type=gpu_type.lower()):
         raise GpuCountMismatch(argv, 0, "", f"job {job_id}: asked Slurm for {want}, it holds {got}")
     return got

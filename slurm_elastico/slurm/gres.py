@@ -7,7 +7,10 @@ Pure string work behind the JSON parsers. The forms met on real clusters:
 - per-node allocation (`gres_detail`): "mps:25(IDX:0)", "gpu:2(IDX:0-1)"
   (22.05 and 24.11 GPUs), "mps:10(10/100,0/100,0/100,0/100)" (24.11 shared
   GRES: this job's shares on each GPU of the node, out of that GPU's count);
-- node configuration (`gres`): "gpu:4,mps:400", "gpu:a100:4(S:0-1)";
+- node configuration (`gres`): "gpu:4,mps:400", "gpu:a100:4(S:0-1)", several
+  types on one node "gpu:a100:2(S:0),gpu:v100:2(S:1)";
+- typed requests: "gres:gpu:a100:2" (22.05), "gres/gpu:a100:2" (24.11),
+  "gres:gpu:a100" (count 1); the type is what sits between name and count.
 - TRES (`tres_used`, `tres_req_str`): "cpu=2,mem=4000M,gres/mps=35".
 
 The parentheses of the 24.11 form hold commas, so lists split only on commas
@@ -107,8 +110,21 @@ def parse_gres_request(text: str | None) -> GresRequest | None:
     """
     for item in parse_gres_list(text):
         if item.name in ("gpu", "mps"):
-            return GresRequest(item.name, item.count)
+            return GresRequest(item.name, item.count, item.type if item.name == "gpu" else "")
     return None
+
+
+def gres_types(text: str | None) -> tuple[tuple[str, int], ...]:
+    """A node's GPUs per type from its configured `gres`, in Slurm's order: "gpu:a100:2(S:0),gpu:v100:2" ->
+    (("a100", 2), ("v100", 2)); an untyped entry counts under "" ("gpu:4" -> (("", 4),)).
+
+    Trap: a type made of digits alone with no count ("gpu:3090") reads as an untyped count, as it reads to Slurm.
+    """
+    out: dict[str, int] = {}
+    for item in parse_gres_list(text):
+        if item.name == "gpu":
+            out[item.type] = out.get(item.type, 0) + item.count
+    return tuple(out.items())
 
 
 def _index_list(text: str, whole: str) -> list[int]:

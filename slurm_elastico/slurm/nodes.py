@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from slurm_elastico.errors import ParseError
-from slurm_elastico.slurm.gres import gres_counts, parse_gres_list, parse_tres
+from slurm_elastico.slurm.gres import gres_counts, gres_types, parse_gres_list, parse_tres
 from slurm_elastico.slurm.hostlist import expand_hostlist
 from slurm_elastico.slurm.schema import Fields, load
 
@@ -38,7 +38,8 @@ class NodeRecord:
     `gres_used`). `approximate` marks allocation figures split evenly over a
     24.11 sinfo group of several nodes. `slurmd_start_time` is when the
     node's slurmd last registered (Unix seconds; None where the listing lacks
-    it, as 24.11 sinfo groups do).
+    it, as 24.11 sinfo groups do). `gpu_types` are its GPUs per type from the same `gres`
+    ("gpu:a100:2,gpu:v100:2" -> (("a100", 2), ("v100", 2)); "" for an untyped entry).
     """
 
     name: str
@@ -56,6 +57,13 @@ class NodeRecord:
     partition_states: tuple[tuple[str, str], ...] = ()
     approximate: bool = False
     slurmd_start_time: int | None = None
+    gpu_types: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def gpu_type(self) -> str:
+        """The type of the node's GPUs: its first gres entry's ("" when untyped or without GPUs). A node that
+        mixes types is taken by its first, as `NodeView.gpu_type` says."""
+        return self.gpu_types[0][0] if self.gpu_types else ""
 
 
 def _node_state(words: Iterable[str]) -> str:
@@ -83,6 +91,7 @@ def _node(f: Fields) -> NodeRecord:
         gres=gres,
         gpus=gpus,
         mps_total=mps,
+        gpu_types=f.parsed("gres", gres_types),
         tres_used=f.parsed("tres_used", parse_tres),
         gres_used=f.text("gres_used"),
         slurmd_start_time=f.time("slurmd_start_time"),
@@ -114,6 +123,7 @@ def _group(f: Fields) -> list[NodeRecord]:
     approximate = cmin != cmax or mmin != mmax or (count > 1 and (alloc_cpus > 0 or alloc_mem > 0))
     gres, used = gres_f.text("total"), gres_f.text("used")
     gpus, mps = gres_f.parsed("total", gres_counts)
+    types = gres_f.parsed("total", gres_types)
     tres_used: dict[str, int] = {}
     if count == 1:
         # 24.11's gres used is right (22.05's is not, and has no groups).
@@ -135,6 +145,7 @@ def _group(f: Fields) -> list[NodeRecord]:
             gres=gres,
             gpus=gpus,
             mps_total=mps,
+            gpu_types=types,
             tres_used=tres_used,
             gres_used=used if count == 1 else "",
             partition_states=((part_name, part_state),) if part_name else (),

@@ -8,12 +8,31 @@ use comes from the jobs' `gpu_alloc`, never from a node's `gres_used`, which
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
+from slurm_elastico.errors import ConfigError
 from slurm_elastico.model import MPS_SHARES_PER_GPU, GpuUse, GpuView, JobView, NodeView, PartitionView
 from slurm_elastico.slurm.nodes import NodeRecord
 
-__all__ = ["build_nodes", "partitions_from"]
+__all__ = ["build_nodes", "node_gpu_memory", "partitions_from"]
+
+
+def node_gpu_memory(record: NodeRecord, gpu_memory_mib: int, type_memory: Mapping[str, int]) -> int:
+    """Memory (MiB) of each GPU of a node: its type's from `type_memory` (`gpu.types`), `gpu_memory_mib` for an
+    untyped node or when no type is configured (a one-type cluster keeps its settings unchanged).
+
+    `ConfigError` naming the node, its type and the configured types when `type_memory` lacks the node's type:
+    the planner would size shapes for a memory it does not know. Type names compare ignoring case, as Slurm's.
+    """
+    kind = record.gpu_type
+    if not kind or not type_memory:
+        return gpu_memory_mib
+    folded = {k.lower(): v for k, v in type_memory.items()}
+    if kind.lower() in folded:
+        return folded[kind.lower()]
+    raise ConfigError("gpu.types", [
+        f"node {record.name} has GPUs of type {kind!r} (gres {record.gres!r}), which gpu.types does not name; "
+        f"configured: {', '.join(sorted(type_memory))}; add gpu.types.{kind}.memory_mib (memory of one such GPU)"])
 
 
 def build_nodes(
@@ -21,6 +40,7 @@ def build_nodes(
     jobs: Iterable[JobView],
     shares_per_gpu: int = MPS_SHARES_PER_GPU,
     gpu_memory_mib: int = 0,
+    type_memory: Mapping[str, int] | None = None,
 ) -> tuple[NodeView, ...]:
     """Nodes with per-GPU users, from node records and the active jobs' `gpu_alloc`.
 
@@ -28,7 +48,8 @@ def build_nodes(
     splits `Count` evenly; a remainder is dropped), or `shares_per_gpu` when
     the node has no MPS. A GPU held by a `gpu:N` job is a whole user even when
     MPS jobs share it (22.05 allows that). Holds on GPUs or nodes the records
-    do not have (squeue and sinfo run moments apart) are left out.
+    do not have (squeue and sinfo run moments apart) are left out. Each node's GPU type is its gres's
+    (`gpu:a100:4` → "a100"), its GPU memory that type's (`node_gpu_memory`).
     """
     holds: dict[tuple[str, int], list[GpuUse]] = {}
     for job in jobs:
@@ -54,7 +75,8 @@ def build_nodes(
                 memory_mib=r.real_memory,
                 memory_alloc_mib=r.alloc_memory,
                 gpus=gpus,
-                gpu_memory_mib=gpu_memory_mib,
+                gpu_memory_mib=node_gpu_memory(r, gpu_memory_mib, type_memory or {}),
+                gpu_type=r.gpu_type,
             )
         )
     return tuple(out)
