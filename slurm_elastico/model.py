@@ -303,6 +303,9 @@ class Shape:
     measured: Counters | None = None
     gpu_type: str = ""
     """The GPU type this shape runs on, with the throughput it has there; "" = any type (a one-type cluster)."""
+    throughput_sigma: float = 0.0
+    """Relative uncertainty (sigma of the log) of `throughput` where it is estimated from another GPU type
+    (`shapes.type_speed`); 0 = measured, declared, or a one-type cluster. A planner may discount by it."""
 
     def knob(self, name: str, default: object = None) -> object:
         for k, v in self.knobs:
