@@ -81,7 +81,7 @@ def write_plan(pending: list[Job], running: list[Job], early: set[int], ch: Chan
             actions.append(Action(ActionKind.SET_ADMIN_COMMENT, jid, why, shape=shape.name, text=comment))
             if seat.gang:
                 actions.append(Action(ActionKind.RESHAPE_RUNNING, jid, why, gpus=seat.row.gpus, nodes=on,
-                                      shape=shape.name))
+                                      shape=shape.name, gpu_type=shape.gpu_type))
             elif jid not in ch.moved and (seat.row.share == j.view.mps_share
                                        or (j.view.whole_gpus == 1 and _one_whole_gpu(j, state))):
                 # Same resources, new knobs: elastico-run relaunches in place on USR1, no requeue.
@@ -89,10 +89,11 @@ def write_plan(pending: list[Job], running: list[Job], early: set[int], ch: Chan
             elif _one_whole_gpu(j, state):
                 # Asks whole GPUs (a gang shrunk to one GPU, or a gpu:1 job moved): it keeps asking whole GPUs,
                 # since Slurm 22.05 refuses to move a job from gpu to mps ("Invalid generic resource").
-                actions.append(Action(ActionKind.RESHAPE_RUNNING, jid, why, gpus=1, nodes=(node,), shape=shape.name))
+                actions.append(Action(ActionKind.RESHAPE_RUNNING, jid, why, gpus=1, nodes=(node,), shape=shape.name,
+                                      gpu_type=shape.gpu_type))
             else:
                 actions.append(Action(ActionKind.RESHAPE_RUNNING, jid, why, share=seat.row.share, nodes=(node,),
-                                      shape=shape.name))
+                                      shape=shape.name, gpu_type=shape.gpu_type))
             continue
         where_to = (f"on {seat.row.gpus} GPUs of {','.join(on)}" if seat.gang
                     else f"at {shape.resources.mps}% of GPU {node}:{gpu}")
@@ -103,14 +104,18 @@ def write_plan(pending: list[Job], running: list[Job], early: set[int], ch: Chan
         if j.view.admin_comment != comment:
             actions.append(Action(ActionKind.SET_ADMIN_COMMENT, jid, why, shape=shape.name, text=comment))
         if seat.gang:
-            actions.append(Action(ActionKind.SET_GPUS, jid, why, gpus=seat.row.gpus, nodes=on, shape=shape.name))
+            actions.append(Action(ActionKind.SET_GPUS, jid, why, gpus=seat.row.gpus, nodes=on, shape=shape.name,
+                                  gpu_type=shape.gpu_type))
         elif _one_whole_gpu(j, state):
             # Asks whole GPUs (elastico-submit starts a family with GPU counts on gpu:1) and gets all of one:
             # it keeps asking whole GPUs, since Slurm 22.05 refuses to move a job from gpu to mps.
-            if j.view.whole_gpus != 1:
-                actions.append(Action(ActionKind.SET_GPUS, jid, why, gpus=1, nodes=(node,), shape=shape.name))
+            if j.view.whole_gpus != 1 or (shape.gpu_type and j.view.gres is not None
+                                          and j.view.gres.gpu_type not in ("", shape.gpu_type)):
+                actions.append(Action(ActionKind.SET_GPUS, jid, why, gpus=1, nodes=(node,), shape=shape.name,
+                                      gpu_type=shape.gpu_type))
         elif j.view.gres is None or j.view.gres.kind != "mps" or j.view.gres.count != seat.row.share:
-            actions.append(Action(ActionKind.SET_SHARE, jid, why, share=seat.row.share, shape=shape.name))
+            actions.append(Action(ActionKind.SET_SHARE, jid, why, share=seat.row.share, shape=shape.name,
+                                  gpu_type=shape.gpu_type))
         if j.view.held:  # one this policy preempted: pinned to its place, started, released
             actions.append(Action(ActionKind.RESUME, jid, why, nodes=on if seat.gang else (node,), shape=shape.name))
             continue

@@ -50,7 +50,7 @@ class Admission:
         `stays`: the job keeps its place on g (a running job reshaped in place, no requeue), so Slurm's
         choice of GPU does not come into it; otherwise g must be the GPU Slurm gives the share (`slurm_gives`).
         """
-        if self.free_share[g] < row.share or self.free_mem[g] < row.mem:
+        if self.free_share[g] < row.share or self.free_mem[g] < row.mem or not self.on_type(row, g):
             return 0.0
         if not stays and not self.slurm_gives(g, row.share, self.asks_one_whole(seat, row, g)):
             return 0.0

@@ -38,6 +38,17 @@ Two passes over the jobs in that order, over a budget of GPU equivalents
 2. What is left after everyone had their turn starts waiting jobs, in the
    same order, on less than they asked for: idle GPUs help nobody.
 
+Several GPU types: each slot is on one type (`Claim.types`; -1 any) and the
+budget is kept per type (`Budget`). A job's choice among its slots weighs
+each by a shadow price per type (`prices`, λ_t per GPU): it takes the slot
+with the least priced time per unit of work, `(1 + λ_t·size) / throughput`
+— at zero prices its fastest, as on one type. `planner.type_prices` finds
+the prices: a type that jobs want beyond what it has gets dearer, one with
+GPUs left over cheaper, so the jobs that gain least from a fast type go to
+another. A pending job whose choice's type is full starts at the same size
+on another type where one fits (a later move pays for itself or is not
+made: `_running`), else waits.
+
 Pure: no I/O, no clock; the same claims give the same answer.
 """
 
@@ -77,6 +88,36 @@ class Claim:
     extra: bool = True
     """May it take more than its cap (heSRPT's split)? Not a job Slurm cannot requeue: it could never give
     them back."""
+    types: Sequence[int] = ()
+    """Each slot's GPU type (an index of the budget's pools), -1 for any; () = every slot any type."""
+
+    def type_of(self, s: int) -> int:
+        return self.types[s] if self.types else -1
+
+
+class Budget:
+    """GPU equivalents left, per GPU type (one pool on a cluster of one type)."""
+
+    def __init__(self, pools: float | Sequence[float]):
+        self.left = [float(pools)] if isinstance(pools, (int, float)) else [float(x) for x in pools]
+
+    @property
+    def total(self) -> float:
+        return sum(self.left)
+
+    def room(self, t: int) -> float:
+        """What a slot of type t may take: its type's pool, or for a slot of any type all of them."""
+        return self.left[t] if t >= 0 else self.total
+
+    def take(self, t: int, z: float) -> None:
+        if t >= 0:
+            self.left[t] -= z
+            return
+        for k in sorted(range(len(self.left)), key=lambda k: -self.left[k]):  # any type: from the fullest pools
+            d = min(z, max(0.0, self.left[k]))
+            self.left[k] -= d
+            z -= d
+        self.left[0] -= z  # what no pool had (never, when `room` was checked first)
 
 
 def order(claims: Sequence[Claim]) -> list[int]:
@@ -84,12 +125,23 @@ def order(claims: Sequence[Claim]) -> list[int]:
     return sorted(range(len(claims)), key=lambda i: (claims[i].key, i))
 
 
-def _fastest(c: Claim, limit: float) -> int:
-    """The fastest allowed slot holding at most `limit` (ties: the smaller), or NONE."""
-    best = NONE
-    for s, (size, t, ok) in enumerate(zip(c.sizes, c.tput, c.allowed)):
-        if ok and size <= limit + EPS and (best == NONE or (t, -size) > (c.tput[best], -c.sizes[best])):
-            best = s
+def _best(c: Claim, limit: float, prices: Sequence[float], budget: Budget | None = None,
+          size: float | None = None) -> int:
+    """The allowed slot holding at most `limit` with the least priced time per unit of work (`(1 + λ_t·size) /
+    throughput`: at zero prices the fastest; ties: the smaller, then the first), or NONE; with `budget`, only
+    slots whose type has room; with `size`, only slots of that size."""
+    best, best_key = NONE, (math.inf, math.inf)
+    cheapest = min(prices, default=0.0)
+    for s, (z, t, ok) in enumerate(zip(c.sizes, c.tput, c.allowed)):
+        if not ok or t <= 0 or z > limit + EPS or (size is not None and abs(z - size) > EPS):
+            continue
+        ty = c.type_of(s)
+        if budget is not None and z > budget.room(ty) + EPS:
+            continue
+        lam = prices[ty] if ty >= 0 else cheapest
+        key = ((1.0 + lam * z) / t, z)
+        if key < best_key:
+            best, best_key = s, key
     return best
 
 
@@ -111,12 +163,13 @@ def share_limit(c: Claim, budget: float, left: int) -> float:
     return limit
 
 
-def _running(c: Claim, budget: float, hysteresis: float, preempt: bool, limit: float) -> int:
+def _running(c: Claim, budget: Budget, hysteresis: float, preempt: bool, limit: float,
+             prices: Sequence[float]) -> int:
     """A running job's slot in the first pass (see the module docstring)."""
     cur = c.current
     assert cur is not None
-    want = _fastest(c, min(budget, max(limit, c.sizes[cur])))
-    if c.sizes[cur] <= budget + EPS:  # it keeps what it holds unless moving up pays the restart
+    want = _best(c, max(limit, c.sizes[cur]), prices, budget)
+    if c.sizes[cur] <= budget.room(c.type_of(cur)) + EPS:  # it keeps what it holds unless moving pays the restart
         if want == NONE or c.tput[want] <= c.tput[cur]:
             return cur
         return want if reshape.saving(c.work, c.tput[cur], c.tput[want], c.restart_s, hysteresis) > 0 else cur
@@ -125,8 +178,29 @@ def _running(c: Claim, budget: float, hysteresis: float, preempt: bool, limit: f
     return min((s for s, ok in enumerate(c.allowed) if ok), key=lambda s: (c.sizes[s], -c.tput[s]), default=cur)
 
 
-def allot(claims: Sequence[Claim], budget: float, hysteresis: float, preempt: bool = True) -> list[int]:
-    """Each claim's slot, or NONE (a pending job waits, a running one is preempted); see the module docstring."""
+@dataclass
+class Outcome:
+    """What one allotment gave: each claim's slot, and per type what first-pass choices found no room for
+    (`pressure`) and what the first pass left (`spare`): `planner.type_prices` moves the prices by them."""
+
+    picks: list[int]
+    pressure: list[float]
+    spare: list[float]
+
+
+def allot(claims: Sequence[Claim], budget: float | Sequence[float], hysteresis: float, preempt: bool = True,
+          prices: Sequence[float] | None = None) -> list[int]:
+    """Each claim's slot, or NONE (a pending job waits, a running one is preempted); see the module docstring.
+    `budget`: GPU equivalents, one number or one per GPU type; `prices`: λ per type (zero when None)."""
+    return allot_outcome(claims, budget, hysteresis, preempt, prices).picks
+
+
+def allot_outcome(claims: Sequence[Claim], budget: float | Sequence[float], hysteresis: float,
+                  preempt: bool = True, prices: Sequence[float] | None = None) -> Outcome:
+    """`allot`, with what each type lacked and had left over in the first pass."""
+    pool = Budget(budget)
+    lam = list(prices) if prices is not None else [0.0] * len(pool.left)
+    pressure = [0.0] * len(pool.left)
     pick = [NONE] * len(claims)
     seq = order(claims)
     # What the running jobs after each position hold: GPUs beyond a job's cap come only from the others, so
@@ -137,21 +211,26 @@ def allot(claims: Sequence[Claim], budget: float, hysteresis: float, preempt: bo
         held_after[k] = held_after[k + 1] + (after.sizes[after.current] if after.current is not None else 0.0)
     for k, i in enumerate(seq):
         c = claims[i]
-        limit = share_limit(c, max(0.0, budget - held_after[k]), len(seq) - k)
+        limit = share_limit(c, max(0.0, pool.total - held_after[k]), len(seq) - k)
         if c.current is not None:
-            want = _running(c, budget, hysteresis, preempt, limit)
+            want = _running(c, pool, hysteresis, preempt, limit, lam)
         else:
-            want = _fastest(c, limit)
-            if want != NONE and c.sizes[want] > budget + EPS:
-                want = NONE  # its whole request does not fit: it waits (pass 2 may start it smaller)
+            want = _best(c, limit, lam)
+            if want != NONE and c.sizes[want] > pool.room(c.type_of(want)) + EPS:
+                ty = c.type_of(want)
+                pressure[max(ty, 0)] += c.sizes[want]
+                # its whole request does not fit that type: the same size on another, or it waits (pass 2 may
+                # start it smaller)
+                want = _best(c, limit, lam, pool, c.sizes[want])
         if want != NONE:
             pick[i] = want
-            budget -= c.sizes[want]
+            pool.take(c.type_of(want), c.sizes[want])
+    spare = [max(0.0, x) for x in pool.left]
     for i in seq:  # idle GPUs help nobody: what is left starts waiting jobs on less than they asked
         c = claims[i]
-        if pick[i] == NONE and c.current is None and budget > EPS:
-            want = _fastest(c, min(budget, c.cap))
+        if pick[i] == NONE and c.current is None and pool.total > EPS:
+            want = _best(c, c.cap, lam, pool)
             if want != NONE:
                 pick[i] = want
-                budget -= c.sizes[want]
-    return pick
+                pool.take(c.type_of(want), c.sizes[want])
+    return Outcome(pick, pressure, spare)

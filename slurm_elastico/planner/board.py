@@ -36,6 +36,7 @@ class Board:
     """What `read_board` found: the GPU ledger and the managed jobs on it, with the lookups later phases use."""
 
     nodes: list[NodeView]  # usable nodes of the partition
+    types: tuple[str, ...]  # their GPU types, sorted ("" not among them); `Row.gtype` and `GpuState.gpu_type` index it
     where: dict[tuple[str, int], int]  # (node, GPU index) -> the GPU's number in `state`
     gpu_key: list[tuple[str, int]]  # the GPU's number -> (node, GPU index)
     per_gpu: np.ndarray  # one GPU's worth of each resource (`tables.RESOURCES`): the pricing's unit
@@ -58,10 +59,21 @@ def shape_of_running(job: JobView, table: Table, held_share: int, shares_per_gpu
     return table.family.shapes.index(shape)
 
 
-def gang_of_running(job: JobView, table: Table, gpus: int) -> int | None:
-    """Slot of the data-parallel shape a running job holding `gpus` whole GPUs runs as: the one its AdminComment
-    names if it has that many GPUs, else the fastest with that many (None: the family has none)."""
-    rows = [r for r in table.rows if r.gpus == gpus]
+def on_type(table: Table, slot: int, gtype: int) -> int:
+    """The slot of the same shape on GPU type `gtype` (where a running job is): `slot` itself if its type is that
+    one or none, else the shape with the same knobs and GPUs on `gtype`, else the fastest with its GPUs there."""
+    rows, shapes = table.rows, table.family.shapes
+    if rows[slot].gtype in (-1, gtype):
+        return slot
+    same = [r for r in rows if r.gtype == gtype and r.gpus == rows[slot].gpus]
+    twin = [r for r in same if shapes[r.slot].knobs == shapes[slot].knobs]
+    return max(twin or same, key=lambda r: (r.tput, -r.slot)).slot if (twin or same) else slot
+
+
+def gang_of_running(job: JobView, table: Table, gpus: int, gtype: int = -1) -> int | None:
+    """Slot of the data-parallel shape a running job holding `gpus` whole GPUs of type `gtype` runs as: the one its
+    AdminComment names if it has that many GPUs, else the fastest with that many (None: the family has none)."""
+    rows = [r for r in table.rows if r.gpus == gpus and r.gtype in (-1, gtype)]
     named = _named_shape(job, table.family)
     for r in rows:
         if named is not None and table.family.shapes[r.slot] is named:
@@ -77,6 +89,8 @@ def read_board(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
     part = settings.slurm.partition
     # -- capacity -----------------------------------------------------------
     nodes = [n for n in snapshot.nodes if n.usable and (not part or part in n.partitions)]
+    types = tuple(sorted({n.gpu_type for n in nodes if n.gpus and n.gpu_type}))
+    gpu_type: list[int] = []
     gpu_node, free_share, total_share, free_mem, gpu_mem, gpu_key = [], [], [], [], [], []
     where: dict[tuple[str, int], int] = {}
     node_cpu, node_mem = [], []
@@ -92,9 +106,10 @@ def read_board(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
             free_mem.append(mem)
             gpu_mem.append(mem)
             gpu_key.append((n.name, gv.index))
+            gpu_type.append(types.index(n.gpu_type) if n.gpu_type else -1)
     n_gpus = len(gpu_node)
     state = GpuState(gpu_node, free_share, free_mem, node_cpu, node_mem, cache, floor, total_share=total_share,
-                     lowest_unused=gpu_choice.lowest_unused(snapshot.slurm_version))
+                     lowest_unused=gpu_choice.lowest_unused(snapshot.slurm_version), gpu_type=gpu_type)
     per_gpu = np.array([
         float(gs.shares_per_gpu),
         float(np.mean(gpu_mem)) if n_gpus else float(gs.memory_mib),
@@ -121,7 +136,7 @@ def read_board(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
                 small = narrowed[extra]
         t = tables.get(id(small))
         if t is None:
-            t = tables[id(small)] = make_table(small, cache, per_gpu, gs.shares_per_gpu)
+            t = tables[id(small)] = make_table(small, cache, per_gpu, gs.shares_per_gpu, types)
         return t
 
     # -- who is where --------------------------------------------------------
@@ -156,40 +171,41 @@ def read_board(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
                     continue
                 job = by_id.get(use.job_id)
                 if job is not None and job.running and job.seat.gpu < 0:
-                    slot = shape_of_running(job.view, job.table, use.shares, gs.shares_per_gpu)
+                    slot = on_type(job.table, shape_of_running(job.view, job.table, use.shares, gs.shares_per_gpu),
+                                   gpu_type[g])
                     base = job.table.rows[slot]
                     uid = base.uid
                     if uid == WHOLE_UID and use.shares < gv.shares_total:  # named whole, holds a share: profile it
                         uid = cache.add(solo_profile(job.table.family.shapes[slot], job.table.family.kind,
                                                      job.table.family.name))
                     job.seat.row = Row(slot, uid, base.tput, use.shares, base.mem,
-                                       float(job.view.cpus), float(job.view.memory_mib))
+                                       float(job.view.cpus), float(job.view.memory_mib), gtype=base.gtype)
                     state.attach(job.seat, g, base.mem)
                 else:
                     row = Row(-1, foreign[use.shares], math.inf, use.shares, gpu_mem[g] * use.shares / gs.shares_per_gpu, 0, 0)
                     state.attach(Seat(use.job_id, 0.0, row), g, row.mem)
     for jid, held in gangs.items():
         job = by_id[jid]
-        slot = gang_of_running(job.view, job.table, len(held))
+        slot = gang_of_running(job.view, job.table, len(held), gpu_type[held[0]])
         if slot is None and len(held) == 1 and job.seat.gpu < 0:
             # One whole GPU (`gpu:1`: elastico-submit starts a family with GPU counts so): its one-GPU shape at
             # the GPU's full share, as a job holding all of its MPS shares; it may then grow into a gang.
             g, full = held[0], int(state.total_share[held[0]])
-            slot = shape_of_running(job.view, job.table, full, gs.shares_per_gpu)
+            slot = on_type(job.table, shape_of_running(job.view, job.table, full, gs.shares_per_gpu), gpu_type[g])
             base = job.table.rows[slot]
             job.seat.row = Row(slot, base.uid, base.tput, full, base.mem, float(job.view.cpus),
-                               float(job.view.memory_mib))
+                               float(job.view.memory_mib), gtype=base.gtype)
             state.attach(job.seat, g, base.mem)
             continue
         if slot is None or job.seat.gpu >= 0:
             continue  # no shape of its family holds that many GPUs: left alone
         base = job.table.rows[slot]
         job.seat.row = Row(slot, base.uid, base.tput, 0, base.mem, float(job.view.cpus), float(job.view.memory_mib),
-                           gpus=len(held))
+                           gpus=len(held), gtype=base.gtype)
         state.attach_gang(job.seat, tuple(held), base.mem)
     fill_contention(list(tables.values()), cache, gs.shares_per_gpu)
     for j in by_id.values():
         if not j.running or j.seat.gpu >= 0:
             jobs.append(j)  # running jobs we cannot locate on a GPU are left alone
     jobs.sort(key=lambda j: j.view.job_id)
-    return Board(nodes, where, gpu_key, per_gpu, state, tables, by_id, jobs)
+    return Board(nodes, types, where, gpu_key, per_gpu, state, tables, by_id, jobs)

@@ -40,8 +40,11 @@ class GpuState(SlurmPicks, Admission):
 
     def __init__(self, gpu_node: list[int], free_share: list[int], free_mem: list[float],
                  node_cpu: list[float], node_mem: list[float], cache: PairCache, floor: float,
-                 max_tries: int = 64, total_share: list[int] | None = None, lowest_unused: bool = False):
+                 max_tries: int = 64, total_share: list[int] | None = None, lowest_unused: bool = False,
+                 gpu_type: list[int] | None = None):
         self.gpu_node = gpu_node
+        # Each GPU's type (`Board.types` index; -1 untyped): a row of type t goes only on GPUs of type t (`on_type`).
+        self.gpu_type = list(gpu_type) if gpu_type is not None else [-1] * len(gpu_node)
         self.free_share = free_share
         self.total_share = list(total_share if total_share is not None else free_share)
         self.node_gpus: dict[int, list[int]] = {}
@@ -211,6 +214,10 @@ class GpuState(SlurmPicks, Admission):
 
     # -- searches ----------------------------------------------------------
 
+    def on_type(self, row: Row, g: int) -> bool:
+        """Whether GPU g is of the type `row` runs on (a row of no type runs on any)."""
+        return row.gtype < 0 or self.gpu_type[g] == row.gtype
+
     def find_gang(self, row: Row) -> tuple[int, ...]:
         """Idle GPUs for a data-parallel row as Slurm can be asked for them, or () when they are not there.
 
@@ -227,7 +234,9 @@ class GpuState(SlurmPicks, Admission):
         idle: dict[int, list[bool]] = {}
         whole: dict[int, list[bool]] = {}
         unused: dict[int, list[bool] | None] = {}
-        for node in self.node_gpus:
+        for node, gpus in self.node_gpus.items():
+            if not self.on_type(row, gpus[0]):
+                continue  # a node's GPUs are of one type (`NodeView.gpu_type`)
             ok, held, free = self._idle_whole(node, row.mem)
             if any(ok):
                 idle[node], whole[node], unused[node] = ok, held, free
@@ -257,7 +266,7 @@ class GpuState(SlurmPicks, Admission):
         need, need_min, version = self.need, self.need_min, self.version
         refused, refused_at = self.refused, self.refused_at
         key = self.keys.setdefault((row, seat.floor, seat.best_solo), len(self.keys))  # all `fits` reads of `seat`
-        gpu_node, given = self.gpu_node, {}  # node -> the GPU Slurm gives this share there, once per call
+        gpu_node, gpu_type, given = self.gpu_node, self.gpu_type, {}  # node -> the GPU Slurm gives this share there, once per call
         tries = 0
         for level in range(row.share, self._hi + 1):
             if x < need_min[level]:
@@ -270,7 +279,7 @@ class GpuState(SlurmPicks, Admission):
                 ng = need[g]
                 if ng < low:
                     low = ng
-                if x < ng:
+                if x < ng or not (row.gtype < 0 or gpu_type[g] == row.gtype):
                     continue
                 if refused_at[g] != version[g]:
                     refused_at[g], refused[g] = version[g], set()

@@ -22,7 +22,8 @@ from slurm_elastico.planner import allot
 from slurm_elastico.planner.board import Board
 from slurm_elastico.planner.packing import GpuState
 from slurm_elastico.planner.running import left_s
-from slurm_elastico.planner.tables import RESOURCES, Job, Table
+from slurm_elastico.planner.type_prices import priced_allotment
+from slurm_elastico.planner.tables import RESOURCES, Job, Table, resources
 
 
 @dataclass
@@ -35,10 +36,11 @@ class Priced:
     targets: dict[int, int]  # elastic running job's id -> the slot chosen (`pricing.NONE`: preempted)
     allotted: list[int]  # pending jobs whose GPU count the allotment chose, in its order
     growers: list[Job]  # elastic running jobs, in the allotment's order
+    names: tuple[str, ...] = RESOURCES  # the priced resources (`tables.resources`)
 
     def note(self) -> str:
         """The prices and the rounds it took, for the plan's notes."""
-        return ("prices (GPU equivalents): " + ", ".join(f"{r}={v:.3g}" for r, v in zip(RESOURCES, self.result.prices))
+        return ("prices (GPU equivalents): " + ", ".join(f"{r}={v:.3g}" for r, v in zip(self.names, self.result.prices))
                 + f" after {self.result.rounds} round(s)")
 
 
@@ -47,11 +49,11 @@ def price(pending: list[Job], elastic: list[Job], board: Board, policy, ps: Plan
     """Price the pending and elastic jobs over what is free (with `policy.price`; else every job asks its
     fastest shape at zero prices), then let the allotment choose the GPU counts (with `policy.allot`)."""
     restart = [_restart_charge(j, now, progress, ps.reshape_cost_s, ps.hysteresis) for j in elastic]
-    problem = _problem(pending, board.state, board.per_gpu, elastic, restart)
+    problem = _problem(pending, board.state, board.per_gpu, elastic, restart, len(board.types))
     if policy.price and (pending or elastic):
         result = pricing.solve(problem, ps.rounds, ps.step)
     else:
-        z = np.zeros(len(RESOURCES))
+        z = np.zeros(len(problem.capacity))
         result = pricing.PriceResult(z, pricing.choose(problem, z), 0)
     choice = result.choice[:len(pending)].copy()
     targets = {j.view.job_id: int(c) for j, c in zip(elastic, result.choice[len(pending):])}
@@ -60,7 +62,7 @@ def price(pending: list[Job], elastic: list[Job], board: Board, policy, ps: Plan
     if policy.allot:
         allotted, growers = _allot(pending, elastic, choice, targets, problem, now, progress, ps,
                                    float(board.per_gpu[0]))
-    return Priced(problem, result, choice, targets, allotted, growers)
+    return Priced(problem, result, choice, targets, allotted, growers, resources(board.types))
 
 
 def _restart_charge(job: Job, now: float, progress: Mapping[int, float], cost_s: float, hysteresis: float) -> float:
@@ -71,10 +73,11 @@ def _restart_charge(job: Job, now: float, progress: Mapping[int, float], cost_s:
 
 
 def _problem(pending: list[Job], state: GpuState, per_gpu: np.ndarray, elastic: list[Job] = (),
-             restart: list[float] = ()) -> pricing.PriceProblem:
+             restart: list[float] = (), n_types: int = 0) -> pricing.PriceProblem:
     """Stack the jobs' tables into padded [J, C] arrays over the free pool: the pending jobs, then the elastic
     running ones (never left out; only their whole-GPU shapes; `restart` charged on all but the current one;
-    what they hold is added to the pool)."""
+    what they hold is added to the pool). With several GPU types (`n_types` > 1) the pool has one more entry per
+    type: its free GPU equivalents."""
     every = [*pending, *elastic]
     width = max((len(j.table.rows) for j in every), default=1)
     uniq: dict[int, int] = {}
@@ -86,7 +89,8 @@ def _problem(pending: list[Job], state: GpuState, per_gpu: np.ndarray, elastic: 
             u = uniq[id(j.table)] = len(tabs)
             tabs.append(j.table)
         idx[k] = u
-    nt, r = max(1, len(tabs)), len(RESOURCES)
+    typed = n_types if n_types > 1 else 0
+    nt, r = max(1, len(tabs)), len(RESOURCES) + typed
     value = np.zeros((nt, width))
     demand = np.zeros((nt, width, r))
     allowed = np.zeros((nt, width), dtype=bool)
@@ -99,11 +103,13 @@ def _problem(pending: list[Job], state: GpuState, per_gpu: np.ndarray, elastic: 
     open_gpus = [g for g, f in enumerate(state.free_share) if f > 0]
     held = {g: j for j in elastic for g in (j.seat.gang or (j.seat.gpu,))}  # GPUs an elastic job could give back
     open_nodes = sorted({state.gpu_node[g] for g in (*open_gpus, *held)})
+    share_unit = per_gpu[0]
     free = np.array([
         sum(state.free_share[g] for g in open_gpus),
         sum(max(0.0, state.free_mem[g]) for g in open_gpus),
         sum(max(0.0, state.node_cpu[n]) for n in open_nodes),
         sum(min(max(0.0, state.node_mem[n]), 1e15) for n in open_nodes),
+        *(sum(state.free_share[g] for g in open_gpus if state.gpu_type[g] == t) / share_unit for t in range(typed)),
     ], dtype=float)
     allow = allowed[idx]
     penalty = w[:, None] * v * contention[idx]
@@ -117,8 +123,11 @@ def _problem(pending: list[Job], state: GpuState, per_gpu: np.ndarray, elastic: 
         optional[k] = False
         mine = j.seat.gang or (j.seat.gpu,)
         free += np.array([sum(state.total_share[g] for g in mine), sum(max(0.0, state.free_mem[g]) + j.seat.row.mem
-                                                                       for g in mine), j.seat.row.cpus, j.seat.row.hmem])
-    cap = free / per_gpu
+                                                                       for g in mine), j.seat.row.cpus, j.seat.row.hmem,
+                          *(sum(state.total_share[g] for g in mine if state.gpu_type[g] == t) / share_unit
+                            for t in range(typed))])
+    cap = free.copy()
+    cap[:4] /= per_gpu
     if cap[0] <= 0:
         allow[:len(pending)] = False
     return pricing.PriceProblem(
@@ -134,34 +143,43 @@ def _allot(pending: list[Job], elastic: list[Job], choice: np.ndarray, targets: 
            problem: pricing.PriceProblem, now: float, progress: Mapping[int, float], ps,
            per_gpu_share: float) -> tuple[list[int], list[Job]]:
     """Replace the prices' choice for the jobs with data-parallel shapes by `planner.allot` (weighted shortest
-    remaining time first); the other pending jobs keep the prices' choice and are budgeted first. Returns the
-    allotted pending jobs' indices and the elastic jobs, each in the allotment's order."""
-    budget = float(problem.capacity[0])
+    remaining time first; on several GPU types at the types' prices, `planner.type_prices`); the other pending
+    jobs keep the prices' choice and are budgeted first. Returns the allotted pending jobs' indices and the
+    elastic jobs, each in the allotment's order."""
+    typed = problem.capacity.shape[0] - len(RESOURCES)
+    pool = allot.Budget(problem.capacity[len(RESOURCES):] if typed else float(problem.capacity[0]))
     for i, j in enumerate(pending):
         if not _gang_capable(j) and choice[i] != pricing.NONE:
-            budget -= float(problem.demand[i, choice[i], 0])
+            d = problem.demand[i, choice[i]]
+            ty = int(np.argmax(d[len(RESOURCES):])) if typed and d[len(RESOURCES):].any() else -1
+            pool.take(ty, float(d[0]))
     who = [i for i, j in enumerate(pending) if _gang_capable(j)]
     claims = []
     for j in [pending[i] for i in who] + list(elastic):
         rows, t = j.table.rows, j.table
         sizes = [float(r.gpus) if r.gpus else r.share / per_gpu_share for r in rows]
+        types = [r.gtype for r in rows] if typed else []
         cap = float(max(1, t.family.default_shape.resources.gpus))
         # the key's speed: per GPU at its request, so that the key is the GPU-seconds left (its area, as
-        # Tiresias's two dimensions count service, but what is left rather than what was had)
-        rate = max((r.tput for r, z in zip(rows, sizes) if z <= cap + 1e-9), default=0.0) / cap
+        # Tiresias's two dimensions count service, but what is left rather than what was had); on several GPU
+        # types, on its fastest
+        rate = max((r.tput for r, z in zip(rows, sizes) if z <= cap + 1e-9 and r.gtype < max(typed, 1)),
+                   default=0.0) / cap
         rate = rate if rate > 0 else max(r.tput for r in rows) / cap
         if j.running:
             work, _ = left_s(j, now, progress)
-            # a running job moves only between whole GPUs (a gang, or one GPU alone)
-            allowed = [bool(r.gpus) or r.share >= per_gpu_share for r in rows]
+            # a running job moves only between whole GPUs (a gang, or one GPU alone), of types the cluster has
+            allowed = [(bool(r.gpus) or r.share >= per_gpu_share) and r.gtype < max(typed, 1) for r in rows]
             allowed[j.seat.row.slot] = True
             claims.append(allot.Claim(work / rate / j.weight, sizes, [r.tput for r in rows], allowed,
-                                      max(cap, sizes[j.seat.row.slot]), work, j.seat.row.slot, ps.reshape_cost_s))
+                                      max(cap, sizes[j.seat.row.slot]), work, j.seat.row.slot, ps.reshape_cost_s,
+                                      types=types))
         else:
             work = max(0.0, t.family.total_work - (progress.get(j.view.job_id) or 0.0))
             claims.append(allot.Claim(work / rate / j.weight, sizes, [r.tput for r in rows], list(t.allowed), cap,
-                                      extra=j.view.requeue))
-    picks = allot.allot(claims, budget, ps.hysteresis)
+                                      extra=j.view.requeue, types=types))
+    out, _ = priced_allotment(claims, pool.left, ps.hysteresis)
+    picks = out.picks
     for i, p in zip(who, picks):
         choice[i] = p
     for j, p in zip(elastic, picks[len(who):]):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from slurm_elastico import pricing
 from slurm_elastico.config import PlannerSettings
@@ -62,7 +62,8 @@ def give_back(elastic: list[Job], targets: Mapping[int, int], growers: list[Job]
         if t == pricing.NONE:
             continue
         row = j.table.rows[t]
-        if row.tput > j.seat.row.tput and size(row, state, j.seat.gpu) > size(j.seat.row, state, j.seat.gpu):
+        if row.tput > j.seat.row.tput and (size(row, state, j.seat.gpu) > size(j.seat.row, state, j.seat.gpu)
+                                           or row.gtype != j.seat.row.gtype):  # more GPUs, or a faster type
             got = _regang(j, state, t, now, progress, cost_s)
             if got is not None:
                 ch.reshaped[j.view.job_id] = got
@@ -148,7 +149,7 @@ def _regang(job: Job, state: GpuState, slot: int, now: float, progress: Mapping[
         return None
     state.remove(seat)
     row = job.table.rows[slot]
-    row = Row(row.slot, row.uid, row.tput, row.share, row.mem, old.cpus, old.hmem, gpus=row.gpus)
+    row = replace(row, cpus=old.cpus, hmem=old.hmem)
     if row.gpus:
         got = state.find_gang(row)
         if got:
@@ -199,7 +200,7 @@ def _reshape(job: Job, state: GpuState, now: float, progress: Mapping[int, float
     best, best_saved = None, 0.0
     for s in faster:
         row = job.table.rows[s]
-        row = Row(row.slot, row.uid, row.tput, row.share, row.mem, old.cpus, old.hmem)  # Slurm keeps its CPUs and memory
+        row = replace(row, cpus=old.cpus, hmem=old.hmem)  # Slurm keeps its CPUs and memory
         slow = state.fits(seat, row, g, stays=row.share == old.share)  # a new share goes where Slurm puts it
         if slow:
             saved = reshape.saving(work, rate_now, row.tput / slow, cost_s, hysteresis)
@@ -243,7 +244,7 @@ def _move(job: Job, state: GpuState, now: float, progress: Mapping[int, float], 
     best: tuple[float, Row, tuple[int, ...], int] | None = None
     for s in faster:
         base = rows[s]
-        row = Row(base.slot, base.uid, base.tput, base.share, base.mem, old.cpus, old.hmem, gpus=base.gpus)
+        row = replace(base, cpus=old.cpus, hmem=old.hmem)
         if row.gpus:
             gang, slow = state.find_gang(row), 1.0
             g = gang[0] if gang else -1

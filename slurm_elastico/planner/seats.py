@@ -22,6 +22,7 @@ class Row:
     cpus: float  # for the whole job
     hmem: float  # for the whole job
     gpus: int = 0  # whole GPUs of a data-parallel row (a gang); 0 for a share of one GPU
+    gtype: int = -1  # the GPU type it runs on (`Board.types` index; its throughput is there's); -1: any type
 
 
 @dataclass

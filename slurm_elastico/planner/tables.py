@@ -21,7 +21,21 @@ from slurm_elastico.shapes.solo import solo_profile
 from slurm_elastico.shapes.units import percent_of, shares_of
 
 RESOURCES = ("mps", "gpu_mem", "cpus", "host_mem")
-"""The resources priced, in this order in every demand and price vector."""
+"""The resources priced, in this order in every demand and price vector; on a cluster of several GPU types
+one more per type follows (`resources`): the GPU equivalents of that type, so that each type has its price."""
+
+
+def resources(types: tuple[str, ...]) -> tuple[str, ...]:
+    """The priced resources' names on a cluster with these GPU types: one GPU dimension per type when several."""
+    return RESOURCES + (tuple(f"gpus@{t}" for t in types) if len(types) > 1 else ())
+
+
+def type_index(gpu_type: str, types: tuple[str, ...]) -> int:
+    """A shape's `Row.gtype`: -1 for no type, its index in `types`, or len(types) for a type the cluster lacks
+    (a row that fits no GPU)."""
+    if not gpu_type:
+        return -1
+    return types.index(gpu_type) if gpu_type in types else len(types)
 
 
 @dataclass
@@ -54,14 +68,19 @@ WHOLE_UID = -1
 """`Row.uid` of a row holding whole GPUs: never looked up (nobody shares a GPU it holds)."""
 
 
-def make_table(fam: Family, cache: PairCache, per_gpu: np.ndarray, shares_per_gpu: int) -> Table:
-    """`fam` as a `Table`; each shape that is a share of a GPU gets a profile in `cache`."""
+def make_table(fam: Family, cache: PairCache, per_gpu: np.ndarray, shares_per_gpu: int,
+               types: tuple[str, ...] = ()) -> Table:
+    """`fam` as a `Table` on a cluster with GPU `types`; each shape that is a share of a GPU gets a profile in
+    `cache`. A shape of a type the cluster lacks is not allowed; T/T_max is over the shapes that are."""
     shapes = fam.shapes
     n = len(shapes)
+    typed = len(types) > 1
+    gtypes = [type_index(s.gpu_type, types) for s in shapes]
+    present = np.array([t < len(types) for t in gtypes])
     tputs = [s.throughput for s in shapes]
-    tmax = max(tputs)
+    tmax = max((t for t, ok in zip(tputs, present) if ok), default=max(tputs))
     rows = []  # shares in Slurm's counts from here on; the shapes' are percent
-    res = np.empty((n, 4))
+    res = np.zeros((n, 4 + (len(types) if typed else 0)))
     gang = []  # (slot, GPUs, GPU memory) of each data-parallel row
     shares: dict[int, int] = {}  # a family has a few share levels: each converted once
     for i, s in enumerate(shapes):
@@ -75,22 +94,27 @@ def make_table(fam: Family, cache: PairCache, per_gpu: np.ndarray, shares_per_gp
         # profile in the interference model's all-pairs block (WHOLE_UID), which then is a fraction of the size.
         uid = cache.add(solo_profile(s, fam.kind, fam.name)) if 0 < share < shares_per_gpu else WHOLE_UID
         rows.append(Row(i, uid, s.throughput, share, float(r.gpu_mem_mib), float(r.cpus), float(r.host_mem_mib),
-                        gpus=r.gpus))
-        res[i] = (share, r.gpu_mem_mib, r.cpus, r.host_mem_mib)
+                        gpus=r.gpus, gtype=gtypes[i]))
+        res[i, :4] = (share, r.gpu_mem_mib, r.cpus, r.host_mem_mib)
         if r.gpus:
             gang.append((i, r.gpus, r.gpu_mem_mib))
-    demand = res / per_gpu
+    demand = res
+    demand[:, :4] /= per_gpu
     for i, g, mem in gang:  # n whole GPUs: n GPU equivalents of shares and of GPU memory
         demand[i, 0] = g
         demand[i, 1] = g * mem / per_gpu[1]
+    if typed:  # the GPU equivalents of its type (a shape of no type draws on the total alone)
+        for i, t in enumerate(gtypes):
+            if 0 <= t < len(types):
+                demand[i, 4 + t] = demand[i, 0]
     tput = np.array(tputs)
     floor = fam.throughput_floor
-    allowed = tput >= floor
+    allowed = (tput >= floor) & present
     contention = np.zeros(n)  # filled for all tables at once by fill_contention
     value = tput / tmax
-    dominant = np.maximum(demand.max(axis=1), 1e-9)
+    dominant = np.maximum(demand[:, :4].max(axis=1), 1e-9)
     dens = value / dominant
-    by_speed = sorted((i for i in range(n) if tputs[i] >= floor), key=lambda i: (-tputs[i], i))
+    by_speed = sorted((i for i in range(n) if allowed[i]), key=lambda i: (-tputs[i], i))
     return Table(fam, rows, value, demand, allowed, contention, by_speed,
                  float(dens[allowed].max()) if by_speed else 0.0, bool(gang))
 
