@@ -14,6 +14,12 @@ each other in a circle.
   only, any knobs the family offers — including other global batches when the
   family declares them with a learning-rate rule (their throughput is then
   goodput, in steps of the submitted batch per second).
+
+On a cluster of several GPU types the narrowers that fix a job's shape
+(`default_shape`, `whole_gpu`, `half_gpu`) keep it *type-blind* where the
+family spans types: the shape loses its `gpu_type`, so it runs wherever Slurm
+finds room, as a request that names no type does. A family of one type (the
+user asked for it, `--gres=gpu:TYPE:N`) keeps it.
 """
 
 from __future__ import annotations
@@ -29,21 +35,27 @@ def all_shapes(fam: Family) -> Family:
     return fam
 
 
+def blind(fam: Family, d: Shape) -> Shape:
+    """`d` without its GPU type when `fam` spans several types (see the module docstring)."""
+    return dataclasses.replace(d, gpu_type="") if len({s.gpu_type for s in fam.shapes}) > 1 else d
+
+
 def default_shape(fam: Family) -> Family:
-    """Only the shape the job would run as unplanned (its share and knobs fixed)."""
-    d = fam.default_shape
+    """Only the shape the job would run as unplanned (its share and knobs fixed; type-blind)."""
+    d = blind(fam, fam.default_shape)
     return dataclasses.replace(fam, shapes=(d,), default=d.name)
 
 
 def whole_gpu(fam: Family) -> Family:
-    """The default shape on whole GPUs: the job's knobs and GPU count as submitted, no sharing (plain Slurm)."""
-    d = fam.default_shape
+    """The default shape on whole GPUs: the job's knobs and GPU count as submitted, no sharing (plain Slurm;
+    type-blind)."""
+    d = blind(fam, fam.default_shape)
     if d.resources.gpus:  # submitted on several GPUs: already whole ones
         return dataclasses.replace(fam, shapes=(d,), default=d.name, throughput_floor=0.0)
     top = max(s.resources.mps for s in fam.shapes)
     if d.resources.mps != top:
         same = [s for s in fam.shapes if s.resources.mps == top and s.knobs == d.knobs]
-        d = same[0] if same else dataclasses.replace(d, resources=dataclasses.replace(d.resources, mps=100))
+        d = blind(fam, same[0]) if same else dataclasses.replace(d, resources=dataclasses.replace(d.resources, mps=100))
     d = dataclasses.replace(d, resources=dataclasses.replace(d.resources, mps=100))
     return dataclasses.replace(fam, shapes=(d,), default=d.name, throughput_floor=0.0)
 
@@ -61,7 +73,7 @@ def half_gpu(fam: Family) -> Family:
     """The submitted knobs on half a GPU (a multi-GPU job as submitted); no floor (static sharing checks nothing)."""
     if fam.default_shape.resources.gpus:
         return whole_gpu(fam)
-    d = _same_knobs(fam, fam.default_shape, HALF)
+    d = blind(fam, _same_knobs(fam, fam.default_shape, HALF))
     return dataclasses.replace(fam, shapes=(d,), default=d.name, throughput_floor=0.0)
 
 

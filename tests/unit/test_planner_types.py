@@ -122,3 +122,11 @@ def test_a_cluster_of_one_type_plans_as_an_untyped_one():
     assert [(x.job_id, x.node, x.gpu, x.share) for x in a.placements] == [
         (x.job_id, x.node, x.gpu, x.share) for x in b.placements]
     assert {x.job_id for x in a.placements}
+
+
+def test_static_is_type_blind_on_a_family_of_several_types_and_keeps_a_type_the_user_asked_for():
+    from slurm_elastico.planner.narrowers import whole_gpu
+    both = typed_family({"t4": 1.0, "a100": 3.0}, gpus=(4,))
+    assert [s.gpu_type for s in whole_gpu(both).shapes] == [""]
+    only = typed_family({"a100": 3.0}, gpus=(4,))
+    assert [s.gpu_type for s in whole_gpu(only).shapes] == ["a100"]
