@@ -2,7 +2,10 @@
 
 `load_family(path, gpu_memory_mib)` is the one call most code needs; see
 `spec` for the file format, `estimate` for the model used where no numbers
-are declared or profiled, `solo` for what the interference model sees.
+are declared or profiled, `solo` for what the interference model sees. On a
+cluster of several GPU types pass `gpu_types` (type -> memory MiB): the shapes
+are then enumerated per type (`typed`), their speeds scaled between types by
+`type_speed`.
 """
 
 from __future__ import annotations
@@ -19,24 +22,38 @@ from slurm_elastico.model import Family
 from slurm_elastico.shapes.enumerate import build_family, enumerate_shapes, pareto
 from slurm_elastico.shapes.solo import solo_profile
 from slurm_elastico.shapes.spec import Declared, FamilySpec, parse_spec, shape_name
+from slurm_elastico.shapes.typed import Measured, build_typed_family
 
-__all__ = ["Declared", "FamilySpec", "build_family", "enumerate_shapes", "load_directory", "load_family",
-           "parse_family", "pareto", "parse_spec", "shape_name", "solo_profile"]
+__all__ = ["Declared", "FamilySpec", "build_family", "build_typed_family", "enumerate_shapes", "family_of",
+           "load_directory", "load_family", "parse_family", "pareto", "parse_spec", "shape_name", "solo_profile"]
 
 
-def parse_family(data: Any, source: str, gpu_memory_mib: int,
-                 profiles: Mapping[str, Declared] | None = None) -> Family:
+def family_of(spec: FamilySpec, gpu_memory_mib: int, profiles: Mapping[str, Declared] | None = None, *,
+              gpu_types: Mapping[str, int] | None = None, measured: Measured | None = None,
+              anchor: str | None = None) -> Family:
+    """The spec's `Family`: per GPU type when `gpu_types` (type -> memory MiB) names any, else for one memory."""
+    if gpu_types:
+        return build_typed_family(spec, gpu_types, profiles, measured, anchor)
+    return build_family(spec, gpu_memory_mib, profiles)
+
+
+def parse_family(data: Any, source: str, gpu_memory_mib: int, profiles: Mapping[str, Declared] | None = None, *,
+                 gpu_types: Mapping[str, int] | None = None, measured: Measured | None = None,
+                 anchor: str | None = None) -> Family:
     """A `Family` from parsed YAML; raises one `ConfigError` with every problem."""
-    return build_family(parse_spec(data, source), gpu_memory_mib, profiles)
+    return family_of(parse_spec(data, source), gpu_memory_mib, profiles, gpu_types=gpu_types, measured=measured,
+                     anchor=anchor)
 
 
-def load_family(path: str | os.PathLike, gpu_memory_mib: int,
-                profiles: Mapping[str, Declared] | None = None) -> Family:
+def load_family(path: str | os.PathLike, gpu_memory_mib: int, profiles: Mapping[str, Declared] | None = None, *,
+                gpu_types: Mapping[str, int] | None = None, anchor: str | None = None) -> Family:
     """A `Family` from a spec file; unreadable or invalid files raise `ConfigError` naming the file."""
-    return parse_family(read_yaml(path, "family file"), str(path), gpu_memory_mib, profiles)
+    return parse_family(read_yaml(path, "family file"), str(path), gpu_memory_mib, profiles, gpu_types=gpu_types,
+                        anchor=anchor)
 
 
-def load_directory(path: str | os.PathLike, gpu_memory_mib: int) -> tuple[dict[int, Family], list[ConfigError]]:
+def load_directory(path: str | os.PathLike, gpu_memory_mib: int, *, gpu_types: Mapping[str, int] | None = None,
+                   anchor: str | None = None) -> tuple[dict[int, Family], list[ConfigError]]:
     """Families from `<job_id>.yaml` files in a directory, and the errors of the files that failed.
 
     A bad spec must not stop the epoch for every other job, so errors are
@@ -48,7 +65,7 @@ def load_directory(path: str | os.PathLike, gpu_memory_mib: int) -> tuple[dict[i
         if not f.stem.isdigit():
             continue
         try:
-            families[int(f.stem)] = load_family(f, gpu_memory_mib)
+            families[int(f.stem)] = load_family(f, gpu_memory_mib, gpu_types=gpu_types, anchor=anchor)
         except ConfigError as exc:
             errors.append(exc)
     return families, errors

@@ -67,6 +67,8 @@ from typing import Any
 
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.inputs import shorten
+from slurm_elastico.shapes.spec_text import _bound, _divisors, _some, _yaml_float
+from slurm_elastico.shapes.spec_types import declared_name_problem, gpu_types_of
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 KV_DTYPES = ("auto", "fp8")
@@ -77,7 +79,7 @@ PARALLEL_KNOB = {"replicas": "replicas", "tensor": "tensor_parallel_size"}
 PARALLEL_SUFFIX = {"replicas": "dp", "tensor": "tp"}
 
 COMMON_KEYS = ("kind", "name", "mps_shares", "gpus", "gpus_per_node", "max_nodes", "throughput_floor", "cpus",
-               "host_mem_mib", "default", "model", "declared")
+               "host_mem_mib", "default", "model", "declared", "gpu_types")
 TRAIN_KEYS = COMMON_KEYS + ("global_batch", "micro_batches", "precisions", "checkpointing", "steps")
 INFER_KEYS = COMMON_KEYS + ("requests", "gpu_memory_utilization", "max_num_seqs", "kv_cache_dtype", "parallel")
 TRAIN_MODEL_KEYS = ("params", "activation_mib_per_sample", "step_time_s", "micro_batch_knee", "allreduce_gib_s")
@@ -131,6 +133,8 @@ class FamilySpec:
     """At most this many nodes for one shape; 0 = no limit."""
     parallel: str = ""
     """Inference: how n GPUs are used (`PARALLEL_RULES`); "" for training and 1-GPU-only families."""
+    gpu_types: tuple[str, ...] = ()
+    """The GPU types the job may run on (`spec_types`); () = any."""
 
     @property
     def per_node_limit(self) -> int:
@@ -268,6 +272,7 @@ def parse_spec(data: Any, source: str = "<family>") -> FamilySpec:
             c.bad(str(key), f"unknown key for kind {kind}{hint}; allowed: {', '.join(allowed_keys)}")
 
     gpus, per_node, max_nodes, parallel = _gpu_counts(c, kind)
+    gpu_types = gpu_types_of(data, c.bad)
     shares: tuple = ()
     if 1 in gpus or not gpus:
         shares = c.choices("mps_shares", integer=True, lo=1, hi=100)
@@ -347,8 +352,9 @@ def parse_spec(data: Any, source: str = "<family>") -> FamilySpec:
     else:
         for sname, numbers in raw.items():
             path = f"declared.{sname}"
-            if names and sname not in names:
-                c.bad(path, f"no such shape; allowed: {_some(names)}")
+            why = declared_name_problem(sname, names, gpu_types)
+            if why:
+                c.bad(path, f"{why}; allowed: {_some(names)} (each may end in @<gpu type>)")
                 continue
             if not isinstance(numbers, Mapping) or not numbers:
                 c.bad(path, f"expected a mapping with any of {', '.join(DECLARED_KEYS)}, got {numbers!r}")
@@ -373,7 +379,8 @@ def parse_spec(data: Any, source: str = "<family>") -> FamilySpec:
     return FamilySpec(source=source, kind=kind, work=float(work), mps_shares=tuple(sorted(shares)),
                       throughput_floor=float(floor), knobs=knobs, name=name, cpus=cpus, host_mem_mib=host,
                       default=default, model=model, declared=declared, global_batch=global_batch,
-                      gpus=tuple(sorted(gpus)), gpus_per_node=per_node, max_nodes=max_nodes, parallel=parallel)
+                      gpus=tuple(sorted(gpus)), gpus_per_node=per_node, max_nodes=max_nodes, parallel=parallel,
+                      gpu_types=gpu_types)
 
 
 def _gpu_counts(c: _Checker, kind: str) -> tuple[tuple[int, ...], int, int, str]:
@@ -421,29 +428,3 @@ def _batch_problems(c: _Checker, global_batch: int, micro: tuple[int, ...], gpus
                           f"({_divisors(global_batch // n)}), or fewer ranks")
             found = True
     return found
-
-
-def _bound(x: float) -> str:
-    """A range's end as written: 1048576, not 1.04858e+06."""
-    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
-
-
-def _divisors(n: int, limit: int = 24) -> str:
-    divisors = [d for d in range(1, n + 1) if n % d == 0]
-    return ", ".join(map(str, divisors[:limit])) + (", ..." if len(divisors) > limit else "")
-
-
-def _yaml_float(v: Any) -> Any:
-    """PyYAML reads `25.6e6` (no dot-sign in the exponent) as text; take it as the number it means."""
-    if isinstance(v, str):
-        try:
-            return float(v)
-        except ValueError:
-            return v
-    return v
-
-
-def _some(names: set[str], limit: int = 12) -> str:
-    shown = sorted(names)
-    text = ", ".join(shown[:limit])
-    return text + (f", ... ({len(shown)} in all)" if len(shown) > limit else "")

@@ -1,0 +1,142 @@
+"""A family's shapes per GPU type on a cluster of several types: what fits each type, at its own speed there.
+
+On a one-type cluster (`shapes.build_family` with one memory size) nothing
+here runs and shape names are what they always were. Given the cluster's types
+(type -> GPU memory MiB), `build_typed_family` enumerates the spec once per
+type the job may use (its `gpu_types` limit, else every type):
+
+* memory: the shapes that fit that type's memory (an inference shape's KV
+  cache is sized from it too);
+* precision: only what the type supports (`gpu_types.supports`: no bf16
+  below compute capability 8.0);
+* throughput, in this order: a typed figure for `<shape>@<type>` (declared in
+  the spec, or a profile); else what the job measured for that shape on the
+  types where it ran, scaled to this type (`type_speed.estimate`, with its
+  sigma in `Shape.throughput_sigma`); else the family's untyped figure
+  (declared, profiled or estimated), read as a speed on the `anchor` type and
+  scaled from there (`type_speed.from_reference`).
+
+Each shape is `<name>@<type>` with `Shape.gpu_type` set: the same knobs on two
+types are two shapes. The Pareto front is taken within each type (a slower
+type's shapes are not beaten by a faster type's: they hold other GPUs).
+
+Trap: the anchor matters only for shapes nobody measured; its choice (the
+site's `gpu.type`, else the first type) is the caller's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from slurm_elastico.errors import ConfigError
+from slurm_elastico.model import Family, Shape
+from slurm_elastico.shapes.enumerate import enumerate_shapes, pareto
+from slurm_elastico.shapes.gpu_types import GpuSpec, canonical, normalise, resolve, supports
+from slurm_elastico.shapes.spec import Declared, FamilySpec
+from slurm_elastico.shapes.spec_types import split_name, typed_name
+from slurm_elastico.shapes.type_speed import estimate, from_reference
+
+Measured = Mapping[str, Mapping[str, float]]
+"""Shape name (untyped) -> {GPU type: measured speed there}: what a job's progress reports showed."""
+
+
+def same_type(a: str, b: str) -> bool:
+    """Do two type words mean the same GPU (`A100` and `a100`; `a100` and `a100-40gb`)?"""
+    if normalise(a) == normalise(b):
+        return True
+    ca, cb = canonical(a), canonical(b)
+    return ca is not None and ca == cb
+
+
+def allowed_types(spec: FamilySpec, types: Mapping[str, int]) -> list[str]:
+    """The cluster's types this family may run on, in the cluster's order (its `gpu_types`, else all)."""
+    if not spec.gpu_types:
+        return list(types)
+    return [t for t in types if any(same_type(t, want) for want in spec.gpu_types)]
+
+
+def enumerate_typed(spec: FamilySpec, types: Mapping[str, int], profiles: Mapping[str, Declared] | None = None,
+                    measured: Measured | None = None, anchor: str | None = None,
+                    figures: Mapping[str, Mapping[str, object]] | None = None) -> list[Shape]:
+    """Every shape of every type the family may use that fits that type (see the module text); no pruning.
+
+    `types` maps each GPU type of the cluster to its memory (MiB); `figures` holds declared specs of types
+    the table does not know (`gpu_types.resolve`: an unknown type raises `UnknownGpuType`).
+    """
+    profiles, measured = profiles or {}, measured or {}
+    specs = {t: resolve(t, figures) for t in types}
+    anchor = anchor if anchor in types else next(iter(types), None)
+    untyped = {k: v for k, v in profiles.items() if not split_name(k)[1]}
+    out: list[Shape] = []
+    for t in allowed_types(spec, types):
+        for shape in enumerate_shapes(spec, types[t], untyped):
+            precision = str(shape.knob("precision", "fp32"))
+            if spec.kind == "train" and not supports(specs[t], precision):
+                continue
+            typed = _on_type(spec, shape, t, specs, profiles, measured.get(shape.name, {}), anchor, precision)
+            if typed is not None and typed.resources.gpu_mem_mib <= types[t]:
+                out.append(typed)
+    return out
+
+
+def _on_type(spec: FamilySpec, shape: Shape, t: str, specs: Mapping[str, GpuSpec], profiles: Mapping[str, Declared],
+             seen: Mapping[str, float], anchor: str | None, precision: str) -> Shape | None:
+    """`shape` (enumerated for type t's memory) as the typed shape `<name>@t`, with its speed there."""
+    name = typed_name(shape.name, t)
+    figures = [f for f in (profiles.get(name), spec.declared.get(name)) if f is not None]  # later wins
+    tput, sigma = shape.throughput, 0.0
+    mem = shape.resources.gpu_mem_mib
+    exact = [f.throughput for f in figures if f.throughput is not None]
+    runs = {k: v for k, v in seen.items() if k in specs}
+    if exact:
+        tput = exact[-1]
+    elif runs:
+        est = estimate(runs, t, specs, spec.kind, precision)
+        tput, sigma = est.value, (0.0 if est.measured else est.sigma)
+    elif anchor is not None and anchor != t:
+        est = from_reference(shape.throughput, specs[anchor], specs[t], spec.kind, precision)
+        tput, sigma = est.value, est.sigma
+    for f in figures:
+        mem = int(f.gpu_mem_mib + 0.999999) if f.gpu_mem_mib is not None else mem
+    if tput <= 0:
+        return None
+    res = dataclasses.replace(shape.resources, gpu_mem_mib=mem)
+    return dataclasses.replace(shape, name=name, resources=res, throughput=float(tput), gpu_type=t,
+                               throughput_sigma=sigma)
+
+
+def build_typed_family(spec: FamilySpec, types: Mapping[str, int], profiles: Mapping[str, Declared] | None = None,
+                       measured: Measured | None = None, anchor: str | None = None,
+                       figures: Mapping[str, Mapping[str, object]] | None = None) -> Family:
+    """The job's `Family` on a cluster of several GPU types: typed shapes, each type's Pareto front.
+
+    Raises `ConfigError` naming the family and every type with its memory when no shape fits any type it may
+    use (or its `gpu_types` names none of the cluster's), and when its `default` fits none of them.
+    """
+    if not types:
+        raise ValueError("a typed family needs at least one GPU type")
+    what = f"family {spec.name!r}" if spec.name else "the family"
+    listed = ", ".join(f"{t} ({m} MiB)" for t, m in types.items())
+    usable = allowed_types(spec, types)
+    if not usable:
+        raise ConfigError(spec.source, [f"gpu_types: {what} may run on {list(spec.gpu_types)}, and the cluster's GPU "
+                                        f"types are {listed}; allowed: some of the cluster's types"])
+    shapes = enumerate_typed(spec, types, profiles, measured, anchor, figures)
+    if not shapes:
+        raise ConfigError(spec.source, [
+            f"(all shapes): no shape of {what} fits any GPU type it may use: "
+            + ", ".join(f"{t} ({types[t]} MiB)" for t in usable)
+            + "; allowed: shapes whose memory estimate or declared gpu_mem_mib fits one of them, at a precision "
+              "the type supports (bf16 needs compute capability 8.0: not V100, T4, RTX 2080 Ti, Quadro RTX 6000)"])
+    default = None
+    if spec.default is not None:
+        default = next((s.name for t in usable for s in shapes if s.name == typed_name(spec.default, t)), None)
+        if default is None:
+            raise ConfigError(spec.source, [f"default: shape {spec.default!r} fits none of the GPU types "
+                                            + ", ".join(f"{t} ({types[t]} MiB)" for t in usable)])
+    front: list[Shape] = []
+    for t in usable:
+        front += pareto([s for s in shapes if s.gpu_type == t], keep=default)
+    return Family(kind=spec.kind, shapes=tuple(front), total_work=spec.work, throughput_floor=spec.throughput_floor,
+                  name=spec.name, default=default)
