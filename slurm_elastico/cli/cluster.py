@@ -8,6 +8,7 @@ import click
 
 from slurm_elastico import jsonout
 from slurm_elastico.cluster import LocalCluster
+from slurm_elastico.cluster.gpu_types import KNOWN, types_text, yaml_types
 from slurm_elastico.cluster.programs import typed
 
 _state_dir = click.option(
@@ -32,21 +33,30 @@ def cluster() -> None:
               help="slurmctld port; slurmdbd +2, MariaDB +3, slurmd +184.. (default 16817)")
 @click.option("--kill-wait", type=click.IntRange(0, 3600), default=None,
               help="seconds between SIGTERM and SIGKILL of a cancelled job (default 30)")
+@click.option("--gpu-types", default=None, metavar="NAME:NODES[:MIB[:SPEED]],...",
+              help="nodes of several fake GPU types, e.g. t4:2,a100:2 (n1-n2 t4, n3-n4 a100); known names "
+                   f"({', '.join(KNOWN)}) need only a node count; \"\" = one untyped type (the default)")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
-def up(state_dir, nodes, gpus, shares_per_gpu, accounting, port_base, kill_wait, as_json) -> None:
+def up(state_dir, nodes, gpus, shares_per_gpu, accounting, port_base, kill_wait, gpu_types, as_json) -> None:
     """Start the cluster, or what is missing of it; wait until every node is idle.
 
-    Settings not given are those of the last `up` in the same state dir.
+    Settings not given are those of the last `up` in the same state dir. With --gpu-types each type's nodes
+    have `Gres=gpu:TYPE:N`, its memory (for gpu.types in elastico.yaml, printed) and its speed for paced jobs.
     """
     local = LocalCluster.from_state_dir(state_dir, nodes=nodes, gpus_per_node=gpus, shares_per_gpu=shares_per_gpu,
-                                        accounting=accounting, port_base=port_base, kill_wait=kill_wait)
+                                        accounting=accounting, port_base=port_base, kill_wait=kill_wait,
+                                        gpu_types=gpu_types)
     result = local.up()
+    types = yaml_types(local.gpu_types)
     if as_json:
         click.echo(jsonout.dumps({"state_dir": str(local.state_dir), "slurm_conf": str(local.slurm_conf),
                                "started": list(result.started), "installed": list(result.installed),
                                "already_running": result.already_running, "seconds": round(result.seconds, 3),
-                               "version": result.version}))
+                               "version": result.version, "gpu_types": types}))
         return
+    if types:
+        click.echo(f"GPU types: {types_text(local.gpu_types)} (name:nodes:memory MiB:speed); elastico.yaml needs "
+                   f"gpu: {{types: {jsonout.dumps(types)}}}")
     if result.installed:
         click.echo(f"installed: {' '.join(result.installed)}")
     if result.already_running:

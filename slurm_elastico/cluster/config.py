@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurm_elastico.cluster.gpu_types import FakeType, node_groups, node_types
 from slurm_elastico.errors import ClusterError
 
 CLUSTER_NAME = "elastico"
@@ -95,6 +96,8 @@ class ClusterSpec:
     ports: Ports = field(default_factory=Ports.from_base)
     version: tuple[int, int] = (22, 5)
     name: str = CLUSTER_NAME
+    gpu_types: tuple[FakeType, ...] = ()
+    """Fake GPU types (`cluster.gpu_types`), their nodes in order from n1; empty: one untyped type on every node."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -109,6 +112,9 @@ class ClusterSpec:
             value = getattr(self, attr)
             if not isinstance(value, int) or not lo <= value <= hi:
                 problems.append(f"{attr}={value!r} (allowed: integer {lo}..{hi})")
+        if self.gpu_types and sum(t.nodes for t in self.gpu_types) != self.nodes:
+            problems.append(f"nodes={self.nodes!r} (allowed: the nodes of the GPU types, "
+                            f"{sum(t.nodes for t in self.gpu_types)})")
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9-]*", self.hostname or ""):
             problems.append(f"hostname={self.hostname!r} (allowed: a short host name, as `hostname -s` prints)")
         if problems:
@@ -122,6 +128,11 @@ class ClusterSpec:
     def node_range(self) -> str:
         """Slurm hostlist of all nodes, e.g. `n[1-4]` (or `n1` alone)."""
         return "n1" if self.nodes == 1 else f"n[1-{self.nodes}]"
+
+    def gpu_type_of(self, node: str) -> str:
+        """The fake GPU type of `node` ("" on an untyped cluster)."""
+        found = node_types(self.gpu_types).get(node)
+        return found.name if found else ""
 
     @property
     def mps_per_node(self) -> int:
@@ -191,8 +202,6 @@ def parse_version(text: str) -> tuple[int, int]:
 def slurm_conf(spec: ClusterSpec, layout: Layout) -> str:
     """slurm.conf: one controller and `spec.nodes` slurmd on this host, partition `debug`."""
     p = spec.ports
-    first, last = p.slurmd(1), p.slurmd(spec.nodes)
-    port_range = str(first) if spec.nodes == 1 else f"[{first}-{last}]"
     lines = [
         "# Written by slurm-elastico for a local test cluster; rewritten by `elastico cluster up`.",
         f"ClusterName={spec.name}",
@@ -249,12 +258,16 @@ def slurm_conf(spec: ClusterSpec, layout: Layout) -> str:
     else:
         # Without slurmdbd, `sacct -c` still reads finished jobs from this file.
         lines += ["JobCompType=jobcomp/filetxt", f"JobCompLoc={layout.jobcomp}"]
-    lines += [
-        f"NodeName={spec.node_range} NodeHostname={spec.hostname} NodeAddr=127.0.0.1 Port={port_range} "
-        f"CPUs={spec.cpus_per_node} RealMemory={spec.memory_mb} "
-        f"Gres=gpu:{spec.gpus_per_node},mps:{spec.mps_per_node} State=UNKNOWN",
-        f"PartitionName=debug Nodes={spec.node_range} Default=YES MaxTime=INFINITE State=UP",
-    ]
+    # One line per group of alike nodes; a typed group's gres names its type (gpu:t4:4), so Slurm places a
+    # typed request (--gres=gpu:t4:1) on it alone and an untyped one anywhere.
+    for first, last, kind in node_groups(spec.gpu_types, spec.nodes):
+        names = f"n{first}" if first == last else f"n[{first}-{last}]"
+        ports = str(p.slurmd(first)) if first == last else f"[{p.slurmd(first)}-{p.slurmd(last)}]"
+        gpu = f"gpu:{kind}:{spec.gpus_per_node}" if kind else f"gpu:{spec.gpus_per_node}"
+        lines.append(f"NodeName={names} NodeHostname={spec.hostname} NodeAddr=127.0.0.1 Port={ports} "
+                     f"CPUs={spec.cpus_per_node} RealMemory={spec.memory_mb} Gres={gpu},mps:{spec.mps_per_node} "
+                     "State=UNKNOWN")
+    lines.append(f"PartitionName=debug Nodes={spec.node_range} Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
 
 
@@ -264,11 +277,14 @@ def _device_range(layout: Layout, node: str, gpus: int) -> str:
 
 
 def gres_conf(spec: ClusterSpec, layout: Layout) -> str:
-    """gres.conf: fake GPUs per node and their MPS shares, shared across all GPUs."""
+    """gres.conf: fake GPUs per node (of its type, `Type=`, on a typed cluster) and their MPS shares, shared across
+    all GPUs (MPS stays untyped: a share's type is that of the node it is pinned to)."""
     lines = ["# Written by slurm-elastico: fake GPU device files, no NVML autodetection.", "AutoDetect=off"]
     for node in spec.node_names:
         devices = _device_range(layout, node, spec.gpus_per_node)
-        lines.append(f"NodeName={node} Name=gpu File={devices}")
+        kind = spec.gpu_type_of(node)
+        lines.append(f"NodeName={node} Name=gpu Type={kind} File={devices}" if kind else
+                     f"NodeName={node} Name=gpu File={devices}")
         # all_sharing is essential: without it every MPS job lands on GPU 0
         # (one_sharing) and waits while the other GPUs are idle. Count is
         # split evenly over the File= devices.

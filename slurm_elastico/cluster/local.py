@@ -33,6 +33,7 @@ from typing import TypeVar
 
 from slurm_elastico.cluster import config, daemons, install, startup
 from slurm_elastico.cluster.config import DEFAULT_PORT_BASE, ClusterSpec, Layout, Ports
+from slurm_elastico.cluster.gpu_types import parse_gpu_types, types_text
 from slurm_elastico.cluster.host import kernel_port_ranges, make_gpus, port_free, write_private
 from slurm_elastico.cluster.programs import typed
 from slurm_elastico.cluster.startup import COMMAND_TIMEOUT_S, Daemon, binary
@@ -59,13 +60,18 @@ class LocalCluster:
 
     def __init__(self, state_dir: str | os.PathLike | None = None, nodes: int = 4, gpus_per_node: int = 4,
                  shares_per_gpu: int = 100, accounting: bool = False, port_base: int = DEFAULT_PORT_BASE,
-                 kill_wait: int = 30, cpus_per_node: int = 8, memory_mb: int = 8000, timeout: float = 60.0):
+                 kill_wait: int = 30, cpus_per_node: int = 8, memory_mb: int = 8000, timeout: float = 60.0,
+                 gpu_types: str = ""):
         self.layout = Layout(Path(state_dir or default_state_dir()).expanduser().absolute())
         self.accounting = accounting
         self.timeout = timeout
+        # Several fake GPU types (`cluster.gpu_types`): the node count is theirs, n1.. in the order written.
+        self.gpu_types = parse_gpu_types(gpu_types)
+        if self.gpu_types:
+            nodes = sum(t.nodes for t in self.gpu_types)
         self._params = dict(nodes=nodes, gpus_per_node=gpus_per_node, shares_per_gpu=shares_per_gpu,
                             accounting=accounting, port_base=port_base, kill_wait=kill_wait,
-                            cpus_per_node=cpus_per_node, memory_mb=memory_mb)
+                            cpus_per_node=cpus_per_node, memory_mb=memory_mb, gpu_types=types_text(self.gpu_types))
         # Validate now, not at `up`: the version is a placeholder until slurmd is installed.
         self._spec_for((22, 5))
         self._spec: ClusterSpec | None = None
@@ -75,7 +81,9 @@ class LocalCluster:
 
     @classmethod
     def from_state_dir(cls, state_dir: str | os.PathLike | None = None, **overrides) -> "LocalCluster":
-        """The cluster as last brought up in `state_dir` (its saved settings), with non-None `overrides` applied."""
+        """The cluster as last brought up in `state_dir` (its saved settings), with non-None `overrides` applied.
+
+        A node count alone makes the nodes untyped again; GPU types bring their own node count (both: refused)."""
         layout = Layout(Path(state_dir or default_state_dir()).expanduser().absolute())
         saved = {}
         if layout.spec_file.is_file():
@@ -86,12 +94,17 @@ class LocalCluster:
         known = set(cls._param_names())
         params = {k: v for k, v in saved.items() if k in known}
         params.update({k: v for k, v in overrides.items() if v is not None})
+        if overrides.get("nodes") is not None and overrides.get("gpu_types") is None:
+            params["gpu_types"] = ""  # a node count alone asks for untyped nodes; typed ones come from gpu_types
+        if overrides.get("gpu_types") and overrides.get("nodes") is not None:
+            raise ClusterError("give either a node count (untyped nodes) or GPU types with their nodes "
+                               f"(--gpu-types {overrides['gpu_types']}), not both")
         return cls(layout.root, **params)
 
     @staticmethod
     def _param_names() -> tuple[str, ...]:
         return ("nodes", "gpus_per_node", "shares_per_gpu", "accounting", "port_base", "kill_wait",
-                "cpus_per_node", "memory_mb", "timeout")
+                "cpus_per_node", "memory_mb", "timeout", "gpu_types")
 
     # ----- public surface -------------------------------------------------------------------------
 
@@ -176,7 +189,7 @@ class LocalCluster:
             hostname=socket.gethostname().split(".")[0], nodes=p["nodes"], gpus_per_node=p["gpus_per_node"],
             shares_per_gpu=p["shares_per_gpu"], cpus_per_node=p["cpus_per_node"], memory_mb=p["memory_mb"],
             accounting=p["accounting"], kill_wait=p["kill_wait"], ports=Ports.from_base(p["port_base"]),
-            version=version, name=config.cluster_name(p["port_base"]),
+            version=version, name=config.cluster_name(p["port_base"]), gpu_types=self.gpu_types,
         )
 
     def _write_files(self, spec: ClusterSpec, config_locked: bool) -> None:

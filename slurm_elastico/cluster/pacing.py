@@ -31,7 +31,10 @@ Where the numbers come from at run time (`SlurmPacer`):
   (`publish`); a job without a record counts as an unknown co-runner (the
   truth's 0.5 for pairs it has no measurement of).
 - refreshed every `refresh_s` seconds (default 5), so a 1 s step does not
-  cost a Slurm call; when Slurm does not answer, the last rate is kept.
+  cost a Slurm call; when Slurm does not answer, the last rate is kept;
+- on a local cluster of several fake GPU types (`cluster.gpu_types`), the
+  rate times the speed of the type of the job's node (`type_speeds`, from
+  the cluster's saved settings beside its slurm.conf).
 
 A job of several ranks is paced by rank 0 alone: the other ranks wait for it
 in the step's collectives, so every rank keeps its pace without reading Slurm.
@@ -53,7 +56,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from slurm_elastico.errors import ConfigError
+from slurm_elastico.cluster.gpu_types import node_types, parse_gpu_types
+from slurm_elastico.errors import ConfigError, ElasticoError
 from slurm_elastico.sim.truth import GPU_MEM_MIB, GroundTruth
 
 UNKNOWN = ("unknown", 0)
@@ -178,6 +182,8 @@ class Placement:
     """When Slurm started this run of the job (epoch seconds, squeue's StartTime), if it says."""
     nodes: tuple[int, ...] = (1,)
     """GPUs the job holds on each of its nodes."""
+    node: str = ""
+    """The node of its first GPU (whose fake GPU type sets its speed, `type_speeds`)."""
 
 
 def placement_of(job_id: int, jobs: Sequence, shares_per_gpu: int = 100) -> Placement | None:
@@ -197,7 +203,8 @@ def placement_of(job_id: int, jobs: Sequence, shares_per_gpu: int = 100) -> Plac
     per_node: dict[str, int] = {}
     for n, _, _ in mine.gpu_alloc:
         per_node[n] = per_node.get(n, 0) + 1
-    return Placement(share, others, float(mine.start_time) if mine.start_time else None, tuple(per_node.values()))
+    return Placement(share, others, float(mine.start_time) if mine.start_time else None, tuple(per_node.values()),
+                     node)
 
 
 def origin(started: float | None, program_start: float, stopped: float | None, restart_cost_s: float) -> float:
@@ -260,8 +267,11 @@ class Pacer:
 
     def __init__(self, truth: GroundTruth, job: Emulated, knobs: Knobs, placement: Callable[[], Placement | None],
                  identities: Callable[[int], tuple[str, int]], refresh_s: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 speed_of: Callable[[str], float] = lambda node: 1.0):
         self.truth, self.job, self.knobs = truth, job, knobs
+        self.speed_of = speed_of
+        """The fake GPU speed of a node (`type_speeds`): the truth's rate is multiplied by it."""
         self.placement_fn, self.identities = placement, identities
         self.refresh_s, self.clock, self.sleep = refresh_s, clock, sleep
         self.current = Placement(100, (), nodes=(knobs.ranks,))
@@ -286,7 +296,7 @@ class Pacer:
             if got is not None:
                 self.current = got
                 others = [self.identities(o) for o in got.others] if self.knobs.ranks == 1 else []
-                self.speed = rate(self.truth, self.job, self.knobs, got.share, others, got.nodes)
+                self.speed = rate(self.truth, self.job, self.knobs, got.share, others, got.nodes) * self.speed_of(got.node)
         return self.speed
 
     def pad(self, units: float = 1.0) -> float:
@@ -358,9 +368,22 @@ def from_environment(job: Emulated, knobs: Knobs, pace_dir: Path, program_start:
     truth = GroundTruth()
     publish(pace_dir, job_id, identity(truth, job, knobs))
     gateway = SlurmGateway(SubprocessRunner(timeout=10.0))
+    speeds = type_speeds(env.get("SLURM_CONF", ""))
     pacer = Pacer(truth, job, knobs, SlurmPlacement(job_id, gateway), lambda o: read_identity(pace_dir, o),
-                  refresh_s=refresh_s, clock=time.time)
+                  refresh_s=refresh_s, clock=time.time, speed_of=lambda node: speeds.get(node, 1.0))
     pacer.job_id = job_id
     pacer.refresh()
     pacer.start(origin(pacer.current.started, program_start, read_stop(pace_dir, job_id), job.restart_cost_s))
     return pacer
+
+
+def type_speeds(slurm_conf: str) -> dict[str, float]:
+    """{node: its fake GPU type's speed} of the local cluster whose slurm.conf is `slurm_conf` (its saved settings
+    lie beside it, `Layout.spec_file`); {} (every node at the truth's speed) for an untyped cluster or another one.
+    """
+    try:
+        saved = json.loads((Path(slurm_conf).parent / "cluster.json").read_text()) if slurm_conf else {}
+        types = parse_gpu_types(saved.get("gpu_types", "") if isinstance(saved, dict) else "")
+    except (OSError, ValueError, ElasticoError):
+        return {}
+    return {node: t.speed for node, t in node_types(types).items()}

@@ -98,11 +98,12 @@ def _view(job_id, alloc, start=0):
 def test_placement_reads_share_and_the_co_runners_on_the_same_gpu_only():
     jobs = [_view(1, [("n1", 0, 25)]), _view(2, [("n1", 0, 50)]), _view(3, [("n1", 1, 25)]),
             _view(4, [("n2", 0, 25)]), _view(5, [("n1", 2, 0)])]
-    assert pacing.placement_of(1, jobs) == pacing.Placement(25, (2,))
-    assert pacing.placement_of(5, jobs) == pacing.Placement(100, ())  # a whole GPU (gres gpu:1)
-    assert pacing.placement_of(1, jobs, shares_per_gpu=50) == pacing.Placement(50, (2,))
+    assert pacing.placement_of(1, jobs) == pacing.Placement(25, (2,), node="n1")
+    assert pacing.placement_of(5, jobs) == pacing.Placement(100, (), node="n1")  # a whole GPU (gres gpu:1)
+    assert pacing.placement_of(1, jobs, shares_per_gpu=50) == pacing.Placement(50, (2,), node="n1")
     assert pacing.placement_of(9, jobs) is None
-    assert pacing.placement_of(6, [_view(6, [("n3", 1, 50)], start=1700)]) == pacing.Placement(50, (), 1700.0)
+    assert pacing.placement_of(6, [_view(6, [("n3", 1, 50)], start=1700)]) == pacing.Placement(50, (), 1700.0,
+                                                                                               node="n3")
 
 
 class _Clock:
