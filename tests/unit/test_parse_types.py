@@ -1,0 +1,159 @@
+"""GPU types in Slurm's JSON (22.05 and 24.11): nodes' gres, jobs' requests, the memory per type, typed moves.
+
+The documents are the recorded ones of tests/data/slurm/ with their gres strings changed to the typed forms
+Slurm prints (`gpu:a100:4(S:0-1)`, several entries on one node; `gres:gpu:a100:2` from 22.05 and
+`gres/gpu:a100:2` from 24.11 for a job).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from slurm_elastico.errors import ConfigError, InvalidActionError
+from slurm_elastico.model import Action, ActionKind, GresRequest
+from slurm_elastico.slurm import commands, gpu_count
+from slurm_elastico.slurm.gres import gres_types, parse_gres_request
+from slurm_elastico.slurm.jobs import parse_squeue
+from slurm_elastico.slurm.nodes import parse_sinfo
+from slurm_elastico.slurm.snapshot import build_nodes
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "slurm"
+GRES = ["gpu:t4:4,mps:400", "gpu:t4:4(S:0),mps:400(S:0)", "gpu:a100:4(S:0-1),mps:400(S:0-1)",
+        "gpu:a100:2(S:0),gpu:v100:2(S:1),mps:400"]
+
+
+def doc(version: str, name: str) -> dict:
+    return json.loads((DATA / version / name).read_text())
+
+
+def typed_nodes(version: str, name: str) -> str:
+    d = doc(version, name)
+    for node, gres in zip(d["nodes"], GRES):
+        node["gres"] = gres
+    return json.dumps(d)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("gpu:a100:4", (("a100", 4),)),
+    ("gpu:a100:4(S:0-1),mps:400(S:0-1)", (("a100", 4),)),
+    ("gpu:a100:2(S:0),gpu:v100:2(S:1),mps:400", (("a100", 2), ("v100", 2))),
+    ("gpu:4,mps:400", (("", 4),)),
+    ("gpu:(null):4", (("", 4),)),
+    ("gpu:rtx_2080ti:8,shard:16", (("rtx_2080ti", 8),)),
+    ("", ()),
+])
+def test_node_gres_gives_gpus_per_type(text, expected):
+    assert gres_types(text) == expected
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("gres:gpu:a100:2", GresRequest("gpu", 2, "a100")),     # 22.05 tres_per_node
+    ("gres/gpu:a100:2", GresRequest("gpu", 2, "a100")),     # 24.11
+    ("gpu:a100:2", GresRequest("gpu", 2, "a100")),          # Gres= as written
+    ("gres:gpu:a100", GresRequest("gpu", 1, "a100")),       # no count: one
+    ("gres/gpu:a100-80:1", GresRequest("gpu", 1, "a100-80")),
+    ("gres/gpu:2", GresRequest("gpu", 2, "")),
+    ("gres/mps:25", GresRequest("mps", 25, "")),
+])
+def test_job_requests_carry_their_type(text, expected):
+    got = parse_gres_request(text)
+    assert got == expected
+    assert str(got) == (f"{got.kind}:{got.gpu_type}:{got.count}" if got.gpu_type else f"{got.kind}:{got.count}")
+
+
+@pytest.mark.parametrize("version,name", [("22.05", "sinfo.json"), ("24.11", "scontrol_show_node_json.json")])
+def test_nodes_of_both_versions_have_their_type_and_memory_per_type(version, name):
+    records = parse_sinfo(typed_nodes(version, name))
+    assert [(r.name, r.gpu_type, r.gpus, r.gpu_types) for r in records] == [
+        ("n1", "t4", 4, (("t4", 4),)), ("n2", "t4", 4, (("t4", 4),)), ("n3", "a100", 4, (("a100", 4),)),
+        ("n4", "a100", 4, (("a100", 2), ("v100", 2)))]
+    nodes = build_nodes(records, (), gpu_memory_mib=16384, type_memory={"a100": 40960, "T4": 15360, "v100": 16384})
+    assert [(n.gpu_type, n.gpu_memory_mib) for n in nodes] == [("t4", 15360), ("t4", 15360), ("a100", 40960),
+                                                              ("a100", 40960)]
+    # No gpu.types: every GPU has gpu.memory_mib, typed or not (a one-type cluster keeps its settings).
+    assert {n.gpu_memory_mib for n in build_nodes(records, (), gpu_memory_mib=16384)} == {16384}
+
+
+def test_a_24_11_sinfo_group_has_its_type():
+    d = doc("24.11", "sinfo_json.json")
+    d["sinfo"][0]["gres"]["total"] = "gpu:a100:4(S:0-1),mps:400(S:0-1)"
+    records = parse_sinfo(json.dumps(d))
+    assert records[0].gpu_type == "a100" and records[0].gpus == 4 and records[0].mps_total == 400
+
+
+def test_an_untyped_node_has_gpu_memory_mib_beside_typed_ones():
+    d = doc("22.05", "sinfo.json")
+    d["nodes"][0]["gres"] = "gpu:a100:4,mps:400"
+    nodes = build_nodes(parse_sinfo(json.dumps(d)), (), gpu_memory_mib=8192, type_memory={"a100": 40960})
+    assert [(n.gpu_type, n.gpu_memory_mib) for n in nodes] == [("a100", 40960)] + [("", 8192)] * 3
+
+
+def test_a_node_of_a_type_gpu_types_lacks_is_refused_naming_node_type_and_the_types_configured():
+    records = parse_sinfo(typed_nodes("22.05", "sinfo.json"))
+    with pytest.raises(ConfigError) as e:
+        build_nodes(records, (), gpu_memory_mib=16384, type_memory={"a100": 40960, "v100": 16384})
+    msg = str(e.value)
+    assert "node n1 has GPUs of type 't4'" in msg and "configured: a100, v100" in msg
+    assert "add gpu.types.t4.memory_mib" in msg
+
+
+@pytest.mark.parametrize("version,name,form", [("22.05", "squeue.json", "gres:gpu:a100:2"),
+                                               ("24.11", "squeue_json.json", "gres/gpu:a100:2")])
+def test_typed_jobs_of_both_versions(version, name, form):
+    d = doc(version, name)
+    d["jobs"][0]["tres_per_node"] = form
+    d["jobs"][0]["gres_detail"] = ["gpu:a100:2(IDX:0-1)"] if d["jobs"][0]["nodes"] else []
+    job = parse_squeue(json.dumps(d))[0]
+    assert job.gres == GresRequest("gpu", 2, "a100")
+
+
+@pytest.mark.parametrize("version,name", [("22.05", "squeue_json_gpu_count_held_2x2.json"),
+                                          ("24.11", "squeue_json_gpu_count_held_2x2.json")])
+def test_a_typed_request_is_read_back_and_checked_with_its_type(version, name):
+    d = doc(version, name)
+    text = json.dumps(d)
+    job_id = d["jobs"][0]["job_id"]
+    plain = gpu_count.request_of(text, job_id)
+    assert plain.gpu_type == ""
+    prefix = "gres:" if version == "22.05" else "gres/"
+    d["jobs"][0]["tres_per_node"] = f"{prefix}gpu:a100:{plain.count}"
+    typed = json.dumps(d)
+    got = gpu_count.request_of(typed, job_id)
+    assert got.gpu_type == "a100" and f"gpu:a100:{plain.count}" in str(got)
+    nodes, gpus = got.required_nodes, plain.count * plain.node_count
+    assert gpu_count.verify(typed, job_id, gpus, nodes, ["x"], "A100") == got  # Slurm's names ignore case
+    with pytest.raises(gpu_count.GpuCountMismatch, match="asked Slurm for gpu:t4:"):
+        gpu_count.verify(typed, job_id, gpus, nodes, ["x"], "t4")
+    with pytest.raises(gpu_count.GpuCountMismatch, match="it holds gpu:a100:"):
+        gpu_count.verify(typed, job_id, gpus, nodes, ["x"], "")
+
+
+def test_a_type_no_node_has_is_refused_naming_it_and_the_clusters_types():
+    records = parse_sinfo(typed_nodes("22.05", "sinfo.json"))
+    assert gpu_count.cluster_types(records) == ("t4", "a100", "v100")
+    gpu_count.check_type(records, 7, "T4")
+    gpu_count.check_type(records, 7, "")
+    with pytest.raises(InvalidActionError, match=r"job 7 cannot be moved to GPU type 'h100'.*are t4, a100, v100"):
+        gpu_count.check_type(records, 7, "h100")
+    untyped = parse_sinfo((DATA / "22.05" / "sinfo.json").read_text())
+    with pytest.raises(InvalidActionError, match="gres name no GPU type"):
+        gpu_count.check_type(untyped, 7, "a100")
+
+
+def test_typed_actions_become_typed_gres_updates():
+    assert commands.set_gpu_count(5, 4, ("n3", "n4"), "a100") == [
+        "scontrol", "update", "JobId=5", "Gres=gpu:a100:2", "NumNodes=2-2", "NodeList=n3,n4"]
+    assert commands.set_gpu_count(5, 1, ()) == ["scontrol", "update", "JobId=5", "Gres=gpu:1", "NumNodes=1-1",
+                                                "NodeList="]
+    move = Action(ActionKind.RESHAPE_RUNNING, 5, "to a100", gpus=2, nodes=("n3",), gpu_type="a100")
+    argv = commands.gpu_count_argv(move)
+    assert [a[1] for a in argv] == ["requeuehold", "update", "update", "release"]
+    assert "Gres=gpu:a100:2" in argv[1]
+    pending = Action(ActionKind.SET_GPUS, 5, "on t4", gpus=1, gpu_type="t4")
+    assert commands.gpu_count_argv(pending)[0][3] == "Gres=gpu:t4:1"
+    for bad in ("a100:2", "a 100", "-x", "gpu,mps"):
+        with pytest.raises(InvalidActionError, match="is not a Slurm GPU type name"):
+            commands.set_gpu_count(5, 1, (), bad)
