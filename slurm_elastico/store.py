@@ -88,6 +88,12 @@ SCHEMA: list[str] = [
         seconds REAL NOT NULL,
         PRIMARY KEY (job_id, shape)
     )""",
+    # The same per GPU type where the job measured it: a typed shape's name is `<shape>@<type>`
+    # (slurm_elastico.shapes.typed), so its solo speed is the job's speed on that type (read by
+    # slurm_elastico.helper.families to scale it to the types where the job has not run).
+    """CREATE VIEW IF NOT EXISTS solo_rate_by_type AS SELECT job_id,
+        substr(shape, 1, instr(shape, '@') - 1) AS shape, substr(shape, instr(shape, '@') + 1) AS gpu_type,
+        work, seconds FROM solo_rate WHERE instr(shape, '@') > 1""",
     # The GPU counters of a job's latest counters report taken while it ran a shape alone.
     """CREATE TABLE IF NOT EXISTS solo_counters (
         job_id INTEGER NOT NULL,

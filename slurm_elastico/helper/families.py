@@ -11,20 +11,32 @@ elastico-submit's payload: a plain sbatch job is never acted on, whatever rows
 anyone wrote. Rows of jobs that left the queue are forgotten (the journal keeps
 the history). `DirectoryFamilies` is the administrator's own assertion
 (`elastico sched --families DIR`), for jobs not submitted through elastico-submit.
+
+GPU types: each epoch's `admit` reads the cluster's types from the snapshot's
+nodes (`NodeView.gpu_type`, `gpu_memory_mib`; `shapes.typed.types_of_nodes`).
+With two or more, families are enumerated per type (`<shape>@<type>`), a
+job's typed GPU request (`--gres=gpu:a100:2`, carried in its payload) limits
+its family to those types, and what the job measured on a type (its solo
+speed per typed shape, the store's `solo_rate_by_type`) replaces the estimate
+there and rescales it on the others (`shapes.type_speed`). With one type or
+none, everything is as it always was.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Protocol, runtime_checkable
+
+import yaml
 
 from slurm_elastico.errors import ConfigError, SlurmError, SlurmUnavailable, UnknownJobError
 from slurm_elastico.inputs import load_yaml
 from slurm_elastico.jobwrap.script import payload_from_script
 from slurm_elastico.model import Family, JobView, Snapshot
 from slurm_elastico.shapes import load_directory, parse_family
+from slurm_elastico.shapes.typed import Measured, same_type, types_of_nodes
 from slurm_elastico.store import Store
 
 
@@ -48,8 +60,12 @@ class ScriptReader(Protocol):
 class ScriptFamilies:
     """Families embedded by elastico-submit in the jobs' batch scripts, read once per job through Slurm."""
 
-    def __init__(self, store: Store, gateway: ScriptReader, gpu_memory_mib: int, clock=time.time):
+    def __init__(self, store: Store, gateway: ScriptReader, gpu_memory_mib: int, clock=time.time, anchor: str = ""):
         self.store, self.gateway, self.gpu_memory_mib, self.clock = store, gateway, gpu_memory_mib, clock
+        self.anchor = anchor
+        """The GPU type the families' untyped figures describe (settings' `gpu.type`; else the first type)."""
+        self.types: dict[str, int] = {}
+        """The cluster's GPU types -> memory MiB as the last snapshot showed them ({}: one type)."""
         self._dry: dict[tuple[int, int], tuple[int, str, str]] = {}  # what a dry run found (it writes nothing)
 
     def admit(self, snapshot: Snapshot, dry_run: bool) -> list[str]:
@@ -58,6 +74,7 @@ class ScriptFamilies:
         `SlurmUnavailable` propagates (the epoch is an outage); a job that vanished meanwhile is skipped and
         tried again next epoch; any other refusal to show its script leaves the job unmanaged, with a note.
         """
+        self.types = types_of_nodes(snapshot.nodes, self.gpu_memory_mib)
         known = {(r["job_id"], r["submit_time"]) for r in self.store.query("SELECT job_id, submit_time FROM job_admission")}
         active = {_key(j): j for j in snapshot.jobs}
         notes: list[str] = []
@@ -98,10 +115,12 @@ class ScriptFamilies:
             return 0, "", "", ""  # not elastico-submit's: not ours, nothing to say
         source = f"job {job.job_id} ({payload.family_source})"
         try:
-            parse_family(load_yaml(payload.family_spec, source), source, self.gpu_memory_mib)
+            text = limited(payload.family_spec, source, payload.type_limit)
+            parse_family(load_yaml(text, source), source, self.gpu_memory_mib, gpu_types=self.types,
+                         anchor=self.anchor)
         except (ConfigError, RecursionError, ValueError) as exc:
             return 0, "", "", f"job {job.job_id}: family ignored, the job is left as submitted: {_short(exc)}"
-        return 1, payload.family_spec, payload.family_source, ""
+        return 1, text, payload.family_source, ""
 
     @staticmethod
     def _forget(conn, active: dict[tuple[int, int], JobView]) -> None:
@@ -123,21 +142,29 @@ class ScriptFamilies:
             "ORDER BY submit_time", sorted(job_ids))]
         rows += [(k[0], spec, source) for k, (managed, spec, source) in sorted(self._dry.items(), key=lambda x: x[0][1])
                  if managed and k[0] in job_ids]
-        return _parse_all(((j, spec, f"job {j} ({source})") for j, spec, source in rows), self.gpu_memory_mib)
+        measured = measured_by_type(self.store, {j for j, _, _ in rows}) if self.types else {}
+        return _parse_all(((j, spec, f"job {j} ({source})") for j, spec, source in rows), self.gpu_memory_mib,
+                          self.types, measured, self.anchor)
 
 
 class DirectoryFamilies:
     """Families as files `<job id>.yaml` in a directory the administrator keeps (before or besides elastico-submit)."""
 
-    def __init__(self, directory: str | Path, gpu_memory_mib: int):
-        self.dir, self.gpu_memory_mib = Path(directory), gpu_memory_mib
+    def __init__(self, directory: str | Path, gpu_memory_mib: int, anchor: str = ""):
+        self.dir, self.gpu_memory_mib, self.anchor = Path(directory), gpu_memory_mib, anchor
+        self.types: dict[str, int] = {}
         if not self.dir.is_dir():
             what = "does not exist" if not self.dir.exists() else "is not a directory"
             raise ConfigError(str(self.dir), [f"the families directory {what}; allowed: a directory of "
                                               "<job id>.yaml files"])
 
+    def admit(self, snapshot: Snapshot, dry_run: bool) -> list[str]:
+        """Learn the cluster's GPU types from the snapshot (the files themselves are read on each call)."""
+        self.types = types_of_nodes(snapshot.nodes, self.gpu_memory_mib)
+        return []
+
     def families(self, job_ids: set[int]) -> tuple[dict[int, Family], list[str]]:
-        found, errors = load_directory(self.dir, self.gpu_memory_mib)
+        found, errors = load_directory(self.dir, self.gpu_memory_mib, gpu_types=self.types, anchor=self.anchor)
         return ({j: f for j, f in found.items() if j in job_ids},
                 [f"family ignored, the job is left as submitted: {e}" for e in errors])
 
@@ -151,12 +178,45 @@ def _short(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
 
 
-def _parse_all(items: Iterable[tuple[int, str, str]], gpu_memory_mib: int) -> tuple[dict[int, Family], list[str]]:
+def limited(spec_text: str, source: str, limit: Iterable[str]) -> str:
+    """The family text with the job's typed GPU request as its `gpu_types` (the types both allow); unchanged
+    without one. Raises `ConfigError` when they share no type."""
+    limit = tuple(limit)
+    if not limit:
+        return spec_text
+    data = load_yaml(spec_text, source)
+    if not isinstance(data, dict):
+        return spec_text  # parse_family says what is wrong with it
+    own = data.get("gpu_types") if isinstance(data.get("gpu_types"), list) else None
+    both = [t for t in limit if own is None or any(same_type(t, str(w)) for w in own)]
+    if not both:
+        raise ConfigError(source, [f"gpu_types: the job asked Slurm for GPU type(s) {list(limit)}, its family allows "
+                                   f"only {own}; allowed: a request for one of the family's types"])
+    return yaml.safe_dump({**data, "gpu_types": both}, sort_keys=False)
+
+
+def measured_by_type(store: Store, job_ids: set[int]) -> dict[int, Measured]:
+    """job -> shape -> {GPU type: solo speed} from the store's typed solo rates (total work / total seconds)."""
+    if not job_ids:
+        return {}
+    marks = ",".join("?" * len(job_ids))
+    out: dict[int, dict[str, dict[str, float]]] = {}
+    for r in store.query(f"SELECT job_id, shape, gpu_type, work, seconds FROM solo_rate_by_type WHERE job_id IN "
+                         f"({marks})", sorted(job_ids)):
+        if r["seconds"] > 0 and r["work"] > 0:
+            out.setdefault(r["job_id"], {}).setdefault(r["shape"], {})[r["gpu_type"]] = r["work"] / r["seconds"]
+    return out  # type: ignore[return-value]
+
+
+def _parse_all(items: Iterable[tuple[int, str, str]], gpu_memory_mib: int, types: Mapping[str, int] | None = None,
+               measured: Mapping[int, Measured] | None = None,
+               anchor: str = "") -> tuple[dict[int, Family], list[str]]:
     families: dict[int, Family] = {}
     warnings: list[str] = []
     for job_id, text, source in items:
         try:
-            families[job_id] = parse_family(load_yaml(text, source), source, gpu_memory_mib)
+            families[job_id] = parse_family(load_yaml(text, source), source, gpu_memory_mib, gpu_types=types,
+                                            measured=(measured or {}).get(job_id), anchor=anchor or None)
         except (ConfigError, RecursionError, ValueError) as exc:
             warnings.append(f"job {job_id}: family ignored, the job is left as submitted: {_short(exc)}")
     return families, warnings

@@ -108,7 +108,7 @@ def open_service(settings: Settings, gateway: HelperGateway, *, families_dir: st
     """The helper's parts for `settings`; every bad input is refused before the store is opened (`ConfigError`
     naming `interference.reference` for measurements that do not read)."""
     cfg = settings
-    directory = DirectoryFamilies(families_dir, cfg.gpu.memory_mib) if families_dir else None
+    directory = DirectoryFamilies(families_dir, cfg.gpu.memory_mib, cfg.gpu.type) if families_dir else None
     model = load_model(cfg.interference.model)
     reference = []
     if cfg.interference.reference:
@@ -120,7 +120,7 @@ def open_service(settings: Settings, gateway: HelperGateway, *, families_dir: st
         except MeasurementError as exc:
             raise ConfigError("interference.reference", [f"{exc} (the measurement CSV the model was trained on)"]) from None
     store = Store(cfg.store_path)
-    families = directory or ScriptFamilies(store, gateway, cfg.gpu.memory_mib)
+    families = directory or ScriptFamilies(store, gateway, cfg.gpu.memory_mib, anchor=cfg.gpu.type)
     journal = None if dry_run else Journal(store)
     observer = ProgressObserver(store, cfg.gpu.type, model, cfg.interference.model, reference)
     return Service(cfg, gateway, families, model, journal, observer, store, metrics, log, dry_run, metrics_file)

@@ -32,6 +32,11 @@ class Payload:
     slurm_conf: str = ""
     shares_per_gpu: int = MPS_SHARES_PER_GPU
     """Slurm's MPS shares per GPU at the site (`gpu.shares_per_gpu`): how the job reads its held share."""
+    gpu_types: tuple[tuple[str, int], ...] = ()
+    """(type, memory MiB) of each GPU type of a cluster of several (`gpu.types`), so that elastico-run knows the
+    typed shapes (`<shape>@<type>`) the helper names; () on a one-type cluster."""
+    type_limit: tuple[str, ...] = ()
+    """The GPU types the job's own request named (`--gres=gpu:a100:2`): its family is limited to them."""
 
     def encode(self) -> str:
         data = {
@@ -46,6 +51,8 @@ class Payload:
             "signal_lead_s": self.signal_lead_s,
             "slurm_conf": self.slurm_conf,
             "shares_per_gpu": self.shares_per_gpu,
+            "gpu_types": [list(t) for t in self.gpu_types],
+            "type_limit": list(self.type_limit),
         }
         text = json.dumps(data, ensure_ascii=True, sort_keys=True)
         return base64.b64encode(text.encode("ascii")).decode("ascii")
@@ -67,6 +74,8 @@ class Payload:
                 signal_lead_s=int(data["signal_lead_s"]),
                 slurm_conf=str(data.get("slurm_conf", "")),
                 shares_per_gpu=int(data.get("shares_per_gpu", MPS_SHARES_PER_GPU)),
+                gpu_types=tuple((str(t), int(m)) for t, m in data.get("gpu_types", [])),
+                type_limit=tuple(str(t) for t in data.get("type_limit", [])),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError("embedded payload", [f"unreadable ({type(exc).__name__}: {exc}); was it made by elastico-submit?"]) from None

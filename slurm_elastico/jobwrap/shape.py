@@ -12,25 +12,42 @@ from slurm_elastico.model import MPS_SHARES_PER_GPU, Family
 from slurm_elastico.model import Shape as PlannedShape
 from slurm_elastico.shapes import build_family, enumerate_shapes, parse_spec
 from slurm_elastico.shapes.current import running_shape
+from slurm_elastico.shapes.typed import build_typed_family, enumerate_typed, same_type, with_limit
 
 Log = Callable[[str], None]
 
 
 def choose_shape(family: Family, candidates: Sequence[PlannedShape], admin_comment: str,
                  held_share: int | None = None, shares_per_gpu: int = MPS_SHARES_PER_GPU,
-                 held_gpus: int | None = None) -> tuple[PlannedShape, str]:
+                 held_gpus: int | None = None, gpu_type: str = "") -> tuple[PlannedShape, str]:
     """The shape to run and where it came from: `shapes.current.running_shape`, the rule the planner follows too.
 
     `candidates` is every shape of the spec that fits the GPU (a superset of the
     pruned family), so a shape named by hand or by an older plan is honoured too.
     `held_share` is in Slurm's MPS counts (`shares_per_gpu` a GPU); `held_gpus` the whole GPUs on all nodes.
+    `gpu_type`: the type the job's GPUs are ("" = unknown); typed candidates of other types are not run then
+    (their precision or memory may not suit these GPUs), and the default runs as its shape of that type.
     """
-    return running_shape(candidates, family.default_shape, admin_comment, held_share, shares_per_gpu, held_gpus)
+    default = family.default_shape
+    if gpu_type and any(c.gpu_type for c in candidates):
+        mine = [c for c in candidates if not c.gpu_type or same_type(c.gpu_type, gpu_type)]
+        if mine:
+            base = default.name.partition("@")[0]
+            default = next((c for c in mine if c.name.partition("@")[0] == base), default)
+            candidates = mine
+    return running_shape(candidates, default, admin_comment, held_share, shares_per_gpu, held_gpus)
 
 
-def family_from_spec(text: str, source: str, gpu_memory_mib: int) -> tuple[Family, list[PlannedShape]]:
-    """The job's family and every shape of its spec that fits the GPU (names the planner may write)."""
-    spec = parse_spec(load_yaml(text, source), source)
+def family_from_spec(text: str, source: str, gpu_memory_mib: int, gpu_types: Sequence[tuple[str, int]] = (),
+                     type_limit: Sequence[str] = ()) -> tuple[Family, list[PlannedShape]]:
+    """The job's family and every shape of its spec that fits the GPU (names the planner may write).
+
+    With the cluster's `gpu_types` ((type, memory MiB), two or more) the shapes are typed, as the helper's are.
+    """
+    spec = with_limit(parse_spec(load_yaml(text, source), source), type_limit)
+    if len(gpu_types) > 1:
+        types = dict(gpu_types)
+        return build_typed_family(spec, types), enumerate_typed(spec, types)
     return build_family(spec, gpu_memory_mib), enumerate_shapes(spec, gpu_memory_mib)
 
 
@@ -75,7 +92,7 @@ class JobShapes:
             nodes = len(view.nodes) or None
             gpus = view.whole_gpus * (nodes or 1) or None
             shape, origin = choose_shape(self.family, self.candidates, view.admin_comment, view.mps_share or None,
-                                         self.shares_per_gpu, gpus)
+                                         self.shares_per_gpu, gpus, view.gres.gpu_type if view.gres else "")
             now = time.time()
             remaining = view.end_time - now if view.end_time is not None and view.time_limit_s is not None else None
             elapsed = now - view.start_time if view.start_time is not None else None

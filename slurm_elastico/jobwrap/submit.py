@@ -19,13 +19,14 @@ from slurm_elastico import config
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.jobwrap.additions import added_options, signal_lead
 from slurm_elastico.jobwrap.options import SubmitArgs
-from slurm_elastico.slurm.sbatch_options import Option, directive_options
+from slurm_elastico.slurm.sbatch_options import Option, directive_options, gpu_types_requested
 from slurm_elastico.jobwrap.payload import Payload
 from slurm_elastico.jobwrap.script import batch_script
 from slurm_elastico.inputs import load_yaml, read_bytes, read_text
 from slurm_elastico.model import NodeView
-from slurm_elastico.shapes import build_family, parse_spec
+from slurm_elastico.shapes import family_of, parse_spec
 from slurm_elastico.shapes.nodes import partition_fit_problems, start_request
+from slurm_elastico.shapes.typed import memory_by_type, with_limit
 from slurm_elastico.shapes.units import ShareUnitError, shares_of
 
 
@@ -59,17 +60,20 @@ def prepare(args: SubmitArgs, settings: config.Settings, env: Mapping[str, str],
         else:
             if not script_bytes.startswith(b"#!"):
                 problems.append(f"job script {args.script}: the first line must start with #! (as sbatch requires)")
+    user_text = script_bytes.decode("utf-8", errors="surrogateescape")
+    options = (*directive_options(user_text), *args.options)  # command line last: it wins, as in sbatch
+    limit = requested_types(options, env)
+    types = memory_by_type(getattr(settings.gpu, "types", None))
+    types = types if len(types) > 1 else {}
     family = spec_text = spec = None
     if args.family is not None:
         try:  # read once: the text checked is the text that travels with the job
             spec_text = read_text(args.family, "family file")
-            spec = parse_spec(load_yaml(spec_text, args.family), args.family)
-            family = build_family(spec, settings.gpu.memory_mib)
+            spec = with_limit(parse_spec(load_yaml(spec_text, args.family), args.family), limit)
+            family = family_of(spec, settings.gpu.memory_mib, gpu_types=types)
         except ConfigError as exc:
             spec_text = None
             problems += [f"family {exc.source}: {p}" for p in exc.problems]
-    user_text = script_bytes.decode("utf-8", errors="surrogateescape")
-    options = (*directive_options(user_text), *args.options)  # command line last: it wins, as in sbatch
     notes: list[str] = []
     whole_gpus = None  # (nodes, GPUs per node) a family with GPU counts above 1 starts on
     if spec is not None and family is not None and max(spec.gpus) > 1:
@@ -101,6 +105,8 @@ def prepare(args: SubmitArgs, settings: config.Settings, env: Mapping[str, str],
         signal_lead_s=lead,
         slurm_conf=settings.slurm.conf,
         shares_per_gpu=settings.gpu.shares_per_gpu,
+        gpu_types=tuple(types.items()),
+        type_limit=limit,
     )
     additions = added_options(options, env, share=share,
                               window_s=settings.submit.placement_window_s, lead_s=settings.submit.signal_lead_s,
@@ -108,6 +114,18 @@ def prepare(args: SubmitArgs, settings: config.Settings, env: Mapping[str, str],
     return Prepared(batch_script(interpreter, user_text, payload), additions.argv, (*notes, *additions.notes),
                      spec_text, payload.family_source)
 
+
+
+def requested_types(options: Sequence[Option], env: Mapping[str, str]) -> tuple[str, ...]:
+    """The GPU types the job's own request names (`--gres=gpu:a100:2`, `--gpus=a100:2`, or SBATCH_GRES /
+    SBATCH_GPUS* when no option gives one): its family is limited to them (`shapes.typed.with_limit`)."""
+    found = gpu_types_requested(options)
+    if found:
+        return found
+    from_env = [Option(name, env[var]) for name, var in (("gres", "SBATCH_GRES"), ("gpus", "SBATCH_GPUS"),
+                                                          ("gpus-per-node", "SBATCH_GPUS_PER_NODE"),
+                                                          ("gpus-per-task", "SBATCH_GPUS_PER_TASK")) if env.get(var)]
+    return gpu_types_requested(from_env)
 
 
 def _partition(options: Sequence[Option], env: Mapping[str, str]) -> str | None:

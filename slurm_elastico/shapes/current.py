@@ -1,7 +1,8 @@
 """Which shape a job runs as: one rule for the planner and for elastico-run.
 
 The planner writes the chosen shape into the job's AdminComment
-(`elastico:shape=<name>`). A named shape counts only if it matches the MPS
+(`elastico:shape=<name>`; on a cluster of several GPU types `<name>@<type>`,
+`shapes.typed`, which a job that knows only the untyped shapes reads as `<name>`). A named shape counts only if it matches the MPS
 share the job holds: a comment can be stale (a plan whose share change
 failed), and running a shape's knobs at another share would break its memory
 and speed assumptions. Without a usable name the job runs its family's default
@@ -65,6 +66,8 @@ def running_shape(shapes: Sequence[Shape], default: Shape | None, admin_comment:
     name = named_in_comment(admin_comment)
     if name is not None:
         named = next((s for s in shapes if s.name == name), None)
+        if named is None and "@" in name:  # a typed name (`<shape>@<type>`) read by one-type candidates
+            named = next((s for s in shapes if s.name == name.partition("@")[0] and not s.gpu_type), None)
         if named is not None and fits(named):
             return named, "AdminComment"
         note = (f" (AdminComment names unknown shape {name!r})" if named is None

@@ -27,10 +27,10 @@ site's `gpu.type`, else the first type) is the caller's.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from slurm_elastico.errors import ConfigError
-from slurm_elastico.model import Family, Shape
+from slurm_elastico.model import Family, NodeView, Shape
 from slurm_elastico.shapes.enumerate import enumerate_shapes, pareto
 from slurm_elastico.shapes.gpu_types import GpuSpec, canonical, normalise, resolve, supports
 from slurm_elastico.shapes.spec import Declared, FamilySpec
@@ -47,6 +47,45 @@ def same_type(a: str, b: str) -> bool:
         return True
     ca, cb = canonical(a), canonical(b)
     return ca is not None and ca == cb
+
+
+def types_of_nodes(nodes: Sequence[NodeView], default_memory_mib: int) -> dict[str, int]:
+    """The cluster's GPU types -> memory MiB from its nodes; {} when it has fewer than two (the one-type path).
+
+    A node's memory is `NodeView.gpu_memory_mib` (settings per type), else `default_memory_mib`. Every listed
+    node counts, whatever its state, so a type does not vanish from the families while its nodes are down.
+    Nodes whose gres names no type are left out of typed families (a typed shape must name its type).
+    """
+    found: dict[str, int] = {}
+    for n in nodes:
+        if n.gpu_type and n.gpus:
+            found[n.gpu_type] = max(found.get(n.gpu_type, 0), n.gpu_memory_mib or default_memory_mib)
+    return found if len(found) > 1 else {}
+
+
+def memory_by_type(raw: object) -> dict[str, int]:
+    """type -> memory MiB from settings' `gpu.types`: each value an integer, a mapping or an object with memory_mib."""
+    out: dict[str, int] = {}
+    for name, v in (raw.items() if isinstance(raw, Mapping) else ()):
+        mem = v if isinstance(v, int) else v.get("memory_mib") if isinstance(v, Mapping) else getattr(v, "memory_mib", None)
+        if isinstance(mem, int) and not isinstance(mem, bool) and mem > 0:
+            out[str(name)] = mem
+    return out
+
+
+def with_limit(spec: FamilySpec, limit: Sequence[str]) -> FamilySpec:
+    """`spec` limited to the types of a typed GPU request too (`--gres=gpu:a100:2`): the types both allow.
+
+    Raises `ConfigError` when the request names no type the family's own `gpu_types` allows.
+    """
+    if not limit:
+        return spec
+    both = tuple(t for t in limit if not spec.gpu_types or any(same_type(t, w) for w in spec.gpu_types))
+    if not both:
+        raise ConfigError(spec.source, [f"gpu_types: the job asks Slurm for GPU type(s) {list(limit)} and its family "
+                                        f"allows only {list(spec.gpu_types)}; allowed: a request for one of those "
+                                        "types, or a family that lists the requested one"])
+    return dataclasses.replace(spec, gpu_types=both)
 
 
 def allowed_types(spec: FamilySpec, types: Mapping[str, int]) -> list[str]:

@@ -182,3 +182,30 @@ def directive_options(script_text: str) -> tuple[Option, ...]:
                 continue
     line = split(argv + ["script"])
     return () if line.problems else line.options
+
+
+GPU_REQUEST_OPTIONS = ("gres", "gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket")
+"""The options that can name a GPU type: `--gres=gpu:TYPE:N` and `--gpus[-per-...]=TYPE:N`."""
+
+
+def gpu_types_requested(options: Sequence[Option]) -> tuple[str, ...]:
+    """The GPU types the options ask for, in order, each once; () when no request names one (any type).
+
+    sbatch keeps the last value of each option, so only that one counts. `--gres` is a list of
+    `name[:type][:count]` (`gpu:a100:2`, `gpu:a100`, `gres/gpu:v100:1`; `gpu:2` names no type, nor does `mps:50`);
+    the `--gpus*` options are lists of `[type:]count` (`a100:2,v100:1`).
+    """
+    last = {o.name: o.value for o in options if o.name in GPU_REQUEST_OPTIONS and o.value}
+    found: list[str] = []
+    for name, value in last.items():
+        for entry in str(value).split(","):
+            parts = [p.strip() for p in entry.strip().split(":")]
+            if name == "gres":
+                if parts[0].removeprefix("gres/") != "gpu" or len(parts) < 2:
+                    continue
+                gpu_type = parts[1] if len(parts) == 3 or not parts[1].isdigit() else ""
+            else:
+                gpu_type = parts[0] if len(parts) == 2 else ""
+            if gpu_type and gpu_type not in found:
+                found.append(gpu_type)
+    return tuple(found)
