@@ -21,7 +21,9 @@ from slurm_elastico.planner.baselines import LasPolicy
 from slurm_elastico.planner.epoch import plan_epoch
 from slurm_elastico.planner.gpu_choice import start_key
 from slurm_elastico.planner.narrowers import all_shapes, default_shape, half_gpu, whole_gpu
-from slurm_elastico.planner.pollux import PolluxPolicy
+from slurm_elastico.planner.gavel import GavelPolicy
+from slurm_elastico.planner.pollux_types import TypeBlindPollux
+from slurm_elastico.planner.sia import SiaPolicy
 
 
 def value_order(jobs: Sequence) -> list[int]:
@@ -60,7 +62,7 @@ class Policy:
         return plan_epoch(snapshot, families, settings, model, now, self, progress)
 
 
-REGISTRY: dict[str, Policy] = {p.name: p for p in (  # type: ignore[misc]  (LasPolicy, PolluxPolicy: Policy's interface)
+REGISTRY: dict[str, Policy] = {p.name: p for p in (  # type: ignore[misc]  (the peers' policies: Policy's interface)
     Policy("elastico", "shape families, shadow prices, interference-aware packing, reshapes that pay",
            all_shapes, price=True, interference=True, reshape=True, order=value_order, allot=True,
            whole_gpu_gangs=True),
@@ -84,9 +86,15 @@ REGISTRY: dict[str, Policy] = {p.name: p for p in (  # type: ignore[misc]  (LasP
     LasPolicy("tiresias", "Tiresias (NSDI 2019) as the Pollux artifact runs it: two-queue least "
               "attained service (Q0 until 16 GPU-hours, then Q1), whole GPUs at the submitted count, "
               "lower-queue jobs preempted and resumed later"),
-    PolluxPolicy("pollux", "Pollux (OSDI 2021): GPU counts and batch sizes for goodput (throughput x "
-                 "statistical efficiency), allocations maximising the p=-1 power mean of speedups with "
-                 "restarts penalised, whole GPUs, preemption"),
+    TypeBlindPollux("pollux", "Pollux (OSDI 2021): GPU counts and batch sizes for goodput (throughput x "
+                    "statistical efficiency), allocations maximising the p=-1 power mean of speedups with "
+                    "restarts penalised, whole GPUs, preemption; blind to GPU types as Sia's evaluation ran it"),
+    SiaPolicy("sia", "Sia (SOSP 2023): GPU type, count and batch size for goodput, an integer programme over "
+              "normalised goodput^-0.5 with restarts penalised, throughput models bootstrapped per type"),
+    GavelPolicy("gavel", "Gavel + TunedJobs as Sia's evaluation ran it: each job at its submitted GPU count and "
+                "batch, time fractions per GPU type maximising total throughput, realised in 360 s rounds"),
+    GavelPolicy("gavel-maxmin", "Gavel (OSDI 2020) with its heterogeneity-aware max-min fairness over effective "
+                "throughput, jobs at their submitted GPU count and batch, 360 s rounds", objective="maxmin"),
 )}
 
 
