@@ -3,7 +3,8 @@
 `local` holds `LocalCluster` (up, down, status; it reads its Slurm through
 `slurm.commands` and the gateway's JSON parsers), `status` what it reports,
 `config` the pure writers of its slurm.conf, gres.conf, slurmdbd.conf and
-cgroup.conf, `startup` how each daemon starts, `daemons` the pid-file start
+cgroup.conf, `gpu_types` its fake GPU types (`--gpu-types t4:2,a100:2`),
+`startup` how each daemon starts, `daemons` the pid-file start
 and stop of its daemons, `host` the ports, private files and fake GPUs it
 takes from the machine, `install` the Debian packages it needs, and `demo`
 the main job (`elastico demo`) run on it: its job list (`demo_workload`,
