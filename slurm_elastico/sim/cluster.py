@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from slurm_elastico.model import MPS_SHARES_PER_GPU, GpuUse, GresRequest, JobState
 from slurm_elastico.planner.gpu_choice import lowest_unused
 from slurm_elastico.sim.gateway import SimGateway
+from slurm_elastico.sim.gpu_types import NodeGroup
 from slurm_elastico.sim.job import SimJob
 from slurm_elastico.sim.scheduler import SlurmScheduler
 
@@ -36,6 +38,8 @@ class SimNode:
     gpus: list[dict[int, GpuUse]]
     cpus_alloc: int = 0
     mem_alloc: int = 0
+    gpu_type: str = ""
+    """The type of its GPUs ("" on a one-type cluster: the snapshot then names none, as a gres without a type)."""
 
 
 @dataclass
@@ -52,7 +56,10 @@ class SimCluster(SlurmScheduler, SimGateway):
 
     def __init__(self, n_gpus: int, gpus_per_node: int = 8, gpu_mem_mib: int = 16384, cpus_per_gpu: int = 16,
                  mem_per_gpu_mib: int = 65536, shares_per_gpu: int = MPS_SHARES_PER_GPU, even_gangs: bool = True,
-                 slurm_version: str = SLURM_VERSION):
+                 slurm_version: str = SLURM_VERSION, groups: Sequence[NodeGroup] = ()):
+        """`n_gpus` on nodes of `gpus_per_node` with `gpu_mem_mib` each, or, with `groups` (`sim.gpu_types`), each
+        group's nodes of its type, GPUs and memory, in the order given (then `n_gpus`, `gpus_per_node` and
+        `gpu_mem_mib` are not used)."""
         self.shares_per_gpu = shares_per_gpu
         self.slurm_version = slurm_version  # what the snapshot says, and which GPUs `gpus:N` takes (`_idle`)
         self.lowest_unused = lowest_unused(slurm_version)
@@ -62,11 +69,17 @@ class SimCluster(SlurmScheduler, SimGateway):
         says so to the planner (`Snapshot.even_gangs`)."""
         self.nodes: list[SimNode] = []
         left = n_gpus
-        while left > 0:
+        while left > 0 and not groups:
             g = min(gpus_per_node, left)
             self.nodes.append(SimNode(f"n{len(self.nodes):04d}", g * cpus_per_gpu, g * mem_per_gpu_mib, gpu_mem_mib,
                                       [dict() for _ in range(g)]))
             left -= g
+        for group in groups:
+            g = group.gpus_per_node
+            for _ in range(group.nodes):
+                self.nodes.append(SimNode(f"n{len(self.nodes):04d}", g * cpus_per_gpu, g * mem_per_gpu_mib,
+                                          group.memory_mib, [dict() for _ in range(g)], gpu_type=group.gpu_type))
+        n_gpus = sum(len(n.gpus) for n in self.nodes)
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
         self.n_gpus = n_gpus
         self.gpu_key = [(ni, gi) for ni, n in enumerate(self.nodes) for gi in range(len(n.gpus))]
@@ -166,6 +179,15 @@ class SimCluster(SlurmScheduler, SimGateway):
         self.counters.requeues += 1
         bisect.insort(self.queue, (job.trace.submit_s, job.job_id))
 
+    def typed_placement(self, job: SimJob) -> tuple[tuple[str, int], ...]:
+        """(GPU type, GPUs held there) on each node of a running job, most GPUs first, then by type."""
+        per = Counter(ni for ni, _ in job.alloc)
+        return tuple(sorted(((self.nodes[ni].gpu_type, k) for ni, k in per.items()), key=lambda x: (-x[1], x[0])))
+
+    def on_type(self, ni: int, job: SimJob) -> bool:
+        """Whether node ni may run `job`: its request names no type or the node's (Slurm's gres matching)."""
+        return not job.gres.gpu_type or self.nodes[ni].gpu_type == job.gres.gpu_type
+
     # ------------------------------------------------------------- audit
 
     def check(self) -> None:
@@ -183,6 +205,7 @@ class SimCluster(SlurmScheduler, SimGateway):
             else:
                 assert len(j.alloc) == 1 and j.share == j.gres.count, f"job {j.job_id} holds {j.alloc} for {j.gres}"
             names = {self.nodes[ni].name for ni in j.node_indices}
+            assert all(self.on_type(ni, j) for ni in j.node_indices), f"job {j.job_id} asks {j.gres}, runs on {names}"
             if j.pin:
                 want = set(j.pin) if j.whole else {j.pin[0]}
                 assert names == want, f"job {j.job_id} pinned to {j.pin} runs on {sorted(names)}"

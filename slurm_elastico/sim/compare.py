@@ -91,7 +91,10 @@ class Comparison:
 
     def to_json(self) -> dict:
         """{"policies": {policy: {figure: {mean, ci95, unfinished}, unfinished_by_seed}}, "complete", "unfinished",
-        "seeds", "seed_varies"}; `unfinished` beside each mean over finished jobs is the policy's total."""
+        "unfinished_jobs", "mean_jct_h", "seeds", "seed_varies"}; `unfinished` beside each mean over finished jobs
+        is the policy's total, the top-level `unfinished` lists the runs that left jobs (`unfinished_jobs` counts
+        those jobs), and `mean_jct_h` is the mean JCT in hours over the seeds, over finished jobs: a number for one
+        policy (`elastico sim run`), {policy: number} for several."""
         agg = self.aggregated()
         per = self.unfinished()
         out: dict = {}
@@ -104,7 +107,10 @@ class Comparison:
         bad = [{"policy": p, "seed": r.seed, "unfinished": r.unfinished, "jobs": len(r.jobs) + r.unfinished,
                 "job_ids": self.unfinished_ids(r)} for p, rs in self.runs.items() for r in rs if r.unfinished]
         seeds = sorted({r.seed for rs in self.runs.values() for r in rs})
+        jct = {p: a["mean_jct_h"][0] for p, a in agg.items()}
         return {"policies": out, "complete": not bad, "unfinished": bad, "seeds": seeds,
+                "unfinished_jobs": sum(b["unfinished"] for b in bad),
+                "mean_jct_h": next(iter(jct.values())) if len(jct) == 1 else jct,
                 "seed_varies": self.seed_varies, "means_over": "finished jobs"}
 
 

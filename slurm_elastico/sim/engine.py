@@ -40,21 +40,25 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from slurm_elastico.config import Settings
+from slurm_elastico.errors import ConfigError
 from slurm_elastico.helper.epoch import run_once
 from slurm_elastico.helper.journal import MemoryJournal
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Family, GresRequest, JobState
 from slurm_elastico.planner import policies
 from slurm_elastico.shapes.units import shares_of
+from slurm_elastico.sim import gpu_types
 from slurm_elastico.sim.cluster import SimCluster
 from slurm_elastico.sim.families import (INFER_CPUS, INFER_HOST_MIB, TRAIN_CPUS, TRAIN_HOST_MIB, at_epoch,
                                          efficiency_epoch, efficiency_segment, fastest_speed, family_of)
+from slurm_elastico.sim.families_typed import typed_family_of, typed_fastest_speed
 from slurm_elastico.sim.job import SimJob
 from slurm_elastico.sim.results import JobResult, RunResult
 from slurm_elastico.sim.settings import SimSettings
 from slurm_elastico.sim.speeds import JobSpeeds, shape_of
 from slurm_elastico.sim.trace import TraceJob
 from slurm_elastico.sim.truth import GroundTruth
+from slurm_elastico.sim.truth_types import TypedTruth
 
 COMPLETE, ARRIVAL, BEGIN, EPOCH = 0, 1, 2, 3
 STALL_EPOCHS = 20
@@ -67,7 +71,7 @@ class Engine(JobSpeeds):
     """One simulation run of one policy on one trace."""
 
     def __init__(self, trace: Sequence[TraceJob], policy: str, settings: Settings, sim: SimSettings,
-                 model: SlowdownModel | None, truth: GroundTruth | None = None, seed: int = 0,
+                 model: SlowdownModel | None, truth: GroundTruth | TypedTruth | None = None, seed: int = 0,
                  on_progress: Callable[[float], None] | None = None):
         chosen = policies.get(policy)  # an unknown name fails before anything runs
         self.trace = sorted(trace, key=lambda j: (j.submit_s, j.job_id))
@@ -80,12 +84,19 @@ class Engine(JobSpeeds):
         # A family with GPU counts on whole GPUs only where the settings or the policy (elastico-submit's start) say so.
         self.whole_gpu_gangs = sim.whole_gpu_gangs or bool(getattr(chosen, "whole_gpu_gangs", False))
         self.model = model
-        self.truth = truth or GroundTruth()
+        # A cluster of GPU types (`sim.cluster`) runs on a truth per type (`types`); `truth` is then the reference
+        # type's, for what every type shares (statistical efficiency, co-location).
+        self.groups = gpu_types.parse_cluster(sim.cluster, "sim.cluster") if sim.cluster else ()
+        self.types = truth if isinstance(truth, TypedTruth) else None
+        if bool(self.groups) != (self.types is not None):
+            raise ConfigError("sim.cluster", ["a cluster of GPU types runs on a ground truth per type and a one-type "
+                                              "cluster on one; allowed: sim.cluster with a TypedTruth, or neither"])
+        self.truth = self.types.reference if self.types is not None else truth or GroundTruth()
         self.seed = seed
         self.on_progress = on_progress
         self.cluster = SimCluster(sim.gpus, sim.gpus_per_node, sim.gpu_memory_mib, sim.cpus_per_gpu,
                                   shares_per_gpu=settings.gpu.shares_per_gpu, even_gangs=sim.even_gangs,
-                                  slurm_version=sim.slurm_version)
+                                  slurm_version=sim.slurm_version, groups=self.groups)
         self.cluster.before_stop = self._accrue
         self.heap: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
@@ -194,9 +205,14 @@ class Engine(JobSpeeds):
     # -------------------------------------------------------------- handlers
 
     def _arrive(self, tj: TraceJob) -> None:
-        fam = family_of(tj, self.truth, self.sim.share_levels(), self.sim.gpu_memory_mib, self.sim.profile_noise,
-                        self.seed, self.adaptive, self.sim.max_gpus_per_job, self.sim.gpus_per_node,
-                        self.whole_gpu_gangs)
+        if self.types is not None:
+            fam = typed_family_of(tj, self.types, self.groups, self.sim.share_levels(), self.sim.profile_noise,
+                                  self.seed, self.adaptive, self.sim.max_gpus_per_job, self.whole_gpu_gangs,
+                                  self.sim.type_blind)
+        else:
+            fam = family_of(tj, self.truth, self.sim.share_levels(), self.sim.gpu_memory_mib, self.sim.profile_noise,
+                            self.seed, self.adaptive, self.sim.max_gpus_per_job, self.sim.gpus_per_node,
+                            self.whole_gpu_gangs)
         if fam is None:  # rigid: `--gpus=N`, on as many nodes as it takes
             gres, cpus, mem = GresRequest("gpus", tj.gpus), TRAIN_CPUS * tj.gpus, TRAIN_HOST_MIB * tj.gpus
             begin = tj.submit_s
@@ -236,8 +252,12 @@ class Engine(JobSpeeds):
         tj = job.trace
         # The lower bound is the trace's under the settings, the same whatever the policy: with goodput shapes
         # only when the settings offer them to every policy (a policy that adapts batches may beat it).
-        best = tj.work / fastest_speed(tj, self.truth, self.sim.gpu_memory_mib, self.sim.adaptive_batch,
-                                       self.sim.max_gpus_per_job, self.sim.gpus_per_node)
+        if self.types is not None:
+            best = tj.work / typed_fastest_speed(tj, self.types, self.groups, self.sim.adaptive_batch,
+                                                 self.sim.max_gpus_per_job)
+        else:
+            best = tj.work / fastest_speed(tj, self.truth, self.sim.gpu_memory_mib, self.sim.adaptive_batch,
+                                           self.sim.max_gpus_per_job, self.sim.gpus_per_node)
         self.results.append(JobResult(
             tj.job_id, tj.kind, tj.app, tj.gpus, tj.submit_s, job.first_start, job.end, job.restarts + job.relaunches,
             tj.work,
@@ -277,10 +297,10 @@ class Engine(JobSpeeds):
         """Let Slurm start what fits, then re-rate every job whose GPU changed."""
         now = self.cluster.now
         for job in self.cluster.relaunched:
-            job.ready_at = now + self.sim.restart_cost_s
+            job.ready_at = now + self._restart_s(job, first=False)
         self.cluster.relaunched = []
         for job in self.cluster.schedule():
-            job.ready_at = now + (self.sim.restart_cost_s if job.starts > 1 else self.sim.start_cost_s)
+            job.ready_at = now + self._restart_s(job, first=job.starts <= 1)
             job.mark = now
             job.rate = 0.0
             self._solo(job)
@@ -295,6 +315,13 @@ class Engine(JobSpeeds):
                 touched[jid] = self.cluster.jobs[jid]
         for jid in sorted(touched):
             self._rerate(touched[jid])
+
+    def _restart_s(self, job: SimJob, first: bool) -> float:
+        """Seconds a start makes no progress: the app's under Sia's model (every start), else the settings'."""
+        per_app = self.types.restart_s(job.trace.app) if self.types is not None else None
+        if per_app is not None:
+            return per_app
+        return self.sim.start_cost_s if first else self.sim.restart_cost_s
 
     # -------------------------------------------------------------- progress
 
@@ -340,7 +367,7 @@ class _Families:
 
 
 def run(trace: Sequence[TraceJob], policy: str, settings: Settings, sim: SimSettings, model: SlowdownModel | None,
-        truth: GroundTruth | None = None, seed: int = 0, on_progress: Callable[[float], None] | None = None
-        ) -> RunResult:
+        truth: GroundTruth | TypedTruth | None = None, seed: int = 0,
+        on_progress: Callable[[float], None] | None = None) -> RunResult:
     """Simulate `trace` under `policy`; see `Engine`."""
     return Engine(trace, policy, settings, sim, model, truth, seed, on_progress).run()

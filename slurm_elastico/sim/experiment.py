@@ -87,16 +87,24 @@ def check_runnable(jobs, truth, sim, source: str) -> None:
 
 
 def setup(cfg, trace_name, jobs, load, infer_fraction, hours, gpus, epoch_s, window_s, colocation, sim_config,
-          jitter_s=None) -> Setup:
+          jitter_s=None, cluster=None, profiles=None, type_blind=None) -> Setup:
     """`cfg`, the simulator's settings, the ground truth, a trace factory `make(seed)`, `cfg`'s slowdown model and
-    what a seed varies. `jitter_s` (default `trace.DEFAULT_JITTER_S`) jitters a fixed trace's arrivals per seed."""
+    what a seed varies. `jitter_s` (default `trace.DEFAULT_JITTER_S`) jitters a fixed trace's arrivals per seed.
+
+    `cluster`, `profiles` and `type_blind` override the settings' (`--cluster`, `--profiles`, `--type-blind`): a
+    cluster of GPU types gets a `truth_types.TypedTruth` read from the profiles (`profiles_sia`) as its truth, its
+    total GPUs as `sim.gpus`, and its traces read with the reference type's truth and checked runnable on every
+    type (`families_typed.check_typed`)."""
     from slurm_elastico.errors import ConfigError
     from slurm_elastico.inputs import read_yaml
     from slurm_elastico.interference import load_model
     from slurm_elastico.sim import settings as sim_settings
     from slurm_elastico.sim import trace as traces
     from slurm_elastico.sim import trace_spec
+    from slurm_elastico.sim import gpu_types
+    from slurm_elastico.sim.families_typed import check_typed
     from slurm_elastico.sim.truth import GroundTruth
+    from slurm_elastico.sim.truth_types import TypedTruth
 
     data = {}
     if sim_config:
@@ -107,15 +115,26 @@ def setup(cfg, trace_name, jobs, load, infer_fraction, hours, gpus, epoch_s, win
         data = whole.get("sim", {})
     sim = sim_settings.from_mapping(data, sim_config or "sim")
     changes = {k: v for k, v in (("gpus", gpus), ("epoch_s", epoch_s), ("placement_window_s", window_s),
-                                 ("colocation", colocation)) if v is not None}
+                                 ("colocation", colocation), ("cluster", cluster), ("profiles", profiles),
+                                 ("type_blind", type_blind)) if v is not None}
     sim = sim_settings.replace(sim, **changes)
-    truth = GroundTruth()
+    groups = gpu_types.parse_cluster(sim.cluster, "sim.cluster") if sim.cluster else ()
+    if groups:
+        sim = sim_settings.replace(sim, gpus=sum(g.gpus for g in groups))
+        truth = TypedTruth.from_sia(sim.profiles, [g.gpu_type for g in groups], sim.sia_model)
+        ref = truth.reference
+    else:
+        truth = ref = GroundTruth()
     jitter = traces.DEFAULT_JITTER_S if jitter_s is None else float(jitter_s)
 
     def load_seed(seed: int):
-        got = trace_spec.load(trace_name, truth, seed, n_jobs=jobs, gpus=sim.gpus, load=load,
-                          infer_fraction=infer_fraction, hours=hours, gpu_memory_mib=sim.gpu_memory_mib)
-        check_runnable(got, truth, sim, trace_name)
+        got = trace_spec.load(trace_name, ref, seed, n_jobs=jobs, gpus=sim.gpus, load=load,
+                              infer_fraction=infer_fraction, hours=hours, gpu_memory_mib=sim.gpu_memory_mib)
+        if groups:
+            traces.check_cluster(got, sim.gpus, trace_name)
+            check_typed(got, truth, groups, trace_name)
+        else:
+            check_runnable(got, truth, sim, trace_name)
         return got
 
     if trace_spec.is_fixed(trace_name):

@@ -16,6 +16,11 @@ The gateway methods (`snapshot`, `apply`, `argv_for`, `release`) behave like
   and node pin → StartTime=now → release: the job goes back to pending with
   its new request, and pays its checkpoint-and-restart time when it starts
   again.
+- An action's `gpu_type` (SET_SHARE, SET_GPUS, RESHAPE_RUNNING) names the
+  type in the new request (`gpu:TYPE:N`): Slurm then starts the job only on
+  nodes of that type, so a RESHAPE_RUNNING to another type than the job's
+  is a move, paid as any requeue. A type no node has, or pinned nodes of
+  another type, are refused as Slurm refuses them; "" asks for any type.
 - `START_NOW` lifts the job's BeginTime (the submit's placement window).
 - `PREEMPT` is requeue-hold with the request unchanged: the job goes back to
   pending HELD with the work it has done (the scheduler never starts a held
@@ -52,7 +57,7 @@ class SimGateway:
             gpus = tuple(GpuView(n.name, gi, self.shares_per_gpu, tuple(uses.values())) for gi, uses in enumerate(n.gpus))
             busy = n.cpus_alloc > 0 or any(gpus[i].users for i in range(len(gpus)))
             nodes.append(NodeView(n.name, "mixed" if busy else "idle", (PARTITION,), n.cpus, n.cpus_alloc, n.mem_mib,
-                                  n.mem_alloc, gpus, n.gpu_mem_mib))
+                                  n.mem_alloc, gpus, n.gpu_mem_mib, n.gpu_type))
         jobs = [self._view(j) for j in self.jobs.values()]
         return Snapshot(taken_at=self.now, slurm_version=self.slurm_version, nodes=tuple(nodes), jobs=tuple(jobs),
                         partitions=(PartitionView(PARTITION, tuple(n.name for n in self.nodes)),),
@@ -89,7 +94,7 @@ class SimGateway:
             if job.state is not JobState.PENDING:
                 raise JobNotPendingError(argv, 1, "Job is no longer pending execution")
             if kind is ActionKind.SET_SHARE:
-                job.gres = self._share_request(action)
+                job.gres = self._share_request(action, argv)
             elif kind is ActionKind.SET_GPUS:
                 job.gres, job.pin = self._gang_request(action, argv)
                 job.per_node = self.even_gangs
@@ -104,7 +109,7 @@ class SimGateway:
                 self.requeue(job, *self._gang_request(action, argv))
                 job.per_node = self.even_gangs
             else:
-                self.requeue(job, self._share_request(action), tuple(action.nodes[:1]))
+                self.requeue(job, self._share_request(action, argv), tuple(action.nodes[:1]))
                 job.per_node = False
         elif kind is ActionKind.PREEMPT:  # requeuehold: back to pending, held, its request and work done kept
             if job.state is not JobState.RUNNING:
@@ -131,11 +136,24 @@ class SimGateway:
         else:  # pragma: no cover - the enum is closed
             raise InvalidActionError(f"unknown action kind {kind!r}")
 
-    def _share_request(self, action: Action) -> GresRequest:
+    def _share_request(self, action: Action, argv: list[str]) -> GresRequest:
         share = commands.need(action.share, action)
         if not 1 <= share <= self.shares_per_gpu:
             raise InvalidActionError(f"share {share} of job {action.job_id} is outside 1..{self.shares_per_gpu}")
-        return GresRequest("mps", share)
+        return GresRequest("mps", share, self._gpu_type(action, argv, action.nodes[:1]))
+
+    def _gpu_type(self, action: Action, argv: list[str], pin: tuple[str, ...] | list[str]) -> str:
+        """The action's GPU type, which some node has and each of its nodes has (else Slurm's refusal); "" = any."""
+        t = action.gpu_type
+        if not t:
+            return ""
+        if not any(n.gpu_type == t for n in self.nodes):
+            raise SlurmError(argv, 1, f"Invalid generic resource (gres) specification: no node has GPU type {t}")
+        wrong = [name for name in pin if name in self.node_index and self.nodes[self.node_index[name]].gpu_type != t]
+        if wrong:
+            raise SlurmError(argv, 1, f"Requested node configuration is not available: {','.join(wrong)} have no "
+                                      f"GPU of type {t}")
+        return t
 
     def _nodes(self, action: Action, argv: list[str]) -> tuple[str, ...]:
         """The action's node names, each once, or SlurmError naming one Slurm does not know."""
@@ -152,7 +170,7 @@ class SimGateway:
         if not max(1, len(pin)) <= n <= room:
             where = f"nodes {','.join(pin)}" if pin else "the cluster"
             raise InvalidActionError(f"{n} GPUs for job {action.job_id}: {where} take {max(1, len(pin))}..{room}")
-        return GresRequest("gpus", n), pin
+        return GresRequest("gpus", n, self._gpu_type(action, argv, pin)), pin
 
     def argv_for(self, action: Action) -> list[list[str]]:
         """The Slurm commands the real gateway runs for `action` (`slurm.gateway.SlurmGateway.argv_for`): a GPU

@@ -14,6 +14,8 @@ request set per node (`Gres=gpu:P NumNodes=K-K`) takes P on each of its K
 nodes (one node when unpinned). A gang's
 CPUs and host memory are for the whole job, split over its nodes in
 proportion to its GPUs there (rounded up per node) and checked per node.
+A request naming a GPU type (`gpu:TYPE:N`, `GresRequest.gpu_type`) goes only
+on nodes of that type (`SimCluster.on_type`), one naming none on any node.
 Backfill without time limits: the first job that cannot start reserves the
 GPU (mps) or whole nodes (gpus) it is closest to fitting on, and later jobs
 may start anywhere else. Slurm knows no GPU memory, so jobs it starts may
@@ -69,7 +71,8 @@ class SlurmScheduler:
         need = job.gres.count
         best: tuple[int, int] | None = None
         for ni, gi in open_gpus:  # first fit in node and GPU order, as Slurm picks (`planner.gpu_choice.mps_gpu`)
-            if (pin is not None and ni != pin) or (ni, gi) in reserved or ni in reserved_nodes:
+            if (pin is not None and ni != pin) or (ni, gi) in reserved or ni in reserved_nodes \
+                    or not self.on_type(ni, job):
                 continue
             if self.gpu_free(ni, gi) >= need and self._host_fits(ni, job):
                 best = (ni, gi)
@@ -104,7 +107,7 @@ class SlurmScheduler:
     def _fit_gang(self, job: SimJob, open_gpus, reserved, reserved_nodes) -> tuple[tuple[int, int], ...] | None:
         """`gpus:N` on idle GPUs: one node (best fit), else most idle nodes first; pinned: on each of its nodes."""
         n = job.gres.count
-        idle = self._idle(open_gpus, reserved, reserved_nodes)
+        idle = {ni: gs for ni, gs in self._idle(open_gpus, reserved, reserved_nodes).items() if self.on_type(ni, job)}
 
         def room(ni: int, k: int) -> int:
             """How many of k GPUs node ni can take: idle ones whose share of the host still fits."""
@@ -161,8 +164,9 @@ class SlurmScheduler:
 
     def _fits_empty(self, job: SimJob, nodes: list[int]) -> bool:
         """Whether gang `job` would fit on `nodes` (pinned: on each of them) if they were empty."""
-        if not nodes or nodes[0] < 0:
+        if not nodes or nodes[0] < 0 or (job.pin and not all(self.on_type(ni, job) for ni in nodes)):
             return False
+        nodes = [ni for ni in nodes if self.on_type(ni, job)]
         n = job.gres.count
 
         def room(ni: int, k: int) -> int:
@@ -216,7 +220,8 @@ class SlurmScheduler:
                 return
             idle = self._idle(open_gpus, (), ())
             held = 0
-            for ni in sorted(pins, key=lambda ni: (-len(idle.get(ni, ())), ni)):
+            typed = [ni for ni in pins if self.on_type(ni, job)]
+            for ni in sorted(typed, key=lambda ni: (-len(idle.get(ni, ())), ni)):
                 if held >= n:
                     break
                 reserved_nodes.add(ni)
@@ -224,7 +229,7 @@ class SlurmScheduler:
             return
         pin = self.node_index.get(job.pin[0]) if job.pin else None
         cpus, mem = self.host_share(job, 1, 1)
-        cands = [(ni, gi) for ni, gi in open_gpus if (pin is None or ni == pin)
+        cands = [(ni, gi) for ni, gi in open_gpus if (pin is None or ni == pin) and self.on_type(ni, job)
                  and cpus <= self.nodes[ni].cpus and mem <= self.nodes[ni].mem_mib]
         if cands:
             reserved.add(max(cands, key=lambda k: (self.gpu_free(*k), -k[0], -k[1])))

@@ -16,6 +16,7 @@ from typing import Any
 from slurm_elastico import config
 from slurm_elastico.config import _opt
 from slurm_elastico.errors import ConfigError
+from slurm_elastico.sim import gpu_types
 
 COLOCATION = ("gavel", "gavel-residual", "none")
 
@@ -55,6 +56,16 @@ class SimSettings:
                                              "(planner.gpu_choice: on 24.11 the P lowest with no user; otherwise, "
                                              "the P lowest not held whole), and the version the planner plans for")
     audit: bool = _opt(False, help="check capacity and bookkeeping after every event (slow; for tests)")
+    cluster: str = _opt("", help="GPU types of the cluster (sim.gpu_types): sia (Sia's 64 GPUs: 6x4 aws T4, 2x8 "
+                                 "dgx-ext A100, 3x8 rtx RTX 2080 Ti) or TYPE:NODESxGPUS,...; needs profiles; empty = "
+                                 "one type, gpus of gpus_per_node")
+    profiles: str = _opt("", help="directory of per-type profiles in Sia's layout (sim.profiles_sia), read for a "
+                                  "cluster of types")
+    type_blind: bool = _opt(False, help="on a cluster of types, families name no type and carry the throughput of "
+                                        "the app's slowest type (the type-blind ablation)")
+    sia_model: bool = _opt(True, help="with profiles: Sia's simulator calibration (per-app slowdown of the measured "
+                                      "step times, per-app checkpoint-restore seconds on every start instead of "
+                                      "restart_cost_s and start_cost_s)")
 
     def share_levels(self) -> tuple[int, ...]:
         return tuple(sorted({int(x) for x in self.shares.split(",") if x.strip()}))
@@ -71,6 +82,17 @@ def from_mapping(data: Any, source: str = "sim") -> SimSettings:
                 problems.append(f"sim.shares: {out.shares!r} must list shares in 1..100")
         except ValueError:
             problems.append(f"sim.shares: {out.shares!r} is not a comma-separated list of integers")
+        if out.cluster:
+            try:
+                gpu_types.parse_cluster(out.cluster, "sim.cluster")
+            except ConfigError as exc:
+                problems += [f"sim.cluster: {p}" for p in exc.problems]
+            if not out.profiles:
+                problems.append("sim.cluster: a cluster of GPU types needs sim.profiles (--profiles DIR: per-type "
+                                "profiles in Sia's layout)")
+        elif out.profiles:
+            problems.append("sim.profiles: per-type profiles need a cluster of GPU types (sim.cluster, --cluster "
+                            f"{gpu_types.SPEC_FORM})")
         if not re.fullmatch(r"\d+\.\d+(\.[0-9A-Za-z.-]+)?", out.slurm_version):
             problems.append(f"sim.slurm_version: {out.slurm_version!r} is not a Slurm version such as 24.11.5 or "
                             "22.05.8 (MAJOR.MINOR, then the release's own suffix)")

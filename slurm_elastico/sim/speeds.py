@@ -6,9 +6,13 @@ its own, the epoch of its statistical efficiency; the engine keeps one per
 job (`solo`) and recomputes it only when one of those changed. Its speed next
 to others is the ground truth's co-location rule on top (`Engine._rerate`).
 
+On a cluster of GPU types the speed is that of the type of the GPUs the job
+holds (`_typed_solo`, `truth_types.TypedTruth`), a gang across types at its
+slowest rank's pace.
+
 `JobSpeeds` is a mixin of `sim.engine.Engine`, which holds the ground truth
-(`truth`), the settings (`sim`), the cluster, whether goodput shapes exist
-(`adaptive`) and the cache (`solo`).
+(`truth`, and `types` on a cluster of GPU types), the settings (`sim`), the
+cluster, whether goodput shapes exist (`adaptive`) and the cache (`solo`).
 """
 
 from __future__ import annotations
@@ -28,12 +32,15 @@ class JobSpeeds:
         rigid job keeps `rigid_speed`, so one-GPU figures stay those of the single-GPU rule.
         """
         placement = job.placement
-        key = (job.shape, job.share, placement, self._stat_epoch(job))
+        typed = self.cluster.typed_placement(job) if self.types is not None else ()
+        key = (job.shape, job.share, typed or placement, self._stat_epoch(job))
         got = self.solo.get(job.job_id)
         if got is not None and got[3] == key:
             return got[:3]
         tj, t = job.trace, self.truth
-        if job.family is None:
+        if typed:
+            val = self._typed_solo(job, typed)
+        elif job.family is None:
             speed = (t.gang_speed(tj.app, tj.global_batch, placement) if sum(placement) > 1
                      else t.rigid_speed(tj.app, tj.global_batch, 1))
             val = (speed, speed, t.identity(tj.kind, tj.app, tj.global_batch))
@@ -73,6 +80,26 @@ class JobSpeeds:
                 int(shape.knob("max_num_seqs")), str(shape.knob("kv_cache_dtype")))
         speed = t.infer_speed(*args, PERCENT, float(self.sim.gpu_memory_mib)) * sum(placement)
         return speed, speed, t.identity("infer", tj.app, args[3])
+
+    def _typed_solo(self, job: SimJob, typed: tuple[tuple[str, int], ...]) -> tuple[float, float, tuple[str, int]]:
+        """`_solo` on a cluster of GPU types: the truth of the type of the GPUs the job holds (`TypedTruth`; a gang
+        across types at its slowest rank's pace). Training only (`families_typed.check_typed`)."""
+        tj, types = job.trace, self.types
+        if job.family is None:
+            speed = types.rigid_speed(tj.app, tj.global_batch, typed)
+            return speed, speed, self.truth.identity(tj.kind, tj.app, tj.global_batch)
+        shape = shape_of(job)
+        m = int(shape.knob("micro_batch"))
+        b = int(shape.knob("global_batch", tj.global_batch))
+        f = efficiency_segment(self.truth, tj, b, job.done)[0]
+        me = self.truth.identity("train", tj.app, m)
+        if job.whole:
+            speed = types.gang_speed(tj.app, b, typed, m) * f
+            return speed, speed, me
+        gpu_type = typed[0][0]
+        pct = percent_of(job.share, self.cluster.shares_per_gpu)
+        return (types.train_speed(gpu_type, tj.app, b, m, pct) * f, types.train_speed(gpu_type, tj.app, b, m, PERCENT)
+                * f, me)
 
     def _stat_epoch(self, job: SimJob) -> int:
         """The epoch of statistical efficiency a training family job is in when goodput shapes exist, else -1."""

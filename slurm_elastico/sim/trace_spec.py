@@ -1,8 +1,9 @@
 """A trace by its spec string (`elastico sim --trace`): which source it names, and whether a seed changes it.
 
 `synthetic`, `pollux:N`, `pollux1:N` (the same on one GPU each),
-`philly[:PATH]`, `alibaba:PATH`, or a CSV path in the trace format
-(`trace.read_csv`).
+`philly[:PATH]`, `alibaba:PATH`, `sia:PATH` (a workload of Sia's, which is
+in Pollux's format: `trace_pollux.pollux` reads it), or a CSV path in the
+trace format (`trace.read_csv`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from slurm_elastico.errors import ConfigError
 from slurm_elastico.sim.trace import TraceJob, read_csv
 from slurm_elastico.sim.trace_alibaba import alibaba
 from slurm_elastico.sim.trace_philly import philly
-from slurm_elastico.sim.trace_pollux import pollux
+from slurm_elastico.sim.trace_pollux import POLLUX_COLUMNS, pollux
 from slurm_elastico.sim.trace_synthetic import MixSpec, synthetic
 from slurm_elastico.sim.truth import GroundTruth
 
@@ -28,7 +29,8 @@ def is_fixed(name: str) -> bool:
 
 
 def load(name: str, truth: GroundTruth, seed: int = 0, **kw) -> list[TraceJob]:
-    """A trace by spec string: `synthetic`, `pollux:N`, `pollux1:N` (single GPU), `philly[:PATH]`, `alibaba:PATH`, or a CSV path."""
+    """A trace by spec string: `synthetic`, `pollux:N`, `pollux1:N` (single GPU), `philly[:PATH]`, `alibaba:PATH`,
+    `sia:PATH`, or a CSV path."""
     kind, _, arg = name.partition(":")
     if kind == "synthetic":
         return synthetic(MixSpec(**{k: v for k, v in kw.items() if k in {f.name for f in fields(MixSpec)}}), seed, truth)
@@ -36,6 +38,11 @@ def load(name: str, truth: GroundTruth, seed: int = 0, **kw) -> list[TraceJob]:
         return pollux(int(arg) if arg.isdigit() else (arg or 1), truth, single_gpu=kind == "pollux1")
     if kind == "philly":
         return philly(arg or None, truth, seed, hours=kw.get("hours", 24.0))
+    if kind == "sia":
+        if not arg:
+            raise ConfigError("trace", ["sia needs a path: sia:PATH/workload-N.csv (Sia's workload format, "
+                                        f"{','.join(('name',) + POLLUX_COLUMNS)})"])
+        return pollux(arg, truth)
     if kind == "alibaba":
         if not arg:
             raise ConfigError("trace", ["alibaba needs a path: alibaba:PATH/openb_pod_list_default.csv"])
@@ -44,4 +51,4 @@ def load(name: str, truth: GroundTruth, seed: int = 0, **kw) -> list[TraceJob]:
     if p.suffix == ".csv" or p.is_file():
         return read_csv(p, truth)
     raise ConfigError("trace", [f"{name!r} is not a trace; allowed: synthetic, pollux:N, pollux1:N, philly[:PATH], "
-                                "alibaba:PATH, or a CSV file in the trace format"])
+                                "alibaba:PATH, sia:PATH, or a CSV file in the trace format"])

@@ -18,7 +18,9 @@ leave SMs idle). MPS caps its SMs at the share s, so its speed is
 `min(1, s / (100·d))` of whole-GPU speed — a roofline: no loss until the cap
 bites, then proportional. GPU memory: parameter state (`PARAM_MIB`) + CUDA
 context + m × a per-sample activation size that makes the largest measured
-batch fill 90 % of the T4's 15 GiB.
+batch fill 90 % of the GPU's usable memory (`mem_mib`: the T4's 15 GiB of the
+bundled profiles; `from_rows` takes another GPU's, as `sim.profiles_sia` does
+for each type of a mixed cluster).
 
 Inference (a documented decode model; no public measurement exists): a vLLM
 engine with n sequences in flight takes `W_READ_S + n·SEQ_S/s` per decode
@@ -49,7 +51,7 @@ the two; runs should be reported under both.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -86,8 +88,29 @@ class GroundTruth:
 
     def __init__(self, profiles: Path | None = None, iterations: Path | None = None, pairs: Path | None = None,
                  placements: Path | None = None, validation: Path | None = None):
+        self._build(read_rows(placements or DATA / "pollux_placements.csv.gz"),
+                    read_rows(profiles or DATA / "pollux_profiles.csv"),
+                    read_rows(validation or DATA / "pollux_validation.csv.gz"),
+                    read_rows(iterations or DATA / "pollux_iterations.csv"),
+                    read_rows(pairs or DATA / "gavel_pairs_p100.csv"))
+
+    @classmethod
+    def from_rows(cls, placements: Iterable[Mapping[str, str]], profiles: Iterable[Mapping[str, str]],
+                  validation: Iterable[Mapping[str, str]], iterations: Iterable[Mapping[str, str]],
+                  pairs: Iterable[Mapping[str, str]] | None = None, memory_mib: float = T4_MEM_MIB) -> GroundTruth:
+        """A ground truth from rows in the bundled files' formats (`sim.profiles_sia` reads another layout into
+        them), for a GPU whose largest measured batch fills 90 % of `memory_mib` (`train_mem_mib`); `pairs`
+        default to the bundled Gavel pairs."""
+        truth = cls.__new__(cls)
+        truth._build(placements, profiles, validation, iterations,
+                     read_rows(DATA / "gavel_pairs_p100.csv") if pairs is None else pairs, memory_mib)
+        return truth
+
+    def _build(self, placements, profiles, validation, iterations, pairs, memory_mib: float = T4_MEM_MIB) -> None:
+        self.mem_mib = float(memory_mib)
+        """Usable memory of the GPU the profiles were measured on (`train_mem_mib`)."""
         self.placement_rows: dict[str, list[tuple[str, int, int, float, float, float]]] = {}
-        for r in read_rows(placements or DATA / "pollux_placements.csv.gz"):
+        for r in placements:
             self.placement_rows.setdefault(r["app"], []).append(
                 (r["placement"], int(r["num_nodes"]), int(r["num_replicas"]), float(r["local_bsz"]),
                  float(r["step_time"]), float(r["sync_time"])))
@@ -95,25 +118,25 @@ class GroundTruth:
         self._gangs: dict[str, GangTable] = {}
         self.profiles: dict[tuple[str, int], TrainProfile] = {}
         rows: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
-        for r in read_rows(profiles or DATA / "pollux_profiles.csv"):
+        for r in profiles:
             rows.setdefault((r["app"], int(r["gpus"])), []).append(
                 (float(r["local_bsz"]), float(r["step_time"]), float(r["sync_time"])))
         for key, vals in rows.items():
             a = np.array(sorted(vals))
             self.profiles[key] = TrainProfile(key[0], key[1], a[:, 0], a[:, 1], a[:, 2])
         noise_rows: dict[str, list[tuple[int, int, float, float, float]]] = {}
-        for r in read_rows(validation or DATA / "pollux_validation.csv.gz"):
+        for r in validation:
             noise_rows.setdefault(r["app"], []).append(
                 (int(r["global_batch"]), int(r["epoch"]), float(r["iteration"]), float(r["grad_sqr"]),
                  float(r["grad_var"])))
         self.noise = {app: GradientNoise(app, rows) for app, rows in noise_rows.items()}
         self.iterations: dict[str, dict[int, int]] = {}
-        for r in read_rows(iterations or DATA / "pollux_iterations.csv"):
+        for r in iterations:
             self.iterations.setdefault(r["app"], {})[int(r["global_batch"])] = int(r["iterations"])
         self.norm: dict[tuple[tuple[str, int], tuple[str, int]], float] = {}
         self.gavel_batches: dict[str, list[int]] = {}
         unfit: list[tuple[tuple[str, int], tuple[str, int]]] = []
-        for r in read_rows(pairs or DATA / "gavel_pairs_p100.csv"):
+        for r in pairs:
             a = (r["model1"], int(r["bs1"]) if r["bs1"] else 0)
             b = (r["model2"], int(r["bs2"]) if r["bs2"] else 0)
             for m, bs in (a, b):
@@ -166,7 +189,7 @@ class GroundTruth:
     def train_mem_mib(self, app: str, micro: int) -> float:
         lo, hi = self.batch_range(app)
         base = PARAM_MIB.get(app, 500.0) + CUDA_CONTEXT_MIB
-        per_sample = max(1.0, 0.9 * T4_MEM_MIB - base) / hi
+        per_sample = max(1.0, 0.9 * self.mem_mib - base) / hi
         return base + micro * per_sample
 
     def measured_on_several_gpus(self, app: str) -> bool:
