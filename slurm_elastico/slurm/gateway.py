@@ -311,7 +311,8 @@ class SlurmGateway:
         A change of a job's GPU count or type (`SET_GPUS`, or a `RESHAPE_RUNNING` with `gpus`, each with its
         `gpu_type`) goes through `set_gpus` / `requeue_with_gpus`: the verified `Gres=gpu[:TYPE]:P NumNodes=K-K
         NodeList=` form, refused up front where the Slurm version would refuse or ignore it or no node has the
-        type, and read back afterwards (`gpu_count`).
+        type, and read back afterwards (`gpu_count`). An MPS share (`SET_SHARE`, a `RESHAPE_RUNNING` with a
+        share) names no type: MPS is untyped in gres.conf, so its type is that of the nodes it is pinned to.
         """
         if action.kind is ActionKind.SET_GPUS:
             self.set_gpus(action.job_id, commands.need(action.gpus, action), action.nodes, action.gpu_type)
