@@ -65,7 +65,7 @@ def allocation(tput: np.ndarray, scale: np.ndarray, capacity: np.ndarray, object
     throughput over each job's on an equal share (`maxmin`), with Σ_t x ≤ 1 per job and Σ_j scale_j · x ≤ capacity
     per type. Zero throughput (a type the job cannot run on) gets no time."""
     if objective not in OBJECTIVES:
-        raise ValueError(f"Gavel objective {objective!r}: allowed {', '.join(OBJECTIVES)}")
+        raise ValueError(f"Gavel objective {objective!r}; allowed: {', '.join(OBJECTIVES)}")
     m, n = tput.shape
     if m == 0 or n == 0:
         return np.zeros((m, n))

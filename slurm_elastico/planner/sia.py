@@ -73,6 +73,8 @@ GAP = 1e-4
 TIME_LIMIT_S = 5.0
 """Seconds the solver may take before the best solution found is used (a greedy one if none)."""
 STATE = "sia:"
+UNTYPED = "-"
+"""How `sia:ran=` names the one type of a cluster whose gres names none."""
 
 
 def sia_counts(node_gpus: int, nodes: int) -> tuple[int, ...]:
@@ -266,7 +268,7 @@ class SiaPolicy:
             state = state_of(v.admin_comment, STATE)
             on, where = running_on(v, snapshot) if running else (None, {})
             held = sum(len(g) for g in where.values())
-            ran = tuple(t for t in state.get("ran", "").split("+") if t)
+            ran = tuple("" if t == UNTYPED else t for t in state.get("ran", "").split("+") if t)
             if on is not None and on not in ran:
                 ran += (on,)
             top = max(int(state["top"]) if state.get("top", "").isdigit() else 0, held)
@@ -323,8 +325,8 @@ class SiaPolicy:
 
 
 def _state(j: _Job, t: str, n: int, held: bool) -> dict[str, object]:
-    ran = j.ran + ((t,) if t and t not in j.ran and not held else ())
-    return {"top": max(j.top, n), "ran": "+".join(ran), "held": "1" if held else ""}
+    ran = j.ran + ((t,) if t not in j.ran and not held else ())
+    return {"top": max(j.top, n), "ran": "+".join(t or UNTYPED for t in ran), "held": "1" if held else ""}
 
 
 def retune(cur: Shape | None, best: Shape | None, fam: Family, done: float | None, delay: float,
