@@ -28,12 +28,12 @@ def choose_shape(family: Family, candidates: Sequence[PlannedShape], admin_comme
     `gpu_type`: the type the job's GPUs are ("" = unknown); typed candidates of other types are not run then
     (their precision or memory may not suit these GPUs), and the default runs as its shape of that type.
     """
-    default = family.default_shape
+    default: PlannedShape | None = family.default_shape
     if gpu_type and any(c.gpu_type for c in candidates):
         mine = [c for c in candidates if not c.gpu_type or same_type(c.gpu_type, gpu_type)]
         if mine:
-            base = default.name.partition("@")[0]
-            default = next((c for c in mine if c.name.partition("@")[0] == base), default)
+            base = family.default_shape.name.partition("@")[0]
+            default = next((c for c in mine if c.name.partition("@")[0] == base), None)  # None: the fastest that fits
             candidates = mine
     return running_shape(candidates, default, admin_comment, held_share, shares_per_gpu, held_gpus)
 

@@ -14,7 +14,10 @@ type the job may use (its `gpu_types` limit, else every type):
   types where it ran, scaled to this type (`type_speed.estimate`, with its
   sigma in `Shape.throughput_sigma`); else the family's untyped figure
   (declared, profiled or estimated), read as a speed on the `anchor` type and
-  scaled from there (`type_speed.from_reference`).
+  scaled from there (`type_speed.from_reference`), times the job's own
+  scale: the geometric mean of measured / that figure over the (shape, type)
+  pairs the job has measured (the family's estimate guesses the scale; the
+  job's reports fix it, and the estimate keeps only the ranking of shapes).
 
 Each shape is `<name>@<type>` with `Shape.gpu_type` set: the same knobs on two
 types are two shapes. The Pareto front is taken within each type (a slower
@@ -27,6 +30,7 @@ site's `gpu.type`, else the first type) is the caller's.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 
 from slurm_elastico.errors import ConfigError
@@ -35,7 +39,7 @@ from slurm_elastico.shapes.enumerate import enumerate_shapes, pareto
 from slurm_elastico.shapes.gpu_types import GpuSpec, canonical, normalise, resolve, supports
 from slurm_elastico.shapes.spec import Declared, FamilySpec
 from slurm_elastico.shapes.spec_types import split_name, typed_name
-from slurm_elastico.shapes.type_speed import estimate, from_reference
+from slurm_elastico.shapes.type_speed import estimate, from_reference, precision_class, prior_mix, spread_sigma
 
 Measured = Mapping[str, Mapping[str, float]]
 """Shape name (untyped) -> {GPU type: measured speed there}: what a job's progress reports showed."""
@@ -107,20 +111,31 @@ def enumerate_typed(spec: FamilySpec, types: Mapping[str, int], profiles: Mappin
     specs = {t: resolve(t, figures) for t in types}
     anchor = anchor if anchor in types else next(iter(types), None)
     untyped = {k: v for k, v in profiles.items() if not split_name(k)[1]}
-    out: list[Shape] = []
+    rows = []
     for t in allowed_types(spec, types):
         for shape in enumerate_shapes(spec, types[t], untyped):
             precision = str(shape.knob("precision", "fp32"))
-            if spec.kind == "train" and not supports(specs[t], precision):
-                continue
-            typed = _on_type(spec, shape, t, specs, profiles, measured.get(shape.name, {}), anchor, precision)
-            if typed is not None and typed.resources.gpu_mem_mib <= types[t]:
-                out.append(typed)
+            if spec.kind != "train" or supports(specs[t], precision):
+                rows.append((t, shape, precision))
+    logs = []  # the job's scale: measured / the family's own figure, over what it measured
+    for t, shape, precision in rows:
+        got = measured.get(shape.name, {}).get(t)
+        guess = _on_type(spec, shape, t, specs, profiles, {}, anchor, precision)
+        if got and got > 0 and guess is not None:
+            logs.append(math.log(got / guess.throughput))
+    scale = math.exp(sum(logs) / len(logs)) if logs else 1.0
+    where = {t for runs in measured.values() for t in runs if t in specs} if logs else set()
+    out: list[Shape] = []
+    for t, shape, precision in rows:
+        typed = _on_type(spec, shape, t, specs, profiles, measured.get(shape.name, {}), anchor, precision, scale, where)
+        if typed is not None and typed.resources.gpu_mem_mib <= types[t]:
+            out.append(typed)
     return out
 
 
 def _on_type(spec: FamilySpec, shape: Shape, t: str, specs: Mapping[str, GpuSpec], profiles: Mapping[str, Declared],
-             seen: Mapping[str, float], anchor: str | None, precision: str) -> Shape | None:
+             seen: Mapping[str, float], anchor: str | None, precision: str, scale: float = 1.0,
+             where: set[str] | frozenset[str] = frozenset()) -> Shape | None:
     """`shape` (enumerated for type t's memory) as the typed shape `<name>@t`, with its speed there."""
     name = typed_name(shape.name, t)
     figures = [f for f in (profiles.get(name), spec.declared.get(name)) if f is not None]  # later wins
@@ -134,8 +149,13 @@ def _on_type(spec: FamilySpec, shape: Shape, t: str, specs: Mapping[str, GpuSpec
         est = estimate(runs, t, specs, spec.kind, precision)
         tput, sigma = est.value, (0.0 if est.measured else est.sigma)
     elif anchor is not None and anchor != t:
-        est = from_reference(shape.throughput, specs[anchor], specs[t], spec.kind, precision)
+        est = from_reference(shape.throughput * scale, specs[anchor], specs[t], spec.kind, precision)
         tput, sigma = est.value, est.sigma
+    else:  # on the anchor: the scale came from the types in `where`, as uncertain as a transfer from them
+        tput = shape.throughput * scale
+        if where and t not in where:
+            cls, mix = precision_class(spec.kind, precision), prior_mix(spec.kind, precision)
+            sigma = min(spread_sigma(specs[m], specs[t], cls, mix) for m in where)
     for f in figures:
         mem = int(f.gpu_mem_mib + 0.999999) if f.gpu_mem_mib is not None else mem
     if tput <= 0:

@@ -1,0 +1,312 @@
+"""Families per GPU type, the public GPU table, the per-type speed prior and its online correction, the gpu_types key,
+typed GPU requests, and the helper building typed families from the snapshot's nodes and the store's measurements."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+
+from slurm_elastico.errors import ConfigError
+from slurm_elastico.helper.families import ScriptFamilies, limited
+from slurm_elastico.jobwrap.payload import Payload
+from slurm_elastico.jobwrap.script import batch_script
+from slurm_elastico.jobwrap.shape import choose_shape, family_from_spec
+from slurm_elastico.jobwrap.submit import requested_types
+from slurm_elastico.model import GresRequest, NodeView, Resources, Shape
+from slurm_elastico.shapes import parse_family, parse_spec
+from slurm_elastico.shapes.current import running_shape
+from slurm_elastico.shapes.gpu_types import KNOWN, GpuSpec, UnknownGpuType, canonical, declare, resolve, supports
+from slurm_elastico.shapes.type_speed import (MEASURED_SIGMA, SIGMA_FLOOR, Estimate, Mix, estimate, fit_gpu_share,
+                                              ratio, spread_sigma)
+from slurm_elastico.shapes.typed import enumerate_typed, types_of_nodes, with_limit
+from slurm_elastico.slurm.sbatch_options import Option, gpu_types_requested
+from slurm_elastico.store import Store
+from tests.synthetic import cluster, pending, snapshot
+
+TYPES = {"a100": 40960, "v100": 16384, "t4": 15360}
+TRAIN = {
+    "kind": "train", "name": "big", "global_batch": 256, "micro_batches": [32, 64, 128, 256],
+    "precisions": ["fp32", "bf16"], "checkpointing": [False], "steps": 100, "mps_shares": [100],
+    "model": {"params": 300e6, "activation_mib_per_sample": 120, "step_time_s": 1.0},
+}
+SIA = Path(__file__).resolve().parents[3] / "shared" / "peers" / "sia" / "profiles"
+
+
+def typed(data=TRAIN, types=TYPES, **kw):
+    return parse_family(dict(data), "fam.yaml", 16384, gpu_types=types, **kw)
+
+
+# --- the GPU table -------------------------------------------------------------------------------------------------
+
+def test_slurm_style_names_fold_to_the_table_case_insensitively():
+    assert canonical("A100") == canonical("a100-40") == "a100-40gb"
+    assert canonical("NVIDIA_A100-SXM4-80GB") == canonical("a100-80") == "a100-80gb"
+    assert canonical("Tesla_V100") == "v100-16gb" and canonical("v100-32") == "v100-32gb"
+    assert canonical("2080Ti") == "rtx-2080-ti" and canonical("RTX6000") == "quadro-rtx-6000"
+    assert canonical("mi250") is None
+
+
+def test_an_unknown_type_is_an_error_naming_it_and_how_to_declare_it():
+    with pytest.raises(UnknownGpuType) as err:
+        resolve("mi250")
+    text = str(err.value)
+    assert "mi250" in text and "gpu.types.mi250" in text and "like:" in text and "fp32_tflops" in text
+    declared = resolve("mi250", {"mi250": {"like": "a100", "memory_gib": 64}})
+    assert declared.fp32_tflops == KNOWN["a100-40gb"].fp32_tflops and declared.memory_gib == 64
+    with pytest.raises(ConfigError, match="fp32_tflops: required"):
+        declare("x9", {"mem_bw_gbs": 100})
+
+
+def test_bf16_needs_compute_capability_8_and_fp16_volta():
+    no_bf16 = [n for n, s in KNOWN.items() if not supports(s, "bf16")]
+    assert sorted(no_bf16) == ["quadro-rtx-6000", "rtx-2080-ti", "t4", "v100-16gb", "v100-32gb"]
+    assert all(supports(s, "fp16") and supports(s, "fp32") for s in KNOWN.values())
+    pascal = GpuSpec("p100", 9.3, 0.0, 0.0, 732.0, 16.0, (6, 0))
+    assert not supports(pascal, "fp16")
+
+
+# --- the prior -----------------------------------------------------------------------------------------------------
+
+def _spec(f=10.0, b=100.0, name="x"):
+    return GpuSpec(name, f, f * 8, f * 8, b, 16.0, (8, 0))
+
+
+@pytest.mark.parametrize("mix", [Mix(0.9, 0.7), Mix(0.9, 0.4), Mix(0.5, 0.0), Mix(1.0, 1.0)])
+def test_the_ratio_grows_with_every_figure_of_the_destination_and_falls_with_the_source(mix):
+    src, dst = _spec(), _spec()
+    base = ratio(src, dst, "fp32", mix)
+    assert math.isclose(base, 1.0)
+    faster_compute = ratio(src, _spec(f=20.0), "fp32", mix)
+    faster_memory = ratio(src, _spec(b=200.0), "fp32", mix)
+    assert faster_compute >= base and faster_memory >= base
+    assert faster_compute > base or mix.compute == 0.0
+    assert faster_memory > base or mix.compute == 1.0
+    assert ratio(_spec(f=20.0, b=200.0), dst, "fp32", mix) < base
+
+
+def test_the_sigma_is_the_floor_for_equal_specs_and_grows_with_the_spec_distance():
+    a = KNOWN["v100-16gb"]
+    same = spread_sigma(a, KNOWN["v100-32gb"], "fp32", Mix(0.9, 0.7))
+    near = spread_sigma(KNOWN["quadro-rtx-6000"], KNOWN["rtx-2080-ti"], "fp32", Mix(0.9, 0.7))
+    far = spread_sigma(KNOWN["t4"], KNOWN["h100"], "fp32", Mix(0.9, 0.7))
+    assert math.isclose(same, SIGMA_FLOOR) and same < near < far
+
+
+def test_a_conservative_estimate_is_below_the_value_and_a_measured_one_replaces_it():
+    est = estimate({"t4": 2.0}, "a100", {"t4": KNOWN["t4"], "a100": KNOWN["a100-40gb"]}, "train", "fp32")
+    assert est.value > 2.0 and est.sigma > SIGMA_FLOOR and not est.measured
+    assert est.conservative() < est.value < est.quantile(0.9)
+    got = estimate({"t4": 2.0, "a100": 3.1}, "a100", {"t4": KNOWN["t4"], "a100": KNOWN["a100-40gb"]}, "train", "fp32")
+    assert got == Estimate(3.1, MEASURED_SIGMA, True)
+
+
+def test_the_online_correction_refits_the_gpu_share_and_rescales_the_others_by_hand():
+    # Three types whose compute and bandwidth both double from A to B and again to C: c does not matter, only g.
+    specs = {"A": _spec(10, 100, "A"), "B": _spec(20, 200, "B"), "C": _spec(40, 400, "C")}
+    one = estimate({"A": 1.0}, "C", specs, "train", "fp32")  # prior g = 0.9: 1 / (0.1 + 0.9 / 4)
+    assert math.isclose(one.value, 1 / (0.1 + 0.9 * 0.25), rel_tol=1e-9)
+    # B then shows only 1.5x A: 1 / ((1 - g) + g / 2) = 1.5 gives g = 2/3; on the grid, 0.67.
+    mix, residual = fit_gpu_share({"A": 1.0, "B": 1.5}, specs, "fp32", Mix(0.9, 0.7))
+    assert mix.gpu == 0.67 and residual < 0.01
+    two = estimate({"A": 1.0, "B": 1.5}, "C", specs, "train", "fp32")
+    from_a = 1.0 / (0.33 + 0.67 * 0.25)  # A -> C at g = 0.67
+    from_b = 1.5 / (0.33 + 0.67 * 0.5)   # B -> C
+    assert math.isclose(two.value, math.sqrt(from_a * from_b), rel_tol=1e-9)  # equal sigmas: geometric mean
+    assert two.value < one.value  # what B showed lowered the estimate on C
+    assert math.isclose(two.sigma, math.sqrt(SIGMA_FLOOR ** 2 + residual ** 2), rel_tol=1e-9)
+
+
+# --- enumeration per type --------------------------------------------------------------------------------------------
+
+def test_the_one_type_call_is_unchanged():
+    fam = parse_family(dict(TRAIN), "fam.yaml", 16384)
+    assert fam.shapes and all(s.gpu_type == "" and "@" not in s.name and s.throughput_sigma == 0 for s in fam.shapes)
+
+
+def test_shapes_per_type_fit_its_memory_use_its_precisions_and_have_unique_names():
+    fam = typed()
+    names = [s.name for s in fam.shapes]
+    assert len(names) == len(set(names)) and all(s.name.endswith("@" + s.gpu_type) for s in fam.shapes)
+    by_type = {t: [s for s in fam.shapes if s.gpu_type == t] for t in TYPES}
+    assert all(by_type.values())
+    for t, shapes in by_type.items():
+        assert all(s.resources.gpu_mem_mib <= TYPES[t] for s in shapes)
+    assert not any(s.knob("precision") == "bf16" for t in ("v100", "t4") for s in by_type[t])
+    assert any(s.knob("precision") == "bf16" for s in by_type["a100"])
+    # micro-batch 256 needs more than 16 GiB: only the A100 has it
+    assert any(s.knob("micro_batch") == 256 for s in by_type["a100"])
+    assert not any(s.knob("micro_batch") == 256 for t in ("v100", "t4") for s in by_type[t])
+    # the anchor (first type) keeps the family's own figure; others are scaled, with a sigma
+    assert all(s.throughput_sigma == 0 for s in by_type["a100"])
+    assert all(s.throughput_sigma > 0 for t in ("v100", "t4") for s in by_type[t])
+    fast = {s.name.split("@")[0]: s.throughput for s in by_type["v100"]}
+    assert all(s.throughput < fast[s.name.split("@")[0]] for s in by_type["t4"] if s.name.split("@")[0] in fast)
+
+
+def test_a_family_limited_to_types_gets_only_those_and_a_type_the_cluster_lacks_is_an_error():
+    fam = typed({**TRAIN, "gpu_types": ["A100", "h100"]})
+    assert {s.gpu_type for s in fam.shapes} == {"a100"}
+    with pytest.raises(ConfigError) as err:
+        typed({**TRAIN, "gpu_types": ["h100"]})
+    assert "a100 (40960 MiB)" in str(err.value) and "h100" in str(err.value)
+
+
+def test_a_family_that_fits_no_type_is_an_error_naming_it_and_the_types_with_their_memory():
+    huge = {**TRAIN, "model": {"params": 20e9}}
+    with pytest.raises(ConfigError) as err:
+        typed(huge)
+    text = str(err.value)
+    assert "'big'" in text and all(f"{t} ({m} MiB)" in text for t, m in TYPES.items())
+
+
+def _all(data=TRAIN, **kw):
+    """Every typed shape, before the Pareto front: {name: shape}."""
+    return {s.name: s for s in enumerate_typed(parse_spec(dict(data), "fam.yaml"), TYPES, **kw)}
+
+
+def test_typed_declared_figures_win_and_measured_speeds_replace_and_rescale():
+    base = "mb64-fp32-mps100"
+    shapes = _all({**TRAIN, "declared": {f"{base}@t4": {"throughput": 0.123}}})
+    assert shapes[f"{base}@t4"].throughput == 0.123 and shapes[f"{base}@t4"].throughput_sigma == 0
+    before = _all()
+    after = _all(measured={base: {"v100": 0.5}})
+    assert after[f"{base}@v100"].throughput == 0.5 and after[f"{base}@v100"].throughput_sigma == 0
+    assert after[f"{base}@t4"].throughput < 0.5 < after[f"{base}@a100"].throughput
+    assert after[f"{base}@t4"].throughput != before[f"{base}@t4"].throughput
+    assert after[f"{base}@t4"].throughput_sigma > 0
+    # a second measured type refits the mix: the third type's estimate moves again
+    third = _all(measured={base: {"v100": 0.5, "a100": 0.6}})
+    assert third[f"{base}@a100"].throughput == 0.6
+    assert third[f"{base}@t4"].throughput != after[f"{base}@t4"].throughput
+
+
+def test_the_default_is_the_named_shape_on_the_first_type_where_it_fits():
+    fam = typed({**TRAIN, "default": "mb256-fp32-mps100"})
+    assert fam.default == "mb256-fp32-mps100@a100"
+    with pytest.raises(ConfigError, match="fits none of the GPU types"):
+        typed({**TRAIN, "default": "mb256-fp32-mps100"}, {"v100": 16384, "t4": 15360})
+
+
+# --- the family key, typed requests, names back from AdminComment ----------------------------------------------------
+
+def test_the_gpu_types_key_is_validated_and_listed_among_the_allowed_keys():
+    with pytest.raises(ConfigError) as err:
+        parse_spec({**TRAIN, "gpu_types": ["a100", "A100", "bad type!"]})
+    assert "gpu_types[2]" in str(err.value)
+    with pytest.raises(ConfigError, match="types repeat"):
+        parse_spec({**TRAIN, "gpu_types": ["a100", "A100"]})
+    with pytest.raises(ConfigError, match="gpu_types"):
+        parse_spec({**TRAIN, "gpu_type": ["a100"]})  # the unknown key's message lists gpu_types
+    with pytest.raises(ConfigError, match="not in the family's gpu_types"):
+        parse_spec({**TRAIN, "gpu_types": ["a100"], "declared": {"mb64-fp32-mps100@t4": {"throughput": 1.0}}})
+    assert parse_spec({**TRAIN, "gpu_types": ["a100"]}).gpu_types == ("a100",)
+
+
+def test_a_typed_gpu_request_names_its_types_and_limits_the_family():
+    assert gpu_types_requested([Option("gres", "gpu:a100:2")]) == ("a100",)
+    assert gpu_types_requested([Option("gres", "gpu:2"), Option("gpus", "v100:1,t4:2")]) == ("v100", "t4")
+    assert gpu_types_requested([Option("gres", "gpu:a100:2"), Option("gres", "mps:50")]) == ()  # the last one counts
+    assert requested_types((), {"SBATCH_GRES": "gpu:t4:1"}) == ("t4",)
+    spec = parse_spec({**TRAIN, "gpu_types": ["a100", "v100"]})
+    assert with_limit(spec, ("v100",)).gpu_types == ("v100",)
+    with pytest.raises(ConfigError, match="allows only"):
+        with_limit(spec, ("t4",))
+    assert "gpu_types:\n- t4" in limited("kind: train\n", "x", ("t4",))
+
+
+def test_a_typed_name_in_the_admin_comment_is_found_by_typed_and_by_one_type_candidates():
+    import yaml
+    text = yaml.safe_dump(TRAIN)
+    fam, candidates = family_from_spec(text, "f", 16384, tuple(TYPES.items()))
+    shape, origin = choose_shape(fam, candidates, "elastico:shape=mb64-fp32-mps100@v100", None, 100, 1, "v100")
+    assert (shape.name, origin) == ("mb64-fp32-mps100@v100", "AdminComment")
+    # a job of another type runs that type's shape, never a bf16 one on a V100
+    shape, _ = choose_shape(fam, candidates, "", None, 100, 1, "v100")
+    assert shape.gpu_type == "v100" and shape.knob("precision") != "bf16"
+    one = [Shape("mb64-fp32-mps100", Resources(mps=100), 1.0), Shape("mb32-fp32-mps100", Resources(mps=100), 0.9)]
+    assert running_shape(one, one[1], "elastico:shape=mb64-fp32-mps100@v100", None)[0].name == "mb64-fp32-mps100"
+
+
+# --- the helper ------------------------------------------------------------------------------------------------------
+
+def _typed_nodes():
+    a, b = cluster(8, 4)[:2]
+    return (dataclasses.replace(a, gpu_type="a100", gpu_memory_mib=40960),
+            dataclasses.replace(b, name="n0001", gpu_type="v100", gpu_memory_mib=16384))
+
+
+def test_the_cluster_types_come_from_the_nodes_and_one_type_is_the_one_type_path():
+    nodes = _typed_nodes()
+    assert types_of_nodes(nodes, 16000) == {"a100": 40960, "v100": 16384}
+    one = tuple(dataclasses.replace(n, gpu_type="a100") for n in nodes)
+    assert types_of_nodes(one, 16000) == {} and types_of_nodes(cluster(8), 16000) == {}
+    assert types_of_nodes((dataclasses.replace(nodes[0], gpu_memory_mib=0), nodes[1]), 1234)["a100"] == 1234
+
+
+class Scripts:
+    def __init__(self, scripts):
+        self.scripts = scripts
+
+    def batch_script(self, job_id):
+        return self.scripts[job_id]
+
+
+def _script(spec: str, limit=()):
+    payload = Payload(script=b"#!/bin/sh\n", script_name="job.sh", args=(), family_spec=spec, family_source="f.yaml",
+                      gpu_memory_mib=16384, grace_s=5, signal_lead_s=60, type_limit=tuple(limit))
+    return batch_script("/usr/bin/python3", "#!/bin/sh\n", payload)
+
+
+def test_the_helper_builds_typed_families_limited_by_the_request_and_rescaled_by_measured_speeds(tmp_path):
+    import yaml
+    spec = yaml.safe_dump(TRAIN)
+    with Store(tmp_path / "s.sqlite") as store:
+        src = ScriptFamilies(store, Scripts({1: _script(spec), 2: _script(spec, ["v100"])}), 16384)
+        jobs = [dataclasses.replace(pending(j), submit_time=100) for j in (1, 2)]
+        assert src.admit(snapshot(cluster(8), jobs), dry_run=False) == []
+        fams, _ = src.families({1, 2})
+        assert all(s.gpu_type == "" for f in fams.values() for s in f.shapes)  # one type: as it always was
+        src.admit(snapshot(_typed_nodes(), jobs), dry_run=False)
+        fams, warnings = src.families({1, 2})
+        assert warnings == [] and {s.gpu_type for s in fams[1].shapes} == {"a100", "v100"}
+        assert {s.gpu_type for s in fams[2].shapes} == {"v100"}
+        name = "mb64-fp32-mps100"
+        store.execute("INSERT INTO solo_rate VALUES (?,?,?,?)", (1, f"{name}@v100", 300.0, 60.0))
+        fams, _ = src.families({1})
+        assert fams[1].shape(f"{name}@v100").throughput == 5.0  # measured there: replaces the estimate
+        assert fams[1].shape(f"{name}@v100").throughput_sigma == 0
+        a100 = [s for s in fams[1].shapes if s.gpu_type == "a100"]
+        assert max(s.throughput for s in a100) > 5.0 and all(s.throughput_sigma > 0 for s in a100)
+
+
+# --- against measured per-type profiles ------------------------------------------------------------------------------
+
+@pytest.mark.skipif(not SIA.is_dir(), reason="Sia's per-type profiles are not at ../shared/peers/sia (not bundled)")
+def test_the_prior_beats_assuming_every_type_equally_fast_on_sias_profiles():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("type_prior", Path(__file__).resolve().parents[2] / "benchmarks" / "type_prior.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    speeds = bench.read_speeds(SIA, quick=False)
+    cases = [c for cs in bench.evaluate(speeds, 1).values() for c in cs]
+    prior = sum(abs(e) for e, _ in cases) / len(cases)
+    naive = [abs(math.log(v[b] / v[a])) for v in speeds.values() for a in v for b in v if a != b]
+    assert len(cases) == len(naive) > 100
+    assert prior < sum(naive) / len(naive)
+
+
+def test_gres_request_type_travels_in_the_model_words():
+    assert str(GresRequest("gpu", 2, "a100")) == "gpu:a100:2"
+    assert NodeView("n", "idle", (), 1, 0, 1, 0, gpu_type="t4").gpu_type == "t4"
+
+
+def test_what_the_job_measured_sets_the_scale_of_its_shapes_measured_nowhere():
+    base, other = "mb64-fp32-mps100", "mb32-fp32-mps100"
+    before = _all()
+    guess = before[f"{base}@v100"].throughput
+    after = _all(measured={base: {"v100": 3.0 * guess}})
+    for t in TYPES:  # three times faster than the family's guess: every unmeasured shape too, ranking kept
+        assert math.isclose(after[f"{other}@{t}"].throughput, 3.0 * before[f"{other}@{t}"].throughput, rel_tol=1e-9)
