@@ -20,7 +20,8 @@ One-type cluster, or the type-blind ablation (`type_blind`): the plain
 `family_of` with shapes of `gpu_type` "" and the throughput of one type:
 the cluster's only one, or the slowest for the app among the cluster's
 types (a type-blind planner then never expects more than any GPU gives);
-that type's memory bounds the shapes.
+that type's memory bounds the shapes, and their GPU counts go up to all the
+cluster's GPUs (an untyped request may run on any node).
 """
 
 from __future__ import annotations
@@ -50,9 +51,9 @@ def typed_family_of(job: TraceJob, truth: TypedTruth, groups: tuple[NodeGroup, .
     """The job's family on the cluster of `groups` (see the module docstring); None for a job the planner cannot
     reshape on any type (Slurm runs it as submitted)."""
     if len(groups) == 1 or type_blind:
-        g = reference_group(job, truth, groups)
-        return family_of(job, truth[g.gpu_type], shares, g.memory_mib, noise, seed, adaptive, min(max_gpus, g.gpus),
-                         g.gpus_per_node, whole_gpu_gangs)
+        g = reference_group(job, truth, groups)  # untyped shapes may run on any node: up to all the GPUs there are
+        return family_of(job, truth[g.gpu_type], shares, g.memory_mib, noise, seed, adaptive,
+                         min(max_gpus, sum(x.gpus for x in groups)), g.gpus_per_node, whole_gpu_gangs)
     shapes: list[Shape] = []
     defaults: dict[str, str] = {}
     for g in groups:
