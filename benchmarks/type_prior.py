@@ -58,11 +58,13 @@ def read_speeds(profiles: Path, quick: bool) -> dict[tuple[str, int], dict[str, 
                     bsz, step = int(float(row["local_bsz"])), float(row["step_time"])
                     if step > 0:
                         out.setdefault((app_dir.name, bsz), {})[sia] = bsz / step
-    if quick:  # one batch size per app: the middle of those every type has
+    if quick:  # one batch size per app: the middle of those measured on the most types
         keep = {}
         for app in sorted({a for a, _ in out}):
-            sizes = sorted(b for a, b in out if a == app and len(out[(a, b)]) == max(len(out[(a, c)]) for aa, c in out if aa == app))
-            keep[(app, sizes[len(sizes) // 2])] = out[(app, sizes[len(sizes) // 2])]
+            mine = {b: v for (a, b), v in out.items() if a == app}
+            most = max(len(v) for v in mine.values())
+            sizes = sorted(b for b, v in mine.items() if len(v) == most)
+            keep[(app, sizes[len(sizes) // 2])] = mine[sizes[len(sizes) // 2]]
         out = keep
     return out
 
@@ -79,9 +81,15 @@ def evaluate(speeds: dict[tuple[str, int], dict[str, float]], anchors: int) -> d
     return found
 
 
+def naive_errors(speeds: dict[tuple[str, int], dict[str, float]]) -> list[float]:
+    """|log error| of assuming a job runs equally fast on every type (what a type-blind scheduler assumes)."""
+    return [abs(math.log(v[b] / v[a])) for v in speeds.values() for a in v for b in v if a != b]
+
+
 def summary(cases: list[tuple[float, float]]) -> dict:
     errs = [abs(e) for e, _ in cases]
     return {"n": len(cases), "median_ratio_error": math.exp(statistics.median(errs)) - 1.0,
+            "median_abs_log_error": statistics.median(errs),
             "mean_abs_log_error": statistics.fmean(errs), "bias_log": statistics.fmean(e for e, _ in cases),
             "within_1_sigma": sum(abs(e) <= s for e, s in cases) / len(cases),
             "within_2_sigma": sum(abs(e) <= 2 * s for e, s in cases) / len(cases),
@@ -99,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"type_prior: no profiles directory {profiles}; give --profiles DIR (Sia's layout)", file=sys.stderr)
         return 2
     speeds = read_speeds(profiles, args.quick)
-    result: dict = {"profiles": profiles.name, "quick": args.quick, "apps": sorted({a for a, _ in speeds}),
-                    "cases": len(speeds)}
+    result: dict = {"quick": args.quick, "apps": sorted({a for a, _ in speeds}), "app_batches": len(speeds),
+                    "naive_median_abs_log_error": statistics.median(naive_errors(speeds))}
     for anchors in (1, 2):
         found = evaluate(speeds, anchors)
         every = [c for cases in found.values() for c in cases]
@@ -115,7 +123,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'all':>16} {'':>8} {total['n']:>4} {total['median_ratio_error']:>9.0%} "
               f"{math.exp(total['bias_log']) - 1:>+7.0%} {total['within_1_sigma']:>10.0%} "
               f"{total['within_2_sigma']:>10.0%} {total['median_sigma']:>6.2f}")
-        result[f"anchors_{anchors}"] = {**total, "pairs": {f"{s}->{d}": summary(c) for (s, d), c in sorted(found.items())}}
+        print(f"median |log error| {total['median_abs_log_error']:.3f}; assuming every type equally fast: "
+              f"{result['naive_median_abs_log_error']:.3f}")
+        result[f"anchors_{anchors}"] = {k: round(v, 4) if isinstance(v, float) else v for k, v in total.items()}
+    print(f"\nper app, from 1 measured type: {'n':>4} {'median err':>10} {'equal-speed err':>15} {'in 1 sigma':>10}")
+    per_app = {}
+    for app in result["apps"]:
+        mine = {k: v for k, v in speeds.items() if k[0] == app}
+        cases = [c for cs in evaluate(mine, 1).values() for c in cs]
+        if not cases:
+            continue
+        s, naive = summary(cases), statistics.median(naive_errors(mine))
+        per_app[app] = round(s["median_ratio_error"], 4)
+        print(f"{app:>30} {s['n']:>4} {s['median_ratio_error']:>9.0%} {math.exp(naive) - 1:>14.0%} "
+              f"{s['within_1_sigma']:>10.0%}")
+    result["per_app_median_ratio_error"] = per_app
     print(json.dumps(result, sort_keys=True))
     return 0
 
