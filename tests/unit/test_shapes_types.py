@@ -324,3 +324,26 @@ def test_the_payload_carries_the_cluster_types_and_the_request_limit_and_reads_o
     assert back.gpu_types == (("a100", 40960), ("t4", 15360)) and back.type_limit == ("a100",)
     old = Payload.decode(dataclasses.replace(p, gpu_types=(), type_limit=()).encode())
     assert old.gpu_types == () and old.type_limit == ()
+
+
+def test_elastico_submit_refuses_a_typed_request_the_family_excludes_and_carries_an_allowed_one(tmp_path):
+    import sys
+
+    from slurm_elastico import config
+    from slurm_elastico.jobwrap.options import split_argv
+    from slurm_elastico.jobwrap.script import payload_from_script
+    from slurm_elastico.jobwrap.submit import prepare
+
+    (tmp_path / "f.yaml").write_text("kind: train\nglobal_batch: 8\nmicro_batches: [8]\nprecisions: [fp32]\n"
+                                     "checkpointing: [false]\nsteps: 5\nmps_shares: [100]\ngpu_types: [a100]\n")
+    (tmp_path / "job.sh").write_text("#!/bin/sh\necho hi\n")
+    settings = config.from_mapping({})
+
+    def run(*opts):
+        return prepare(split_argv([*opts, "--family", str(tmp_path / "f.yaml"), str(tmp_path / "job.sh")]),
+                       settings, {}, sys.executable)
+
+    with pytest.raises(ConfigError, match=r"GPU type\(s\) \['t4'\].*allows only \['a100'\]"):
+        run("--gres=gpu:t4:1")
+    job = run("--gres=gpu:A100:1")
+    assert payload_from_script(job.script).type_limit == ("A100",)
