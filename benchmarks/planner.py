@@ -57,6 +57,8 @@ from tests import synthetic  # noqa: E402
 
 NOW = 1_000_000.0
 SIZES = ((200, 64, 0.015), (1000, 512, 0.150), (10000, 4096, 1.5))
+TYPES = ("t4", "v100", "a100")
+"""The typed latency's GPU types (nodes of each in turn; each family's shapes on all three)."""
 
 
 class BandwidthModel:
@@ -73,13 +75,15 @@ class BandwidthModel:
         return np.maximum(1.0, (da + db).max(axis=1))
 
 
-def latency(quick: bool, gang_frac: float = 0.0) -> list[dict]:
-    """Median epoch time per size; `gang_frac` of the family templates with data-parallel shapes (2, 4, 8 GPUs)."""
+def latency(quick: bool, gang_frac: float = 0.0, types: tuple[str, ...] = ()) -> list[dict]:
+    """Median epoch time per size; `gang_frac` of the family templates with data-parallel shapes (2, 4, 8 GPUs);
+    with `types`, nodes of those GPU types in turn and every family's shapes on each (`synthetic.with_types`)."""
     rows = []
     policy = policies.REGISTRY["elastico"]
     settings = Settings()
     for jobs, gpus, target in SIZES:
-        snap, fams = synthetic.instance(np.random.default_rng(jobs), jobs, gpus, running_frac=0.2, gang_frac=gang_frac)
+        snap, fams = synthetic.instance(np.random.default_rng(jobs), jobs, gpus, running_frac=0.2, gang_frac=gang_frac,
+                                        types=types)
         model = ContentionModel()
         repeats = (3 if jobs >= 10000 else 5) if quick else (5 if jobs >= 10000 else 20)
         policy.plan(snap, fams, settings, model, NOW)  # warm-up: first-call imports and allocations
@@ -214,7 +218,9 @@ def main() -> None:
 
     lat = latency(args.quick)
     gang = latency(args.quick, gang_frac=0.3)
-    for title, rows in (("", lat), (", 30 % of families with 2/4/8-GPU shapes", gang)):
+    typed = latency(args.quick, gang_frac=0.3, types=TYPES)
+    for title, rows in (("", lat), (", 30 % of families with 2/4/8-GPU shapes", gang),
+                        (f", the same on {len(TYPES)} GPU types", typed)):
         print(f"epoch latency (policy elastico, one thread{title}; medians; ok: CPU time within the target)")
         print(f"{'jobs':>6} {'GPUs':>5} {'CPU':>10} {'wall':>10} {'load':>5} {'target':>8} {'ok':>3} {'growth':>7} "
               f"{'started':>8}")
@@ -251,7 +257,7 @@ def main() -> None:
     print()
     print(f"weight monotonicity: raising w_j lowered job j's throughput in {mono['drops']} of {mono['cases']} "
           "random cases")
-    print(jsonout.dumps({"latency": lat, "latency_gangs": gang, "latency_trained": trained, "optimality": opt, "monotonicity": mono}))
+    print(jsonout.dumps({"latency": lat, "latency_gangs": gang, "latency_types": typed, "latency_trained": trained, "optimality": opt, "monotonicity": mono}))
 
 
 if __name__ == "__main__":

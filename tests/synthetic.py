@@ -10,6 +10,7 @@ jobs from the same spec file (the epoch caches per distinct family object).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import pwd
@@ -75,16 +76,35 @@ def with_gangs(rng: np.random.Generator, fam: Family, counts: tuple[int, ...] = 
                   throughput_floor=fam.throughput_floor, name=fam.name, default=default)
 
 
+def with_types(rng: np.random.Generator, fam: Family, types: tuple[str, ...]) -> Family:
+    """`fam` on each of `types` (a copy of every shape named `<name>@<type>`, with `gpu_type` set): the first type
+    at the family's speeds, each later one faster by a factor drawn per family (1–2.5× over the one before), as
+    newer GPU generations speed jobs up by different amounts."""
+    shapes, factor = [], 1.0
+    for k, t in enumerate(types):
+        if k:
+            factor *= float(rng.uniform(1.0, 2.5))
+        shapes += [dataclasses.replace(s, name=f"{s.name}@{t}", throughput=s.throughput * factor, gpu_type=t)
+                   for s in fam.shapes]
+    default = f"{fam.default}@{types[0]}" if fam.default else None
+    return dataclasses.replace(fam, shapes=tuple(shapes), default=default)
+
+
 def instance(rng: np.random.Generator, n_jobs: int, n_gpus: int, n_shapes: int = 8, templates: int = 64,
-             running_frac: float = 0.0, gpus_per_node: int = 8, now: float = 1_000_000.0, gang_frac: float = 0.0
-             ) -> tuple[Snapshot, dict[int, Family]]:
+             running_frac: float = 0.0, gpus_per_node: int = 8, now: float = 1_000_000.0, gang_frac: float = 0.0,
+             types: tuple[str, ...] = ()) -> tuple[Snapshot, dict[int, Family]]:
     """A snapshot with `n_jobs` pending family jobs (a fraction of them already running) on `n_gpus` GPUs;
     `gang_frac` of the family templates also have data-parallel shapes (`with_gangs`) and are submitted on
-    several GPUs (their running jobs run on a share, as the others do)."""
+    several GPUs (their running jobs run on a share, as the others do). With `types`, node k's GPUs are of type
+    `types[k % len(types)]` and every family has its shapes on each type (`with_types`)."""
     fams = [random_family(rng, n_shapes) for _ in range(max(1, templates))]
     if gang_frac > 0:  # (no draw otherwise: the instances without gangs stay what they were)
         fams = [with_gangs(rng, f) if rng.random() < gang_frac else f for f in fams]
+    if types:
+        fams = [with_types(rng, f, types) for f in fams]
     nodes = list(cluster(n_gpus, gpus_per_node))
+    if types:
+        nodes = [dataclasses.replace(n, gpu_type=types[k % len(types)]) for k, n in enumerate(nodes)]
     jobs, families = [], {}
     # Running jobs take a share on a GPU with room; the node views are rebuilt with their use.
     uses: dict[tuple[int, int], list[GpuUse]] = {}
@@ -100,8 +120,13 @@ def instance(rng: np.random.Generator, n_jobs: int, n_gpus: int, n_shapes: int =
         submit = int(now - rng.uniform(0, 7200))
         if rng.random() < running_frac and slots:
             shares = [sh for sh in fam.shapes if not sh.resources.gpus]
-            shape = shares[int(rng.integers(0, len(shares)))]
-            key = slots[int(rng.integers(0, len(slots)))]
+            if types:  # the slot first: the shape must be of its node's type
+                key = slots[int(rng.integers(0, len(slots)))]
+                shares = [sh for sh in shares if sh.gpu_type == nodes[key[0]].gpu_type]
+                shape = shares[int(rng.integers(0, len(shares)))]
+            else:
+                shape = shares[int(rng.integers(0, len(shares)))]
+                key = slots[int(rng.integers(0, len(slots)))]
             node = nodes[key[0]]
             room = (free[key] >= shape.resources.mps
                     and gmem_used.get(key, 0) + shape.resources.gpu_mem_mib <= node.gpu_memory_mib
@@ -130,7 +155,7 @@ def instance(rng: np.random.Generator, n_jobs: int, n_gpus: int, n_shapes: int =
         gpus = tuple(GpuView(n.name, gv.index, 100, tuple(uses.get((ni, gv.index), ()))) for gv in n.gpus)
         cpus, mem = cpus_on.get(n.name, 0), mem_on.get(n.name, 0)
         nodes[ni] = NodeView(n.name, "mixed" if cpus else "idle", n.partitions, n.cpus, cpus, n.memory_mib, mem, gpus,
-                             n.gpu_memory_mib)
+                             n.gpu_memory_mib, n.gpu_type)
     snap = Snapshot(taken_at=now, slurm_version="24.11.5", nodes=tuple(nodes), jobs=tuple(jobs))
     return snap, families
 

@@ -178,29 +178,12 @@ def _running(c: Claim, budget: Budget, hysteresis: float, preempt: bool, limit: 
     return min((s for s, ok in enumerate(c.allowed) if ok), key=lambda s: (c.sizes[s], -c.tput[s]), default=cur)
 
 
-@dataclass
-class Outcome:
-    """What one allotment gave: each claim's slot, and per type what first-pass choices found no room for
-    (`pressure`) and what the first pass left (`spare`): `planner.type_prices` moves the prices by them."""
-
-    picks: list[int]
-    pressure: list[float]
-    spare: list[float]
-
-
 def allot(claims: Sequence[Claim], budget: float | Sequence[float], hysteresis: float, preempt: bool = True,
           prices: Sequence[float] | None = None) -> list[int]:
     """Each claim's slot, or NONE (a pending job waits, a running one is preempted); see the module docstring.
     `budget`: GPU equivalents, one number or one per GPU type; `prices`: λ per type (zero when None)."""
-    return allot_outcome(claims, budget, hysteresis, preempt, prices).picks
-
-
-def allot_outcome(claims: Sequence[Claim], budget: float | Sequence[float], hysteresis: float,
-                  preempt: bool = True, prices: Sequence[float] | None = None) -> Outcome:
-    """`allot`, with what each type lacked and had left over in the first pass."""
     pool = Budget(budget)
     lam = list(prices) if prices is not None else [0.0] * len(pool.left)
-    pressure = [0.0] * len(pool.left)
     pick = [NONE] * len(claims)
     seq = order(claims)
     # What the running jobs after each position hold: GPUs beyond a job's cap come only from the others, so
@@ -217,15 +200,12 @@ def allot_outcome(claims: Sequence[Claim], budget: float | Sequence[float], hyst
         else:
             want = _best(c, limit, lam)
             if want != NONE and c.sizes[want] > pool.room(c.type_of(want)) + EPS:
-                ty = c.type_of(want)
-                pressure[max(ty, 0)] += c.sizes[want]
                 # its whole request does not fit that type: the same size on another, or it waits (pass 2 may
                 # start it smaller)
                 want = _best(c, limit, lam, pool, c.sizes[want])
         if want != NONE:
             pick[i] = want
             pool.take(c.type_of(want), c.sizes[want])
-    spare = [max(0.0, x) for x in pool.left]
     for i in seq:  # idle GPUs help nobody: what is left starts waiting jobs on less than they asked
         c = claims[i]
         if pick[i] == NONE and c.current is None and pool.total > EPS:
@@ -233,4 +213,4 @@ def allot_outcome(claims: Sequence[Claim], budget: float | Sequence[float], hyst
             if want != NONE:
                 pick[i] = want
                 pool.take(c.type_of(want), c.sizes[want])
-    return Outcome(pick, pressure, spare)
+    return pick

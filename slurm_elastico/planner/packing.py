@@ -67,6 +67,24 @@ class GpuState(SlurmPicks, Admission):
         self.buckets: list[dict[int, None]] = [dict() for _ in range(self.top + 1)]
         for g, f in enumerate(free_share):
             self.buckets[f][g] = None
+        # The same buckets per GPU type, so that a typed row's search walks only its type's GPUs.
+        self.type_buckets: dict[int, list[dict[int, None]]] = {
+            t: [dict() for _ in range(self.top + 1)] for t in set(self.gpu_type) if t >= 0}
+        for g, f in enumerate(free_share):
+            if self.gpu_type[g] >= 0:
+                self.type_buckets[self.gpu_type[g]][f][g] = None
+        self.type_hi = {t: self.top for t in self.type_buckets}  # per type, as `_hi` (`max_free`)
+        # `find_gang`'s memory of the gangs it found no room for, at the `gained` count then: what the epoch
+        # places only takes room away, so a gang that found none finds none until something is given back.
+        self.gained = 0
+        self.no_gang: dict[tuple, int] = {}
+        # GPUs with every share free, per type: `find_gang`'s cheap bound (a gang of n needs n of them).
+        self.all_free: dict[int, int] = {}
+        self.node_all_free = [0] * (max(gpu_node, default=-1) + 1)  # and per node: nodes with none are not scanned
+        for g, f in enumerate(free_share):
+            if f >= self.total_share[g] > 0:
+                self.all_free[self.gpu_type[g]] = self.all_free.get(self.gpu_type[g], 0) + 1
+                self.node_all_free[gpu_node[g]] += 1
         self.occ: list[list[Seat]] = [[] for _ in free_share]
         self._hi = self.top  # upper bound on the largest free share; see max_free
         # The gain rule's cheap bound (see `fits`): a newcomer whose fraction of solo speed with no slowdown is
@@ -90,9 +108,21 @@ class GpuState(SlurmPicks, Admission):
 
     def _set_share(self, g: int, value: int) -> None:
         old = self.free_share[g]
+        total = self.total_share[g]
+        if value > old:
+            self.gained += 1
+        if (old >= total) != (value >= total) and total > 0:
+            d = 1 if value >= total else -1
+            self.all_free[self.gpu_type[g]] = self.all_free.get(self.gpu_type[g], 0) + d
+            self.node_all_free[self.gpu_node[g]] += d
         del self.buckets[old][g]  # fewer GPUs never turn a bucket's refusal into a fit: its version stays
         self.free_share[g] = value
         self.buckets[value][g] = None
+        if self.gpu_type[g] >= 0:
+            typed = self.type_buckets[self.gpu_type[g]]
+            del typed[old][g]
+            typed[value][g] = None
+            self.type_hi[self.gpu_type[g]] = max(self.type_hi[self.gpu_type[g]], value)
         self._hi = max(self._hi, value)
         self.need_min[value] = min(self.need_min[value], self.need[g])
         # Every GPU of the node: a removal gives back node CPUs and memory any of them may now fit, and any
@@ -110,6 +140,19 @@ class GpuState(SlurmPicks, Admission):
         while self._hi > 0 and not self.buckets[self._hi]:
             self._hi -= 1
         return self._hi
+
+    def max_free_of(self, t: int) -> int:
+        """`max_free` over the GPUs of type t (-1: all of them)."""
+        if t < 0:
+            return self.max_free()
+        buckets = self.type_buckets.get(t)
+        if buckets is None:
+            return -1
+        hi = self.type_hi[t]
+        while hi > 0 and not buckets[hi]:
+            hi -= 1
+        self.type_hi[t] = hi
+        return hi
 
     def block(self, g: int, shares: int) -> None:
         """Take `shares` off GPU g for this epoch (a reservation); memory goes in proportion."""
@@ -162,8 +205,14 @@ class GpuState(SlurmPicks, Admission):
             out[self.gpu_node[g]] = out.get(self.gpu_node[g], 0) + 1
         return out
 
+    def put_back(self, mark: int) -> None:
+        """The caller took a job off and put it back exactly where it was (a trial that found nothing better):
+        `find_gang`'s memory of gangs with no room holds again as of `mark` (the `gained` count before)."""
+        self.gained = mark
+
     def remove(self, seat: Seat) -> None:
         """Take a planned or running job off its GPU(s), giving back what it held."""
+        self.gained += 1
         if seat.gang:
             row, gpus = seat.row, seat.gang
             for n, k in self._per_node(gpus).items():
@@ -231,12 +280,24 @@ class GpuState(SlurmPicks, Admission):
         n = row.gpus
         if n <= 0 or self.max_free() <= 0:
             return ()
+        if (self.all_free.get(row.gtype, 0) if row.gtype >= 0 else sum(self.all_free.values())) < n:
+            return ()  # fewer GPUs of its type with every share free than it needs: no node scan
+        asked = (row.gtype, n, row.mem, row.cpus, row.hmem)
+        if self.no_gang.get(asked) == self.gained:
+            return ()
+        got = self._find_gang(row)
+        if not got:
+            self.no_gang[asked] = self.gained
+        return got
+
+    def _find_gang(self, row: Row) -> tuple[int, ...]:
+        n = row.gpus
         idle: dict[int, list[bool]] = {}
         whole: dict[int, list[bool]] = {}
         unused: dict[int, list[bool] | None] = {}
         for node, gpus in self.node_gpus.items():
-            if not self.on_type(row, gpus[0]):
-                continue  # a node's GPUs are of one type (`NodeView.gpu_type`)
+            if not self.node_all_free[node] or not self.on_type(row, gpus[0]):
+                continue  # no GPU with every share free; or not its type (a node's GPUs are of one)
             ok, held, free = self._idle_whole(node, row.mem)
             if any(ok):
                 idle[node], whole[node], unused[node] = ok, held, free
@@ -260,26 +321,28 @@ class GpuState(SlurmPicks, Admission):
         `max_tries` would otherwise run out on them before the search reached a GPU the job could take. A bucket
         scanned to its end gets its exact `need_min` back.
         """
-        if row.share > self.max_free():
+        top = self.max_free_of(row.gtype)
+        if row.share > top:
             return -1, 0.0
         x = self.alone(seat, row)
         need, need_min, version = self.need, self.need_min, self.version
         refused, refused_at = self.refused, self.refused_at
         key = self.keys.setdefault((row, seat.floor, seat.best_solo), len(self.keys))  # all `fits` reads of `seat`
-        gpu_node, gpu_type, given = self.gpu_node, self.gpu_type, {}  # node -> the GPU Slurm gives this share there, once per call
+        gpu_node, given = self.gpu_node, {}
+        buckets = self.type_buckets[row.gtype] if row.gtype >= 0 else self.buckets  # node -> the GPU Slurm gives this share there, once per call
         tries = 0
-        for level in range(row.share, self._hi + 1):
+        for level in range(row.share, top + 1):
             if x < need_min[level]:
                 continue
             at = self.bucket_version[level]
             if self.bucket_refused[level].get(key) == at:
                 continue  # every GPU here said no to this question, and none has changed since
             low = math.inf
-            for g in self.buckets[level]:
+            for g in buckets[level]:
                 ng = need[g]
                 if ng < low:
                     low = ng
-                if x < ng or not (row.gtype < 0 or gpu_type[g] == row.gtype):
+                if x < ng:
                     continue
                 if refused_at[g] != version[g]:
                     refused_at[g], refused[g] = version[g], set()

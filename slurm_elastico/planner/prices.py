@@ -178,8 +178,7 @@ def _allot(pending: list[Job], elastic: list[Job], choice: np.ndarray, targets: 
             work = max(0.0, t.family.total_work - (progress.get(j.view.job_id) or 0.0))
             claims.append(allot.Claim(work / rate / j.weight, sizes, [r.tput for r in rows], list(t.allowed), cap,
                                       extra=j.view.requeue, types=types))
-    out, _ = priced_allotment(claims, pool.left, ps.hysteresis)
-    picks = out.picks
+    picks, _ = priced_allotment(claims, pool.left, ps.hysteresis)
     for i, p in zip(who, picks):
         choice[i] = p
     for j, p in zip(elastic, picks[len(who):]):

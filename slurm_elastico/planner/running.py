@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from slurm_elastico import pricing
 from slurm_elastico.config import PlannerSettings
@@ -138,6 +138,12 @@ def size(row: Row, state: GpuState, g: int) -> float:
     return float(row.gpus) if row.gpus else row.share / state.total_share[g]
 
 
+def _keeping_host(row: Row, old: Row) -> Row:
+    """`row` with the CPUs and host memory of `old`: Slurm keeps a requeued job's (a direct call: this runs for
+    every candidate shape of every running job)."""
+    return Row(row.slot, row.uid, row.tput, row.share, row.mem, old.cpus, old.hmem, row.gpus, row.gtype)
+
+
 def _regang(job: Job, state: GpuState, slot: int, now: float, progress: Mapping[int, float],
             cost_s: float) -> tuple[float, float] | None:
     """Move an elastic running job to `slot` (the pricing's choice); (seconds saved — negative for a shrink —,
@@ -147,9 +153,10 @@ def _regang(job: Job, state: GpuState, slot: int, now: float, progress: Mapping[
     work, left = left_s(job, now, progress)
     if work <= 0:
         return None
+    mark = state.gained
     state.remove(seat)
     row = job.table.rows[slot]
-    row = replace(row, cpus=old.cpus, hmem=old.hmem)
+    row = _keeping_host(row, old)
     if row.gpus:
         got = state.find_gang(row)
         if got:
@@ -161,6 +168,7 @@ def _regang(job: Job, state: GpuState, slot: int, now: float, progress: Mapping[
             state.place_gang(seat, old, gang)
         else:
             state.place(seat, old, g0)
+        state.put_back(mark)
         return None
     after = work / row.tput + cost_s
     return left - after, left
@@ -196,11 +204,12 @@ def _reshape(job: Job, state: GpuState, now: float, progress: Mapping[int, float
         faster = [s for s in faster if job.table.rows[s].share == old.share]
     if not faster or work <= 0:
         return None
+    mark = state.gained
     state.remove(seat)
     best, best_saved = None, 0.0
     for s in faster:
         row = job.table.rows[s]
-        row = replace(row, cpus=old.cpus, hmem=old.hmem)  # Slurm keeps its CPUs and memory
+        row = _keeping_host(row, old)  # Slurm keeps its CPUs and memory
         slow = state.fits(seat, row, g, stays=row.share == old.share)  # a new share goes where Slurm puts it
         if slow:
             saved = reshape.saving(work, rate_now, row.tput / slow, cost_s, hysteresis)
@@ -208,6 +217,7 @@ def _reshape(job: Job, state: GpuState, now: float, progress: Mapping[int, float
                 best, best_saved = row, saved
     state.place(seat, best or old, g)
     if best is None:
+        state.put_back(mark)
         return None
     return best_saved, work / rate_now if rate_now > 0 else math.inf
 
@@ -240,11 +250,12 @@ def _move(job: Job, state: GpuState, now: float, progress: Mapping[int, float], 
               and reshape.saving(work, rate_now, rows[s].tput, cost_s, hysteresis) > 0][:MOVE_TRIES]
     if not faster:
         return None
+    mark = state.gained
     state.remove(seat)
     best: tuple[float, Row, tuple[int, ...], int] | None = None
     for s in faster:
         base = rows[s]
-        row = replace(base, cpus=old.cpus, hmem=old.hmem)
+        row = _keeping_host(base, old)
         if row.gpus:
             gang, slow = state.find_gang(row), 1.0
             g = gang[0] if gang else -1
@@ -258,6 +269,7 @@ def _move(job: Job, state: GpuState, now: float, progress: Mapping[int, float], 
             best = (saved, row, gang, g)
     if best is None:
         state.place(seat, old, g0)
+        state.put_back(mark)
         return None
     saved, row, gang, g = best
     if gang:

@@ -21,6 +21,9 @@ configuration is worth 1, and every configuration other than the one a
 running job holds is multiplied by Pollux's restart factor
 `max(age − restarts·d, 0) / (age + d)` (1 while the job is younger than d; d:
 `planner.reshape_cost_s`, the artifact's per-application restart penalty).
+No job is offered fewer GPUs than its host share needs (Slurm keeps a job's
+CPUs and memory as submitted; the floor `planner.pollux` keeps too): where
+that floor is above one GPU, the job starts at its smallest count from it.
 
 The allocation minimises Σ round(goodput^p, 2) over the jobs given a
 configuration plus λ_n = 1.1 for each job given none, p = −0.5 (the paper's
@@ -87,17 +90,19 @@ def sia_counts(node_gpus: int, nodes: int) -> tuple[int, ...]:
 
 
 def goodputs(table: Mapping[tuple[str, int], Shape], counts: Mapping[str, tuple[int, ...]], ran: tuple[str, ...],
-             cap: int) -> dict[tuple[str, int], float]:
-    """Sia's normalised goodput of each configuration (type, GPUs) it would offer the job (module docstring): its
-    least worth 1; before the job has run anywhere, one GPU on each type, each worth 1."""
+             cap: int, least: int = 1) -> dict[tuple[str, int], float]:
+    """Sia's normalised goodput of each configuration (type, GPUs) it would offer the job (module docstring), from
+    `least` to `cap` GPUs: its least worth 1; before the job has run anywhere, its smallest count on each type
+    (one GPU, unless its host share needs more), each worth 1."""
     if not any(t in counts for t in ran):
-        return {(t, 1): 1.0 for t in counts if (t, 1) in table}
+        first = {t: min((n for n in ns if n >= least and (t, n) in table), default=None) for t, ns in counts.items()}
+        return {(t, n): 1.0 for t, n in first.items() if n is not None}
     ref = next(t for t in ran if t in counts)
     one = {t: table[(t, 1)].throughput for t in counts if (t, 1) in table}
     out: dict[tuple[str, int], float] = {}
     for t, ns in counts.items():
         for n in ns:
-            if n > cap or (t, n) not in table:
+            if not least <= n <= cap or (t, n) not in table:
                 continue
             if t in ran:
                 g = table[(t, n)].throughput
@@ -215,14 +220,12 @@ class SiaPolicy:
 
         costs, fixed = [], []
         for j in jobs:
-            cap = max(2 * j.top, 1)
-            j.values = goodputs(j.table, counts, j.ran, cap)
+            j.values = goodputs(j.table, counts, j.ran, max(2 * j.top, j.least), j.least)
             if j.current is not None and j.current not in j.values and j.current in j.table:
                 j.values[j.current] = min(j.values.values(), default=1.0)  # a count Sia would not offer, kept
             age = max(0.0, now - j.view.submit_time) if j.view.submit_time is not None else 0.0
             factor = 1.0 if age < delay else restart_factor(age, j.view.restarts, delay)
-            costs.append({k: cost(v * (1.0 if k == j.current else factor), self.power)
-                          for k, v in j.values.items() if k[1] >= j.least or k == j.current})
+            costs.append({k: cost(v * (1.0 if k == j.current else factor), self.power) for k, v in j.values.items()})
             restoring = j.view.start_time is not None and now - j.view.start_time < delay
             fixed.append(j.current if j.current is not None and (restoring or not j.view.requeue) else None)
         chosen = solve(costs, fixed, capacity)

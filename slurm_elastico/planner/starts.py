@@ -93,12 +93,14 @@ def upgrade(job: Job, state: GpuState) -> None:
             and state.free_share[seat.gpu] + seat.row.share < need and state.max_free() < need):
         return  # nowhere has the shares: skip the remove/re-place
     old, g0, gang = seat.row, seat.gpu, seat.gang
+    mark = state.gained
     state.remove(seat)
     if not place(job, state, faster):
         if gang:
             state.place_gang(seat, old, gang)
         else:
             state.place(seat, old, g0)
+        state.put_back(mark)
 
 
 def seat_in_start_order(starts: list[Job], state: GpuState) -> None:

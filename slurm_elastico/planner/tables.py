@@ -83,6 +83,7 @@ def make_table(fam: Family, cache: PairCache, per_gpu: np.ndarray, shares_per_gp
     res = np.zeros((n, 4 + (len(types) if typed else 0)))
     gang = []  # (slot, GPUs, GPU memory) of each data-parallel row
     shares: dict[int, int] = {}  # a family has a few share levels: each converted once
+    profiled: dict[tuple, int] = {}
     for i, s in enumerate(shapes):
         r = s.resources
         share = 0
@@ -92,7 +93,17 @@ def make_table(fam: Family, cache: PairCache, per_gpu: np.ndarray, shares_per_gp
                 share = shares[r.mps] = shares_of(r.mps, shares_per_gpu)
         # Only a share of a GPU ever sits beside another job: whole-GPU rows (all of one, or a gang) need no
         # profile in the interference model's all-pairs block (WHOLE_UID), which then is a fraction of the size.
-        uid = cache.add(solo_profile(s, fam.kind, fam.name)) if 0 < share < shares_per_gpu else WHOLE_UID
+        # The copies of one shape on several GPU types share one profile (the first's): the predictors know no
+        # GPU type (a type they never saw gets their cautious view, `slowdown.for_gpu`), and one profile per copy
+        # would make that block the number of types squared times larger.
+        uid = WHOLE_UID
+        if 0 < share < shares_per_gpu:
+            twin = (s.knobs, r.mps, r.gpu_mem_mib, s.measured) if s.gpu_type else None
+            uid = profiled.get(twin, -1) if twin is not None else -1
+            if uid < 0:
+                uid = cache.add(solo_profile(s, fam.kind, fam.name))
+                if twin is not None:
+                    profiled[twin] = uid
         rows.append(Row(i, uid, s.throughput, share, float(r.gpu_mem_mib), float(r.cpus), float(r.host_mem_mib),
                         gpus=r.gpus, gtype=gtypes[i]))
         res[i, :4] = (share, r.gpu_mem_mib, r.cpus, r.host_mem_mib)

@@ -5,46 +5,80 @@ each job, in order of its weighted GPU-seconds left, the slot with the least
 priced time per unit of work, `(1 + λ_t·size) / throughput`. At zero prices
 every job wants its fastest type, and the first in line take it whether it
 gains 1.2× there or 5×. The prices make the choice one of comparative
-advantage, as Gavel's and Sia's optimisations do over their whole allocation:
-a few rounds of the allotment, each moving λ_t by what the first pass could
-not give type t (`Outcome.pressure`: the size of each choice that found its
-type full) less what it left idle on t (`Outcome.spare`), relative to t's
-GPUs, with a diminishing step (projected subgradient, as `pricing.solve`).
-The last round's allotment is the answer, so the prices returned are the
-ones its choices were made at.
+advantage, as Gavel's and Sia's optimisations do over their whole allocation.
 
-Pure and cheap: a round is one allotment (O(jobs × slots)); a cluster of one
-type skips the rounds (its one price stays 0, the allotment as it always was).
+They come from a relaxation of the allotment, solved by projected
+subgradient as `pricing.solve` solves the shape prices: every job picks its
+cheapest slot within its cap at the current prices, whatever the room; in
+the allotment's order the jobs are served while the GPUs they pick fit in
+all the cluster has (the allotment serves the shortest first); a type whose
+served picks exceed what it has gets dearer by the relative excess, one with
+GPUs left over cheaper (never below 0), with a diminishing step. Vectorised
+over jobs × slots, so the rounds cost little next to the one allotment that
+follows at the final prices. A cluster of one type skips them (its price
+stays 0: the allotment as it always was).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
-from slurm_elastico.planner.allot import Claim, Outcome, allot_outcome
+import numpy as np
 
-ROUNDS = 8
-"""Allotments per epoch on a typed cluster; prices move by at most STEP/√k in round k."""
+from slurm_elastico.planner.allot import EPS, Claim, allot, order
+
+ROUNDS = 20
+"""Subgradient rounds; the step in round k is STEP/√k."""
 STEP = 0.5
 """λ's step per unit of relative excess: λ is per GPU (1 doubles the priced time of a one-GPU slot), so a type
-wanted by twice what it has rises by about half a GPU's price in the first round."""
-TOLERANCE = 0.05
-"""Rounds stop once no type's excess is beyond this fraction of its GPUs."""
+wanted by twice what it has rises by half a GPU's price in the first round."""
+MAX_EXCESS = 10.0
+"""Relative excess is clipped, as in `pricing.solve`."""
+
+
+def type_prices(claims: Sequence[Claim], pools: Sequence[float]) -> np.ndarray:
+    """λ per type for `claims` over `pools` (GPU equivalents free per type, elastic holdings included)."""
+    n_types = len(pools)
+    lam = np.zeros(n_types)
+    if n_types < 2 or not claims:
+        return lam
+    seq = order(claims)
+    width = max(len(c.sizes) for c in claims)
+    size = np.zeros((len(seq), width))
+    tput = np.ones((len(seq), width))
+    ok = np.zeros((len(seq), width), dtype=bool)
+    kind = np.zeros((len(seq), width), dtype=int)  # the slot's type; -1 (any) is priced at the cheapest
+    for r, i in enumerate(seq):
+        c = claims[i]
+        k = len(c.sizes)
+        cap = max(c.cap, c.sizes[c.current]) if c.current is not None else c.cap
+        size[r, :k], tput[r, :k] = c.sizes, np.maximum(np.asarray(c.tput, dtype=float), 1e-12)
+        ok[r, :k] = np.asarray(c.allowed, dtype=bool) & (np.asarray(c.sizes) <= cap + EPS) & (np.asarray(c.tput) > 0)
+        kind[r, :k] = c.types if c.types else -1
+    live = ok.any(axis=1)
+    size, tput, ok, kind = size[live], tput[live], ok[live], kind[live]
+    if not len(size):
+        return lam
+    cap = np.maximum(np.asarray(pools, dtype=float), 1e-9)
+    total = float(cap.sum())
+    rows = np.arange(len(size))
+    for k in range(1, ROUNDS + 1):
+        per_slot = np.where(kind >= 0, lam[np.maximum(kind, 0)], lam.min())
+        cost = np.where(ok, (1.0 + per_slot * size) / tput, np.inf)
+        pick = np.argmin(cost, axis=1)
+        z, t = size[rows, pick], kind[rows, pick]
+        served = np.cumsum(z) <= total + EPS  # in the allotment's order, while the cluster holds them
+        used = np.bincount(np.maximum(t[served & (t >= 0)], 0), weights=z[served & (t >= 0)], minlength=n_types)
+        excess = np.clip((used - cap) / cap, -1.0, MAX_EXCESS)
+        if np.all(used <= cap + EPS) and not lam.any():
+            break  # nobody wants a type beyond what it has at zero prices
+        lam = np.maximum(0.0, lam + STEP * excess / np.sqrt(k))
+    return lam
 
 
 def priced_allotment(claims: Sequence[Claim], pools: Sequence[float], hysteresis: float,
-                     preempt: bool = True) -> tuple[Outcome, list[float]]:
-    """The allotment of `claims` over `pools` (GPU equivalents free per type, elastic holdings included) at
-    shadow prices per type found by a few rounds; (the last round's outcome, its prices)."""
-    lam = [0.0] * len(pools)
-    out = allot_outcome(claims, list(pools), hysteresis, preempt, lam)
-    if len(pools) < 2:
-        return out, lam
-    for k in range(1, ROUNDS):
-        excess = [(p - s) / max(cap, 1.0) for p, s, cap in zip(out.pressure, out.spare, pools)]
-        if all(abs(e) <= TOLERANCE for e in excess) or all(e <= 0 and x == 0 for e, x in zip(excess, lam)):
-            break
-        lam = [max(0.0, x + STEP * min(e, 10.0) / math.sqrt(k)) for x, e in zip(lam, excess)]
-        out = allot_outcome(claims, list(pools), hysteresis, preempt, lam)
-    return out, lam
+                     preempt: bool = True) -> tuple[list[int], list[float]]:
+    """The allotment of `claims` over `pools` at the types' shadow prices (`type_prices`); (its picks, the
+    prices)."""
+    lam = [float(x) for x in type_prices(claims, pools)]
+    return allot(claims, list(pools), hysteresis, preempt, lam), lam

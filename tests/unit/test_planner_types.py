@@ -79,14 +79,14 @@ def test_prices_rise_only_on_the_type_wanted_beyond_what_it_has():
     # Slots: 0 = 4 GPUs of type 0 (slow), 1 = 4 GPUs of type 1 (fast); both jobs want type 1.
     def claim(key, fast):
         return allot.Claim(key, [4.0, 4.0], [1.0, fast], [True, True], 4.0, types=[0, 1])
-    out, lam = priced_allotment([claim(1.0, 1.2), claim(2.0, 4.0)], [4.0, 4.0], hysteresis=0.1)
+    picks, lam = priced_allotment([claim(1.0, 1.2), claim(2.0, 4.0)], [4.0, 4.0], hysteresis=0.1)
     assert lam[1] > lam[0] == 0.0
-    assert out.picks == [0, 1]  # the one that gains 1.2x yields the fast type to the one that gains 4x
+    assert picks == [0, 1]  # the one that gains 1.2x yields the fast type to the one that gains 4x
     # At zero prices (the allotment alone), the first in line takes the fast type.
     assert allot.allot([claim(1.0, 1.2), claim(2.0, 4.0)], [4.0, 4.0], hysteresis=0.1) == [1, 0]
     # One job: nothing is contended, prices stay 0 and it takes its fastest.
-    out, lam = priced_allotment([claim(1.0, 1.2)], [4.0, 4.0], hysteresis=0.1)
-    assert lam == [0.0, 0.0] and out.picks == [1]
+    picks, lam = priced_allotment([claim(1.0, 1.2)], [4.0, 4.0], hysteresis=0.1)
+    assert lam == [0.0, 0.0] and picks == [1]
 
 
 def test_a_running_job_moves_to_a_faster_type_only_when_the_gain_pays_the_restart():
