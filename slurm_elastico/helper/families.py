@@ -60,10 +60,12 @@ class ScriptReader(Protocol):
 class ScriptFamilies:
     """Families embedded by elastico-submit in the jobs' batch scripts, read once per job through Slurm."""
 
-    def __init__(self, store: Store, gateway: ScriptReader, gpu_memory_mib: int, clock=time.time, anchor: str = ""):
+    def __init__(self, store: Store, gateway: ScriptReader, gpu_memory_mib: int, clock=time.time, anchor: str = "",
+                 figures: Mapping[str, Mapping[str, object]] | None = None):
         self.store, self.gateway, self.gpu_memory_mib, self.clock = store, gateway, gpu_memory_mib, clock
-        self.anchor = anchor
-        """The GPU type the families' untyped figures describe (settings' `gpu.type`; else the first type)."""
+        self.anchor, self.figures = anchor, dict(figures or {})
+        """The GPU type the families' untyped figures describe (settings' `gpu.type`; else the first type), and the
+        declared figures of types the public table lacks (`shapes.typed.figures_by_type`)."""
         self.types: dict[str, int] = {}
         """The cluster's GPU types -> memory MiB as the last snapshot showed them ({}: one type)."""
         self._dry: dict[tuple[int, int], tuple[int, str, str]] = {}  # what a dry run found (it writes nothing)
@@ -117,7 +119,7 @@ class ScriptFamilies:
         try:
             text = limited(payload.family_spec, source, payload.type_limit)
             parse_family(load_yaml(text, source), source, self.gpu_memory_mib, gpu_types=self.types,
-                         anchor=self.anchor)
+                         anchor=self.anchor, figures=self.figures)
         except (ConfigError, RecursionError, ValueError) as exc:
             return 0, "", "", f"job {job.job_id}: family ignored, the job is left as submitted: {_short(exc)}"
         return 1, text, payload.family_source, ""
@@ -144,14 +146,15 @@ class ScriptFamilies:
                  if managed and k[0] in job_ids]
         measured = measured_by_type(self.store, {j for j, _, _ in rows}) if self.types else {}
         return _parse_all(((j, spec, f"job {j} ({source})") for j, spec, source in rows), self.gpu_memory_mib,
-                          self.types, measured, self.anchor)
+                          self.types, measured, self.anchor, self.figures)
 
 
 class DirectoryFamilies:
     """Families as files `<job id>.yaml` in a directory the administrator keeps (before or besides elastico-submit)."""
 
-    def __init__(self, directory: str | Path, gpu_memory_mib: int, anchor: str = ""):
-        self.dir, self.gpu_memory_mib, self.anchor = Path(directory), gpu_memory_mib, anchor
+    def __init__(self, directory: str | Path, gpu_memory_mib: int, anchor: str = "",
+                 figures: Mapping[str, Mapping[str, object]] | None = None):
+        self.dir, self.gpu_memory_mib, self.anchor, self.figures = Path(directory), gpu_memory_mib, anchor, figures
         self.types: dict[str, int] = {}
         if not self.dir.is_dir():
             what = "does not exist" if not self.dir.exists() else "is not a directory"
@@ -164,7 +167,8 @@ class DirectoryFamilies:
         return []
 
     def families(self, job_ids: set[int]) -> tuple[dict[int, Family], list[str]]:
-        found, errors = load_directory(self.dir, self.gpu_memory_mib, gpu_types=self.types, anchor=self.anchor)
+        found, errors = load_directory(self.dir, self.gpu_memory_mib, gpu_types=self.types, anchor=self.anchor,
+                                       figures=self.figures)
         return ({j: f for j, f in found.items() if j in job_ids},
                 [f"family ignored, the job is left as submitted: {e}" for e in errors])
 
@@ -209,14 +213,15 @@ def measured_by_type(store: Store, job_ids: set[int]) -> dict[int, Measured]:
 
 
 def _parse_all(items: Iterable[tuple[int, str, str]], gpu_memory_mib: int, types: Mapping[str, int] | None = None,
-               measured: Mapping[int, Measured] | None = None,
-               anchor: str = "") -> tuple[dict[int, Family], list[str]]:
+               measured: Mapping[int, Measured] | None = None, anchor: str = "",
+               figures: Mapping[str, Mapping[str, object]] | None = None) -> tuple[dict[int, Family], list[str]]:
     families: dict[int, Family] = {}
     warnings: list[str] = []
     for job_id, text, source in items:
         try:
             families[job_id] = parse_family(load_yaml(text, source), source, gpu_memory_mib, gpu_types=types,
-                                            measured=(measured or {}).get(job_id), anchor=anchor or None)
+                                            measured=(measured or {}).get(job_id), anchor=anchor or None,
+                                            figures=figures)
         except (ConfigError, RecursionError, ValueError) as exc:
             warnings.append(f"job {job_id}: family ignored, the job is left as submitted: {_short(exc)}")
     return families, warnings

@@ -35,6 +35,7 @@ from slurm_elastico.interference import load_model
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.interference.errors import MeasurementError
 from slurm_elastico.interference.measurements import read_csv
+from slurm_elastico.shapes.typed import figures_by_type
 from slurm_elastico.slurm.conf import read_cluster_name
 from slurm_elastico.store import Store
 
@@ -108,7 +109,8 @@ def open_service(settings: Settings, gateway: HelperGateway, *, families_dir: st
     """The helper's parts for `settings`; every bad input is refused before the store is opened (`ConfigError`
     naming `interference.reference` for measurements that do not read)."""
     cfg = settings
-    directory = DirectoryFamilies(families_dir, cfg.gpu.memory_mib, cfg.gpu.type) if families_dir else None
+    figures = figures_by_type(getattr(cfg.gpu, "types", None))  # declared specs of types the public table lacks
+    directory = DirectoryFamilies(families_dir, cfg.gpu.memory_mib, cfg.gpu.type, figures) if families_dir else None
     model = load_model(cfg.interference.model)
     reference = []
     if cfg.interference.reference:
@@ -120,7 +122,7 @@ def open_service(settings: Settings, gateway: HelperGateway, *, families_dir: st
         except MeasurementError as exc:
             raise ConfigError("interference.reference", [f"{exc} (the measurement CSV the model was trained on)"]) from None
     store = Store(cfg.store_path)
-    families = directory or ScriptFamilies(store, gateway, cfg.gpu.memory_mib, anchor=cfg.gpu.type)
+    families = directory or ScriptFamilies(store, gateway, cfg.gpu.memory_mib, anchor=cfg.gpu.type, figures=figures)
     journal = None if dry_run else Journal(store)
     observer = ProgressObserver(store, cfg.gpu.type, model, cfg.interference.model, reference)
     return Service(cfg, gateway, families, model, journal, observer, store, metrics, log, dry_run, metrics_file)

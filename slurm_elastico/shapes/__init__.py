@@ -30,30 +30,34 @@ __all__ = ["Declared", "FamilySpec", "build_family", "build_typed_family", "enum
 
 def family_of(spec: FamilySpec, gpu_memory_mib: int, profiles: Mapping[str, Declared] | None = None, *,
               gpu_types: Mapping[str, int] | None = None, measured: Measured | None = None,
-              anchor: str | None = None) -> Family:
-    """The spec's `Family`: per GPU type when `gpu_types` (type -> memory MiB) names any, else for one memory."""
+              anchor: str | None = None, figures: Mapping[str, Mapping[str, object]] | None = None) -> Family:
+    """The spec's `Family`: per GPU type when `gpu_types` (type -> memory MiB) names any, else for one memory.
+
+    `figures`: declared specs of types the public table does not know (`gpu_types.resolve`)."""
     if gpu_types:
-        return build_typed_family(spec, gpu_types, profiles, measured, anchor)
+        return build_typed_family(spec, gpu_types, profiles, measured, anchor, figures)
     return build_family(spec, gpu_memory_mib, profiles)
 
 
 def parse_family(data: Any, source: str, gpu_memory_mib: int, profiles: Mapping[str, Declared] | None = None, *,
                  gpu_types: Mapping[str, int] | None = None, measured: Measured | None = None,
-                 anchor: str | None = None) -> Family:
+                 anchor: str | None = None, figures: Mapping[str, Mapping[str, object]] | None = None) -> Family:
     """A `Family` from parsed YAML; raises one `ConfigError` with every problem."""
     return family_of(parse_spec(data, source), gpu_memory_mib, profiles, gpu_types=gpu_types, measured=measured,
-                     anchor=anchor)
+                     anchor=anchor, figures=figures)
 
 
 def load_family(path: str | os.PathLike, gpu_memory_mib: int, profiles: Mapping[str, Declared] | None = None, *,
-                gpu_types: Mapping[str, int] | None = None, anchor: str | None = None) -> Family:
+                gpu_types: Mapping[str, int] | None = None, anchor: str | None = None,
+                figures: Mapping[str, Mapping[str, object]] | None = None) -> Family:
     """A `Family` from a spec file; unreadable or invalid files raise `ConfigError` naming the file."""
     return parse_family(read_yaml(path, "family file"), str(path), gpu_memory_mib, profiles, gpu_types=gpu_types,
-                        anchor=anchor)
+                        anchor=anchor, figures=figures)
 
 
 def load_directory(path: str | os.PathLike, gpu_memory_mib: int, *, gpu_types: Mapping[str, int] | None = None,
-                   anchor: str | None = None) -> tuple[dict[int, Family], list[ConfigError]]:
+                   anchor: str | None = None, figures: Mapping[str, Mapping[str, object]] | None = None
+                   ) -> tuple[dict[int, Family], list[ConfigError]]:
     """Families from `<job_id>.yaml` files in a directory, and the errors of the files that failed.
 
     A bad spec must not stop the epoch for every other job, so errors are
@@ -65,7 +69,7 @@ def load_directory(path: str | os.PathLike, gpu_memory_mib: int, *, gpu_types: M
         if not f.stem.isdigit():
             continue
         try:
-            families[int(f.stem)] = load_family(f, gpu_memory_mib, gpu_types=gpu_types, anchor=anchor)
+            families[int(f.stem)] = load_family(f, gpu_memory_mib, gpu_types=gpu_types, anchor=anchor, figures=figures)
         except ConfigError as exc:
             errors.append(exc)
     return families, errors

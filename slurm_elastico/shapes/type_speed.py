@@ -42,6 +42,7 @@ Online correction, the rule (`estimate`):
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -129,6 +130,7 @@ def ratio(src: GpuSpec, dst: GpuSpec, cls: str, mix: Mix) -> float:
     return 1.0 / ((1.0 - mix.gpu) + mix.gpu * (mix.compute * f + (1.0 - mix.compute) * b))
 
 
+@functools.lru_cache(maxsize=4096)
 def spread_sigma(src: GpuSpec, dst: GpuSpec, cls: str, mix: Mix, fitted: bool = False, residual: float = 0.0) -> float:
     """The relative sigma of `ratio`: half the log-range over the plausible mixes, the floor and a fit residual."""
     gs = (mix.gpu,) if fitted else G_RANGE
@@ -181,7 +183,13 @@ def estimate(measured: Mapping[str, float], target: str, specs: Mapping[str, Gpu
 
 def from_reference(speed: float, reference: GpuSpec, target: GpuSpec, kind: str, precision: str) -> Estimate:
     """A speed known (declared or estimated) for `reference` scaled to `target`: one anchor, the prior mix."""
-    specs = {reference.name: reference, target.name: target}
-    if reference.name == target.name:
-        return Estimate(speed, SIGMA_FLOOR)
-    return estimate({reference.name: speed}, target.name, specs, kind, precision)
+    unit = _transfer(reference, target, kind, precision)
+    return Estimate(speed * unit.value, unit.sigma)
+
+
+@functools.lru_cache(maxsize=4096)
+def _transfer(reference: GpuSpec, target: GpuSpec, kind: str, precision: str) -> Estimate:
+    """`from_reference` of a unit speed, once per pair of types (a family asks it for every shape)."""
+    if reference == target:
+        return Estimate(1.0, SIGMA_FLOOR)
+    return estimate({"from": 1.0}, "to", {"from": reference, "to": target}, kind, precision)

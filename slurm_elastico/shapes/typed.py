@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.model import Family, NodeView, Shape
 from slurm_elastico.shapes.enumerate import enumerate_shapes, pareto
-from slurm_elastico.shapes.gpu_types import GpuSpec, canonical, normalise, resolve, supports
+from slurm_elastico.shapes.gpu_types import FIGURE_KEYS, GpuSpec, canonical, normalise, resolve, supports
 from slurm_elastico.shapes.spec import Declared, FamilySpec
 from slurm_elastico.shapes.spec_types import split_name, typed_name
 from slurm_elastico.shapes.type_speed import estimate, from_reference, precision_class, prior_mix, spread_sigma
@@ -74,6 +74,19 @@ def memory_by_type(raw: object) -> dict[str, int]:
         mem = v if isinstance(v, int) else v.get("memory_mib") if isinstance(v, Mapping) else getattr(v, "memory_mib", None)
         if isinstance(mem, int) and not isinstance(mem, bool) and mem > 0:
             out[str(name)] = mem
+    return out
+
+
+def figures_by_type(raw: object) -> dict[str, dict[str, object]]:
+    """type -> declared spec figures (`gpu_types.FIGURE_KEYS`, `like`) from settings' `gpu.types`, whatever its form:
+    a mapping per type, or an object with those attributes. Types without any are left to the public table."""
+    keys = (*FIGURE_KEYS, "like")
+    out: dict[str, dict[str, object]] = {}
+    for name, v in (raw.items() if isinstance(raw, Mapping) else ()):
+        got = {k: (v.get(k) if isinstance(v, Mapping) else getattr(v, k, None)) for k in keys}
+        got = {k: x for k, x in got.items() if x not in (None, "", 0) or k == "bf16_tflops" and x == 0}
+        if any(k != "bf16_tflops" for k in got):
+            out[str(name)] = got
     return out
 
 
@@ -120,9 +133,9 @@ def enumerate_typed(spec: FamilySpec, types: Mapping[str, int], profiles: Mappin
     logs = []  # the job's scale: measured / the family's own figure, over what it measured
     for t, shape, precision in rows:
         got = measured.get(shape.name, {}).get(t)
-        guess = _on_type(spec, shape, t, specs, profiles, {}, anchor, precision)
-        if got and got > 0 and guess is not None:
-            logs.append(math.log(got / guess.throughput))
+        guess = _on_type(spec, shape, t, specs, profiles, {}, anchor, precision) if got and got > 0 else None
+        if guess is not None:
+            logs.append(math.log(got / guess.throughput))  # type: ignore[operator]
     scale = math.exp(sum(logs) / len(logs)) if logs else 1.0
     where = {t for runs in measured.values() for t in runs if t in specs} if logs else set()
     out: list[Shape] = []

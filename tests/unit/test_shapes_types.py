@@ -347,3 +347,13 @@ def test_elastico_submit_refuses_a_typed_request_the_family_excludes_and_carries
         run("--gres=gpu:t4:1")
     job = run("--gres=gpu:A100:1")
     assert payload_from_script(job.script).type_limit == ("A100",)
+
+
+def test_a_type_the_table_lacks_is_refused_by_name_unless_the_settings_declare_it():
+    with pytest.raises(UnknownGpuType, match="x1"):
+        typed(types={"a100": 40960, "x1": 8192})
+    from slurm_elastico.shapes.typed import figures_by_type
+    figures = figures_by_type({"x1": {"memory_mib": 8192, "like": "t4"}, "a100": {"memory_mib": 40960}})
+    assert figures == {"x1": {"like": "t4"}}
+    fam = typed(types={"a100": 40960, "x1": 16384}, figures=figures)
+    assert {s.gpu_type for s in fam.shapes} == {"a100", "x1"}
