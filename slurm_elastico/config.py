@@ -53,6 +53,9 @@ class GpuTypeSettings:
     memory_mib: int = _opt(0, lo=1, hi=16 * 1024 * 1024, help="memory of each GPU of this type (required)")
     shares_per_gpu: int = _opt(0, lo=0, hi=100, help="MPS shares of one GPU of this type as gres.conf sets "
                                "them; 0 = gpu.shares_per_gpu")
+    like: str = _opt("", help="for a type the public GPU table does not know (slurm_elastico.shapes.gpu_types): a "
+                     "known type whose figures (peak TFLOPS, memory bandwidth, compute capability) it shares, for "
+                     "its speed and precision estimates; empty = the table's entry of the type's own name")
 
 
 TYPE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
