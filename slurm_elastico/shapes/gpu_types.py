@@ -129,7 +129,8 @@ def declare(name: str, figures: Mapping[str, object], where: str = "gpu.types") 
     like = figures.get("like")
     base = KNOWN.get(canonical(str(like)) or "") if like is not None else None
     if like is not None and base is None:
-        problems.append(f"{where}.{name}.like: {like!r} is not a known GPU type; allowed: {', '.join(sorted(ALIASES))}")
+        problems.append(f"{where}.{name}.like: {like!r} is not a known GPU type; allowed: {', '.join(sorted(KNOWN))} "
+                        "(or a usual spelling of one: a100, v100, h100, 2080ti ...)")
     values: dict[str, object] = {}
     for key in FIGURE_KEYS:
         if key not in figures:
@@ -170,8 +171,9 @@ def resolve(name: str, declared: Mapping[str, Mapping[str, object]] | None = Non
         return KNOWN[row]
     raise UnknownGpuType("gpu.types", [
         f"{name}: unknown GPU type, so its speed cannot be estimated from public figures; allowed: a known type "
-        f"({', '.join(sorted(KNOWN))}, or a usual spelling of one: a100, a100-80, v100, h100, 2080ti ...), or declare it under gpu.types.{name} with like: <known type> or its "
-        f"datasheet figures {', '.join(FIGURE_KEYS)}"])
+        f"({', '.join(sorted(KNOWN))}, or a usual spelling of one: a100, a100-80, v100, h100, 2080ti ...), or declare "
+        f"it in the settings as gpu.types.{name}.like: <the known type whose figures it shares> (programs may "
+        f"declare its datasheet figures instead: {', '.join(FIGURE_KEYS)})"])
 
 
 def supports(spec: GpuSpec, precision: str) -> bool:

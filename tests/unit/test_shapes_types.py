@@ -357,3 +357,14 @@ def test_a_type_the_table_lacks_is_refused_by_name_unless_the_settings_declare_i
     assert figures == {"x1": {"like": "t4"}}
     fam = typed(types={"a100": 40960, "x1": 16384}, figures=figures)
     assert {s.gpu_type for s in fam.shapes} == {"a100", "x1"}
+
+
+def test_the_settings_declare_an_unknown_type_by_a_known_one_it_resembles():
+    from slurm_elastico import config
+    from slurm_elastico.shapes.typed import figures_by_type
+    cfg = config.from_mapping({"gpu": {"types": {"x1": {"memory_mib": 16384, "like": "T4"}, "a100": {"memory_mib": 40960}}}})
+    figures = figures_by_type(cfg.gpu.types)
+    assert figures == {"x1": {"like": "T4"}}
+    assert resolve("x1", figures).fp32_tflops == KNOWN["t4"].fp32_tflops
+    with pytest.raises(ConfigError, match=r"gpu.types.x1.like: 'nope' is not a known GPU type"):
+        resolve("x1", {"x1": {"like": "nope"}})
