@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from slurm_elastico.errors import ElasticoError
+from slurm_elastico.errors import ConfigError, ElasticoError
 from slurm_elastico.inputs import load_yaml
 from slurm_elastico.model import MPS_SHARES_PER_GPU, Family
 from slurm_elastico.model import Shape as PlannedShape
@@ -47,7 +47,10 @@ def family_from_spec(text: str, source: str, gpu_memory_mib: int, gpu_types: Seq
     spec = with_limit(parse_spec(load_yaml(text, source), source), type_limit)
     if len(gpu_types) > 1:
         types = dict(gpu_types)
-        return build_typed_family(spec, types), enumerate_typed(spec, types)
+        try:
+            return build_typed_family(spec, types), enumerate_typed(spec, types)
+        except ConfigError:  # a type without public figures here: the untyped shapes, read by their base names
+            pass
     return build_family(spec, gpu_memory_mib), enumerate_shapes(spec, gpu_memory_mib)
 
 

@@ -26,7 +26,7 @@ from slurm_elastico.inputs import load_yaml, read_bytes, read_text
 from slurm_elastico.model import NodeView
 from slurm_elastico.shapes import family_of, parse_spec
 from slurm_elastico.shapes.nodes import partition_fit_problems, start_request
-from slurm_elastico.shapes.typed import memory_by_type, with_limit
+from slurm_elastico.shapes.typed import figures_by_type, memory_by_type, with_limit
 from slurm_elastico.shapes.units import ShareUnitError, shares_of
 
 
@@ -70,7 +70,8 @@ def prepare(args: SubmitArgs, settings: config.Settings, env: Mapping[str, str],
         try:  # read once: the text checked is the text that travels with the job
             spec_text = read_text(args.family, "family file")
             spec = with_limit(parse_spec(load_yaml(spec_text, args.family), args.family), limit)
-            family = family_of(spec, settings.gpu.memory_mib, gpu_types=types)
+            family = family_of(spec, settings.gpu.memory_mib, gpu_types=types,
+                               figures=figures_by_type(getattr(settings.gpu, "types", None)))
         except ConfigError as exc:
             spec_text = None
             problems += [f"family {exc.source}: {p}" for p in exc.problems]

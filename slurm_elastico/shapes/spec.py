@@ -19,6 +19,7 @@ computed, never what is computed::
                                 # micro_batch x accumulation x ranks = global_batch
     gpus_per_node: 4            # optional: at most this many of a shape's GPUs on one node (default max(gpus))
     max_nodes: 2                # optional: at most this many nodes for one shape (default: no limit)
+    gpu_types: [a100, v100]     # optional: only these GPU types (`spec_types`, `typed`; default: any)
     throughput_floor: 0.2       # L_j in steps/s: slower shapes/co-locations are never chosen
     cpus: 4                     # optional, per rank (default 2); a 1-GPU shape has one rank
     host_mem_mib: 16384         # optional, per rank (default 8192)

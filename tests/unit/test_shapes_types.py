@@ -368,3 +368,11 @@ def test_the_settings_declare_an_unknown_type_by_a_known_one_it_resembles():
     assert resolve("x1", figures).fp32_tflops == KNOWN["t4"].fp32_tflops
     with pytest.raises(ConfigError, match=r"gpu.types.x1.like: 'nope' is not a known GPU type"):
         resolve("x1", {"x1": {"like": "nope"}})
+
+
+def test_elastico_run_falls_back_to_untyped_shapes_when_a_type_has_no_figures_and_still_reads_typed_names():
+    import yaml
+    fam, candidates = family_from_spec(yaml.safe_dump(TRAIN), "f", 16384, (("a100", 40960), ("x9", 16384)))
+    assert all(not c.gpu_type for c in candidates)
+    shape, origin = choose_shape(fam, candidates, "elastico:shape=mb64-fp32-mps100@x9", None, 100, 1, "x9")
+    assert (shape.name, origin) == ("mb64-fp32-mps100", "AdminComment")
