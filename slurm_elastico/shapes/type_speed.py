@@ -109,6 +109,12 @@ class Estimate:
         return abs(math.log(truth / self.value)) <= k * self.sigma
 
 
+def discounted(throughput: float, sigma: float, q: float = CONSERVATIVE_Q) -> float:
+    """A shape's throughput at quantile q of its uncertainty (`Shape.throughput_sigma`): what a planner that
+    discounts estimates carried over from other GPU types plans with; the throughput itself when sigma is 0."""
+    return Estimate(throughput, sigma).quantile(q) if sigma > 0 else throughput
+
+
 def precision_class(kind: str, precision: str) -> str:
     """The precision that sets the compute peak: fp32, or "half" (fp16/bf16 tensor cores); inference is half."""
     return "half" if kind == "infer" or precision in ("fp16", "bf16") else "fp32"

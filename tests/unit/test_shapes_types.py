@@ -376,3 +376,9 @@ def test_elastico_run_falls_back_to_untyped_shapes_when_a_type_has_no_figures_an
     assert all(not c.gpu_type for c in candidates)
     shape, origin = choose_shape(fam, candidates, "elastico:shape=mb64-fp32-mps100@x9", None, 100, 1, "x9")
     assert (shape.name, origin) == ("mb64-fp32-mps100", "AdminComment")
+
+
+def test_a_planner_can_discount_an_uncertain_throughput():
+    from slurm_elastico.shapes.type_speed import discounted
+    assert discounted(2.0, 0.0) == 2.0
+    assert discounted(2.0, 0.1) > discounted(2.0, 0.3) and discounted(2.0, 0.3) < 2.0
