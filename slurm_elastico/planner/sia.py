@@ -21,16 +21,18 @@ configuration is worth 1, and every configuration other than the one a
 running job holds is multiplied by Pollux's restart factor
 `max(age − restarts·d, 0) / (age + d)` (1 while the job is younger than d; d:
 `planner.reshape_cost_s`, the artifact's per-application restart penalty).
-No job is offered fewer GPUs than its host share needs (Slurm keeps a job's
-CPUs and memory as submitted; the floor `planner.pollux` keeps too): where
-that floor is above one GPU, the job starts at its smallest count from it.
+Sia knows no host limits: a job's CPUs and memory (which Slurm keeps as
+submitted, split over its nodes by GPUs) are checked only where it is
+placed, so a job submitted for many GPUs that Sia starts on one may fill a
+node's CPUs there (`planner.pollux` instead never plans a job below that
+host floor).
 
 The allocation minimises Σ round(goodput^p, 2) over the jobs given a
 configuration plus λ_n = 1.1 for each job given none, p = −0.5 (the paper's
 and the artifact's settings: `run_experiment.sh`), with at most one
 configuration per job and the GPUs of each type as capacity: an integer
-programme (HiGHS branch-and-bound here, CBC in the artifact), solved to a
-relative gap of 1e-4. A job still restoring from its last start (younger
+programme (CBC to a relative gap of 1e-4 in the artifact; here exact, by
+dynamic programming over each type's GPUs left, `solve`). A job still restoring from its last start (younger
 than d since it started) keeps what it has, as do jobs Slurm would not
 requeue. Jobs that keep their configuration keep their GPUs; the others are
 placed on their type's nodes, largest first (`planner.per_type.place_on`), the
@@ -46,12 +48,11 @@ and families in, a `Plan` out.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
 from slurm_elastico.config import Settings
@@ -71,10 +72,6 @@ NO_ALLOC = 1.1
 """Sia's λ_n: what a job given no GPU costs (above 1, the cost of a job's least configuration)."""
 CLIP = 3000.0
 """Largest cost one configuration may have (the artifact's `sia_goodput_clip_val`)."""
-GAP = 1e-4
-"""Relative optimality gap the integer programme is solved to (the artifact's `sia_solver_thresh`)."""
-TIME_LIMIT_S = 5.0
-"""Seconds the solver may take before the best solution found is used (a greedy one if none)."""
 STATE = "sia:"
 UNTYPED = "-"
 """How `sia:ran=` names the one type of a cluster whose gres names none."""
@@ -126,41 +123,87 @@ def cost(value: float, power: float = POWER) -> float:
 def solve(costs: list[dict[tuple[str, int], float]], fixed: list[tuple[str, int] | None],
           capacity: Mapping[str, int], no_alloc: float = NO_ALLOC) -> list[tuple[str, int] | None]:
     """At most one configuration per job minimising Σ cost + `no_alloc` per job given none, within each type's GPUs
-    (`fixed[j]`: the configuration job j must keep, or None). Exact (to `GAP`) by HiGHS; greedy if it finds none."""
-    var: list[tuple[int, tuple[str, int]]] = []
-    for j, cs in enumerate(costs):
-        for k, c in cs.items():
-            if fixed[j] == k or (fixed[j] is None and c < no_alloc):
-                var.append((j, k))
+    (`fixed[j]`: the configuration job j must keep, or None).
+
+    Exact by dynamic programming over the GPUs left per type (a knapsack with one dimension per type, as
+    `planner.pollux.allocate` has one) while the types' capacities span at most `DP_STATES` states; beyond, the
+    linear relaxation (HiGHS), its integral choices kept and the few fractional jobs given what still fits."""
+    options = [[k for k, c in cs.items() if fixed[j] == k or (fixed[j] is None and c < no_alloc)]
+               for j, cs in enumerate(costs)]
+    types = [t for t in capacity]
+    dims = tuple(max(0, int(capacity[t])) + 1 for t in types)
+    if int(np.prod(dims)) <= DP_STATES:
+        return _solve_dp(costs, fixed, options, types, dims, no_alloc)
+    return _solve_lp(costs, fixed, options, types, capacity, no_alloc)
+
+
+DP_STATES = 250_000
+"""Most states (Π over types of GPUs + 1) the exact programme runs over (Sia's 64 GPUs of 3 types: 25 × 17 × 25)."""
+
+
+def _solve_dp(costs, fixed, options, types, dims, no_alloc) -> list[tuple[str, int] | None]:
+    best = np.zeros(dims)  # least cost of the jobs so far using at most this many GPUs of each type
+    picks = []
+    for j, opts in enumerate(options):
+        new = np.full(dims, np.inf) if fixed[j] is not None else best + no_alloc
+        pick = np.full(dims, -1, dtype=np.int16)
+        for i, (t, n) in enumerate(opts):
+            if t not in types:
+                continue
+            ax = types.index(t)
+            if n >= dims[ax]:
+                continue
+            cand = np.full(dims, np.inf)
+            src = [slice(None)] * len(dims)
+            dst = [slice(None)] * len(dims)
+            src[ax], dst[ax] = slice(0, dims[ax] - n), slice(n, None)
+            cand[tuple(dst)] = best[tuple(src)] + costs[j][(t, n)]
+            better = cand < new - 1e-12
+            new = np.where(better, cand, new)
+            pick = np.where(better, i, pick)
+        best = new
+        picks.append(pick)
+    out: list[tuple[str, int] | None] = list(fixed)
+    at = [d - 1 for d in dims]
+    if not np.isfinite(best[tuple(at)]):  # a fixed job that does not fit: the others planned around what is left
+        return _solve_lp(costs, fixed, options, types, {t: d - 1 for t, d in zip(types, dims)}, no_alloc)
+    for j in range(len(options) - 1, -1, -1):
+        i = int(picks[j][tuple(at)])
+        out[j] = options[j][i] if i >= 0 else None
+        if i >= 0:
+            t, n = options[j][i]
+            at[types.index(t)] -= n
+    return out
+
+
+def _solve_lp(costs, fixed, options, types, capacity, no_alloc) -> list[tuple[str, int] | None]:
+    var = [(j, k) for j, opts in enumerate(options) for k in opts if k[0] in capacity]
+    out: list[tuple[str, int] | None] = list(fixed)
     if not var:
-        return [f for f in fixed]
-    types = list(capacity)
+        return out
     rows, cols, vals = [], [], []
     for i, (j, (t, n)) in enumerate(var):
-        rows += [j, len(costs) + types.index(t)] if t in capacity else [j]
-        cols += [i, i] if t in capacity else [i]
-        vals += [1.0, float(n)] if t in capacity else [1.0]
+        rows += [j, len(costs) + types.index(t)]
+        cols += [i, i]
+        vals += [1.0, float(n)]
     a = coo_matrix((vals, (rows, cols)), shape=(len(costs) + len(types), len(var))).tocsr()
     ub = np.array([1.0] * len(costs) + [float(capacity[t]) for t in types])
     c = np.array([costs[j][k] - no_alloc for j, k in var])
     lb = np.array([1.0 if fixed[j] == k else 0.0 for j, k in var])
-    res = milp(c, constraints=LinearConstraint(a, -np.inf, ub), integrality=np.ones(len(var)),
-               bounds=Bounds(lb, np.ones(len(var))), options={"mip_rel_gap": GAP, "time_limit": TIME_LIMIT_S})
-    out: list[tuple[str, int] | None] = list(fixed)
-    if res.x is not None:
-        for i in np.flatnonzero(res.x > 0.5):
-            j, k = var[i]
-            out[j] = k
-        return out
-    left = dict(capacity)  # greedy: each job's cheapest configuration that fits, cheapest jobs first
-    for j, k in var:
-        if fixed[j] == k:
-            left[k[0]] -= k[1]
-    for j in sorted(range(len(costs)), key=lambda j: min(costs[j].values(), default=no_alloc)):
-        if out[j] is None:
-            for k in sorted(costs[j], key=costs[j].get):
-                if costs[j][k] < no_alloc and left.get(k[0], 0) >= k[1]:
-                    out[j], left[k[0]] = k, left[k[0]] - k[1]
+    res = linprog(c, A_ub=a, b_ub=ub, bounds=np.column_stack([lb, np.ones(len(var))]), method="highs")
+    x = res.x if res.x is not None else np.zeros(len(var))
+    left = {t: float(capacity[t]) for t in types}
+    for i in np.flatnonzero(x > 1 - 1e-6):
+        j, k = var[i]
+        out[j] = k
+        left[k[0]] -= k[1]
+    for i in np.argsort(-x, kind="stable"):  # the fractional jobs, most chosen first: the cheapest option that fits
+        j, _ = var[i]
+        if out[j] is None and x[i] > 1e-6:
+            for k in sorted(options[j], key=lambda k: costs[j][k]):
+                if left[k[0]] >= k[1]:
+                    out[j] = k
+                    left[k[0]] -= k[1]
                     break
     return out
 
@@ -175,7 +218,6 @@ class _Job:
     shape: Shape | None  # the shape it runs as (running)
     top: int
     ran: tuple[str, ...]
-    least: int
     values: dict[tuple[str, int], float] = field(default_factory=dict)
 
     @property
@@ -212,7 +254,7 @@ class SiaPolicy:
                                   lambda c: state_of(c, STATE).get("held") == "1"))
         types, room = types_of(snapshot, settings.slurm.partition, {v.job_id for v, _, _ in found})
         counts = {t: sia_counts(tv.node_gpus, len(tv.nodes)) for t, tv in types.items()}
-        jobs = self._jobs(snapshot, found, types, room)
+        jobs = self._jobs(snapshot, found, types)
         capacity = {t: sum(len(room.gpus[n]) for n in tv.nodes) for t, tv in types.items()}
         for j in jobs:
             if j.where:
@@ -220,7 +262,7 @@ class SiaPolicy:
 
         costs, fixed = [], []
         for j in jobs:
-            j.values = goodputs(j.table, counts, j.ran, max(2 * j.top, j.least), j.least)
+            j.values = goodputs(j.table, counts, j.ran, max(2 * j.top, 1))
             if j.current is not None and j.current not in j.values and j.current in j.table:
                 j.values[j.current] = min(j.values.values(), default=1.0)  # a count Sia would not offer, kept
             age = max(0.0, now - j.view.submit_time) if j.view.submit_time is not None else 0.0
@@ -239,8 +281,7 @@ class SiaPolicy:
         todo = sorted(((j, k) for j, k in zip(jobs, chosen) if k is not None and j.view.job_id not in keep),
                       key=lambda jk: (-jk[1][1], start_key(jk[0].view)))
         for j, (t, n) in todo:
-            for m in [c for c in (n,) + tuple(reversed(counts.get(t, ()))) if c <= n and (t, c) in j.table
-                      and c >= j.least]:
+            for m in [c for c in (n,) + tuple(reversed(counts.get(t, ()))) if c <= n and (t, c) in j.table]:
                 if (t, m) == j.current and room.holds(j.where, m, j.view.cpus, j.view.memory_mib):
                     room.hold(j.where, m, j.view.cpus, j.view.memory_mib)
                     keep[j.view.job_id] = (t, m)  # back to what it runs on: no restart
@@ -254,15 +295,11 @@ class SiaPolicy:
 
     # ------------------------------------------------------------------ pieces
 
-    def _jobs(self, snapshot: Snapshot, found: list[tuple[JobView, Family, bool]], types: Mapping[str, TypeView],
-              room) -> list[_Job]:
-        """The jobs Sia plans: each with its goodput table per (type, count), what it holds, the most it has held,
-        the types it has run on and its host floor (the fewest GPUs whose share of a node's CPUs and memory covers
-        what the job holds of those: Slurm keeps a job's CPUs and memory as submitted)."""
+    def _jobs(self, snapshot: Snapshot, found: list[tuple[JobView, Family, bool]], types: Mapping[str, TypeView]
+              ) -> list[_Job]:
+        """The jobs Sia plans: each with its goodput table per (type, count), what it holds, the most it has held
+        and the types it has run on."""
         names = tuple(types)
-        gpu_nodes = [n for n in snapshot.nodes if n.name in room.order and n.gpus]
-        cpus_per_gpu = max((n.cpus / len(n.gpus) for n in gpu_nodes), default=1.0)
-        mem_per_gpu = max((n.memory_mib / len(n.gpus) for n in gpu_nodes), default=0.0) or math.inf
         out: list[_Job] = []
         for v, fam, running in found:
             table = speed_table(self.narrow(fam), names)
@@ -279,8 +316,7 @@ class SiaPolicy:
             if running:
                 name = named_in_comment(v.admin_comment)
                 shape = next((s for s in fam.shapes if s.name == name), None)
-            least = max(1, math.ceil(max(v.cpus / cpus_per_gpu, v.memory_mib / mem_per_gpu) - 1e-9))
-            out.append(_Job(v, fam, table, on, where, shape, top, ran, least))
+            out.append(_Job(v, fam, table, on, where, shape, top, ran))
         return out
 
     def _actions(self, jobs: list[_Job], keep: Mapping[int, tuple[str, int]],

@@ -279,3 +279,25 @@ def test_pollux_mixed_placement_keeps_the_majority_type_faster_on_a_tie():
 def test_registry_has_the_peers():
     for name in ("sia", "gavel", "gavel-maxmin", "pollux"):
         assert policies.get(name).name == name
+
+
+def test_sia_solve_exact_and_relaxed_agree_on_a_random_instance():
+    rng = np.random.default_rng(3)
+    costs = []
+    for _ in range(30):
+        costs.append({(t, n): round(float(rng.uniform(0.2, 1.3)), 2) for t, ns in (("a", (1, 2, 4, 8)), ("b", (1, 4)))
+                      for n in ns if rng.random() < 0.7})
+    fixed = [None] * 30
+    cap = {"a": 16, "b": 8}
+    exact = solve(costs, fixed, cap)
+
+    def total(choice):
+        return sum(costs[j][k] if k is not None else NO_ALLOC for j, k in enumerate(choice))
+
+    for t in cap:
+        assert sum(k[1] for k in exact if k is not None and k[0] == t) <= cap[t]
+    from slurm_elastico.planner.sia import _solve_lp
+    options = [[k for k, c in cs.items() if c < NO_ALLOC] for cs in costs]
+    relaxed = _solve_lp(costs, fixed, options, list(cap), cap, NO_ALLOC)
+    assert total(exact) <= total(relaxed) + 1e-9
+    assert total(relaxed) - total(exact) < 0.15 * len(cap) + 1e-9  # at most a few fractional jobs rounded
