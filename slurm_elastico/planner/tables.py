@@ -18,6 +18,7 @@ from slurm_elastico.model import Family, JobView
 from slurm_elastico.planner.seats import Row, Seat
 from slurm_elastico.planner.slowdown import PairCache
 from slurm_elastico.shapes.solo import solo_profile
+from slurm_elastico.shapes.type_speed import discounted
 from slurm_elastico.shapes.units import percent_of, shares_of
 
 RESOURCES = ("mps", "gpu_mem", "cpus", "host_mem")
@@ -77,7 +78,9 @@ def make_table(fam: Family, cache: PairCache, per_gpu: np.ndarray, shares_per_gp
     typed = len(types) > 1
     gtypes = [type_index(s.gpu_type, types) for s in shapes]
     present = np.array([t < len(types) for t in gtypes])
-    tputs = [s.throughput for s in shapes]
+    # A throughput carried over from another GPU type counts at a conservative quantile of its uncertainty
+    # (`shapes.type_speed.discounted`): a type where the job was measured wins a near tie against a guess.
+    tputs = [discounted(s.throughput, s.throughput_sigma) for s in shapes]
     tmax = max((t for t, ok in zip(tputs, present) if ok), default=max(tputs))
     rows = []  # shares in Slurm's counts from here on; the shapes' are percent
     res = np.zeros((n, 4 + (len(types) if typed else 0)))
@@ -104,7 +107,7 @@ def make_table(fam: Family, cache: PairCache, per_gpu: np.ndarray, shares_per_gp
                 uid = cache.add(solo_profile(s, fam.kind, fam.name))
                 if twin is not None:
                     profiled[twin] = uid
-        rows.append(Row(i, uid, s.throughput, share, float(r.gpu_mem_mib), float(r.cpus), float(r.host_mem_mib),
+        rows.append(Row(i, uid, tputs[i], share, float(r.gpu_mem_mib), float(r.cpus), float(r.host_mem_mib),
                         gpus=r.gpus, gtype=gtypes[i]))
         res[i, :4] = (share, r.gpu_mem_mib, r.cpus, r.host_mem_mib)
         if r.gpus:

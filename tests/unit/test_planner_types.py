@@ -130,3 +130,12 @@ def test_static_is_type_blind_on_a_family_of_several_types_and_keeps_a_type_the_
     assert [s.gpu_type for s in whole_gpu(both).shapes] == [""]
     only = typed_family({"a100": 3.0}, gpus=(4,))
     assert [s.gpu_type for s in whole_gpu(only).shapes] == ["a100"]
+
+
+def test_an_estimate_carried_over_from_another_type_counts_at_a_conservative_quantile():
+    # Measured on t4 at 1.0; estimated 1.1 on the a100 with a wide uncertainty: the measured type wins the near tie.
+    fam = typed_family({"t4": 1.0, "a100": 1.1}, gpus=(4,))
+    guessed = dataclasses.replace(fam, shapes=tuple(dataclasses.replace(s, throughput_sigma=0.5 if s.gpu_type == "a100"
+                                                                        else 0.0) for s in fam.shapes))
+    assert starts(plan(typed_cluster(t4=1, a100=1), [pend(1)], {1: fam}))[1][0] == "a100"
+    assert starts(plan(typed_cluster(t4=1, a100=1), [pend(1)], {1: guessed}))[1][0] == "t4"
