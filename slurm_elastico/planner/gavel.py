@@ -26,8 +26,9 @@ for the next round, as in Gavel).
 
 Differences from the port, forced by a pure planner over a `Snapshot`: the
 time each job received per type travels in its AdminComment
-(`gavel:t.<type>=<seconds>`, starting at half a round per type, as Gavel
-does; `gavel:round=` the last round it was placed in; `gavel:held=1`), and a
+(`elastico:gavel.t.<type>=<seconds>`, starting at half a round per type, as
+Gavel does; `elastico:gavel.round=` the last round it was placed in;
+`elastico:gavel.held=1`), and a
 type's total is the sum over the jobs present, where Gavel also counts jobs
 that have finished (the same factor for every job on a type: it changes the
 order across types only). A gang is placed as Slurm can be asked for it
@@ -56,7 +57,7 @@ from slurm_elastico.planner.per_type import (gpus_of, keep_actions, place_on, pr
 
 ROUND_S = 360.0
 """Gavel's round in Sia's evaluation (`run_experiment.sh`: `--policy=gavel --interval=360`)."""
-STATE = "gavel:"
+STATE = "elastico:gavel."
 OBJECTIVES = ("sum", "maxmin")
 
 

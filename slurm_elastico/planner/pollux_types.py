@@ -10,7 +10,7 @@ until the next round (`fix_allocations_by_dropping`).
 `TypeBlindPollux` does the same around `planner.pollux.PolluxPolicy`, by
 composition: on a family of typed shapes it shows Pollux the job's shapes of
 one type with their type removed — the type the job runs on, else the one it
-last ran on (`pollux-on:type=` in its AdminComment), else its default
+last ran on (`elastico:pollux-on.type=` in its AdminComment), else its default
 shape's (what it was submitted for): the speeds its own steps would have
 taught Pollux's model. Pollux then plans as on a one-type cluster. Each
 start or move is mapped back: the nodes chosen are kept where they are of
@@ -40,8 +40,9 @@ from slurm_elastico.planner.per_type import gpus_of, running_on, speed_table, st
 from slurm_elastico.planner.pollux import PolluxPolicy
 from slurm_elastico.shapes.current import ADMIN_PREFIX
 
-STATE = "pollux-on:"
-"""AdminComment part `pollux-on:type=<type it last ran on>` (Pollux's own `pollux:` parts are its to rewrite)."""
+STATE = "elastico:pollux-on."
+"""AdminComment part `elastico:pollux-on.type=<type it last ran on>` (Pollux's own `pollux:` parts are its to
+rewrite; under `elastico:`, the helper counts it as a policy's own part)."""
 MOVES = (ActionKind.SET_GPUS, ActionKind.SET_SHARE, ActionKind.SET_NODES, ActionKind.RESHAPE_RUNNING,
          ActionKind.RESUME)
 

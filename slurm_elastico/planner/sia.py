@@ -41,8 +41,9 @@ placed. A job that keeps its GPUs changes its batch in place only when the
 goodput gained over its remaining work pays a restart (as `planner.pollux`).
 
 State Slurm forgets, in the AdminComment beside `elastico:shape=`:
-`sia:top=` (most GPUs held), `sia:ran=` (types it has run on, `+`-joined),
-`sia:held=1` (preempted by this policy, to be resumed). Pure: a `Snapshot`
+`elastico:sia.top=` (most GPUs held), `elastico:sia.ran=` (types it has run on,
+`+`-joined), `elastico:sia.held=1` (preempted by this policy, to be resumed):
+under `elastico:`, so the helper counts them as a policy's own parts. Pure: a `Snapshot`
 and families in, a `Plan` out.
 """
 
@@ -72,9 +73,9 @@ NO_ALLOC = 1.1
 """Sia's λ_n: what a job given no GPU costs (above 1, the cost of a job's least configuration)."""
 CLIP = 3000.0
 """Largest cost one configuration may have (the artifact's `sia_goodput_clip_val`)."""
-STATE = "sia:"
+STATE = "elastico:sia."
 UNTYPED = "-"
-"""How `sia:ran=` names the one type of a cluster whose gres names none."""
+"""How `elastico:sia.ran=` names the one type of a cluster whose gres names none."""
 
 
 def sia_counts(node_gpus: int, nodes: int) -> tuple[int, ...]:

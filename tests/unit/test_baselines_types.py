@@ -153,18 +153,18 @@ def test_sia_solve_respects_type_capacity_and_fixed_jobs():
 
 def test_sia_moves_a_job_that_ran_on_t4_to_a100_with_its_type():
     fam = typed_family({"t4": 1.0, "a100": 3.0})
-    job = running(1, [("aws0", 0)], with_state("", "gpus1@t4", "sia:", {"top": 1, "ran": "t4"}))
+    job = running(1, [("aws0", 0)], with_state("", "gpus1@t4", "elastico:sia.", {"top": 1, "ran": "t4"}))
     p = plan(SIA, mixed(), [job], {1: fam})
     t, n, on = starts(p, 1)
     assert t == "a100" and n == 2 and all(x.startswith("dgx") for x in on)
     comment = next(a.text for a in p.actions if a.kind is ActionKind.SET_ADMIN_COMMENT)
-    assert state_of(comment, "sia:") == {"top": "2", "ran": "t4+a100"}
+    assert state_of(comment, "elastico:sia.") == {"top": "2", "ran": "t4+a100"}
     assert next(a for a in p.actions if a.kind is ActionKind.RESHAPE_RUNNING).shape == "gpus2@a100"
 
 
 def test_sia_keeps_a_job_still_restoring_and_starts_new_ones_on_one_gpu():
     fam = typed_family({"t4": 1.0, "a100": 3.0})
-    job = running(1, [("aws0", 0)], with_state("", "gpus1@t4", "sia:", {"top": 1, "ran": "t4"}), started=10.0)
+    job = running(1, [("aws0", 0)], with_state("", "gpus1@t4", "elastico:sia.", {"top": 1, "ran": "t4"}), started=10.0)
     p = plan(SIA, mixed(), [job, waiting(2), waiting(3)], {1: fam, 2: fam, 3: fam})
     assert starts(p, 1) is None and ActionKind.PREEMPT not in kinds(p, 1)
     for jid in (2, 3):
@@ -175,8 +175,8 @@ def test_sia_keeps_the_running_job_where_handing_its_gpu_over_costs_a_restart():
     """Two old jobs, one T4 GPU: the running one keeps it (a move would cost it its restart factor); the held one
     stays held."""
     fam = typed_family({"t4": 1.0}, counts=(1,))
-    a = running(1, [("aws0", 0)], with_state("", "gpus1@t4", "sia:", {"top": 1, "ran": "t4"}))
-    b = waiting(2, with_state("", "gpus1@t4", "sia:", {"top": 1, "ran": "t4", "held": "1"}))
+    a = running(1, [("aws0", 0)], with_state("", "gpus1@t4", "elastico:sia.", {"top": 1, "ran": "t4"}))
+    b = waiting(2, with_state("", "gpus1@t4", "elastico:sia.", {"top": 1, "ran": "t4", "held": "1"}))
     b = dataclasses.replace(b, held=True, reason="JobHeldAdmin")
     p = plan(SIA, tuple(nodes_of("t4", 1, 1, "aws")), [a, b], {1: fam, 2: fam})
     assert starts(p, 1) is None and starts(p, 2) is None  # the running one keeps it: moving costs its restart
@@ -186,7 +186,7 @@ def test_sia_keeps_the_running_job_where_handing_its_gpu_over_costs_a_restart():
 def test_sia_on_one_untyped_type_plans_like_a_goodput_scheduler():
     fam = typed_family({"": 1.0}, counts=(1, 2, 4))
     fam = dataclasses.replace(fam, shapes=tuple(dataclasses.replace(s, gpu_type="") for s in fam.shapes))
-    p = plan(SIA, cluster(8, 4, cpus_per_gpu=16), [waiting(1, "sia:top=2,sia:ran=-")], {1: fam})
+    p = plan(SIA, cluster(8, 4, cpus_per_gpu=16), [waiting(1, "elastico:sia.top=2,elastico:sia.ran=-")], {1: fam})
     assert starts(p, 1)[:2] == ("", 4)
 
 
@@ -228,14 +228,14 @@ def test_gavel_runs_jobs_at_their_submitted_count_and_waits_for_the_next_round()
     assert next(a.shape for a in p.actions if a.job_id == 1 and a.kind is ActionKind.SET_GPUS) == "gpus4@a100"
     rnd = int(NOW // 360)
     comment = next(a.text for a in p.actions if a.job_id == 1 and a.kind is ActionKind.SET_ADMIN_COMMENT)
-    assert state_of(comment, "gavel:") == {"t.a100": "540", "round": str(rnd)}
+    assert state_of(comment, "elastico:gavel.") == {"t.a100": "540", "round": str(rnd)}
     again = plan(GAVEL, nodes, [waiting(1, comment, gpus=4), waiting(3)], {1: fam, 3: fam}, now=NOW + 60)
     assert not again.actions  # the round is under way
 
 
 def test_gavel_maxmin_preempts_a_job_that_had_its_share_for_one_that_had_none():
     fam = typed_family({"t4": 1.0}, counts=(1,))
-    old = running(1, [("aws0", 0)], "gavel:t.t4=5000,gavel:round=1")
+    old = running(1, [("aws0", 0)], "elastico:gavel.t.t4=5000,elastico:gavel.round=1")
     fair = GavelPolicy("gavel-maxmin", "under test", objective="maxmin")
     p = plan(fair, tuple(nodes_of("t4", 1, 1, "aws")), [old, waiting(2)], {1: fam, 2: fam})
     assert ActionKind.PREEMPT in kinds(p, 1) and starts(p, 2) == ("t4", 1, ("aws0",))
@@ -266,13 +266,13 @@ def test_pollux_mixed_placement_keeps_the_majority_type_faster_on_a_tie():
     A100 half (a tie, the faster type) and drops the rest."""
     fam = typed_family({"t4": 1.0, "a100": 3.0})
     nodes = tuple(nodes_of("a100", 1, 8, "dgx") + nodes_of("t4", 2, 4, "aws"))
-    p = plan(POLLUX, nodes, [waiting(1, "pollux:top=4,pollux-on:type=a100")], {1: fam},
+    p = plan(POLLUX, nodes, [waiting(1, "pollux:top=4,elastico:pollux-on.type=a100")], {1: fam},
              foreign=[("dgx0", g) for g in range(4)])
     t, n, on = starts(p, 1)
     assert (t, n, on) == ("a100", 4, ("dgx0",))
     assert {a.shape for a in p.actions if a.job_id == 1} == {"gpus4@a100"}
     comment = next(a.text for a in p.actions if a.kind is ActionKind.SET_ADMIN_COMMENT)
-    assert state_of(comment, "pollux-on:") == {"type": "a100"} and "pollux:top=" in comment
+    assert state_of(comment, "elastico:pollux-on.") == {"type": "a100"} and "pollux:top=" in comment
     assert any("dropped" in n for n in p.notes)
 
 
@@ -301,3 +301,12 @@ def test_sia_solve_exact_and_relaxed_agree_on_a_random_instance():
     relaxed = _solve_lp(costs, fixed, options, list(cap), cap, NO_ALLOC)
     assert total(exact) <= total(relaxed) + 1e-9
     assert total(relaxed) - total(exact) < 0.15 * len(cap) + 1e-9  # at most a few fractional jobs rounded
+
+
+def test_policy_state_is_the_helpers_own_part_and_does_not_pile_up():
+    from slurm_elastico.helper.executor import merged_comment
+    old = with_state("site=x", "gpus1@t4", "elastico:sia.", {"top": 1, "ran": "t4"})
+    new = with_state(old, "gpus2@a100", "elastico:sia.", {"top": 2, "ran": "t4+a100"})
+    merged = merged_comment(old, new)
+    assert merged.count("elastico:sia.top=") == 1 and state_of(merged, "elastico:sia.")["top"] == "2"
+    assert merged.endswith("site=x") and merged.count("site=x") == 1
