@@ -287,8 +287,8 @@ def at_epoch(fam: Family, job: TraceJob, truth: GroundTruth, epoch: int) -> Fami
         b = s.knob("global_batch", job.global_batch)
         if b != job.global_batch:
             ratio = truth.efficiency_ratio(job.app, job.global_batch, b, epoch)
-            s = Shape(s.name, s.resources, s.throughput * ratio / truth.efficiency_ratio(
-                job.app, job.global_batch, b, 0), s.knobs, s.measured)
+            s = dataclasses.replace(s, throughput=s.throughput * ratio / truth.efficiency_ratio(
+                job.app, job.global_batch, b, 0))  # the shape's type (and anything else it carries) kept
         shapes.append(s)
     return dataclasses.replace(fam, shapes=tuple(shapes))
 

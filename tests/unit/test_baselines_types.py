@@ -310,3 +310,19 @@ def test_policy_state_is_the_helpers_own_part_and_does_not_pile_up():
     merged = merged_comment(old, new)
     assert merged.count("elastico:sia.top=") == 1 and state_of(merged, "elastico:sia.")["top"] == "2"
     assert merged == new
+
+
+def test_goodput_at_a_later_epoch_keeps_each_shapes_type():
+    """The simulator refreshes goodput shapes per epoch of statistical efficiency; a typed shape must stay typed
+    (untyped, it would count on every type at one type's speed, and Sia would see no difference between types)."""
+    from slurm_elastico.sim.families import at_epoch, family_of
+    from slurm_elastico.sim.trace import TraceJob
+    from slurm_elastico.sim.truth import GroundTruth
+    truth = GroundTruth()
+    job = TraceJob(1, 0.0, "train", "cifar10", 1, float(truth.iterations_to_end("cifar10", 512)), 512)
+    fam = family_of(job, truth, (100,), 16384, adaptive=True, max_gpus=4, gpus_per_node=4)
+    fam = dataclasses.replace(fam, shapes=tuple(dataclasses.replace(s, name=f"{s.name}@t4", gpu_type="t4")
+                                                for s in fam.shapes))
+    later = at_epoch(fam, job, truth, 3)
+    assert {s.gpu_type for s in later.shapes} == {"t4"}
+    assert any(a.throughput != b.throughput for a, b in zip(fam.shapes, later.shapes))
