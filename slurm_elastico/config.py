@@ -77,8 +77,9 @@ class GpuSettings:
                 "another type is refused, naming it"})
 
     def type_settings(self, gpu_type: str) -> GpuTypeSettings | None:
-        """The settings of `gpu_type` (Slurm compares type names ignoring case, so does this); None if not named."""
-        return self.types.get(gpu_type) or next((v for k, v in self.types.items() if k.lower() == gpu_type.lower()), None)
+        """The settings of `gpu_type`, by its exact name (Slurm's type names are case-sensitive: a job asking
+        `gpu:A100:1` is refused where the nodes have `gpu:a100:4`); None if not named."""
+        return self.types.get(gpu_type)
 
     def memory_of(self, gpu_type: str) -> int:
         """Memory (MiB) of one GPU of `gpu_type`: gpu.memory_mib when the type is "" or `types` is empty.
@@ -229,17 +230,11 @@ def _build_entries(cls: type, data: Any, key: str, problems: list[str]) -> dict[
                         f"40960}}}}), got {type(data).__name__} {inputs.clip(repr(data))}")
         return {}
     out: dict[str, Any] = {}
-    seen: dict[str, str] = {}
     for name, value in data.items():
         if not isinstance(name, str) or not TYPE_NAME.match(name):
             problems.append(f"{key}: {inputs.clip(repr(name))} is not a GPU type name; allowed: letters, digits, "
                             "_ . - (as in Slurm's Gres=gpu:a100:4)")
             continue
-        if name.lower() in seen:
-            problems.append(f"{key}: {name!r} and {seen[name.lower()]!r} differ only in case (Slurm's type names "
-                            "do not)")
-            continue
-        seen[name.lower()] = name
         entry = _build(cls, {} if value is None else value, f"{key}.{name}.", problems)
         for f in dataclasses.fields(cls) if value is None or isinstance(value, dict) else ():
             lo = f.metadata.get("lo")

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from slurm_elastico.errors import ClusterError
 
 NAME = re.compile(r"^[a-z][a-z0-9_.\-]*$")
-"""A fake type's name: lower case (Slurm compares type names ignoring case: two names must differ otherwise),
-starting with a letter (`gpu:3090` would read as a count)."""
+"""A fake type's name: lower case (as sites write them; `gpu.types` must then use the same spelling, since Slurm's
+type names are case-sensitive), starting with a letter (`gpu:3090` would read as a count)."""
 
 KNOWN: dict[str, tuple[int, float]] = {
     "t4": (15360, 1.0),

@@ -116,9 +116,11 @@ def set_gpus(job_id: int, gpus: int, nodes: tuple[str, ...] | list[str], gpu_typ
     return ["scontrol", "update", job, f"TresPerJob=gres/{gpu_spec(gpus, gpu_type)}", node_list]
 
 
-def set_gpu_count(job_id: int, gpus: int, nodes: tuple[str, ...] | list[str], gpu_type: str = "") -> list[str]:
+def set_gpu_count(job_id: int, gpus: int, nodes: tuple[str, ...] | list[str], gpu_type: str = "",
+                  exclude: tuple[str, ...] | None = None) -> list[str]:
     """Pending or held job → `gpus` whole GPUs for the job, spread evenly over `nodes` (one node when empty),
-    of `gpu_type` when one is given (`Gres=gpu:TYPE:P`: the same form on 22.05 and 24.11; "" asks for any type).
+    of `gpu_type` when one is given (`Gres=gpu:TYPE:P`, "" asks for any type), kept off `exclude` when given
+    (`ExcNodeList=`; empty clears it). Which form moves a job to a type on which version: `gpu_count.plan_update`.
 
     `Gres=gpu:<per node> NumNodes=K-K NodeList=...` in one update, verified on Slurm 22.05 and 24.11
     (see `gpu_count`): 22.05 ignores `TresPerNode=`/`TresPerJob=` and refuses `NumNodes=K`. Empty `nodes`
@@ -131,8 +133,11 @@ def set_gpu_count(job_id: int, gpus: int, nodes: tuple[str, ...] | list[str], gp
     if gpus % count:
         raise InvalidActionError(f"{gpus} GPUs do not split evenly over {count} nodes ({','.join(nodes)}): "
                                  "Slurm's Gres= asks the same number of GPUs on every node")
-    return ["scontrol", "update", job, f"Gres={gpu_spec(gpus // count, gpu_type)}", f"NumNodes={count}-{count}",
+    argv = ["scontrol", "update", job, f"Gres={gpu_spec(gpus // count, gpu_type)}", f"NumNodes={count}-{count}",
             node_list]
+    if exclude is not None:
+        argv.append("ExcNodeList=" + set_nodes(job_id, tuple(exclude))[-1].removeprefix("NodeList="))
+    return argv
 
 
 def gpu_count_argv(action: Action) -> list[list[str]]:

@@ -249,7 +249,15 @@ class SlurmGateway:
 
     def argv_for(self, action: Action) -> list[list[str]]:
         """The exact commands `apply(action)` runs, for `--dry-run` (a reshape reads the job's owner and nodes)."""
-        if action.kind is ActionKind.SET_GPUS or (action.kind is ActionKind.RESHAPE_RUNNING and action.gpus is not None):
+        if action.gpu_type and (action.kind is ActionKind.SET_GPUS or action.kind is ActionKind.RESHAPE_RUNNING
+                                and action.gpus is not None):
+            # The form depends on the version and the job's request (`gpu_count.plan_update`): read them.
+            update = self._gpu_update(action.job_id, commands.need(action.gpus, action), action.nodes,
+                                      action.gpu_type).argv
+            jid = action.job_id
+            cmds = [update] if action.kind is ActionKind.SET_GPUS else [
+                commands.requeue_hold(jid), update, commands.start_now(jid), commands.release(jid)]
+        elif action.kind is ActionKind.SET_GPUS or (action.kind is ActionKind.RESHAPE_RUNNING and action.gpus is not None):
             cmds = commands.gpu_count_argv(action)
         else:
             cmds = commands.argv_for(action, self.shares_per_gpu)
@@ -259,51 +267,43 @@ class SlurmGateway:
 
     # ----------------------------------------------------------------- GPU count
 
-    def _gpu_request(self, job_id: int) -> tuple[str, gpu_count.GpuRequest]:
-        """The Slurm version and the job's GPU request now, from one squeue call."""
+    def _gpu_update(self, job_id: int, gpus: int, nodes: Sequence[str], gpu_type: str) -> gpu_count.GpuUpdate:
+        """The update for this Slurm version and the job's request now (`gpu_count.plan_update`), from one squeue
+        call (and one node listing for a typed change); refused before any update where Slurm would refuse,
+        ignore or strand the change."""
+        commands.set_gpu_count(job_id, gpus, tuple(nodes), gpu_type)  # validate before reading Slurm
         text = self._read(commands.squeue_job_json(job_id))
-        return slurm_version(text), gpu_count.request_of(text, job_id)
+        version = slurm_version(text)
+        records = parse_sinfo(self._read(commands.nodes_json(version))) if gpu_type else ()
+        return gpu_count.plan_update(version, gpu_count.request_of(text, job_id), records, job_id, gpus,
+                                     tuple(nodes), gpu_type)
 
-    def _verify_gpus(self, job_id: int, gpus: int, nodes: Sequence[str], argv: list[str], gpu_type: str = "") -> None:
-        gpu_count.verify(self._read(commands.squeue_job_json(job_id)), job_id, gpus, tuple(nodes), argv, gpu_type)
-
-    def _check_gpu_change(self, job_id: int, gpu_type: str) -> None:
-        """Refuse up front what Slurm would refuse or ignore: a change this version cannot make (`check_change`),
-        a GPU type no node has (`check_type`: one more node listing, only for a typed change)."""
-        version, current = self._gpu_request(job_id)
-        gpu_count.check_change(version, job_id, current)
-        if gpu_type:
-            gpu_count.check_type(parse_sinfo(self._read(commands.nodes_json(version))), job_id, gpu_type)
+    def _apply_gpu_update(self, job_id: int, update: gpu_count.GpuUpdate) -> None:
+        self._run(update.argv)
+        gpu_count.verify(self._read(commands.squeue_job_json(job_id)), job_id, update)
 
     def set_gpus(self, job_id: int, gpus: int, nodes: Sequence[str] = (), gpu_type: str = "") -> None:
         """Give a pending or held job `gpus` whole GPUs spread evenly over `nodes` (one node when empty), of
-        `gpu_type` when one is given (`Gres=gpu:TYPE:P`; "" asks for any type).
+        `gpu_type` when one is given ("" asks for any type).
 
-        `InvalidActionError` before any update where this Slurm version refuses or ignores the change
-        (22.05: a job on an MPS share, or one that asked `--gpus`) or no node has `gpu_type`; `GpuCountMismatch`
-        when the request read back afterwards is not the one asked for; `JobNotPendingError` for a running job.
+        `InvalidActionError` before any update where this Slurm version refuses or ignores the change (22.05: a
+        job on an MPS share, one that asked `--gpus`, or one submitted with another GPU type) or no node set
+        can hold it (an unknown type, more GPUs than its nodes have); `GpuCountMismatch` when the request read
+        back afterwards is not the one asked for; `JobNotPendingError` for a running job.
         """
-        argv = commands.set_gpu_count(job_id, gpus, tuple(nodes), gpu_type)  # validate before touching the job
-        self._check_gpu_change(job_id, gpu_type)
-        self._run(argv)
-        self._verify_gpus(job_id, gpus, nodes, argv, gpu_type)
+        self._apply_gpu_update(job_id, self._gpu_update(job_id, gpus, nodes, gpu_type))
 
     def requeue_with_gpus(self, job_id: int, gpus: int, nodes: Sequence[str] = (), *, gpu_type: str = "",
                           stop_timeout_s: float = 120.0) -> None:
         """Move a running job to `gpus` whole GPUs on `nodes`, of `gpu_type` when given (a move between types):
         requeuehold → update → check → StartTime=now → release.
 
-        Checked against the Slurm version and the cluster's GPU types before the hold, so a change Slurm would
-        refuse leaves the job running; whatever fails after the hold (a refused update, a mismatch), the job is
-        released, on its old request.
+        Checked against the Slurm version, the job's request and the cluster's GPU types before the hold, so a
+        change Slurm would refuse or strand leaves the job running; whatever fails after the hold (a refused
+        update, a mismatch), the job is released, on its old request.
         """
-        argv = commands.set_gpu_count(job_id, gpus, tuple(nodes), gpu_type)
-        self._check_gpu_change(job_id, gpu_type)
-
-        def update() -> None:
-            self._run(argv)
-            self._verify_gpus(job_id, gpus, nodes, argv, gpu_type)
-        self._requeue(job_id, nodes, stop_timeout_s, update)
+        update = self._gpu_update(job_id, gpus, nodes, gpu_type)
+        self._requeue(job_id, nodes, stop_timeout_s, lambda: self._apply_gpu_update(job_id, update))
 
     def apply(self, action: Action) -> None:
         """Carry out one planner action.

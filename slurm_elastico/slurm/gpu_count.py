@@ -28,12 +28,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from slurm_elastico.errors import InvalidActionError, SlurmError
+from slurm_elastico.slurm import commands
 from slurm_elastico.slurm.gres import parse_gres_request, parse_tres
 from slurm_elastico.slurm.hostlist import expand_hostlist
 from slurm_elastico.slurm.nodes import NodeRecord
 from slurm_elastico.slurm.schema import Fields, load
 
-__all__ = ["GpuCountMismatch", "GpuRequest", "check_change", "check_type", "cluster_types", "request_of", "verify"]
+__all__ = ["GpuCountMismatch", "GpuRequest", "GpuUpdate", "check_change", "check_type", "cluster_types", "plan_update",
+           "request_of", "verify"]
 
 
 class GpuCountMismatch(SlurmError):
@@ -50,12 +52,15 @@ class GpuRequest:
     required_nodes: tuple[str, ...]
     gpu_type: str = ""
     """The GPU type the request names (`gpu:a100:2`); "" for any type."""
+    excluded_nodes: tuple[str, ...] = ()
+    """Nodes the job may not run on (`ExcNodeList=`): how a 22.05 job is kept to a type (`plan_update`)."""
 
     def __str__(self) -> str:
         typed = f"{self.gpu_type}:" if self.gpu_type else ""
         what = f"{self.kind}:{typed}{self.count}" if self.kind else "no GPU"
         pin = f" on {','.join(self.required_nodes)}" if self.required_nodes else ""
-        return f"{what} × {self.node_count} node(s){pin}"
+        away = f" not on {','.join(self.excluded_nodes)}" if self.excluded_nodes else ""
+        return f"{what} × {self.node_count} node(s){pin}{away}"
 
 
 def request_of(text: str, job_id: int) -> GpuRequest:
@@ -78,7 +83,8 @@ def request_of(text: str, job_id: int) -> GpuRequest:
         else:
             kind, count, typ = "", 0, ""
         node_count = f.parsed("tres_req_str", parse_tres).get("node") or f.integer("node_count") or 1
-        return GpuRequest(kind, count, node_count, f.parsed("required_nodes", expand_hostlist), typ)
+        return GpuRequest(kind, count, node_count, f.parsed("required_nodes", expand_hostlist), typ,
+                          f.parsed("excluded_nodes", expand_hostlist))
     raise InvalidActionError(f"job {job_id} is not in squeue: its GPU count cannot be changed")
 
 
@@ -113,26 +119,101 @@ def cluster_types(records: Iterable[NodeRecord]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def check_type(records: Iterable[NodeRecord], job_id: int, gpu_type: str) -> None:
-    """Refuse, before any command runs, a move to a GPU type no node of the cluster has (Slurm compares type
-    names ignoring case): `InvalidActionError` naming the type and the types the cluster has."""
+def _type_count(record: NodeRecord, gpu_type: str) -> int:
+    return sum(n for t, n in record.gpu_types if t == gpu_type)
+
+
+def check_type(records: Iterable[NodeRecord], job_id: int, gpu_type: str, per_node: int = 1, node_count: int = 1,
+               nodes: tuple[str, ...] = ()) -> None:
+    """Refuse, before any command runs, a move to `per_node` GPUs of `gpu_type` on `node_count` nodes (`nodes`
+    when pinned) that no node set of the cluster can hold: `InvalidActionError` naming the type and the types
+    the cluster has, or the nodes and their counts.
+
+    Slurm accepts such an update of a held job (exit 0: an unknown type, `gpu:h100:1`, or more GPUs of a type
+    than any node has) and the job then never runs ("BadConstraints"). Type names are compared exactly, as
+    Slurm compares them (`gpu:A100:1` is refused where nodes have `gpu:a100:4`).
+    """
     if not gpu_type:
         return
+    records = tuple(records)
     known = cluster_types(records)
-    if gpu_type.lower() not in {t.lower() for t in known}:
+    if gpu_type not in known:
         have = f"the types its nodes have are {', '.join(known)}" if known else "its nodes' gres name no GPU type"
         raise InvalidActionError(f"job {job_id} cannot be moved to GPU type {gpu_type!r}: Slurm knows no such type "
                                  f"on this cluster; {have}")
+    counts = {r.name: _type_count(r, gpu_type) for r in records}
+    fit = [n for n, c in counts.items() if c >= per_node]
+    if nodes:
+        short = [f"{n} ({counts.get(n, 0)})" for n in nodes if counts.get(n, 0) < per_node]
+        if short:
+            raise InvalidActionError(f"job {job_id} cannot have {per_node} GPU(s) of type {gpu_type} on each of "
+                                     f"{', '.join(nodes)}: {', '.join(short)} of that type")
+    elif len(fit) < node_count:
+        raise InvalidActionError(f"job {job_id} cannot have {per_node} GPU(s) of type {gpu_type} on each of "
+                                 f"{node_count} node(s): {len(fit)} node(s) have that many "
+                                 f"({', '.join(f'{n}: {c}' for n, c in counts.items() if c) or 'none'})")
 
 
-def verify(text: str, job_id: int, gpus: int, nodes: tuple[str, ...] | list[str], argv: list[str],
-           gpu_type: str = "") -> GpuRequest:
-    """The job's request read back after `argv`; `GpuCountMismatch` naming both when it is not `gpus` of
-    `gpu_type` on `nodes` (type names compared ignoring case)."""
+TYPED_UPDATE_FROM = (23, 2)
+"""The first Slurm version whose `Gres=gpu:TYPE:N` update moves a pending job to another type (see `plan_update`)."""
+
+
+@dataclass(frozen=True)
+class GpuUpdate:
+    """The one `scontrol update` that gives a job its new GPUs, and the request Slurm must show after it."""
+
+    argv: list[str]
+    want: GpuRequest
+    check_excluded: bool = False
+    """Whether the read-back's excluded nodes are part of the change (the 22.05 way to a type)."""
+
+
+def plan_update(version: str, current: GpuRequest, records: Iterable[NodeRecord], job_id: int, gpus: int,
+                nodes: tuple[str, ...], gpu_type: str = "") -> GpuUpdate:
+    """The update that moves a pending or held job to `gpus` whole GPUs (of `gpu_type` when given) on `nodes`,
+    refused before any command runs where this Slurm version would refuse, ignore or strand it.
+
+    Measured on a local cluster of two fake types (22.05.8 and 24.11.5; tests/slurm/test_type_move_live.py):
+
+    - 24.11: `Gres=gpu:a100:1` on a held job replaces its request, typed (`gpu:t4:1`) or not, and the job runs
+      on an a100 node; `Gres=gpu:1` makes a typed job untyped. Taken to hold from 23.02 (`TYPED_UPDATE_FROM`,
+      as `check_change`); the versions between were not tried.
+    - 22.05 keeps the GPU type a job was submitted with: `Gres=gpu:a100:1` on a held `gpu:t4:1` job exits 0 and
+      the job then never runs (BadConstraints), as with `gpu:a100:1,gpu:t4:0` or two updates; `TresPerNode=` is
+      ignored; untyped → typed and typed → untyped are refused ("with and without type identification"). So an
+      untyped job reaches a type by excluding every node of another type (`ExcNodeList=`, read back in
+      `excluded_nodes`), and a typed job keeps its type (a count change within it works).
+    - Both accept an unknown type, a type in another case (`gpu:A100:1`: names are case-sensitive) or more GPUs
+      of a type than a node has with exit 0, and the job then never runs: `check_type` refuses those first.
+    """
+    check_change(version, job_id, current)
+    typed_update = _major_minor(version) >= TYPED_UPDATE_FROM
+    if not typed_update and current.gpu_type and gpu_type != current.gpu_type:
+        raise InvalidActionError(
+            f"job {job_id} asks for GPUs of type {current.gpu_type} ({current}); Slurm {version} keeps the type a job "
+            f"was submitted with (an update to {f'gpu:{gpu_type}' if gpu_type else 'an untyped gpu'} is refused, or "
+            "accepted and the job then never runs): submit it with an untyped --gres=gpu:N to let it move between "
+            "types, or use Slurm 23.02 or later")
     names = expand_hostlist(",".join(nodes))
     count = len(names) or 1
-    want = GpuRequest("gpu", gpus // count, count, names, gpu_type)
+    argv = commands.set_gpu_count(job_id, gpus, nodes, gpu_type)  # validates the id, nodes, type and the split
+    per_node = gpus // count
+    if not gpu_type:
+        return GpuUpdate(argv, GpuRequest("gpu", per_node, count, names))
+    records = tuple(records)
+    check_type(records, job_id, gpu_type, per_node, count, names)
+    if typed_update or current.gpu_type == gpu_type:
+        return GpuUpdate(argv, GpuRequest("gpu", per_node, count, names, gpu_type))
+    others = tuple(r.name for r in records if not _type_count(r, gpu_type))
+    argv = commands.set_gpu_count(job_id, gpus, nodes, "", exclude=others)
+    return GpuUpdate(argv, GpuRequest("gpu", per_node, count, names, "", others), check_excluded=True)
+
+
+def verify(text: str, job_id: int, update: GpuUpdate) -> GpuRequest:
+    """The job's request read back after `update`; `GpuCountMismatch` naming both when it is not the one wanted
+    (its excluded nodes compared only where the update set them)."""
     got = request_of(text, job_id)
-    if replace(got, gpu_type=got.gpu_type.lower()) != replace(want, gpu_type=gpu_type.lower()):
-        raise GpuCountMismatch(argv, 0, "", f"job {job_id}: asked Slurm for {want}, it holds {got}")
+    seen = got if update.check_excluded else replace(got, excluded_nodes=update.want.excluded_nodes)
+    if seen != update.want:
+        raise GpuCountMismatch(update.argv, 0, "", f"job {job_id}: asked Slurm for {update.want}, it holds {got}")
     return got

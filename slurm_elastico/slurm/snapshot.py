@@ -22,14 +22,14 @@ def node_gpu_memory(record: NodeRecord, gpu_memory_mib: int, type_memory: Mappin
     untyped node or when no type is configured (a one-type cluster keeps its settings unchanged).
 
     `ConfigError` naming the node, its type and the configured types when `type_memory` lacks the node's type:
-    the planner would size shapes for a memory it does not know. Type names compare ignoring case, as Slurm's.
+    the planner would size shapes for a memory it does not know. Names are compared exactly, as Slurm does (it
+    refuses `gpu:A100:1` on nodes of `gpu:a100:4`).
     """
     kind = record.gpu_type
     if not kind or not type_memory:
         return gpu_memory_mib
-    folded = {k.lower(): v for k, v in type_memory.items()}
-    if kind.lower() in folded:
-        return folded[kind.lower()]
+    if kind in type_memory:
+        return type_memory[kind]
     raise ConfigError("gpu.types", [
         f"node {record.name} has GPUs of type {kind!r} (gres {record.gres!r}), which gpu.types does not name; "
         f"configured: {', '.join(sorted(type_memory))}; add gpu.types.{kind}.memory_mib (memory of one such GPU)"])

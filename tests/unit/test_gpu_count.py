@@ -6,7 +6,13 @@ from pathlib import Path
 import pytest
 
 from slurm_elastico.errors import InvalidActionError
-from slurm_elastico.slurm.gpu_count import GpuCountMismatch, GpuRequest, check_change, request_of, verify
+from slurm_elastico.slurm.gpu_count import GpuCountMismatch, GpuRequest, GpuUpdate, check_change, request_of
+from slurm_elastico.slurm.gpu_count import verify as verify_update
+
+
+def verify(text, job_id, gpus, nodes, argv):
+    """The read-back of an untyped update of `gpus` GPUs over `nodes` (`GpuUpdate` as `plan_update` makes it)."""
+    return verify_update(text, job_id, GpuUpdate(argv, GpuRequest("gpu", gpus // len(nodes), len(nodes), nodes)))
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 

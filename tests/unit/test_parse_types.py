@@ -8,6 +8,7 @@ Slurm prints (`gpu:a100:4(S:0-1)`, several entries on one node; `gres:gpu:a100:2
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -70,7 +71,7 @@ def test_nodes_of_both_versions_have_their_type_and_memory_per_type(version, nam
     assert [(r.name, r.gpu_type, r.gpus, r.gpu_types) for r in records] == [
         ("n1", "t4", 4, (("t4", 4),)), ("n2", "t4", 4, (("t4", 4),)), ("n3", "a100", 4, (("a100", 4),)),
         ("n4", "a100", 4, (("a100", 2), ("v100", 2)))]
-    nodes = build_nodes(records, (), gpu_memory_mib=16384, type_memory={"a100": 40960, "T4": 15360, "v100": 16384})
+    nodes = build_nodes(records, (), gpu_memory_mib=16384, type_memory={"a100": 40960, "t4": 15360, "v100": 16384})
     assert [(n.gpu_type, n.gpu_memory_mib) for n in nodes] == [("t4", 15360), ("t4", 15360), ("a100", 40960),
                                                               ("a100", 40960)]
     # No gpu.types: every GPU has gpu.memory_mib, typed or not (a one-type cluster keeps its settings).
@@ -114,33 +115,119 @@ def test_typed_jobs_of_both_versions(version, name, form):
                                           ("24.11", "squeue_json_gpu_count_held_2x2.json")])
 def test_a_typed_request_is_read_back_and_checked_with_its_type(version, name):
     d = doc(version, name)
-    text = json.dumps(d)
     job_id = d["jobs"][0]["job_id"]
-    plain = gpu_count.request_of(text, job_id)
-    assert plain.gpu_type == ""
+    plain = gpu_count.request_of(json.dumps(d), job_id)
+    assert plain.gpu_type == "" and plain.excluded_nodes == ()
     prefix = "gres:" if version == "22.05" else "gres/"
     d["jobs"][0]["tres_per_node"] = f"{prefix}gpu:a100:{plain.count}"
     typed = json.dumps(d)
     got = gpu_count.request_of(typed, job_id)
     assert got.gpu_type == "a100" and f"gpu:a100:{plain.count}" in str(got)
-    nodes, gpus = got.required_nodes, plain.count * plain.node_count
-    assert gpu_count.verify(typed, job_id, gpus, nodes, ["x"], "A100") == got  # Slurm's names ignore case
-    with pytest.raises(gpu_count.GpuCountMismatch, match="asked Slurm for gpu:t4:"):
-        gpu_count.verify(typed, job_id, gpus, nodes, ["x"], "t4")
-    with pytest.raises(gpu_count.GpuCountMismatch, match="it holds gpu:a100:"):
-        gpu_count.verify(typed, job_id, gpus, nodes, ["x"], "")
+    want = gpu_count.GpuRequest("gpu", plain.count, plain.node_count, got.required_nodes, "a100")
+    assert gpu_count.verify(typed, job_id, gpu_count.GpuUpdate(["x"], want)) == got
+    for other in ("t4", "A100", ""):  # Slurm's type names are case-sensitive
+        with pytest.raises(gpu_count.GpuCountMismatch, match=f"asked Slurm for gpu:{other + ':' if other else ''}"):
+            gpu_count.verify(typed, job_id, gpu_count.GpuUpdate(["x"], replace(want, gpu_type=other)))
+    # The 22.05 way to a type: excluded nodes, read back from `excluded_nodes` and checked where the update set them.
+    d["jobs"][0]["tres_per_node"] = f"{prefix}gpu:{plain.count}"
+    d["jobs"][0]["excluded_nodes"] = "n[1-2]"
+    kept = json.dumps(d)
+    away = replace(want, gpu_type="", excluded_nodes=("n1", "n2"))
+    assert gpu_count.verify(kept, job_id, gpu_count.GpuUpdate(["x"], away, check_excluded=True)).excluded_nodes == (
+        "n1", "n2")
+    with pytest.raises(gpu_count.GpuCountMismatch, match="not on n1,n2"):
+        gpu_count.verify(kept, job_id, gpu_count.GpuUpdate(["x"], replace(away, excluded_nodes=("n1",)),
+                                                           check_excluded=True))
 
 
-def test_a_type_no_node_has_is_refused_naming_it_and_the_clusters_types():
+def test_a_type_no_node_set_can_hold_is_refused_naming_it_and_what_the_cluster_has():
     records = parse_sinfo(typed_nodes("22.05", "sinfo.json"))
     assert gpu_count.cluster_types(records) == ("t4", "a100", "v100")
-    gpu_count.check_type(records, 7, "T4")
+    gpu_count.check_type(records, 7, "t4", per_node=4, node_count=2)
     gpu_count.check_type(records, 7, "")
     with pytest.raises(InvalidActionError, match=r"job 7 cannot be moved to GPU type 'h100'.*are t4, a100, v100"):
         gpu_count.check_type(records, 7, "h100")
+    with pytest.raises(InvalidActionError, match="type 'T4'"):  # Slurm refuses gpu:T4 on gpu:t4 nodes
+        gpu_count.check_type(records, 7, "T4")
+    with pytest.raises(InvalidActionError, match=r"8 GPU\(s\) of type a100 on each of 1 node\(s\): 0 node\(s\)"):
+        gpu_count.check_type(records, 7, "a100", per_node=8)
+    with pytest.raises(InvalidActionError, match=r"4 GPU\(s\) of type a100 on each of n3, n4: n4 \(2\)"):
+        gpu_count.check_type(records, 7, "a100", per_node=4, node_count=2, nodes=("n3", "n4"))
+    with pytest.raises(InvalidActionError, match=r"on each of 3 node\(s\): 2 node\(s\) have that many"):
+        gpu_count.check_type(records, 7, "t4", per_node=1, node_count=3)
     untyped = parse_sinfo((DATA / "22.05" / "sinfo.json").read_text())
     with pytest.raises(InvalidActionError, match="gres name no GPU type"):
         gpu_count.check_type(untyped, 7, "a100")
+
+
+@pytest.mark.parametrize("version,current,form", [
+    ("24.11.5", "t4", ["Gres=gpu:a100:1"]),                      # the typed form replaces the request
+    ("24.11.5", "", ["Gres=gpu:a100:1"]),
+    ("22.05.8", "", ["Gres=gpu:1", "ExcNodeList=n1,n2"]),       # 22.05: untyped, every other node excluded
+    ("22.05.8", "a100", ["Gres=gpu:a100:1"]),                   # 22.05: a count change within its type
+])
+def test_the_update_to_a_type_fits_the_version_and_the_jobs_request(version, current, form):
+    records = parse_sinfo(typed_nodes("22.05", "sinfo.json"))  # n1, n2 t4; n3 a100; n4 a100 and v100
+    now = gpu_count.GpuRequest("gpu", 1, 1, (), current)
+    update = gpu_count.plan_update(version, now, records, 5, 1, (), "a100")
+    assert update.argv[:3] == ["scontrol", "update", "JobId=5"] and all(f in update.argv for f in form)
+    assert update.want.gpu_type == ("" if "ExcNodeList=n1,n2" in form else "a100")
+    assert update.check_excluded == ("ExcNodeList=n1,n2" in form)
+
+
+def test_slurm_22_05_keeps_a_jobs_first_type_so_a_move_to_another_is_refused_before_any_update():
+    records = parse_sinfo(typed_nodes("22.05", "sinfo.json"))
+    with pytest.raises(InvalidActionError) as e:
+        gpu_count.plan_update("22.05.8", gpu_count.GpuRequest("gpu", 1, 1, (), "t4"), records, 5, 1, (), "a100")
+    assert "keeps the type a job was submitted with" in str(e.value) and "untyped --gres=gpu:N" in str(e.value)
+    with pytest.raises(InvalidActionError, match="an update to an untyped gpu is refused"):
+        gpu_count.plan_update("22.05.8", gpu_count.GpuRequest("gpu", 1, 1, (), "t4"), records, 5, 2, (), "")
+    same = gpu_count.plan_update("22.05.8", gpu_count.GpuRequest("gpu", 1, 1, (), "t4"), records, 5, 2, (), "t4")
+    assert "Gres=gpu:t4:2" in same.argv
+    untyped = gpu_count.plan_update("22.05.8", gpu_count.GpuRequest("gpu", 1, 1, ()), records, 5, 2, (), "")
+    assert "Gres=gpu:2" in untyped.argv and not any(a.startswith("ExcNodeList") for a in untyped.argv)
+    # 24.11 replaces a typed request by an untyped one.
+    assert "Gres=gpu:2" in gpu_count.plan_update("24.11.5", gpu_count.GpuRequest("gpu", 1, 1, (), "t4"), records, 5,
+                                                 2, (), "").argv
+
+
+# ----------------------------------------------------------------------------- recorded on typed clusters
+
+RECORDED = Path(__file__).resolve().parent.parent / "data" / "slurm"
+
+
+@pytest.mark.parametrize("name", ["22.05/sinfo_json_typed.json", "24.11/scontrol_show_node_json_typed.json"])
+def test_recorded_typed_nodes(name):
+    """Recorded from `elastico cluster up --gpu-types t4:1,a100:1`: each version types the MPS count too
+    ("gpu:t4:4,mps:t4:400"), which counts as the node's shares all the same."""
+    records = parse_sinfo((RECORDED / name).read_text())
+    assert [(r.name, r.gres, r.gpu_type, r.gpus, r.mps_total) for r in records] == [
+        ("n1", "gpu:t4:4,mps:t4:400", "t4", 4, 400), ("n2", "gpu:a100:4,mps:a100:400", "a100", 4, 400)]
+    nodes = build_nodes(records, (), gpu_memory_mib=1, type_memory={"t4": 15360, "a100": 40960})
+    assert [(n.gpu_type, n.gpu_memory_mib, n.gpus[0].shares_total) for n in nodes] == [("t4", 15360, 100),
+                                                                                     ("a100", 40960, 100)]
+
+
+def test_recorded_typed_jobs_of_22_05():
+    """22.05: job 1 `--gres=gpu:t4:1`, job 2 `--gres=gpu:1` (on a t4 node), job 3 updated to `Gres=gpu:A100:1`
+    (another case than the nodes' a100: never runnable)."""
+    jobs = {j.job_id: j for j in parse_squeue((RECORDED / "22.05/squeue_json_typed.json").read_text())}
+    assert jobs[1].gres == GresRequest("gpu", 1, "t4") and jobs[1].gpu_alloc == (("n1", 0, 0),)
+    assert jobs[2].gres == GresRequest("gpu", 1) and jobs[2].gpu_alloc == (("n1", 1, 0),)
+    assert jobs[3].gres == GresRequest("gpu", 1, "A100") and jobs[3].reason == "BadConstraints"
+
+
+def test_recorded_typed_jobs_of_24_11():
+    """24.11: held jobs updated to a100, untyped, h100 (unknown), a100:8 (more than a node has), ExcNodeList=n1
+    and A100; then a running t4 job moved to a100 by requeuehold, `Gres=gpu:a100:1` and release."""
+    held = parse_squeue((RECORDED / "24.11/squeue_json_typed_held.json").read_text())
+    assert [(j.job_id, str(j.gres)) for j in held] == [(1, "gpu:a100:1"), (2, "gpu:1"), (3, "gpu:a100:1"),
+                                                        (4, "gpu:h100:1"), (5, "gpu:a100:8"), (6, "gpu:1"),
+                                                        (7, "gpu:A100:1")]
+    assert gpu_count.request_of((RECORDED / "24.11/squeue_json_typed_held.json").read_text(), 6).excluded_nodes == (
+        "n1",)
+    moved = parse_squeue((RECORDED / "24.11/squeue_json_typed_moved.json").read_text())[0]
+    assert moved.gres == GresRequest("gpu", 1, "a100") and moved.gpu_alloc == (("n2", 0, 0),)
 
 
 def test_typed_actions_become_typed_gres_updates():
