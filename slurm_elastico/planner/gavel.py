@@ -52,8 +52,8 @@ from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Action, Family, JobView, Placement, Plan, Shape, Snapshot
 from slurm_elastico.planner.baselines import planned_jobs
 from slurm_elastico.planner.narrowers import whole_gpu_any_batch
-from slurm_elastico.planner.per_type import (gpus_of, keep_actions, place_on, preempt_actions, running_on, speed_table,
-                                          start_actions, state_of, types_of, with_state)
+from slurm_elastico.planner.per_type import (gpus_of, keep_actions, place_on, preempt_actions, running_on,
+                                             speed_table, start_actions, state_of, types_of, with_state)
 
 ROUND_S = 360.0
 """Gavel's round in Sia's evaluation (`run_experiment.sh`: `--policy=gavel --interval=360`)."""

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import SlowdownModel
-from slurm_elastico.model import Action, ActionKind, Family, Placement, Plan, Shape, Snapshot
+from slurm_elastico.model import Action, ActionKind, Family, Plan, Shape, Snapshot
 from slurm_elastico.planner.narrowers import whole_gpu_any_batch
 from slurm_elastico.planner.per_type import gpus_of, running_on, speed_table, state_of, with_state
 from slurm_elastico.planner.pollux import PolluxPolicy

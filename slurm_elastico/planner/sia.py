@@ -32,9 +32,9 @@ configuration plus λ_n = 1.1 for each job given none, p = −0.5 (the paper's
 and the artifact's settings: `run_experiment.sh`), with at most one
 configuration per job and the GPUs of each type as capacity: an integer
 programme (CBC to a relative gap of 1e-4 in the artifact; here exact, by
-dynamic programming over each type's GPUs left, `solve`). A job still restoring from its last start (younger
-than d since it started) keeps what it has, as do jobs Slurm would not
-requeue. Jobs that keep their configuration keep their GPUs; the others are
+dynamic programming over each type's GPUs left, `solve`). A job still
+restoring from its last start (younger than d since it started) keeps what
+it has, as do jobs Slurm would not requeue. Jobs that keep their configuration keep their GPUs; the others are
 placed on their type's nodes, largest first (`planner.per_type.place_on`), the
 largest smaller count of the same type where the chosen one cannot be
 placed. A job that keeps its GPUs changes its batch in place only when the
@@ -43,8 +43,8 @@ goodput gained over its remaining work pays a restart (as `planner.pollux`).
 State Slurm forgets, in the AdminComment beside `elastico:shape=`:
 `elastico:sia.top=` (most GPUs held), `elastico:sia.ran=` (types it has run on,
 `+`-joined), `elastico:sia.held=1` (preempted by this policy, to be resumed):
-under `elastico:`, so the helper counts them as a policy's own parts. Pure: a `Snapshot`
-and families in, a `Plan` out.
+under `elastico:`, so the helper counts them as a policy's own parts. Pure: a
+`Snapshot` and families in, a `Plan` out.
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ from slurm_elastico.planner.baselines import planned_jobs
 from slurm_elastico.planner.gpu_choice import start_key
 from slurm_elastico.planner.narrowers import whole_gpu_any_batch
 from slurm_elastico.planner.pollux import restart_factor
-from slurm_elastico.planner.per_type import (TypeView, keep_actions, place_on, preempt_actions, running_on, speed_table,
-                                          start_actions, state_of, types_of, with_state)
+from slurm_elastico.planner.per_type import (TypeView, keep_actions, place_on, preempt_actions, running_on,
+                                             speed_table, start_actions, state_of, types_of, with_state)
 from slurm_elastico.shapes.current import named_in_comment
 
 POWER = -0.5
