@@ -14,11 +14,13 @@ that gets no answer is `SlurmUnavailable`, never an empty cluster (`answers`).
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 
-from slurm_elastico.errors import InvalidActionError, SlurmError, UnknownJobError
+from slurm_elastico.errors import ElasticoError, InvalidActionError, SlurmError, UnknownJobError
 from slurm_elastico.model import Action, ActionKind, JobState, JobView, Snapshot
 from slurm_elastico.slurm import commands, gpu_count
 from slurm_elastico.slurm.accounting import SacctRecord, parse_sacct
@@ -29,6 +31,8 @@ from slurm_elastico.slurm.places import RESTART_TIMEOUT_S, Places
 from slurm_elastico.slurm.runner import Completed, Runner
 from slurm_elastico.slurm.schema import slurm_version
 from slurm_elastico.slurm.snapshot import build_nodes, partitions_from
+
+log = logging.getLogger(__name__)
 
 REVOKE_GAP_S = 2.0
 """Least time between a requeue-hold and the release of the job (see `requeue_with_share`)."""
@@ -191,19 +195,26 @@ class SlurmGateway:
                 self._run(nodes_argv)
         self._requeue(job_id, nodes, stop_timeout_s, update)
 
-    def _requeue(self, job_id: int, nodes: Sequence[str], stop_timeout_s: float, update: Callable[[], None]) -> None:
-        """The requeue both reshapes share: its place kept (`Places.kept`), requeuehold, wait until it is
-        pending, `update()` its request, into its place, StartTime=now, release; released whatever fails."""
-        with self._places.kept(job_id, self._place_argv(job_id, nodes, stop_timeout_s)) as place:
+    def _requeue(self, job_id: int, nodes: Sequence[str], stop_timeout_s: float, update: Callable[[], None],
+                 keep_place: bool = True) -> None:
+        """The requeue both reshapes share: its place kept (`Places.kept`; not for a job that leaves its nodes for
+        others not named, `keep_place` False), requeuehold, wait until it is pending, `update()` its request, into
+        its place, StartTime=now, release; released whatever fails."""
+        kept = self._places.kept(job_id, self._place_argv(job_id, nodes, stop_timeout_s)) if keep_place else nullcontext()
+        with kept as place:
             self._run(commands.requeue_hold(job_id))
             held_at = self._clock()
+            restarted = False
             try:
                 self.wait_state(job_id, (JobState.PENDING,), stop_timeout_s)
                 update()
                 if place is not None:
                     self._run(commands.set_reservation(job_id, place))
                 self._run(commands.start_now(job_id))
+                restarted = True
             finally:
+                if not restarted:  # on its old request, where it ran (its place when that is where it ran)
+                    self._restart_anyway(job_id, None if nodes else place)
                 # slurmd refuses a credential issued in the same second as the revocation of the
                 # job's previous one ("Job credential revoked": the job FAILS instead of running);
                 # Slurm's default ~120 s BeginTime exists for this. Two seconds are enough.
@@ -211,6 +222,16 @@ class SlurmGateway:
                 if wait > 0:
                     self._sleep(wait)
                 self._run(commands.release(job_id))
+
+    def _restart_anyway(self, job_id: int, place: str | None) -> None:
+        """After a failed update: into its place (if given) and StartTime=now, so the job, released on its old
+        request, runs again at once; without them it waited out Slurm's ~120 s BeginTime (measured on 22.05), or
+        its own place until `RESTART_TIMEOUT_S`. Best effort: a refusal is logged, the release follows anyway."""
+        for argv in ([commands.set_reservation(job_id, place)] if place else []) + [commands.start_now(job_id)]:
+            try:
+                self._run(argv)
+            except ElasticoError as exc:
+                log.warning("job %d, released after a failed update: %s refused: %s", job_id, " ".join(argv), exc)
 
     def _place_argv(self, job_id: int, nodes: Sequence[str], stop_timeout_s: float = 120.0) -> list[str]:
         """`commands.reserve_place` for this job: its owner, `nodes` or else those it runs on, long enough for a stop
@@ -252,11 +273,13 @@ class SlurmGateway:
         if action.gpu_type and (action.kind is ActionKind.SET_GPUS or action.kind is ActionKind.RESHAPE_RUNNING
                                 and action.gpus is not None):
             # The form depends on the version and the job's request (`gpu_count.plan_update`): read them.
-            update = self._gpu_update(action.job_id, commands.need(action.gpus, action), action.nodes,
-                                      action.gpu_type).argv
+            plan = self._gpu_update(action.job_id, commands.need(action.gpus, action), action.nodes, action.gpu_type)
             jid = action.job_id
-            cmds = [update] if action.kind is ActionKind.SET_GPUS else [
-                commands.requeue_hold(jid), update, commands.start_now(jid), commands.release(jid)]
+            if action.kind is ActionKind.SET_GPUS:
+                return [plan.argv]
+            cmds = [commands.requeue_hold(jid), plan.argv, commands.start_now(jid), commands.release(jid)]
+            if not plan.keep_place:
+                return cmds
         elif action.kind is ActionKind.SET_GPUS or (action.kind is ActionKind.RESHAPE_RUNNING and action.gpus is not None):
             cmds = commands.gpu_count_argv(action)
         else:
@@ -275,8 +298,9 @@ class SlurmGateway:
         text = self._read(commands.squeue_job_json(job_id))
         version = slurm_version(text)
         records = parse_sinfo(self._read(commands.nodes_json(version))) if gpu_type else ()
+        on = next((j.nodes for j in parse_squeue(text) if j.job_id == job_id), ())
         return gpu_count.plan_update(version, gpu_count.request_of(text, job_id), records, job_id, gpus,
-                                     tuple(nodes), gpu_type)
+                                     tuple(nodes), gpu_type, on)
 
     def _apply_gpu_update(self, job_id: int, update: gpu_count.GpuUpdate) -> None:
         self._run(update.argv)
@@ -303,7 +327,7 @@ class SlurmGateway:
         update, a mismatch), the job is released, on its old request.
         """
         update = self._gpu_update(job_id, gpus, nodes, gpu_type)
-        self._requeue(job_id, nodes, stop_timeout_s, lambda: self._apply_gpu_update(job_id, update))
+        self._requeue(job_id, nodes, stop_timeout_s, lambda: self._apply_gpu_update(job_id, update), update.keep_place)
 
     def apply(self, action: Action) -> None:
         """Carry out one planner action.

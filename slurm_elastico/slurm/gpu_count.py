@@ -166,10 +166,13 @@ class GpuUpdate:
     want: GpuRequest
     check_excluded: bool = False
     """Whether the read-back's excluded nodes are part of the change (the 22.05 way to a type)."""
+    keep_place: bool = True
+    """Whether a requeue keeps the job's present nodes for it (`places`): not when it moves to another type
+    without named nodes, since it runs elsewhere and a place there would hold it pending for its whole time."""
 
 
 def plan_update(version: str, current: GpuRequest, records: Iterable[NodeRecord], job_id: int, gpus: int,
-                nodes: tuple[str, ...], gpu_type: str = "") -> GpuUpdate:
+                nodes: tuple[str, ...], gpu_type: str = "", on: tuple[str, ...] = ()) -> GpuUpdate:
     """The update that moves a pending or held job to `gpus` whole GPUs (of `gpu_type` when given) on `nodes`,
     refused before any command runs where this Slurm version would refuse, ignore or strand it.
 
@@ -202,11 +205,14 @@ def plan_update(version: str, current: GpuRequest, records: Iterable[NodeRecord]
         return GpuUpdate(argv, GpuRequest("gpu", per_node, count, names))
     records = tuple(records)
     check_type(records, job_id, gpu_type, per_node, count, names)
+    # `on`: the nodes the job runs on now; leaving them for unnamed nodes of the type, it keeps no place there.
+    stays = bool(names) or all(_type_count(r, gpu_type) for r in records if r.name in on)
     if typed_update or current.gpu_type == gpu_type:
-        return GpuUpdate(argv, GpuRequest("gpu", per_node, count, names, gpu_type))
+        return GpuUpdate(argv, GpuRequest("gpu", per_node, count, names, gpu_type), keep_place=stays)
     others = tuple(r.name for r in records if not _type_count(r, gpu_type))
     argv = commands.set_gpu_count(job_id, gpus, nodes, "", exclude=others)
-    return GpuUpdate(argv, GpuRequest("gpu", per_node, count, names, "", others), check_excluded=True)
+    return GpuUpdate(argv, GpuRequest("gpu", per_node, count, names, "", others), check_excluded=True,
+                     keep_place=stays)
 
 
 def verify(text: str, job_id: int, update: GpuUpdate) -> GpuRequest:

@@ -59,6 +59,10 @@ def test_requeue_releases_and_gives_back_its_place_even_when_update_fails():
     assert runner.calls[2] == ["scontrol", "requeuehold", "23"]
     assert runner.calls[-3:] == [["scontrol", "release", "23"], ["scontrol", "update", "JobId=23", "Reservation="],
                                  ["scontrol", "delete", "ReservationName=elastico-requeue-23"]]
+    # Released on its old request into its place and with StartTime=now, so it runs again at once, not after
+    # Slurm's ~120 s BeginTime (measured on 22.05) or its own place's timeout.
+    assert runner.calls[-5:-2] == [["scontrol", "update", "JobId=23", "Reservation=elastico-requeue-23"],
+                                   ["scontrol", "update", "JobId=23", "StartTime=now"], ["scontrol", "release", "23"]]
 
 
 def test_a_place_slurm_refuses_twice_leaves_the_requeue_as_before():
