@@ -1,0 +1,164 @@
+"""A training job moved between fake GPU types through real Slurm, ending exactly where it would have unmoved.
+
+A local cluster of two fake types (`--gpu-types t4:1,a100:1`: n1 has `Gres=gpu:t4:4`, n2 `Gres=gpu:a100:4`) of
+its own, beside the session cluster: the tiny training job (wrappers/examples/train_tiny.py under elastico-submit,
+`--gres=gpu:t4:1`; on 22.05, which keeps a job's first type, `--gres=gpu:1 --nodelist=n1`) is moved the helper's
+way, AdminComment then a RESHAPE_RUNNING action with gpu_type a100 (requeuehold → SIGTERM → checkpoint →
+`Gres=gpu:a100:1`, on 22.05 `Gres=gpu:1 ExcNodeList=n1` → StartTime=now → release), and its final parameters are
+compared with a run that never moved. Slurm 22.05 here, 24.11 through etc/dev/other-slurm.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+
+import pytest
+import torch
+
+from slurm_elastico.cluster import LocalCluster
+from slurm_elastico.errors import InvalidActionError, SlurmError
+from slurm_elastico.model import Action, ActionKind, GresRequest, JobState
+from slurm_elastico.slurm.gpu_count import TYPED_UPDATE_FROM
+
+from conftest import worker_index
+from live_helpers import EXAMPLES, Cluster, wait_for
+from test_wrappers_live import params, steps_after
+
+pytestmark = pytest.mark.live
+
+PORT_BASE = 27617
+"""Ports of this module's typed cluster (slurmd at base + 184): above test_cluster_live's, 100 apart per worker."""
+FAMILY = """kind: train
+global_batch: 32
+micro_batches: [8, 16]
+precisions: [fp32]
+checkpointing: [false]
+steps: 20
+mps_shares: [100]
+default: mb8-fp32-mps100
+"""
+SLEEPER = "#!/bin/bash\necho up on $SLURMD_NODENAME restarts=${SLURM_RESTART_COUNT:-0}\nwhile true; do sleep 0.1; done\n"
+
+
+@pytest.fixture(scope="module")
+def typed(tmp_path_factory, worker_id):
+    """A running cluster of two fake types, n1 t4 and n2 a100 (4 GPUs each), and a Cluster of jobs on it."""
+    cluster = LocalCluster(tmp_path_factory.mktemp("typed"), gpu_types="t4:1,a100:1",
+                           port_base=PORT_BASE + 100 * worker_index(worker_id))
+    try:
+        cluster.up()
+        c = Cluster(dict(cluster.env()), tmp_path_factory.mktemp("typed-jobs"), {"train.yaml": FAMILY},
+                    config="gpu:\n  types:\n    t4: {memory_mib: 15360}\n    a100: {memory_mib: 40960}\n")
+        (c.root / "sleeper.sh").write_text(SLEEPER)
+        yield cluster, c
+        c.cancel_all()
+    finally:
+        cluster.down()
+
+
+def sbatch(c: Cluster, *options: str) -> int:
+    done = subprocess.run(["sbatch", "--parsable", "--requeue", f"--output={c.root}/%j.out", *options,
+                           str(c.root / "sleeper.sh")], env=c.env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    job = int(done.stdout.split(";")[0])
+    c.ids.append(job)
+    return job
+
+
+def running_on(c: Cluster, job: int, restarts: int = 0):
+    return wait_for(lambda: (lambda v: v if v.state is JobState.RUNNING and v.restarts >= restarts and v.nodes else None)(
+        c.gateway.job(job)), f"job {job} running (restarts {restarts})", timeout=60)
+
+
+def test_the_snapshot_has_each_nodes_type_and_its_memory(typed):
+    cluster, c = typed
+    c.gateway.type_memory = {"t4": 15360, "a100": 40960}
+    nodes = {n.name: n for n in c.gateway.snapshot().nodes}
+    assert [(nodes[n].gpu_type, nodes[n].gpu_memory_mib, len(nodes[n].gpus)) for n in ("n1", "n2")] == [
+        ("t4", 15360, 4), ("a100", 40960, 4)]
+    assert all(g.shares_total == 100 for n in nodes.values() for g in n.gpus)  # MPS keeps its 100 shares per GPU
+
+
+def typed_slurm(cluster: LocalCluster) -> bool:
+    """Whether this Slurm replaces a job's GPU type by `Gres=gpu:TYPE:N` (24.11; 22.05 keeps a job's first type,
+    so there the job starts untyped, pinned to n1, and reaches a100 by `ExcNodeList=`: `gpu_count.plan_update`)."""
+    return cluster.spec.version >= TYPED_UPDATE_FROM
+
+
+def test_training_moved_from_t4_to_a100_ends_bit_identical_to_the_unmoved_run(typed):
+    cluster, c = typed
+    on_t4 = ("--gres=gpu:t4:1",) if typed_slurm(cluster) else ("--gres=gpu:1", "--nodelist=n1")
+    script, common = EXAMPLES / "train_tiny.py", ("--deterministic", "--step-sleep", "0.3")
+    ref = c.submit("train.yaml", script, *common, options=on_t4)
+    seed = c.submit("train.yaml", script, *common, "--data-seed", "1", options=on_t4)
+    job = c.submit("train.yaml", script, *common, options=on_t4)
+    assert running_on(c, job).nodes == ("n1",)
+    # The family's shape on t4, and the same on a100: "mb8-fp32-mps100", or "...@t4" and "...@a100" where the
+    # families are enumerated per type of gpu.types.
+    first = c.wait_text(job, lambda t: re.search(r"train_tiny: shape (\S+):", t), "the program on t4")
+    shape = re.search(r"train_tiny: shape (\S+):", first).group(1)
+    target = shape.replace("@t4", "@a100")
+    c.wait_text(job, lambda t: steps_after(t, f"train_tiny: shape {shape}:") >= 4, "4 steps on t4")
+    began = time.monotonic()
+    c.gateway.set_admin_comment(job, f"elastico:shape={target}")
+    c.gateway.apply(Action(ActionKind.RESHAPE_RUNNING, job, "to a100", gpus=1, gpu_type="a100"))
+    view = running_on(c, job, restarts=1)
+    again = c.wait_text(job, lambda t: t.count("train_tiny: shape ") >= 2, "the program again")
+    moved_s = time.monotonic() - began
+    assert re.findall(r"train_tiny: shape (\S+):", again)[1] == target and view.nodes == ("n2",)
+    assert view.gres == GresRequest("gpu", 1, "a100" if typed_slurm(cluster) else "")
+    for j in (ref, seed, job):
+        c.wait_done(j, timeout=180)
+    runs = c.summaries(job)
+    assert [r["status"] for r in runs] == ["checkpointed", "done"], c.text(job)
+    assert runs[1]["resumed_from"] == runs[0]["step"] and sum(r["steps_run"] for r in runs) == 20
+    reference = params(c.ckpt(ref))
+    assert torch.equal(params(c.ckpt(job)), reference)  # same shape on another type: bit for bit
+    assert runs[-1]["params_sha256"] == c.summaries(ref)[-1]["params_sha256"]
+    assert not torch.equal(params(c.ckpt(seed)), reference)
+    print(f"\nt4 -> a100 move on Slurm {cluster.spec.version}: the program running again {moved_s:.1f} s after the "
+          "helper's action")
+
+
+def test_a_move_slurm_would_strand_is_refused_before_the_job_is_touched(typed):
+    """Slurm accepts an unknown type, another case or too many GPUs with exit 0 and the job then never runs."""
+    cluster, c = typed
+    job = sbatch(c, *(("--gres=gpu:t4:1",) if typed_slurm(cluster) else ("--gres=gpu:1", "--nodelist=n1")))
+    refusals = [(job, 1, "h100", "GPU type 'h100': Slurm knows no such type on this cluster; the types its nodes "
+                                 "have are t4, a100"),
+                (job, 1, "A100", "GPU type 'A100'"),
+                (job, 8, "a100", "8 GPU(s) of type a100 on each of 1 node(s): 0 node(s) have that many (n2: 4)")]
+    if not typed_slurm(cluster):  # 22.05 keeps a job's first type
+        refusals.append((sbatch(c, "--gres=gpu:t4:1"), 1, "a100", "keeps the type a job was submitted with"))
+    for j, gpus, kind, said in refusals:
+        running_on(c, j)
+        with pytest.raises(InvalidActionError) as e:
+            c.gateway.requeue_with_gpus(j, gpus, gpu_type=kind)
+        assert said in str(e.value)
+    for j in {r[0] for r in refusals}:
+        view = c.gateway.job(j)
+        assert view.state is JobState.RUNNING and not view.held and view.restarts == 0
+
+
+def test_an_update_slurm_refuses_after_the_hold_releases_the_job_on_its_old_request(typed):
+    """The guarantee the executor relies on: a requeue whose update fails leaves no job held (no node n9 exists:
+    only Slurm, after the hold, says so)."""
+    cluster, c = typed
+    job = sbatch(c, "--gres=gpu:1", "--nodelist=n2")
+    running_on(c, job)
+    with pytest.raises(SlurmError, match="Invalid node name"):
+        c.gateway.requeue_with_gpus(job, 1, ("n9",))
+    view = running_on(c, job, restarts=1)
+    assert not view.held and view.gres == GresRequest("gpu", 1) and view.nodes == ("n2",)
+
+
+def test_a_pending_job_gets_its_type_and_runs_on_it(typed):
+    cluster, c = typed
+    job = sbatch(c, "--hold", "--gres=gpu:1")
+    c.gateway.set_gpus(job, 2, gpu_type="a100")
+    assert c.gateway.job(job).gres == GresRequest("gpu", 2, "a100" if typed_slurm(cluster) else "")
+    c.gateway.release(job)
+    view = running_on(c, job)
+    assert view.nodes == ("n2",) and len(view.gpu_indices) == 2
