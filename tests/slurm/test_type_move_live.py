@@ -2,10 +2,10 @@
 
 A local cluster of two fake types (`--gpu-types t4:1,a100:1`: n1 has `Gres=gpu:t4:4`, n2 `Gres=gpu:a100:4`) of
 its own, beside the session cluster: the tiny training job (wrappers/examples/train_tiny.py under elastico-submit,
-`--gres=gpu:t4:1`; on 22.05, which keeps a job's first type, `--gres=gpu:1 --nodelist=n1`) is moved the helper's
-way, AdminComment then a RESHAPE_RUNNING action with gpu_type a100 (requeuehold → SIGTERM → checkpoint →
-`Gres=gpu:a100:1`, on 22.05 `Gres=gpu:1 ExcNodeList=n1` → StartTime=now → release), and its final parameters are
-compared with a run that never moved. Slurm 22.05 here, 24.11 through etc/dev/other-slurm.
+`--gres=gpu:1 --nodelist=n1`: untyped, free to move between types) is moved the helper's way, AdminComment then a
+RESHAPE_RUNNING action with gpu_type a100 (requeuehold → SIGTERM → checkpoint → `Gres=gpu:a100:1`, on 22.05,
+which keeps a job's first type, `Gres=gpu:1 ExcNodeList=n1` → StartTime=now → release), and its final parameters
+are compared with a run that never moved. Slurm 22.05 here, 24.11 through etc/dev/other-slurm.
 """
 
 from __future__ import annotations
@@ -82,14 +82,15 @@ def test_the_snapshot_has_each_nodes_type_and_its_memory(typed):
 
 
 def typed_slurm(cluster: LocalCluster) -> bool:
-    """Whether this Slurm replaces a job's GPU type by `Gres=gpu:TYPE:N` (24.11; 22.05 keeps a job's first type,
-    so there the job starts untyped, pinned to n1, and reaches a100 by `ExcNodeList=`: `gpu_count.plan_update`)."""
+    """Whether this Slurm replaces a job's GPU request by `Gres=gpu:TYPE:N` (24.11; 22.05 keeps a job's first
+    type, so there an untyped job reaches a100 by `ExcNodeList=`: `gpu_count.plan_update`)."""
     return cluster.spec.version >= TYPED_UPDATE_FROM
 
 
 def test_training_moved_from_t4_to_a100_ends_bit_identical_to_the_unmoved_run(typed):
     cluster, c = typed
-    on_t4 = ("--gres=gpu:t4:1",) if typed_slurm(cluster) else ("--gres=gpu:1", "--nodelist=n1")
+    # Untyped, so the job may move between types (a typed --gres limits its family to that type), started on t4.
+    on_t4 = ("--gres=gpu:1", "--nodelist=n1")
     script, common = EXAMPLES / "train_tiny.py", ("--deterministic", "--step-sleep", "0.3")
     ref = c.submit("train.yaml", script, *common, options=on_t4)
     seed = c.submit("train.yaml", script, *common, "--data-seed", "1", options=on_t4)
