@@ -23,7 +23,13 @@ one srun step by elastico-run (`slurm_elastico.jobwrap.ranks`). Its program
 is a stand-in rank (Python, no torch) that prints when it is up and exits 75
 on SIGTERM at once, so the figure is the launcher's and Slurm's part; a real
 program adds its own checkpoint write (the `checkpoint save` column of the
-requeue row, for the tiny model) and start-up. Times are from the moment the
+requeue row, for the tiny model) and start-up. On a cluster of two GPU types
+(one this benchmark starts has t4 on n1-n2 and a100 on n3-n4) the training
+job is moved between them N times (`requeue_with_gpus` with the type:
+Gres=gpu:TYPE:1), and its final parameters are compared with an unmoved
+run's: `type_move_s` (median seconds to the program running again) and
+`type_move_max_rel_diff` (0 = bit-identical) in the JSON; null on a cluster of
+one type. Times are from the moment the
 helper acts, read off the job's output (polled every 20 ms). Prints a table,
 then one line of JSON with the figures.
 """
@@ -85,6 +91,17 @@ print("rank {} of {} up restarts={}".format(e.get("RANK", "0"), e.get("WORLD_SIZ
 while True:
     time.sleep(0.05)
 """
+TYPE_FAMILY = """kind: train
+global_batch: 32
+micro_batches: [8]
+precisions: [fp32]
+checkpointing: [false]
+steps: 60
+mps_shares: [100]
+default: mb8-fp32-mps100
+"""
+TYPES = "t4:2,a100:2"
+"""The fake GPU types of a cluster this benchmark starts (n1-n2 t4, n3-n4 a100): its type moves go between them."""
 GPU_MOVES = (("mb4-fp32-gpus2", 2), ("mb4-fp32-gpus4", 4), ("mb4-fp32-mps100", 1))
 """1 -> 2, 2 -> 4 (timed), 4 -> 1 (untimed: back to the start for the next repetition, if any)."""
 POLL_S = 0.02
@@ -120,7 +137,7 @@ def start_cluster(args) -> tuple[LocalCluster, bool, str]:
     if args.state_dir or os.environ.get(STATE_DIR_ENV):
         cluster = LocalCluster.from_state_dir(args.state_dir or None)
     else:
-        cluster = LocalCluster(tempfile.mkdtemp(prefix="elastico-bench-"), port_base=args.port_base)
+        cluster = LocalCluster(tempfile.mkdtemp(prefix="elastico-bench-"), port_base=args.port_base, gpu_types=TYPES)
     result = cluster.up()
     return cluster, not result.already_running, result.version
 
@@ -164,6 +181,75 @@ def bench_gpus(gw: SlurmGateway, job: int, out: Output, reps: int) -> dict[str, 
                 rows[key].append({"stop_s": t_stop - t0, "running_s": t_up - t0})
             held = gpus
     return rows
+
+
+def type_job(work: Path, env: dict[str, str], gpu: tuple[str, ...], name: str) -> int:
+    """The tiny training job on one GPU (`gpu`: its sbatch options, a type or a node), deterministic, its
+    checkpoints in work/ckpt-`name` (read at the end to compare its parameters)."""
+    (work / "types.yaml").write_text(TYPE_FAMILY)
+    out = io.StringIO()
+    rc = submit(["--parsable", f"--output={work}/%j.out", *gpu, "--family", str(work / "types.yaml"), str(TRAIN),
+                 "--deterministic", "--step-sleep", "0.1"],
+                env={**env, "ELASTICO_CONFIG": str(work / "elastico.yaml"), "ELASTICO_CKPT_DIR": str(work / f"ckpt-{name}")},
+                out=out)
+    if rc != 0:
+        raise SystemExit(f"elastico-submit failed with {rc}")
+    return int(out.getvalue().split(";")[0])
+
+
+def final_params(directory: Path):
+    """The parameters of the last checkpoint in `directory`, one flat float64 tensor."""
+    import torch
+
+    from slurm_elastico.runtime.checkpoint import load_latest
+
+    ck = load_latest(directory)
+    if ck is None:
+        raise SystemExit(f"no checkpoint in {directory}")
+    return torch.cat([v.flatten().double() for v in ck.state["model"].values()])
+
+
+def bench_type_move(gw: SlurmGateway, work: Path, env: dict[str, str], reps: int, jobs: list[int]) -> dict | None:
+    """Seconds from the helper's action to the program running again on the other GPU type, `reps` moves back and
+    forth (AdminComment, then requeuehold → SIGTERM → checkpoint → the typed update → StartTime=now → release),
+    and the largest relative difference of the moved job's final parameters from an unmoved run's (0:
+    bit-identical). None on a cluster with fewer than two GPU types.
+
+    The job asks `--gres=gpu:1` (untyped: a typed --gres would limit its family to that type) on a node of the
+    first type; each move gives it `Gres=gpu:TYPE:1` where Slurm replaces a request (`gpu_count.TYPED_UPDATE_FROM`),
+    and on 22.05, which keeps a job's first type, `ExcNodeList=` of every node of another type."""
+    snap = gw.snapshot()
+    first: dict[str, str] = {}
+    for n in snap.nodes:
+        if n.gpu_type:
+            first.setdefault(n.gpu_type, n.name)
+    types = list(first)[:2]
+    if len(types) < 2:
+        return None
+    gpu = ("--gres=gpu:1", f"--nodelist={first[types[0]]}")
+    ref, job = type_job(work, env, gpu, "ref"), type_job(work, env, gpu, "moved")
+    jobs += [ref, job]
+    out, rows = Output(work / f"{job}.out"), []
+    _, m, mark = out.wait(r"starting the program as shape (\S+) ", 0)
+    shape = m.group(1)  # "mb8-fp32-mps100", or "...@TYPE" where elastico.yaml names the types
+    for i in range(reps):
+        source, target = types[i % 2], types[(i + 1) % 2]
+        for _ in range(3):  # three steps on this type first
+            mark = out.wait(r"^step \d+", mark)[2]
+        shape = shape.replace(f"@{source}", f"@{target}")
+        t0 = time.monotonic()
+        gw.set_admin_comment(job, f"elastico:shape={shape}")
+        gw.requeue_with_gpus(job, 1, gpu_type=target)
+        t_run, _, after = out.wait(rf"starting the program as shape {re.escape(shape)} ", mark)
+        t_step, _, mark = out.wait(r"^step \d+", after)
+        on = {n.name: n.gpu_type for n in snap.nodes}
+        if any(on.get(node) != target for node in gw.job(job).nodes):
+            raise SystemExit(f"job {job} runs on {gw.job(job).nodes} after its move to {target}")
+        rows.append({"running_s": t_run - t0, "first_step_s": t_step - t0})
+    for j in (ref, job):
+        Output(work / f"{j}.out").wait(r"program finished \(exit 0\)", 0, timeout=300)
+    a, b = final_params(work / "ckpt-ref"), final_params(work / "ckpt-moved")
+    return {"moves": rows, "types": types, "max_rel_diff": float((a - b).abs().max() / a.abs().max())}
 
 
 def plain_job(work: Path, env: dict[str, str]) -> int:
@@ -273,13 +359,16 @@ def main() -> None:
             gj = gpu_job(work, env)
             jobs.append(gj)
             gpus = bench_gpus(gw, gj, Output(work / f"{gj}.out"), gpu_reps)
+            subprocess.run(["scancel", str(gj)], env=env, capture_output=True, timeout=30)
+            typed = bench_type_move(gw, work, env, reps, jobs)
     finally:
         if jobs:
             subprocess.run(["scancel", *map(str, jobs)], env=env, capture_output=True, timeout=30)
         if ours:
             cluster.down()
     figures = {"requeue": summary(requeue), "in_place": summary(in_place), "plain_requeue": summary(plain),
-               "gpus_1_to_2": summary(gpus["1->2"]), "gpus_2_to_4": summary(gpus["2->4"])}
+               "gpus_1_to_2": summary(gpus["1->2"]), "gpus_2_to_4": summary(gpus["2->4"]),
+               "type_move": summary(typed["moves"]) if typed else {}}
     print(f"reshape overhead on the local Slurm cluster, {reps} repetitions each (median [min-max] seconds from the helper's action)")
     print(f"{'path':<36}{'checkpointed, exit':>22}{'checkpoint save':>22}{'running, new shape':>22}{'first step':>22}")
 
@@ -289,7 +378,8 @@ def main() -> None:
 
     for name, label in (("requeue", "requeue, new share (elastico)"), ("in_place", "in place, same share (elastico)"),
                         ("plain_requeue", "requeue, no checkpoint (baseline)"),
-                        ("gpus_1_to_2", "GPUs 1 -> 2, every rank up"), ("gpus_2_to_4", "GPUs 2 -> 4, every rank up")):
+                        ("gpus_1_to_2", "GPUs 1 -> 2, every rank up"), ("gpus_2_to_4", "GPUs 2 -> 4, every rank up"),
+                        ("type_move", f"GPU type {' <-> '.join(typed['types']) if typed else '(one type)'}")):
         fig = figures[name]
         print(f"{label:<36}{cell(fig, 'stop_s'):>22}{cell(fig, 'checkpoint_s'):>22}{cell(fig, 'running_s'):>22}"
               f"{cell(fig, 'first_step_s'):>22}")
@@ -302,10 +392,20 @@ def main() -> None:
               f"(target 10 s plus the checkpoint write, {figures['requeue']['checkpoint_s']['median']:.2f} s for the tiny "
               f"model), {figures[name]['running_s']['median'] - figures['plain_requeue']['running_s']['median']:+.2f} s "
               "over a plain requeue")
+    type_move_s = figures["type_move"]["running_s"]["median"] if typed else None
+    if typed:
+        print(f"GPU type move {' <-> '.join(typed['types'])}: the program running again {type_move_s:.2f} s after the "
+              f"helper's action (target 10 s), {type_move_s - figures['plain_requeue']['running_s']['median']:+.2f} s "
+              f"over a plain requeue; final parameters against an unmoved run: max relative difference "
+              f"{typed['max_rel_diff']:.2e}")
+    else:
+        print("GPU type move: not measured, the cluster has fewer than two GPU types (a cluster this benchmark starts "
+              f"has {TYPES})")
     print(f"total {time.monotonic() - started:.0f} s")
     print(jsonout.dumps({"benchmark": "reshape", "quick": args.quick, "slurm_version": slurm_version, "reps": reps,
                          "gpu_reps": gpu_reps, **figures,
-                         "requeue_extra_running_s": extra}))
+                         "requeue_extra_running_s": extra, "type_move_s": type_move_s,
+                         "type_move_max_rel_diff": typed["max_rel_diff"] if typed else None}))
 
 
 if __name__ == "__main__":
