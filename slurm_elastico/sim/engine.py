@@ -83,6 +83,9 @@ class Engine(JobSpeeds):
         self.adaptive = sim.adaptive_batch or bool(getattr(chosen, "adapts_batch", False))
         # A family with GPU counts on whole GPUs only where the settings or the policy (elastico-submit's start) say so.
         self.whole_gpu_gangs = sim.whole_gpu_gangs or bool(getattr(chosen, "whole_gpu_gangs", False))
+        # A policy that acts in rounds of time (`round_s`, Gavel) is planned at every epoch: with nothing changed and
+        # nothing asked, its next round would otherwise never come.
+        self.timed = bool(getattr(chosen, "round_s", 0))
         self.model = model
         # A cluster of GPU types (`sim.cluster`) runs on a truth per type (`types`); `truth` is then the reference
         # type's, for what every type shares (statistical efficiency, co-location).
@@ -167,7 +170,7 @@ class Engine(JobSpeeds):
                 running = any(j.rate > 0 or j.ready_at > now for j in self.cluster.jobs.values()
                               if j.state is JobState.RUNNING)
                 stalled = 0 if (running or self.dirty or arrived < total) else stalled + 1
-                if self.cluster.jobs and (self.dirty or self.acted):
+                if self.cluster.jobs and (self.dirty or self.acted or self.timed):
                     self._settle()
                     tp = time.perf_counter()
                     self._epoch(now)

@@ -356,3 +356,13 @@ def test_the_peers_finish_sia_s_jobs_on_its_cluster_and_sia_beats_gavel(sia_runs
     assert all(r.unfinished == 0 and len(r.jobs) == 30 for r in sia_runs.values())
     assert mean["sia"] < mean["gavel"] and mean["pollux"] < mean["gavel"]
     assert sia_runs["sia"].counters["actions"].get("reshape_running", 0) > 0  # it moves jobs between types/counts
+
+
+def test_gavel_finishes_a_synthetic_trace_its_rounds_leave_idle_between():
+    """Gavel changes nothing mid-round; the simulator must still plan it when its next round comes, even when all
+    that runs has ended and nothing arrives (it planned only after a change or an action, and gave up)."""
+    from slurm_elastico.sim import engine, experiment
+    s = experiment.setup(Settings(), "synthetic", 40, 2.0, 0.3, 24.0, 8, None, None, None, None)
+    for policy in ("gavel", "gavel-maxmin"):
+        r = engine.run(s.make(0), policy, s.cfg, s.sim, s.model, s.truth, seed=0)
+        assert r.unfinished == 0 and len(r.jobs) == 40
