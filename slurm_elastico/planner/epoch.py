@@ -69,7 +69,7 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
         j.weight = weights.weight_of(j.view, j.table.family, ps.fairness, now, progress.get(j.view.job_id))
     pending = [j for j in jobs if not j.running]
     running = [j for j in jobs if j.running]
-    elastic = [j for j in running if policy.reshape and is_elastic(j, state, now, ps.reshape_cost_s)] if any(
+    elastic = [j for j in running if policy.reshape and is_elastic(j, state, now, ps.reshape_cost_s, progress)] if any(
         t.gangs for t in board.tables.values()) else []
     notes: list[str] = []
 

@@ -101,8 +101,8 @@ def reshape_running(running: list[Job], elastic: list[Job], pending: list[Job], 
             if got is not None:
                 ch.reshaped[j.view.job_id] = got
     for j in sorted(running, key=lambda j: (-j.weight, j.view.job_id)):
-        if j in elastic or j.seat.gang:
-            continue
+        if j.seat.gang or j.view.job_id in ch.reshaped or j.view.job_id in ch.preempted:
+            continue  # (an elastic job on one GPU that did not grow may still take faster knobs there)
         got = _reshape(j, state, now, progress, ps.reshape_cost_s, ps.hysteresis)
         if got is None and allot:
             got = _move(j, state, now, progress, ps.reshape_cost_s, ps.hysteresis)
@@ -112,16 +112,23 @@ def reshape_running(running: list[Job], elastic: list[Job], pending: list[Job], 
             ch.reshaped[j.view.job_id] = got
 
 
-DWELL_RESTARTS = 10
-"""An elastic job keeps a GPU count for at least this many restart costs before it is reshaped again, so
-restarts take at most about a tenth of its time however the queue moves."""
+RESTART_BUDGET = 10
+"""An elastic job is reshaped only while its restarts, this one included, would take at most a tenth
+(1 / RESTART_BUDGET) of its life: the time since its submission plus what it has left at its current rate. So
+restarts stay a small part of every job's time however the queue moves, while a long job may still adapt soon
+after it starts (a spacing of ten restarts after every start, the rule before, kept every job at its first size
+for its first ten minutes: most of a short job's life)."""
 
 
-def is_elastic(job: Job, state: GpuState, now: float, cost_s: float) -> bool:
-    """A running job that holds whole GPUs, may be requeued, whose family has data-parallel shapes, and that
-    has run `DWELL_RESTARTS` restart costs since it last started."""
+def is_elastic(job: Job, state: GpuState, now: float, cost_s: float, progress: Mapping[int, float]) -> bool:
+    """A running job that holds whole GPUs, may be requeued, whose family has data-parallel shapes, and whose
+    restarts, one more included, stay within its budget (`RESTART_BUDGET`)."""
     whole = bool(job.seat.gang) or job.seat.row.share >= state.total_share[job.seat.gpu]
-    settled = job.view.start_time is None or now - job.view.start_time >= DWELL_RESTARTS * cost_s
+    settled = True
+    if job.view.start_time is not None:
+        _, left = left_s(job, now, progress)
+        born = job.view.submit_time if job.view.submit_time is not None else job.view.start_time
+        settled = RESTART_BUDGET * (job.view.restarts + 1) * cost_s <= now - born + left
     return whole and settled and job.view.requeue and job.table.gangs
 
 

@@ -33,8 +33,8 @@ from test_helper_faults_live import PLACE_STEPS, Site, assert_work_intact, killi
 
 pytestmark = pytest.mark.live
 
-# A restart costs 0.5 s to the planner: a running gang job may be reshaped or preempted 5 s after it started
-# (planner.running.DWELL_RESTARTS restart costs), so the cases need not wait long.
+# A restart costs 0.5 s to the planner: a running gang job may be reshaped or preempted once its life reaches ten
+# restart costs per restart (planner.running.RESTART_BUDGET), 5 s for the first, so the cases need not wait long.
 PLANNER = {"reshape_cost_s": 0.5}
 CHECKPOINT_S = 3  # the step loop's checkpoint after SIGTERM: the job is COMPLETING this long
 

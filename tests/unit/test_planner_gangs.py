@@ -113,12 +113,20 @@ def test_static_keeps_a_multi_gpu_job_at_its_submitted_count():
     assert a.gpus == 4 and len(a.nodes) == 1
 
 
-def test_a_job_that_just_restarted_is_not_reshaped_again_so_restarts_stay_a_small_share_of_its_time():
+def test_restarts_stay_within_a_tenth_of_a_jobs_life():
+    # The job started a minute ago on 2 of 8 idle GPUs, with hours of work left: growing pays, and one restart of
+    # 60 s is well within a tenth of its life (a minute so far plus hours to go).
     nodes = cluster(8, gpus_per_node=8)
     held = [("n0000", 0), ("n0000", 1)]
     nodes = with_users(nodes, {k: (GpuUse(1, 0, whole=True),) for k in held})
-    fresh = plan(nodes, [gang_running(1, held, start=NOW - 60)], {1: gang_family()})  # 60 s < 10 × the 60 s restart
-    assert not fresh.actions
+    fresh = gang_running(1, held, start=NOW - 60)
+    assert any(a.kind is ActionKind.RESHAPE_RUNNING for a in plan(nodes, [fresh], {1: gang_family()}).actions)
+    # The same job after 600 restarts: one more would make them more than a tenth of its life; it stays.
+    worn = dataclasses.replace(fresh, restarts=600)
+    assert not plan(nodes, [worn], {1: gang_family()}).actions
+    # Nearly done (a minute left): one restart is more than a tenth of the two minutes it lives; it stays.
+    short = gang_family(work=220.0)
+    assert not plan(nodes, [fresh], {1: short}).actions
 
 
 def test_a_shrink_nobody_needs_is_undone():
