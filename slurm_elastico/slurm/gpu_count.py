@@ -185,7 +185,8 @@ def plan_update(version: str, current: GpuRequest, records: Iterable[NodeRecord]
       the job then never runs (BadConstraints), as with `gpu:a100:1,gpu:t4:0` or two updates; `TresPerNode=` is
       ignored; untyped → typed and typed → untyped are refused ("with and without type identification"). So an
       untyped job reaches a type by excluding every node of another type (`ExcNodeList=`, read back in
-      `excluded_nodes`), and a typed job keeps its type (a count change within it works).
+      `excluded_nodes`), and a typed job keeps its type (a count change within it works). Trap: an untyped
+      change afterwards leaves that exclusion as it is (the next typed move replaces it).
     - Both accept an unknown type, a type in another case (`gpu:A100:1`: names are case-sensitive) or more GPUs
       of a type than a node has with exit 0, and the job then never runs: `check_type` refuses those first.
     """
