@@ -67,6 +67,10 @@ unfinished), whatever the planner asked meanwhile: actions that start nothing (a
 job Slurm will not start) must not keep a run going for ever."""
 
 
+
+HOST_UNLIMITED = (1 << 12, 1 << 30)
+"""CPUs and host MiB per GPU of a node that never limits a job (Sia's calibration: GPUs only)."""
+
 class Engine(JobSpeeds):
     """One simulation run of one policy on one trace."""
 
@@ -97,7 +101,11 @@ class Engine(JobSpeeds):
         self.truth = self.types.reference if self.types is not None else truth or GroundTruth()
         self.seed = seed
         self.on_progress = on_progress
-        self.cluster = SimCluster(sim.gpus, sim.gpus_per_node, sim.gpu_memory_mib, sim.cpus_per_gpu,
+        # Sia's simulator counts GPUs only: under its calibration (`sia_model`) no node runs out of CPUs or memory.
+        gpus_only = self.types is not None and self.types.sia_model
+        self.cluster = SimCluster(sim.gpus, sim.gpus_per_node, sim.gpu_memory_mib,
+                                  HOST_UNLIMITED[0] if gpus_only else sim.cpus_per_gpu,
+                                  **({"mem_per_gpu_mib": HOST_UNLIMITED[1]} if gpus_only else {}),
                                   shares_per_gpu=settings.gpu.shares_per_gpu, even_gangs=sim.even_gangs,
                                   slurm_version=sim.slurm_version, groups=self.groups)
         self.cluster.before_stop = self._accrue

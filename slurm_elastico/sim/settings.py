@@ -65,7 +65,8 @@ class SimSettings:
                                         "the app's slowest type (the type-blind ablation)")
     sia_model: bool = _opt(True, help="with profiles: Sia's simulator calibration (per-app slowdown of the measured "
                                       "step times, per-app checkpoint-restore seconds on every start instead of "
-                                      "restart_cost_s and start_cost_s)")
+                                      "restart_cost_s and start_cost_s, and nodes whose CPUs and memory never limit "
+                                      "a job: its simulator counts GPUs only)")
 
     def share_levels(self) -> tuple[int, ...]:
         return tuple(sorted({int(x) for x in self.shares.split(",") if x.strip()}))
