@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
-from slurm_elastico.cluster import LocalCluster
+from slurm_elastico.cluster import LocalCluster, pacing
 from slurm_elastico.errors import InvalidActionError, SlurmError
 from slurm_elastico.model import Action, ActionKind, GresRequest, JobState
+from slurm_elastico.sim.truth import GroundTruth
 from slurm_elastico.slurm.gpu_count import TYPED_UPDATE_FROM
 
 from conftest import worker_index
@@ -39,6 +42,7 @@ steps: 20
 mps_shares: [100]
 default: mb8-fp32-mps100
 """
+PACED = Path(__file__).resolve().parents[2] / "wrappers" / "demo" / "train_paced.py"
 SLEEPER = "#!/bin/bash\necho up on $SLURMD_NODENAME restarts=${SLURM_RESTART_COUNT:-0}\nwhile true; do sleep 0.1; done\n"
 
 
@@ -163,3 +167,27 @@ def test_a_pending_job_gets_its_type_and_runs_on_it(typed):
     c.gateway.release(job)
     view = running_on(c, job)
     assert view.nodes == ("n2",) and len(view.gpu_indices) == 2
+
+
+def test_a_paced_job_steps_at_its_node_types_speed(typed):
+    """The demo's paced training program (wrappers/demo/train_paced.py, plain sbatch) on each type: the rate it
+    paces to is the simulator truth's times the type's speed (t4 1, a100 4.8), read from the cluster's saved
+    settings beside the SLURM_CONF the job inherits."""
+    cluster, c = typed
+    emulated = pacing.Emulated("train", "bert", 12)
+    truth_rate = pacing.rate(GroundTruth(), emulated, pacing.Knobs(micro_batch=12), 100)
+    (c.root / "paced.sh").write_text(f"#!/bin/bash\nexec {sys.executable} {PACED} \"$@\"\n")
+    jobs = {}
+    for node in ("n1", "n2"):
+        done = subprocess.run(["sbatch", "--parsable", f"--output={c.root}/%j.out", "--gres=gpu:1", f"--nodelist={node}",
+                               str(c.root / "paced.sh"), "--emulate", emulated.to_json(), "--pace-dir",
+                               str(c.root / "pace"), "--steps", "6", "--ckpt-dir", str(c.root / f"paced-{node}")],
+                              env=c.env, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        jobs[node] = int(done.stdout.split(";")[0])
+        c.ids.append(jobs[node])
+    rates = {}
+    for node, job in jobs.items():
+        text = c.wait_text(job, lambda t: '"status": "done"' in t, f"the paced job on {node} to finish", timeout=120)
+        rates[node] = float(re.findall(r"^step \d+/6 .* rate ([\d.]+)/s$", text, re.M)[-1])
+    assert rates["n1"] == pytest.approx(truth_rate, rel=1e-3) and rates["n2"] == pytest.approx(4.8 * truth_rate, rel=1e-3)
