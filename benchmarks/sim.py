@@ -47,6 +47,11 @@ with any is marked "NOT A RESULT", and the final JSON counts such rows
 section's (`unfinished_by_section`); `lower_bound` holds every section's
 lower bound on mean JCT and each policy's ratio to it.
 
+Heterogeneous (`sim_types`): Sia's Philly workloads on Sia's 64-GPU cluster of
+three types (`--sia DIR`, default ../shared/peers/sia beside the repository;
+without it "heterogeneous: not run" and `"heterogeneous": null`), one seed
+per workload, beside Sia's published figures.
+
 Scale: a 24-hour replay (arrivals over 24 simulated hours) on 512 GPUs with
 ≥ 5,000 jobs under elastico, and a one-hour replay on 4,096 GPUs; wall time,
 CPU time and events per second on one core (events: arrivals, Slurm starts,
@@ -79,6 +84,9 @@ from slurm_elastico.sim.experiment import check_runnable, seed_varies  # noqa: E
 from slurm_elastico.sim.settings import SimSettings  # noqa: E402
 from slurm_elastico.sim.trace_synthetic import MixSpec, synthetic  # noqa: E402
 from slurm_elastico.sim.truth import GroundTruth  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sim_types  # noqa: E402
 
 
 def comparison(runs, gpus, jobs, load, seeds, window, colocation, names):
@@ -382,11 +390,16 @@ def main() -> int:
     ap.add_argument("--alibaba", metavar="PATH", default=os.environ.get(ALIBABA_ENV) or None,
                     help=f"Alibaba's {ALIBABA_FILE} (cluster-trace-gpu-v2023), not bundled since it states no "
                          f"license; default: ${ALIBABA_ENV}. Without it the Alibaba slice is not run (and says so)")
+    ap.add_argument("--sia", metavar="DIR", type=sim_types.Path, default=None,
+                    help="Sia's artifact data (profiles/, workloads/philly/), not bundled; default: "
+                         "../shared/peers/sia beside the repository. Without it the heterogeneous table is not run")
     args = ap.parse_args()
     if args.jobs < 1:
         ap.error(f"--jobs {args.jobs}: give at least 1 (worker processes)")
     if args.alibaba is not None and not os.path.isfile(args.alibaba):
         ap.error(f"--alibaba {args.alibaba!r} (or ${ALIBABA_ENV}) is not a file; give the path to {ALIBABA_FILE}")
+    if args.sia is not None and sim_types.why_not(args.sia):
+        ap.error(f"--sia: {sim_types.why_not(args.sia)}")
     names = list(policies.REGISTRY)
     out: dict = {"quick": args.quick, "workers": args.jobs}
     t0 = time.perf_counter()
@@ -415,6 +428,10 @@ def main() -> int:
         if scales:
             print("\n== scale (elastico, one core each)")
             out["scale"] = [finish() for finish in scales]
+    # Its own pool (a typed ground truth), once the one-type runs have left the cores.
+    out["heterogeneous"], why = sim_types.heterogeneous(args.sia or sim_types.DEFAULT_SIA_DIR, args.quick, args.jobs)
+    if why:
+        out["heterogeneous_not_run"] = why
     out["wall_s"] = time.perf_counter() - t0
     print(f"\nwall time {out['wall_s']:.0f} s on {args.jobs} worker process(es)")
     first = out["comparison"][0]["policies"]
@@ -423,12 +440,13 @@ def main() -> int:
     sections = {"comparison": [c["unfinished_jobs"] for c in out["comparison"]],
                 "pollux": out["pollux"]["unfinished_jobs"],
                 "alibaba": out["alibaba"]["unfinished_jobs"] if out["alibaba"] else None,
-                "scale": [r["unfinished"] for r in out.get("scale", [])]}
+                "scale": [r["unfinished"] for r in out.get("scale", [])],
+                "heterogeneous": out["heterogeneous"]["unfinished_jobs"] if out["heterogeneous"] else None}
     out["unfinished_by_section"] = sections
     out["unfinished_rows"] = sum(c["unfinished_rows"] for c in out["comparison"]) + (
         out["alibaba"]["unfinished_rows"] if out["alibaba"] else 0)
     out["unfinished_jobs"] = sum(sections["comparison"]) + sections["pollux"] + (sections["alibaba"] or 0) + sum(
-        sections["scale"])
+        sections["scale"]) + (sections["heterogeneous"] or 0)
     # The lower bound on mean JCT (every job alone at its fastest shape from submission) and each policy's ratio.
     out["lower_bound"] = {
         "comparison": [{n: {"lower_bound_h": p["lower_bound_h"], "ratio_to_lb": p["ratio_to_lb"]}
@@ -437,7 +455,8 @@ def main() -> int:
                    for n, r in out["pollux"]["ratio_to_lb"].items()},
         "alibaba": {n: {"lower_bound_h": p["lower_bound_h"], "ratio_to_lb": p["ratio_to_lb"]}
                     for n, p in out["alibaba"]["policies"].items()} if out["alibaba"] else None,
-        "scale": [{"lower_bound_h": r["lower_bound_h"], "ratio_to_lb": r["ratio_to_lb"]} for r in out.get("scale", [])]}
+        "scale": [{"lower_bound_h": r["lower_bound_h"], "ratio_to_lb": r["ratio_to_lb"]} for r in out.get("scale", [])],
+        "heterogeneous": out["heterogeneous"] and {"lower_bound_h": out["heterogeneous"]["lower_bound_h"]}}
     out["complete"] = out["unfinished_jobs"] == 0
     if not out["complete"]:
         totals = {k: sum(v) if isinstance(v, list) else v or 0 for k, v in sections.items()}
