@@ -2,15 +2,16 @@
 
 `heterogeneous(sia_dir, quick, workers)` runs Sia's 8 Philly workloads
 (`workloads/philly/workload-N.csv`; with `--quick` only the first, to keep
-the quick run near a minute: no spread then, and its ratios are one workload's) on Sia's cluster
-(`--cluster sia`: 6 × 4 aws T4, 2 × 8 dgx-ext A100, 3 × 8 rtx RTX 2080 Ti)
-under static, pollux, gavel, sia, elastico and elastico type-blind
-(`SimSettings.type_blind`: families name no type, at the app's slowest
-type's speed), and prints each policy's mean JCT per workload and over the
-workloads, its unfinished jobs beside every mean (`*`), the lower bound and
-the published figures beside (`PUBLISHED_H`), and the spread over the workloads. Then the ratios issue 28
-targets: elastico ÷ sia (≤ 1), type-blind ÷ elastico (≥ 1.3), and our sia
-and pollux against their published means (within ±15 %).
+the quick run near a minute: no spread then, and its ratios are one
+workload's) on Sia's cluster (`--cluster sia`: 6 × 4 aws T4, 2 × 8 dgx-ext
+A100, 3 × 8 rtx RTX 2080 Ti) under static, pollux, gavel, sia, elastico and
+elastico type-blind (`SimSettings.type_blind`: families name no type, at the
+app's slowest type's speed), and prints each policy's mean JCT per workload
+and over the workloads, its unfinished jobs beside every mean (`*`), the
+spread over the workloads, the lower bound and the published figures beside
+(`PUBLISHED_H`). Then the ratios issue 28 targets: elastico ÷ sia (≤ 1),
+type-blind ÷ elastico (≥ 1.3), and our sia and pollux against their
+published means (within ±15 %).
 
 One seed per workload (the workloads are the replicas): each workload's
 exact arrivals (no jitter), profiling noise drawn with the workload's number
