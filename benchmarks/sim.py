@@ -47,7 +47,7 @@ with any is marked "NOT A RESULT", and the final JSON counts such rows
 section's (`unfinished_by_section`); `lower_bound` holds every section's
 lower bound on mean JCT and each policy's ratio to it.
 
-Heterogeneous (`sim_types`): Sia's Philly workloads on Sia's 64-GPU cluster of
+Heterogeneous (`_sim_types`): Sia's Philly workloads on Sia's 64-GPU cluster of
 three types (`--sia DIR`, default ../shared/peers/sia beside the repository;
 without it "heterogeneous: not run" and `"heterogeneous": null`), one seed
 per workload, beside Sia's published figures.
@@ -86,7 +86,7 @@ from slurm_elastico.sim.trace_synthetic import MixSpec, synthetic  # noqa: E402
 from slurm_elastico.sim.truth import GroundTruth  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import sim_types  # noqa: E402
+import _sim_types as sim_types  # noqa: E402
 
 
 def comparison(runs, gpus, jobs, load, seeds, window, colocation, names):

@@ -74,9 +74,12 @@ class GpuState(SlurmPicks, Admission):
             if self.gpu_type[g] >= 0:
                 self.type_buckets[self.gpu_type[g]][f][g] = None
         self.type_hi = {t: self.top for t in self.type_buckets}  # per type, as `_hi` (`max_free`)
-        # `find_gang`'s memory of the gangs it found no room for, at the `gained` count then: what the epoch
-        # places only takes room away, so a gang that found none finds none until something is given back.
+        # `find_gang`'s memory of the gangs it found no room for, at the state `gained` names then: what the epoch
+        # places only takes room away, so a gang that found none finds none until something is given back. Each
+        # give-back names a new state (never one used before), and `put_back` returns to the one it started from:
+        # what a trial learnt in between is not believed of any later state.
         self.gained = 0
+        self._states = 0
         self.no_gang: dict[tuple, int] = {}
         # GPUs with every share free, per type: `find_gang`'s cheap bound (a gang of n needs n of them).
         self.all_free: dict[int, int] = {}
@@ -110,7 +113,7 @@ class GpuState(SlurmPicks, Admission):
         old = self.free_share[g]
         total = self.total_share[g]
         if value > old:
-            self.gained += 1
+            self._gain()
         if (old >= total) != (value >= total) and total > 0:
             d = 1 if value >= total else -1
             self.all_free[self.gpu_type[g]] = self.all_free.get(self.gpu_type[g], 0) + d
@@ -207,12 +210,16 @@ class GpuState(SlurmPicks, Admission):
 
     def put_back(self, mark: int) -> None:
         """The caller took a job off and put it back exactly where it was (a trial that found nothing better):
-        `find_gang`'s memory of gangs with no room holds again as of `mark` (the `gained` count before)."""
+        `find_gang`'s memory of gangs with no room holds again as of `mark` (the `gained` state before)."""
         self.gained = mark
+
+    def _gain(self) -> None:
+        self._states += 1
+        self.gained = self._states
 
     def remove(self, seat: Seat) -> None:
         """Take a planned or running job off its GPU(s), giving back what it held."""
-        self.gained += 1
+        self._gain()
         if seat.gang:
             row, gpus = seat.row, seat.gang
             for n, k in self._per_node(gpus).items():

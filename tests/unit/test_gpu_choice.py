@@ -97,3 +97,20 @@ def test_packing_gang_only_where_slurm_takes_idle_gpus():
     state.place(Seat(1, 0.0), _row(20), 0)  # an MPS user on node 0's GPU 0
     gang = state.find_gang(_row(0, gpus=2))
     assert gang == (4, 5)  # node 1's GPUs 0 and 1; node 0 has three idle GPUs but Slurm would take GPU 0
+
+
+def test_a_gang_found_no_room_in_a_trial_is_not_refused_after_another_give_back():
+    # find_gang remembers a gang with no room until something is given back; a trial (take a job off, put it
+    # back where it was, put_back) must not leave what it learnt believed of a later, different state.
+    state = _state(nodes=2, gpus=2)
+    a, x, b = Seat(1, 0.0), Seat(2, 0.0), Seat(3, 0.0)
+    state.place(a, _row(50), 0)
+    state.place(x, _row(50), 0)
+    state.place(b, _row(100), 2)
+    mark = state.gained
+    state.remove(a)  # GPU 0 keeps x: still no node with two idle GPUs
+    assert state.find_gang(_row(0, gpus=2)) == ()
+    state.place(a, _row(50), 0)
+    state.put_back(mark)
+    state.remove(b)  # node 1 is idle now
+    assert state.find_gang(_row(0, gpus=2)) == (2, 3)
