@@ -114,6 +114,30 @@ def _scale(rows: list[dict]) -> list[str]:
          "unfinished jobs", "refused actions"], body) + [""]
 
 
+def _heterogeneous(h: dict) -> list[str]:
+    names = list(h.get("mean_jct_h", {}))
+    rows = [[fmt(r.get("workload"), "d")] + [fmt(r["mean_jct_h"].get(n), ".2f") + ("*" if r.get("unfinished", {}).get(n)
+                                                                                  else "") for n in names]
+            for r in h.get("workloads", [])]
+    published = h.get("published_h", {})
+    rows.append(["**mean**"] + [fmt(h["mean_jct_h"][n], ".2f") + f" ± {fmt(h.get('std_jct_h', {}).get(n), '.2f')}"
+                                for n in names])
+    rows.append(["published"] + [fmt(published[n]["mean"], ".1f") if n in published else "–" for n in names])
+    met = h.get("targets_met", {})
+    paired = h.get("paired", {})
+    ratios = [[k.replace("_over_", " ÷ "), fmt(v, ".2f"),
+               (f"{fmt(paired[k]['mean'], '.2f')} ± {fmt(paired[k]['ci95'], '.2f')}" if k in paired else "–"),
+               h.get("targets", {}).get(k, "–"), fmt(met[k]) if k in met else "–"]
+              for k, v in h.get("ratios", {}).items()]
+    return ([f"**Several GPU types**: Sia's Philly workloads on Sia's 64-GPU cluster of three types, mean JCT in "
+             f"hours per workload ({h.get('seeds', 'n/a')}; `*`: jobs left unfinished), Sia's published Table 3 "
+             "figures beside:", ""]
+            + table(["workload", *names], rows)
+            + ["", f"Lower bound {fmt(h.get('lower_bound_h'), '.2f')} h; unfinished jobs: "
+               + ", ".join(f"{n} {fmt(v, 'd')}" for n, v in h.get("unfinished", {}).items()) + ".", ""]
+            + table(["ratio", "of the means", "paired mean ± 95 %", "target", "met"], ratios) + [""])
+
+
 def sim_body(f: dict) -> list[str]:
     out = []
     for c in f.get("comparison", []):
@@ -125,6 +149,11 @@ def sim_body(f: dict) -> list[str]:
         out += _policy_table(f["alibaba"].get("policies", {})) + [""]
     else:
         out += [f"**Alibaba GPU-sharing trace**: not run ({f.get('alibaba_not_run', 'no reason given')}).", ""]
+    if f.get("heterogeneous"):
+        out += _heterogeneous(f["heterogeneous"])
+    else:
+        out += [f"**Several GPU types (Sia's Philly workloads)**: not run "
+                f"({f.get('heterogeneous_not_run', 'no reason given')}).", ""]
     if f.get("scale"):
         out += _scale(f["scale"])
     out.append(f"Unfinished jobs over every section: {fmt(f.get('unfinished_jobs'), 'd')} "
@@ -238,7 +267,8 @@ def checkpoint_body(f: dict) -> list[str]:
 
 RESHAPE_PATHS = (("requeue", "requeue, new share (elastico)"), ("in_place", "in place, same share (elastico)"),
                  ("plain_requeue", "requeue, no checkpoint (plain Slurm)"),
-                 ("gpus_1_to_2", "GPUs 1 → 2, every rank up"), ("gpus_2_to_4", "GPUs 2 → 4, every rank up"))
+                 ("gpus_1_to_2", "GPUs 1 → 2, every rank up"), ("gpus_2_to_4", "GPUs 2 → 4, every rank up"),
+                 ("type_move", "another GPU type"))
 
 
 def reshape_body(f: dict) -> list[str]:
@@ -252,7 +282,27 @@ def reshape_body(f: dict) -> list[str]:
             f"({fmt(f.get('gpu_reps'), 'd')} for GPU counts), on a local Slurm cluster started for the run:", ""] + table(
         ["path", "checkpointed, exit", "checkpoint save", "running, new shape", "first step"], rows) + [
         "", f"elastico's requeue costs {fmt(f.get('requeue_extra_running_s'), '+.2f')} s over a plain requeue until "
-            "the job runs again."]
+            "the job runs again. A move to another GPU type ends with parameters at a maximum relative difference of "
+            f"{fmt(f.get('type_move_max_rel_diff'), '.1e')} from an unmoved run (n/a: the cluster had one type)."]
+
+
+# ------------------------------------------------------------------------------------------------ type_prior
+
+
+def type_prior_body(f: dict) -> list[str]:
+    if f.get("not_run"):
+        return [f"Not run: {f['not_run']}."]
+    rows = [[f"{k[-1]} measured type(s)", fmt(r.get("n"), "d"), pct(r.get("median_ratio_error")),
+             pct(r.get("within_1_sigma")), pct(r.get("within_2_sigma")), fmt(r.get("median_sigma"))]
+            for k, r in sorted((k, v) for k, v in f.items() if k.startswith("anchors_"))]
+    naive = f.get("naive_median_abs_log_error")
+    apps = [[app, pct(e)] for app, e in sorted(f.get("per_app_median_ratio_error", {}).items())]
+    return ([f"Sia's one-GPU profiles ({fmt(f.get('app_batches'), 'd')} app × batch sizes): the speed on a type "
+            "predicted from the types measured, median error of predicted ÷ true speed, and how often the truth "
+            "lies within the estimate's 1 and 2 sigma (a calibrated sigma: 68 % and 95 %). Assuming every type "
+            f"equally fast is off by {pct(math.exp(naive) - 1 if isinstance(naive, float) else None)} (median).", ""]
+            + table(["from", "cases", "median error", "within 1 sigma", "within 2 sigma", "median sigma"], rows)
+            + ["", "Per app, from one measured type:", ""] + table(["app", "median error"], apps))
 
 
 ABOUT = {
@@ -272,8 +322,11 @@ ABOUT = {
                    "Atomic write, fsync and SHA-256 verification of a model-like state, by size."),
     "reshape": ("Reshape overhead on a live Slurm cluster",
                 "A job reshaped the way the helper does it (signal, checkpoint, requeue or relaunch in place), "
-                "against a plain Slurm requeue."),
+                "against a plain Slurm requeue, and a move to another GPU type."),
+    "type_prior": ("GPU type speed prior: error and calibration",
+                   "How well a job's speed on one GPU type is predicted from public GPU figures and what it "
+                   "measured on other types, on Sia's measured per-type profiles."),
 }
 """Per benchmark: the section's title and what it measures."""
 BODIES = {"sim": sim_body, "planner": planner_body, "interference": interference_body, "online": online_body,
-          "checkpoint": checkpoint_body, "reshape": reshape_body}
+          "checkpoint": checkpoint_body, "reshape": reshape_body, "type_prior": type_prior_body}

@@ -39,6 +39,7 @@ from slurm_elastico.shapes.gpu_types import KNOWN
 from slurm_elastico.shapes.type_speed import estimate
 
 ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_PROFILES = ROOT.parent / "shared" / "peers" / "sia" / "profiles"
 SIA_TYPES = {"aws": "t4", "rtx": "rtx-2080-ti", "dgx-ext": "a100-40gb", "quad": "quadro-rtx-6000", "azure": "v100-32gb"}
 """Sia's type names -> this project's GPU table (Sia's README)."""
 
@@ -98,14 +99,19 @@ def summary(cases: list[tuple[float, float]]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--profiles", default=str(ROOT.parent / "shared" / "peers" / "sia" / "profiles"),
-                    help="a directory of per-type profiles in Sia's layout (default ../shared/peers/sia/profiles)")
+    ap.add_argument("--profiles", type=Path, default=None,
+                    help="a directory of per-type profiles in Sia's layout (default ../shared/peers/sia/profiles "
+                         "beside the repository; without it the benchmark says it was not run)")
     ap.add_argument("--quick", action="store_true", help="one local batch size per app")
     args = ap.parse_args(argv)
-    profiles = Path(args.profiles)
+    profiles = args.profiles or DEFAULT_PROFILES
     if not profiles.is_dir():
-        print(f"type_prior: no profiles directory {profiles}; give --profiles DIR (Sia's layout)", file=sys.stderr)
-        return 2
+        why = f"no profiles directory {profiles}; give --profiles DIR (Sia's layout, not bundled)"
+        if args.profiles is not None:
+            ap.error(f"--profiles: {why}")
+        print(f"type_prior: not run ({why})")
+        print(json.dumps({"quick": args.quick, "not_run": why}, sort_keys=True))
+        return 0
     speeds = read_speeds(profiles, args.quick)
     result: dict = {"quick": args.quick, "apps": sorted({a for a, _ in speeds}), "app_batches": len(speeds),
                     "naive_median_abs_log_error": statistics.median(naive_errors(speeds))}
