@@ -95,6 +95,9 @@ class GpuState(SlurmPicks, Admission):
         # lower bound of need over the GPUs with that free share, so `find` skips a whole bucket on one compare.
         self.need = [-math.inf] * len(free_share)
         self.need_min = [-math.inf] * (self.top + 1)
+        # The same bound per GPU type (a typed row's search scans only its type's bucket, so what it learns holds
+        # for that type alone).
+        self.type_need_min = {t: [-math.inf] * (self.top + 1) for t in self.type_buckets}
         # Refusals `find` already got, per GPU and per bucket, for a question (`find`'s key: jobs of one family
         # ask the same one). A refusal stays one while the GPU is as it was (its `version`; a bucket's version
         # moves with each of its GPUs' and with each GPU that enters it): placing elsewhere only takes node CPUs
@@ -127,7 +130,7 @@ class GpuState(SlurmPicks, Admission):
             typed[value][g] = None
             self.type_hi[self.gpu_type[g]] = max(self.type_hi[self.gpu_type[g]], value)
         self._hi = max(self._hi, value)
-        self.need_min[value] = min(self.need_min[value], self.need[g])
+        self._lower_need_min(g)
         # Every GPU of the node: a removal gives back node CPUs and memory any of them may now fit, and any
         # change of free shares may change which GPU of the node Slurm gives a share (`slurm_gives`).
         for k in self.node_gpus[self.gpu_node[g]]:
@@ -265,8 +268,16 @@ class GpuState(SlurmPicks, Admission):
             least = max(self.cache.gain_margin, max(o.margin for o in occ)) if self.per_pair else self.cache.gain_margin
             need = (1.0 + least) * (1.0 - 1e-12) - sum(self.fraction(o, o.row, g, o.slow) for o in occ)
         self.need[g] = need
-        self.need_min[self.free_share[g]] = min(self.need_min[self.free_share[g]], need)
+        self._lower_need_min(g)
         self._touch(g)
+
+    def _lower_need_min(self, g: int) -> None:
+        """GPU g's bucket bound (`need_min`, and its type's) is at most its `need` now."""
+        level, need = self.free_share[g], self.need[g]
+        self.need_min[level] = min(self.need_min[level], need)
+        if self.gpu_type[g] >= 0:
+            mins = self.type_need_min[self.gpu_type[g]]
+            mins[level] = min(mins[level], need)
 
     # -- searches ----------------------------------------------------------
 
@@ -332,7 +343,8 @@ class GpuState(SlurmPicks, Admission):
         if row.share > top:
             return -1, 0.0
         x = self.alone(seat, row)
-        need, need_min, version = self.need, self.need_min, self.version
+        need, version = self.need, self.version
+        need_min = self.type_need_min[row.gtype] if row.gtype >= 0 else self.need_min  # a bound over what it scans
         refused, refused_at = self.refused, self.refused_at
         key = self.keys.setdefault((row, seat.floor, seat.best_solo), len(self.keys))  # all `fits` reads of `seat`
         gpu_node, given = self.gpu_node, {}

@@ -300,3 +300,20 @@ def test_the_search_shortcuts_give_the_plain_answer(per_pair):
                 state.place(seat, row, g)
                 placed.append(seat)
     assert asked > 1000 and refused_by_bound > 100  # the bound does refuse, not only on empty GPUs
+
+
+def test_the_gain_bound_learnt_on_one_gpu_type_does_not_skip_another_types_gpus():
+    # Two GPUs of two types at the same free share: type 0's occupant gains little beside a newcomer (need 0.8),
+    # type 1's much (need 0.2). A refusal on type 0 must not bar a type 1 row from type 1's GPU.
+    state = GpuState([0, 1], [100, 100], [1e9] * 2, [1e9] * 2, [1e9] * 2, PairCache(Even(1.0, 0.0)), 0.0,
+                     gpu_type=[0, 1])
+
+    def seat_row_of(job: int, tput: float, gtype: int):
+        prof = SoloProfile(kind="train", mps_share=50)
+        return Seat(job, 0.0, best_solo=1.0), Row(0, state.cache.add(prof), tput, 50, 0.0, 0.0, 0.0, gtype=gtype)
+
+    for job, (tput, g) in enumerate(((0.3, 0), (0.9, 1)), start=1):
+        seat, row = seat_row_of(job, tput, g)
+        state.place(seat, row, g)
+    assert state.find(*seat_row_of(3, 0.5, 0)) == (-1, 0.0)  # 0.3 + 0.5 < 1 + MIN_GAIN on type 0's GPU
+    assert state.find(*seat_row_of(4, 0.5, 1))[0] == 1  # 0.9 + 0.5 gains on type 1's
