@@ -339,7 +339,7 @@ class GpuState(SlurmPicks, Admission):
         `max_tries` would otherwise run out on them before the search reached a GPU the job could take. A bucket
         scanned to its end gets its exact `need_min` back.
         """
-        top = self.max_free_of(row.gtype)
+        top = self.max_free() if row.gtype < 0 else self.max_free_of(row.gtype)
         if row.share > top:
             return -1, 0.0
         x = self.alone(seat, row)

@@ -76,12 +76,15 @@ def make_table(fam: Family, cache: PairCache, per_gpu: np.ndarray, shares_per_gp
     shapes = fam.shapes
     n = len(shapes)
     typed = len(types) > 1
-    gtypes = [type_index(s.gpu_type, types) for s in shapes]
-    present = np.array([t < len(types) for t in gtypes])
     # A throughput carried over from another GPU type counts at a conservative quantile of its uncertainty
     # (`shapes.type_speed.discounted`): a type where the job was measured wins a near tie against a guess.
-    tputs = [discounted(s.throughput, s.throughput_sigma) for s in shapes]
-    tmax = max((t for t, ok in zip(tputs, present) if ok), default=max(tputs))
+    tputs = [discounted(s.throughput, s.throughput_sigma) if s.throughput_sigma else s.throughput for s in shapes]
+    if any(s.gpu_type for s in shapes):
+        gtypes = [type_index(s.gpu_type, types) for s in shapes]
+        tmax = max((t for t, g in zip(tputs, gtypes) if g < len(types)), default=max(tputs))
+    else:  # a family of no type (every one-type cluster's): every shape runs anywhere
+        gtypes = [-1] * n
+        tmax = max(tputs)
     rows = []  # shares in Slurm's counts from here on; the shapes' are percent
     res = np.zeros((n, 4 + (len(types) if typed else 0)))
     gang = []  # (slot, GPUs, GPU memory) of each data-parallel row
@@ -123,7 +126,7 @@ def make_table(fam: Family, cache: PairCache, per_gpu: np.ndarray, shares_per_gp
                 demand[i, 4 + t] = demand[i, 0]
     tput = np.array(tputs)
     floor = fam.throughput_floor
-    allowed = (tput >= floor) & present
+    allowed = (tput >= floor) & (np.array(gtypes) < len(types))  # a type the cluster lacks: never
     contention = np.zeros(n)  # filled for all tables at once by fill_contention
     value = tput / tmax
     dominant = np.maximum(demand[:, :4].max(axis=1), 1e-9)
