@@ -13,6 +13,19 @@ is a small JSON file, replaced atomically (write, rename), at most every
 training, requests for inference); `started` and `updated` are the writer's
 Unix times of this run's first report and of this one.
 
+A training job of a family that adapts its batch (`batch: {adaptive: true}`,
+goodput mode, `runtime.goodput`) reports `done` as its statistical progress:
+the steps of the submitted global batch that its steps were worth (a step at
+global batch B counts (B/B0)·(φ + B0)/(φ + B)), so `total` stays the
+submitted steps. It adds one optional field:
+
+    "grad_noise_scale": 812.5
+
+φ, the job's smoothed gradient noise scale tr(Σ)/|G|² in samples, from which
+a reader gets the statistical efficiency of any global batch B relative to
+the submitted B0: E(B) = (φ + B0)/(φ + B). Absent until the job has measured
+it (and always for a fixed-batch job).
+
 Where: `elastico-run` sets ELASTICO_PROGRESS_FILE to
 `progress_path(<job's working directory>, <job id>)`, a path the helper can
 compute from squeue alone (the job's `current_working_directory` and id), so
@@ -60,10 +73,15 @@ class Progress:
     shape: str = ""
     restarts: int = 0
     started: float = 0.0  # when this run's reporting began (writer's Unix time; 0 = unknown): warm-up counts from here
+    grad_noise_scale: float | None = None
+    """Goodput mode: the job's gradient noise scale φ in samples (module docstring); None = not reported."""
 
     def to_dict(self) -> dict:
-        return {"version": VERSION, "done": self.done, "total": self.total, "shape": self.shape,
-                "restarts": self.restarts, "started": self.started, "updated": self.updated}
+        d = {"version": VERSION, "done": self.done, "total": self.total, "shape": self.shape,
+             "restarts": self.restarts, "started": self.started, "updated": self.updated}
+        if self.grad_noise_scale is not None:
+            d["grad_noise_scale"] = self.grad_noise_scale
+        return d
 
 
 class ReportError(ValueError):
@@ -151,8 +169,9 @@ def parse_progress(d: dict, source: str) -> Progress:
         raise ReportError(f"{source}: done {done:g} exceeds total {total:g}")
     restarts = number(d, "restarts", source, required=False, integer=True, high=MAX_RESTARTS)
     started = number(d, "started", source, required=False)
+    phi = number(d, "grad_noise_scale", source, required=False)
     return Progress(done, total, updated, str(d.get("shape", ""))[:200], 0 if math.isnan(restarts) else int(restarts),
-                    0.0 if math.isnan(started) else started)
+                    0.0 if math.isnan(started) else started, None if math.isnan(phi) else phi)
 
 
 def read_progress(path: str | os.PathLike[str]) -> Progress | None:
@@ -233,8 +252,10 @@ class ProgressReporter:
         self._last = -math.inf
         self._started: float | None = None
 
-    def report(self, done: float, total: float, final: bool = False) -> bool:
-        """Write a report if `min_interval_s` has passed since the last one (always when `final`); True if written."""
+    def report(self, done: float, total: float, final: bool = False, grad_noise_scale: float | None = None) -> bool:
+        """Write a report if `min_interval_s` has passed since the last one (always when `final`); True if written.
+
+        `grad_noise_scale`: goodput mode's φ (module docstring), written when not None."""
         if self.path is None:
             return False
         now = self.clock()
@@ -243,7 +264,10 @@ class ProgressReporter:
         try:
             if self._started is None:
                 self._started = now
-            write_progress(self.path, Progress(float(done), float(total), now, self.shape, self.restarts, self._started))
+            phi = (None if grad_noise_scale is None or not math.isfinite(grad_noise_scale)
+                   else min(float(grad_noise_scale), MAX_NUMBER))
+            write_progress(self.path, Progress(float(done), float(total), now, self.shape, self.restarts, self._started,
+                                               phi))
         except OSError as exc:
             log.warning("progress reports stop for this run: %s: %s", self.path, exc)
             self.path = None

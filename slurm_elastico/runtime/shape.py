@@ -17,6 +17,7 @@ Common to both kinds:
 Training (`kind=train`), all required:
 
   ELASTICO_GLOBAL_BATCH      samples per optimizer step; fixed for the whole job
+                             unless the family adapts its batch (below)
   ELASTICO_MICRO_BATCH       samples per forward/backward pass
   ELASTICO_ACCUMULATION      micro-batches per optimizer step and rank;
                              MICRO_BATCH * ACCUMULATION * RANKS must equal GLOBAL_BATCH
@@ -28,6 +29,13 @@ Training (`kind=train`), all required:
                              and learns its own rank from torch's env:// variables
                              (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT),
                              which `elastico-run` sets; WORLD_SIZE must equal RANKS
+  ELASTICO_LR_SCALING        optional (absent = fixed global batch): the learning-rate rule of a
+                             family with `batch: {adaptive: true}`: adascale | sqrt | linear.
+                             Then GLOBAL_BATCH may differ from run to run, STEPS counts steps of
+                             BASE_BATCH, and the job ends when its statistical progress
+                             reaches them (`runtime.goodput`)
+  ELASTICO_BASE_BATCH        with ELASTICO_LR_SCALING: the submitted global batch (required);
+                             without it, absent or equal to GLOBAL_BATCH
 
 Inference (`kind=infer`):
 
@@ -60,6 +68,7 @@ from typing import ClassVar
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.model import Family
 from slurm_elastico.model import Shape as PlannedShape
+from slurm_elastico.runtime.goodput import LR_RULES
 
 EXIT_CHECKPOINTED = 75
 """Exit status of a program that checkpointed on request and wants to be relaunched (EX_TEMPFAIL)."""
@@ -86,9 +95,15 @@ class TrainShape:
     ranks: int = 1
     """Data-parallel degree: global_batch = micro_batch x accumulation x ranks."""
     name: str = ""
+    lr_scaling: str = ""
+    """Goodput mode's learning-rate rule (`runtime.goodput.LR_RULES`); "" = a fixed global batch."""
+    base_batch: int = 0
+    """The submitted global batch, in whose steps `steps` counts; 0 = `global_batch`."""
     kind: ClassVar[str] = "train"
 
     def __post_init__(self) -> None:
+        if self.base_batch == 0:
+            object.__setattr__(self, "base_batch", self.global_batch)
         problems = _train_problems(self)
         if problems:
             raise ConfigError("training shape", problems)
@@ -105,7 +120,13 @@ class TrainShape:
             "ELASTICO_CHECKPOINTING": "1" if self.checkpointing else "0",
             "ELASTICO_STEPS": str(self.steps),
             "ELASTICO_RANKS": str(self.ranks),
-        }
+        } | ({"ELASTICO_LR_SCALING": self.lr_scaling, "ELASTICO_BASE_BATCH": str(self.base_batch)}
+             if self.adaptive else {})
+
+    @property
+    def adaptive(self) -> bool:
+        """Goodput mode: the global batch may change between runs, the LR follows it, progress is statistical."""
+        return bool(self.lr_scaling)
 
     @property
     def rank_batch(self) -> int:
@@ -189,6 +210,7 @@ def runtime_shape(family: Family, shape: PlannedShape) -> Shape:
             ranks = int(knobs.get("ranks", gpus or 1))
             if gpus and ranks != gpus:
                 raise ConfigError(f"shape {shape.name}", [f"knob ranks={ranks} but the shape holds {gpus} whole GPUs (one rank per GPU)"])
+            rule, base = _batch_rule(family, shape)
             return TrainShape(
                 global_batch=global_batch,
                 micro_batch=micro,
@@ -198,6 +220,8 @@ def runtime_shape(family: Family, shape: PlannedShape) -> Shape:
                 steps=int(family.total_work),
                 ranks=ranks,
                 name=shape.name,
+                lr_scaling=rule,
+                base_batch=base,
             )
         if family.kind == "infer":
             gmu = knobs.pop("gpu_memory_utilization", None)
@@ -219,6 +243,28 @@ def runtime_shape(family: Family, shape: PlannedShape) -> Shape:
     except KeyError as exc:
         raise ConfigError(f"shape {shape.name}", [f"knob {exc.args[0]} is missing; it has {', '.join(sorted(dict(shape.knobs)))}"]) from None
     raise ConfigError(f"shape {shape.name}", [f"family kind {family.kind!r} is not one of {', '.join(KINDS)}"])
+
+
+def _batch_rule(family: Family, shape: PlannedShape) -> tuple[str, int]:
+    """(learning-rate rule, submitted global batch) of a training shape: ("", 0) for a fixed-batch family.
+
+    A family adapts its batch when any of its shapes carries the `lr_scaling` knob (those at another global
+    batch do, `shapes.spec_batch`); then every shape of it runs in goodput mode, those at the submitted batch
+    too (they measure the noise scale and count progress, at gain exactly 1). The submitted batch is the
+    default shape's `global_batch`."""
+    rules = {str(s.knob("lr_scaling")) for s in family.shapes if s.knob("lr_scaling") is not None}
+    if shape.knob("lr_scaling") is not None:
+        rules = {str(shape.knob("lr_scaling"))}
+    if not rules:
+        return "", 0
+    if len(rules) > 1:
+        raise ConfigError(f"shape {shape.name}", [f"the family's shapes name several lr_scaling rules {sorted(rules)}; "
+                                                  "allowed: one rule a family"])
+    base = family.default_shape.knob("global_batch")
+    if base is None:
+        raise ConfigError(f"shape {shape.name}", ["the family adapts its batch but its default shape has no "
+                                                  "global_batch knob (the submitted batch)"])
+    return rules.pop(), int(base)
 
 
 def current_shape(env: Mapping[str, str] | None = None) -> Shape:
@@ -343,6 +389,11 @@ def _read_train(env: Mapping[str, str]) -> TrainShape:
     checkpointing = r.flag("ELASTICO_CHECKPOINTING")
     steps = r.integer("ELASTICO_STEPS")
     ranks = r.integer("ELASTICO_RANKS", required=False) or 1
+    rule = r.choice("ELASTICO_LR_SCALING", LR_RULES, default="")
+    base = r.integer("ELASTICO_BASE_BATCH", required=bool(rule))
+    if not rule and base is not None and global_batch is not None and base != global_batch:
+        r.problems.append(f"ELASTICO_BASE_BATCH={base} differs from ELASTICO_GLOBAL_BATCH={global_batch} but "
+                          f"ELASTICO_LR_SCALING is not set; allowed: a rule ({', '.join(LR_RULES)}) or equal batches")
     if None not in (global_batch, micro, accumulation) and micro * accumulation * ranks != global_batch:  # type: ignore[operator]
         r.problems.append(
             f"ELASTICO_MICRO_BATCH={micro} x ELASTICO_ACCUMULATION={accumulation} x ELASTICO_RANKS={ranks}"
@@ -359,6 +410,8 @@ def _read_train(env: Mapping[str, str]) -> TrainShape:
         steps=steps,  # type: ignore[arg-type]
         ranks=ranks,
         name=env.get("ELASTICO_SHAPE", ""),
+        lr_scaling=rule or "",
+        base_batch=base or 0,
     )
 
 
@@ -401,6 +454,13 @@ def _train_problems(s: TrainShape) -> list[str]:
         )
     if s.precision not in PRECISIONS:
         problems.append(f"precision={s.precision!r} is not one of {', '.join(PRECISIONS)}")
+    if s.lr_scaling and s.lr_scaling not in LR_RULES:
+        problems.append(f"lr_scaling={s.lr_scaling!r} is not one of {', '.join(LR_RULES)} ('' = a fixed global batch)")
+    if not isinstance(s.base_batch, int) or isinstance(s.base_batch, bool) or s.base_batch < 1:
+        problems.append(f"base_batch={s.base_batch!r} must be an integer >= 1")
+    elif not s.lr_scaling and s.base_batch != s.global_batch:
+        problems.append(f"base_batch {s.base_batch} differs from global_batch {s.global_batch} without an lr_scaling "
+                        "rule; a fixed-batch job keeps its global batch")
     if not isinstance(s.checkpointing, bool):
         problems.append(f"checkpointing={s.checkpointing!r} must be true or false")
     return problems

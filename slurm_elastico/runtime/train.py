@@ -37,6 +37,24 @@ so it is for trying a family, not for speed). Activation checkpointing wraps
 each of the model's `blocks` with `torch.utils.checkpoint` (use_reentrant=False)
 without changing parameter names, so checkpoints load across the toggle.
 
+Goodput mode (`shape.adaptive`: the family has `batch: {adaptive: true}` and
+elastico-run set ELASTICO_LR_SCALING): the global batch may differ from run to
+run. The data is then one stream of samples (`stream_indices`), each step
+taking the next `global_batch` of it, so a resume at the same sequence of
+batch sizes sees the same samples. Every step measures the gradient noise
+scale from the squared norms of its micro-batch gradients on every rank
+(parameter hooks see each micro-batch's gradient before accumulation) and of
+their mean (`runtime.goodput.NoiseScale`; with one micro-batch on one rank,
+from this and the previous step's gradient). The learning rate of each
+parameter group is multiplied for that step by the rule's factor and put
+back after it (a scheduler sees the unscaled value), and the step counts its
+gain towards the job's progress: `shape.steps` are steps of the submitted
+batch, and the job ends when the progress reaches them. The estimates, the
+progress, the samples used and the previous gradient travel in the
+checkpoint, so a resume is bit-identical to an uninterrupted run at the same
+batch sizes. At the submitted batch the gain and the AdaScale factor are
+exactly 1, so such a run matches a fixed-batch run bit for bit.
+
 At every optimizer-step boundary the loop asks `should_stop()` (default:
 `checkpoint_requested()`); on yes it saves and returns `EXIT_CHECKPOINTED`.
 On start it resumes from the newest good checkpoint. Resuming restores model,
@@ -49,6 +67,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -64,6 +83,7 @@ from torch.utils.checkpoint import checkpoint as _checkpoint
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.runtime.checkpoint import load_latest, restore_rng, save_checkpoint, state_path
 from slurm_elastico.runtime.dist import Group, membership
+from slurm_elastico.runtime.goodput import NoiseScale, done, optimizer_rule_problem
 from slurm_elastico.runtime.progress import ProgressReporter
 from slurm_elastico.runtime.shape import EXIT_CHECKPOINTED, TrainShape
 from slurm_elastico.runtime.signals import checkpoint_requested
@@ -86,6 +106,13 @@ class TrainResult:
     checkpoint: Path | None
     checkpoint_seconds: float = 0.0
     last_loss: float | None = None
+    samples: int = 0
+    """Samples the job used so far (all runs together)."""
+    progress: float = 0.0
+    """What the steps were worth in steps of the submitted batch: `step` for a fixed batch, the sum of the
+    steps' gains in goodput mode."""
+    grad_noise_scale: float | None = None
+    """Goodput mode: the smoothed gradient noise scale at the end (samples); None otherwise or before measured."""
 
     @property
     def exit_code(self) -> int:
@@ -98,11 +125,17 @@ def batch_indices(data_seed: int, step: int, global_batch: int, dataset_len: int
     Sample number p = step * global_batch + k of the stream is element
     p mod N of the permutation of epoch p // N, seeded by (data_seed, epoch).
     """
+    return stream_indices(data_seed, step * global_batch, global_batch, dataset_len)
+
+
+def stream_indices(data_seed: int, start: int, count: int, dataset_len: int) -> torch.Tensor:
+    """Samples `start` .. `start + count - 1` of the seed's stream (`batch_indices`): goodput mode's steps,
+    whose batches differ, take consecutive pieces of the same stream."""
     if dataset_len < 1:
         raise ValueError("the dataset is empty")
-    pos = torch.arange(step * global_batch, (step + 1) * global_batch)
+    pos = torch.arange(start, start + count)
     epochs = pos // dataset_len
-    out = torch.empty(global_batch, dtype=torch.long)
+    out = torch.empty(count, dtype=torch.long)
     for epoch in torch.unique(epochs).tolist():
         g = torch.Generator().manual_seed(data_seed * 1_000_003 + epoch)
         perm = torch.randperm(dataset_len, generator=g)
@@ -174,10 +207,12 @@ def train(
     loss. The model and optimizer must be built the same way on every
     (re)start; their state comes from the checkpoint. `on_step(step, loss)`
     is called after each optimizer step (step counts from 1). Progress
-    (steps done of `shape.steps`) goes to `progress` (default: the report file
+    (steps done of `shape.steps`; in goodput mode the statistical progress and
+    the gradient noise scale) goes to `progress` (default: the report file
     elastico-run names, see `runtime.progress`). Rank membership comes from
     torch's env:// variables in `env` (default `os.environ`); a WORLD_SIZE
-    other than `shape.ranks` is a ConfigError. On ranks other than 0,
+    other than `shape.ranks` is a ConfigError, and so is, in goodput mode, an
+    optimizer the shape's learning-rate rule does not support (`runtime.goodput`). On ranks other than 0,
     `progress` is ignored and `checkpoint_seconds` is 0; `on_step` runs on
     every rank with the global batch's mean loss (the same on all ranks).
     If one rank fails, the others wait in the next collective until the
@@ -215,6 +250,12 @@ def _train(
     dataset_len = len(data)
     scaler = torch.amp.GradScaler(device.type, enabled=shape.precision == "fp16")
     set_activation_checkpointing(model, shape.checkpointing)
+    gauge: _Gauge | None = None
+    if shape.adaptive:
+        why = optimizer_rule_problem(shape.lr_scaling, optimizer)
+        if why:
+            raise ConfigError("goodput mode", [why])
+        gauge = _Gauge(NoiseScale(shape.base_batch))
 
     step = 0
     resumed_from = None
@@ -229,12 +270,32 @@ def _train(
             scaler.load_state_dict(ckpt.state["scaler"])  # fp32/bf16 -> fp16 starts a fresh scale
         restore_rng(ckpt.rng)
         step = resumed_from = ckpt.step
+        if gauge is not None:
+            gauge.restore(ckpt.state, shape.global_batch, device)
         log.info("resumed from %s at step %d (shape %s)", ckpt.path, step, shape)
     else:
         group.broadcast_module(model)  # a fresh start: every rank begins from rank 0's initial parameters
     step = group.agreed_step(step)
     saved_step = step if ckpt is not None else None
-    progress.report(step, shape.steps, final=True)
+
+    def report(final: bool = False) -> None:
+        if gauge is None:
+            progress.report(step, shape.steps, final=final)
+        else:  # a report's done may not exceed its total; the last step may overshoot the work
+            progress.report(min(gauge.ns.progress, shape.steps), shape.steps, final=final,
+                            grad_noise_scale=gauge.ns.phi)
+
+    def result(status: str) -> TrainResult:
+        if gauge is None:
+            return TrainResult(status, step, steps_run, resumed_from, path, seconds, last_loss,
+                               step * shape.global_batch, float(step))
+        return TrainResult(status, step, steps_run, resumed_from, path, seconds, last_loss, gauge.ns.samples,
+                           gauge.ns.progress, gauge.ns.phi)
+
+    def unfinished() -> bool:
+        return step < shape.steps if gauge is None else not done(gauge.ns.progress, shape.steps)
+
+    report(final=True)
 
     def save() -> tuple[Path, float]:
         """Rank 0 writes the checkpoint; every rank returns once it is on disk."""
@@ -251,7 +312,11 @@ def _train(
             "global_batch": shape.global_batch,
             "shape": dataclasses.asdict(shape),
         }
-        path = save_checkpoint(ckpt_dir, step, state, data_position=step * shape.global_batch, keep=keep)
+        position = step * shape.global_batch
+        if gauge is not None:
+            state.update(gauge.state())
+            position = gauge.ns.samples
+        path = save_checkpoint(ckpt_dir, step, state, data_position=position, keep=keep)
         seconds = time.perf_counter() - t0
         group.barrier()
         return path, seconds
@@ -261,29 +326,39 @@ def _train(
     last_loss = None
     path = ckpt.path if ckpt is not None else None
     seconds = 0.0
-    while step < shape.steps:
-        if group.any(should_stop()):
-            if saved_step != step:
+    if gauge is not None:
+        gauge.attach(model, optimizer)
+    try:
+        while unfinished():
+            if group.any(should_stop()):
+                if saved_step != step:
+                    path, seconds = save()
+                report(final=True)
+                return result("checkpointed")
+            last_loss = _optimizer_step(
+                model, optimizer, scaler, shape, data, loss_fn, data_seed, step, dataset_len, device, max_grad_norm,
+                group, gauge
+            )
+            if scheduler is not None:
+                scheduler.step()
+            step += 1
+            steps_run += 1
+            report()
+            if on_step is not None:
+                on_step(step, last_loss)
+            if checkpoint_every and step % checkpoint_every == 0 and unfinished():
                 path, seconds = save()
-            progress.report(step, shape.steps, final=True)
-            return TrainResult("checkpointed", step, steps_run, resumed_from, path, seconds, last_loss)
-        last_loss = _optimizer_step(
-            model, optimizer, scaler, shape, data, loss_fn, data_seed, step, dataset_len, device, max_grad_norm, group
-        )
-        if scheduler is not None:
-            scheduler.step()
-        step += 1
-        steps_run += 1
-        progress.report(step, shape.steps)
-        if on_step is not None:
-            on_step(step, last_loss)
-        if checkpoint_every and step % checkpoint_every == 0 and step < shape.steps:
-            path, seconds = save()
-            saved_step = step
+                saved_step = step
+    finally:
+        if gauge is not None:
+            gauge.detach()
     if saved_step != step:
         path, seconds = save()  # the final state, so a relaunch after completion is a no-op
-    progress.report(step, shape.steps, final=True)
-    return TrainResult("done", step, steps_run, resumed_from, path, seconds, last_loss)
+    report(final=True)
+    if gauge is not None and main:
+        log.info("done: %d steps, %d samples, worth %.6g steps of the submitted batch %d (work %d); noise scale %s",
+                 step, gauge.ns.samples, gauge.ns.progress, shape.base_batch, shape.steps, gauge.ns.phi)
+    return result("done")
 
 
 def _optimizer_step(
@@ -299,13 +374,20 @@ def _optimizer_step(
     device: torch.device,
     max_grad_norm: float | None,
     group: Group,
+    gauge: _Gauge | None = None,
 ) -> float:
     """One optimizer step over the global batch of `step`: this rank's slice as `accumulation` micro-batches,
-    gradients summed over the ranks; returns the global batch's mean loss."""
+    gradients summed over the ranks; returns the global batch's mean loss. In goodput mode (`gauge`) the
+    batch is the next `global_batch` samples of the stream, the noise scale is updated, the learning rate
+    scaled for this step and the step's gain counted."""
     optimizer.zero_grad(set_to_none=True)
     weight = shape.micro_batch / shape.global_batch
     total = 0.0
-    indices = batch_indices(data_seed, step, shape.global_batch, dataset_len)
+    if gauge is None:
+        indices = batch_indices(data_seed, step, shape.global_batch, dataset_len)
+    else:
+        indices = stream_indices(data_seed, gauge.ns.samples, shape.global_batch, dataset_len)
+        gauge.begin()
     first = group.member.rank * shape.rank_batch
     for micro in _micro_batches(indices[first : first + shape.rank_batch], shape):
         batch = _to_device(data[micro], device)
@@ -313,20 +395,117 @@ def _optimizer_step(
             loss = loss_fn(model, batch)
         scaler.scale(loss.float() * weight).backward()
         total += loss.item() * weight
+        if gauge is not None:
+            gauge.micro_done()
     group.sum_grads(model.parameters())
     total = group.sum_scalar(total)
+    if gauge is not None:
+        gauge.measure(shape, weight, scaler.get_scale() if scaler.is_enabled() else 1.0, group)
     if max_grad_norm is not None:
         scaler.unscale_(optimizer)
         nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    scaler.step(optimizer)
+    if gauge is None:
+        scaler.step(optimizer)
+    else:
+        factor = gauge.ns.lr_factor(shape.lr_scaling, shape.global_batch, optimizer)
+        saved = [g["lr"] for g in optimizer.param_groups]
+        for g in optimizer.param_groups:
+            g["lr"] = g["lr"] * factor
+        try:
+            scaler.step(optimizer)
+        finally:
+            for g, lr in zip(optimizer.param_groups, saved):
+                g["lr"] = lr
+        gauge.ns.count_step(shape.global_batch)
     scaler.update()
     return total
 
 
+class _Gauge:
+    """Goodput mode's measuring in the loop: per-micro-batch squared gradient norms from parameter hooks, the
+    previous step's gradient for the one-gradient case, and the `NoiseScale` they feed."""
+
+    def __init__(self, ns: NoiseScale):
+        self.ns = ns
+        self.params: list[nn.Parameter] = []
+        self.handles: list[Any] = []
+        self.pending: torch.Tensor | float = 0.0
+        self.micro_sqr: list[float] = []
+        self.prev: torch.Tensor | None = None
+        self.prev_batch = 0
+
+    def attach(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        self.params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
+        self.handles = [p.register_hook(self._hook) for p in self.params]
+
+    def detach(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+    def _hook(self, grad: torch.Tensor) -> None:
+        # This backward's contribution to the parameter's gradient (before accumulation): the micro-batch's.
+        self.pending = self.pending + grad.detach().pow(2).sum(dtype=torch.float64)  # a tensor: no device sync here
+
+    def begin(self) -> None:
+        self.pending = 0.0
+        self.micro_sqr = []
+
+    def micro_done(self) -> None:
+        self.micro_sqr.append(float(self.pending))
+        self.pending = 0.0
+
+    def measure(self, shape: TrainShape, weight: float, loss_scale: float, group: Group) -> None:
+        """Fold this step's statistics (after the gradients were summed over the ranks) into the estimates."""
+        unscale = 1.0 / (weight * loss_scale) ** 2  # a hook saw weight x loss_scale x the micro-batch mean gradient
+        local_sum = group.sum_scalar(sum(self.micro_sqr) * unscale)
+        count = shape.accumulation * shape.ranks
+        grads = [p.grad for p in self.params if p.grad is not None]
+        flat = (torch.cat([g.detach().reshape(-1).double() for g in grads]) / loss_scale if grads
+                else torch.zeros(0, dtype=torch.float64))
+        total_sqr = float(flat.pow(2).sum())
+        if count >= 2:
+            self.ns.observe(local_sum / count, total_sqr, count, shape.global_batch)
+            self.prev = None
+            return
+        if self.prev is not None and self.prev_batch == shape.global_batch and self.prev.numel() == flat.numel():
+            local = (float(self.prev.pow(2).sum()) + total_sqr) / 2
+            both = float(((self.prev + flat) / 2).pow(2).sum())
+            self.ns.observe_differenced(local, both, shape.global_batch)
+        if math.isfinite(total_sqr):
+            self.prev, self.prev_batch = flat.clone(), shape.global_batch
+
+    def state(self) -> dict[str, Any]:
+        return {"goodput": self.ns.to_state(), "goodput_prev_grad": None if self.prev is None else self.prev.cpu(),
+                "goodput_prev_batch": self.prev_batch, "base_batch": self.ns.base_batch}
+
+    def restore(self, state: Mapping[str, Any], batch: int, device: torch.device) -> None:
+        self.ns = NoiseScale.from_state(state["goodput"])
+        prev = state.get("goodput_prev_grad")
+        self.prev_batch = int(state.get("goodput_prev_batch", 0))
+        self.prev = prev.to(device) if prev is not None and self.prev_batch == batch else None
+
+
 def _check_compatible(state: dict[str, Any], shape: TrainShape, data_seed: int, path: Path) -> None:
-    """Refuse a resume that would change the job's mathematics (global batch, data order)."""
+    """Refuse a resume that would change the job's mathematics (global batch, data order); in goodput mode the
+    global batch may change, the submitted batch and the learning-rate rule may not."""
     problems = []
-    if state.get("global_batch") != shape.global_batch:
+    was_adaptive = "goodput" in state
+    if was_adaptive != shape.adaptive:
+        problems.append(
+            f"the checkpoint was written {'in goodput mode (an adaptive batch)' if was_adaptive else 'at a fixed global batch'}"
+            f" but this run is {'in goodput mode' if shape.adaptive else 'at a fixed global batch'};"
+            " a job keeps its family's batch rule"
+        )
+    elif shape.adaptive:
+        if state.get("base_batch") != shape.base_batch:
+            problems.append(f"submitted batch {shape.base_batch} differs from the checkpoint's {state.get('base_batch')};"
+                            " the job's work is counted in steps of one submitted batch")
+        old_rule = (state.get("shape") or {}).get("lr_scaling")
+        if old_rule != shape.lr_scaling:
+            problems.append(f"lr_scaling {shape.lr_scaling!r} differs from the checkpoint's {old_rule!r};"
+                            " a job keeps its learning-rate rule")
+    elif state.get("global_batch") != shape.global_batch:
         problems.append(
             f"global batch {shape.global_batch} differs from the checkpoint's {state.get('global_batch')};"
             " a reshape must keep the global batch"

@@ -55,7 +55,9 @@ inference `gmu<fraction>-seqs<n>-kv<dtype>-mps<share>`, and `...-dp<n>` (replica
 or `...-tp<n>` (tensor parallel) on n GPUs (see `shape_name`). A 1-GPU shape is an
 MPS share of one GPU; an n-GPU shape holds n whole GPUs, spread evenly over at most
 `max_nodes` nodes with at most `gpus_per_node` on each (`layout`).
-A global-batch change is not a shape: there is no key for it, by design.
+The global batch is fixed unless the family opts in with `batch: {adaptive: true, min, max, lr_scaling}`
+(goodput mode, `spec_batch`): its shapes may then run other global batches, with the learning rate scaled
+and the work counted as statistical progress in steps of the submitted batch.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from typing import Any
 
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.inputs import shorten
+from slurm_elastico.shapes.spec_batch import BatchRule, batch_rule_of
 from slurm_elastico.shapes.spec_text import _bound, _divisors, _some, _yaml_float
 from slurm_elastico.shapes.spec_types import declared_name_problem, gpu_types_of
 
@@ -81,7 +84,7 @@ PARALLEL_SUFFIX = {"replicas": "dp", "tensor": "tp"}
 
 COMMON_KEYS = ("kind", "name", "mps_shares", "gpus", "gpus_per_node", "max_nodes", "throughput_floor", "cpus",
                "host_mem_mib", "default", "model", "declared", "gpu_types")
-TRAIN_KEYS = COMMON_KEYS + ("global_batch", "micro_batches", "precisions", "checkpointing", "steps")
+TRAIN_KEYS = COMMON_KEYS + ("global_batch", "micro_batches", "precisions", "checkpointing", "steps", "batch")
 INFER_KEYS = COMMON_KEYS + ("requests", "gpu_memory_utilization", "max_num_seqs", "kv_cache_dtype", "parallel")
 TRAIN_MODEL_KEYS = ("params", "activation_mib_per_sample", "step_time_s", "micro_batch_knee", "allreduce_gib_s")
 INFER_MODEL_KEYS = ("weights_mib", "kv_mib_per_seq", "requests_per_s", "concurrency_knee")
@@ -136,6 +139,8 @@ class FamilySpec:
     """Inference: how n GPUs are used (`PARALLEL_RULES`); "" for training and 1-GPU-only families."""
     gpu_types: tuple[str, ...] = ()
     """The GPU types the job may run on (`spec_types`); () = any."""
+    batch: BatchRule | None = None
+    """Training: the global batches the job may adapt to and its learning-rate rule (`spec_batch`); None = fixed."""
 
     @property
     def per_node_limit(self) -> int:
@@ -268,8 +273,9 @@ def parse_spec(data: Any, source: str = "<family>") -> FamilySpec:
         raise ConfigError(source, c.problems)
     allowed_keys = TRAIN_KEYS if kind == "train" else INFER_KEYS
     for key in data:
-        if key not in allowed_keys:
-            hint = " (a family keeps the global batch fixed; there is no per-shape batch)" if "batch" in str(key) else ""
+        if key not in allowed_keys and key != "batch":  # `batch` on an inference family: its own message below
+            hint = (" (a family keeps the global batch fixed unless it opts in with "
+                    "batch: {adaptive: true, min: ..., max: ...})") if "batch" in str(key) else ""
             c.bad(str(key), f"unknown key for kind {kind}{hint}; allowed: {', '.join(allowed_keys)}")
 
     gpus, per_node, max_nodes, parallel = _gpu_counts(c, kind)
@@ -295,6 +301,8 @@ def parse_spec(data: Any, source: str = "<family>") -> FamilySpec:
     global_batch = 0
     if kind == "train":
         global_batch = c.number("global_batch", required=True, lo=1, hi=MAX_BATCH, integer=True, default=0)
+    batch_rule = batch_rule_of(data, kind, global_batch, c.bad)
+    if kind == "train":
         work = c.number("steps", required=True, lo=1, hi=MAX_WORK, integer=True, default=1)
         micro = c.choices("micro_batches", integer=True, lo=1, hi=MAX_BATCH)
         if global_batch and micro:
@@ -381,7 +389,7 @@ def parse_spec(data: Any, source: str = "<family>") -> FamilySpec:
                       throughput_floor=float(floor), knobs=knobs, name=name, cpus=cpus, host_mem_mib=host,
                       default=default, model=model, declared=declared, global_batch=global_batch,
                       gpus=tuple(sorted(gpus)), gpus_per_node=per_node, max_nodes=max_nodes, parallel=parallel,
-                      gpu_types=gpu_types)
+                      gpu_types=gpu_types, batch=batch_rule)
 
 
 def _gpu_counts(c: _Checker, kind: str) -> tuple[tuple[int, ...], int, int, str]:

@@ -1,0 +1,69 @@
+"""The family key `batch:` (goodput mode): what it accepts, and each bad input a clear error naming the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_elastico.errors import ConfigError
+from slurm_elastico.shapes.spec import parse_spec
+from slurm_elastico.shapes.spec_batch import BatchRule
+
+
+def train_spec(**changes):
+    base = {"kind": "train", "global_batch": 64, "micro_batches": [8, 16, 64], "precisions": ["fp32"],
+            "checkpointing": [False], "steps": 100, "mps_shares": [100]}
+    return {**base, **changes}
+
+
+def infer_spec(**changes):
+    base = {"kind": "infer", "requests": 10, "gpu_memory_utilization": [0.5], "max_num_seqs": [4],
+            "kv_cache_dtype": ["auto"], "mps_shares": [100]}
+    return {**base, **changes}
+
+
+def problems(data) -> str:
+    with pytest.raises(ConfigError) as err:
+        parse_spec(data, "fam.yaml")
+    return str(err.value)
+
+
+def test_without_the_key_or_with_adaptive_false_the_batch_is_fixed():
+    assert parse_spec(train_spec()).batch is None
+    assert parse_spec(train_spec(batch={"adaptive": False, "min": 8, "max": 512})).batch is None
+
+
+def test_an_adaptive_family_keeps_its_range_and_rule():
+    rule = parse_spec(train_spec(batch={"adaptive": True, "min": 16, "max": 512})).batch
+    assert rule == BatchRule(16, 512, "adascale")
+    assert rule.batches(64) == (16, 32, 128, 256, 512)
+    assert parse_spec(train_spec(batch={"adaptive": True, "min": 64, "max": 64, "lr_scaling": "sqrt"})).batch \
+        == BatchRule(64, 64, "sqrt")
+
+
+@pytest.mark.parametrize(("batch", "words"), [
+    ({"adaptive": True, "min": 256, "max": 16}, ["batch.min: 256 is above batch.max 16; allowed: min <= max"]),
+    ({"adaptive": True, "min": 128, "max": 256},
+     ["batch: the submitted global_batch 64 is outside [batch.min 128, batch.max 256]"]),
+    ({"adaptive": True, "min": 0, "max": 2.5}, ["batch.min: 0 is not a positive integer", "batch.max: 2.5 is not"]),
+    ({"adaptive": True, "min": True, "max": "big"}, ["batch.min: True is not", "batch.max: 'big' is not"]),
+    ({"adaptive": True, "min": 8, "max": 128, "lr_scaling": "cubic"},
+     ["batch.lr_scaling: 'cubic' is not allowed; allowed: adascale, sqrt, linear"]),
+    ({"adaptive": True}, ["batch.min: required when batch.adaptive is true", "batch.max: required"]),
+    ({"adaptive": "yes", "min": 8, "max": 128}, ["batch.adaptive: expected true or false, got 'yes'"]),
+    ({"adaptive": True, "min": 8, "max": 128, "step": 2}, ["batch.step: unknown key; allowed: adaptive, min, max"]),
+    ([8, 128], ["batch: expected a mapping with adaptive, min, max, lr_scaling"]),
+])
+def test_bad_batch_rules_are_named(batch, words):
+    text = problems(train_spec(batch=batch))
+    for w in words:
+        assert w in text
+
+
+def test_adaptive_on_an_inference_family_is_refused_by_name():
+    text = problems(infer_spec(batch={"adaptive": True, "min": 1, "max": 2}))
+    assert "batch: only a training family may adapt its batch, and this one is kind infer" in text
+    assert "unknown key" not in text
+
+
+def test_other_batch_words_still_point_at_the_batch_key():
+    assert "opts in with batch: {adaptive: true" in problems(train_spec(batch_size=3))
