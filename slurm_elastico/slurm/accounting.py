@@ -101,9 +101,9 @@ def _sacct_job(f: Fields) -> SacctRecord:
     )
 
 
-def parse_sacct(text: str) -> tuple[SacctRecord, ...]:
+def parse_sacct(text: str, source: str = "sacct --json") -> tuple[SacctRecord, ...]:
     """Job runs from `sacct --json` (both schemas), in the order sacct printed them."""
-    doc = load(text, "sacct --json")
+    doc = load(text, source)
     top = Fields(doc.data, "", doc)
     return tuple(_sacct_job(Fields(j, f"jobs[{i}]", doc)) for i, j in enumerate(top.items("jobs", required=True)))
 

@@ -38,6 +38,11 @@ REVOKE_GAP_S = 2.0
 """Least time between a requeue-hold and the release of the job (see `requeue_with_share`)."""
 
 
+def _source(argv: Sequence[str]) -> str:
+    """How a parser's errors name the command whose output it read ("scontrol show node --json")."""
+    return " ".join(argv)
+
+
 class SlurmGateway:
     """Snapshot and actions against a real Slurm cluster through `runner`.
 
@@ -79,7 +84,8 @@ class SlurmGateway:
 
     def jobs(self) -> tuple[JobView, ...]:
         """Active jobs (pending, running, suspended, completing), from one squeue call."""
-        jobs = parse_squeue(self._read(commands.squeue_json()))
+        argv = commands.squeue_json()
+        jobs = parse_squeue(self._read(argv), _source(argv))
         return tuple(j for j in jobs if j.state.active)
 
     def snapshot(self) -> Snapshot:
@@ -87,12 +93,14 @@ class SlurmGateway:
 
         `SlurmUnavailable` when either did not answer: an outage is never an empty cluster.
         """
-        squeue_text = self._read(commands.squeue_json())
-        version = slurm_version(squeue_text)
-        nodes_text = self._read(commands.nodes_json(version))
+        squeue_argv = commands.squeue_json()
+        squeue_text = self._read(squeue_argv)
+        version = slurm_version(squeue_text, _source(squeue_argv))
+        nodes_argv = commands.nodes_json(version)
+        nodes_text = self._read(nodes_argv)
         taken_at = self._clock()
-        jobs = tuple(j for j in parse_squeue(squeue_text) if j.state.active)
-        records = parse_sinfo(nodes_text)
+        jobs = tuple(j for j in parse_squeue(squeue_text, _source(squeue_argv)) if j.state.active)
+        records = parse_sinfo(nodes_text, _source(nodes_argv))
         nodes = build_nodes(records, jobs, shares_per_gpu=self.shares_per_gpu, gpu_memory_mib=self.gpu_memory_mib,
                             type_memory=self.type_memory)
         return Snapshot(
@@ -106,7 +114,7 @@ class SlurmGateway:
     def job(self, job_id: int) -> JobView:
         """One job's current view (from squeue); `UnknownJobError` when Slurm no longer lists it."""
         argv = commands.squeue_job_json(job_id)
-        for j in parse_squeue(self._read(argv)):
+        for j in parse_squeue(self._read(argv), _source(argv)):
             if j.job_id == job_id:
                 return j
         raise UnknownJobError(argv, 0, f"job {job_id} is not in squeue")
@@ -120,8 +128,9 @@ class SlurmGateway:
     def sacct(self, **kwargs) -> tuple[SacctRecord, ...]:
         """Accounting records (needs slurmdbd or a jobcomp file); see `commands.sacct_json`. None matched is an
         empty answer on both versions (22.05 says so in `errors`: `answers.nothing_found`)."""
-        result = self.runner(commands.sacct_json(**kwargs))
-        return parse_sacct(result.stdout if nothing_found(result) else check_answer(result).stdout)
+        argv = commands.sacct_json(**kwargs)
+        result = self.runner(argv)
+        return parse_sacct(result.stdout if nothing_found(result) else check_answer(result).stdout, _source(argv))
 
     # ----------------------------------------------------------------- acting
 
@@ -295,10 +304,12 @@ class SlurmGateway:
         call (and one node listing for a typed change); refused before any update where Slurm would refuse,
         ignore or strand the change."""
         commands.set_gpu_count(job_id, gpus, tuple(nodes), gpu_type)  # validate before reading Slurm
-        text = self._read(commands.squeue_job_json(job_id))
-        version = slurm_version(text)
-        records = parse_sinfo(self._read(commands.nodes_json(version))) if gpu_type else ()
-        on = next((j.nodes for j in parse_squeue(text) if j.job_id == job_id), ())
+        argv = commands.squeue_job_json(job_id)
+        text = self._read(argv)
+        version = slurm_version(text, _source(argv))
+        nodes_argv = commands.nodes_json(version)
+        records = parse_sinfo(self._read(nodes_argv), _source(nodes_argv)) if gpu_type else ()
+        on = next((j.nodes for j in parse_squeue(text, _source(argv)) if j.job_id == job_id), ())
         return gpu_count.plan_update(version, gpu_count.request_of(text, job_id), records, job_id, gpus,
                                      tuple(nodes), gpu_type, on)
 

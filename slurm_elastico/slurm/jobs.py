@@ -98,14 +98,14 @@ def _job(f: Fields) -> JobView:
     )
 
 
-def parse_squeue(text: str) -> tuple[JobView, ...]:
+def parse_squeue(text: str, source: str = "squeue --json") -> tuple[JobView, ...]:
     """Jobs from `squeue --json` (both schemas) or `scontrol show job --json` (24.11).
 
     `held` is true only for a PENDING job that needs a release: priority 0,
     a JobHeld* reason, 24.11's `hold`, or a REQUEUE_HOLD state. A "None"
     reason becomes "".
     """
-    doc = load(text, "squeue --json")
+    doc = load(text, source)
     top = Fields(doc.data, "", doc)
     jobs = top.items("jobs", required=True)
     return tuple(_job(Fields(j, f"jobs[{i}]", doc)) for i, j in enumerate(jobs))

@@ -162,9 +162,9 @@ def _merge(a: NodeRecord, b: NodeRecord) -> NodeRecord:
     return replace(a, partitions=parts, partition_states=states)
 
 
-def parse_sinfo(text: str) -> tuple[NodeRecord, ...]:
+def parse_sinfo(text: str, source: str = "sinfo --json") -> tuple[NodeRecord, ...]:
     """Node records from `sinfo --json` (22.05 `nodes`, 24.11 `sinfo` groups) or 24.11 `scontrol show node --json`."""
-    doc = load(text, "sinfo --json")
+    doc = load(text, source)
     top = Fields(doc.data, "", doc)
     records: list[NodeRecord] = []
     if "sinfo" in doc.data:

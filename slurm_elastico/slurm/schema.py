@@ -3,9 +3,12 @@
 Each parser (`jobs`, `nodes`, `accounting`) loads a command's output with
 `load`, which reads the schema from `meta` (22.05: `meta.plugin.type`
 "openapi/v0.0.38" and `meta.Slurm`; 24.11: `meta.plugin.data_parser`
-"data_parser/v0.0.42" and `meta.slurm`); an unknown one is a `ParseError`,
-never a guess. `Fields` gives typed access whose errors name the field, the
-command and the schema.
+"data_parser/v0.0.42" and `meta.slurm`; 26.05: "data_parser/v0.0.45", read
+as v0.0.42: it only adds and drops fields the parsers do not read). Any other
+schema, a newer one included, is a `ParseError` naming the command that
+printed it, the schema and the Slurm release it came from: never a guess,
+since a field that changed its form would otherwise be read wrong. `Fields`
+gives typed access whose errors name the field, the command and the schema.
 
 Traps handled here (see tests/unit/test_parse.py for the recorded output):
 
@@ -31,6 +34,8 @@ from slurm_elastico.model import JobState
 __all__ = [
     "SCHEMA_V0038",
     "SCHEMA_V0042",
+    "SCHEMA_V0045",
+    "SCHEMA_RELEASES",
     "SUPPORTED_SCHEMAS",
     "Doc",
     "Fields",
@@ -47,7 +52,12 @@ SCHEMA_V0038 = "v0.0.38"
 """Slurm 22.05 (`openapi/v0.0.38`, `openapi/dbv0.0.38` for sacct)."""
 SCHEMA_V0042 = "v0.0.42"
 """Slurm 24.11 (`data_parser/v0.0.42`)."""
-SUPPORTED_SCHEMAS = (SCHEMA_V0038, SCHEMA_V0042)
+SCHEMA_V0045 = "v0.0.45"
+"""Slurm 26.05 (`data_parser/v0.0.45`): the v0.0.42 fields the parsers read, unchanged (recorded output in
+tests/data/slurm/26.05); it drops `power` and adds `submit_line`, `step_id` and `sluid`, none of them read."""
+SUPPORTED_SCHEMAS = (SCHEMA_V0038, SCHEMA_V0042, SCHEMA_V0045)
+SCHEMA_RELEASES = {SCHEMA_V0038: "22.05", SCHEMA_V0042: "24.11", SCHEMA_V0045: "26.05"}
+"""The Slurm release each supported schema was recorded from."""
 
 _T = TypeVar("_T")
 
@@ -96,10 +106,14 @@ def load(text: str, source: str) -> Doc:
     return Doc(source, _detect_schema(data, source), data)
 
 
+def _supported() -> str:
+    return ", ".join(f"{schema} (Slurm {SCHEMA_RELEASES[schema]})" for schema in SUPPORTED_SCHEMAS)
+
+
 def _detect_schema(data: Mapping[str, Any], source: str) -> str:
     meta = data.get("meta")
     if not isinstance(meta, dict):
-        raise ParseError(f"{source}: no 'meta' object, so the schema is unknown (supported: {', '.join(SUPPORTED_SCHEMAS)})")
+        raise ParseError(f"{source}: no 'meta' object, so the schema is unknown (supported: {_supported()})")
     plugin = meta.get("plugin") if isinstance(meta.get("plugin"), dict) else {}
     found = [str(plugin.get(k)) for k in ("data_parser", "type") if plugin.get(k)]
     for text in found:
@@ -107,10 +121,27 @@ def _detect_schema(data: Mapping[str, Any], source: str) -> str:
         if m and m.group(0) in SUPPORTED_SCHEMAS:
             return m.group(0)
     what = " / ".join(repr(f) for f in found) or "nothing"
+    release = _release_of(meta)
+    made_by = f" (Slurm {release})" if release else ""
     raise ParseError(
-        f"{source}: meta.plugin names {what}; supported schemas: "
-        f"{', '.join(SUPPORTED_SCHEMAS)} (Slurm 22.05 and 24.11)"
+        f"{source}: its JSON output uses schema {what}{made_by} (meta.plugin), which this version of "
+        f"slurm-elastico does not read; supported: {_supported()}. An unknown schema is refused, not guessed at: "
+        f"a field that changed its form would be read wrong"
     )
+
+
+def _release_of(meta: Mapping[str, Any]) -> str:
+    """Slurm's release from `meta`, as well as it can be read from a document of any schema ("" when not)."""
+    for key in ("slurm", "Slurm"):
+        slurm = meta.get(key)
+        if not isinstance(slurm, dict):
+            continue
+        if isinstance(slurm.get("release"), str) and slurm["release"]:
+            return slurm["release"]
+        version = slurm.get("version")
+        if isinstance(version, dict) and all(isinstance(version.get(k), (int, str)) for k in ("major", "minor", "micro")):
+            return f"{version['major']}.{str(version['minor']).zfill(2)}.{version['micro']}"
+    return ""
 
 
 def number(value: Any) -> int | float | None:
@@ -212,14 +243,15 @@ class Fields:
         return value if value else None
 
 
-def schema_of(text: str) -> str:
-    """The schema a command's JSON output uses ("v0.0.38" or "v0.0.42")."""
-    return load(text, "Slurm JSON").schema
+def schema_of(text: str, source: str = "Slurm JSON") -> str:
+    """The schema a command's JSON output uses (one of `SUPPORTED_SCHEMAS`); `source` names the command in errors."""
+    return load(text, source).schema
 
 
-def slurm_version(text: str) -> str:
-    """Slurm's release ("22.05.8") from the `meta` of any command's JSON output."""
-    doc = load(text, "Slurm JSON")
+def slurm_version(text: str, source: str = "Slurm JSON") -> str:
+    """Slurm's release ("22.05.8") from the `meta` of any command's JSON output; `source` names the command in
+    errors."""
+    doc = load(text, source)
     meta = Fields(doc.data["meta"], "meta", doc)
     key = "Slurm" if doc.schema == SCHEMA_V0038 else "slurm"
     slurm = meta.sub(key, required=True)

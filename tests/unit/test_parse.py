@@ -398,8 +398,15 @@ def test_invalid_json_is_a_parse_error():
 def test_unknown_schema_names_what_it_found():
     doc = data("24.11", "squeue_json.json")
     doc["meta"]["plugin"]["data_parser"] = "data_parser/v0.0.41"
-    with pytest.raises(ParseError, match=r"data_parser/v0\.0\.41.*v0\.0\.38, v0\.0\.42"):
+    with pytest.raises(ParseError, match=r"^squeue --json: .*data_parser/v0\.0\.41.*\(Slurm 24\.11\.5\).*"
+                                         r"v0\.0\.38 \(Slurm 22\.05\), v0\.0\.42 \(Slurm 24\.11\), "
+                                         r"v0\.0\.45 \(Slurm 26\.05\)"):
         parse_squeue(json.dumps(doc))
+    # A newer schema than any known is refused the same way, never read as the nearest older one.
+    doc["meta"]["plugin"]["data_parser"] = "data_parser/v0.0.46"
+    doc["meta"]["slurm"] = {"version": {"major": "26", "minor": "11", "micro": "0"}}
+    with pytest.raises(ParseError, match=r"^scontrol show node --json: .*v0\.0\.46.*\(Slurm 26\.11\.0\).*not read"):
+        parse_sinfo(json.dumps(doc), "scontrol show node --json")
     del doc["meta"]
     with pytest.raises(ParseError, match="no 'meta'"):
         parse_squeue(json.dumps(doc))
