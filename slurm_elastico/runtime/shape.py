@@ -248,19 +248,20 @@ def runtime_shape(family: Family, shape: PlannedShape) -> Shape:
 def _batch_rule(family: Family, shape: PlannedShape) -> tuple[str, int]:
     """(learning-rate rule, submitted global batch) of a training shape: ("", 0) for a fixed-batch family.
 
-    A family adapts its batch when any of its shapes carries the `lr_scaling` knob (those at another global
-    batch do, `shapes.spec_batch`); then every shape of it runs in goodput mode, those at the submitted batch
-    too (they measure the noise scale and count progress, at gain exactly 1). The submitted batch is the
-    default shape's `global_batch`."""
-    rules = {str(s.knob("lr_scaling")) for s in family.shapes if s.knob("lr_scaling") is not None}
-    if shape.knob("lr_scaling") is not None:
-        rules = {str(shape.knob("lr_scaling"))}
+    Every shape of an adaptive family runs in goodput mode, those at the submitted batch too (they measure
+    the noise scale and count progress, at gain exactly 1). A family from a spec says so on each shape
+    (`shapes.enumerate`): `lr_scaling` on the shapes at another batch, `batch_rule` on those at the submitted
+    one, and `base_batch` (the submitted batch) on all. Without those knobs (the simulator's families mark only
+    the other batches) the family adapts when any of its shapes carries `lr_scaling`, and the submitted batch
+    is the default shape's `global_batch`."""
+    own = shape.knob("lr_scaling") or shape.knob("batch_rule")
+    rules = {str(own)} if own else {str(s.knob("lr_scaling")) for s in family.shapes if s.knob("lr_scaling")}
     if not rules:
         return "", 0
     if len(rules) > 1:
         raise ConfigError(f"shape {shape.name}", [f"the family's shapes name several lr_scaling rules {sorted(rules)}; "
                                                   "allowed: one rule a family"])
-    base = family.default_shape.knob("global_batch")
+    base = shape.knob("base_batch") or family.default_shape.knob("global_batch")
     if base is None:
         raise ConfigError(f"shape {shape.name}", ["the family adapts its batch but its default shape has no "
                                                   "global_batch knob (the submitted batch)"])

@@ -66,7 +66,7 @@ def speed(kind: str, share: int) -> float:
 
 
 def train(hints: Mapping[str, float], global_batch: int, micro: int, precision: str, ckpt: bool,
-          share: int, ranks: int = 1) -> tuple[float, float]:
+          share: int, ranks: int = 1, base_batch: int | None = None) -> tuple[float, float]:
     """(steps/s, GPU MiB per GPU) of one training shape; `ranks` > 1: that many whole GPUs (share 100).
 
     A micro-batch of m samples takes `t_s * (m + knee)`: the `knee` term is the
@@ -81,10 +81,13 @@ def train(hints: Mapping[str, float], global_batch: int, micro: int, precision: 
     `2 (n-1)/n × params × GRAD_BYTES` at `allreduce_gib_s`; the step is the sum
     (no overlap of compute and communication assumed). At n = 1 the all-reduce
     is 0 and the step is the one above.
+
+    `base_batch`: the batch `step_time_s` was given for, when `global_batch` is another one (an adaptive
+    family's shape at another batch): the time per sample comes from it.
     """
     h = {**TRAIN_DEFAULTS, **hints}
     knee = h["micro_batch_knee"]
-    t_sample = h["step_time_s"] / (global_batch + knee)
+    t_sample = h["step_time_s"] / ((base_batch or global_batch) + knee)
     per_rank = global_batch // ranks
     accumulation = per_rank // micro
     step = t_sample * (per_rank + accumulation * knee) * PRECISION_SPEED[precision]

@@ -70,7 +70,7 @@ from typing import Any
 
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.inputs import shorten
-from slurm_elastico.shapes.spec_batch import BatchRule, batch_rule_of
+from slurm_elastico.shapes.spec_batch import BatchRule, batch_rule_of, other_batch_name
 from slurm_elastico.shapes.spec_text import _bound, _divisors, _some, _yaml_float
 from slurm_elastico.shapes.spec_types import declared_name_problem, gpu_types_of
 
@@ -353,6 +353,8 @@ def parse_spec(data: Any, source: str = "<family>") -> FamilySpec:
         draft = FamilySpec(source=source, kind=kind, work=1.0, mps_shares=tuple(shares), throughput_floor=0.0,
                            knobs=knobs, global_batch=global_batch, gpus=gpus, parallel=parallel)
         names = {shape_name(kind, k, share, n, parallel) for k, share, n in draft.shapes_of()}
+        if batch_rule is not None:  # the shapes at other global batches may be declared too (`enumerate`)
+            names |= {other_batch_name(b, n) for b in batch_rule.batches(global_batch) for n in names}
 
     declared: dict[str, Declared] = {}
     raw = data.get("declared", {})

@@ -52,6 +52,12 @@ class BatchRule:
         return tuple(sorted(out))
 
 
+def other_batch_name(batch: int, name: str) -> str:
+    """The name of a shape at another global batch: `gb<batch>-<the shape's name at the submitted batch>`
+    (as the simulator names its goodput shapes)."""
+    return f"gb{batch}-{name}"
+
+
 def batch_rule_of(data: Mapping[str, Any], kind: str, global_batch: int,
                   bad: Callable[[str, str], None]) -> BatchRule | None:
     """The family's `batch` rule (None: fixed global batch), every problem reported through `bad(key, message)`.

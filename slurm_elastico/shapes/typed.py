@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.model import Family, NodeView, Shape
-from slurm_elastico.shapes.enumerate import enumerate_shapes, pareto
+from slurm_elastico.shapes.enumerate import enumerate_shapes, front_of, own_default
 from slurm_elastico.shapes.gpu_types import FIGURE_KEYS, GpuSpec, canonical, normalise, resolve, supports
 from slurm_elastico.shapes.spec import Declared, FamilySpec
 from slurm_elastico.shapes.spec_types import split_name, typed_name
@@ -209,6 +209,6 @@ def build_typed_family(spec: FamilySpec, types: Mapping[str, int], profiles: Map
                                             + ", ".join(f"{t} ({types[t]} MiB)" for t in usable)])
     front: list[Shape] = []
     for t in usable:
-        front += pareto([s for s in shapes if s.gpu_type == t], keep=default)
+        front += front_of(spec, [s for s in shapes if s.gpu_type == t], keep=default)
     return Family(kind=spec.kind, shapes=tuple(front), total_work=spec.work, throughput_floor=spec.throughput_floor,
-                  name=spec.name, default=default)
+                  name=spec.name, default=default if default is not None else own_default(spec, front))

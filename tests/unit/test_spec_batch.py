@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from slurm_elastico.errors import ConfigError
+from slurm_elastico.runtime.shape import runtime_shape
+from slurm_elastico.shapes import build_family, build_typed_family
 from slurm_elastico.shapes.spec import parse_spec
 from slurm_elastico.shapes.spec_batch import BatchRule
 
@@ -67,3 +69,54 @@ def test_adaptive_on_an_inference_family_is_refused_by_name():
 
 def test_other_batch_words_still_point_at_the_batch_key():
     assert "opts in with batch: {adaptive: true" in problems(train_spec(batch_size=3))
+
+
+ADAPTIVE = train_spec(micro_batches=[16, 32, 64], mps_shares=[50, 100], gpus=[1, 2],
+                      batch={"adaptive": True, "min": 32, "max": 256, "lr_scaling": "sqrt"},
+                      model={"step_time_s": 1.0})
+
+
+def test_a_fixed_family_is_unchanged_by_goodput_mode():
+    fam = build_family(parse_spec(train_spec()), 40000)
+    assert all(s.knob("global_batch") == 64 and s.knob("lr_scaling") is None and s.knob("base_batch") is None
+               for s in fam.shapes)
+
+
+def test_an_adaptive_family_offers_other_batches_in_the_shared_vocabulary():
+    fam = build_family(parse_spec(ADAPTIVE), 40000)
+    batches = {s.knob("global_batch") for s in fam.shapes}
+    assert batches == {32, 64, 128, 256}
+    for s in fam.shapes:
+        b = s.knob("global_batch")
+        assert s.knob("base_batch") == 64
+        assert s.knob("micro_batch") * s.knob("accumulation") * s.knob("ranks", 1) == b
+        if b == 64:
+            assert s.knob("lr_scaling") is None and s.knob("batch_rule") == "sqrt" and not s.name.startswith("gb")
+        else:
+            assert s.knob("lr_scaling") == "sqrt" and s.name.startswith(f"gb{b}-")
+    assert fam.default_shape.knob("global_batch") == 64  # unplanned, the job runs its submitted batch
+    # Goodput before the noise scale is known: steps/s at B times min(1, B/B0), in steps of the submitted batch.
+    own = fam.shape("mb32-fp32-mps100").throughput
+    assert fam.shape("gb128-mb32-fp32-mps100").throughput < own
+    assert fam.shape("gb32-mb32-fp32-mps100").throughput == pytest.approx(own, rel=0.2)
+
+
+def test_every_shape_of_an_adaptive_family_runs_in_goodput_mode():
+    fam = build_family(parse_spec(ADAPTIVE), 40000)
+    for s in fam.shapes:
+        shape = runtime_shape(fam, s)
+        assert shape.adaptive and shape.lr_scaling == "sqrt" and shape.base_batch == 64
+        assert shape.global_batch == s.knob("global_batch")
+
+
+def test_a_shape_at_another_batch_may_be_declared():
+    spec = parse_spec({**ADAPTIVE, "declared": {"gb128-mb32-fp32-mps100": {"throughput": 3.5}}})
+    assert build_family(spec, 40000).shape("gb128-mb32-fp32-mps100").throughput == 3.5
+    assert "declared.gb512-mb32-fp32-mps100: no such shape" in problems(
+        {**ADAPTIVE, "declared": {"gb512-mb32-fp32-mps100": {"throughput": 3.5}}})
+
+
+def test_typed_families_keep_the_other_batches_and_the_own_default():
+    fam = build_typed_family(parse_spec(ADAPTIVE), {"a100": 40960, "v100": 16384})
+    assert {s.knob("global_batch") for s in fam.shapes} == {32, 64, 128, 256}
+    assert fam.default_shape.knob("global_batch") == 64
