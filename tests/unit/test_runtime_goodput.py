@@ -205,3 +205,19 @@ def test_goodput_mode_reaches_the_fixed_batch_validation_loss_over_three_seeds(t
         assert ra.step < rf.step  # the larger batch took fewer steps ...
         assert abs(adaptive - fixed) <= CONVERGENCE_TOL, (seed, fixed, adaptive)  # ... to the same loss
         assert short - fixed > 2 * CONVERGENCE_TOL  # the tolerance tells a finished job from an unfinished one
+
+
+def test_activation_checkpointing_measures_the_same_gradients(tmp_path):
+    plain, [rp], _ = run_job(tmp_path / "plain", [(ada(64, 16), None)])
+    ck = TrainShape(64, 16, 4, checkpointing=True, steps=WORK, lr_scaling="adascale", base_batch=B0)
+    toggled, [rt], _ = run_job(tmp_path / "ck", [(ck, None)])
+    assert torch.equal(plain, toggled) and rt.grad_noise_scale == rp.grad_noise_scale
+
+
+def test_fp16_loss_scaling_is_taken_out_of_the_measured_norms(tmp_path):
+    _, [r32], _ = run_job(tmp_path / "fp32", [(ada(64, 16), 2)])
+    fp16 = TrainShape(64, 16, 4, precision="fp16", steps=WORK, lr_scaling="adascale", base_batch=B0)
+    _, [r16], _ = run_job(tmp_path / "fp16", [(fp16, 2)])
+    # The grad scaler multiplies the loss by 65536: unless divided out, |G|^2 and the noise scale would be off
+    # by 2^32; autocast itself moves them by far less than a factor of 2.
+    assert 0.5 < r16.grad_noise_scale / r32.grad_noise_scale < 2

@@ -1,0 +1,34 @@
+"""Goodput mode across data-parallel ranks (gloo on the CPU, real processes): the noise scale comes from every
+rank's micro-batch gradients, and 2 ranks, stopped and resumed, agree with one process within rounding."""
+
+from __future__ import annotations
+
+from slurm_elastico.runtime.shape import EXIT_CHECKPOINTED, TrainShape
+from tests.unit.test_runtime_dp import rel, run_jobs
+
+BASE = 32
+WORK = 6
+
+
+def ada(micro: int, accumulation: int, ranks: int) -> TrainShape:
+    return TrainShape(micro * accumulation * ranks, micro, accumulation, steps=WORK, ranks=ranks,
+                      lr_scaling="adascale", base_batch=BASE, name=f"gb{micro * accumulation * ranks}-r{ranks}")
+
+
+def test_two_ranks_measure_what_one_process_measures(tmp_path, capsys):
+    (one, one_runs), (two, two_runs) = run_jobs(
+        (tmp_path / "one", [(ada(8, 8, 1), -1)], 0),
+        (tmp_path / "two", [(ada(8, 4, 2), 2), (ada(8, 4, 2), -1)], 0),
+    )
+    assert [r[0][0] for r in two_runs] == [EXIT_CHECKPOINTED, 0]
+    a, b = one_runs[-1][0][1], two_runs[-1][0][1]
+    for r in two_runs[-1]:  # every rank counted the same progress
+        assert (r[1]["progress"], r[1]["samples"]) == (b["progress"], b["samples"])
+    with capsys.disabled():
+        print(f"\n  goodput at batch 64 (submitted 32): 1 process {a['step']} steps, progress {a['progress']:.6f},"
+              f" noise scale {a['grad_noise_scale']:.4f}; 2 ranks (stopped and resumed) {b['step']} steps,"
+              f" progress {b['progress']:.6f}, noise scale {b['grad_noise_scale']:.4f}; params {rel(two, one):.1e}")
+    assert a["step"] == b["step"] < WORK and a["samples"] == b["samples"] == 64 * a["step"]
+    assert abs(a["grad_noise_scale"] - b["grad_noise_scale"]) <= 1e-4 * a["grad_noise_scale"]
+    assert abs(a["progress"] - b["progress"]) <= 1e-6 * WORK
+    assert rel(two, one) <= 1e-5
