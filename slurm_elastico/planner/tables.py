@@ -86,7 +86,7 @@ def make_table(fam: Family, cache: PairCache, per_gpu: np.ndarray, shares_per_gp
         gtypes = [-1] * n
         tmax = max(tputs)
     rows = []  # shares in Slurm's counts from here on; the shapes' are percent
-    res = np.zeros((n, 4 + (len(types) if typed else 0)))
+    res = []  # each row's (share, GPU memory, CPUs, host memory)
     gang = []  # (slot, GPUs, GPU memory) of each data-parallel row
     shares: dict[int, int] = {}  # a family has a few share levels: each converted once
     profiled: dict[tuple, int] = {}
@@ -110,13 +110,13 @@ def make_table(fam: Family, cache: PairCache, per_gpu: np.ndarray, shares_per_gp
                 uid = cache.add(solo_profile(s, fam.kind, fam.name))
                 if twin is not None:
                     profiled[twin] = uid
-        rows.append(Row(i, uid, tputs[i], share, float(r.gpu_mem_mib), float(r.cpus), float(r.host_mem_mib),
-                        gpus=r.gpus, gtype=gtypes[i]))
-        res[i, :4] = (share, r.gpu_mem_mib, r.cpus, r.host_mem_mib)
+        mem, cpus, hmem = float(r.gpu_mem_mib), float(r.cpus), float(r.host_mem_mib)
+        rows.append(Row(i, uid, tputs[i], share, mem, cpus, hmem, r.gpus, gtypes[i]))
+        res.append((share, mem, cpus, hmem))
         if r.gpus:
             gang.append((i, r.gpus, r.gpu_mem_mib))
-    demand = res
-    demand[:, :4] /= per_gpu
+    demand = np.zeros((n, 4 + (len(types) if typed else 0)))
+    demand[:, :4] = np.array(res, dtype=float).reshape(n, 4) / per_gpu
     for i, g, mem in gang:  # n whole GPUs: n GPU equivalents of shares and of GPU memory
         demand[i, 0] = g
         demand[i, 1] = g * mem / per_gpu[1]

@@ -96,9 +96,7 @@ class Estimate:
 
     def quantile(self, q: float) -> float:
         """The speed at quantile `q` of a log-normal around `value` with `sigma`."""
-        if not 0.0 < q < 1.0:
-            raise ValueError(f"a quantile is in (0, 1), not {q!r}")
-        return self.value * math.exp(NormalDist().inv_cdf(q) * self.sigma)
+        return self.value * math.exp(_z(q) * self.sigma)
 
     def conservative(self, q: float = CONSERVATIVE_Q) -> float:
         """A speed the job beats with probability 1 - q: what a planner that discounts uncertainty plans with."""
@@ -107,6 +105,14 @@ class Estimate:
     def covers(self, truth: float, k: float = 1.0) -> bool:
         """Is `truth` within k sigma (in log space) of the estimate?"""
         return abs(math.log(truth / self.value)) <= k * self.sigma
+
+
+@functools.lru_cache(maxsize=16)
+def _z(q: float) -> float:
+    """The standard normal's quantile q (the planner asks the same one for every shape: computed once)."""
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"a quantile is in (0, 1), not {q!r}")
+    return NormalDist().inv_cdf(q)
 
 
 def discounted(throughput: float, sigma: float, q: float = CONSERVATIVE_Q) -> float:
