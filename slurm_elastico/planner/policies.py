@@ -55,6 +55,13 @@ class Policy:
     """Its jobs are submitted with elastico-submit, which starts a family with GPU counts on whole GPUs (`gpu:N`,
     `shapes.nodes.start_request`), so such a family has no shape on part of a GPU: the simulator builds its
     families so (`SimSettings.whole_gpu_gangs` for every policy)."""
+    adapts_batch: bool = False
+    """Every training family of the simulator is adaptive: it also offers goodput shapes at other global batches
+    (with a learning-rate rule), whose throughput is goodput, in steps of the submitted batch per second
+    (`sim.families.goodput_shapes`; `SimSettings.adaptive_batch` for every policy). The planner needs nothing
+    else: it prices and allots those shapes as any other, so a job's batch is chosen with its GPU count, type and
+    knobs, and a change of batch is a reshape that must pay its restart. Live, a family is adaptive only where its
+    file says so (`batch: adaptive`)."""
 
     def plan(self, snapshot: Snapshot, families: Mapping[int, Family], settings: Settings,
              model: SlowdownModel | None, now: float, progress: Mapping[int, float] | None = None) -> Plan:
@@ -66,6 +73,11 @@ REGISTRY: dict[str, Policy] = {p.name: p for p in (  # type: ignore[misc]  (the 
     Policy("elastico", "shape families, shadow prices, interference-aware packing, reshapes that pay",
            all_shapes, price=True, interference=True, reshape=True, order=value_order, allot=True,
            whole_gpu_gangs=True),
+    Policy("elastico-goodput", "elastico with every training family adaptive: goodput shapes at other global "
+           "batches (throughput x statistical efficiency relative to the submitted batch), the batch chosen with the "
+           "GPU count, type and knobs; a batch change is a reshape that must pay its restart",
+           all_shapes, price=True, interference=True, reshape=True, order=value_order, allot=True,
+           whole_gpu_gangs=True, adapts_batch=True),
     Policy("static", "each job at its submitted shape on a whole GPU, first come first served with backfill",
            whole_gpu, price=False, interference=False, reshape=False, order=fifo_order),
     Policy("no-shapes", "elastico without shape choice: each job only at its default shape",

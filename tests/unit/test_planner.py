@@ -238,9 +238,10 @@ def test_no_shapes_policy_keeps_the_default_shape():
 
 
 def test_registry_and_unknown_policy():
-    assert set(policies.REGISTRY) == {"elastico", "static", "no-shapes", "no-pricing", "no-interference", "no-allot",
-                                      "static-mps", "tiresias", "pollux", "sia", "gavel", "gavel-maxmin"}
-    with pytest.raises(ConfigError, match="'fifo' is not a policy; allowed: elastico, static"):
+    assert set(policies.REGISTRY) == {"elastico", "elastico-goodput", "static", "no-shapes", "no-pricing",
+                                      "no-interference", "no-allot", "static-mps", "tiresias", "pollux", "sia", "gavel",
+                                      "gavel-maxmin"}
+    with pytest.raises(ConfigError, match="'fifo' is not a policy; allowed: elastico, elastico-goodput, static"):
         run_epoch(snapshot(cluster(1), []), {}, cfg(policy="fifo"), ContentionModel(), NOW)
 
 

@@ -172,4 +172,4 @@ def test_a_job_needing_more_gpu_memory_than_a_gpu_has_is_a_clear_error(files):
 def test_an_unknown_policy_lists_the_allowed_ones(args):
     res = sim(*args, "--jobs", "2")
     assert res.exit_code == 2, res.output
-    assert "'nosuch' is not a policy; allowed: elastico, static" in res.stderr
+    assert "'nosuch' is not a policy; allowed: elastico, elastico-goodput, static" in res.stderr

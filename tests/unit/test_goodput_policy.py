@@ -1,0 +1,120 @@
+"""elastico-goodput: elastico with every training family adaptive in the simulator. Goodput (throughput ×
+statistical efficiency relative to the submitted batch) is priced like any throughput, so the batch is chosen with
+the GPU count and knobs; a running job changes batch only when the gain pays its restart; fixed-batch and
+inference jobs beside adaptive ones keep today's treatment."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from slurm_elastico.config import Settings
+from slurm_elastico.interference.base import ContentionModel
+from slurm_elastico.model import ActionKind, Family, GpuUse, Resources, Shape
+from slurm_elastico.planner import policies
+from slurm_elastico.sim import engine, trace_pollux
+from slurm_elastico.sim.settings import SimSettings
+from slurm_elastico.sim.trace import INFER_APP, TraceJob
+from slurm_elastico.sim.truth import GroundTruth
+from tests.synthetic import cluster, family, pending, running, snapshot, with_users
+
+NOW = 100_000.0
+GOODPUT = policies.get("elastico-goodput")
+
+
+@pytest.fixture(scope="module")
+def truth() -> GroundTruth:
+    return GroundTruth()
+
+
+def adaptive_family(own: float, other: float, work: float = 10000.0) -> Family:
+    """One whole GPU at the submitted global batch 256, and the same GPU at 1024 with a learning-rate rule whose
+    throughput is goodput (steps of the batch of 256 per second)."""
+    res = Resources(100, 1000, 1, 1024)
+    shapes = (Shape("mb256", res, own, (("global_batch", 256),)),
+              Shape("gb1024-mb256", res, other, (("global_batch", 1024), ("lr_scaling", "sqrt"))))
+    return Family("train", shapes, work, default="mb256")
+
+
+def plan(jobs, fams, gpus: int = 1, uses=None, progress=None):
+    nodes = with_users(cluster(gpus), uses or {})
+    return GOODPUT.plan(snapshot(nodes, jobs, NOW), fams, Settings(), ContentionModel(), NOW, progress)
+
+
+def test_it_is_elastico_with_adaptive_families_and_nothing_else():
+    plain = policies.get("elastico")
+    assert GOODPUT.adapts_batch and not plain.adapts_batch
+    assert dataclasses.replace(GOODPUT, name=plain.name, description=plain.description, adapts_batch=False) == plain
+    # no fixed-batch policy of the registry adapts batches (their results must not move)
+    assert [n for n, p in policies.REGISTRY.items() if getattr(p, "adapts_batch", False)] == [
+        "elastico-goodput", "pollux", "sia"]
+
+
+def test_the_simulator_gives_goodput_shapes_to_every_training_family_and_to_no_other(truth):
+    train = TraceJob(1, 0.0, "train", "cifar10", 1, 1000.0, 512)
+    infer = TraceJob(2, 0.0, "infer", INFER_APP, 1, 100.0, 0, 100, 500.0, 200.0)
+    sim = SimSettings(gpus=4, gpus_per_node=4)
+
+    def families(policy):
+        e = engine.Engine([train, infer], policy, Settings(), sim, ContentionModel(), truth)
+        for tj in (train, infer):
+            e._arrive(tj)
+        return e.families
+
+    adaptive, fixed = families("elastico-goodput"), families("elastico")
+    other = [s for s in adaptive[1].shapes if s.knob("global_batch") != 512]
+    assert other and all(s.knob("lr_scaling") == "sqrt" for s in other)
+    assert {s.knob("global_batch") for s in other} > {1024, 2048}
+    assert all(s.knob("global_batch") == 512 for s in fixed[1].shapes)
+    assert adaptive[2] == fixed[2]  # inference: the same family
+
+
+def test_a_pending_job_starts_at_the_batch_of_highest_goodput():
+    better = plan([pending(1, NOW - 60)], {1: adaptive_family(1.0, 1.5)})
+    assert [p.shape for p in better.placements] == ["gb1024-mb256"]
+    worse = plan([pending(1, NOW - 60)], {1: adaptive_family(1.0, 0.8)})
+    assert [p.shape for p in worse.placements] == ["mb256"]
+
+
+def test_a_fixed_batch_job_beside_an_adaptive_one_keeps_its_batch():
+    fixed = family((100, 1.0, 1000), work=10000.0)
+    p = plan([pending(1, NOW - 60), pending(2, NOW - 60)], {1: adaptive_family(1.0, 1.5), 2: fixed}, gpus=2)
+    assert sorted((x.job_id, x.shape) for x in p.placements) == [(1, "gb1024-mb256"), (2, "mps100-0")]
+
+
+def test_a_running_job_changes_batch_only_when_the_gain_pays_the_restart():
+    fam = adaptive_family(1.0, 1.5, work=10000.0)
+    uses = {("n0000", 0): (GpuUse(1, 100),)}
+    job = running(1, "n0000", 0, 100, start=NOW - 600, shape="mb256")
+    # 9,400 steps left: 9,400 s now, 6,267 s + a 60 s restart at the larger batch
+    early = plan([job], {1: fam}, uses=uses, progress={1: 600.0})
+    # the same GPU, other knobs: relaunched in place (its shape named, then the checkpoint signal)
+    assert [(a.kind, a.shape) for a in early.actions] == [(ActionKind.SET_ADMIN_COMMENT, "gb1024-mb256"),
+                                                          (ActionKind.SIGNAL, "gb1024-mb256")]
+    assert "saves 3073 s of 9400 s remaining after a 60 s restart" in early.actions[1].reason
+    # 100 steps left: 100 s now, 67 s + 60 s after: the restart costs more than the batch gains
+    late = plan([job], {1: fam}, uses=uses, progress={1: 9900.0})
+    assert late.actions == () and [p.shape for p in late.placements] == ["mb256"]
+
+
+def test_a_pollux_workload_slice_ends_with_batches_of_its_choice_and_sooner_than_at_fixed_batches(truth, monkeypatch):
+    jobs = trace_pollux.pollux(1, truth)[:30]
+    shapes: dict[int, set[str]] = {}
+    start = engine.SimCluster.start
+
+    def watch(self, job, alloc):
+        start(self, job, alloc)
+        shapes.setdefault(job.job_id, set()).add(job.shape)
+
+    monkeypatch.setattr(engine.SimCluster, "start", watch)
+    sim = SimSettings(gpus=32, gpus_per_node=4, epoch_s=60.0, placement_window_s=-1.0, restart_cost_s=30.0, audit=True)
+    adaptive = engine.run(jobs, "elastico-goodput", Settings(), sim, ContentionModel(), truth)
+    assert adaptive.unfinished == 0 and adaptive.counters["refused_actions"] == 0
+    assert all(j.done == j.work for j in adaptive.jobs)  # completion stays the submitted batch's work
+    assert any(name.startswith("gb") for seen in shapes.values() for name in seen)  # batches it chose
+    shapes.clear()
+    fixed = engine.run(jobs, "elastico", Settings(), sim, ContentionModel(), truth)
+    assert fixed.unfinished == 0 and not any(name.startswith("gb") for seen in shapes.values() for name in seen)
+    mean = [sum(j.jct for j in r.jobs) / len(r.jobs) for r in (adaptive, fixed)]
+    assert mean[0] < mean[1]
