@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     ranks = f" x {shape.ranks} ranks" if shape.ranks > 1 else ""
     say(f"train_tiny: shape {shape.name or '-'}: micro {shape.micro_batch} x {shape.accumulation}{ranks} = "
         f"{shape.global_batch}, {shape.precision}, checkpointing {'on' if shape.checkpointing else 'off'}, "
-        f"{shape.steps} steps, on {args.device}", flush=True)
+        f"{shape.steps} steps" + (f" of batch {shape.base_batch} ({shape.lr_scaling} learning rate)"
+                                  if shape.adaptive else "") + f", on {args.device}", flush=True)
 
     def on_step(step: int, loss: float) -> None:
         say(f"step {step}/{shape.steps} loss {loss:.4f}", flush=True)
@@ -95,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         "checkpoint_seconds": round(result.checkpoint_seconds, 4),
         "run_seconds": round(time.perf_counter() - started, 3),
         "loss": result.last_loss,
+        "samples": result.samples,
+        "progress": result.progress,  # in steps of the submitted batch: `step` unless the family adapts its batch
+        "grad_noise_scale": result.grad_noise_scale,
         "params_sha256": hashlib.sha256(params.numpy().tobytes()).hexdigest(),
     }
     say(json.dumps(summary), flush=True)
