@@ -28,6 +28,7 @@ COMMANDS = {
     "sched": ("sched", "sched"),
     "report": ("report", "report"),
     "sim": ("sim", "sim"),
+    "trace": ("trace", "trace"),
 }
 """Each `elastico` command: its module in this package and the click object there."""
 

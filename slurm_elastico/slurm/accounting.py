@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from slurm_elastico.errors import ParseError
 from slurm_elastico.model import JobState
 from slurm_elastico.slurm.hostlist import expand_hostlist
 from slurm_elastico.slurm.schema import Fields, load, state_of
 
-__all__ = ["SacctRecord", "parse_sacct", "runs_by_job"]
+__all__ = ["SacctRecord", "parse_sacct", "parse_sacct_each", "runs_by_job"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,13 @@ class SacctRecord:
     exit_status: str = ""
     exit_code: int | None = None
     exit_signal: int | None = None
+    account: str = ""
+    array_job_id: int | None = None
+    """The array's job id for a task of an array job (its own `job_id` is the task's); None otherwise."""
+    array_task_id: int | None = None
+    het_job_id: int | None = None
+    """The leader's job id for a component of a heterogeneous job; None otherwise."""
+    het_job_offset: int | None = None
 
     @property
     def requeued(self) -> bool:
@@ -98,6 +106,11 @@ def _sacct_job(f: Fields) -> SacctRecord:
         exit_status=status[0] if status else "",
         exit_code=exit_f.integer("return_code"),
         exit_signal=signal,
+        account=f.text("account"),
+        array_job_id=f.sub("array").integer("job_id") or None,  # 0: not an array job
+        array_task_id=f.sub("array").integer("task_id"),
+        het_job_id=f.sub("het").integer("job_id") or None,
+        het_job_offset=f.sub("het").integer("job_offset"),
     )
 
 
@@ -106,6 +119,22 @@ def parse_sacct(text: str, source: str = "sacct --json") -> tuple[SacctRecord, .
     doc = load(text, source)
     top = Fields(doc.data, "", doc)
     return tuple(_sacct_job(Fields(j, f"jobs[{i}]", doc)) for i, j in enumerate(top.items("jobs", required=True)))
+
+
+def parse_sacct_each(text: str, source: str = "sacct --json") -> tuple[tuple[SacctRecord, ...], tuple[str, ...]]:
+    """Job runs from `sacct --json`, a record that cannot be read set aside: (the records, one line per bad record
+    naming its job id where it has one and the field). The document itself (its schema, its job list) must
+    read, or `ParseError`."""
+    doc = load(text, source)
+    top = Fields(doc.data, "", doc)
+    good, bad = [], []
+    for i, j in enumerate(top.items("jobs", required=True)):
+        try:
+            good.append(_sacct_job(Fields(j, f"jobs[{i}]", doc)))
+        except ParseError as exc:
+            job = j.get("job_id") if isinstance(j, dict) else None
+            bad.append(f"job {job if isinstance(job, int) else '(no job_id)'}: {exc}")
+    return tuple(good), tuple(bad)
 
 
 def runs_by_job(records: Iterable[SacctRecord]) -> dict[int, tuple[SacctRecord, ...]]:

@@ -23,7 +23,7 @@ from contextlib import nullcontext
 from slurm_elastico.errors import ElasticoError, InvalidActionError, SlurmError, UnknownJobError
 from slurm_elastico.model import Action, ActionKind, JobState, JobView, Snapshot
 from slurm_elastico.slurm import commands, gpu_count
-from slurm_elastico.slurm.accounting import SacctRecord, parse_sacct
+from slurm_elastico.slurm.accounting import SacctRecord, parse_sacct, parse_sacct_each
 from slurm_elastico.slurm.answers import check_answer, classify, nothing_found
 from slurm_elastico.slurm.jobs import parse_squeue
 from slurm_elastico.slurm.nodes import parse_sinfo
@@ -128,9 +128,17 @@ class SlurmGateway:
     def sacct(self, **kwargs) -> tuple[SacctRecord, ...]:
         """Accounting records (needs slurmdbd or a jobcomp file); see `commands.sacct_json`. None matched is an
         empty answer on both versions (22.05 says so in `errors`: `answers.nothing_found`)."""
+        return parse_sacct(*self._sacct_text(**kwargs))
+
+    def sacct_each(self, **kwargs) -> tuple[tuple[SacctRecord, ...], tuple[str, ...]]:
+        """As `sacct`, a record that cannot be read set aside: (the records, a line per bad record naming its job
+        and field); `accounting.parse_sacct_each`."""
+        return parse_sacct_each(*self._sacct_text(**kwargs))
+
+    def _sacct_text(self, **kwargs) -> tuple[str, str]:
         argv = commands.sacct_json(**kwargs)
         result = self.runner(argv)
-        return parse_sacct(result.stdout if nothing_found(result) else check_answer(result).stdout, _source(argv))
+        return result.stdout if nothing_found(result) else check_answer(result).stdout, _source(argv)
 
     # ----------------------------------------------------------------- acting
 

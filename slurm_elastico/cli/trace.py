@@ -1,0 +1,86 @@
+"""`elastico trace from-sacct`: the cluster's own GPU jobs, from its accounting, as a history trace file.
+
+Exit codes: 0 the trace was written; 1 no GPU job in the window (nothing
+written; the summary says what was seen); 2 a bad option or settings; 3
+sacct failed (it says why: no accounting storage, slurmdbd down, a date it
+cannot read).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from slurm_elastico.cli import settings
+
+
+@click.group("trace")
+def trace() -> None:
+    """Traces from the cluster's own history."""
+
+
+@trace.command("from-sacct")
+@click.option("--since", default="now-7days", show_default=True, help="sacct --starttime (its date syntax)")
+@click.option("--until", default="now", show_default=True, help="sacct --endtime")
+@click.option("--partition", default="", help="only jobs submitted to this partition")
+@click.option("--out", required=True, type=click.Path(dir_okay=False, writable=True),
+              help="the trace file to write (CSV; replaced whole, never left half-written)")
+@click.option("--json", "as_json", is_flag=True, help="print the summary as one JSON object")
+@click.pass_context
+def from_sacct(ctx, since, until, partition, out, as_json) -> None:
+    """Every GPU job sacct knows between --since and --until, one row a job (runs of a requeued job merged),
+    and a summary of what was kept and what was skipped, by reason. A job that came through elastico-submit is
+    marked with its family, from the helper's store when there is one."""
+    from pathlib import Path
+
+    from slurm_elastico import jsonout
+    from slurm_elastico.cli.view import gateway_from
+    from slurm_elastico.history import trace_file
+    from slurm_elastico.history.past import SKIPS, past_jobs
+
+    cfg = settings(ctx)
+    records, bad = gateway_from(cfg).sacct_each(start=since, end=until)
+    store = Path(cfg.store_path)
+    jobs, summary = past_jobs(records, partition, _families(store) if store.is_file() else {}, bad)
+    if summary.kept:
+        trace_file.write(jobs, out)
+    if as_json:
+        click.echo(jsonout.dumps({"out": out if summary.kept else None, "since": since, "until": until,
+                                  "partition": partition, **summary.to_dict()}))
+    else:
+        click.echo(f"{summary.seen} job(s) in accounting between {since} and {until}"
+                   + (f", partition {partition}" if partition else "") + ":")
+        click.echo(f"  kept {summary.kept}: {summary.finished} finished ({summary.failed} not COMPLETED), "
+                   f"{summary.running} running, {summary.pending} pending; {summary.requeued} requeued, "
+                   f"{summary.array_tasks} array task(s), {summary.with_family} through elastico-submit")
+        for reason in SKIPS:
+            click.echo(f"  skipped, {reason}: {summary.skipped.get(reason, 0)}")
+        for line in summary.bad:
+            click.echo(f"  unreadable: {line}")
+        click.echo(f"wrote {out}" if summary.kept else "nothing written")
+    if not summary.kept:
+        click.echo(f"error: no GPU job in accounting between {since} and {until}"
+                   + (f" in partition {partition}" if partition else "") + "; widen --since/--until", err=True)
+        sys.exit(1)
+
+
+def _families(path):
+    """job id -> `past.Family` from the helper's store (`job_family`: what it read from each managed job)."""
+    from slurm_elastico.errors import ConfigError
+    from slurm_elastico.history.past import Family
+    from slurm_elastico.inputs import load_yaml
+    from slurm_elastico.store import Store
+
+    out = {}
+    with Store(path) as store:
+        for row in store.query("SELECT job_id, spec FROM job_family"):
+            try:
+                spec = load_yaml(row["spec"], f"job {row['job_id']}'s stored family")
+            except ConfigError:
+                spec = None
+            if not isinstance(spec, dict):
+                out[row["job_id"]] = Family("(unreadable)", "")  # managed, but its family no longer reads
+                continue
+            out[row["job_id"]] = Family(str(spec.get("name", "")), str(spec.get("kind", "")))
+    return out
