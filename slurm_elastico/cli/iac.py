@@ -33,10 +33,18 @@ iac.add_command(measure)
 @click.option("--floor", default=0.6, show_default=True, type=click.FloatRange(0, 1, min_open=True, max_open=True),
               help="admission floor on normalized throughput")
 @click.option("--folds", default=5, show_default=True, type=click.IntRange(2, 50), help="k for kfold")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int,
+              help="random seed (with --adapt-fraction: the first draw's)")
+@click.option("--adapt-fraction", "fraction", type=float,
+              help="with --model: adapt the model on this share of DATA's pairs of each GPU type, drawn at random, "
+                   "and score it on the rest, beside the unadapted model and the mean slowdown of the same pairs; "
+                   "in (0, 1)")
+@click.option("--seeds", type=click.IntRange(1, 1000),
+              help="with --adapt-fraction: repeat over this many draws (seeds SEED, SEED+1, ...) and report each "
+                   "figure's mean and 95 % interval [default: 1]")
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
 def evaluate(data: str, model_path: str | None, kind: str | None, predictor: str | None, floor: float, folds: int,
-             seed: int, as_json: bool) -> None:
+             seed: int, fraction: float | None, seeds: int | None, as_json: bool) -> None:
     """Scores a saved model on DATA (--model), or cross-validates a fresh one on DATA (--split).
 
     Both report MAPE on normalized throughput and on slowdown, false
@@ -46,18 +54,40 @@ def evaluate(data: str, model_path: str | None, kind: str | None, predictor: str
     selection on each training part only). With --split --predictor mlp:
     the MLP's report (MAPE, median APE, R² on normalized throughput), 1-3
     minutes on 2 cores.
+
+    With --model and --adapt-fraction F: few-shot adaptation to a new GPU
+    type or site, judged as it is used. F of DATA's pairs of each GPU type
+    are its first measured pairs: the model's offset and scale of log
+    slowdown, per-family and per-job corrections and admission margins are
+    fitted on them (penalties chosen by cross-validation inside them), and
+    the rest are scored, beside the unadapted model and the trivial
+    predictor that sees the same pairs (their mean slowdown). --seeds N
+    repeats over N draws. JSON: mape, trivial_mape, unadapted_mape,
+    false_admit, good_admitted (means over draws, normalized throughput),
+    intervals per method and figure under methods, each draw under draws.
     """
     if (model_path is None) == (kind is None):
         raise click.UsageError("give exactly one of --model FILE (score a saved model on --data) "
                                "and --split KIND (cross-validate on --data)")
     if model_path is not None and predictor is not None:
         raise click.UsageError("--predictor goes with --split; a saved model (--model) is scored as it is")
+    if fraction is not None and model_path is None:
+        raise click.UsageError("--adapt-fraction goes with --model FILE: it adapts a saved model (not with --split)")
+    if seeds is not None and fraction is None:
+        raise click.UsageError("--seeds goes with --adapt-fraction: it repeats the adaptation's random draw")
     if model_path is not None:
         from slurm_elastico.interference import load_model
         from slurm_elastico.interference.scoring import format_score, score
 
         if not model_path.strip():
             raise click.UsageError("--model is empty; give the file `elastico iac train` wrote")
+        if fraction is not None:
+            from slurm_elastico.interference.adapt_score import format_adaptation, score_adaptation
+
+            adapted = score_adaptation(load_model(model_path), measurements.load(data), fraction, seed=seed,
+                                       seeds=seeds or 1, floor=floor)
+            click.echo(jsonout.dumps(adapted.to_dict(), indent=2) if as_json else format_adaptation(adapted))
+            return
         result = score(load_model(model_path), measurements.load(data), floor=floor)
         click.echo(jsonout.dumps(result.to_dict(), indent=2) if as_json else format_score(result))
         return

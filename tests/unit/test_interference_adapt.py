@@ -1,0 +1,236 @@
+"""Few-shot adaptation: recovers a known scale, offset and per-class corrections on synthetic pairs, draws its
+adaptation pairs per GPU type, gives the trivial predictor exactly those pairs, and refuses what it cannot do."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from slurm_elastico.cli import main
+from slurm_elastico.interference import adapt as adapt_mod
+from slurm_elastico.interference import measurements
+from slurm_elastico.interference.adapt import Adapted, AdaptedView, adapt, class_of, fit_type
+from slurm_elastico.interference.adapt_score import draw, interval, score_adaptation, score_draw, trivial_norm
+from slurm_elastico.interference.base import SoloProfile
+from slurm_elastico.interference.errors import MeasurementError
+from slurm_elastico.interference.gavel import import_gavel
+from slurm_elastico.interference.measurements import Colocation
+
+GAVEL = Path(__file__).parent.parent / "data" / "gavel"
+FAMILIES = {"ResNet-18", "LM", "A3C", "Transformer"}
+
+
+class Stub:
+    """A 'trained model': slowdown from the jobs' batches, and on GPU type 'old' only (any other type: the same)."""
+
+    training_mean_norm = 0.7
+
+    def predict(self, a, b):
+        return np.array([1.0 + 0.4 * x.batch / 64 + 0.3 * y.batch / 64 for x, y in zip(a, b)])
+
+    def on_gpu(self, gpu_type):
+        return self
+
+    def seen_gpu(self, gpu_type):
+        return gpu_type == "old"
+
+
+def _jobs(n_families=4, per_family=4):
+    return [SoloProfile("train", throughput=1.0 + i, batch=float(8 * (1 + j)), model_family=f"fam{i}")
+            for i in range(n_families) for j in range(per_family)]
+
+
+def _pairs(truth, gpu="new", n=120, seed=0, noise=0.0, jobs=None):
+    """`n` random pairs of `jobs` on `gpu` whose true log slowdown is truth(a, b) (+ Gaussian noise)."""
+    rng = np.random.default_rng(seed)
+    jobs = jobs or _jobs()
+    out = []
+    for _ in range(n):
+        i, j = rng.integers(len(jobs), size=2)
+        a, b = jobs[i], jobs[j]
+        za, zb = truth(a, b) + noise * rng.normal(), truth(b, a) + noise * rng.normal()
+        out.append(Colocation(gpu, a, b, float(np.exp(-max(za, 0.0))), float(np.exp(-max(zb, 0.0)))))
+    return out
+
+
+def _base_log(a, b):
+    return float(np.log(Stub().predict([a], [b])[0]))
+
+
+def test_recovers_a_known_scale_and_offset():
+    for scale, offset in ((1.8, 0.05), (0.6, 0.2)):
+        pairs = _pairs(lambda a, b: offset + scale * _base_log(a, b), n=60, noise=0.005)
+        fit = fit_type(Stub(), pairs, "new")
+        assert fit.scale == pytest.approx(scale, abs=0.05)
+        assert fit.offset == pytest.approx(offset, abs=0.03)
+        assert fit.cv_mape < 0.02 < fit.model_cv_mape
+        new = _pairs(lambda a, b: offset + scale * _base_log(a, b), n=20, seed=1)
+        view = adapt(Stub(), pairs).on_gpu("new")
+        truth = np.array([o.norm_a for o in new])
+        assert np.allclose(1.0 / view.predict([o.a for o in new], [o.b for o in new]), truth, rtol=0.02)
+
+
+def test_recovers_per_class_corrections_and_keeps_the_scale():
+    shift = {"fam0": 0.3, "fam1": 0.0, "fam2": -0.1, "fam3": 0.1}
+    pairs = _pairs(lambda a, b: _base_log(a, b) + 0.1 + shift[a.model_family], n=150, noise=0.01)
+    fit = fit_type(Stub(), pairs, "new")
+    own = {f: fit.own["family"].get(f, 0.0) + fit.offset for f in shift}  # the offset and the classes trade a constant
+    for f, s in shift.items():
+        assert own[f] - own["fam1"] == pytest.approx(s - shift["fam1"], abs=0.04)
+    assert fit.scale == pytest.approx(1.0, abs=0.1)
+    assert math.isfinite(fit.class_penalties["family"]) or math.isfinite(fit.class_penalties["job"])
+
+
+def test_no_class_corrections_where_there_are_none(monkeypatch):
+    """Noise around the model and no class effect: cross-validation penalises the corrections that an
+    unpenalised fit would learn from the noise."""
+    pairs = _pairs(lambda a, b: 0.1 + _base_log(a, b), n=30, noise=0.1)
+
+    def largest(fit):
+        return max((abs(v) for kind in fit.own.values() for v in kind.values()), default=0.0)
+
+    chosen = fit_type(Stub(), pairs, "new")
+    monkeypatch.setattr(adapt_mod, "CLASS_PENALTIES", (1e-4,))
+    loose = fit_type(Stub(), pairs, "new")
+    assert largest(chosen) < 0.05 < 0.1 < largest(loose)
+    assert chosen.offset == pytest.approx(0.1, abs=0.05)
+
+
+def test_class_of_family_job_and_unnamed_jobs():
+    p = SoloProfile("train", throughput=2.0, batch=32.0, model_family="LM")
+    assert class_of(p, "family") == "LM" and class_of(p, "job") == "LM|train|fp32|32"
+    q = SoloProfile("infer", throughput=123.456, batch=8.0)
+    assert class_of(q, "family") == "" and class_of(q, "job") == "|infer|fp32|8|123.5"
+    assert class_of(SoloProfile("infer"), "job") == ""
+
+
+def test_adapted_model_answers_other_types_with_the_base_view():
+    pairs = _pairs(lambda a, b: 0.2 + _base_log(a, b), n=30)
+    model = adapt(Stub(), pairs)
+    assert isinstance(model.on_gpu("new"), AdaptedView) and model.on_gpu("other") is not None
+    assert not isinstance(model.on_gpu("other"), AdaptedView)
+    assert model.seen_gpu("new") and model.seen_gpu("old") and not model.seen_gpu("other")
+    a, b = _jobs()[:2]
+    assert np.all(model.on_gpu("new").predict([a, b], [b, a]) >= 1.0)
+    assert model.on_gpu("new").admission_margins([a], [b]).shape == (1,)
+
+
+def test_too_few_pairs_refused_naming_the_type():
+    pairs = _pairs(lambda a, b: _base_log(a, b), n=adapt_mod.MIN_PAIRS - 1)
+    with pytest.raises(MeasurementError, match=rf"GPU type new: {adapt_mod.MIN_PAIRS - 1} ran together.*at least "
+                                               rf"{adapt_mod.MIN_PAIRS}"):
+        adapt(Stub(), pairs)
+    with pytest.raises(MeasurementError, match="no measured pairs"):
+        adapt(Stub(), [])
+
+
+def test_draw_is_per_gpu_type_disjoint_and_by_seed():
+    obs = _pairs(lambda a, b: 0.3, gpu="x", n=40) + _pairs(lambda a, b: 0.3, gpu="y", n=60, seed=3)
+    head, tail = draw(obs, 0.25, seed=7)
+    assert sorted(head + tail) == list(range(100)) and not set(head) & set(tail)
+    assert sum(obs[i].gpu_type == "x" for i in head) == 10 and sum(obs[i].gpu_type == "y" for i in head) == 15
+    assert draw(obs, 0.25, seed=7) == (head, tail) and draw(obs, 0.25, seed=8)[0] != head
+
+
+@pytest.mark.parametrize("fraction", [0.0, 1.0, -0.1, 1.5])
+def test_fraction_outside_the_open_interval_refused(fraction):
+    with pytest.raises(MeasurementError, match=r"outside \(0, 1\)"):
+        draw(_pairs(lambda a, b: 0.3, n=40), fraction, 0)
+
+
+def test_too_small_a_fraction_refused_naming_what_to_change():
+    with pytest.raises(MeasurementError, match=r"too few pairs to adapt on GPU type new: 0.05 of its 40 pairs is 2"):
+        draw(_pairs(lambda a, b: 0.3, n=40), 0.05, 0)
+
+
+def test_trivial_predictor_sees_exactly_the_adaptation_pairs():
+    obs = _pairs(lambda a, b: 0.1 + 0.5 * _base_log(a, b), n=80, noise=0.05)
+    result = score_draw(Stub(), obs, 0.2, seed=4)
+    head, tail = draw(obs, 0.2, seed=4)
+    expected = 1.0 / np.mean([1.0 / v for i in head for v in (obs[i].norm_a, obs[i].norm_b)])
+    assert result["trivial_norm"] == pytest.approx(expected)
+    assert result["trivial_norm"] == pytest.approx(trivial_norm([obs[i] for i in head]))
+    assert result["adaptation"]["new"]["mean_norm"] == pytest.approx(expected)  # the adaptation saw the same pairs
+    assert result["trivial_norm"] != pytest.approx(trivial_norm([obs[i] for i in tail]), rel=1e-6)
+    assert (result["n_adapt_pairs"], result["n_test_pairs"]) == (len(head), len(tail))
+    # Adapting to a different scale beats both the unadapted stub and the constant.
+    m = result["metrics"]
+    assert m["adapted"]["mape_norm"] < m["trivial"]["mape_norm"] and m["adapted"]["mape_norm"] < m["unadapted"]["mape_norm"]
+
+
+def test_interval_mean_bounds_and_clipping():
+    assert interval([0.1, 0.2, 0.3])["mean"] == pytest.approx(0.2)
+    half = interval([0.1, 0.2, 0.3])["high"] - 0.2
+    assert half == pytest.approx(4.302653 * 0.1 / math.sqrt(3), rel=1e-5)
+    assert interval([0.0, 0.0, 0.3], high=1.0)["low"] == 0.0
+    one = interval([0.4])
+    assert one["mean"] == 0.4 and math.isnan(one["low"]) and one["n"] == 1
+
+
+def test_seeds_repeat_the_draw_and_report_intervals():
+    obs = _pairs(lambda a, b: 0.1 + 0.5 * _base_log(a, b), n=80, noise=0.05)
+    s = score_adaptation(Stub(), obs, 0.2, seed=2, seeds=3)
+    assert s.seeds == [2, 3, 4] and [d["seed"] for d in s.draws] == [2, 3, 4]
+    d = s.to_dict()
+    assert d["mape"] == pytest.approx(np.mean([x["metrics"]["adapted"]["mape_norm"] for x in s.draws]))
+    assert d["trivial_mape"] == pytest.approx(np.mean([x["metrics"]["trivial"]["mape_norm"] for x in s.draws]))
+    assert d["methods"]["adapted"]["mape_norm"]["n"] == 3
+
+
+# -- the command, on a small model trained on part of the bundled Gavel pairs ------------------------------------
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    from slurm_elastico.interference.transfer.fit import fit_transfer
+    from slurm_elastico.interference.transfer.kernel import KernelConfig
+
+    obs = [o for o in import_gavel(GAVEL / "throughputs_pairs.csv", GAVEL / "throughputs_isolated.csv").observations
+           if {o.a.model_family, o.b.model_family} <= FAMILIES]
+    d = tmp_path_factory.mktemp("adapt")
+    fit_transfer([o for o in obs if o.gpu_type == "k80"], grid=(KernelConfig(),)).save(d / "k80.json")
+    measurements.write_csv(d / "p100.csv", [o for o in obs if o.gpu_type == "p100"])
+    return d
+
+
+def _strict(text):
+    def refuse(token):
+        raise ValueError(f"not strict JSON: {token}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_cli_adapt_fraction_json(files):
+    r = CliRunner().invoke(main, ["iac", "evaluate", "--model", str(files / "k80.json"), "--data",
+                                  str(files / "p100.csv"), "--adapt-fraction", "0.2", "--seeds", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    out = _strict(r.output)
+    for key in ("mape", "trivial_mape", "unadapted_mape", "false_admit", "good_admitted"):
+        assert key in out
+    assert out["seeds"] == [0, 1] and len(out["draws"]) == 2
+    assert out["mape"] == pytest.approx(out["methods"]["adapted"]["mape_norm"]["mean"])
+    assert out["trivial_mape"] == pytest.approx(out["methods"]["trivial"]["mape_norm"]["mean"])
+    assert 0.0 <= out["false_admit"] <= 1.0 and out["mape"] > 0.0
+    table = CliRunner().invoke(main, ["iac", "evaluate", "--model", str(files / "k80.json"), "--data",
+                                      str(files / "p100.csv"), "--adapt-fraction", "0.2"])
+    assert table.exit_code == 0 and "adapted / trivial" in table.output and "unadapted" in table.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--adapt-fraction", "0.1", "--split", "kfold"], "--adapt-fraction goes with --model"),
+    (["--seeds", "3"], "--seeds goes with --adapt-fraction"),
+])
+def test_cli_adapt_flags_refused_where_they_do_not_apply(files, args, message):
+    model = [] if "--split" in args else ["--model", str(files / "k80.json")]
+    r = CliRunner().invoke(main, ["iac", "evaluate", *model, "--data", str(files / "p100.csv"), *args])
+    assert r.exit_code == 2 and message in r.output
+
+
+def test_cli_bad_fraction_and_foreign_file(files, tmp_path):
+    r = CliRunner().invoke(main, ["iac", "evaluate", "--model", str(files / "k80.json"), "--data",
+                                  str(files / "p100.csv"), "--adapt-fraction", "1.5"])
+    assert r.exit_code == 2 and "outside (0, 1)" in r.output
+    (tmp_path / "gavel.csv").write_text((GAVEL / "throughputs_pairs.csv").read_text()[:2000])
+    r = CliRunner().invoke(main, ["iac", "evaluate", "--model", str(files / "k80.json"), "--data",
+                                  str(tmp_path / "gavel.csv"), "--adapt-fraction", "0.1"])
+    assert r.exit_code == 2 and "missing column(s)" in r.output
