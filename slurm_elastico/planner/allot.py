@@ -106,10 +106,15 @@ class Budget:
         return sum(self.left)
 
     def room(self, t: int) -> float:
-        """What a slot of type t may take: its type's pool, or for a slot of any type all of them."""
+        """What a slot of type t may take: its type's pool, or for a slot of any type all of them; none for a type
+        the pools lack (no usable node has it)."""
+        if t >= len(self.left):
+            return 0.0
         return self.left[t] if t >= 0 else self.total
 
     def take(self, t: int, z: float) -> None:
+        if t >= len(self.left):
+            return  # a type the pools lack: held outside them (a running job on a node no longer usable)
         if t >= 0:
             self.left[t] -= z
             return
@@ -138,7 +143,7 @@ def _best(c: Claim, limit: float, prices: Sequence[float], budget: Budget | None
         ty = c.type_of(s)
         if budget is not None and z > budget.room(ty) + EPS:
             continue
-        lam = prices[ty] if ty >= 0 else cheapest
+        lam = prices[ty] if 0 <= ty < len(prices) else cheapest
         key = ((1.0 + lam * z) / t, z)
         if key < best_key:
             best, best_key = s, key

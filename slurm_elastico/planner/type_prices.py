@@ -55,6 +55,9 @@ def type_prices(claims: Sequence[Claim], pools: Sequence[float]) -> np.ndarray:
         size[r, :k], tput[r, :k] = c.sizes, np.maximum(np.asarray(c.tput, dtype=float), 1e-12)
         ok[r, :k] = np.asarray(c.allowed, dtype=bool) & (np.asarray(c.sizes) <= cap + EPS) & (np.asarray(c.tput) > 0)
         kind[r, :k] = c.types if c.types else -1
+    absent = kind >= n_types  # a type no usable node of the partition has (drained, say): never chosen here
+    ok &= ~absent
+    kind[absent] = -1
     live = ok.any(axis=1)
     size, tput, ok, kind = size[live], tput[live], ok[live], kind[live]
     if not len(size):

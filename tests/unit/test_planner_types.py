@@ -59,6 +59,20 @@ def test_a_typed_shape_starts_only_on_nodes_of_its_type_and_the_action_names_the
     assert starts(p) == {1: ("t4", ("t4-0",))}
 
 
+def test_a_type_whose_nodes_are_all_drained_or_in_another_partition_is_priced_out_not_a_crash():
+    # The families list every type the nodes have; the board only the usable nodes of the partition.
+    drained = tuple(dataclasses.replace(n, state="drained") if n.gpu_type == "v100" else n
+                    for n in typed_cluster(t4=1, a100=1, v100=1))
+    fam = typed_family({"t4": 1.0, "a100": 3.0, "v100": 2.0})
+    assert starts(plan(drained, [pend(1)], {1: fam})) == {1: ("a100", ("a100-0",))}
+    other = tuple(dataclasses.replace(n, partitions=("other",)) if n.gpu_type == "a100" else n
+                  for n in typed_cluster(t4=1, a100=1, v100=1))
+    p = run_epoch(Snapshot(NOW, "24.11.5", other, (pend(1),)), {1: fam},
+                  dataclasses.replace(Settings(), slurm=dataclasses.replace(Settings().slurm, partition="gpu")),
+                  ContentionModel(), NOW)
+    assert starts(p) == {1: ("v100", ("v100-0",))}
+
+
 def test_a_shape_of_a_type_the_cluster_lacks_is_never_chosen():
     p = plan(typed_cluster(t4=1), [pend(1)], {1: typed_family({"h100": 9.0, "t4": 1.0})})
     assert starts(p) == {1: ("t4", ("t4-0",))}
