@@ -77,7 +77,18 @@ def _comparison(c: dict) -> list[str]:
             f"{pct(c.get('static_util_arrivals'))} allocated while jobs arrive). Mean job completion time (JCT, hours, "
             "over seeds, ± the 95 % Student-t half-width); `× elastico's` above 1 means elastico finished jobs "
             "sooner, paired by seed (the same trace) with its own interval; the lower bound is every job alone at "
-            "its fastest shape from submission.", ""] + _policy_table(c.get("policies", {})) + [""]
+            "its fastest shape from submission.", ""] + _policy_table(c.get("policies", {})) + [""] + _goodput_mixed(
+        c.get("goodput"))
+
+
+def _goodput_mixed(g: dict | None) -> list[str]:
+    """Static's mean JCT over elastico-goodput's on the mixed trace, paired by seed, against issue 29's target."""
+    if not g:
+        return []
+    return [f"**Goodput mode** on this trace: static's mean JCT over elastico-goodput's, paired by seed, "
+            f"{fmt(g.get('static_over'))} ± {fmt(g.get('ci95'))} ({fmt(g.get('seeds'), 'd')} seeds; target "
+            f"{g.get('target', 'n/a')}: {'met' if g.get('met') else '**not met**'}; unfinished jobs "
+            f"{count(g, 'unfinished')}).", ""]
 
 
 def _pollux(p: dict) -> list[str]:
@@ -89,7 +100,9 @@ def _pollux(p: dict) -> list[str]:
                                                 for n in names]
                     + [fmt(min(w.get("lower_bound_s", {}).values(), default=None), ".0f")]
                     + [fmt(w.get("peer_mean_jct_s", {}).get(k), ".0f") for k in ("pollux", "tiresias", "optimus")])
-    rows.append(["mean"] + [fmt(p["mean_jct_s"].get(n), ".0f") for n in names]
+    ci = p.get("ci95_s")  # over seeds; an older capture has none
+    rows.append(["mean"] + [fmt(p["mean_jct_s"].get(n), ".0f") + (f" ± {fmt(ci.get(n), '.0f')}" if ci else "")
+                            for n in names]
                 + [fmt(min(p.get("lower_bound_s", {}).values(), default=None), ".0f")]
                 + [fmt(p.get("peer_mean_jct_s", {}).get(k), ".0f") for k in ("pollux", "tiresias", "optimus")])
     refused = p.get("refused_actions")
@@ -100,7 +113,21 @@ def _pollux(p: dict) -> list[str]:
     + table(["workload", *names, "lower bound", "peer pollux", "peer tiresias", "peer optimus"], rows) + [
         "", "Unfinished jobs: " + ", ".join(f"{n} {fmt(v, 'd')}" for n, v in p.get("unfinished", {}).items())
         + "; refused actions: " + (", ".join(f"{n} {fmt(v, 'd')}" for n, v in refused.items()) if refused
-                                   else "not counted") + ".", ""])
+                                   else "not counted") + ".", ""] + _goodput_pollux(p.get("goodput"), p.get("seeds")))
+
+
+def _goodput_pollux(g: dict | None, seeds) -> list[str]:
+    """elastico-goodput's mean JCT over each other column's, paired by seed, with issue 29's target where it has one
+    (nothing for a capture without the goodput column)."""
+    if not g:
+        return []
+    rows = [[f"elastico-goodput ÷ {n}", f"{fmt(r.get('ratio'), '.3f')} ± {fmt(r.get('ci95'), '.3f')}",
+             r.get("target", "–"), fmt(r["met"]) if "met" in r else "–", count(r, "unfinished")]
+            for n, r in g.items()]
+    return ([f"**Goodput mode** on the Pollux workloads: each seed's mean JCT over the workloads, elastico-goodput's "
+             f"over the other column's, paired by seed ({fmt(seeds, 'd')} seed(s); ± the 95 % interval, n/a with one "
+             "seed); the target is issue 29's, against the calibrated Pollux (the peer's placement).", ""]
+            + table(["ratio", "paired mean ± 95 %", "target", "met", "unfinished jobs"], rows) + [""])
 
 
 def _scale(rows: list[dict]) -> list[str]:

@@ -24,10 +24,21 @@ without shapes: every job's default shape is static's whole GPU).
 
 Pollux workloads: 1..8 on the peer's cluster (16 nodes × 4 GPUs, 60 s
 rounds, 30 s restarts), each policy's mean JCT and the lower bound beside
-the peer's published means. Gangs are what Slurm can be asked for (P GPUs
-on each of K nodes); the `tiresias@peer` and `pollux@peer` columns place
-them as the peer's simulator does (any split, `SimSettings.even_gangs`
-false): the calibration of those baselines against the peer's figures.
+the peer's published means, 3 seeds (--quick: workload 1, one seed), each
+policy's mean over the workloads with its 95 % interval over seeds. Gangs
+are what Slurm can be asked for (P GPUs on each of K nodes); the
+`tiresias@peer` and `pollux@peer` columns place them as the peer's
+simulator does (any split, `SimSettings.even_gangs` false): the
+calibration of those baselines against the peer's figures.
+
+Goodput mode (issue 29): `elastico-goodput` (elastico with every training
+family adaptive: other global batches for goodput) runs in the mixed
+trace like every registered policy and in the Pollux workloads beside
+`elastico` and the calibrated `pollux@peer`. Its ratios are paired by seed,
+with intervals, against the issue's targets: mean JCT at most 0.85 × the
+calibrated Pollux's on its workloads, static's at least 2.5 × its own on
+the (first) mixed trace; the lower bound stays the fixed-batch one, which a
+policy that adapts batches may go below.
 
 Alibaba GPU-sharing trace (`--alibaba PATH` or $ELASTICO_ALIBABA_TRACE:
 `openb_pod_list_default.csv` of Alibaba's cluster-trace-gpu-v2023; it states
@@ -150,8 +161,24 @@ def report(res, label, names, truth, sim):
                   f"{priced[1]} over the seeds, and the upgrades; without prices those jobs ask for their fastest "
                   "shape)")
     same_as_static(res, names, out)
+    if GOODPUT in names and "static" in names:
+        out["goodput"] = static_over_goodput(res)
     print(f"  static keeps GPUs {100 * out['static_util_arrivals']:.0f} % allocated while jobs arrive")
     return out
+
+
+def static_over_goodput(res) -> dict:
+    """Static's mean JCT over elastico-goodput's, paired by seed (the same trace), printed with issue 29's target."""
+    ratios = [s["mean_jct_h"] / g for s, g in zip(res.summaries["static"], (x["mean_jct_h"] for x in
+                                                                             res.summaries[GOODPUT]))]
+    mean, half = metrics.ci95(ratios)
+    op, target = GOODPUT_TARGETS["static_over"]
+    left = sum(r.unfinished for r in res.runs[GOODPUT]) + sum(r.unfinished for r in res.runs["static"])
+    met = left == 0 and mean >= target
+    print(f"  {'static':>16}: mean JCT {mean:5.2f} ± {half:.2f}x {GOODPUT}'s, paired by seed (target {op} {target:g}: "
+          f"{'met' if met else 'NOT met'}; {left} unfinished)")
+    return {"static_over": mean, "ci95": half, "seeds": len(ratios), "target": f"{op} {target:g}", "met": met,
+            "unfinished": left}
 
 
 def action_outcomes(runs) -> dict[str, int]:
@@ -204,7 +231,14 @@ ALIBABA_LOAD = 1.0
 
 
 PEER_PLACED = "@peer"
-POLLUX_COLUMNS = ["static", "tiresias", "pollux", "elastico", "tiresias" + PEER_PLACED, "pollux" + PEER_PLACED]
+POLLUX_COLUMNS = ["static", "tiresias", "pollux", "elastico", "elastico-goodput", "tiresias" + PEER_PLACED,
+                  "pollux" + PEER_PLACED]
+GOODPUT = "elastico-goodput"
+"""Elastico with every training family adaptive (issue 29): compared with the calibrated Pollux on its workloads and
+with static on the mixed trace, paired by seed."""
+GOODPUT_TARGETS = {"pollux" + PEER_PLACED: ("<=", 0.85), "static_over": (">=", 2.5)}
+"""Issue 29's targets: elastico-goodput's mean JCT at most 0.85 x the calibrated Pollux's (the peer's placement) on
+Pollux's workloads, and static's at least 2.5 x elastico-goodput's on the mixed trace."""
 ALIBABA_POLICIES = ("static", "static-mps", "tiresias", "pollux", "elastico")
 
 
@@ -302,6 +336,7 @@ def pollux_workloads(runs, workloads, names, seeds):
 def pollux_table(futures, workloads, names, seeds, width):
     """The Pollux workloads' table from their runs (`pollux_workloads`), printed; its figures."""
     rows, table = [], []
+    by_seed: dict[str, list[list[float]]] = {}  # policy -> per workload, each seed's mean JCT
     for w in workloads:
         means = {}
         for n in names:
@@ -313,6 +348,7 @@ def pollux_table(futures, workloads, names, seeds, width):
                 bound.append(s["lower_bound_h"] * 3600)
                 left += r.unfinished
             means[n] = (statistics.fmean(got), statistics.fmean(bound), left)
+            by_seed.setdefault(n, []).append(got)
         peer = PEER_MEAN_JCT_S[w]
         rows.append({"workload": w, "mean_jct_s": {n: m for n, (m, _, _) in means.items()},
                      "lower_bound_s": {n: b for n, (_, b, _) in means.items()},
@@ -341,11 +377,35 @@ def pollux_table(futures, workloads, names, seeds, width):
     for n in names:
         if left[n]:
             print(f"  {n}: NOT A RESULT: {left[n]} job(s) unfinished over the workloads and seeds")
-    return {"workloads": rows, "mean_jct_s": avg, "lower_bound_s": lb, "seeds": seeds,
+    # Each seed's mean over the workloads, and its interval over seeds (seeds: arrival jitter, profiling noise)
+    seed_means = {n: [statistics.fmean(per[sd] for per in by_seed[n]) for sd in range(seeds)] for n in names}
+    ci = {n: metrics.ci95(v)[1] for n, v in seed_means.items()}
+    print("  ± 95 % over seeds: " + ", ".join(f"{n} {ci[n]:.0f}" for n in names))
+    goodput = goodput_over(seed_means, left) if GOODPUT in names else None
+    return {"workloads": rows, "mean_jct_s": avg, "ci95_s": ci, "lower_bound_s": lb, "seeds": seeds,
+            "goodput": goodput,
             "ratio_to_lb": {n: avg[n] / lb[n] if lb[n] > 0 else math.nan for n in names},
             "peer_mean_jct_s": dict(zip(("pollux", "tiresias", "optimus"), peer_avg)),
             "unfinished": left, "unfinished_jobs": sum(left.values()),
             "refused_actions": {n: sum(r["refused_actions"][n] for r in rows) for n in names}}
+
+
+def goodput_over(seed_means: dict[str, list[float]], left: dict[str, int]) -> dict:
+    """Elastico-goodput's mean JCT over each other column's, paired by seed (each seed's mean over the workloads),
+    printed, with issue 29's target against the calibrated Pollux (the peer's placement)."""
+    out = {}
+    for n, theirs in seed_means.items():
+        if n == GOODPUT:
+            continue
+        mean, half = metrics.ci95([g / t for g, t in zip(seed_means[GOODPUT], theirs)])
+        out[n] = {"ratio": mean, "ci95": half, "unfinished": left[n] + left[GOODPUT]}
+        if n in GOODPUT_TARGETS:
+            op, target = GOODPUT_TARGETS[n]
+            out[n].update(target=f"{op} {target:g}", met=out[n]["unfinished"] == 0 and mean <= target)
+        print(f"  {GOODPUT} / {n}: {mean:.3f} ± {half:.3f} paired by seed"
+              + (f" (target {out[n]['target']}: {'met' if out[n]['met'] else 'NOT met'})" if "target" in out[n] else "")
+              + (f"; {out[n]['unfinished']} unfinished: not a result" if out[n]["unfinished"] else ""))
+    return out
 
 
 def scale(runs, gpus, hours, load, max_duration_s, epoch_s, policy="elastico"):
@@ -419,7 +479,7 @@ def main() -> int:
                            comparison(runs, 32, 300, 2.0, 5, -1.0, "gavel",
                                       ["elastico", "static", "tiresias", "pollux", "no-allot", "no-shapes"]),
                            comparison(runs, 32, 300, 2.0, 5, -1.0, "gavel-residual", ["elastico", "static"])]
-            pollux = pollux_workloads(runs, range(1, 9), POLLUX_COLUMNS, 2)
+            pollux = pollux_workloads(runs, range(1, 9), POLLUX_COLUMNS, 3)
         out["comparison"] = [finish() for finish in comparisons]
         out["pollux"] = pollux()
         out["alibaba"], reason = ali()
@@ -457,6 +517,7 @@ def main() -> int:
                     for n, p in out["alibaba"]["policies"].items()} if out["alibaba"] else None,
         "scale": [{"lower_bound_h": r["lower_bound_h"], "ratio_to_lb": r["ratio_to_lb"]} for r in out.get("scale", [])],
         "heterogeneous": out["heterogeneous"] and {"lower_bound_h": out["heterogeneous"]["lower_bound_h"]}}
+    out["goodput"] = {"pollux": out["pollux"].get("goodput"), "mixed": out["comparison"][0].get("goodput")}
     out["complete"] = out["unfinished_jobs"] == 0
     if not out["complete"]:
         totals = {k: sum(v) if isinstance(v, list) else v or 0 for k, v in sections.items()}

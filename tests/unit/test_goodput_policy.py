@@ -118,3 +118,34 @@ def test_a_pollux_workload_slice_ends_with_batches_of_its_choice_and_sooner_than
     assert fixed.unfinished == 0 and not any(name.startswith("gb") for seen in shapes.values() for name in seen)
     mean = [sum(j.jct for j in r.jobs) / len(r.jobs) for r in (adaptive, fixed)]
     assert mean[0] < mean[1]
+
+
+# -- the benchmark's paired ratios and targets ------------------------------------------------------------------
+
+
+def test_the_benchmark_pairs_goodput_with_each_column_by_seed_and_judges_the_targets(capsys):
+    from benchmarks import sim as bench
+
+    means = {"elastico-goodput": [800.0, 880.0], "pollux@peer": [1000.0, 1000.0], "elastico": [900.0, 1000.0]}
+    got = bench.goodput_over(means, {"elastico-goodput": 0, "pollux@peer": 0, "elastico": 0})
+    assert got["pollux@peer"]["ratio"] == pytest.approx(0.84) and got["pollux@peer"]["met"] is True
+    assert got["pollux@peer"]["target"] == "<= 0.85" and got["pollux@peer"]["ci95"] > 0
+    assert got["elastico"]["ratio"] == pytest.approx((800 / 900 + 0.88) / 2) and "met" not in got["elastico"]
+    # a job left unfinished makes it no result, whatever the ratio
+    left = bench.goodput_over(means, {"elastico-goodput": 1, "pollux@peer": 0, "elastico": 0})
+    assert left["pollux@peer"]["met"] is False and left["pollux@peer"]["unfinished"] == 1
+    assert "NOT met" in capsys.readouterr().out.splitlines()[-2]
+
+    class Run:
+        def __init__(self, unfinished=0):
+            self.unfinished = unfinished
+
+    class Res:
+        summaries = {"static": [{"mean_jct_h": 3.0}, {"mean_jct_h": 2.0}],
+                     "elastico-goodput": [{"mean_jct_h": 1.0}, {"mean_jct_h": 1.0}]}
+        runs = {"static": [Run(), Run()], "elastico-goodput": [Run(), Run()]}
+
+    mixed = bench.static_over_goodput(Res())
+    assert mixed["static_over"] == pytest.approx(2.5) and mixed["met"] is True and mixed["seeds"] == 2
+    Res.summaries["static"][1] = {"mean_jct_h": 1.9}
+    assert bench.static_over_goodput(Res())["met"] is False

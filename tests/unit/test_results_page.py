@@ -72,6 +72,35 @@ def test_render_shows_each_figure_with_its_provenance_and_how_to_reproduce():
     assert "![Simulation: mean JCT against plain Slurm and the baselines](results/sim.png)" in text
 
 
+def test_goodput_mode_rows_show_paired_ratios_targets_and_unfinished_jobs():
+    rec = sim_record()
+    mixed = rec["figures"]["comparison"][0]
+    mixed["policies"]["elastico-goodput"] = policy(0.5, 0.5 / 0.8)
+    mixed["goodput"] = {"static_over": 2.4, "ci95": 0.2, "seeds": 5, "target": ">= 2.5", "met": False, "unfinished": 0}
+    cols = ("elastico", "elastico-goodput", "pollux@peer")
+    rec["figures"]["pollux"] = {
+        "workloads": [{"workload": 1, "mean_jct_s": dict(zip(cols, (2000.0, 1800.0, 2100.0))),
+                       "lower_bound_s": dict.fromkeys(cols, 1300.0), "unfinished": {"elastico-goodput": 1},
+                       "peer_mean_jct_s": {"pollux": 2089, "tiresias": 2474, "optimus": 4087}}],
+        "mean_jct_s": dict(zip(cols, (2000.0, 1800.0, 2100.0))), "ci95_s": dict(zip(cols, (10.0, 12.0, None))),
+        "lower_bound_s": dict.fromkeys(cols, 1300.0), "seeds": 2, "unfinished": dict(zip(cols, (0, 1, 0))),
+        "refused_actions": dict.fromkeys(cols, 0),
+        "goodput": {"elastico": {"ratio": 0.9, "ci95": 0.01, "unfinished": 1},
+                    "pollux@peer": {"ratio": 0.857, "ci95": 0.02, "unfinished": 1, "target": "<= 0.85", "met": False}}}
+    text = page.render({"sim": rec})
+    assert "| elastico-goodput | 0.500 ± 0.050 | 0.62 (paired 0.62 ± 0.10) |" in text
+    assert ("static's mean JCT over elastico-goodput's, paired by seed, 2.40 ± 0.20 (5 seeds; target >= 2.5: "
+            "**not met**; unfinished jobs 0)") in text
+    assert "| 1 | 2000 | 1800* | 2100 |" in text
+    assert "| mean | 2000 ± 10 | 1800 ± 12 | 2100 ± n/a |" in text
+    assert "| elastico-goodput ÷ pollux@peer | 0.857 ± 0.020 | <= 0.85 | no | 1 |" in text
+    assert "| elastico-goodput ÷ elastico | 0.900 ± 0.010 | – | – | 1 |" in text
+    # a capture without goodput mode shows no such rows, and its mean row no interval
+    del rec["figures"]["pollux"]["goodput"], rec["figures"]["pollux"]["ci95_s"], mixed["goodput"]
+    old = page.render({"sim": rec})
+    assert "Goodput mode" not in old and "| mean | 2000 | 1800 | 2100 |" in old
+
+
 def test_the_headline_names_both_gains_and_the_commit():
     sentence = page.headline(sim_record(elastico=0.8, static=1.2, pollux=0.76))
     assert "33% lower than plain Slurm's" in sentence  # 1 - 0.8 / 1.2
