@@ -36,7 +36,7 @@ from slurm_elastico.inputs import load_yaml
 from slurm_elastico.jobwrap.script import payload_from_script
 from slurm_elastico.model import Family, JobView, Snapshot
 from slurm_elastico.shapes import load_directory, parse_family
-from slurm_elastico.shapes.typed import Measured, same_type, types_of_nodes
+from slurm_elastico.shapes.typed import Measured, family_memory, same_type, types_of_nodes
 from slurm_elastico.store import Store
 
 
@@ -68,6 +68,8 @@ class ScriptFamilies:
         declared figures of types the public table lacks (`shapes.typed.figures_by_type`)."""
         self.types: dict[str, int] = {}
         """The cluster's GPU types -> memory MiB as the last snapshot showed them ({}: one type)."""
+        self.memory = gpu_memory_mib
+        """What an untyped family is sized for (`shapes.typed.family_memory`: a one-type cluster's type's)."""
         self._dry: dict[tuple[int, int], tuple[int, str, str]] = {}  # what a dry run found (it writes nothing)
 
     def admit(self, snapshot: Snapshot, dry_run: bool) -> list[str]:
@@ -77,6 +79,7 @@ class ScriptFamilies:
         tried again next epoch; any other refusal to show its script leaves the job unmanaged, with a note.
         """
         self.types = types_of_nodes(snapshot.nodes, self.gpu_memory_mib)
+        self.memory = family_memory(snapshot.nodes, self.gpu_memory_mib)
         known = {(r["job_id"], r["submit_time"]) for r in self.store.query("SELECT job_id, submit_time FROM job_admission")}
         active = {_key(j): j for j in snapshot.jobs}
         notes: list[str] = []
@@ -118,7 +121,7 @@ class ScriptFamilies:
         source = f"job {job.job_id} ({payload.family_source})"
         try:
             text = limited(payload.family_spec, source, payload.type_limit)
-            parse_family(load_yaml(text, source), source, self.gpu_memory_mib, gpu_types=self.types,
+            parse_family(load_yaml(text, source), source, self.memory, gpu_types=self.types,
                          anchor=self.anchor, figures=self.figures)
         except (ConfigError, RecursionError, ValueError) as exc:
             return 0, "", "", f"job {job.job_id}: family ignored, the job is left as submitted: {_short(exc)}"
@@ -145,7 +148,7 @@ class ScriptFamilies:
         rows += [(k[0], spec, source) for k, (managed, spec, source) in sorted(self._dry.items(), key=lambda x: x[0][1])
                  if managed and k[0] in job_ids]
         measured = measured_by_type(self.store, {j for j, _, _ in rows}) if self.types else {}
-        return _parse_all(((j, spec, f"job {j} ({source})") for j, spec, source in rows), self.gpu_memory_mib,
+        return _parse_all(((j, spec, f"job {j} ({source})") for j, spec, source in rows), self.memory,
                           self.types, measured, self.anchor, self.figures)
 
 
@@ -156,6 +159,7 @@ class DirectoryFamilies:
                  figures: Mapping[str, Mapping[str, object]] | None = None):
         self.dir, self.gpu_memory_mib, self.anchor, self.figures = Path(directory), gpu_memory_mib, anchor, figures
         self.types: dict[str, int] = {}
+        self.memory = gpu_memory_mib
         if not self.dir.is_dir():
             what = "does not exist" if not self.dir.exists() else "is not a directory"
             raise ConfigError(str(self.dir), [f"the families directory {what}; allowed: a directory of "
@@ -164,10 +168,11 @@ class DirectoryFamilies:
     def admit(self, snapshot: Snapshot, dry_run: bool) -> list[str]:
         """Learn the cluster's GPU types from the snapshot (the files themselves are read on each call)."""
         self.types = types_of_nodes(snapshot.nodes, self.gpu_memory_mib)
+        self.memory = family_memory(snapshot.nodes, self.gpu_memory_mib)
         return []
 
     def families(self, job_ids: set[int]) -> tuple[dict[int, Family], list[str]]:
-        found, errors = load_directory(self.dir, self.gpu_memory_mib, gpu_types=self.types, anchor=self.anchor,
+        found, errors = load_directory(self.dir, self.memory, gpu_types=self.types, anchor=self.anchor,
                                        figures=self.figures)
         return ({j: f for j, f in found.items() if j in job_ids},
                 [f"family ignored, the job is left as submitted: {e}" for e in errors])

@@ -26,7 +26,7 @@ from slurm_elastico.inputs import load_yaml, read_bytes, read_text
 from slurm_elastico.model import NodeView
 from slurm_elastico.shapes import family_of, parse_spec
 from slurm_elastico.shapes.nodes import partition_fit_problems, start_request
-from slurm_elastico.shapes.typed import figures_by_type, memory_by_type, with_limit
+from slurm_elastico.shapes.typed import figures_by_type, memory_by_type, settings_family_memory, with_limit
 from slurm_elastico.shapes.units import ShareUnitError, shares_of
 
 
@@ -64,13 +64,14 @@ def prepare(args: SubmitArgs, settings: config.Settings, env: Mapping[str, str],
     options = (*directive_options(user_text), *args.options)  # command line last: it wins, as in sbatch
     limit = requested_types(options, env)
     types = memory_by_type(getattr(settings.gpu, "types", None))
+    memory = settings_family_memory(types, settings.gpu.memory_mib)  # what the helper sizes the family for
     types = types if len(types) > 1 else {}
     family = spec_text = spec = None
     if args.family is not None:
         try:  # read once: the text checked is the text that travels with the job
             spec_text = read_text(args.family, "family file")
             spec = with_limit(parse_spec(load_yaml(spec_text, args.family), args.family), limit)
-            family = family_of(spec, settings.gpu.memory_mib, gpu_types=types,
+            family = family_of(spec, memory, gpu_types=types,
                                figures=figures_by_type(getattr(settings.gpu, "types", None)))
         except ConfigError as exc:
             spec_text = None
@@ -101,7 +102,7 @@ def prepare(args: SubmitArgs, settings: config.Settings, env: Mapping[str, str],
         args=args.script_args,
         family_spec=spec_text,
         family_source=str(Path(args.family).absolute()),
-        gpu_memory_mib=settings.gpu.memory_mib,
+        gpu_memory_mib=memory,
         grace_s=settings.submit.grace_s,
         signal_lead_s=lead,
         slurm_conf=settings.slurm.conf,

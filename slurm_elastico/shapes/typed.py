@@ -67,6 +67,22 @@ def types_of_nodes(nodes: Sequence[NodeView], default_memory_mib: int) -> dict[s
     return found if len(found) > 1 else {}
 
 
+def family_memory(nodes: Sequence[NodeView], default_memory_mib: int) -> int:
+    """The GPU memory a one-type cluster's (untyped) families are sized for: when every GPU node's gres names the
+    same type, that type's (`NodeView.gpu_memory_mib`, from its `gpu.types` entry); else `default_memory_mib`
+    (gpu.memory_mib). elastico-submit sizes by the same rule from the settings (`settings_family_memory`)."""
+    typed = {n.gpu_type for n in nodes if n.gpus}
+    if len(typed) == 1 and "" not in typed:
+        return max(n.gpu_memory_mib or default_memory_mib for n in nodes if n.gpus)
+    return default_memory_mib
+
+
+def settings_family_memory(types: Mapping[str, int], default_memory_mib: int) -> int:
+    """`family_memory` as the settings say it: the one type's memory when `gpu.types` names exactly one (every GPU
+    node must then name it), else gpu.memory_mib."""
+    return next(iter(types.values())) if len(types) == 1 else default_memory_mib
+
+
 def memory_by_type(raw: object) -> dict[str, int]:
     """type -> memory MiB from settings' `gpu.types`: each value an integer, a mapping or an object with memory_mib."""
     out: dict[str, int] = {}

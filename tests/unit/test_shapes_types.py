@@ -22,7 +22,8 @@ from slurm_elastico.shapes.current import running_shape
 from slurm_elastico.shapes.gpu_types import KNOWN, GpuSpec, UnknownGpuType, canonical, declare, resolve, supports
 from slurm_elastico.shapes.type_speed import (MEASURED_SIGMA, SIGMA_FLOOR, Estimate, Mix, estimate, fit_gpu_share,
                                               ratio, spread_sigma)
-from slurm_elastico.shapes.typed import enumerate_typed, types_of_nodes, with_limit
+from slurm_elastico.shapes.typed import (enumerate_typed, family_memory, settings_family_memory, types_of_nodes,
+                                         with_limit)
 from slurm_elastico.slurm.sbatch_options import Option, gpu_types_requested
 from slurm_elastico.store import Store
 from tests.synthetic import cluster, pending, snapshot
@@ -245,6 +246,25 @@ def test_the_cluster_types_come_from_the_nodes_and_one_type_is_the_one_type_path
     one = tuple(dataclasses.replace(n, gpu_type="a100") for n in nodes)
     assert types_of_nodes(one, 16000) == {} and types_of_nodes(cluster(8), 16000) == {}
     assert types_of_nodes((dataclasses.replace(nodes[0], gpu_memory_mib=0), nodes[1]), 1234)["a100"] == 1234
+
+
+def test_a_one_type_cluster_sizes_its_families_for_that_types_memory(tmp_path):
+    # gpu.types names one type (a100, 40 GiB) and gpu.memory_mib is left at 80 GiB: the families are sized for
+    # the nodes' 40 GiB, in the helper and (from the settings) in elastico-submit, so the two agree.
+    import yaml
+    one = tuple(dataclasses.replace(n, gpu_type="a100", gpu_memory_mib=40960) for n in _typed_nodes())
+    assert family_memory(one, 81920) == 40960 and family_memory(_typed_nodes(), 81920) == 81920
+    assert family_memory(cluster(8), 81920) == 81920  # untyped gres: gpu.memory_mib
+    assert settings_family_memory({"a100": 40960}, 81920) == 40960
+    assert settings_family_memory({"a100": 40960, "t4": 15360}, 81920) == 81920
+    big = {**TRAIN, "model": {**TRAIN["model"], "activation_mib_per_sample": 400}}  # mb128 needs ~50 GiB
+    assert parse_family(big, "x", 40960).shapes != parse_family(big, "x", 81920).shapes
+    with Store(tmp_path / "s.sqlite") as store:
+        src = ScriptFamilies(store, Scripts({1: _script(yaml.safe_dump(big))}), 81920)
+        src.admit(snapshot(one, [dataclasses.replace(pending(1), submit_time=100)]), dry_run=False)
+        fams, _ = src.families({1})
+    assert fams[1].shapes == parse_family(big, "x", 40960).shapes
+    assert max(s.resources.gpu_mem_mib for s in fams[1].shapes) <= 40960
 
 
 class Scripts:
