@@ -130,6 +130,13 @@ class SubmitSettings:
 
 
 @dataclass(frozen=True)
+class HelperSettings:
+    mode: str = _opt("act", choices=("act", "shadow"), help="act: the helper changes jobs through Slurm; shadow: it "
+                     "plans full epochs and journals what it would do, changing nothing in Slurm (elastico report "
+                     "--shadow); elastico sched --shadow / --act override it")
+
+
+@dataclass(frozen=True)
 class Settings:
     state_dir: str = _opt("/var/lib/slurm-elastico", help="store, journal and checkpoints")
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
@@ -137,6 +144,7 @@ class Settings:
     planner: PlannerSettings = field(default_factory=PlannerSettings)
     interference: InterferenceSettings = field(default_factory=InterferenceSettings)
     submit: SubmitSettings = field(default_factory=SubmitSettings)
+    helper: HelperSettings = field(default_factory=HelperSettings)
 
     @property
     def store_path(self) -> Path:

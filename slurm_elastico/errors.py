@@ -104,3 +104,11 @@ class StateError(ElasticoError):
     file. Names the path and the reason; exit code 74 (EX_IOERR)."""
 
     exit_code = 74
+
+
+class ShadowRefused(ElasticoError):
+    """A helper in shadow mode was asked to change something in Slurm (an update, a requeue, a signal, a hold or
+    release, a reservation): refused before any command ran. It means a defect, never a cluster problem: shadow
+    mode reads only. Exit code 70 (EX_SOFTWARE)."""
+
+    exit_code = 70

@@ -13,9 +13,16 @@ from slurm_elastico.cli import settings
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--jobs/--no-jobs", default=True, help="list each job under the groups (table)")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="also write the JCT CDF to this PNG")
+@click.option("--shadow", is_flag=True, help="what the helper in shadow mode would have done in the period: actions, "
+              "predicted JCT gain, jobs it would have touched (from its shadow journal; table or json)")
 @click.pass_context
-def report(ctx, start, end, fmt, jobs, plot) -> None:
-    """JCT, waiting time, GPU-hours, MPS share-hours and reshapes, per kind and per user."""
+def report(ctx, start, end, fmt, jobs, plot, shadow) -> None:
+    """JCT, waiting time, GPU-hours, MPS share-hours and reshapes, per kind and per user.
+
+    With --shadow: the shadow helper's journal over the period instead (docs/admin/shadow.md)."""
+    if shadow:
+        _shadow(ctx, start, end, fmt, plot)
+        return
     from slurm_elastico.cli.view import gateway_from
     from slurm_elastico.report import collect, group_rows, plots, render
     from slurm_elastico.store import Store
@@ -32,3 +39,25 @@ def report(ctx, start, end, fmt, jobs, plot) -> None:
         click.echo(render.table(groups, rows if jobs else None))
     if plot:
         click.echo(f"wrote {plots.jct_cdf(rows, plot)}", err=True)
+
+
+def _shadow(ctx, start: str, end: str, fmt: str, plot) -> None:
+    import time
+
+    from slurm_elastico import jsonout
+    from slurm_elastico.helper.shadow import parse_when, render_report, shadow_report
+    from slurm_elastico.store import Store
+
+    if fmt == "csv" or plot:
+        raise click.UsageError("--shadow prints a table or JSON (--format table|json), without --plot")
+    now = time.time()
+    try:
+        since, until = parse_when(start, now, "--start"), parse_when(end, now, "--end")
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if since > until:
+        raise click.BadParameter(f"--start {start!r} is after --end {end!r}")
+    cfg = settings(ctx)
+    with Store(cfg.store_path) as store:
+        summary = shadow_report(store, since, until)
+    click.echo(jsonout.dumps(summary) if fmt == "json" else render_report(summary))

@@ -16,6 +16,9 @@ from slurm_elastico.cli import settings
 @click.option("--interval", type=click.FloatRange(min=1.0), default=None, help="run an epoch every S seconds")
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="with --interval: stop after N epochs")
 @click.option("--dry-run", is_flag=True, help="print the plan and the exact scontrol commands; change nothing")
+@click.option("--shadow/--act", "shadow", default=None,
+              help="shadow: full epochs, journaled with their predicted gain (elastico report --shadow), nothing "
+                   "changed in Slurm; act: change jobs. Overrides helper.mode (default: act)")
 @click.option("--families", "families_dir", type=click.Path(file_okay=False), default=None,
               help="read families from DIR/<job id>.yaml (the administrator's) instead of the jobs' batch scripts")
 @click.option("--json", "as_json", is_flag=True, help="print each epoch as one JSON line")
@@ -28,8 +31,8 @@ from slurm_elastico.cli import settings
 @click.option("--metrics-file", type=click.Path(dir_okay=False), default=None,
               help="after every epoch, replace FILE with the metrics (node_exporter's textfile collector)")
 @click.pass_context
-def sched(ctx, once, interval, epochs, dry_run, families_dir, as_json, log_format, metrics_port, metrics_address,
-          metrics_file) -> None:
+def sched(ctx, once, interval, epochs, dry_run, shadow, families_dir, as_json, log_format, metrics_port,
+          metrics_address, metrics_file) -> None:
     """Plan one epoch over the live cluster and act on it (journaled, so a crash leaves no job held).
 
     Without --interval it runs one epoch (for cron, a systemd timer or PrologSlurmctld). A helper holds its
@@ -38,6 +41,10 @@ def sched(ctx, once, interval, epochs, dry_run, families_dir, as_json, log_forma
     them taken skips its epoch. While Slurm does not answer, nothing is planned: --once exits 75,
     --interval waits longer each time and says so. It acts only on jobs elastico-submit made (the family
     is read from the job's batch script) and keeps its state private (docs/admin/running.md).
+
+    With --shadow (or helper.mode: shadow) it runs the same epochs and changes nothing in Slurm: its Slurm
+    commands are limited to reads, each action it would take is journaled with its predicted JCT gain, and
+    every epoch's JSON says slurm_changes: 0 (docs/admin/shadow.md).
     """
     from slurm_elastico.helper.lock import HelperBusy
     from slurm_elastico.helper.metrics import Metrics, serve
@@ -46,9 +53,12 @@ def sched(ctx, once, interval, epochs, dry_run, families_dir, as_json, log_forma
 
     if once and interval is not None:
         raise click.UsageError("--once and --interval exclude each other")
-    out = Output(as_json, log_format)
-    metrics = Metrics()
     cfg = settings(ctx)
+    if dry_run and shadow:
+        raise click.UsageError("--dry-run and --shadow exclude each other (a dry run journals nothing)")
+    shadow = False if dry_run else (cfg.helper.mode == "shadow" if shadow is None else shadow)
+    out = Output(as_json, log_format)
+    metrics = Metrics(mode="shadow" if shadow else "")
     policies.get(cfg.planner.policy)  # an unknown policy stops here, not at every epoch
     with contextlib.ExitStack() as lifetime:  # what the helper holds for its whole life
         if not dry_run:  # a dry run changes nothing: it may look while the helper runs
@@ -67,7 +77,7 @@ def sched(ctx, once, interval, epochs, dry_run, families_dir, as_json, log_forma
                                          param_hint="--metrics-port") from None
             lifetime.callback(server.server_close)
             lifetime.callback(server.shutdown)
-        _serve(cfg, interval, epochs, dry_run, families_dir, out, metrics, metrics_file)
+        _serve(cfg, interval, epochs, dry_run, shadow, families_dir, out, metrics, metrics_file)
 
 
 class Output:
@@ -92,15 +102,26 @@ class Output:
             click.echo(jsonout.dumps(result.to_dict()) if self.as_json else render(result))
 
 
-def _serve(cfg, interval, epochs, dry_run, families_dir, out: Output, metrics, metrics_file) -> None:
+def _serve(cfg, interval, epochs, dry_run, shadow, families_dir, out: Output, metrics, metrics_file) -> None:
     """The helper's life once it holds its locks: one epoch, or epochs every `interval` seconds."""
     from slurm_elastico.cli.view import gateway_from
     from slurm_elastico.errors import SlurmUnavailable
     from slurm_elastico.helper.epoch import main_loop, outage_line
     from slurm_elastico.helper.service import open_service
+    from slurm_elastico.slurm.readonly import GuardedRunner
 
-    service = open_service(cfg, gateway_from(cfg), families_dir=families_dir, dry_run=dry_run, metrics=metrics,
-                           metrics_file=metrics_file, log=out.log)
+    commands = None
+
+    def guard(runner):
+        nonlocal commands
+        commands = GuardedRunner(runner, allow_changes=not shadow and not dry_run)
+        return commands
+
+    gateway = gateway_from(cfg, wrap=guard)
+    service = open_service(cfg, gateway, families_dir=families_dir, dry_run=dry_run, metrics=metrics,
+                           metrics_file=metrics_file, log=out.log, shadow=shadow, commands=commands)
+    if shadow:
+        out.log("info", "note: shadow mode: full epochs, journaled; nothing is changed in Slurm")
 
     def step():
         result = service.step()

@@ -13,6 +13,11 @@ answering mid-epoch ends the epoch's actions (`EpochResult.outage`).
 `BACKOFF_CAP_S`), says so on stderr, and goes back to the interval once Slurm
 answers.
 
+Shadow mode (`shadow=True`, `helper.shadow`): the same epoch, with the
+shadow journal for `journal`; no recovery and no in-flight guard (nothing
+was issued, so nothing is open or starting), and the plan's actions are
+rehearsed (`executor.rehearse`), never applied.
+
 `gateway` is anything with the `SlurmGateway` methods used here (`snapshot`,
 `apply`, `argv_for`, `release`); the simulator's cluster has the same methods.
 """
@@ -22,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import math
 import shlex
 import sqlite3
 import sys
@@ -32,12 +38,13 @@ from typing import Protocol
 
 from slurm_elastico.config import Settings
 from slurm_elastico.errors import ElasticoError, SlurmUnavailable
-from slurm_elastico.helper.executor import Outcome, execute, keep_others_comments
+from slurm_elastico.helper.executor import Outcome, Rehearsal, execute, keep_others_comments, rehearse
 from slurm_elastico.helper.families import Admission, FamilySource
 from slurm_elastico.helper.inflight import SETTLE_S, in_flight
 from slurm_elastico.helper.journal import JournalLike, action_to_json
 from slurm_elastico.helper.recovery import recover
 from slurm_elastico.helper.revert import undo_actions
+from slurm_elastico.helper.shadow import predicted_gains
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Action, Family, Plan, Snapshot
 from slurm_elastico.planner import run_epoch
@@ -78,26 +85,43 @@ class EpochResult:
     """Those of them pending and held when the epoch began."""
     predicted: tuple[tuple[int, float], ...] = ()
     """(job id, solo speed / planned speed) of each job the plan places: the slowdown the planner predicts."""
+    gains: tuple[tuple[int, float | None], ...] = ()
+    """(job id, predicted JCT gain in seconds, None: no prediction) of each job the plan acts on
+    (`shadow.predicted_gains`)."""
+    mode: str = "act"
+    """'act', 'shadow' (journaled, nothing issued) or 'dry-run'."""
+    slurm_changes: int | None = None
+    """Commands that change Slurm this epoch issued (the service counts them at its runner; None: not counted)."""
 
     def to_dict(self) -> dict:
+        gains = dict(self.gains)
         return {
             "at": self.at,
+            "mode": self.mode,
             "objective": self.plan.objective,
             "notes": list(self.plan.notes),
             "actions": [{**json.loads(action_to_json(o.action)), "status": o.status, "error": o.error,
-                         "argv": [list(a) for a in o.argv]} for o in self.outcomes],
+                         "argv": [list(a) for a in o.argv], "predicted_gain_s": _finite(gains.get(o.action.job_id))}
+                        for o in self.outcomes],
             "recovered": list(self.recovered),
             "warnings": list(self.warnings),
             "outage": self.outage,
             "managed": len(self.managed),
             "held": list(self.held),
+            "slurm_changes": self.slurm_changes,
         }
 
 
+def _finite(value: float | None) -> float | None:
+    """A gain for JSON: None for none, or for an infinite one (a stalled job), which strict JSON cannot carry."""
+    return value if value is not None and math.isfinite(value) else None
+
+
 def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model: SlowdownModel | None,
-             journal: JournalLike | None, now: float, *, dry_run: bool = False,
-             observer: Observer | None = None) -> EpochResult:
-    """One epoch. `journal` may be None only for a dry run (nothing is issued then).
+             journal: JournalLike | Rehearsal | None, now: float, *, dry_run: bool = False,
+             observer: Observer | None = None, shadow: bool = False) -> EpochResult:
+    """One epoch. `journal` may be None only for a dry run (nothing is issued then); in shadow mode it is the
+    shadow journal (`shadow.ShadowJournal`), never the acting one.
 
     `SlurmUnavailable` from the snapshot or from recovery propagates: nothing is planned, nothing settled
     that Slurm's state did not settle. A job whose journal row is still open after recovery (it is still
@@ -106,11 +130,13 @@ def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model
     """
     if journal is None and not dry_run:
         raise ValueError("a journal is required unless dry_run is set")
+    if shadow and (dry_run or not hasattr(journal, "record") or hasattr(journal, "unsettled")):
+        raise ValueError("shadow mode needs the shadow journal (helper.shadow.ShadowJournal) and no dry run")
     snap = gateway.snapshot()
     recovered: list[str] = []
     unsettled: set[int] = set()
     starting: set[int] = set()
-    if journal is not None and not dry_run:
+    if journal is not None and not dry_run and not shadow:
         recovered = recover(gateway, journal, snap, now)
         unsettled = {action.job_id for _, action in journal.unsettled()}
         if recovered:
@@ -138,11 +164,17 @@ def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model
     comments = {j.job_id: j.admin_comment for j in snap.jobs}
     plan = dataclasses.replace(plan, actions=keep_others_comments(plan.actions, comments),
                                notes=(*plan.notes, *observed))
-    outcomes = execute(plan.actions, gateway, journal, now, dry_run=dry_run, comments=comments)
+    gains = predicted_gains(plan, snap, fams, progress, now, settings.planner.reshape_cost_s,
+                            settings.gpu.shares_per_gpu)
+    if shadow:
+        outcomes = rehearse(plan.actions, gateway, journal, now, gains)  # type: ignore[arg-type]
+    else:
+        outcomes = execute(plan.actions, gateway, journal, now, dry_run=dry_run, comments=comments)  # type: ignore[arg-type]
     outage = next((o.error for o in outcomes if o.status == "unanswered"), "")
     held = tuple(j.job_id for j in snap.jobs if j.job_id in fams and j.held)
     return EpochResult(now, plan, tuple(outcomes), tuple(recovered), tuple(warnings), outage,
-                       tuple(sorted(fams)), held, predicted_slowdowns(plan, fams))
+                       tuple(sorted(fams)), held, predicted_slowdowns(plan, fams), tuple(sorted(gains.items())),
+                       "shadow" if shadow else "dry-run" if dry_run else "act")
 
 
 def _without(plan: Plan, jobs: set[int], why: str) -> Plan:
@@ -167,15 +199,19 @@ def predicted_slowdowns(plan: Plan, families: dict[int, Family]) -> tuple[tuple[
 
 def render(result: EpochResult) -> str:
     """The epoch for a person: each action with its reason and, for a dry run, the exact commands."""
-    lines = [f"epoch at {local_time(result.at)}: {len(result.outcomes)} action(s), "
+    what = "shadow epoch (nothing changed in Slurm)" if result.mode == "shadow" else "epoch"
+    lines = [f"{what} at {local_time(result.at)}: {len(result.outcomes)} action(s), "
              f"objective {result.plan.objective:.3f}"]
+    gains = dict(result.gains)
     lines += [f"  recovered: {r}" for r in result.recovered]
     lines += [f"  warning: {w}" for w in result.warnings]
     for o in result.outcomes:
         lines.append(f"  [{o.status}] job {o.action.job_id} {o.action.kind.value}: {o.action.reason}")
         if o.error:
             lines.append(f"      error: {o.error}")
-        if o.status == "dry-run":
+        if o.status == "shadow" and gains.get(o.action.job_id) is not None:
+            lines.append(f"      predicted JCT gain of job {o.action.job_id}: {gains[o.action.job_id]:.0f} s")
+        if o.status in ("dry-run", "shadow"):
             lines += ["      $ " + " ".join(shlex.quote(a) for a in argv) for argv in o.argv]
     lines += [f"  note: {n}" for n in result.plan.notes]
     if result.outage:

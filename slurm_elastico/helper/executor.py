@@ -12,6 +12,12 @@ unknown: its row stays 'planned' with the error noted, for recovery to settle
 from Slurm's state once it answers again, and every later action of the plan
 is skipped (each would wait out the same timeout and fail the same way).
 
+In shadow mode (`rehearse`) nothing is issued: each action gets its exact
+commands (`argv_for`, which only reads) and a row in the shadow journal
+(`shadow.ShadowJournal`) with the JCT gain the plan predicts for its job;
+`apply` is never called, and the gateway it is given refuses it anyway
+(`shadow.ReadOnlyGateway`).
+
 `gateway` is anything with `apply` and `argv_for` (`slurm.gateway.SlurmGateway`,
 `sim.cluster.SimCluster`); `journal` anything with the journal's methods
 (`journal.Journal` in the store, `journal.MemoryJournal` in the simulator).
@@ -24,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from slurm_elastico.errors import ElasticoError, SlurmUnavailable
+from slurm_elastico.errors import ElasticoError, ShadowRefused, SlurmUnavailable
 from slurm_elastico.helper.journal import JournalLike
 from slurm_elastico.model import Action, ActionKind
 from slurm_elastico.planner.baselines import STATE as TIRESIAS_STATE
@@ -39,7 +45,7 @@ class Actuator(Protocol):
 @dataclass(frozen=True)
 class Outcome:
     action: Action
-    status: str  # done | failed | unanswered (Slurm did not answer: outcome unknown) | skipped | dry-run
+    status: str  # done | failed | unanswered (Slurm did not answer: outcome unknown) | skipped | dry-run | shadow
     error: str = ""
     argv: tuple[tuple[str, ...], ...] = ()
 
@@ -95,6 +101,31 @@ def execute(actions: Iterable[Action], gateway: Actuator, journal: JournalLike |
             outcomes.append(Outcome(action, "done", argv=argv))
             if action.kind is ActionKind.SET_ADMIN_COMMENT:
                 commented.add(action.job_id)
+    return outcomes
+
+
+class Rehearsal(Protocol):
+    def record(self, epoch: float, action: Action, argv, gain_s: float | None, error: str = "") -> int: ...
+
+
+def rehearse(actions: Iterable[Action], gateway: Actuator, journal: Rehearsal, now: float,
+             gains: dict[int, float | None]) -> list[Outcome]:
+    """Shadow mode: record each action as the acting helper would issue it, issue nothing; one `Outcome` each.
+
+    Status 'shadow'; `error` says when Slurm would refuse it up front (`argv_for` checks a GPU-count change
+    against the Slurm version and the job's request), as the acting helper's `apply` would find. `gains`: the
+    JCT seconds predicted per job (`shadow.predicted_gains`)."""
+    outcomes: list[Outcome] = []
+    for action in actions:
+        error = ""
+        try:
+            argv = tuple(tuple(a) for a in gateway.argv_for(action))
+        except ShadowRefused:
+            raise
+        except ElasticoError as exc:
+            argv, error = (), f"the acting helper would be refused: {exc}"
+        journal.record(now, action, argv, gains.get(action.job_id), error)
+        outcomes.append(Outcome(action, "shadow", error, argv))
     return outcomes
 
 

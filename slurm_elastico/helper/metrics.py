@@ -54,7 +54,10 @@ class Metrics:
 
     `registry` is this object's own `CollectorRegistry` (it holds only this collector)."""
 
-    def __init__(self) -> None:
+    def __init__(self, mode: str = "") -> None:
+        """`mode` "shadow": every sample carries the label mode="shadow" (a shadow helper's series never mix with an
+        acting one's on a dashboard); "" (acting): the series as they always were."""
+        self.mode = mode
         self._lock = threading.Lock()
         self._buckets = [0] * len(BUCKETS_S)
         self._duration_sum = 0.0
@@ -63,6 +66,7 @@ class Metrics:
         self._actions: Counter[tuple[str, str]] = Counter()
         self._prices: tuple[float, ...] = ()
         self._predicted: dict[int, float] = {}
+        self._gain = 0.0
         self._observed = (0.0, 0)
         self._held = 0
         self._managed = 0
@@ -80,6 +84,7 @@ class Metrics:
             self._actions.update((o.action.kind.value, o.status) for o in result.outcomes)
             self._prices = tuple(result.plan.prices)
             self._predicted = dict(result.predicted)
+            self._gain = sum(g for _, g in result.gains if g is not None and math.isfinite(g))
             self._observed = observed
             self._held = len(result.held)
             self._managed = len(result.managed)
@@ -117,7 +122,8 @@ class Metrics:
                                          labels=["result"])
             for result in ("ok", "outage", "failed"):
                 epochs.add_metric([result], self._epochs[result])
-            actions = CounterMetricFamily("elastico_actions_total", "Actions by kind and outcome.",
+            actions = CounterMetricFamily("elastico_actions_total",
+                                          "Actions by kind and outcome (shadow: journaled, not issued).",
                                           labels=["kind", "outcome"])
             for (kind, outcome), n in sorted(self._actions.items()):
                 actions.add_metric([kind, outcome], n)
@@ -134,6 +140,9 @@ class Metrics:
                 histogram, epochs, actions, price, predicted,
                 SummaryMetricFamily("elastico_observed_slowdown", "Solo over co-located speed of the pairs observed.",
                                     count_value=self._observed[1], sum_value=self._observed[0]),
+                GaugeMetricFamily("elastico_predicted_gain_seconds",
+                                  "JCT seconds the last epoch's plan predicts its actions gain, summed over its jobs.",
+                                  value=self._gain),
                 GaugeMetricFamily("elastico_held_jobs", "Managed jobs pending and held at the last epoch's start.",
                                   value=self._held),
                 GaugeMetricFamily("elastico_managed_jobs", "Queued jobs with a family at the last epoch.",
@@ -141,6 +150,10 @@ class Metrics:
                 GaugeMetricFamily("elastico_last_epoch_timestamp_seconds", "When the last epoch ended (Unix time).",
                                   value=self._last),
             ]
+        if self.mode:
+            for family in families:
+                family.samples = [sample._replace(labels={**sample.labels, "mode": self.mode})
+                                  for sample in family.samples]
         yield from families
 
     def render(self) -> str:

@@ -6,6 +6,9 @@ slowdowns they show next to each other go to the store's `colocation` table
 and, with a trained predictor and its reference data, refine it online
 (`interference.online`).
 
+In shadow mode (`shadow=True`) readings, solo rates and pair samples are
+recorded as they really are, and nothing is judged (see `__init__`).
+
 Probe and revert (`interference.probe`): before a pair's side-by-side time is
 spent on an observation, `judge_pairings` judges it against the jobs' floors
 and the model's gain margin. A pair that did not pay is refused (`refusals`,
@@ -61,8 +64,12 @@ class ProgressObserver:
     """
 
     def __init__(self, store: Store, gpu_type: str, model: SlowdownModel | None = None, model_path: str = "",
-                 reference: list | None = None, refine_batch: int = REFINE_BATCH):
+                 reference: list | None = None, refine_batch: int = REFINE_BATCH, shadow: bool = False):
         self.store, self.gpu_type = store, gpu_type
+        self.shadow = shadow
+        """Shadow mode (`helper.shadow`): the jobs' real progress is recorded, but no pairing is judged, no refusal
+        or revert recorded and the model not refined: those follow from the acting helper's own co-locations
+        and undoing; the pairs' samples stay for the acting helper."""
         self.model, self.model_path, self.reference = model, model_path, reference or []
         self.refine_batch = refine_batch
         store.execute(REFUSAL_TABLE)
@@ -96,7 +103,7 @@ class ProgressObserver:
         families = with_measured(families, measured)
         if dry_run:
             return obs.progress, families, notes
-        found = self._resolve(families, measured, source, notes, snapshot.taken_at)
+        found = [] if self.shadow else self._resolve(families, measured, source, notes, snapshot.taken_at)
         if snapshot.nodes:
             self._forget({j.job_id for j in snapshot.jobs})
         else:

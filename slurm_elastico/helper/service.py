@@ -1,11 +1,19 @@
 """One run of the helper as a service: its working parts, opened in a safe order, and one epoch with its metrics.
 
-`held` is what a helper that acts holds for its whole life (a dry run holds
-nothing: it changes nothing, so it may look while the helper runs).
+`held` is what a helper that acts (or shadows) holds for its whole life (a
+dry run holds nothing: it changes nothing, so it may look while the helper
+runs; a shadow helper holds the same locks as an acting one, as it records
+the jobs' progress in the same store).
 `open_service` reads everything a bad input can fail (the families directory,
 the interference model and the measurements it was trained on) before it
 opens the store, so a refused start writes nothing; then the store, the
 journal (none in a dry run: it changes nothing) and the progress observer.
+In shadow mode (`shadow=True`) the gateway is wrapped in a
+`shadow.ReadOnlyGateway`, the journal is the shadow journal and the observer
+judges nothing (see `helper.shadow`); after each shadow epoch `step` checks
+that nothing was refused on the way (a refusal some caller caught is still a
+defect: `ShadowRefused`). `commands`, the gateway's `GuardedRunner` when
+there is one, counts the commands that changed Slurm (`slurm_changes`).
 `Service.step` runs one epoch and counts it in the metrics (an outage or a
 failure too, before the error goes on to the caller), then rewrites the
 metrics file when there is one. Printing and exit codes are the CLI's.
@@ -13,6 +21,7 @@ metrics file when there is one. Printing and exit codes are the CLI's.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sqlite3
 import time
@@ -22,7 +31,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from slurm_elastico.config import Settings
-from slurm_elastico.errors import ConfigError, ElasticoError, SlurmUnavailable
+from slurm_elastico.errors import ConfigError, ElasticoError, ShadowRefused, SlurmUnavailable
 from slurm_elastico.helper.epoch import EpochResult, Gateway, run_once
 from slurm_elastico.helper.families import DirectoryFamilies, FamilySource, ScriptFamilies, ScriptReader
 from slurm_elastico.helper.journal import Journal
@@ -31,12 +40,14 @@ from slurm_elastico.helper.metrics import Metrics, observed_slowdowns, write_fil
 from slurm_elastico.helper.observe import SOURCE
 from slurm_elastico.helper.observer import ProgressObserver
 from slurm_elastico.helper.private import require_private
+from slurm_elastico.helper.shadow import ReadOnlyGateway, ShadowJournal
 from slurm_elastico.interference import load_model
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.interference.errors import MeasurementError
 from slurm_elastico.interference.measurements import read_csv
 from slurm_elastico.shapes.typed import figures_by_type
 from slurm_elastico.slurm.conf import read_cluster_name
+from slurm_elastico.slurm.readonly import GuardedRunner
 from slurm_elastico.store import Store
 
 Log = Callable[[str, str], None]
@@ -68,13 +79,15 @@ class Service:
     gateway: HelperGateway
     families: FamilySource
     model: SlowdownModel
-    journal: Journal | None
+    journal: Journal | ShadowJournal | None
     observer: ProgressObserver
     store: Store
     metrics: Metrics
     log: Log
     dry_run: bool = False
     metrics_file: str | None = None
+    shadow: bool = False
+    commands: GuardedRunner | None = None
 
     def publish(self) -> None:
         """Rewrite the metrics file, if any; a failure is logged, never raised: the metrics are a view, and their
@@ -88,9 +101,14 @@ class Service:
     def step(self) -> EpochResult:
         """One epoch, counted in the metrics; `SlurmUnavailable` and other failures are counted, then raised."""
         started = time.monotonic()
+        changes = self.commands.changes if self.commands is not None else None
+        refused = self._refused()
         try:
             result = run_once(self.gateway, self.settings, self.families, self.model, self.journal, time.time(),
-                              dry_run=self.dry_run, observer=self.observer)
+                              dry_run=self.dry_run, observer=self.observer, shadow=self.shadow)
+            if self._refused() != refused:  # caught on the way: still a defect, and said so
+                raise ShadowRefused(f"shadow mode: this epoch asked to change Slurm and was refused: "
+                                    f"{self._refused()[len(refused):]}; nothing was changed")
         except SlurmUnavailable:
             self.metrics.outage(time.monotonic() - started, time.time())
             self.publish()
@@ -99,16 +117,30 @@ class Service:
             self.metrics.failed(time.monotonic() - started, time.time())
             self.publish()
             raise
+        if changes is not None:
+            result = dataclasses.replace(result, slurm_changes=self.commands.changes - changes)  # type: ignore[union-attr]
         self.metrics.epoch(result, time.monotonic() - started, observed_slowdowns(self.store, SOURCE), time.time())
         self.publish()
         return result
 
+    def _refused(self) -> list:
+        """Every call and command refused so far (the read-only gateway's and the guarded runner's)."""
+        return [*getattr(self.gateway, "refused", ()), *(self.commands.refused if self.commands is not None else ())]
+
 
 def open_service(settings: Settings, gateway: HelperGateway, *, families_dir: str | None, dry_run: bool,
-                 metrics: Metrics, metrics_file: str | None, log: Log) -> Service:
+                 metrics: Metrics, metrics_file: str | None, log: Log, shadow: bool = False,
+                 commands: GuardedRunner | None = None) -> Service:
     """The helper's parts for `settings`; every bad input is refused before the store is opened (`ConfigError`
-    naming `interference.reference` for measurements that do not read)."""
+    naming `interference.reference` for measurements that do not read). `shadow`: see the module's docstring;
+    `commands`: the runner inside `gateway`, when it is a `GuardedRunner` (it must refuse changes in shadow mode)."""
     cfg = settings
+    if shadow and dry_run:
+        raise ValueError("a dry run and shadow mode exclude each other")
+    if shadow and commands is not None and commands.allow_changes:
+        raise ValueError("shadow mode needs a runner that refuses changes (GuardedRunner(allow_changes=False))")
+    if shadow:
+        gateway = ReadOnlyGateway(gateway)  # type: ignore[assignment]
     figures = figures_by_type(getattr(cfg.gpu, "types", None))  # declared specs of types the public table lacks
     directory = DirectoryFamilies(families_dir, cfg.gpu.memory_mib, cfg.gpu.type, figures) if families_dir else None
     model = load_model(cfg.interference.model)
@@ -123,6 +155,13 @@ def open_service(settings: Settings, gateway: HelperGateway, *, families_dir: st
             raise ConfigError("interference.reference", [f"{exc} (the measurement CSV the model was trained on)"]) from None
     store = Store(cfg.store_path)
     families = directory or ScriptFamilies(store, gateway, cfg.gpu.memory_mib, anchor=cfg.gpu.type, figures=figures)
-    journal = None if dry_run else Journal(store)
-    observer = ProgressObserver(store, cfg.gpu.type, model, cfg.interference.model, reference)
-    return Service(cfg, gateway, families, model, journal, observer, store, metrics, log, dry_run, metrics_file)
+    journal = None if dry_run else ShadowJournal(store) if shadow else Journal(store)
+    if shadow:
+        open_rows = Journal(store).unsettled()  # read, never settled here: recovery is the acting helper's
+        if open_rows:
+            log("warning", f"warning: the acting helper left {len(open_rows)} journal row(s) open (jobs "
+                f"{', '.join(str(j) for j in sorted({a.job_id for _, a in open_rows}))}); shadow mode does not "
+                "settle them: an acting epoch will (a job it requeue-held stays held until then)")
+    observer = ProgressObserver(store, cfg.gpu.type, model, cfg.interference.model, reference, shadow=shadow)
+    return Service(cfg, gateway, families, model, journal, observer, store, metrics, log, dry_run, metrics_file,
+                   shadow, commands)

@@ -99,7 +99,8 @@ def test_the_text_is_prometheus_clients_own_in_a_private_registry_with_the_names
     assert kinds == {"elastico_epoch_duration_seconds": "histogram", "elastico_epochs": "counter",
                      "elastico_actions": "counter", "elastico_price": "gauge", "elastico_predicted_slowdown": "gauge",
                      "elastico_observed_slowdown": "summary", "elastico_held_jobs": "gauge",
-                     "elastico_managed_jobs": "gauge", "elastico_last_epoch_timestamp_seconds": "gauge"}
+                     "elastico_managed_jobs": "gauge", "elastico_last_epoch_timestamp_seconds": "gauge",
+                     "elastico_predicted_gain_seconds": "gauge"}
     assert samples(other.render())['elastico_epochs_total{result="ok"}'] == 0  # each Metrics counts its own
     assert "elastico_epochs_total" not in {s.name for f in REGISTRY.collect() for s in f.samples}
 

@@ -1,0 +1,291 @@
+"""Shadow mode (`elastico sched --shadow`): full epochs, journaled with their predicted gain, nothing changed in Slurm.
+
+The guarantee is structural: the executor's gateway refuses every call that is not a read, and the runner under it
+refuses every command that is not a read. These tests drive real epochs (`run_once`, `Service.step`) through a
+gateway that records every call; the live test (tests/slurm/test_shadow_live.py) runs one against Slurm.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from slurm_elastico import jsonout
+from slurm_elastico.config import ConfigError, Settings, load
+from slurm_elastico.errors import ElasticoError, ShadowRefused
+from slurm_elastico.helper.epoch import render, run_once
+from slurm_elastico.helper.journal import Journal
+from slurm_elastico.helper.metrics import Metrics
+from slurm_elastico.helper.service import Service
+from slurm_elastico.helper.shadow import (READS, ReadOnlyGateway, ShadowJournal, decisions, parse_when,
+                                          predicted_gains, render_report, shadow_report)
+from slurm_elastico.model import Action, ActionKind, GpuUse
+from slurm_elastico.slurm import commands
+from slurm_elastico.slurm.readonly import GuardedRunner, is_read
+from slurm_elastico.slurm.runner import Completed
+from slurm_elastico.store import Store
+from tests.synthetic import cluster, family, pending, running, snapshot, with_users
+
+NOW = 1_000_000.0
+
+MUTATORS = ("apply", "release", "forget_place", "signal", "set_share", "set_nodes", "set_gpus", "requeue",
+            "requeue_with_share", "requeue_with_gpus", "preempt", "resume", "set_admin_comment", "wait_state")
+
+
+class Recorder:
+    """A gateway that records every call; its mutating methods would 'change' the cluster (they only record)."""
+
+    def __init__(self, snap):
+        self.snap, self.calls = snap, []
+
+    def snapshot(self):
+        self.calls.append(("snapshot",))
+        return self.snap
+
+    def argv_for(self, action):
+        self.calls.append(("argv_for", action.job_id))
+        return commands.argv_for(action)
+
+    def __getattr__(self, name):
+        if name in MUTATORS:
+            return lambda *a, **k: self.calls.append((name, *a))
+        raise AttributeError(name)
+
+
+class Fixed:
+    def __init__(self, fams):
+        self.fams = fams
+
+    def families(self, job_ids):
+        return {j: f for j, f in self.fams.items() if j in job_ids}, []
+
+
+def mutations(gw: Recorder) -> list:
+    return [c for c in gw.calls if c[0] in MUTATORS]
+
+
+def busy_cluster():
+    """Two pending jobs the plan shapes and starts, and a running job on a quarter GPU it reshapes."""
+    fam = family((25, 0.3, 1000), (50, 0.8, 1000), (100, 1.0, 1000), work=100000.0)
+    nodes = with_users(cluster(2), {("n0000", 0): (GpuUse(3, 25),)})
+    jobs = [pending(1, NOW - 600), pending(2, NOW - 300),
+            dataclasses.replace(running(3, "n0000", 0, 25, start=NOW - 100, shape="mps25-0"), requeue=True)]
+    return snapshot(nodes, jobs, NOW), {1: fam, 2: fam, 3: fam}
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(tmp_path / "s.sqlite") as s:
+        yield s
+
+
+# ---------------------------------------------------------------- the command guard
+
+
+def test_every_command_that_changes_slurm_is_refused_and_every_read_passes():
+    act = Action(ActionKind.RESHAPE_RUNNING, 7, "r", share=50, nodes=("n1",))
+    changes = [commands.set_share(7, 50), commands.set_nodes(7, ("n1",)), commands.requeue(7), commands.requeue_hold(7),
+               commands.start_now(7), commands.release(7), commands.signal(7, "USR1"), commands.cancel((7,)),
+               commands.set_admin_comment(7, "x"), commands.reserve_place(7, ("n1",), "u", 5),
+               commands.set_reservation(7, "p"), commands.delete_place(7), commands.sbatch(["--wrap=true"]),
+               *commands.argv_for(act), ["scontrol", "hold", "7"], ["scontrol", "write", "batch_script", "7", "f.sh"],
+               ["sacctmgr", "-i", "add", "user", "x"], []]
+    reads = [commands.squeue_json(), commands.squeue_ids(), commands.squeue_job_json(7), commands.nodes_json("24.11"),
+             commands.nodes_json("22.05"), commands.sacct_json(), commands.batch_script(7),
+             ["scontrol", "show", "job", "--json"], ["/usr/bin/scontrol", "--version"]]
+    assert [a for a in changes if is_read(a)] == []
+    assert [a for a in reads if not is_read(a)] == []
+
+
+def test_the_guarded_runner_refuses_a_change_before_it_runs_and_counts_what_it_ran():
+    ran = []
+
+    def runner(argv, *, timeout=None):
+        ran.append(tuple(argv))
+        return Completed(tuple(argv), 0, "{}", "")
+
+    shadow, acting = GuardedRunner(runner, allow_changes=False), GuardedRunner(runner, allow_changes=True)
+    shadow(commands.squeue_json())
+    with pytest.raises(ShadowRefused, match="scontrol update JobId=7 StartTime=now.*allowed in shadow mode"):
+        shadow(commands.start_now(7))
+    assert ran == [tuple(commands.squeue_json())]  # the update never reached the subprocess
+    assert (shadow.reads, shadow.changes, len(shadow.refused)) == (1, 0, 1)
+    acting(commands.start_now(7))
+    assert (acting.reads, acting.changes, acting.refused) == (0, 1, [])
+
+
+def test_the_read_only_gateway_passes_reads_and_refuses_everything_else_without_calling_it():
+    snap, _ = busy_cluster()
+    inner = Recorder(snap)
+    gw = ReadOnlyGateway(inner)
+    assert gw.snapshot() is snap
+    for name in MUTATORS + ("cancel", "something_added_later"):
+        with pytest.raises(ShadowRefused, match=f"refused the gateway's {name}"):
+            getattr(gw, name)(Action(ActionKind.START_NOW, 5, "r"))
+    assert mutations(inner) == [] and len(gw.refused) == len(MUTATORS) + 2
+    assert not {"apply", "release", "forget_place"} & READS
+
+
+# ---------------------------------------------------------------- the epoch
+
+
+def test_a_shadow_epoch_with_pending_actions_calls_no_mutating_method_and_journals_what_acting_would_do(store):
+    snap, fams = busy_cluster()
+    acting_gw = Recorder(snap)
+    acting = run_once(acting_gw, Settings(), Fixed(fams), None, Journal(store), NOW)
+    assert len(mutations(acting_gw)) == len(acting.outcomes) > 0  # the acting helper would act here
+
+    inner = Recorder(snap)
+    shadow_gw = ReadOnlyGateway(inner)
+    result = run_once(shadow_gw, Settings(), Fixed(fams), None, ShadowJournal(store), NOW, shadow=True)
+    assert mutations(inner) == [] and shadow_gw.refused == []
+    assert [o.action for o in result.outcomes] == [o.action for o in acting.outcomes]  # the same decisions
+    assert {o.status for o in result.outcomes} == {"shadow"} and result.mode == "shadow"
+    kinds = {a.kind for a in (o.action for o in result.outcomes)}
+    assert ActionKind.RESHAPE_RUNNING in kinds and ActionKind.SET_SHARE in kinds
+    rows = store.query("SELECT job_id, kind, argv, gain_s FROM shadow_journal ORDER BY id")
+    assert [(r["job_id"], r["kind"]) for r in rows] == [(o.action.job_id, o.action.kind.value) for o in result.outcomes]
+    assert all(json.loads(r["argv"]) for r in rows)  # the exact commands the acting helper would run
+    # The acting journal holds only the acting epoch's rows: the shadow epoch wrote none.
+    assert store.query("SELECT COUNT(*) AS n FROM journal")[0]["n"] == len(acting.outcomes)
+    out = result.to_dict()
+    assert json.loads(jsonout.dumps(out))["actions"] and all("predicted_gain_s" in a for a in out["actions"])
+    assert "shadow epoch (nothing changed in Slurm)" in render(result)
+
+
+def test_the_next_shadow_epoch_plans_from_the_cluster_as_it_is_not_as_if_the_actions_happened(store):
+    snap, fams = busy_cluster()
+    gw = ReadOnlyGateway(Recorder(snap))
+    first = run_once(gw, Settings(), Fixed(fams), None, ShadowJournal(store), NOW, shadow=True)
+    second = run_once(gw, Settings(), Fixed(fams), None, ShadowJournal(store), NOW + 5, shadow=True)
+    # An acting helper would leave the started jobs alone for a while (in flight); a shadow one started nothing.
+    def what(result):
+        return [dataclasses.replace(o.action, reason="") for o in result.outcomes]
+
+    assert what(second) == what(first)
+    assert not any("in flight" in n or "earlier epoch started it" in n for n in second.plan.notes)
+    rows = store.query("SELECT epoch, job_id, kind, action, reason, gain_s FROM shadow_journal ORDER BY id")
+    found = decisions(rows)
+    assert len(found) == len(first.outcomes) and all(d.epochs == 2 for d in found)  # repeated proposals count once
+
+
+def test_shadow_mode_refuses_the_acting_journal_and_a_dry_run(store):
+    snap, fams = busy_cluster()
+    with pytest.raises(ValueError, match="shadow journal"):
+        run_once(ReadOnlyGateway(Recorder(snap)), Settings(), Fixed(fams), None, Journal(store), NOW, shadow=True)
+    with pytest.raises(ValueError, match="shadow journal"):
+        run_once(ReadOnlyGateway(Recorder(snap)), Settings(), Fixed(fams), None, ShadowJournal(store), NOW,
+                 shadow=True, dry_run=True)
+
+
+def test_an_acting_journal_never_reads_shadow_rows_as_its_history(store):
+    snap, fams = busy_cluster()
+    run_once(ReadOnlyGateway(Recorder(snap)), Settings(), Fixed(fams), None, ShadowJournal(store), NOW, shadow=True)
+    journal = Journal(store)
+    assert journal.unsettled() == [] and journal.recent(0.0) == []
+    assert not hasattr(ShadowJournal(store), "unsettled")  # it can never stand in for the acting journal
+
+
+class Sneaky(Fixed):
+    """A family source that tries to change Slurm and swallows the refusal (a defect shadow mode must surface)."""
+
+    def __init__(self, fams, gateway):
+        super().__init__(fams)
+        self.gateway = gateway
+
+    def families(self, job_ids):
+        try:
+            self.gateway.apply(Action(ActionKind.START_NOW, 1, "sneaky"))
+        except ElasticoError:
+            pass
+        return super().families(job_ids)
+
+
+def test_a_refusal_swallowed_on_the_way_still_fails_the_shadow_epoch(store):
+    snap, fams = busy_cluster()
+    inner = Recorder(snap)
+    gw = ReadOnlyGateway(inner)
+    metrics = Metrics(mode="shadow")
+    service = Service(Settings(), gw, Sneaky(fams, gw), None, ShadowJournal(store), None, store, metrics,
+                      lambda level, line: None, shadow=True)
+    with pytest.raises(ShadowRefused, match="asked to change Slurm and was refused"):
+        service.step()
+    assert mutations(inner) == []
+    assert 'elastico_epochs_total{mode="shadow",result="failed"} 1.0' in metrics.render()
+
+
+def test_the_service_reports_zero_slurm_changes_and_labels_its_metrics(store):
+    snap, fams = busy_cluster()
+    guard = GuardedRunner(lambda argv, *, timeout=None: Completed(tuple(argv), 0, "", ""), allow_changes=False)
+    metrics = Metrics(mode="shadow")
+    service = Service(Settings(), ReadOnlyGateway(Recorder(snap)), Fixed(fams), None, ShadowJournal(store), None,
+                      store, metrics, lambda level, line: None, shadow=True, commands=guard)
+    result = service.step()
+    assert result.slurm_changes == 0 and result.to_dict()["slurm_changes"] == 0 and result.outcomes
+    text = metrics.render()
+    assert 'elastico_actions_total{kind="set_share",mode="shadow",outcome="shadow"}' in text
+    assert "elastico_predicted_gain_seconds{mode=\"shadow\"}" in text
+    assert 'mode="shadow"' not in Metrics().render()  # an acting helper's series are as they were
+
+
+# ---------------------------------------------------------------- predicted gain
+
+
+def test_the_predicted_gain_is_the_remaining_time_saved_net_of_the_restart():
+    snap, fams = busy_cluster()
+    result = run_once(Recorder(snap), Settings(), Fixed(fams), None, None, NOW, dry_run=True)
+    gains = predicted_gains(result.plan, snap, fams, {3: 40000.0}, NOW, 60.0, 100)
+    place = {p.job_id: p for p in result.plan.placements}
+    # Job 3 runs at 0.3 (its 25 % shape) with 60,000 units left; the plan moves it at a 60 s restart.
+    assert 3 in gains and gains[3] == pytest.approx(60000 / 0.3 - 60000 / place[3].throughput - 60.0)
+    # A pending job: without the helper it would run its default shape (the fastest at most GPU, 1.0).
+    assert gains[1] == pytest.approx(100000 / 1.0 - 100000 / place[1].throughput)
+    assert all(g is None or math.isfinite(g) for g in gains.values())
+
+
+# ---------------------------------------------------------------- the report
+
+
+def test_the_report_counts_each_decision_once_sums_gains_per_job_and_names_the_jobs(store):
+    journal = ShadowJournal(store)
+    start = Action(ActionKind.START_NOW, 1, "r")
+    reshape = Action(ActionKind.RESHAPE_RUNNING, 2, "r", share=50, nodes=("n1",))
+    for epoch in (100.0, 160.0, 220.0):  # the same proposals in three consecutive epochs
+        journal.record(epoch, start, [["scontrol"]], 30.0)
+        journal.record(epoch, reshape, [["scontrol"]], 600.0)
+    journal.record(400.0, Action(ActionKind.PREEMPT, 3, "r"), [], None)
+    journal.record(500.0, start, [["scontrol"]], 10.0)  # job 1 again after a gap: a new decision
+    summary = shadow_report(store, 0.0, 1000.0)
+    assert summary["actions"] == {"total": 4, "by_kind": {"preempt": 1, "reshape_running": 1, "start_now": 2},
+                                  "proposals": 8}
+    assert summary["jobs_touched"] == [1, 2, 3]
+    gain = summary["predicted_gain_s"]
+    assert (gain["jobs"], gain["total"], gain["jobs_without_prediction"]) == (2, 640.0, [3])
+    assert shadow_report(store, 300.0, 450.0)["jobs_touched"] == [3]
+    assert "actions it would have taken: 4" in render_report(summary)
+    json.loads(jsonout.dumps(summary))
+
+
+def test_report_times_read_as_sacct_writes_them_and_a_bad_one_says_what_is_allowed():
+    assert parse_when("now", 1000.0) == 1000.0
+    assert parse_when("now-7days", 1_000_000.0) == 1_000_000.0 - 7 * 86400
+    assert parse_when("now-30minutes", 10_000.0) == 10_000.0 - 1800
+    assert parse_when("2026-12-01T08:00+00:00", 0.0) == 1796112000.0
+    with pytest.raises(ValueError, match="--start 'yesterday': allowed: now, now-N"):
+        parse_when("yesterday", 0.0)
+
+
+# ---------------------------------------------------------------- the switch
+
+
+def test_one_config_key_switches_shadow_and_act_and_acting_stays_the_default(tmp_path):
+    assert Settings().helper.mode == "act"
+    p = tmp_path / "elastico.yaml"
+    p.write_text(f"state_dir: {tmp_path}/state\nhelper:\n  mode: shadow\n")
+    assert load(str(p)).helper.mode == "shadow"
+    p.write_text(f"state_dir: {tmp_path}/state\nhelper:\n  mode: watch\n")
+    with pytest.raises(ConfigError, match="helper.mode: 'watch' is not one of 'act', 'shadow'"):
+        load(str(p))
