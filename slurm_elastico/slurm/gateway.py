@@ -317,9 +317,9 @@ class SlurmGateway:
         version = slurm_version(text, _source(argv))
         nodes_argv = commands.nodes_json(version)
         records = parse_sinfo(self._read(nodes_argv), _source(nodes_argv)) if gpu_type else ()
-        on = next((j.nodes for j in parse_squeue(text, _source(argv)) if j.job_id == job_id), ())
+        job = next((j for j in parse_squeue(text, _source(argv)) if j.job_id == job_id), None)
         return gpu_count.plan_update(version, gpu_count.request_of(text, job_id), records, job_id, gpus,
-                                     tuple(nodes), gpu_type, on)
+                                     tuple(nodes), gpu_type, job.nodes if job else (), job.partition if job else "")
 
     def _apply_gpu_update(self, job_id: int, update: gpu_count.GpuUpdate) -> None:
         self._run(update.argv)

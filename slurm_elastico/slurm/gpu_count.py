@@ -124,7 +124,7 @@ def _type_count(record: NodeRecord, gpu_type: str) -> int:
 
 
 def check_type(records: Iterable[NodeRecord], job_id: int, gpu_type: str, per_node: int = 1, node_count: int = 1,
-               nodes: tuple[str, ...] = ()) -> None:
+               nodes: tuple[str, ...] = (), where: str = "this cluster") -> None:
     """Refuse, before any command runs, a move to `per_node` GPUs of `gpu_type` on `node_count` nodes (`nodes`
     when pinned) that no node set of the cluster can hold: `InvalidActionError` naming the type and the types
     the cluster has, or the nodes and their counts.
@@ -140,11 +140,12 @@ def check_type(records: Iterable[NodeRecord], job_id: int, gpu_type: str, per_no
     if gpu_type not in known:
         have = f"the types its nodes have are {', '.join(known)}" if known else "its nodes' gres name no GPU type"
         raise InvalidActionError(f"job {job_id} cannot be moved to GPU type {gpu_type!r}: Slurm knows no such type "
-                                 f"on this cluster; {have}")
+                                 f"on {where}; {have}")
     counts = {r.name: _type_count(r, gpu_type) for r in records}
     fit = [n for n, c in counts.items() if c >= per_node]
     if nodes:
-        short = [f"{n} ({counts.get(n, 0)})" for n in nodes if counts.get(n, 0) < per_node]
+        short = [f"{n} ({counts[n]})" if n in counts else f"{n} (not on {where})" for n in nodes
+                 if counts.get(n, 0) < per_node]
         if short:
             raise InvalidActionError(f"job {job_id} cannot have {per_node} GPU(s) of type {gpu_type} on each of "
                                      f"{', '.join(nodes)}: {', '.join(short)} of that type")
@@ -172,9 +173,10 @@ class GpuUpdate:
 
 
 def plan_update(version: str, current: GpuRequest, records: Iterable[NodeRecord], job_id: int, gpus: int,
-                nodes: tuple[str, ...], gpu_type: str = "", on: tuple[str, ...] = ()) -> GpuUpdate:
+                nodes: tuple[str, ...], gpu_type: str = "", on: tuple[str, ...] = (), partition: str = "") -> GpuUpdate:
     """The update that moves a pending or held job to `gpus` whole GPUs (of `gpu_type` when given) on `nodes`,
-    refused before any command runs where this Slurm version would refuse, ignore or strand it.
+    refused before any command runs where this Slurm version would refuse, ignore or strand it. `partition`: the
+    job's (Slurm's comma-separated list); only its nodes can hold it, so a type or node elsewhere is refused.
 
     Measured on a local cluster of two fake types (22.05.8 and 24.11.5; tests/slurm/test_type_move_live.py):
 
@@ -204,8 +206,10 @@ def plan_update(version: str, current: GpuRequest, records: Iterable[NodeRecord]
     per_node = gpus // count
     if not gpu_type:
         return GpuUpdate(argv, GpuRequest("gpu", per_node, count, names))
-    records = tuple(records)
-    check_type(records, job_id, gpu_type, per_node, count, names)
+    mine = set(filter(None, partition.split(",")))
+    records = tuple(r for r in records if not mine or mine & set(r.partitions))
+    check_type(records, job_id, gpu_type, per_node, count, names,
+               f"its partition {partition}" if mine else "this cluster")
     # `on`: the nodes the job runs on now; leaving them for unnamed nodes of the type, it keeps no place there.
     stays = bool(names) or all(_type_count(r, gpu_type) for r in records if r.name in on)
     if typed_update or current.gpu_type == gpu_type:

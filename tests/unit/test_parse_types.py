@@ -175,6 +175,21 @@ def test_the_update_to_a_type_fits_the_version_and_the_jobs_request(version, cur
     assert update.check_excluded == ("ExcNodeList=n1,n2" in form)
 
 
+def test_a_move_to_a_type_or_node_outside_the_jobs_partition_is_refused_before_any_update():
+    # One partition per GPU type is common: a job of partition t4p cannot run on an a100 node of a100p, and
+    # Slurm would accept the update and strand the job.
+    records = [replace(r, partitions=("t4p",) if r.name in ("n1", "n2") else ("a100p",))
+               for r in parse_sinfo(typed_nodes("22.05", "sinfo.json"))]
+    now = gpu_count.GpuRequest("gpu", 1, 1, ())
+    with pytest.raises(InvalidActionError, match="no such type on its partition t4p; the types its nodes have are t4"):
+        gpu_count.plan_update("24.11.5", now, records, 5, 1, (), "a100", partition="t4p")
+    with pytest.raises(InvalidActionError, match=r"on each of n3: n3 \(not on its partition t4p\)"):
+        gpu_count.plan_update("24.11.5", now, records, 5, 1, ("n3",), "t4", partition="t4p")
+    assert "Gres=gpu:a100:1" in gpu_count.plan_update("24.11.5", now, records, 5, 1, (), "a100",
+                                                      partition="t4p,a100p").argv
+    assert "Gres=gpu:t4:1" in gpu_count.plan_update("24.11.5", now, records, 5, 1, (), "t4", partition="t4p").argv
+
+
 def test_slurm_22_05_keeps_a_jobs_first_type_so_a_move_to_another_is_refused_before_any_update():
     records = parse_sinfo(typed_nodes("22.05", "sinfo.json"))
     with pytest.raises(InvalidActionError) as e:
