@@ -225,6 +225,8 @@ def verify(text: str, job_id: int, update: GpuUpdate) -> GpuRequest:
     (its excluded nodes compared only where the update set them)."""
     got = request_of(text, job_id)
     seen = got if update.check_excluded else replace(got, excluded_nodes=update.want.excluded_nodes)
-    if seen != update.want:
+    # excluded nodes as a set: Slurm prints its own order (sorted), not the one they were given in
+    if (replace(seen, excluded_nodes=tuple(sorted(seen.excluded_nodes)))
+            != replace(update.want, excluded_nodes=tuple(sorted(update.want.excluded_nodes)))):
         raise GpuCountMismatch(update.argv, 0, "", f"job {job_id}: asked Slurm for {update.want}, it holds {got}")
     return got

@@ -135,6 +135,8 @@ def test_a_typed_request_is_read_back_and_checked_with_its_type(version, name):
     away = replace(want, gpu_type="", excluded_nodes=("n1", "n2"))
     assert gpu_count.verify(kept, job_id, gpu_count.GpuUpdate(["x"], away, check_excluded=True)).excluded_nodes == (
         "n1", "n2")
+    swapped = replace(away, excluded_nodes=("n2", "n1"))  # given in another order than Slurm prints them
+    assert gpu_count.verify(kept, job_id, gpu_count.GpuUpdate(["x"], swapped, check_excluded=True))
     with pytest.raises(gpu_count.GpuCountMismatch, match="not on n1,n2"):
         gpu_count.verify(kept, job_id, gpu_count.GpuUpdate(["x"], replace(away, excluded_nodes=("n1",)),
                                                            check_excluded=True))
