@@ -52,7 +52,8 @@ class GpuTypeSettings:
 
     memory_mib: int = _opt(0, lo=1, hi=16 * 1024 * 1024, help="memory of each GPU of this type (required)")
     shares_per_gpu: int = _opt(0, lo=0, hi=100, help="MPS shares of one GPU of this type as gres.conf sets "
-                               "them; 0 = gpu.shares_per_gpu")
+                               "them: 0 or gpu.shares_per_gpu (every GPU of the cluster must have the same; per-type "
+                               "counts are not supported yet)")
     like: str = _opt("", help="for a type the public GPU table does not know (slurm_elastico.shapes.gpu_types): a "
                      "known type whose figures (peak TFLOPS, memory bandwidth, compute capability) it shares, for "
                      "its speed and precision estimates; empty = the table's entry of the type's own name")
@@ -92,11 +93,6 @@ class GpuSettings:
             raise ConfigError("gpu.types", [f"GPU type {gpu_type!r} has no memory configured; gpu.types names "
                                             f"{', '.join(sorted(self.types))}: add gpu.types.{gpu_type}.memory_mib"])
         return found.memory_mib
-
-    def shares_of(self, gpu_type: str) -> int:
-        """MPS shares of one GPU of `gpu_type` (its own `shares_per_gpu`, else gpu.shares_per_gpu)."""
-        found = self.type_settings(gpu_type) if gpu_type else None
-        return found.shares_per_gpu if found is not None and found.shares_per_gpu else self.shares_per_gpu
 
     def type_memory(self) -> dict[str, int]:
         """{type: memory MiB} of every configured type (what the gateway and the families read)."""
@@ -257,6 +253,12 @@ def from_mapping(data: Any, source: str = "<settings>") -> Settings:
     """Build `Settings` from parsed YAML, raising one `ConfigError` listing every problem."""
     problems: list[str] = []
     settings = _build(Settings, {} if data is None else data, "", problems)
+    for name, t in settings.gpu.types.items():
+        if 0 < t.shares_per_gpu <= 100 and t.shares_per_gpu != settings.gpu.shares_per_gpu:  # (out of range: said)
+            # the planner, the gateway and elastico-submit count every GPU's shares by gpu.shares_per_gpu
+            problems.append(f"gpu.types.{name}.shares_per_gpu: {t.shares_per_gpu} differs from gpu.shares_per_gpu "
+                            f"({settings.gpu.shares_per_gpu}); allowed: 0 or {settings.gpu.shares_per_gpu} (every GPU "
+                            "must have the same MPS shares: per-type counts are not supported yet)")
     if problems:
         raise ConfigError(source, problems)
     return settings

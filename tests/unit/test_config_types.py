@@ -12,13 +12,23 @@ from slurm_elastico.errors import ConfigError
 
 def test_types_are_read_with_their_memory_and_shares():
     s = config.from_mapping({"gpu": {"memory_mib": 16384, "shares_per_gpu": 100, "types": {
-        "a100": {"memory_mib": 40960}, "t4": {"memory_mib": 15360, "shares_per_gpu": 50}}}})
+        "a100": {"memory_mib": 40960}, "t4": {"memory_mib": 15360, "shares_per_gpu": 100}}}})
     assert s.gpu.types["a100"] == config.GpuTypeSettings(memory_mib=40960, shares_per_gpu=0)
     assert (s.gpu.memory_of("a100"), s.gpu.memory_of("t4"), s.gpu.memory_of("")) == (40960, 15360, 16384)
     with pytest.raises(ConfigError, match="'T4' has no memory"):  # Slurm's type names are case-sensitive
         s.gpu.memory_of("T4")
-    assert (s.gpu.shares_of("t4"), s.gpu.shares_of("a100"), s.gpu.shares_of("")) == (50, 100, 100)
     assert s.gpu.type_memory() == {"a100": 40960, "t4": 15360}
+
+
+def test_a_type_with_other_mps_shares_than_every_gpu_is_refused_not_ignored():
+    # The planner, the gateway and elastico-submit count every GPU's shares by gpu.shares_per_gpu: a T4 of 50
+    # shares would be given mps:50 as half a GPU when it is the whole of it.
+    with pytest.raises(ConfigError) as e:
+        config.from_mapping({"gpu": {"shares_per_gpu": 100, "types": {"t4": {"memory_mib": 15360,
+                                                                             "shares_per_gpu": 50}}}})
+    assert e.value.problems == ("gpu.types.t4.shares_per_gpu: 50 differs from gpu.shares_per_gpu (100); allowed: 0 "
+                                "or 100 (every GPU must have the same MPS shares: per-type counts are not supported "
+                                "yet)",)
 
 
 def test_a_one_type_cluster_keeps_working_unchanged():
