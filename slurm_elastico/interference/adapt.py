@@ -17,7 +17,9 @@ The penalties are counted in samples so that they mean the same on any data: a c
 keeps n / (n + λ) of its mean residual, the scale n / (n + λ_scale) of its least-squares departure from 1.
 None is set from any data set's figures: each is chosen from a fixed, wide log grid (`SCALE_PENALTIES`,
 `CLASS_PENALTIES`: from a quarter of a sample, the data nearly alone, to more samples than a few-shot set
-holds, by factors of 4; inf = that part not fitted) by cross-validation inside the adaptation pairs
+holds, by factors of 4; inf = that part not fitted), by a coordinate search (one penalty's whole grid at a
+time, the others held, from the grids' middles, until a pass changes none) on cross-validation inside the
+adaptation pairs
 (leave-one-pair-out, or `FOLDS` folds of pairs beyond `LOO_PAIRS` pairs; both directions of a pair are
 always in the same fold), by MAPE of normalized throughput
 (the figure the evaluation reports); a tie goes to the larger penalty. Fitted by penalised least squares on
@@ -26,8 +28,8 @@ log S (both directions of every pair that ran together; a measured speed-up coun
 What is kept: everything else of the model (its features, its correction, its view of the GPU type). What is
 recalibrated: the admission thresholds per floor (`admission.thresholds`, pooled: at most its target share of
 the bad adaptation pairs pass) and the gain rule's margin, from the chosen fit's cross-validated predictions,
-which are held-out predictions of the adaptation pairs (choosing the penalties among the grids' 216 makes
-them slightly optimistic). Pairs that did not fit train nothing
+which are held-out predictions of the adaptation pairs (choosing the penalties on the same predictions
+makes them slightly optimistic). Pairs that did not fit train nothing
 and calibrate nothing, as in training: whether a pair fits is the memory check's question.
 
 Pure: numbers in, numbers out; `adapt_score` evaluates it as it will be used.
@@ -35,7 +37,6 @@ Pure: numbers in, numbers out; `adapt_score` evaluates it as it will be used.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ CLASSES = ("family", "job")  # the kinds of class corrected, coarse to fine (`cl
 MIN_PAIRS = 4
 """Fewest pairs that ran together an adaptation accepts per GPU type: leave-one-pair-out then fits an offset and
 a scale on at least 3 pairs (6 samples) and judges them on a 4th; below that the choice of penalties is noise."""
+SEARCH_PASSES = 4  # passes of the coordinate search over the penalties (it stops at the first that changes none)
 LOO_PAIRS = 50  # up to this many pairs, cross-validation leaves one pair out; beyond, FOLDS folds of pairs
 FOLDS = 10
 GAIN_QUANTILE = 0.9  # the gain rule's margin: this quantile of the held-out over-prediction of a pair's summed speed
@@ -295,17 +297,28 @@ def fit_type(model_view, pairs: Sequence[Colocation], gpu_type: str) -> TypeFit:
             f"too few pairs to adapt on GPU type {gpu_type}: {n_pairs} ran together, adaptation needs at least "
             f"{MIN_PAIRS} (measure more pairs, or give a larger adaptation fraction)")
     folds = _Folds.of(design)
-    best = None
-    for lam_s in SCALE_PENALTIES:
-        for lams in itertools.product(CLASS_PENALTIES, repeat=len(CLASSES)):
-            cols, pen = design.columns(lam_s, lams)
-            held = folds.held_out(design, cols, pen)
-            err = _mape(held, design.norm)
-            # The grids ascend: on a tie (<=) the later, more penalised choice wins.
-            if best is None or err <= best[0] + 1e-12:
-                best = (err, lam_s, lams, cols, pen, held)
-    assert best is not None
-    err, lam_s, lams, cols, pen, held = best
+    tried: dict[tuple[float, ...], tuple[float, np.ndarray]] = {}
+
+    def judge(point: tuple[float, ...]) -> float:
+        if point not in tried:
+            held = folds.held_out(design, *design.columns(point[0], point[1:]))
+            tried[point] = (_mape(held, design.norm), held)
+        return tried[point][0]
+
+    grids = [SCALE_PENALTIES] + [CLASS_PENALTIES] * len(CLASSES)
+    point = tuple(g[len(g) // 2] for g in grids)
+    for _ in range(SEARCH_PASSES):
+        before = point
+        for i, grid in enumerate(grids):
+            # The grids ascend: on a tie the later, more penalised value wins.
+            errors = [judge(point[:i] + (v,) + point[i + 1:]) for v in grid]
+            best = min(range(len(grid)), key=lambda j: (round(errors[j], 12), -j))
+            point = point[:i] + (grid[best],) + point[i + 1:]
+        if point == before:
+            break
+    lam_s, lams = point[0], point[1:]
+    err, held = tried[point]
+    cols, pen = design.columns(lam_s, lams)
     x = design.x[:, cols]
     w = np.zeros(design.x.shape[1])
     w[cols] = _solve(x.T @ x, x.T @ design.y, pen)
