@@ -249,10 +249,26 @@ def _build_entries(cls: type, data: Any, key: str, problems: list[str]) -> dict[
     return out
 
 
+def _type_figure_problems(types: dict[str, GpuTypeSettings]) -> list[str]:
+    """Each configured GPU type must have public figures (the table, or `like:` a type it has): checked here, so a
+    type the helper cannot estimate is said by `elastico config`, not found later in every family built."""
+    from slurm_elastico.shapes.gpu_types import resolve  # the table, imported only when types are configured
+
+    problems = []
+    declared = {name: {"like": t.like} for name, t in types.items() if t.like}
+    for name in types:
+        try:
+            resolve(name, declared)
+        except ConfigError as exc:
+            problems += [p if p.startswith("gpu.types.") else f"gpu.types.{p}" for p in exc.problems]
+    return problems
+
+
 def from_mapping(data: Any, source: str = "<settings>") -> Settings:
     """Build `Settings` from parsed YAML, raising one `ConfigError` listing every problem."""
     problems: list[str] = []
     settings = _build(Settings, {} if data is None else data, "", problems)
+    problems += _type_figure_problems(settings.gpu.types)
     for name, t in settings.gpu.types.items():
         if 0 < t.shares_per_gpu <= 100 and t.shares_per_gpu != settings.gpu.shares_per_gpu:  # (out of range: said)
             # the planner, the gateway and elastico-submit count every GPU's shares by gpu.shares_per_gpu

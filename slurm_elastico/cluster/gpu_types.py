@@ -112,6 +112,14 @@ def node_groups(types: tuple[FakeType, ...], nodes: int) -> list[tuple[int, int,
     return groups
 
 
-def yaml_types(types: tuple[FakeType, ...]) -> dict[str, dict[str, int]]:
-    """The `gpu.types` an elastico.yaml for this cluster needs: each type's memory."""
-    return {t.name: {"memory_mib": t.memory_mib} for t in types}
+def yaml_types(types: tuple[FakeType, ...]) -> dict[str, dict[str, int | str]]:
+    """The `gpu.types` an elastico.yaml for this cluster needs: each type's memory, and for a name the public GPU
+    table does not know (`x1`) `like:` the `KNOWN` fake type nearest its speed, so the helper can estimate it."""
+    from slurm_elastico.shapes.gpu_types import canonical
+
+    def like(t: FakeType) -> dict[str, str]:
+        if canonical(t.name) is not None:
+            return {}
+        return {"like": min(KNOWN, key=lambda k: (abs(math.log(KNOWN[k][1] / t.speed)), k))}
+
+    return {t.name: {"memory_mib": t.memory_mib, **like(t)} for t in types}

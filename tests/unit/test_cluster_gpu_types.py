@@ -28,7 +28,7 @@ def test_known_names_need_only_a_node_count_and_others_give_memory_and_speed():
     assert gpu_types.parse_gpu_types(gpu_types.types_text(types)) == types  # what the state directory keeps
     assert gpu_types.node_types(types)["n3"].name == "a100" and set(gpu_types.node_types(types)) == {"n1", "n2", "n3", "n4"}
     assert gpu_types.yaml_types(types) == {"t4": {"memory_mib": 15360}, "a100": {"memory_mib": 40960},
-                                           "x1": {"memory_mib": 8192}}
+                                           "x1": {"memory_mib": 8192, "like": "v100"}}  # speed 2.5: nearest 1.9
     assert gpu_types.parse_gpu_types("") == ()
 
 

@@ -58,6 +58,9 @@ def test_a_type_without_memory_is_named_with_the_types_configured():
     ({"a100": {"memory_mib": 40960, "shares_per_gpu": 101}}, "gpu.types.a100.shares_per_gpu: 101 is above the "
                                                              "maximum 100"),
     ({"a 100": {"memory_mib": 1}}, "gpu.types: 'a 100' is not a GPU type name; allowed: letters, digits, _ . -"),
+    # a type the helper cannot estimate is said here, not in every family it builds later
+    ({"mi250": {"memory_mib": 1}}, "gpu.types.mi250: unknown GPU type, so its speed cannot be estimated"),
+    ({"mi250": {"memory_mib": 1, "like": "mi300"}}, "gpu.types.mi250.like: 'mi300' is not a known GPU type"),
     ({"gpu:a100": {"memory_mib": 1}}, "gpu.types: 'gpu:a100' is not a GPU type name"),
 ])
 def test_each_bad_input_is_named_with_what_is_allowed(types, problem):
