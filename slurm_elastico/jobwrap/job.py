@@ -90,7 +90,8 @@ def supervise(program: Sequence[str], family: Family, candidates: Sequence[Plann
 def run_payload(payload: Payload) -> int:
     """Run the job a generated batch script carries: write its script privately, supervise it, remove the copy."""
     family, candidates = family_from_spec(payload.family_spec, payload.family_source, payload.gpu_memory_mib,
-                                          payload.gpu_types, payload.type_limit)
+                                          payload.gpu_types, payload.type_limit,
+                                          {t: {"like": like} for t, like in payload.type_like})
     workdir = tempfile.mkdtemp(prefix="elastico-run-")
     try:
         path = os.path.join(workdir, payload.script_name or "job-script")

@@ -37,6 +37,9 @@ class Payload:
     typed shapes (`<shape>@<type>`) the helper names; () on a one-type cluster."""
     type_limit: tuple[str, ...] = ()
     """The GPU types the job's own request named (`--gres=gpu:a100:2`): its family is limited to them."""
+    type_like: tuple[tuple[str, str], ...] = ()
+    """(type, known type) for each type the settings declare `like:` one the public table knows (`gpu.types.TYPE
+    .like`): elastico-run needs its figures to know the type's shapes as the helper does."""
 
     def encode(self) -> str:
         data = {
@@ -53,6 +56,7 @@ class Payload:
             "shares_per_gpu": self.shares_per_gpu,
             "gpu_types": [list(t) for t in self.gpu_types],
             "type_limit": list(self.type_limit),
+            "type_like": [list(t) for t in self.type_like],
         }
         text = json.dumps(data, ensure_ascii=True, sort_keys=True)
         return base64.b64encode(text.encode("ascii")).decode("ascii")
@@ -76,6 +80,7 @@ class Payload:
                 shares_per_gpu=int(data.get("shares_per_gpu", MPS_SHARES_PER_GPU)),
                 gpu_types=tuple((str(t), int(m)) for t, m in data.get("gpu_types", [])),
                 type_limit=tuple(str(t) for t in data.get("type_limit", [])),
+                type_like=tuple((str(t), str(k)) for t, k in data.get("type_like", [])),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError("embedded payload", [f"unreadable ({type(exc).__name__}: {exc}); was it made by elastico-submit?"]) from None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from slurm_elastico.errors import ConfigError, ElasticoError
@@ -39,16 +39,18 @@ def choose_shape(family: Family, candidates: Sequence[PlannedShape], admin_comme
 
 
 def family_from_spec(text: str, source: str, gpu_memory_mib: int, gpu_types: Sequence[tuple[str, int]] = (),
-                     type_limit: Sequence[str] = ()) -> tuple[Family, list[PlannedShape]]:
+                     type_limit: Sequence[str] = (), figures: Mapping[str, Mapping[str, object]] | None = None,
+                     ) -> tuple[Family, list[PlannedShape]]:
     """The job's family and every shape of its spec that fits the GPU (names the planner may write).
 
-    With the cluster's `gpu_types` ((type, memory MiB), two or more) the shapes are typed, as the helper's are.
+    With the cluster's `gpu_types` ((type, memory MiB), two or more) the shapes are typed, as the helper's are;
+    `figures`: the settings' declared figures of types the public table lacks (`like:`), as the helper has them.
     """
     spec = with_limit(parse_spec(load_yaml(text, source), source), type_limit)
     if len(gpu_types) > 1:
         types = dict(gpu_types)
         try:
-            return build_typed_family(spec, types), enumerate_typed(spec, types)
+            return build_typed_family(spec, types, figures=figures), enumerate_typed(spec, types, figures=figures)
         except ConfigError:  # a type without public figures here: the untyped shapes, read by their base names
             pass
     return build_family(spec, gpu_memory_mib), enumerate_shapes(spec, gpu_memory_mib)

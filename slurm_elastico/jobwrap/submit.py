@@ -109,6 +109,8 @@ def prepare(args: SubmitArgs, settings: config.Settings, env: Mapping[str, str],
         shares_per_gpu=settings.gpu.shares_per_gpu,
         gpu_types=tuple(types.items()),
         type_limit=limit,
+        type_like=tuple((t, str(f["like"])) for t, f in figures_by_type(getattr(settings.gpu, "types", None)).items()
+                        if f.get("like")),
     )
     additions = added_options(options, env, share=share,
                               window_s=settings.submit.placement_window_s, lead_s=settings.submit.signal_lead_s,

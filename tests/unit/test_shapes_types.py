@@ -12,6 +12,7 @@ import pytest
 
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.helper.families import ScriptFamilies, limited
+from slurm_elastico.inputs import load_yaml
 from slurm_elastico.jobwrap.payload import Payload
 from slurm_elastico.jobwrap.script import batch_script
 from slurm_elastico.jobwrap.shape import choose_shape, family_from_spec
@@ -22,8 +23,8 @@ from slurm_elastico.shapes.current import running_shape
 from slurm_elastico.shapes.gpu_types import KNOWN, GpuSpec, UnknownGpuType, canonical, declare, resolve, supports
 from slurm_elastico.shapes.type_speed import (MEASURED_SIGMA, SIGMA_FLOOR, Estimate, Mix, estimate, fit_gpu_share,
                                               ratio, spread_sigma)
-from slurm_elastico.shapes.typed import (enumerate_typed, family_memory, settings_family_memory, types_of_nodes,
-                                         with_limit)
+from slurm_elastico.shapes.typed import (build_typed_family, enumerate_typed, family_memory, settings_family_memory,
+                                         types_of_nodes, with_limit)
 from slurm_elastico.slurm.sbatch_options import Option, gpu_types_requested
 from slurm_elastico.store import Store
 from tests.synthetic import cluster, pending, snapshot
@@ -402,3 +403,36 @@ def test_a_planner_can_discount_an_uncertain_throughput():
     from slurm_elastico.shapes.type_speed import discounted
     assert discounted(2.0, 0.0) == 2.0
     assert discounted(2.0, 0.1) > discounted(2.0, 0.3) and discounted(2.0, 0.3) < 2.0
+
+
+BIG = """
+kind: train
+name: big
+global_batch: 64
+micro_batches: [8, 64]
+precisions: [fp32]
+checkpointing: [false]
+steps: 100
+mps_shares: [100]
+cpus: 1
+host_mem_mib: 1024
+model: {params: 1.0e+8, activation_mib_per_sample: 400, step_time_s: 1.0}
+"""
+
+
+def test_elastico_run_knows_the_shapes_of_a_type_declared_like_a_known_one(tmp_path):
+    # gpu.types.h200x.like: h100 reaches elastico-run in the payload, so it runs the @h200x shape the helper names
+    # (without the figures it fell back to the untyped shapes and ran its default).
+    types = {"t4": 15360, "h200x": 143000}
+    figures = {"h200x": {"like": "h100"}}
+    helper = build_typed_family(parse_spec(load_yaml(BIG, "x"), "x"), types, figures=figures)
+    assert "mb64-fp32-mps100@h200x" in {s.name for s in helper.shapes}
+    payload = Payload(script=b"#!/bin/sh\n", script_name="job.sh", args=(), family_spec=BIG, family_source="f.yaml",
+                      gpu_memory_mib=16384, grace_s=5, signal_lead_s=60, gpu_types=tuple(types.items()),
+                      type_like=(("h200x", "h100"),))
+    back = Payload.decode(payload.encode())
+    assert back.type_like == (("h200x", "h100"),)
+    fam, cands = family_from_spec(back.family_spec, "x", back.gpu_memory_mib, back.gpu_types, (),
+                                  {t: {"like": k} for t, k in back.type_like})
+    shape, why = choose_shape(fam, cands, "elastico:shape=mb64-fp32-mps100@h200x", 100, 100, None, "")
+    assert shape.name == "mb64-fp32-mps100@h200x", why
