@@ -33,7 +33,7 @@ import torch.distributed as dist
 from torch import nn
 
 from slurm_elastico.errors import ConfigError
-from slurm_elastico.runtime.shape import _Reader
+from slurm_elastico.runtime.env_reader import EnvReader
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def membership(
     MASTER_ADDR/MASTER_PORT when WORLD_SIZE > 1 raise one ConfigError naming each.
     Inference replicas use it with variable="ELASTICO_REPLICAS", rendezvous=False.
     """
-    r = _Reader(os.environ if env is None else env)
+    r = EnvReader(os.environ if env is None else env, _SOURCE)
     world = r.integer("WORLD_SIZE", required=False)
     if world is None:
         if r.problems:

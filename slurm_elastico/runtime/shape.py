@@ -68,6 +68,7 @@ from typing import ClassVar
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.model import Family
 from slurm_elastico.model import Shape as PlannedShape
+from slurm_elastico.runtime.env_reader import EnvReader
 from slurm_elastico.runtime.goodput import LR_RULES
 
 EXIT_CHECKPOINTED = 75
@@ -76,8 +77,6 @@ EXIT_CHECKPOINTED = 75
 PRECISIONS = ("fp32", "bf16", "fp16")
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
 KINDS = ("train", "infer")
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
 _SOURCE = "job environment (ELASTICO_* variables)"
 DEFAULT_CKPT_DIR = "elastico-ckpt"
 
@@ -302,87 +301,11 @@ def checkpoint_dir(env: Mapping[str, str] | None = None, default: str | os.PathL
 
 
 # --------------------------------------------------------------------------
-# parsing: collect every problem, then raise once
-
-
-class _Reader:
-    """Reads typed variables and collects problems instead of stopping at the first."""
-
-    def __init__(self, env: Mapping[str, str]):
-        self.env = env
-        self.problems: list[str] = []
-
-    def integer(self, name: str, required: bool = True, minimum: int = 1) -> int | None:
-        raw = self.env.get(name)
-        if raw is None or raw == "":
-            if required:
-                self.problems.append(f"{name} is not set (an integer >= {minimum})")
-            return None
-        try:
-            value = int(raw.strip())
-        except ValueError:
-            self.problems.append(f"{name}={raw!r} is not an integer (an integer >= {minimum})")
-            return None
-        if value < minimum:
-            self.problems.append(f"{name}={raw!r} is below {minimum}")
-            return None
-        return value
-
-    def fraction(self, name: str) -> float | None:
-        raw = self.env.get(name)
-        if raw is None or raw == "":
-            return None
-        try:
-            return float(raw.strip())
-        except ValueError:
-            self.problems.append(f"{name}={raw!r} is not a number (a float in (0, 1])")
-            return None
-
-    def choice(self, name: str, allowed: tuple[str, ...], default: str | None = None) -> str | None:
-        raw = self.env.get(name)
-        if raw is None or raw == "":
-            if default is None:
-                self.problems.append(f"{name} is not set (one of {', '.join(allowed)})")
-            return default
-        if raw.strip().lower() not in allowed:
-            self.problems.append(f"{name}={raw!r} is not one of {', '.join(allowed)}")
-            return None
-        return raw.strip().lower()
-
-    def flag(self, name: str) -> bool | None:
-        raw = self.env.get(name)
-        if raw is None or raw == "":
-            self.problems.append(f"{name} is not set (1 or 0)")
-            return None
-        low = raw.strip().lower()
-        if low in _TRUE:
-            return True
-        if low in _FALSE:
-            return False
-        self.problems.append(f"{name}={raw!r} is not a boolean (one of {', '.join(_TRUE + _FALSE)})")
-        return None
-
-    def json_object(self, name: str) -> dict[str, object]:
-        raw = self.env.get(name)
-        if raw is None or raw.strip() == "":
-            return {}
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            self.problems.append(f"{name} is not valid JSON ({exc.msg} at char {exc.pos}); expected a JSON object")
-            return {}
-        if not isinstance(value, dict):
-            self.problems.append(f"{name} is JSON {type(value).__name__}, expected a JSON object")
-            return {}
-        return value
-
-    def raise_if_any(self) -> None:
-        if self.problems:
-            raise ConfigError(_SOURCE, self.problems)
+# parsing: collect every problem (`env_reader.EnvReader`), then raise once
 
 
 def _read_train(env: Mapping[str, str]) -> TrainShape:
-    r = _Reader(env)
+    r = EnvReader(env, _SOURCE)
     global_batch = r.integer("ELASTICO_GLOBAL_BATCH")
     micro = r.integer("ELASTICO_MICRO_BATCH")
     accumulation = r.integer("ELASTICO_ACCUMULATION")
@@ -417,7 +340,7 @@ def _read_train(env: Mapping[str, str]) -> TrainShape:
 
 
 def _read_infer(env: Mapping[str, str]) -> InferShape:
-    r = _Reader(env)
+    r = EnvReader(env, _SOURCE)
     max_num_seqs = r.integer("ELASTICO_MAX_NUM_SEQS")
     gmu = r.fraction("ELASTICO_GPU_MEMORY_UTILIZATION")
     if gmu is not None and not 0.0 < gmu <= 1.0:

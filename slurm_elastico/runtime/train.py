@@ -67,7 +67,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import math
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -82,8 +81,10 @@ from torch.utils.checkpoint import checkpoint as _checkpoint
 
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.runtime.checkpoint import load_latest, restore_rng, save_checkpoint, state_path
+from slurm_elastico.runtime.data_order import batch_indices, stream_indices
 from slurm_elastico.runtime.dist import Group, membership
 from slurm_elastico.runtime.goodput import NoiseScale, done, optimizer_rule_problem
+from slurm_elastico.runtime.noise_gauge import NoiseGauge
 from slurm_elastico.runtime.progress import ProgressReporter
 from slurm_elastico.runtime.shape import EXIT_CHECKPOINTED, TrainShape
 from slurm_elastico.runtime.signals import checkpoint_requested
@@ -117,31 +118,6 @@ class TrainResult:
     @property
     def exit_code(self) -> int:
         return 0 if self.status == "done" else EXIT_CHECKPOINTED
-
-
-def batch_indices(data_seed: int, step: int, global_batch: int, dataset_len: int) -> torch.Tensor:
-    """Sample indices of optimizer step `step`: epoch-wise permutations of the dataset, a function of (seed, step) only.
-
-    Sample number p = step * global_batch + k of the stream is element
-    p mod N of the permutation of epoch p // N, seeded by (data_seed, epoch).
-    """
-    return stream_indices(data_seed, step * global_batch, global_batch, dataset_len)
-
-
-def stream_indices(data_seed: int, start: int, count: int, dataset_len: int) -> torch.Tensor:
-    """Samples `start` .. `start + count - 1` of the seed's stream (`batch_indices`): goodput mode's steps,
-    whose batches differ, take consecutive pieces of the same stream."""
-    if dataset_len < 1:
-        raise ValueError("the dataset is empty")
-    pos = torch.arange(start, start + count)
-    epochs = pos // dataset_len
-    out = torch.empty(count, dtype=torch.long)
-    for epoch in torch.unique(epochs).tolist():
-        g = torch.Generator().manual_seed(data_seed * 1_000_003 + epoch)
-        perm = torch.randperm(dataset_len, generator=g)
-        sel = epochs == epoch
-        out[sel] = perm[pos[sel] % dataset_len]
-    return out
 
 
 def set_activation_checkpointing(model: nn.Module, enabled: bool, blocks: Any = None) -> None:
@@ -250,12 +226,12 @@ def _train(
     dataset_len = len(data)
     scaler = torch.amp.GradScaler(device.type, enabled=shape.precision == "fp16")
     set_activation_checkpointing(model, shape.checkpointing)
-    gauge: _Gauge | None = None
+    gauge: NoiseGauge | None = None
     if shape.adaptive:
         why = optimizer_rule_problem(shape.lr_scaling, optimizer)
         if why:
             raise ConfigError("goodput mode", [why])
-        gauge = _Gauge(NoiseScale(shape.base_batch))
+        gauge = NoiseGauge(NoiseScale(shape.base_batch))
 
     step = 0
     resumed_from = None
@@ -374,7 +350,7 @@ def _optimizer_step(
     device: torch.device,
     max_grad_norm: float | None,
     group: Group,
-    gauge: _Gauge | None = None,
+    gauge: NoiseGauge | None = None,
 ) -> float:
     """One optimizer step over the global batch of `step`: this rank's slice as `accumulation` micro-batches,
     gradients summed over the ranks; returns the global batch's mean loss. In goodput mode (`gauge`) the
@@ -419,71 +395,6 @@ def _optimizer_step(
         gauge.ns.count_step(shape.global_batch)
     scaler.update()
     return total
-
-
-class _Gauge:
-    """Goodput mode's measuring in the loop: per-micro-batch squared gradient norms from parameter hooks, the
-    previous step's gradient for the one-gradient case, and the `NoiseScale` they feed."""
-
-    def __init__(self, ns: NoiseScale):
-        self.ns = ns
-        self.params: list[nn.Parameter] = []
-        self.handles: list[Any] = []
-        self.pending: torch.Tensor | float = 0.0
-        self.micro_sqr: list[float] = []
-        self.prev: torch.Tensor | None = None
-        self.prev_batch = 0
-
-    def attach(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        self.params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
-        self.handles = [p.register_hook(self._hook) for p in self.params]
-
-    def detach(self) -> None:
-        for h in self.handles:
-            h.remove()
-        self.handles = []
-
-    def _hook(self, grad: torch.Tensor) -> None:
-        # This backward's contribution to the parameter's gradient (before accumulation): the micro-batch's.
-        self.pending = self.pending + grad.detach().pow(2).sum(dtype=torch.float64)  # a tensor: no device sync here
-
-    def begin(self) -> None:
-        self.pending = 0.0
-        self.micro_sqr = []
-
-    def micro_done(self) -> None:
-        self.micro_sqr.append(float(self.pending))
-        self.pending = 0.0
-
-    def measure(self, shape: TrainShape, weight: float, loss_scale: float, group: Group) -> None:
-        """Fold this step's statistics (after the gradients were summed over the ranks) into the estimates."""
-        unscale = 1.0 / (weight * loss_scale) ** 2  # a hook saw weight x loss_scale x the micro-batch mean gradient
-        local_sum = group.sum_scalar(sum(self.micro_sqr) * unscale)
-        count = shape.accumulation * shape.ranks
-        grads = [p.grad for p in self.params if p.grad is not None]
-        flat = (torch.cat([g.detach().reshape(-1).double() for g in grads]) / loss_scale if grads
-                else torch.zeros(0, dtype=torch.float64))
-        total_sqr = float(flat.pow(2).sum())
-        if count >= 2:
-            self.ns.observe(local_sum / count, total_sqr, count, shape.global_batch)
-            self.prev = None
-            return
-        if self.prev is not None and self.prev_batch == shape.global_batch and self.prev.numel() == flat.numel():
-            local = (float(self.prev.pow(2).sum()) + total_sqr) / 2
-            both = float(((self.prev + flat) / 2).pow(2).sum())
-            self.ns.observe_differenced(local, both, shape.global_batch)
-        if math.isfinite(total_sqr):
-            self.prev, self.prev_batch = flat.clone(), shape.global_batch
-
-    def state(self) -> dict[str, Any]:
-        return {"goodput": self.ns.to_state(), "goodput_prev_grad": None if self.prev is None else self.prev.cpu(),
-                "goodput_prev_batch": self.prev_batch, "base_batch": self.ns.base_batch}
-
-    def restore(self, state: Mapping[str, Any], batch: int, device: torch.device) -> None:
-        self.ns = NoiseScale.from_state(state["goodput"])
-        prev = state.get("goodput_prev_grad")
-        self.prev_batch = int(state.get("goodput_prev_batch", 0))
-        self.prev = prev.to(device) if prev is not None and self.prev_batch == batch else None
 
 
 def _check_compatible(state: dict[str, Any], shape: TrainShape, data_seed: int, path: Path) -> None:
