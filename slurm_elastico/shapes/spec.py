@@ -346,6 +346,7 @@ def parse_spec(data: Any, source: str = "<family>") -> FamilySpec:
     ready = all(knobs.values()) and gpus and (shares or 1 not in gpus)
     if ready:
         count = math.prod(len(k) for k in knobs.values()) * (len(shares) + sum(1 for n in gpus if n > 1))
+        count *= 1 + (len(batch_rule.batches(global_batch)) if batch_rule is not None else 0)  # other batches too
         if count > MAX_SHAPES:
             c.bad("(top level)", f"the choices make {count} shapes; allowed: at most {MAX_SHAPES} (list fewer choices)")
             ready = False

@@ -120,3 +120,11 @@ def test_typed_families_keep_the_other_batches_and_the_own_default():
     fam = build_typed_family(parse_spec(ADAPTIVE), {"a100": 40960, "v100": 16384})
     assert {s.knob("global_batch") for s in fam.shapes} == {32, 64, 128, 256}
     assert fam.default_shape.knob("global_batch") == 64
+
+
+def test_the_other_batches_count_towards_the_shape_limit():
+    wide = train_spec(global_batch=1024, micro_batches=[1, 2, 4, 8, 16, 32, 64, 128], precisions=["fp32", "bf16"],
+                      checkpointing=[False, True], mps_shares=list(range(10, 101, 10)))
+    assert parse_spec(wide)  # 8 x 2 x 2 x 10 = 320 shapes
+    text = problems({**wide, "batch": {"adaptive": True, "min": 1, "max": 1 << 20}})
+    assert "the choices make 6720 shapes; allowed: at most 4096" in text  # 320 x (1 + 10 smaller + 10 larger)
