@@ -81,6 +81,7 @@ class JobShapes:
                  shares_per_gpu: int = MPS_SHARES_PER_GPU):
         self.family, self.candidates, self.job_id, self.gateway = family, tuple(candidates), job_id, gateway
         self.log, self.retries, self.sleep, self.shares_per_gpu = log, retries, sleep, shares_per_gpu
+        self.typed = any(s.gpu_type for s in family.shapes)
 
     def __call__(self) -> Found:
         if self.job_id is None or self.gateway is None:
@@ -88,7 +89,10 @@ class JobShapes:
         problem = ""
         for attempt in range(self.retries):
             try:
-                view = self.gateway.job(self.job_id)
+                # On a cluster of several types, a request that names none (an MPS share, an untyped gpu:N) does
+                # not say which type's shape runs: the node does.
+                view, node_type = self.gateway.job_on_type(self.job_id) if self.typed else (
+                    self.gateway.job(self.job_id), "")
             except ElasticoError as exc:  # Slurm down, or squeue printed something unparsable
                 problem = str(exc)
                 if attempt + 1 < self.retries:
@@ -97,7 +101,7 @@ class JobShapes:
             nodes = len(view.nodes) or None
             gpus = view.whole_gpus * (nodes or 1) or None
             shape, origin = choose_shape(self.family, self.candidates, view.admin_comment, view.mps_share or None,
-                                         self.shares_per_gpu, gpus, view.gres.gpu_type if view.gres else "")
+                                         self.shares_per_gpu, gpus, (view.gres.gpu_type if view.gres else "") or node_type)
             now = time.time()
             remaining = view.end_time - now if view.end_time is not None and view.time_limit_s is not None else None
             elapsed = now - view.start_time if view.start_time is not None else None

@@ -113,11 +113,28 @@ class SlurmGateway:
 
     def job(self, job_id: int) -> JobView:
         """One job's current view (from squeue); `UnknownJobError` when Slurm no longer lists it."""
+        return self._job(job_id)[0]
+
+    def _job(self, job_id: int) -> tuple[JobView, str]:
+        """(the job's view, squeue's text)."""
         argv = commands.squeue_job_json(job_id)
-        for j in parse_squeue(self._read(argv), _source(argv)):
+        text = self._read(argv)
+        for j in parse_squeue(text, _source(argv)):
             if j.job_id == job_id:
-                return j
+                return j, text
         raise UnknownJobError(argv, 0, f"job {job_id} is not in squeue")
+
+    def job_on_type(self, job_id: int) -> tuple[JobView, str]:
+        """The job's view and the GPU type of the node it runs on (its first): what a job whose request names no
+        type learns its type from. "" when it is not running, or the node's gres names no single type."""
+        job, text = self._job(job_id)
+        if not job.nodes:
+            return job, ""
+        nodes_argv = commands.nodes_json(slurm_version(text, "squeue --json"))
+        record = next((r for r in parse_sinfo(self._read(nodes_argv), _source(nodes_argv)) if r.name == job.nodes[0]),
+                      None)
+        types = {t for t, count in (record.gpu_types if record else ()) if count}
+        return job, next(iter(types)) if len(types) == 1 else ""
 
     def batch_script(self, job_id: int) -> str:
         """The job's batch script as Slurm keeps it; `UnknownJobError` when the job is gone.

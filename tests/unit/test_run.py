@@ -312,3 +312,20 @@ def test_a_named_shape_for_another_share_is_not_run(family):
     assert choose_shape(fam, candidates, named, 25)[0].name == "mb32-fp32-mps25"
     s, origin = choose_shape(fam, candidates, named, 50)
     assert s.resources.mps == 50 and "needs share 25" in origin
+
+
+def test_a_job_whose_request_names_no_type_runs_its_nodes_types_shape():
+    # An untyped mps:100 job Slurm started on a T4 node of a t4+a100 cluster, with no AdminComment yet or a stale
+    # one naming an A100 shape: it runs a T4 shape (bf16 or an A100's memory would not suit the T4).
+    from slurm_elastico.jobwrap.shape import family_from_spec
+
+    text = (Path(__file__).resolve().parents[2] / "wrappers" / "examples" / "train_tiny.family.yaml").read_text()
+    fam, candidates = family_from_spec(text, "x", 16384, (("t4", 15360), ("a100", 40960)))
+
+    class OnType(FakeGateway):
+        def job_on_type(self, job_id):
+            return self.job(job_id), "t4"
+
+    for comment in ("", "elastico:shape=" + next(c.name for c in candidates if c.gpu_type == "a100")):
+        found = JobShapes(fam, candidates, 5, OnType(view(comment, share=100)), log=print, sleep=lambda s: None)()
+        assert found.shape.gpu_type == "t4", (comment, found)
