@@ -62,7 +62,7 @@ def prepare(args: SubmitArgs, settings: config.Settings, env: Mapping[str, str],
                 problems.append(f"job script {args.script}: the first line must start with #! (as sbatch requires)")
     user_text = script_bytes.decode("utf-8", errors="surrogateescape")
     options = (*directive_options(user_text), *args.options)  # command line last: it wins, as in sbatch
-    limit = requested_types(options, env)
+    limit = requested_types(directive_options(user_text), args.options, env)
     types = memory_by_type(getattr(settings.gpu, "types", None))
     memory = settings_family_memory(types, settings.gpu.memory_mib)  # what the helper sizes the family for
     types = types if len(types) > 1 else {}
@@ -120,16 +120,21 @@ def prepare(args: SubmitArgs, settings: config.Settings, env: Mapping[str, str],
 
 
 
-def requested_types(options: Sequence[Option], env: Mapping[str, str]) -> tuple[str, ...]:
-    """The GPU types the job's own request names (`--gres=gpu:a100:2`, `--gpus=a100:2`, or SBATCH_GRES /
-    SBATCH_GPUS* when no option gives one): its family is limited to them (`shapes.typed.with_limit`)."""
-    found = gpu_types_requested(options)
-    if found:
-        return found
-    from_env = [Option(name, env[var]) for name, var in (("gres", "SBATCH_GRES"), ("gpus", "SBATCH_GPUS"),
-                                                          ("gpus-per-node", "SBATCH_GPUS_PER_NODE"),
-                                                          ("gpus-per-task", "SBATCH_GPUS_PER_TASK")) if env.get(var)]
-    return gpu_types_requested(from_env)
+GPU_REQUEST_ENV = (("gres", "SBATCH_GRES"), ("gpus", "SBATCH_GPUS"), ("gpus-per-node", "SBATCH_GPUS_PER_NODE"),
+                   ("gpus-per-task", "SBATCH_GPUS_PER_TASK"), ("gpus-per-socket", "SBATCH_GPUS_PER_SOCKET"))
+"""Each GPU request option and the input environment variable sbatch reads it from."""
+
+
+def requested_types(script: Sequence[Option], command_line: Sequence[Option], env: Mapping[str, str]
+                    ) -> tuple[str, ...]:
+    """The GPU types the job's own request names (`--gres=gpu:a100:2`, `--gpus=a100:2`): its family is limited to
+    them (`shapes.typed.with_limit`). Each option's value as sbatch takes it: the command line's, else its input
+    environment variable's (SBATCH_GRES, SBATCH_GPUS*), else the script's #SBATCH line."""
+    chosen: list[Option] = []
+    for name, var in GPU_REQUEST_ENV:
+        given = [o for o in command_line if o.name == name]
+        chosen += given or ([Option(name, env[var])] if env.get(var) else [o for o in script if o.name == name])
+    return gpu_types_requested(chosen)
 
 
 def _partition(options: Sequence[Option], env: Mapping[str, str]) -> str | None:

@@ -212,7 +212,13 @@ def test_a_typed_gpu_request_names_its_types_and_limits_the_family():
     assert gpu_types_requested([Option("gres", "gpu:a100:2")]) == ("a100",)
     assert gpu_types_requested([Option("gres", "gpu:2"), Option("gpus", "v100:1,t4:2")]) == ("v100", "t4")
     assert gpu_types_requested([Option("gres", "gpu:a100:2"), Option("gres", "mps:50")]) == ()  # the last one counts
-    assert requested_types((), {"SBATCH_GRES": "gpu:t4:1"}) == ("t4",)
+    assert requested_types((), (), {"SBATCH_GRES": "gpu:t4:1"}) == ("t4",)
+    # sbatch's order: the command line, then its input environment, then the script's #SBATCH lines
+    script, env = [Option("gres", "gpu:t4:1")], {"SBATCH_GRES": "gpu:a100:1"}
+    assert requested_types(script, [Option("gres", "gpu:2")], env) == ()  # an untyped request on the command line
+    assert requested_types(script, (), env) == ("a100",)
+    assert requested_types(script, (), {}) == ("t4",)
+    assert requested_types(script, [Option("gpus", "v100:1")], {}) == ("t4", "v100")  # other options: both count
     spec = parse_spec({**TRAIN, "gpu_types": ["a100", "v100"]})
     assert with_limit(spec, ("v100",)).gpu_types == ("v100",)
     with pytest.raises(ConfigError, match="allows only"):
