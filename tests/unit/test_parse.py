@@ -1,4 +1,5 @@
-"""Parsers of Slurm's JSON output, on output recorded from real 22.05 and 24.11 clusters.
+"""Parsers of Slurm's JSON output, on output recorded from real 22.05, 24.11 and 26.05 clusters (26.05's own
+cases: test_parse_2605.py).
 
 The expected values were read off the recorded files in tests/data/slurm/.
 """
@@ -23,6 +24,7 @@ from slurm_elastico.slurm.nodes import parse_sinfo
 from slurm_elastico.slurm.schema import (
     SCHEMA_V0038,
     SCHEMA_V0042,
+    SCHEMA_V0045,
     job_state,
     number,
     schema_of,
@@ -58,6 +60,8 @@ def jobs_by_id(version: str, name: str) -> dict:
         ("22.05", "sacct.json", "22.05.8", SCHEMA_V0038),  # openapi/dbv0.0.38
         ("24.11", "squeue_json.json", "24.11.5", SCHEMA_V0042),
         ("24.11", "sinfo_json.json", "24.11.5", SCHEMA_V0042),
+        ("26.05", "scontrol_show_node_json.json", "26.05.5", SCHEMA_V0045),
+        ("26.05", "sacct_json.json", "26.05.5", SCHEMA_V0045),
     ],
 )
 def test_version_and_schema_from_meta(version, name, release, schema):
@@ -201,7 +205,8 @@ HOSTILE = [
 ]
 
 
-@pytest.mark.parametrize("version,name", [("22.05", "squeue_json.json"), ("24.11", "squeue_json.json")])
+@pytest.mark.parametrize("version,name", [("22.05", "squeue_json.json"), ("24.11", "squeue_json.json"),
+                                          ("26.05", "squeue_json.json")])
 @pytest.mark.parametrize("value", HOSTILE)
 def test_hostile_names_and_comments_round_trip(version, name, value):
     doc = data(version, name)
@@ -412,7 +417,7 @@ def test_unknown_schema_names_what_it_found():
         parse_squeue(json.dumps(doc))
 
 
-@pytest.mark.parametrize("version,schema", [("22.05", "v0.0.38"), ("24.11", "v0.0.42")])
+@pytest.mark.parametrize("version,schema", [("22.05", "v0.0.38"), ("24.11", "v0.0.42"), ("26.05", "v0.0.45")])
 def test_missing_field_names_field_and_schema(version, schema):
     doc = data(version, "squeue_json.json")
     del doc["jobs"][1]["job_id"]
