@@ -29,7 +29,11 @@ What is kept: everything else of the model (its features, its correction, its vi
 recalibrated: the admission thresholds per floor (`admission.thresholds`, pooled: at most its target share of
 the bad adaptation pairs pass) and the gain rule's margin, from the chosen fit's cross-validated predictions,
 which are held-out predictions of the adaptation pairs (choosing the penalties on the same predictions
-makes them slightly optimistic). Pairs that did not fit train nothing
+makes them slightly optimistic). Two sets of thresholds: for pairs of jobs the adaptation pairs held, and, more
+cautious, for a pair with a job they did not (calibrated on the same held-out predictions made without the job
+corrections, and without the family ones: as such a pair is predicted). Without the second, pairs of new jobs
+were admitted on the first set's trust in corrections they do not get (on Gavel's K80, a model adapted on
+pairs of half the jobs let a third of the other half's bad pairs through in some draws). Pairs that did not fit train nothing
 and calibrate nothing, as in training: whether a pair fits is the memory check's question.
 
 Pure: numbers in, numbers out; `adapt_score` evaluates it as it will be used.
@@ -90,8 +94,10 @@ class TypeFit:
     class_penalties: dict[str, float]  # λ chosen per kind of class (inf: no corrections of that kind)
     cv_mape: float  # cross-validated MAPE of normalized throughput of the chosen fit, in the adaptation pairs
     model_cv_mape: float  # the unadapted model's MAPE on the same pairs (for comparison)
-    thresholds: np.ndarray = field(repr=False)  # admission threshold per floor (`admission.FLOORS`)
-    gain_margin: float = 0.0
+    thresholds: np.ndarray = field(repr=False)  # admission threshold per floor (`admission.FLOORS`), known jobs
+    thresholds_new: np.ndarray = field(repr=False)  # the same for a pair with a job the adaptation did not hold
+    known_jobs: frozenset[str] = frozenset()  # the job classes (`class_of`) of the adaptation pairs
+    gain_margin: float = 0.0  # the gain rule's margin (the larger of known and new jobs')
     mean_norm: float = 1.0  # 1 / mean slowdown of the adaptation samples (the trivial predictor on these pairs)
     n_pairs: int = 0  # adaptation pairs that ran together
 
@@ -138,7 +144,13 @@ class AdaptedView:
     def admission_margins(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
         """Margin on the floor per pair (`admission.margins`) from the pair's adapted worst normalized throughput."""
         worst = np.minimum(1.0 / self.predict(a, b), 1.0 / self.predict(b, a))
-        return margins(worst, self.fit.thresholds)
+        known = self.fit.known_jobs
+        new = np.array([class_of(p, "job") not in known or class_of(q, "job") not in known for p, q in zip(a, b)],
+                       dtype=bool)
+        out = margins(worst, self.fit.thresholds)
+        if new.any():
+            out[new] = margins(worst[new], self.fit.thresholds_new)
+        return out
 
 
 class Adapted:
@@ -276,11 +288,14 @@ class _Folds:
             fold_rhs[f] = rows.T @ y[fold == f]
         return cls(fold, x.T @ x, x.T @ y, fold_gram, fold_rhs)
 
-    def held_out(self, design: _Design, cols: np.ndarray, pen: np.ndarray) -> np.ndarray:
-        """Cross-validated normalized throughput of every sample: fitted on the samples outside its fold."""
+    def held_out(self, design: _Design, cols: np.ndarray, pen: np.ndarray, drop: Sequence[str] = ()) -> np.ndarray:
+        """Cross-validated normalized throughput of every sample: fitted on the samples outside its fold; without
+        the corrections of the kinds of class in `drop` (as a job of a class the fit never saw is predicted)."""
         sub = np.ix_(cols, cols)
         w = _solve(self.gram[sub][None] - self.fold_gram[:, cols][:, :, cols], self.rhs[cols][None]
                    - self.fold_rhs[:, cols], pen)
+        if drop:
+            w[:, np.isin(cols, np.concatenate([design.blocks[kind] for kind in drop]))] = 0.0
         return _predict_norm(design.base, design.x[:, cols], w[self.fold])
 
 
@@ -328,13 +343,25 @@ def fit_type(model_view, pairs: Sequence[Colocation], gpu_type: str) -> TypeFit:
         k = len(names)
         own[kind] = {c: float(w[block[i]]) for i, c in enumerate(names) if w[block[i]] != 0.0}
         partner[kind] = {c: float(w[block[k + i]]) for i, c in enumerate(names) if w[block[k + i]] != 0.0}
-    held_pairs, true_pairs = held.reshape(-1, 2), design.norm.reshape(-1, 2)  # samples come a, b per pair
-    t = thresholds([(held_pairs.min(axis=1), true_pairs.min(axis=1))])
-    over = held_pairs.sum(axis=1) / true_pairs.sum(axis=1)
-    gain = max(0.0, float(np.quantile(over, GAIN_QUANTILE)) - 1.0)
+    true_pairs = design.norm.reshape(-1, 2)  # samples come a, b per pair
+
+    def calibrated(pred: np.ndarray) -> tuple[np.ndarray, float]:
+        pairs = pred.reshape(-1, 2)
+        over = pairs.sum(axis=1) / true_pairs.sum(axis=1)
+        return (thresholds([(pairs.min(axis=1), true_pairs.min(axis=1))]),
+                max(0.0, float(np.quantile(over, GAIN_QUANTILE)) - 1.0))
+
+    t_seen, gain = calibrated(held)
+    # A pair with a job the adaptation pairs did not hold is predicted without that job's correction (and, for a new
+    # family, without the family's): its thresholds come from held-out predictions made the same way, the more
+    # cautious of the two, never below the seen pairs'.
+    t_new, gain_new = t_seen, gain
+    for drop in (CLASSES[1:], CLASSES):
+        t, g = calibrated(folds.held_out(design, cols, pen, drop))
+        t_new, gain_new = np.maximum(t_new, t), max(gain_new, g)
     return TypeFit(gpu_type, float(w[0]), 1.0 + float(w[1]), own, partner, lam_s, dict(zip(CLASSES, lams)), err,
-                   _mape(np.exp(-design.base), design.norm), t, gain, float(1.0 / np.mean(1.0 / design.norm)),
-                   n_pairs)
+                   _mape(np.exp(-design.base), design.norm), t_seen, t_new, frozenset(design.classes["job"]),
+                   max(gain, gain_new), float(1.0 / np.mean(1.0 / design.norm)), n_pairs)
 
 
 def adapt(model, observations: Sequence[Colocation]) -> Adapted:

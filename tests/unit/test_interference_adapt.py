@@ -234,3 +234,23 @@ def test_cli_bad_fraction_and_foreign_file(files, tmp_path):
     r = CliRunner().invoke(main, ["iac", "evaluate", "--model", str(files / "k80.json"), "--data",
                                   str(tmp_path / "gavel.csv"), "--adapt-fraction", "0.1"])
     assert r.exit_code == 2 and "missing column(s)" in r.output
+
+
+def test_pairs_with_a_job_the_adaptation_did_not_hold_get_the_cautious_thresholds():
+    from slurm_elastico.interference.admission import margins
+
+    jobs = _jobs()
+    effect = {class_of(p, "job"): e for p, e in zip(jobs, np.random.default_rng(5).normal(0.0, 0.3, len(jobs)))}
+    pairs = _pairs(lambda a, b: 0.2 + _base_log(a, b) + abs(effect[class_of(a, "job")]), n=60, noise=0.02,
+                   jobs=jobs)
+    fit = fit_type(Stub(), pairs, "new")
+    assert math.isfinite(fit.class_penalties["job"])  # the job corrections carry the data
+    assert np.all(fit.thresholds_new >= fit.thresholds) and np.any(fit.thresholds_new > fit.thresholds)
+    assert fit.known_jobs == {class_of(p, "job") for o in pairs for p in (o.a, o.b)}
+    view = adapt(Stub(), pairs).on_gpu("new")
+    stranger = SoloProfile("train", throughput=9.0, batch=20.0, model_family="fam0")  # a batch no pair had
+    a, b = [jobs[0], stranger], [jobs[1], jobs[1]]
+    worst = np.minimum(1.0 / view.predict(a, b), 1.0 / view.predict(b, a))
+    got = view.admission_margins(a, b)
+    assert got[0] == pytest.approx(margins(worst[:1], fit.thresholds)[0])
+    assert got[1] == pytest.approx(margins(worst[1:], fit.thresholds_new)[0])
