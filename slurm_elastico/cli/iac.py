@@ -61,7 +61,8 @@ def evaluate(data: str, model_path: str | None, kind: str | None, predictor: str
     slowdown, per-family and per-job corrections and admission margins are
     fitted on them (penalties chosen by cross-validation inside them), and
     the rest are scored, beside the unadapted model and the trivial
-    predictor that sees the same pairs (their mean slowdown). --seeds N
+    predictor that sees the same pairs (their mean slowdown per GPU type).
+    A type with too few pairs for F is skipped and named. --seeds N
     repeats over N draws. JSON: mape, trivial_mape, unadapted_mape,
     false_admit, good_admitted (means over draws, normalized throughput),
     intervals per method and figure under methods, each draw under draws.

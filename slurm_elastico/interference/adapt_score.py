@@ -5,8 +5,11 @@ per draw (seed), F of D's pairs of each GPU type (rounded, at least `adapt.MIN_P
 the first measured pairs; the model is adapted on them (`adapt.adapt`) and scored on the others beside
 
 - `unadapted`: the model as it is (its view of the GPU type, its own margins);
-- `trivial`: the mean slowdown of the same adaptation pairs, for every pair (admits with no margin, as the
-  trivial predictors of `scoring` do).
+- `trivial`: the mean slowdown of the same adaptation pairs (of each GPU type, as the adaptation is), for every
+  pair of that type (admits with no margin, as the trivial predictors of `scoring` do).
+
+A GPU type whose draw leaves too few pairs to adapt on or none to score is skipped, and said so (`skipped`);
+the command fails only when every type is.
 
 Over N draws each figure is given as the mean and a 95 % Student-t interval (null with one draw), and the
 ratio of the adapted model's MAPE to the trivial one's per draw (paired: the same pairs), with its interval.
@@ -33,11 +36,12 @@ METHODS = ("adapted", "unadapted", "trivial")
 FIGURES = ("mape_norm", "mape_slowdown", "false_admission", "good_admitted", "bad_of_admitted")
 
 
-def draw(observations: Sequence[Colocation], fraction: float, seed: int) -> tuple[list[int], list[int]]:
-    """(adaptation pair indices, test pair indices): `fraction` of each GPU type's pairs at random, by `seed`.
+def draw(observations: Sequence[Colocation], fraction: float, seed: int) -> tuple[list[int], list[int], dict[str, str]]:
+    """(adaptation pair indices, test pair indices, skipped GPU types with the reason): `fraction` of each GPU
+    type's pairs at random, by `seed`.
 
-    Raises `MeasurementError` when a type would have fewer than `MIN_PAIRS` adaptation pairs that ran together,
-    or no test pair that did."""
+    A type is skipped (neither adapted nor scored) when its adaptation part would hold fewer than `MIN_PAIRS`
+    pairs that ran together, or its test part none; `MeasurementError` when every type is, naming each."""
     if not 0.0 < fraction < 1.0:
         raise MeasurementError(f"adaptation fraction {fraction:g} is outside (0, 1): it is the share of the data's "
                                "pairs adapted on, the rest being scored")
@@ -47,22 +51,25 @@ def draw(observations: Sequence[Colocation], fraction: float, seed: int) -> tupl
         by_type.setdefault(o.gpu_type, []).append(i)
     if not by_type:
         raise MeasurementError("the data holds no pairs")
-    chosen, rest = [], []
+    chosen, rest, skipped = [], [], {}
     for gpu, idx in sorted(by_type.items()):
         order = [idx[j] for j in rng.permutation(len(idx))]
         k = int(round(fraction * len(idx)))
         head, tail = order[:k], order[k:]
         fitting = sum(observations[i].fits for i in head)
         if fitting < MIN_PAIRS:
-            raise MeasurementError(
-                f"too few pairs to adapt on GPU type {gpu}: {fraction:g} of its {len(idx)} pairs is {k}, of which "
-                f"{fitting} ran together; adaptation needs at least {MIN_PAIRS} (a larger --adapt-fraction or more data)")
-        if not any(observations[i].fits for i in tail):
-            raise MeasurementError(f"nothing left to score on GPU type {gpu}: the {len(tail)} pairs outside the "
-                                   f"adaptation fraction {fraction:g} have none that ran together; give a smaller fraction")
-        chosen += head
-        rest += tail
-    return sorted(chosen), sorted(rest)
+            skipped[gpu] = (f"too few pairs to adapt on GPU type {gpu}: {fraction:g} of its {len(idx)} pairs is {k}, "
+                            f"of which {fitting} ran together; adaptation needs at least {MIN_PAIRS} (a larger "
+                            "--adapt-fraction or more data)")
+        elif not any(observations[i].fits for i in tail):
+            skipped[gpu] = (f"nothing left to score on GPU type {gpu}: the {len(tail)} pairs outside the adaptation "
+                            f"fraction {fraction:g} have none that ran together (a smaller --adapt-fraction)")
+        else:
+            chosen += head
+            rest += tail
+    if len(skipped) == len(by_type):
+        raise MeasurementError("; ".join(skipped.values()))
+    return sorted(chosen), sorted(rest), skipped
 
 
 def trivial_norm(pairs: Sequence[Colocation]) -> float:
@@ -73,19 +80,21 @@ def trivial_norm(pairs: Sequence[Colocation]) -> float:
 
 def score_draw(model, observations: Sequence[Colocation], fraction: float, seed: int,
                floor: float = 0.6) -> dict:
-    """One draw: {"seed", "n_adapt_pairs", "n_test_pairs", "metrics": {method: figures}, "adaptation": per type}."""
+    """One draw: {"seed", "n_adapt_pairs", "n_test_pairs", "skipped" (GPU type: why), "trivial_norm" (per GPU
+    type), "metrics": {method: figures}, "adaptation": per GPU type}."""
     obs = list(observations)
-    head, tail = draw(obs, fraction, seed)
+    head, tail, skipped = draw(obs, fraction, seed)
     adapt_obs, test_obs = [obs[i] for i in head], [obs[i] for i in tail]
     adapted = adapt(model, adapt_obs)
     truth = true_norms(test_obs)
-    trivial = trivial_norm(adapt_obs)
+    trivial = {g: trivial_norm([o for o in adapt_obs if o.gpu_type == g]) for g in sorted(adapted.fits)}
     table = {
         "adapted": model_norms_and_margins(adapted, test_obs),
         "unadapted": model_norms_and_margins(model, test_obs),
-        "trivial": (np.full_like(truth, trivial), np.zeros(len(test_obs))),
+        "trivial": (np.array([[trivial[o.gpu_type]] * 2 for o in test_obs]).reshape(-1, 2), np.zeros(len(test_obs))),
     }
-    return {"seed": seed, "n_adapt_pairs": len(adapt_obs), "n_test_pairs": len(test_obs), "trivial_norm": trivial,
+    return {"seed": seed, "n_adapt_pairs": len(adapt_obs), "n_test_pairs": len(test_obs), "skipped": skipped,
+            "trivial_norm": trivial,
             "metrics": {m: metrics(truth, p, mg, floor) for m, (p, mg) in table.items()},
             "adaptation": {g: f.to_dict() for g, f in adapted.fits.items()}}
 
@@ -171,6 +180,8 @@ def format_adaptation(score: AdaptationScore) -> str:
 
     for m in METHODS:
         lines.append(f"{m:<11}" + "".join(f"{cell(s[m][f]):>24}" for f in FIGURES[:4]))
+    for reason in sorted({r for d in score.draws for r in d["skipped"].values()}):
+        lines.append(f"skipped: {reason}")
     r = score.ratio()
     band = "" if math.isnan(r["low"]) else f" [{r['low']:.2f}, {r['high']:.2f}]"
     lines.append(f"\nadapted / trivial MAPE on normalized throughput (paired by draw): {r['mean']:.2f}{band}")

@@ -129,10 +129,20 @@ def test_too_few_pairs_refused_naming_the_type():
 
 def test_draw_is_per_gpu_type_disjoint_and_by_seed():
     obs = _pairs(lambda a, b: 0.3, gpu="x", n=40) + _pairs(lambda a, b: 0.3, gpu="y", n=60, seed=3)
-    head, tail = draw(obs, 0.25, seed=7)
-    assert sorted(head + tail) == list(range(100)) and not set(head) & set(tail)
+    head, tail, skipped = draw(obs, 0.25, seed=7)
+    assert sorted(head + tail) == list(range(100)) and not set(head) & set(tail) and not skipped
     assert sum(obs[i].gpu_type == "x" for i in head) == 10 and sum(obs[i].gpu_type == "y" for i in head) == 15
-    assert draw(obs, 0.25, seed=7) == (head, tail) and draw(obs, 0.25, seed=8)[0] != head
+    assert draw(obs, 0.25, seed=7) == (head, tail, {}) and draw(obs, 0.25, seed=8)[0] != head
+
+
+def test_a_type_too_small_to_adapt_is_skipped_and_said_so():
+    obs = _pairs(lambda a, b: 0.3, gpu="x", n=12) + _pairs(lambda a, b: 0.1 + _base_log(a, b), gpu="y", n=60, seed=3)
+    head, tail, skipped = draw(obs, 0.2, seed=0)
+    assert set(skipped) == {"x"} and "GPU type x: 0.2 of its 12 pairs is 2" in skipped["x"]
+    assert {obs[i].gpu_type for i in head + tail} == {"y"}
+    result = score_draw(Stub(), obs, 0.2, seed=0)
+    assert result["skipped"] == skipped and set(result["trivial_norm"]) == set(result["adaptation"]) == {"y"}
+    assert result["n_test_pairs"] == len(tail)
 
 
 @pytest.mark.parametrize("fraction", [0.0, 1.0, -0.1, 1.5])
@@ -149,12 +159,12 @@ def test_too_small_a_fraction_refused_naming_what_to_change():
 def test_trivial_predictor_sees_exactly_the_adaptation_pairs():
     obs = _pairs(lambda a, b: 0.1 + 0.5 * _base_log(a, b), n=80, noise=0.05)
     result = score_draw(Stub(), obs, 0.2, seed=4)
-    head, tail = draw(obs, 0.2, seed=4)
+    head, tail, _ = draw(obs, 0.2, seed=4)
     expected = 1.0 / np.mean([1.0 / v for i in head for v in (obs[i].norm_a, obs[i].norm_b)])
-    assert result["trivial_norm"] == pytest.approx(expected)
-    assert result["trivial_norm"] == pytest.approx(trivial_norm([obs[i] for i in head]))
+    assert result["trivial_norm"]["new"] == pytest.approx(expected)
+    assert result["trivial_norm"]["new"] == pytest.approx(trivial_norm([obs[i] for i in head]))
     assert result["adaptation"]["new"]["mean_norm"] == pytest.approx(expected)  # the adaptation saw the same pairs
-    assert result["trivial_norm"] != pytest.approx(trivial_norm([obs[i] for i in tail]), rel=1e-6)
+    assert result["trivial_norm"]["new"] != pytest.approx(trivial_norm([obs[i] for i in tail]), rel=1e-6)
     assert (result["n_adapt_pairs"], result["n_test_pairs"]) == (len(head), len(tail))
     # Adapting to a different scale beats both the unadapted stub and the constant.
     m = result["metrics"]
@@ -254,3 +264,11 @@ def test_pairs_with_a_job_the_adaptation_did_not_hold_get_the_cautious_threshold
     got = view.admission_margins(a, b)
     assert got[0] == pytest.approx(margins(worst[:1], fit.thresholds)[0])
     assert got[1] == pytest.approx(margins(worst[1:], fit.thresholds_new)[0])
+
+
+def test_trivial_predictor_is_per_gpu_type_like_the_adaptation():
+    obs = _pairs(lambda a, b: 0.2, gpu="x", n=40) + _pairs(lambda a, b: 0.6, gpu="y", n=40, seed=3)
+    result = score_draw(Stub(), obs, 0.25, seed=1)
+    assert result["trivial_norm"]["x"] == pytest.approx(math.exp(-0.2))
+    assert result["trivial_norm"]["y"] == pytest.approx(math.exp(-0.6))
+    assert result["metrics"]["trivial"]["mape_norm"] == pytest.approx(0.0, abs=1e-12)
