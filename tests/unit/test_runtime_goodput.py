@@ -221,3 +221,10 @@ def test_fp16_loss_scaling_is_taken_out_of_the_measured_norms(tmp_path):
     # The grad scaler multiplies the loss by 65536: unless divided out, |G|^2 and the noise scale would be off
     # by 2^32; autocast itself moves them by far less than a factor of 2.
     assert 0.5 < r16.grad_noise_scale / r32.grad_noise_scale < 2
+
+
+def test_relaunch_after_completion_is_a_no_op_even_at_another_batch(tmp_path):
+    first, [r1], _ = run_job(tmp_path, [(ada(64, 16), None)])
+    again, [r2], _ = run_job(tmp_path, [(ada(32, 16), None)])
+    assert r2.status == "done" and r2.steps_run == 0 and torch.equal(first, again)
+    assert (r2.progress, r2.samples, r2.step) == (r1.progress, r1.samples, r1.step)
