@@ -71,6 +71,8 @@ def up(state_dir, nodes, gpus, shares_per_gpu, accounting, port_base, kill_wait,
 def down(state_dir) -> None:
     """Cancel every job, then stop the daemons this cluster started (by their pid files)."""
     result = LocalCluster.from_state_dir(state_dir).down()
+    if result.jobs_problem:
+        click.echo(f"warning: no job was cancelled: {result.jobs_problem}", err=True)
     if result.stopped:
         click.echo(f"cancelled {result.cancelled_jobs} job(s); stopped {', '.join(result.stopped)} "
                    f"in {result.seconds:.1f} s")

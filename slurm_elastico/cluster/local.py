@@ -42,7 +42,7 @@ from slurm_elastico.errors import ClusterError, ParseError, SlurmError
 from slurm_elastico.slurm import commands
 from slurm_elastico.slurm.jobs import parse_squeue
 from slurm_elastico.slurm.nodes import NodeRecord, parse_sinfo
-from slurm_elastico.slurm.runner import Completed, SubprocessRunner
+from slurm_elastico.slurm.runner import Completed, Runner, SubprocessRunner
 
 STATE_DIR_ENV = "ELASTICO_CLUSTER_DIR"
 
@@ -61,7 +61,7 @@ class LocalCluster:
     def __init__(self, state_dir: str | os.PathLike | None = None, nodes: int = 4, gpus_per_node: int = 4,
                  shares_per_gpu: int = 100, accounting: bool = False, port_base: int = DEFAULT_PORT_BASE,
                  kill_wait: int = 30, cpus_per_node: int = 8, memory_mb: int = 8000, timeout: float = 60.0,
-                 gpu_types: str = ""):
+                 gpu_types: str = "", runner: Runner | None = None):
         self.layout = Layout(Path(state_dir or default_state_dir()).expanduser().absolute())
         self.accounting = accounting
         self.timeout = timeout
@@ -77,7 +77,8 @@ class LocalCluster:
         self._spec: ClusterSpec | None = None
         self._version_text = ""
         self._children: list[subprocess.Popen] = []  # foreground daemons (mariadbd) to reap
-        self._runner = SubprocessRunner(self.env(), COMMAND_TIMEOUT_S)  # Slurm's client commands
+        # Slurm's client commands; another runner (a test's) must aim them at this cluster, as `env()` does.
+        self._runner = runner or SubprocessRunner(self.env(), COMMAND_TIMEOUT_S)
 
     @classmethod
     def from_state_dir(cls, state_dir: str | os.PathLike | None = None, **overrides) -> "LocalCluster":
@@ -149,9 +150,18 @@ class LocalCluster:
         return UpResult(tuple(started), tuple(installed), time.monotonic() - start, self._version_text)
 
     def down(self) -> DownResult:
-        """Cancel every job, then stop this cluster's daemons by their pid files (nothing else)."""
+        """Cancel every job, then stop this cluster's daemons by their pid files (nothing else).
+
+        The daemons are stopped even when the jobs cannot be listed or cancelled (a Slurm whose JSON the parsers
+        refuse, a controller that does not answer): the result then says why no job was cancelled
+        (`DownResult.jobs_problem`), and the jobs' processes end with the daemons or are left to the caller.
+        """
         start = time.monotonic()
-        cancelled = self._cancel_jobs()
+        problem = ""
+        try:
+            cancelled = self._cancel_jobs()
+        except ClusterError as exc:
+            cancelled, problem = 0, str(exc)
         stopped = []
         for daemon in self._stop_order():
             if daemons.stop(daemon.pid_file, daemon.program) is not None:
@@ -159,7 +169,7 @@ class LocalCluster:
         for child in self._children:
             child.poll()  # reap, so no zombie of ours is left behind
         self._children.clear()
-        return DownResult(tuple(stopped), cancelled, time.monotonic() - start)
+        return DownResult(tuple(stopped), cancelled, time.monotonic() - start, problem)
 
     def status(self) -> ClusterStatus:
         """Each expected daemon's pid and, when the controller runs, each node's state."""
@@ -292,6 +302,20 @@ class LocalCluster:
         """The jobs still active (pending, running, suspended, completing); none while the controller does not answer."""
         return [j.job_id for j in _parsed(parse_squeue, self._slurm(commands.squeue_json())) if j.state.active]
 
+    def _job_ids_text(self) -> list[int]:
+        """The active jobs' ids from squeue's plain text (`commands.squeue_ids`): what `down` falls back on when
+        the JSON parsers refuse this Slurm's output, so that it can still cancel them. `ClusterError` when
+        squeue fails or prints something other than one job id a line."""
+        out = self._slurm(commands.squeue_ids())
+        if out.returncode != 0:
+            raise ClusterError(f"`{' '.join(commands.squeue_ids())}` failed (exit {out.returncode}): "
+                               f"{out.stderr.strip() or 'no message'}")
+        lines = [line.strip() for line in out.stdout.splitlines() if line.strip()]
+        bad = [line for line in lines if not line.isdigit()]
+        if bad:
+            raise ClusterError(f"`{' '.join(commands.squeue_ids())}` printed {bad[0]!r} where a job id was expected")
+        return [int(line) for line in lines]
+
     def _wait_for_nodes(self, spec: ClusterSpec, launched: dict[str, float]) -> None:
         """Wait until every node is usable and each slurmd started now has registered.
 
@@ -336,18 +360,21 @@ class LocalCluster:
         munge = next(d for d in self._stop_order() if d.name == "munged")
         if daemon.pid() is None or munge.pid() is None:
             return 0
-        jobs = self._job_ids()
+        try:
+            jobs, listed = self._job_ids(), self._job_ids
+        except ClusterError:  # JSON this version does not read: the ids alone are enough to cancel the jobs
+            jobs, listed = self._job_ids_text(), self._job_ids_text
         if jobs:
             self._slurm(commands.cancel(jobs))
-            daemons.wait_for(lambda: not self._job_ids(), self._params["kill_wait"] + 10, interval=0.2)
+            daemons.wait_for(lambda: not listed(), self._params["kill_wait"] + 10, interval=0.2)
         return len(jobs)
 
 
-def _parsed(parse: Callable[[str], tuple[_R, ...]], out: Completed) -> tuple[_R, ...]:
+def _parsed(parse: Callable[[str, str], tuple[_R, ...]], out: Completed) -> tuple[_R, ...]:
     """`parse` of a command's JSON output; nothing when the command failed (the controller is not answering)."""
     if out.returncode != 0:
         return ()
     try:
-        return parse(out.stdout)
+        return parse(out.stdout, " ".join((Path(out.argv[0]).name, *out.argv[1:])))
     except ParseError as exc:
-        raise ClusterError(f"`{' '.join(out.argv)}` printed what the parser does not understand: {exc}") from None
+        raise ClusterError(f"the local cluster cannot read its Slurm's answer: {exc}") from None

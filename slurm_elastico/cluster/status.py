@@ -78,3 +78,5 @@ class DownResult:
     stopped: tuple[str, ...]
     cancelled_jobs: int
     seconds: float
+    jobs_problem: str = ""
+    """Why no job was cancelled though the daemons were stopped ("" when the jobs were listed)."""

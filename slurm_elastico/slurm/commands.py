@@ -41,6 +41,13 @@ def squeue_json() -> list[str]:
     return ["squeue", "--all", "--json"]
 
 
+def squeue_ids() -> list[str]:
+    """The active jobs' ids, one a line, in plain text: the local cluster's `down` cancels jobs with it when the
+    JSON parsers refuse a Slurm's output (a schema they do not know), since a job id reads the same on every
+    version."""
+    return ["squeue", "--noheader", "--format=%A"]
+
+
 def squeue_job_json(job_id: int) -> list[str]:
     """One job's record, finished or not (a caller waits for a job to end through it).
 
