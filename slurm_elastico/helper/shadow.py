@@ -6,7 +6,7 @@ done, with the JCT gain the plan predicts, in its own table (`shadow_journal`).
 The no-change guarantee is structural, in two layers:
 
 - the executor gets a `ReadOnlyGateway`: it offers only the gateway's reads
-  (`snapshot`, `job`, `jobs`, `batch_script`, `sacct`, `argv_for`); every other
+  an epoch makes (`snapshot`, `job`, `jobs`, `batch_script`, `argv_for`); every other
   attribute (apply, release, signal, forget_place, set_*, requeue*, preempt,
   resume, ...) raises `ShadowRefused` without touching the gateway behind it;
 - that gateway's runner is a `slurm.readonly.GuardedRunner` that refuses any
@@ -51,9 +51,10 @@ SCHEMA.append(
     )""")
 SCHEMA.append("CREATE INDEX IF NOT EXISTS shadow_journal_epoch ON shadow_journal (epoch)")
 
-READS = frozenset({"snapshot", "jobs", "job", "batch_script", "sacct", "argv_for", "shares_per_gpu",
-                   "gpu_memory_mib", "type_memory"})
-"""What a `ReadOnlyGateway` offers of the gateway behind it: its reads and its settings, nothing that acts."""
+READS = frozenset({"snapshot", "jobs", "job", "batch_script", "argv_for", "shares_per_gpu", "gpu_memory_mib",
+                   "type_memory"})
+"""What a `ReadOnlyGateway` offers of the gateway behind it: the reads an epoch makes and the gateway's settings,
+nothing that acts."""
 
 
 class ReadOnlyGateway:
@@ -276,8 +277,11 @@ def parse_when(text: str, now: float, what: str = "--start") -> float:
 
 
 def render_report(summary: dict) -> str:
-    """`shadow_report`'s summary for a person."""
-    from slurm_elastico.helper.epoch import local_time
+    """`shadow_report`'s summary for a person (times in this host's zone, with its offset, as the epoch lines)."""
+    import datetime
+
+    def local_time(at: float) -> str:
+        return datetime.datetime.fromtimestamp(at, datetime.timezone.utc).astimezone().isoformat(timespec="seconds")
 
     lines = [f"shadow mode from {local_time(summary['since'])} to {local_time(summary['until'])}"]
     if summary["first_epoch"] is None:

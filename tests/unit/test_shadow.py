@@ -289,3 +289,30 @@ def test_one_config_key_switches_shadow_and_act_and_acting_stays_the_default(tmp
     p.write_text(f"state_dir: {tmp_path}/state\nhelper:\n  mode: watch\n")
     with pytest.raises(ConfigError, match="helper.mode: 'watch' is not one of 'act', 'shadow'"):
         load(str(p))
+
+
+# ---------------------------------------------------------------- what the observer keeps
+
+
+def test_a_shadow_observer_records_real_progress_but_judges_no_pair_and_keeps_the_samples_for_acting(tmp_path):
+    from slurm_elastico.helper.observer import ProgressObserver
+    from tests.unit.test_probe_revert import FAM, PROFILE, T0, Margin, steps, write
+
+    d1, d2, epochs = steps(tmp_path)
+    with Store(tmp_path / "s.sqlite") as store:
+        shadow = ProgressObserver(store, "p100", Margin(0.2), shadow=True)
+        for s, done1, done2, at in epochs:
+            write(d1, d2, done1, done2, at)
+            progress, _, _ = shadow(s, {1: FAM, 2: FAM}, dry_run=False)
+        assert progress == {1: 73, 2: 25}
+        assert {r["job_id"] for r in store.query("SELECT job_id FROM progress_reading")} == {1, 2}
+        assert store.query("SELECT COUNT(*) AS n FROM solo_rate")[0]["n"] > 0
+        # The pair that does not pay (the acting observer reverts it at this margin) is neither judged nor refused:
+        assert shadow.reverted == [] and store.query("SELECT COUNT(*) AS n FROM pair_refusal")[0]["n"] == 0
+        assert not shadow.refusals.refused(PROFILE, PROFILE, T0 + 41)
+        assert store.query("SELECT COUNT(*) AS n FROM pair_rate")[0]["n"] > 0  # its samples wait for acting
+        acting = ProgressObserver(store, "p100", Margin(0.2))
+        s, done1, done2, at = epochs[-1]
+        write(d1, d2, done1 + 1, done2 + 1, at + 1)
+        acting(s, {1: FAM, 2: FAM}, dry_run=False)
+        assert [v.jobs for v in acting.reverted] == [(1, 2)]  # the acting helper judges what shadow observed
