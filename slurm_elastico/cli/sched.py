@@ -96,7 +96,9 @@ class Output:
         from slurm_elastico.helper.epoch import render
 
         if self.log_format == "json":
-            level = "warning" if result.outage or any(o.status != "done" for o in result.outcomes) else "info"
+            # a shadow action is fine unless the acting helper would be refused (its error says so)
+            level = "warning" if result.outage or any(o.status not in ("done", "shadow") or o.error
+                                                      for o in result.outcomes) else "info"
             click.echo(jsonout.dumps({"ts": time.time(), "level": level, "event": "epoch", **result.to_dict()}))
         else:
             click.echo(jsonout.dumps(result.to_dict()) if self.as_json else render(result))

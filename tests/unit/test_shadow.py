@@ -316,3 +316,18 @@ def test_a_shadow_observer_records_real_progress_but_judges_no_pair_and_keeps_th
         write(d1, d2, done1 + 1, done2 + 1, at + 1)
         acting(s, {1: FAM, 2: FAM}, dry_run=False)
         assert [v.jobs for v in acting.reverted] == [(1, 2)]  # the acting helper judges what shadow observed
+
+
+def test_a_shadow_epochs_json_log_line_is_info_unless_the_acting_helper_would_be_refused(store, capsys):
+    from slurm_elastico.cli.sched import Output
+    from slurm_elastico.helper.executor import Outcome
+
+    snap, fams = busy_cluster()
+    result = run_once(ReadOnlyGateway(Recorder(snap)), Settings(), Fixed(fams), None, ShadowJournal(store), NOW,
+                      shadow=True)
+    Output(False, "json").epoch(result)
+    refused = dataclasses.replace(result, outcomes=(Outcome(result.outcomes[0].action, "shadow", "would be refused"),))
+    Output(False, "json").epoch(refused)
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(line["level"], line["slurm_changes"], line["mode"]) for line in lines] == [("info", None, "shadow"),
+                                                                                        ("warning", None, "shadow")]
