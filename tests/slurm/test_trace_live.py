@@ -1,7 +1,7 @@
 """`elastico trace from-sacct` on the real local cluster's accounting (slurmdbd and MariaDB).
 
-GPU jobs that completed, an array of two GPU tasks, a GPU job still running, one cancelled before it started and
-one that asked for no GPU: the trace file holds the GPU jobs that ran or run, each array task a row of its own,
+GPU jobs that completed, an array of two GPU tasks, a GPU job still running, one cancelled while it waited (a job
+held and cancelled before it was ever eligible is not in sacct's window at all) and one that asked for no GPU: the trace file holds the GPU jobs that ran or run, each array task a row of its own,
 not the other two, which the summary counts with their reasons; a window with no job writes nothing and exits 1.
 """
 
@@ -44,13 +44,21 @@ def test_the_trace_holds_the_gpu_jobs_and_counts_the_skipped_ones(slurm_cluster,
         done = sbatch(c, "--gres=gpu:1")
         array = sbatch(c, "--gres=gpu:1", "--array=0-1")
         plain = sbatch(c)  # no GPU
-        never = sbatch(c, "--gres=gpu:1", "--hold")
         running = sbatch(c, "--gres=gpu:1", seconds=120)
+        node = wait_for(lambda: c.gateway.job(running).nodes, "the long job to start", 60)[0]
+        # pending (eligible: sacct lists it; a held job, never eligible, it would not), then cancelled
+        never = sbatch(c, "--gres=gpu:1", "--exclusive", f"--nodelist={node}")
+        wait_for(lambda: c.gateway.job(never).state is JobState.PENDING, "the exclusive job to wait", 30)
+        time.sleep(2)
         subprocess.run(["scancel", str(never)], env=c.env, capture_output=True, timeout=30, check=True)
+
+        seen: dict = {}
 
         def recorded():
             runs = runs_by_job(c.gateway.sacct(start=since))
             last = {j: r[-1] for j, r in runs.items()}
+            seen.clear()
+            seen.update({j: (r.state.value, r.array_job_id, r.array_task_id) for j, r in last.items()})
             tasks = [r for r in last.values() if r.array_job_id == array]
             return (last.get(done) and last[done].state is JobState.COMPLETED
                     and last.get(plain) and last[plain].state is JobState.COMPLETED
@@ -58,7 +66,11 @@ def test_the_trace_holds_the_gpu_jobs_and_counts_the_skipped_ones(slurm_cluster,
                     and last.get(running) and last[running].state is JobState.RUNNING
                     and len(tasks) == 2 and all(r.state is JobState.COMPLETED for r in tasks))
 
-        wait_for(recorded, "accounting to show every job as it ended (or runs)", 90)
+        try:
+            wait_for(recorded, "accounting to show every job as it ended (or runs)", 90)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; sacct shows {seen} for done {done}, array {array}, plain {plain}, never "
+                                 f"{never}, running {running}") from None
         out = tmp_path / "trace.csv"
         got = trace(c, "--since", since, "--out", str(out), "--json")
         assert got.returncode == 0, got.stderr
