@@ -147,3 +147,29 @@ def test_a_shadow_epoch_lists_the_acting_helpers_actions_and_changes_no_job(setu
     assert any(CHANGES.search(line) for line in log.read_text(errors="replace")[log_from:].splitlines())
     now = jobs_as_slurm_shows_them(slurm_env, set(ids))
     assert any(now[i] != after[i] for i in queued)
+
+
+def test_helper_mode_shadow_reads_elastico_submit_families_through_the_guard_and_repeats_its_plan(slurm_cluster,
+                                                                                                  tmp_path):
+    from live_helpers import Cluster, epoch
+
+    c = Cluster(dict(slurm_cluster.env()), tmp_path / "c", {"f.yaml": PLANNED_FAMILY}, config="helper: {mode: shadow}\n")
+    script = tmp_path / "c" / "job.sh"
+    script.write_text(JOB)
+    try:
+        ids = [c.submit("f.yaml", script, options=("--gres=mps:25", "--begin=now+600")) for _ in range(2)]
+        before = jobs_as_slurm_shows_them(dict(slurm_cluster.env()), set(ids))
+        first, second = epoch(c), epoch(c)  # the config key alone: no --shadow on the command line
+        after = jobs_as_slurm_shows_them(dict(slurm_cluster.env()), set(ids))
+        for e in (first, second):
+            assert e["mode"] == "shadow" and e["slurm_changes"] == 0
+            assert {a["job_id"] for a in e["actions"]} == set(ids), e["actions"]
+        # Nothing happened, so the second epoch proposes the same (an acting one would wait for its starts).
+        assert [(a["job_id"], a["kind"], a["share"]) for a in second["actions"]] == \
+               [(a["job_id"], a["kind"], a["share"]) for a in first["actions"]]
+        assert before == after
+        with c.store() as store:
+            managed = {r["job_id"] for r in store.query("SELECT job_id FROM job_admission WHERE managed = 1")}
+        assert managed == set(ids)  # each batch script was read (scontrol write batch_script JOB -) and kept
+    finally:
+        c.cancel_all()
