@@ -112,6 +112,7 @@ class TypeFit:
         return out
 
     def to_dict(self) -> dict:
+        """What the adaptation chose, for reports; an infinite penalty (that part not fitted) is null in JSON."""
         return {"gpu_type": self.gpu_type, "offset": self.offset, "scale": self.scale, "own": self.own,
                 "partner": self.partner, "scale_penalty": self.scale_penalty, "class_penalties": self.class_penalties,
                 "cv_mape": self.cv_mape, "model_cv_mape": self.model_cv_mape, "gain_margin": self.gain_margin,
