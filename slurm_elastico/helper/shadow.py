@@ -269,8 +269,8 @@ def parse_when(text: str, now: float, what: str = "--start") -> float:
         try:
             when = datetime.datetime.fromisoformat(t)
         except ValueError:
-            pass
-        else:
+            when = None  # not a date either: the error below says what is allowed
+        if when is not None:
             return (when if when.tzinfo else when.astimezone()).timestamp()
     raise ValueError(f"{what} {text!r}: allowed: now, now-N[seconds|minutes|hours|days|weeks], an ISO date or "
                      "date and time (2026-12-01, 2026-12-01T08:00), or Unix seconds")

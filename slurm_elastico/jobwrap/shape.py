@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,8 +52,9 @@ def family_from_spec(text: str, source: str, gpu_memory_mib: int, gpu_types: Seq
         types = dict(gpu_types)
         try:
             return build_typed_family(spec, types, figures=figures), enumerate_typed(spec, types, figures=figures)
-        except ConfigError:  # a type without public figures here: the untyped shapes, read by their base names
-            pass
+        except ConfigError as exc:  # a type without public figures here: the untyped shapes, by their base names
+            print(f"elastico-run: warning: the family's typed shapes cannot be built ({exc}); running its untyped "
+                  "shapes, read by their base names", file=sys.stderr, flush=True)
     return build_family(spec, gpu_memory_mib), enumerate_shapes(spec, gpu_memory_mib)
 
 
