@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import fields
 from pathlib import Path
 
+from slurm_elastico.atomic import write_atomic
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.history.past import PastJob
 
@@ -43,18 +44,8 @@ def render(jobs: Iterable[PastJob]) -> str:
 
 
 def write(jobs: Iterable[PastJob], path: str | os.PathLike[str]) -> None:
-    """Replace `path` with the trace (write, fsync, rename): a file there is the old one or the whole new one."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8", newline="") as f:
-            f.write(render(jobs))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """Replace `path` with the trace (`atomic.write_atomic`): a file there is the old one or the whole new one."""
+    write_atomic(path, lambda f: f.write(render(jobs).encode("utf-8")))
 
 
 def read(path: str | os.PathLike[str]) -> list[PastJob]:

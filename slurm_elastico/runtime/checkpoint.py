@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from slurm_elastico.atomic import write_atomic
 from slurm_elastico.errors import ElasticoError
 
 log = logging.getLogger(__name__)
@@ -145,30 +146,6 @@ class _HashingFile:
         self.f.flush()
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_atomic(path: Path, write: Any) -> Any:
-    """Write via `write(file)` to a temporary sibling, fsync, rename over `path`; returns what `write` returned."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            result = write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-    return result
-
-
 def save_checkpoint(
     directory: str | os.PathLike[str],
     step: int,
@@ -200,7 +177,7 @@ def save_checkpoint(
     # Re-saving a committed step (a resume that ran no step) would pair the old
     # manifest with a half-renamed new state; uncommit it first so a kill falls back to an older one.
     manifest_path(directory, step).unlink(missing_ok=True)
-    hashing = _write_atomic(target, write_state)
+    hashing = write_atomic(target, write_state)
     manifest = {
         "format": FORMAT,
         "step": step,
@@ -213,7 +190,7 @@ def save_checkpoint(
         "meta": dict(meta or {}),
     }
     text = json.dumps(manifest, indent=1, sort_keys=True).encode()
-    _write_atomic(manifest_path(directory, step), lambda f: f.write(text))
+    write_atomic(manifest_path(directory, step), lambda f: f.write(text))
     _prune(directory, keep, step)
     return target
 

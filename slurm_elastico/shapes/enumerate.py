@@ -48,10 +48,7 @@ def enumerate_shapes(spec: FamilySpec, gpu_memory_mib: int,
                                        knobs["max_num_seqs"], knobs["kv_cache_dtype"], 100 if multi else share,
                                        gpus, spec.parallel)
             knobs_full = {**knobs, PARALLEL_KNOB[spec.parallel]: gpus} if multi else dict(knobs)
-        for source in (profiles.get(name), spec.declared.get(name)):  # later wins
-            if source is not None:
-                tput = source.throughput if source.throughput is not None else tput
-                mem = source.gpu_mem_mib if source.gpu_mem_mib is not None else mem
+        tput, mem = _declared(name, tput, mem, spec, profiles)
         if tput <= 0 or mem > gpu_memory_mib:
             continue
         ranks = gpus if multi else 1
@@ -92,10 +89,7 @@ def _other_batches(spec: FamilySpec, gpu_memory_mib: int, profiles: Mapping[str,
                     tput, mem = estimate.train(spec.model, batch, micro, knobs["precision"], knobs["checkpointing"],
                                                100 if multi else share, gpus, base_batch=base)
                     tput *= min(1.0, batch / base)
-                    for source in (profiles.get(name), spec.declared.get(name)):  # later wins
-                        if source is not None:
-                            tput = source.throughput if source.throughput is not None else tput
-                            mem = source.gpu_mem_mib if source.gpu_mem_mib is not None else mem
+                    tput, mem = _declared(name, tput, mem, spec, profiles)
                     if tput <= 0 or mem > gpu_memory_mib:
                         continue
                     full = {**knobs, "accumulation": batch // (micro * gpus), "global_batch": batch,
@@ -172,3 +166,13 @@ def front_of(spec: FamilySpec, shapes: Sequence[Shape], keep: str | None = None)
     for s in shapes:
         groups.setdefault(s.knob("global_batch") if spec.batch is not None else None, []).append(s)
     return [s for group in groups.values() for s in pareto(group, keep=keep)]
+
+
+def _declared(name: str, tput: float, mem: float, spec, profiles) -> tuple[float, float]:
+    """A shape's estimated throughput and memory, replaced by what a profile, then the spec's `declared`, say of
+    it (the later wins)."""
+    for source in (profiles.get(name), spec.declared.get(name)):
+        if source is not None:
+            tput = source.throughput if source.throughput is not None else tput
+            mem = source.gpu_mem_mib if source.gpu_mem_mib is not None else mem
+    return tput, mem

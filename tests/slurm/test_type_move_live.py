@@ -131,8 +131,9 @@ def test_a_move_slurm_would_strand_is_refused_before_the_job_is_touched(typed):
     """Slurm accepts an unknown type, another case or too many GPUs with exit 0 and the job then never runs."""
     cluster, c = typed
     job = sbatch(c, *(("--gres=gpu:t4:1",) if typed_slurm(cluster) else ("--gres=gpu:1", "--nodelist=n1")))
-    refusals = [(job, 1, "h100", "GPU type 'h100': Slurm knows no such type on this cluster; the types its nodes "
-                                 "have are t4, a100"),
+    # the job's partition holds both types' nodes: the types it could reach are named
+    refusals = [(job, 1, "h100", f"GPU type 'h100': Slurm knows no such type on its partition "
+                                 f"{c.gateway.job(job).partition}; the types its nodes have are t4, a100"),
                 (job, 1, "A100", "GPU type 'A100'"),
                 (job, 8, "a100", "8 GPU(s) of type a100 on each of 1 node(s): 0 node(s) have that many (n2: 4)")]
     if not typed_slurm(cluster):  # 22.05 keeps a job's first type
