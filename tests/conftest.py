@@ -125,8 +125,8 @@ def cpu_turn(request, tmp_path_factory):
 
 PHASE_ENV = "ELASTICO_TEST_PHASE"
 """`shared`: every test but those marked `alone`; `alone`: only those; unset: all. `make test` runs the shared
-phase on six workers, then the alone phase by itself: under the shared/exclusive locks alone, the probe-and-revert
-test still saw another process take a core now and then (twice in four parallel runs)."""
+phase on six workers, then the alone phase by itself: under the shared/exclusive locks alone, the tests that time
+jobs (probe and revert; the four-rank stops inside the grace) still saw another process take a core now and then."""
 
 
 def pytest_collection_modifyitems(config, items):
