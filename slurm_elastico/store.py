@@ -88,6 +88,22 @@ SCHEMA: list[str] = [
         seconds REAL NOT NULL,
         PRIMARY KEY (job_id, shape)
     )""",
+    # Each managed job's last progress report as the helper read it (slurm_elastico.helper.job_work): the work
+    # done and what it cost (optimizer steps, samples) and, in goodput mode, the gradient noise scale the planner
+    # prices the job's other batches at. Kept after the job leaves the queue (`final` 1: its report was read
+    # once more then) for `elastico report`.
+    """CREATE TABLE IF NOT EXISTS job_work (
+        job_id INTEGER PRIMARY KEY,
+        user TEXT NOT NULL,
+        work_dir TEXT NOT NULL,
+        done REAL NOT NULL,
+        total REAL NOT NULL,
+        steps INTEGER,
+        samples INTEGER,
+        grad_noise_scale REAL,
+        updated REAL NOT NULL,
+        final INTEGER NOT NULL DEFAULT 0
+    )""",
     # The same per GPU type where the job measured it: a typed shape's name is `<shape>@<type>`
     # (slurm_elastico.shapes.typed), so its solo speed is the job's speed on that type (read by
     # slurm_elastico.helper.families to scale it to the types where the job has not run).

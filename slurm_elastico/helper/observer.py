@@ -24,6 +24,7 @@ import math
 import time
 
 from slurm_elastico.errors import ElasticoError
+from slurm_elastico.helper import job_work
 from slurm_elastico.helper.families import FamilySource
 from slurm_elastico.helper.observe import (MIN_PAIR_S, SOURCE, Observation, Reading, merge_solo, observe,
                                            pair_observations, with_measured)
@@ -34,6 +35,7 @@ from slurm_elastico.model import Counters, Family, Snapshot
 from slurm_elastico.runtime.counters import FIELDS as COUNTER_FIELDS
 from slurm_elastico.runtime.counters import counters_path, read_counters
 from slurm_elastico.runtime.progress import read_job_reports
+from slurm_elastico.shapes import goodput
 from slurm_elastico.shapes.solo import solo_profile
 from slurm_elastico.store import Store
 
@@ -98,14 +100,18 @@ class ProgressObserver:
         obs = observe(snapshot, families, reports, previous, counters)
         if not dry_run:
             self._record(snapshot, obs)
+            job_work.record(self.store, mine, reports)
         measured = {(r["job_id"], r["shape"]): Counters(*(math.nan if r[f] is None else r[f] for f in COUNTER_FIELDS))
                     for r in self.store.query("SELECT * FROM solo_counters")}
         families = with_measured(families, measured)
+        # goodput mode: each adaptive job's other batches at the noise scale it measured (`shapes.goodput`)
+        families = goodput.priced(families, job_work.noise_scales(self.store, families, reports))
         if dry_run:
             return obs.progress, families, notes
         found = [] if self.shadow else self._resolve(families, measured, source, notes, snapshot.taken_at)
         if snapshot.nodes:
             self._forget({j.job_id for j in snapshot.jobs})
+            notes += job_work.close_departed(self.store, {j.job_id for j in snapshot.jobs})
         else:
             notes.append("the cluster listed no node: nothing learned is forgotten this epoch")
         if found:

@@ -1,6 +1,7 @@
 """Reports from sacct and the helper's journal: JCT, waiting, GPU-hours, MPS share-hours, reshapes.
 
-`collect` does the I/O (one squeue call, one sacct call, two store queries); `metrics` computes;
+`collect` does the I/O (one squeue call, one sacct call, three store queries: the families' kinds, the
+journal's reshapes, the helper's record of each job's last progress report); `metrics` computes;
 `render` prints tables, CSV and JSON; `plots` draws PNGs.
 """
 
@@ -38,4 +39,6 @@ def collect(gateway, store: Store, start: str = "now-7days", end: str = "now", s
             else UNREADABLE
     reshapes = {r["job_id"]: r["n"] for r in store.query(
         "SELECT job_id, COUNT(*) AS n FROM journal WHERE status='done' AND kind='reshape_running' GROUP BY job_id")}
-    return job_rows(records, kinds, reshapes, shares_per_gpu, active, asked_at)
+    work = {r["job_id"]: {k: r[k] for k in ("done", "total", "steps", "samples")}
+            for r in store.query("SELECT job_id, done, total, steps, samples FROM job_work")}
+    return job_rows(records, kinds, reshapes, shares_per_gpu, active, asked_at, work)

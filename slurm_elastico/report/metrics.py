@@ -44,6 +44,15 @@ class JobRow:
     mps_share_hours: float
     runaway: bool = False
     """Accounting shows the job active, slurmctld no longer knows it (see the module docstring)."""
+    progress: float | None = None
+    """The work done by the job's last progress report the helper read, in its family's units (steps of the
+    submitted batch for training: in goodput mode the statistical progress the steps were worth); None: none."""
+    work: float | None = None
+    """The job's work in the same units (its report's total)."""
+    steps: int | None = None
+    """Optimizer steps the job took for that progress, at whatever global batch (training; None: not reported)."""
+    samples: int | None = None
+    """Samples the job used for it (training; None: not reported)."""
 
 
 @dataclass(frozen=True)
@@ -67,13 +76,15 @@ RUNAWAY_MARGIN_S = 60
 
 def job_rows(records: Iterable[SacctRecord], kinds: Mapping[int, str], reshapes: Mapping[int, int],
              shares_per_gpu: int = 100, controller_jobs: Collection[int] | None = None,
-             controller_at: float | None = None) -> list[JobRow]:
-    """One row per job; `kinds` maps job id → family kind, `reshapes` job id → reshapes the journal holds.
+             controller_at: float | None = None, work: Mapping[int, Mapping[str, object]] | None = None) -> list[JobRow]:
+    """One row per job; `kinds` maps job id → family kind, `reshapes` job id → reshapes the journal holds,
+    `work` job id → the helper's record of its last progress report (`done`, `total`, `steps`, `samples`).
 
     `controller_jobs`: the active jobs slurmctld listed at `controller_at` (epoch seconds), asked before
     accounting; a job accounting shows active, submitted before then and not in that list is runaway.
     None: not checked."""
     rows = []
+    work = work or {}
     for job_id, runs in sorted(runs_by_job(records).items()):
         first, last = runs[0], runs[-1]
         submit = first.submit_time
@@ -97,8 +108,16 @@ def job_rows(records: Iterable[SacctRecord], kinds: Mapping[int, str], reshapes:
             wait_s=float(min(starts) - submit) if starts and submit is not None else None,
             runs=len(runs), reshapes=reshapes.get(job_id, 0),
             gpu_hours=gpu_s / 3600.0, mps_share_hours=mps_s / 3600.0, runaway=runaway,
+            **_work(work.get(job_id)),
         ))
     return rows
+
+
+def _work(w: Mapping[str, object] | None) -> dict:
+    """JobRow's progress, work, steps and samples from the helper's record (all None without one)."""
+    if w is None:
+        return {}
+    return {"progress": w.get("done"), "work": w.get("total"), "steps": w.get("steps"), "samples": w.get("samples")}
 
 
 def _group(name: str, rows: list[JobRow]) -> GroupRow:

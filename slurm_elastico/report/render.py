@@ -24,7 +24,8 @@ def table(groups: list[GroupRow], jobs: list[JobRow] | None = None) -> str:
     rows = [[_fmt(getattr(g, c)) for c in cols] for g in groups]
     out = [_columns(cols, rows)]
     if jobs:
-        jcols = ("job_id", "user", "kind", "state", "jct_s", "wait_s", "runs", "reshapes", "gpu_hours", "name")
+        jcols = ("job_id", "user", "kind", "state", "jct_s", "wait_s", "runs", "reshapes", "gpu_hours", "progress",
+                 "work", "steps", "samples", "name")
         jrows = [[_fmt(getattr(j, c)).replace("\n", "\\n") for c in jcols] for j in jobs]
         for j, row in zip(jobs, jrows):
             if j.runaway:

@@ -26,6 +26,12 @@ a reader gets the statistical efficiency of any global batch B relative to
 the submitted B0: E(B) = (φ + B0)/(φ + B). Absent until the job has measured
 it (and always for a fixed-batch job).
 
+A training job run by `runtime.train` also says what its `done` cost, over
+all its runs: `"steps"` (optimizer steps taken, at whatever global batch)
+and `"samples"` (samples used). At a fixed batch `steps` equals `done` and
+`samples` is `done` times the batch; in goodput mode they are what the
+statistical progress `done` was bought with (`elastico report` shows the three).
+
 Where: `elastico-run` sets ELASTICO_PROGRESS_FILE to
 `progress_path(<job's working directory>, <job id>)`, a path the helper can
 compute from squeue alone (the job's `current_working_directory` and id), so
@@ -75,12 +81,17 @@ class Progress:
     started: float = 0.0  # when this run's reporting began (writer's Unix time; 0 = unknown): warm-up counts from here
     grad_noise_scale: float | None = None
     """Goodput mode: the job's gradient noise scale φ in samples (module docstring); None = not reported."""
+    steps: int | None = None
+    """Optimizer steps the job has taken, all runs together (module docstring); None = not reported."""
+    samples: int | None = None
+    """Samples the job has used, all runs together; None = not reported."""
 
     def to_dict(self) -> dict:
         d = {"version": VERSION, "done": self.done, "total": self.total, "shape": self.shape,
              "restarts": self.restarts, "started": self.started, "updated": self.updated}
-        if self.grad_noise_scale is not None:
-            d["grad_noise_scale"] = self.grad_noise_scale
+        for key in ("grad_noise_scale", "steps", "samples"):
+            if getattr(self, key) is not None:
+                d[key] = getattr(self, key)
         return d
 
 
@@ -170,8 +181,10 @@ def parse_progress(d: dict, source: str) -> Progress:
     restarts = number(d, "restarts", source, required=False, integer=True, high=MAX_RESTARTS)
     started = number(d, "started", source, required=False)
     phi = number(d, "grad_noise_scale", source, required=False)
+    steps, samples = (number(d, k, source, required=False, integer=True, high=MAX_NUMBER) for k in ("steps", "samples"))
     return Progress(done, total, updated, str(d.get("shape", ""))[:200], 0 if math.isnan(restarts) else int(restarts),
-                    0.0 if math.isnan(started) else started, None if math.isnan(phi) else phi)
+                    0.0 if math.isnan(started) else started, None if math.isnan(phi) else phi,
+                    None if math.isnan(steps) else int(steps), None if math.isnan(samples) else int(samples))
 
 
 def read_progress(path: str | os.PathLike[str]) -> Progress | None:
@@ -252,10 +265,12 @@ class ProgressReporter:
         self._last = -math.inf
         self._started: float | None = None
 
-    def report(self, done: float, total: float, final: bool = False, grad_noise_scale: float | None = None) -> bool:
+    def report(self, done: float, total: float, final: bool = False, grad_noise_scale: float | None = None,
+               steps: int | None = None, samples: int | None = None) -> bool:
         """Write a report if `min_interval_s` has passed since the last one (always when `final`); True if written.
 
-        `grad_noise_scale`: goodput mode's φ (module docstring), written when not None."""
+        `grad_noise_scale`: goodput mode's φ; `steps`, `samples`: what the work done cost (module docstring);
+        each written when not None."""
         if self.path is None:
             return False
         now = self.clock()
@@ -267,7 +282,7 @@ class ProgressReporter:
             phi = (None if grad_noise_scale is None or not math.isfinite(grad_noise_scale)
                    else min(float(grad_noise_scale), MAX_NUMBER))
             write_progress(self.path, Progress(float(done), float(total), now, self.shape, self.restarts, self._started,
-                                               phi))
+                                               phi, steps, samples))
         except OSError as exc:
             log.warning("progress reports stop for this run: %s: %s", self.path, exc)
             self.path = None

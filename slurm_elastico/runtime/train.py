@@ -256,10 +256,10 @@ def _train(
 
     def report(final: bool = False) -> None:
         if gauge is None:
-            progress.report(step, shape.steps, final=final)
+            progress.report(step, shape.steps, final=final, steps=step, samples=step * shape.global_batch)
         else:  # a report's done may not exceed its total; the last step may overshoot the work
             progress.report(min(gauge.ns.progress, shape.steps), shape.steps, final=final,
-                            grad_noise_scale=gauge.ns.phi)
+                            grad_noise_scale=gauge.ns.phi, steps=gauge.ns.steps, samples=gauge.ns.samples)
 
     def result(status: str) -> TrainResult:
         if gauge is None:

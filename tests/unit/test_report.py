@@ -97,7 +97,7 @@ def test_collect_shows_a_job_whose_stored_family_no_longer_reads_instead_of_call
 
     kinds_seen = {}
     monkeypatch.setattr("slurm_elastico.report.job_rows",
-                        lambda records, kinds, reshapes, shares, active, at: kinds_seen.update(kinds) or [])
+                        lambda records, kinds, reshapes, shares, active, at, work=None: kinds_seen.update(kinds) or [])
     collect(Accounting(), store)
     assert kinds_seen == {1: "train", 2: UNREADABLE, 3: UNREADABLE}  # 3: a duplicate key, refused strictly
 
