@@ -1,0 +1,90 @@
+"""Goodput mode through the real local cluster: the helper relaunches an adaptive training job at the batch its
+measured gradient noise scale pays for, and the job ends when its statistical progress reaches its work.
+
+The job is the tiny LM (`wrappers/examples/train_tiny.py`, real PyTorch on the CPU) submitted through
+elastico-submit with a family that adapts its batch between 8 (submitted) and 32. The family declares its
+shapes' figures so the planner's choice does not hang on this machine's speed: at the submitted batch 1.0
+step/s, at 16 and 32 steps/s of 0.9 and 0.8 (a larger batch takes longer a step). Before the job has measured
+its noise scale a larger batch is worth at least one step of 8 per step, so 0.8 < 1.0 keeps it at 8; the tiny
+LM measures a noise scale of about 20 samples, at which one step of 32 is worth 4 x 28/52 = 2.15 steps of 8,
+so one `elastico sched --once` epoch relaunches it at 32 (AdminComment, then SIGUSR1: the same share, in place).
+The job then needs fewer optimizer steps than its 300 of batch 8; `elastico report` lists the progress, the
+steps and the samples it used, from the last report the helper read once the job had left the queue.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from slurm_elastico.runtime.progress import progress_path, read_progress
+
+from live_helpers import BIN, EXAMPLES, Cluster, epoch, wait_for
+
+pytestmark = pytest.mark.live
+
+WORK = 300
+FAMILY = f"""kind: train
+name: goodput-live
+global_batch: 8
+micro_batches: [8]
+precisions: [fp32]
+checkpointing: [false]
+steps: {WORK}
+mps_shares: [100]
+throughput_floor: 0.01
+cpus: 1
+host_mem_mib: 512
+batch: {{adaptive: true, min: 8, max: 32, lr_scaling: adascale}}
+declared:
+  mb8-fp32-mps100: {{throughput: 1.0, gpu_mem_mib: 1000}}
+  gb16-mb8-fp32-mps100: {{throughput: 0.9, gpu_mem_mib: 1000}}
+  gb32-mb8-fp32-mps100: {{throughput: 0.8, gpu_mem_mib: 1000}}
+"""
+
+
+def test_helper_relaunches_an_adaptive_job_at_the_batch_its_noise_scale_pays_for_and_reports_its_cost(
+        slurm_cluster, tmp_path):
+    c = Cluster(dict(slurm_cluster.env()), tmp_path, {"g.yaml": FAMILY}, config="planner: {reshape_cost_s: 5}\n")
+    try:
+        job = c.submit("g.yaml", EXAMPLES / "train_tiny.py", "--step-sleep", "0.1")
+        measured = wait_for(lambda: (r := read_progress(progress_path(c.root, job))) is not None
+                            and r.grad_noise_scale is not None and r.done >= 5 and r,
+                            "a progress report with the job's noise scale", timeout=120)
+        assert measured.steps == measured.done and measured.samples == 8 * measured.steps  # at its own batch
+        phi = measured.grad_noise_scale
+        assert 4 < phi < 200, phi  # the figures above assume the tiny LM's ~20 samples
+
+        first = epoch(c)
+        mine = [a for a in first["actions"] if a["job_id"] == job]
+        assert [(a["kind"], a["status"]) for a in mine] == [("set_admin_comment", "done"), ("signal", "done")], first
+        assert mine[0]["shape"] == "gb32-mb8-fp32-mps100" and "steps/s" in mine[0]["reason"]
+
+        text = c.wait_done(job, timeout=240)
+        assert "shape gb32-mb8-fp32-mps100: micro 8 x 4 = 32" in text and "steps of batch 8 (adascale" in text
+        runs = c.summaries(job)
+        assert [r["status"] for r in runs] == ["checkpointed", "done"], text
+        at_8, total_steps = runs[0]["step"], runs[1]["step"]
+        at_32 = total_steps - at_8
+        last = runs[1]
+        assert last["samples"] == 8 * at_8 + 32 * at_32
+        assert WORK <= last["progress"] < WORK + 4  # reached its work; the last step's gain is at most 4
+        assert total_steps < WORK  # fewer optimizer steps than at the submitted batch
+
+        wait_for(lambda: job not in c.queue(), "the job to leave the queue", timeout=60)
+        epoch(c)  # reads the job's last report once more and keeps it
+        out = subprocess.run([str(BIN / "elastico"), "report", "--start", "now-1hours", "--format", "json"],
+                             env=c.env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        row = next(j for j in json.loads(out.stdout)["jobs"] if j["job_id"] == job)
+        assert (row["progress"], row["work"], row["steps"], row["samples"]) == (WORK, WORK, total_steps,
+                                                                                 last["samples"])
+        table = subprocess.run([str(BIN / "elastico"), "report", "--start", "now-1hours"], env=c.env,
+                               capture_output=True, text=True, timeout=120)
+        assert table.returncode == 0 and "SAMPLES" in table.stdout, table.stderr
+        print(f"\n  noise scale {phi:.1f}: relaunched at 32 after {at_8} steps of 8, then {at_32} steps of 32; "
+              f"{total_steps} steps, {last['samples']} samples for {last['progress']:.2f} steps of 8 (work {WORK})")
+    finally:
+        c.cancel_all()
