@@ -15,7 +15,10 @@ Each epoch the helper reads every running family job's report
   in that time becomes the shape's measured counters (`Shape.measured`, which
   the planner's and the observations' solo profiles then use); with exactly
   one partner on its one GPU, it adds to the job's co-located speed next to
-  that partner at their two shapes.
+  that partner at their two shapes. At a shape of another global batch (goodput
+  mode) the progress is counted in that shape's figure units
+  (`shapes.goodput.to_figure`), so the planner prices it at the job's noise
+  scale once, as it does the figure.
 
 A pair becomes a co-location observation once both directions have run
 `MIN_PAIR_S` together and both jobs' solo speeds at those shapes are known,
@@ -39,6 +42,7 @@ from slurm_elastico.interference.measurements import Colocation
 from slurm_elastico.model import Counters, Family, JobState, JobView, Shape, Snapshot
 from slurm_elastico.runtime.progress import Progress
 from slurm_elastico.shapes.current import running_shape
+from slurm_elastico.shapes.goodput import to_figure
 from slurm_elastico.shapes.solo import solo_profile
 
 SOURCE = "observed"
@@ -145,7 +149,7 @@ def observe(snapshot: Snapshot, families: Mapping[int, Family], reports: Mapping
         warm_from = max(since, report.started) + WARMUP_S
         if not MIN_INTERVAL_S <= dt <= MAX_INTERVAL_S or before.updated < warm_from or reading.done <= before.done:
             continue
-        work = reading.done - before.done
+        work = (reading.done - before.done) * to_figure(shapes[jid], report.grad_noise_scale)  # goodput mode
         if not partners:
             out.solo.append((jid, shapes[jid].name, work, dt))
             measured = counters.get(jid)

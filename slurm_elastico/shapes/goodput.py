@@ -8,6 +8,11 @@ step_worth(φ, B, B0) / min(1, B/B0). Shapes at the submitted batch are left as 
 worth exactly one). The planner then prices and allots these shapes like any other, with GPU count, type
 and knobs, and a change of batch is a reshape that must pay its restart: the same way the simulator offers
 them (`sim.families.at_epoch`, where the truth's measured efficiency curves play the job's reports).
+
+What a job measures at such a shape (its progress over time, `helper.observe`) is goodput at the noise scale
+of that moment; `to_figure` turns it back into the shape's figure (the worst-case goodput), so a measured
+solo speed, which replaces a figure on a GPU type (`shapes.type_speed`), is priced at the current noise scale
+once, like an estimated one.
 """
 
 from __future__ import annotations
@@ -46,6 +51,19 @@ def at_noise_scale(family: Family, phi: float) -> Family:
             changed = True
         shapes.append(s)
     return dataclasses.replace(family, shapes=tuple(shapes)) if changed else family
+
+
+def to_figure(shape: Shape, phi: float | None) -> float:
+    """The factor from progress per second measured at `shape` with noise scale `phi` to the shape's figure:
+    min(1, B/B0) / step_worth(phi, B, B0) at another batch, 1 elsewhere. `phi` None (not measured yet) counts
+    as 0, where a step at any batch is worth one of B0, as the job counts it before it has measured anything
+    (`runtime.goodput.NoiseScale.gain`)."""
+    b = other_batch(shape)
+    if b is None:
+        return 1.0
+    batch, base = b
+    phi = 0.0 if phi is None or not math.isfinite(phi) or phi < 0 else phi
+    return min(1.0, batch / base) / step_worth(phi, batch, base)
 
 
 def priced(families: Mapping[int, Family], noise: Mapping[int, float]) -> dict[int, Family]:

@@ -142,3 +142,18 @@ def test_the_report_lists_progress_work_steps_and_samples(tmp_path):
     header = next(line for line in text.splitlines() if line.startswith("JOB_ID"))
     assert header.split()[9:13] == ["PROGRESS", "WORK", "STEPS", "SAMPLES"]
     assert "4880" in text
+
+
+def test_a_speed_measured_at_another_batch_is_kept_in_figure_units():
+    from slurm_elastico.shapes.goodput import to_figure
+
+    s = by_name(fam())
+    # at phi 20 a step of 32 counted 4 x 28/52 steps of 8: the figure is the steps/s themselves
+    assert to_figure(s["gb32-mb8-fp32-mps100"], 20.0) == pytest.approx(52 / (4 * 28))
+    assert to_figure(s["gb32-mb8-fp32-mps100"], None) == 1.0  # unmeasured: a step counted one
+    assert to_figure(s["gb4-mb4-fp32-mps100"], None) == pytest.approx(0.5)  # the figure is half its steps/s
+    assert to_figure(s["mb8-fp32-mps100"], 20.0) == 1.0
+    # measured, then priced again: the progress rate it showed
+    shape = replace(s["gb32-mb8-fp32-mps100"], throughput=1.72 * to_figure(s["gb32-mb8-fp32-mps100"], 20.0))
+    again = at_noise_scale(replace(fam(), shapes=(shape,)), 20.0)
+    assert again.shapes[0].throughput == pytest.approx(1.72)
