@@ -79,6 +79,7 @@ class PastJob:
     partition: str
     family: str = ""  # the family's name when it came through elastico-submit
     kind: str = ""  # its kind then (train | infer); "" for a plain job
+    name: str = ""  # the job's name (sbatch --job-name): what `elastico whatif --assume families` matches
 
     @property
     def wait_s(self) -> int | None:
@@ -163,7 +164,7 @@ def past_jobs(records: Iterable[SacctRecord], partition: str = "", families: Map
             state=last.state.value, gpus=gpus, mps=mps, gpu_type=gpu_type, cpus=tres.get("cpu", 0),
             mem_mib=tres.get("mem", 0), nodes=tres.get("node", 0), time_limit_s=first.time_limit_s,
             restarts=sum(r.requeued for r in runs), user=last.user, account=last.account, partition=first.partition,
-            family=fam.name if fam else "", kind=fam.kind if fam else "")
+            family=fam.name if fam else "", kind=fam.kind if fam else "", name=first.name)
         kept.append(job)
         summary.kept += 1
         if job.end is not None:

@@ -76,7 +76,9 @@ class Engine(JobSpeeds):
 
     def __init__(self, trace: Sequence[TraceJob], policy: str, settings: Settings, sim: SimSettings,
                  model: SlowdownModel | None, truth: GroundTruth | TypedTruth | None = None, seed: int = 0,
-                 on_progress: Callable[[float], None] | None = None):
+                 on_progress: Callable[[float], None] | None = None, rigid: frozenset[int] = frozenset()):
+        """`rigid`: ids of jobs Slurm runs as submitted whatever family their trace row would offer (a plain job
+        of a cluster's history, `history.whatif`): no family, so no policy reshapes them."""
         chosen = policies.get(policy)  # an unknown name fails before anything runs
         self.trace = sorted(trace, key=lambda j: (j.submit_s, j.job_id))
         self.policy = policy
@@ -91,6 +93,7 @@ class Engine(JobSpeeds):
         # nothing asked, its next round would otherwise never come.
         self.timed = bool(getattr(chosen, "round_s", 0))
         self.model = model
+        self.rigid = rigid
         # A cluster of GPU types (`sim.cluster`) runs on a truth per type (`types`); `truth` is then the reference
         # type's, for what every type shares (statistical efficiency, co-location).
         self.groups = gpu_types.parse_cluster(sim.cluster, "sim.cluster") if sim.cluster else ()
@@ -216,7 +219,9 @@ class Engine(JobSpeeds):
     # -------------------------------------------------------------- handlers
 
     def _arrive(self, tj: TraceJob) -> None:
-        if self.types is not None:
+        if tj.job_id in self.rigid:
+            fam = None
+        elif self.types is not None:
             fam = typed_family_of(tj, self.types, self.groups, self.sim.share_levels(), self.sim.profile_noise,
                                   self.seed, self.adaptive, self.sim.max_gpus_per_job, self.whole_gpu_gangs,
                                   self.sim.type_blind)
@@ -379,6 +384,6 @@ class _Families:
 
 def run(trace: Sequence[TraceJob], policy: str, settings: Settings, sim: SimSettings, model: SlowdownModel | None,
         truth: GroundTruth | TypedTruth | None = None, seed: int = 0,
-        on_progress: Callable[[float], None] | None = None) -> RunResult:
+        on_progress: Callable[[float], None] | None = None, rigid: frozenset[int] = frozenset()) -> RunResult:
     """Simulate `trace` under `policy`; see `Engine`."""
-    return Engine(trace, policy, settings, sim, model, truth, seed, on_progress).run()
+    return Engine(trace, policy, settings, sim, model, truth, seed, on_progress, rigid).run()

@@ -1,0 +1,56 @@
+"""The cluster's own shape, as the replay needs it (pure): its GPU nodes, their GPUs, type, CPUs and memory.
+
+Read from one `Snapshot` (`slurm.gateway.SlurmGateway.snapshot`: sinfo and
+scontrol through the parsers of every supported Slurm), so the replay runs on
+the nodes Slurm has now. A node without GPUs is left out (a GPU job never
+runs there); with a partition, only that partition's nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slurm_elastico.errors import ConfigError
+from slurm_elastico.model import MPS_SHARES_PER_GPU, Snapshot
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    name: str
+    gpus: int
+    gpu_type: str  # "" when its gres names no type
+    cpus: int
+    mem_mib: int
+
+
+@dataclass(frozen=True)
+class ClusterShape:
+    nodes: tuple[NodeShape, ...]
+    shares_per_gpu: int = MPS_SHARES_PER_GPU
+    slurm_version: str = ""
+    partition: str = ""
+
+    @property
+    def gpus(self) -> int:
+        return sum(n.gpus for n in self.nodes)
+
+    def describe(self) -> str:
+        """'2 nodes x 4 GPUs (a100), 1 node x 8 GPUs': one group per (GPUs, type)."""
+        groups: dict[tuple[int, str], int] = {}
+        for n in self.nodes:
+            groups[(n.gpus, n.gpu_type)] = groups.get((n.gpus, n.gpu_type), 0) + 1
+        return ", ".join(f"{k} node{'s' if k > 1 else ''} x {g} GPUs" + (f" ({t})" if t else "")
+                         for (g, t), k in groups.items())
+
+
+def from_snapshot(snapshot: Snapshot, partition: str = "", shares_per_gpu: int = MPS_SHARES_PER_GPU) -> ClusterShape:
+    """The GPU nodes of the snapshot (of `partition` when given); `ConfigError` when there are none, naming the
+    partitions that have some."""
+    nodes = tuple(NodeShape(n.name, len(n.gpus), n.gpu_type, n.cpus, n.memory_mib) for n in snapshot.nodes
+                  if n.gpus and (not partition or partition in n.partitions))
+    if not nodes:
+        have = sorted({p for n in snapshot.nodes if n.gpus for p in n.partitions})
+        where = f"partition {partition!r}" if partition else "the cluster"
+        raise ConfigError("cluster shape", [f"{where} has no node with GPUs; partitions with GPU nodes: "
+                                            f"{', '.join(have) or 'none'}"])
+    return ClusterShape(nodes, shares_per_gpu, snapshot.slurm_version, partition)
