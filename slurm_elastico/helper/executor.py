@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from slurm_elastico.errors import ElasticoError, ShadowRefused, SlurmUnavailable
+from slurm_elastico.errors import ElasticoError, ShadowRefused, SlurmUnavailable, UnknownJobError
 from slurm_elastico.helper.journal import JournalLike
 from slurm_elastico.model import Action, ActionKind
 from slurm_elastico.planner.baselines import STATE as TIRESIAS_STATE
@@ -107,25 +107,44 @@ def execute(actions: Iterable[Action], gateway: Actuator, journal: JournalLike |
 class Rehearsal(Protocol):
     def record(self, epoch: float, action: Action, argv, gain_s: float | None, error: str = "") -> int: ...
 
+    def epoch(self, at: float, actions: int, outage: str = "", slowed: dict[int, float | None] | None = None) -> None: ...
+
 
 def rehearse(actions: Iterable[Action], gateway: Actuator, journal: Rehearsal, now: float,
              gains: dict[int, float | None]) -> list[Outcome]:
     """Shadow mode: record each action as the acting helper would issue it, issue nothing; one `Outcome` each.
 
     Status 'shadow'; `error` says when Slurm would refuse it up front (`argv_for` checks a GPU-count change
-    against the Slurm version and the job's request), as the acting helper's `apply` would find. `gains`: the
-    JCT seconds predicted per job (`shadow.predicted_gains`)."""
+    against the Slurm version and the job's request), as the acting helper's `apply` would find, or that the job
+    left Slurm's queue meanwhile. When Slurm does not answer (`argv_for` reads it for a GPU-count change), the
+    action is 'unanswered' and the rest 'skipped', as `execute` does: an outage, never journaled as refusals.
+    `gains`: the JCT seconds predicted per job (`shadow.predicted_gains`). The epoch is recorded even when it
+    proposes nothing (`journal.epoch`), so that `shadow.decisions` knows which epochs ran, with the gains of the
+    running jobs it slows without acting on them."""
     outcomes: list[Outcome] = []
+    outage = ""
     for action in actions:
+        if outage:
+            outcomes.append(Outcome(action, "skipped", f"Slurm did not answer an earlier action: {outage}"))
+            continue
         error = ""
         try:
             argv = tuple(tuple(a) for a in gateway.argv_for(action))
         except ShadowRefused:
             raise
+        except SlurmUnavailable as exc:
+            outage = str(exc)
+            outcomes.append(Outcome(action, "unanswered", outage))
+            continue
+        except UnknownJobError as exc:
+            argv, error = (), f"the job left Slurm's queue before this action: {exc}"
         except ElasticoError as exc:
             argv, error = (), f"the acting helper would be refused: {exc}"
         journal.record(now, action, argv, gains.get(action.job_id), error)
         outcomes.append(Outcome(action, "shadow", error, argv))
+    acted = {a.job_id for a in (o.action for o in outcomes)}
+    journal.epoch(now, sum(1 for o in outcomes if o.status == "shadow"), outage,
+                  {jid: g for jid, g in gains.items() if jid not in acted})
     return outcomes
 
 

@@ -119,9 +119,20 @@ class Service:
             raise
         if changes is not None:
             result = dataclasses.replace(result, slurm_changes=self.commands.changes - changes)  # type: ignore[union-attr]
+        if self.shadow:
+            result = dataclasses.replace(result, warnings=(*result.warnings, *self._left_open()))
         self.metrics.epoch(result, time.monotonic() - started, observed_slowdowns(self.store, SOURCE), time.time())
         self.publish()
         return result
+
+    def _left_open(self) -> list[str]:
+        """In shadow mode, every epoch: the acting helper's journal rows still open (a job it may have left held)."""
+        rows = Journal(self.store).unsettled()  # read, never settled here: recovery is the acting helper's
+        if not rows:
+            return []
+        jobs = ", ".join(str(j) for j in sorted({a.job_id for _, a in rows}))
+        return [f"the acting helper left {len(rows)} journal row(s) open (jobs {jobs}); shadow mode does not settle "
+                "them: a job it requeue-held stays held until an acting epoch runs (`elastico sched --once`)"]
 
     def _refused(self) -> list:
         """Every call and command refused so far (the read-only gateway's and the guarded runner's)."""
@@ -137,7 +148,7 @@ def open_service(settings: Settings, gateway: HelperGateway, *, families_dir: st
     cfg = settings
     if shadow and dry_run:
         raise ValueError("a dry run and shadow mode exclude each other")
-    if shadow and commands is not None and commands.allow_changes:
+    if shadow and (commands is None or commands.allow_changes):
         raise ValueError("shadow mode needs a runner that refuses changes (GuardedRunner(allow_changes=False))")
     if shadow:
         gateway = ReadOnlyGateway(gateway)  # type: ignore[assignment]
@@ -156,12 +167,6 @@ def open_service(settings: Settings, gateway: HelperGateway, *, families_dir: st
     store = Store(cfg.store_path)
     families = directory or ScriptFamilies(store, gateway, cfg.gpu.memory_mib, anchor=cfg.gpu.type, figures=figures)
     journal = None if dry_run else ShadowJournal(store) if shadow else Journal(store)
-    if shadow:
-        open_rows = Journal(store).unsettled()  # read, never settled here: recovery is the acting helper's
-        if open_rows:
-            log("warning", f"warning: the acting helper left {len(open_rows)} journal row(s) open (jobs "
-                f"{', '.join(str(j) for j in sorted({a.job_id for _, a in open_rows}))}); shadow mode does not "
-                "settle them: an acting epoch will (a job it requeue-held stays held until then)")
     observer = ProgressObserver(store, cfg.gpu.type, model, cfg.interference.model, reference, shadow=shadow)
     return Service(cfg, gateway, families, model, journal, observer, store, metrics, log, dry_run, metrics_file,
                    shadow, commands)

@@ -50,6 +50,15 @@ SCHEMA.append(
         error TEXT NOT NULL DEFAULT ''
     )""")
 SCHEMA.append("CREATE INDEX IF NOT EXISTS shadow_journal_epoch ON shadow_journal (epoch)")
+SCHEMA.append(
+    # Every shadow epoch that planned, with or without actions: a proposal is one decision only across epochs that
+    # really followed each other (`decisions`), and the report says how many epochs ran.
+    """CREATE TABLE IF NOT EXISTS shadow_epoch (
+        at REAL PRIMARY KEY,
+        actions INTEGER NOT NULL,
+        outage TEXT NOT NULL DEFAULT '',
+        slowed TEXT NOT NULL DEFAULT '{}'
+    )""")
 
 READS = frozenset({"snapshot", "jobs", "job", "batch_script", "argv_for", "shares_per_gpu", "gpu_memory_mib",
                    "type_memory"})
@@ -108,6 +117,13 @@ class ShadowJournal:
              error))
         return int(cur.lastrowid)
 
+    def epoch(self, at: float, actions: int, outage: str = "", slowed: Mapping[int, float | None] | None = None) -> None:
+        """That a shadow epoch planned at `at` and proposed `actions` actions (`outage`: Slurm stopped answering);
+        `slowed`: the predicted gain (a loss) of each running job it would slow without acting on it."""
+        body = {str(j): (g if g is not None and math.isfinite(g) else None) for j, g in (slowed or {}).items()}
+        self.store.execute("INSERT OR REPLACE INTO shadow_epoch (at, actions, outage, slowed) VALUES (?,?,?,?)",
+                           (at, actions, outage, json.dumps(body, sort_keys=True)))
+
 
 def _held_gpus(job: JobView) -> int | None:
     whole = sum(1 for _, _, shares in job.gpu_alloc if shares == 0)
@@ -116,7 +132,8 @@ def _held_gpus(job: JobView) -> int | None:
 
 def predicted_gains(plan: Plan, snapshot: Snapshot, families: Mapping[int, Family], progress: Mapping[int, float],
                     now: float, restart_cost_s: float, shares_per_gpu: int) -> dict[int, float | None]:
-    """The JCT seconds the plan predicts each job it acts on gains by its actions (None: no prediction).
+    """The JCT seconds the plan predicts each job it acts on, and each running job it slows, gains (None: no
+    prediction).
 
     Pure. Per job, with `work` its remaining work (`planner.reshape.remaining_work`):
     - running: work / (the speed of the shape it runs as now) - work / (its planned speed beside its
@@ -124,7 +141,11 @@ def predicted_gains(plan: Plan, snapshot: Snapshot, families: Mapping[int, Famil
     - pending: the wait Slurm expects (its expected start time minus now, 0 when Slurm has none) plus
       work / (its default shape's speed: how it runs if nobody shapes it) - work / (its planned speed), the
       plan starting it this epoch.
-    None for a job the plan does not place (a preemption: its gain goes to others) or without speeds.
+    A running job the plan does not act on but places beside a job it acts on (a new co-runner on its GPU) is
+    counted too, by the same rule: a loss when the newcomer slows it. Its speed now is its shape's speed alone,
+    so only when it has its GPU to itself now; when it already shares one, None (the speed it has beside its
+    present co-runners is not known here). None for a job the plan does not place (a preemption: its gain goes
+    to others) or without speeds.
     """
     from slurm_elastico.planner.reshape import remaining_work
     from slurm_elastico.shapes.current import running_shape
@@ -132,8 +153,9 @@ def predicted_gains(plan: Plan, snapshot: Snapshot, families: Mapping[int, Famil
     placed = {p.job_id: p for p in plan.placements}
     jobs = {j.job_id: j for j in snapshot.jobs}
     requeued = {a.job_id for a in plan.actions if a.kind in (ActionKind.RESHAPE_RUNNING, ActionKind.PREEMPT)}
+    acted = {a.job_id for a in plan.actions}
     out: dict[int, float | None] = {}
-    for jid in sorted({a.job_id for a in plan.actions}):
+    for jid in sorted(acted | _slowed_beside(plan, snapshot, acted)):
         fam, place, job = families.get(jid), placed.get(jid), jobs.get(jid)
         if fam is None or place is None or job is None or not place.throughput > 0 or not fam.shapes:
             out[jid] = None
@@ -152,8 +174,25 @@ def predicted_gains(plan: Plan, snapshot: Snapshot, families: Mapping[int, Famil
             continue
         work = remaining_work(fam.total_work, progress.get(jid), job.start_time if job.state is JobState.RUNNING
                               else None, now, rate)
+        if jid not in acted and _shares_now(jid, snapshot):
+            out[jid] = None
+            continue
         out[jid] = wait + work / rate - work / place.throughput - cost
     return out
+
+
+def _slowed_beside(plan: Plan, snapshot: Snapshot, acted: set[int]) -> set[int]:
+    """Running jobs the plan leaves alone on a GPU where it places a job it acts on."""
+    gpus_of_acted = {(p.node, p.gpu) for p in plan.placements if p.job_id in acted}
+    running = {j.job_id for j in snapshot.jobs if j.state is JobState.RUNNING}
+    return {p.job_id for p in plan.placements
+            if p.job_id not in acted and p.job_id in running and (p.node, p.gpu) in gpus_of_acted}
+
+
+def _shares_now(job_id: int, snapshot: Snapshot) -> bool:
+    """Whether another job uses a GPU the job uses now (Slurm's view of the GPUs' users)."""
+    return any(job_id in {u.job_id for u in g.users} and len({u.job_id for u in g.users}) > 1
+               for n in snapshot.nodes for g in n.gpus)
 
 
 @dataclass(frozen=True)
@@ -175,13 +214,16 @@ def _signature(action: dict) -> tuple:
             action.get("shape"), action.get("signal"), action.get("text"), action.get("gpu_type", ""))
 
 
-def decisions(rows: Iterable[Mapping]) -> list[Decision]:
+def decisions(rows: Iterable[Mapping], ran: Iterable[float] = ()) -> list[Decision]:
     """The shadow journal's rows (in id order) as distinct decisions: the same proposal in consecutive epochs is one
-    decision (the acting helper would have taken it once); its gain is the one predicted when first proposed."""
+    decision (the acting helper would have taken it once); its gain is the one predicted when first proposed.
+
+    `ran`: the times of every shadow epoch (`shadow_epoch`), those without actions included, so that a proposal
+    repeated after an epoch that did not make it is a new decision; the rows' own epochs are always counted."""
     rows = list(rows)
     seen: dict[tuple, list] = {}
     last_epoch_of: dict[tuple, float] = {}
-    epochs = sorted({float(r["epoch"]) for r in rows})
+    epochs = sorted({float(r["epoch"]) for r in rows} | {float(t) for t in ran})
     index = {e: i for i, e in enumerate(epochs)}
     out: list[list] = []
     for r in rows:
@@ -204,34 +246,42 @@ def shadow_report(store: Store, since: float, until: float) -> dict:
     rows = store.query("SELECT epoch, job_id, kind, action, reason, gain_s FROM shadow_journal "
                        "WHERE epoch >= ? AND epoch <= ? ORDER BY id", (since, until))
     rows = list(rows)
-    found = decisions(rows)
+    ran = store.query("SELECT at, outage, slowed FROM shadow_epoch WHERE at >= ? AND at <= ? ORDER BY at",
+                      (since, until))
+    found = decisions(rows, (float(r["at"]) for r in ran))
     kinds: dict[str, int] = {}
     for d in found:
         kinds[d.kind] = kinds.get(d.kind, 0) + 1
-    # A job's actions of one epoch share one prediction; a later decision (a reshape after its start) adds its own.
-    per_epoch: dict[tuple[int, float], float | None] = {}
-    for d in found:
-        per_epoch.setdefault((d.job_id, d.first), d.gain_s)
-    per_job: dict[int, float] = {}
-    unpredicted: set[int] = set()
-    for (jid, _), gain in per_epoch.items():
-        if gain is None:
-            unpredicted.add(jid)
-        else:
-            per_job[jid] = per_job.get(jid, 0.0) + gain
+    # One gain per job: the one predicted with its first decision. Nothing happens in shadow mode, so each later
+    # epoch predicts the job's whole change again (a new proposal is a new plan for the same job, not more gain).
+    first_gain: dict[int, float | None] = {}
+    for d in sorted(found, key=lambda d: d.first):
+        first_gain.setdefault(d.job_id, d.gain_s)
+    # Running jobs a decision would slow without acting on them: their first predicted loss, once per job.
+    slowed: dict[int, float | None] = {}
+    for r in ran:
+        for jid, g in json.loads(r["slowed"]).items():
+            if int(jid) not in first_gain:
+                slowed.setdefault(int(jid), g)
+    first_gain.update(slowed)
+    per_job = {jid: g for jid, g in first_gain.items() if g is not None}
+    unpredicted = {jid for jid, g in first_gain.items() if g is None}
     jobs = sorted({d.job_id for d in found})
     gains = sorted(per_job.values())
     epochs = sorted({float(r["epoch"]) for r in rows})
     return {
         "since": since, "until": until,
         "first_epoch": epochs[0] if epochs else None, "last_epoch": epochs[-1] if epochs else None,
-        "epochs_with_actions": len(epochs),
+        "epochs_with_actions": len(epochs), "epochs_run": len(set(epochs) | {float(r["at"]) for r in ran}),
+        "epochs_without_slurm": sum(1 for r in ran if r["outage"]),
         "actions": {"total": len(found), "by_kind": dict(sorted(kinds.items())), "proposals": len(rows)},
         "jobs_touched": jobs,
         "predicted_gain_s": {
             "jobs": len(gains), "total": sum(gains), "mean": sum(gains) / len(gains) if gains else None,
             "median": _median(gains), "negative": sum(1 for g in gains if g < 0),
-            "jobs_without_prediction": sorted(unpredicted - set(per_job)),
+            "co_runners_slowed": len(slowed),
+            "co_runners_total": sum(g for g in slowed.values() if g is not None),
+            "jobs_without_prediction": sorted(unpredicted),
         },
         "decisions": [d.__dict__ for d in found],
     }
@@ -288,8 +338,10 @@ def render_report(summary: dict) -> str:
         lines.append("  no shadow epoch proposed an action in this period (is the helper running with --shadow?)")
         return "\n".join(lines)
     acts = summary["actions"]
-    lines.append(f"  epochs with actions: {summary['epochs_with_actions']} (first {local_time(summary['first_epoch'])}, "
-                 f"last {local_time(summary['last_epoch'])})")
+    lines.append(f"  epochs with actions: {summary['epochs_with_actions']} of {summary['epochs_run']} recorded "
+                 f"(first {local_time(summary['first_epoch'])}, last {local_time(summary['last_epoch'])})"
+                 + (f"; Slurm did not answer in {summary['epochs_without_slurm']}" if summary['epochs_without_slurm']
+                    else ""))
     lines.append(f"  actions it would have taken: {acts['total']} ({acts['proposals']} proposals; one repeated in "
                  "consecutive epochs counts once)")
     lines += [f"    {kind:<18} {n}" for kind, n in acts["by_kind"].items()]
@@ -301,7 +353,11 @@ def render_report(summary: dict) -> str:
         lines.append(f"  predicted JCT gain: {gain['total'] / 3600:.2f} job-hours over {gain['jobs']} job(s); "
                      f"mean {gain['mean']:.0f} s, median {gain['median']:.0f} s per job; {gain['negative']} job(s) "
                      "predicted to lose")
+    if gain["co_runners_slowed"]:
+        lines.append(f"    of which {gain['co_runners_total'] / 3600:.2f} job-hours on {gain['co_runners_slowed']} "
+                     "running job(s) it would slow by placing another beside them, without acting on them")
     if gain["jobs_without_prediction"]:
-        lines.append(f"  no prediction (not placed by the plan, e.g. preempted): jobs "
+        lines.append(f"  no prediction (not placed by the plan, e.g. preempted; or slowed beside a co-runner it "
+                     "already had): jobs "
                      f"{', '.join(map(str, gain['jobs_without_prediction']))}")
     return "\n".join(lines)

@@ -249,7 +249,7 @@ def test_the_predicted_gain_is_the_remaining_time_saved_net_of_the_restart():
 # ---------------------------------------------------------------- the report
 
 
-def test_the_report_counts_each_decision_once_sums_gains_per_job_and_names_the_jobs(store):
+def test_the_report_counts_each_decision_once_takes_each_jobs_first_gain_and_names_the_jobs(store):
     journal = ShadowJournal(store)
     start = Action(ActionKind.START_NOW, 1, "r")
     reshape = Action(ActionKind.RESHAPE_RUNNING, 2, "r", share=50, nodes=("n1",))
@@ -263,7 +263,8 @@ def test_the_report_counts_each_decision_once_sums_gains_per_job_and_names_the_j
                                   "proposals": 8}
     assert summary["jobs_touched"] == [1, 2, 3]
     gain = summary["predicted_gain_s"]
-    assert (gain["jobs"], gain["total"], gain["jobs_without_prediction"]) == (2, 640.0, [3])
+    # Job 1's later proposal predicts its whole gain again (nothing happened in between): its first gain counts.
+    assert (gain["jobs"], gain["total"], gain["jobs_without_prediction"]) == (2, 630.0, [3])
     assert shadow_report(store, 300.0, 450.0)["jobs_touched"] == [3]
     assert "actions it would have taken: 4" in render_report(summary)
     json.loads(jsonout.dumps(summary))
@@ -331,3 +332,96 @@ def test_a_shadow_epochs_json_log_line_is_info_unless_the_acting_helper_would_be
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(line["level"], line["slurm_changes"], line["mode"]) for line in lines] == [("info", None, "shadow"),
                                                                                         ("warning", None, "shadow")]
+
+
+def test_a_proposal_after_an_epoch_that_did_not_make_it_is_a_new_decision(store):
+    journal = ShadowJournal(store)
+    start = Action(ActionKind.START_NOW, 1, "r")
+    for at in (100.0, 160.0, 220.0):
+        journal.epoch(at, 0 if at == 160.0 else 1)
+        if at != 160.0:
+            journal.record(at, start, [["scontrol"]], 30.0)
+    summary = shadow_report(store, 0.0, 1000.0)
+    assert summary["actions"]["total"] == 2 and summary["epochs_run"] == 3 and summary["epochs_with_actions"] == 2
+    assert [d["epochs"] for d in summary["decisions"]] == [1, 1]
+
+
+class Unanswering(Recorder):
+    def __init__(self, snap, error):
+        super().__init__(snap)
+        self.error = error
+
+    def argv_for(self, action):
+        self.calls.append(("argv_for", action.job_id))
+        raise self.error
+
+
+def test_slurm_not_answering_in_a_shadow_epoch_is_an_outage_not_refusals(store):
+    from slurm_elastico.errors import SlurmTimeout
+
+    snap, fams = busy_cluster()
+    inner = Unanswering(snap, SlurmTimeout(("squeue", "--json"), 30))
+    result = run_once(ReadOnlyGateway(inner), Settings(), Fixed(fams), None, ShadowJournal(store), NOW, shadow=True)
+    statuses = [o.status for o in result.outcomes]
+    assert statuses[0] == "unanswered" and set(statuses[1:]) == {"skipped"} and len(statuses) > 1
+    assert len([c for c in inner.calls if c[0] == "argv_for"]) == 1  # no timeout waited again per action
+    assert result.outage and "did not finish" in result.outage
+    assert store.query("SELECT COUNT(*) AS n FROM shadow_journal")[0]["n"] == 0
+    assert shadow_report(store, 0.0, 2 * NOW)["epochs_without_slurm"] == 1
+
+
+def test_a_job_that_left_the_queue_is_not_journaled_as_a_refusal(store):
+    from slurm_elastico.errors import UnknownJobError
+
+    snap, fams = busy_cluster()
+    inner = Unanswering(snap, UnknownJobError(("squeue", "--jobs=3"), 1, "Invalid job id specified"))
+    result = run_once(ReadOnlyGateway(inner), Settings(), Fixed(fams), None, ShadowJournal(store), NOW, shadow=True)
+    assert not result.outage and {o.status for o in result.outcomes} == {"shadow"}
+    assert all("left Slurm's queue" in o.error and "would be refused" not in o.error for o in result.outcomes)
+
+
+def test_a_running_job_slowed_by_a_newcomer_on_its_gpu_counts_in_the_gain(store):
+    """A pending job placed on the GPU of a running job the plan leaves alone: the running job's loss is counted."""
+    from slurm_elastico.model import Placement, Plan
+
+    fam = family((50, 1.0, 1000), (100, 1.0, 1000), work=1000.0)
+    nodes = with_users(cluster(1), {("n0000", 0): (GpuUse(3, 50),)})
+    jobs = [pending(1, NOW - 60), running(3, "n0000", 0, 50, start=NOW, shape="mps50-0")]
+    snap = snapshot(nodes, jobs, NOW)
+    plan = Plan(actions=(Action(ActionKind.START_NOW, 1, "r"),),
+                placements=(Placement(1, "n0000", 0, "mps50-0", 50, 0.8), Placement(3, "n0000", 0, "mps50-0", 50, 0.8)))
+    gains = predicted_gains(plan, snap, {1: fam, 3: fam}, {}, NOW, 0.0, 100)
+    assert gains[3] == pytest.approx(1000 / 1.0 - 1000 / 0.8)  # a loss of 250 s, alone now
+    # Already beside another job: its speed now is not known here, so no figure rather than a wrong one.
+    shared = with_users(cluster(1), {("n0000", 0): (GpuUse(3, 50), GpuUse(4, 25))})
+    jobs2 = [*jobs, running(4, "n0000", 0, 25, start=NOW)]
+    assert predicted_gains(plan, snapshot(shared, jobs2, NOW), {1: fam, 3: fam}, {}, NOW, 0.0, 100)[3] is None
+
+    journal = ShadowJournal(store)
+    journal.record(NOW, plan.actions[0], [["scontrol"]], 5.0)
+    journal.epoch(NOW, 1, "", {3: gains[3]})
+    gain = shadow_report(store, 0.0, 2 * NOW)["predicted_gain_s"]
+    assert gain["co_runners_slowed"] == 1 and gain["total"] == pytest.approx(5.0 + gains[3])
+    assert gain["negative"] == 1
+
+
+def test_every_shadow_epoch_warns_of_a_job_the_acting_helper_left_mid_requeue(store):
+    snap, fams = busy_cluster()
+    Journal(store).plan(NOW - 30, Action(ActionKind.RESHAPE_RUNNING, 3, "r", share=50, nodes=("n0000",)))
+    guard = GuardedRunner(lambda argv, *, timeout=None: Completed(tuple(argv), 0, "", ""), allow_changes=False)
+    service = Service(Settings(), ReadOnlyGateway(Recorder(snap)), Fixed(fams), None, ShadowJournal(store), None,
+                      store, Metrics(mode="shadow"), lambda level, line: None, shadow=True, commands=guard)
+    for _ in range(2):
+        warnings = service.step().warnings
+        assert any("left 1 journal row(s) open (jobs 3)" in w and "stays held" in w for w in warnings), warnings
+    assert len(Journal(store).unsettled()) == 1  # read, never settled by the shadow helper
+
+
+def test_open_service_refuses_shadow_mode_without_a_runner_that_refuses_changes(tmp_path):
+    from slurm_elastico.helper.service import open_service
+
+    settings = dataclasses.replace(Settings(), state_dir=str(tmp_path))
+    for commands in (None, GuardedRunner(lambda argv, *, timeout=None: None, allow_changes=True)):
+        with pytest.raises(ValueError, match="refuses changes"):
+            open_service(settings, Recorder(None), families_dir=None, dry_run=False, metrics=Metrics(),
+                         metrics_file=None, log=lambda level, line: None, shadow=True, commands=commands)
