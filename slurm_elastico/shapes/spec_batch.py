@@ -83,6 +83,11 @@ def batch_rule_of(data: Mapping[str, Any], kind: str, global_batch: int,
     if not isinstance(adaptive, bool):
         bad("batch.adaptive", f"expected true or false, got {adaptive!r}")
         return None
+    if "adaptive" not in raw and raw:
+        bad("batch.adaptive", f"missing: {', '.join(f'batch.{k}' for k in raw)} has no effect without it; allowed: "
+                              "adaptive: true (the batch adapts within min and max), adaptive: false (fixed, the "
+                              "rest kept for later), or drop the batch key")
+        return None
     bounds: dict[str, int] = {}
     for key in ("min", "max"):
         if key not in raw:

@@ -54,6 +54,8 @@ def test_an_adaptive_family_keeps_its_range_and_rule():
     ({"adaptive": "yes", "min": 8, "max": 128}, ["batch.adaptive: expected true or false, got 'yes'"]),
     ({"adaptive": True, "min": 8, "max": 128, "step": 2}, ["batch.step: unknown key; allowed: adaptive, min, max"]),
     ([8, 128], ["batch: expected a mapping with adaptive, min, max, lr_scaling"]),
+    ({"min": 8, "max": 128, "lr_scaling": "sqrt"},
+     ["batch.adaptive: missing: batch.min, batch.max, batch.lr_scaling has no effect without it"]),
 ])
 def test_bad_batch_rules_are_named(batch, words):
     text = problems(train_spec(batch=batch))
