@@ -29,6 +29,7 @@ COMMANDS = {
     "report": ("report", "report"),
     "sim": ("sim", "sim"),
     "trace": ("trace", "trace"),
+    "whatif": ("whatif", "whatif"),
 }
 """Each `elastico` command: its module in this package and the click object there."""
 

@@ -211,9 +211,29 @@ def _run_on(cluster: LocalCluster, load: Workload, say: Callable[[str], None], b
               "slurm_version": version, "seconds": time.monotonic() - began, "load_average_5min": load_avg,
               "wall_s": {o.mode: o.wall_s for o in (plain, elastic)},
               "ended_late_s": {mode: {"mean": float(np.mean(v)), "max": max(v)} for mode, v in lag.items()},
-              "jobs": jobs_rows}
+              "jobs": jobs_rows, "plain_pass": plain_pass(plain, {h.mode: h.partition for h in halves}["plain"])}
     (work / "comparison.json").write_text(jsonout.dumps(result, indent=2, sort_keys=True))
     return result
+
+
+PASS_MARGIN_S = 5.0
+"""Seconds either side of a pass's first submission and last end in `plain_pass`: the submission command's own
+time (Slurm's submit time falls inside it) and clock rounding; far less than the gap to an earlier demo's jobs."""
+
+
+def plain_pass(obs: Observed, partition: str, wall_now: float | None = None, mono_now: float | None = None) -> dict:
+    """{since, until, partition} of a pass, for `elastico whatif --since --until --partition`: local ISO times (as
+    sacct reads them) bracketing its submissions and ends (the driver's monotonic clock turned into wall time),
+    and the partition it ran in ("" when it had the whole cluster)."""
+    wall_now = time.time() if wall_now is None else wall_now
+    mono_now = time.monotonic() if mono_now is None else mono_now
+
+    def iso(t: float) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(wall_now - (mono_now - t)))
+
+    first = min(obs.submit[i] - obs.submit_s.get(i, 0.0) for i in obs.submit)
+    return {"since": iso(first - PASS_MARGIN_S), "until": iso(max(obs.end.values()) + PASS_MARGIN_S),
+            "partition": partition}
 
 
 def _write_inputs(work: Path, jobs: Sequence[workload.DemoJob], plan: workload.Plan, truth, requests: int) -> None:

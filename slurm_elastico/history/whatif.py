@@ -228,7 +228,7 @@ def simulated(r: RunResult) -> dict:
 @dataclass
 class WhatIf:
     assume: str
-    runs: dict[str, dict[str, dict]]  # variant label -> {"static": figures, "elastico": figures, "ratio": x}
+    runs: dict[str, dict]  # variant label -> {"static": figures, "elastico": figures, "ratio": x, "jct": {policy: [s]}}
     skipped: Counter
     unfinished: dict[str, int]  # policy -> jobs a run left unfinished, summed over variants
 
@@ -264,7 +264,7 @@ def what_if(jobs: Sequence[PastJob], shape: ClusterShape, settings: Settings, as
     for label, guesses in variants(jobs, assume, truth, families):
         if on_variant is not None:
             on_variant(label)
-        out = {}
+        out: dict = {"jct": {}}
         for policy, window in (("static", 0.0), ("elastico", float(settings.submit.placement_window_s))):
             sim = sim_settings_for(shape, settings, epoch_s, max_gpus, window)
             rows, rigid, skipped = calibrate(jobs, guesses, shape, sim, truth)
@@ -274,6 +274,7 @@ def what_if(jobs: Sequence[PastJob], shape: ClusterShape, settings: Settings, as
             result = engine.run(rows, policy, settings, sim, model, truth, rigid=rigid)
             unfinished[policy] += result.unfinished
             out[policy] = simulated(result)
+            out["jct"][policy] = [j.jct for j in result.jobs]
         s, e = out["static"]["mean_jct_s"], out["elastico"]["mean_jct_s"]
         out["ratio"] = s / e if s is not None and e else None
         runs[label] = out

@@ -1,0 +1,141 @@
+"""`elastico whatif`: the cluster's own history replayed under plain Slurm and under elastico, side by side.
+
+Exit codes: 0 the comparison was printed; 1 no GPU job in the window; 2 a
+bad option, settings or families file; 3 sacct or the cluster listing failed
+(no accounting storage, slurmdbd or slurmctld down).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from slurm_elastico.cli import settings
+
+ROWS = (("mean_jct_s", "mean JCT s"), ("median_jct_s", "median JCT s"), ("p99_jct_s", "p99 JCT s"),
+        ("mean_wait_s", "mean wait s"), ("median_wait_s", "median wait s"), ("p99_wait_s", "p99 wait s"),
+        ("idle_gpu_h", "GPU-hours idle"))
+
+
+@click.command("whatif")
+@click.option("--since", default="now-7days", show_default=True, help="sacct --starttime (its date syntax)")
+@click.option("--until", default="now", show_default=True, help="sacct --endtime")
+@click.option("--partition", default="", help="only this partition's jobs, on its nodes (default: the whole cluster)")
+@click.option("--assume", type=click.Choice(["none", "gpu-count", "families"]), default="gpu-count",
+              show_default=True, help="what a plain job is: rigid (none), data-parallel at its global batch "
+              "(gpu-count), or as FILE says (families FILE: job-name patterns to {kind, app, global_batch})")
+@click.argument("families_file", required=False, type=click.Path(exists=True, dir_okay=False))
+@click.option("--epoch-s", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
+              help="seconds between the simulated helper's epochs (its --interval)")
+@click.option("--max-gpus", type=click.IntRange(0, 4096), default=8, show_default=True,
+              help="the most GPUs a data-parallel job may be given (0: none)")
+@click.option("--json", "as_json", is_flag=True, help="end with one JSON object")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="also draw the JCT distributions (measured, static and elastico simulated) into this PNG")
+@click.pass_context
+def whatif(ctx, since, until, partition, assume, families_file, epoch_s, max_gpus, as_json, plot) -> None:
+    """Every GPU job sacct knows between --since and --until, replayed on the cluster's own nodes: first under the
+    simulator's plain Slurm (`static`), whose starts are checked against the ones Slurm really made (start-time
+    error, mean-wait ratio), then under elastico; prints mean / median / p99 JCT and wait and GPU-hours idle side by
+    side, each with its range over what had to be assumed, and the predicted gain (plain / elastico mean JCT)."""
+    from slurm_elastico import jsonout
+    from slurm_elastico.cli.trace import _families
+    from slurm_elastico.cli.view import gateway_from
+    from slurm_elastico.errors import ConfigError
+    from slurm_elastico.history import replay as replay_mod
+    from slurm_elastico.history import whatif as wi
+    from slurm_elastico.history.past import SKIPS, past_jobs
+    from slurm_elastico.history.shape import from_snapshot
+    from slurm_elastico.inputs import load_yaml
+    from slurm_elastico.interference import load_model
+
+    if (assume == "families") != bool(families_file):
+        raise ConfigError("--assume", ["families needs its FILE (elastico whatif --assume families FILE)" if
+                                       assume == "families" else f"a FILE ({families_file}) is read only with "
+                                       "--assume families"])
+    families = wi.read_families(load_yaml(Path(families_file).read_text(encoding="utf-8"), families_file),
+                                families_file) if families_file else None
+    cfg = settings(ctx)
+    gateway = gateway_from(cfg)
+    records, bad = gateway.sacct_each(start=since, end=until)
+    store = Path(cfg.store_path)
+    jobs, summary = past_jobs(records, partition, _families(store) if store.is_file() else {}, bad)
+    if not summary.kept:
+        click.echo(f"error: no GPU job in accounting between {since} and {until}"
+                   + (f" in partition {partition}" if partition else "") + "; widen --since/--until", err=True)
+        sys.exit(1)
+    snap = gateway.snapshot()
+    shape = from_snapshot(snap, partition, cfg.gpu.shares_per_gpu)
+    rep = replay_mod.replay(jobs, shape, until=int(snap.taken_at)).stats()
+    result = wi.what_if(jobs, shape, cfg, assume, families, epoch_s, max_gpus, load_model(cfg.interference.model))
+    s = result.summary()
+    measured = wi.measured(jobs, shape)
+    skipped = {**{r: summary.skipped.get(r, 0) for r in SKIPS}, **{r: result.skipped.get(r, 0)
+                                                                  for r in (wi.SKIP_UNFINISHED, wi.SKIP_TOO_BIG)}}
+    ratio = s["ratio"]
+    if plot:
+        _plot(plot, jobs, result)
+    out = click.echo  # the table, then (--json) the JSON object last
+    out(f"{summary.seen} job(s) in accounting between {since} and {until}"
+        + (f", partition {partition}" if partition else "") + f"; {summary.kept} GPU job(s) kept; cluster "
+        f"{shape.describe()} (Slurm {shape.slurm_version})")
+    out(f"replay (static, the simulator's Slurm) against what Slurm did, {rep['compared']} job(s): start-time "
+        f"error median {_s(rep['median_start_error_s'])}, p90 {_s(rep['p90_start_error_s'])}; mean wait "
+        f"simulated {_s(rep['mean_wait_simulated_s'])} / measured {_s(rep['mean_wait_actual_s'])}"
+        f" = {_x(rep['mean_wait_ratio'])}")
+    label = {"none": "plain jobs rigid", "gpu-count": "plain jobs data-parallel at their global batch",
+             "families": f"plain jobs as {families_file} says"}[assume]
+    out(f"what-if, {label}; {len(result.runs)} run(s) of each policy"
+        + (f" (one per measured app: {', '.join(result.runs)}): value [range]" if len(result.runs) > 1 else ""))
+    out(f"  {'':16} {'measured':>12} {'static (sim)':>22} {'elastico (sim)':>22}")
+    for key, name in ROWS:
+        out(f"  {name:16} {_n(measured[key]):>12} {_iv(s['static'][key]):>22} {_iv(s['elastico'][key]):>22}")
+    out(f"  predicted gain (static / elastico mean JCT): {_iv(ratio, 2)}"
+        + (f"; elastico's mean JCT on this history: {_n(measured['mean_jct_s'] / ratio['value'])} s"
+           if ratio["value"] and measured["mean_jct_s"] else ""))
+    out("  skipped: " + ", ".join(f"{r} {n}" for r, n in skipped.items() if n) if any(skipped.values())
+        else "  skipped: none")
+    unfinished = {p: n for p, n in result.unfinished.items() if n}
+    if unfinished:
+        out("  warning: the simulator left job(s) unfinished: " + ", ".join(f"{p} {n}" for p, n in unfinished.items()))
+    if as_json:
+        click.echo(jsonout.dumps({
+            "since": since, "until": until, "partition": partition, "cluster": shape.describe(),
+            "slurm_version": shape.slurm_version, "assume": assume, "replay": rep, "measured": measured,
+            "static": s["static"], "elastico": s["elastico"], "predicted_ratio": ratio["value"],
+            "predicted_ratio_range": [ratio["lo"], ratio["hi"]],
+            "runs": {label: {"ratio": v["ratio"]} for label, v in result.runs.items()},
+            "unfinished": result.unfinished, "skipped": skipped, "import": summary.to_dict()}))
+
+
+def _plot(path, jobs, result) -> None:
+    from slurm_elastico.report import plots
+
+    done = [j.end - j.submit for j in jobs if j.end is not None and j.start is not None]
+    series = {"measured": done}
+    for label, v in result.runs.items():
+        for policy in ("static", "elastico"):
+            series[f"{policy} (sim{', ' + label if len(result.runs) > 1 else ''})"] = v["jct"][policy]
+    plots.jct_cdf_compare(series, path, title="JCT on the cluster's own history: measured and simulated")
+
+
+def _s(x) -> str:
+    return "-" if x is None else f"{x:.1f} s"
+
+
+def _x(x) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _n(x, digits: int = 1) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _iv(v: dict, digits: int = 1) -> str:
+    if v["value"] is None:
+        return "-"
+    if v["lo"] == v["hi"]:
+        return _n(v["value"], digits)
+    return f"{_n(v['value'], digits)} [{_n(v['lo'], digits)}-{_n(v['hi'], digits)}]"

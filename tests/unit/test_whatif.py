@@ -1,0 +1,185 @@
+"""The replay of a cluster's past on the simulator's Slurm, and the what-if on it (pure: constructed histories and
+recorded Slurm output)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_elastico.config import Settings
+from slurm_elastico.errors import ConfigError
+from slurm_elastico.history import trace_file
+from slurm_elastico.history.past import PastJob
+from slurm_elastico.history.replay import NOT_REPLAYED, NOT_STARTED, TOO_BIG, replay
+from slurm_elastico.history.shape import ClusterShape, NodeShape, from_snapshot
+from slurm_elastico.history.whatif import (RIGID, SKIP_UNFINISHED, Guess, calibrate, elastic_apps, measured,
+                                           read_families, sim_settings_for, variants, what_if)
+from slurm_elastico.sim.truth import GroundTruth
+from slurm_elastico.slurm.gateway import SlurmGateway
+from slurm_elastico.slurm.runner import Completed
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
+TWO_BY_FOUR = ClusterShape((NodeShape("n1", 4, "", 16, 64000), NodeShape("n2", 4, "", 16, 64000)),
+                           slurm_version="22.05.8")
+
+
+def job(i, submit, start, end, gpus=1, mps=0, gpu_type="", name="", family="", kind="", cpus=1):
+    return PastJob(str(i), submit, start, end, "COMPLETED" if end is not None else "RUNNING", gpus, mps, gpu_type,
+                   cpus, 512, 1, None, 0, "u", "a", "p", family, kind, name)
+
+
+def fifo_history(shape: ClusterShape, runs, gap=6, t0=1000):
+    """What FIFO on whole GPUs does with one-GPU jobs of these run times arriving `gap` apart: each job takes the
+    GPU that frees first once its turn comes."""
+    free = [t0] * shape.gpus
+    out = []
+    for i, run in enumerate(runs):
+        submit = t0 + i * gap
+        k = min(range(len(free)), key=lambda g: free[g])
+        start = max(submit, free[k])
+        free[k] = start + run
+        out.append(job(100 + i, submit, start, start + run))
+    return out
+
+
+def test_replay_of_a_fifo_history_is_exact():
+    jobs = fifo_history(TWO_BY_FOUR, [20, 230, 60, 240, 20, 230, 100, 100, 100, 50, 300, 40, 90, 70])
+    assert sum(j.wait_s > 0 for j in jobs) >= 3  # the history has waits to reproduce
+    stats = replay(jobs, TWO_BY_FOUR).stats()
+    assert stats["compared"] == len(jobs)
+    assert stats["median_start_error_s"] == 0 and stats["max_start_error_s"] == 0
+    assert stats["mean_wait_ratio"] == pytest.approx(1.0)
+
+
+def test_replay_reports_the_starts_slurm_made_differently():
+    """Slurm started job 102 at once although every GPU was busy (the cluster had more GPUs then): the replay on
+    today's shape makes it wait and says by how much."""
+    jobs = [job(100 + i, 1000, 1000, 1100) for i in range(2)] + [job(102, 1010, 1010, 1050)]
+    one_node = ClusterShape((NodeShape("n1", 2, "", 16, 64000),))
+    r = replay(jobs, one_node)
+    by_id = {j.job_id: j for j in r.jobs}
+    assert by_id["102"].simulated_wait_s == 90 and by_id["102"].error_s == 90
+    s = r.stats()
+    assert s["max_start_error_s"] == 90 and s["mean_wait_ratio"] is None  # nothing waited in reality
+
+
+def test_backfill_starts_a_small_job_beside_a_blocked_large_one():
+    """The blocked 4-GPU job keeps one node (n1, where the first 3-GPU job ends first); the later 1-GPU job starts
+    on the other node's GPU left, not on n1's (which would delay the big one: Slurm's backfill)."""
+    jobs = [job(1, 0, 0, 100, gpus=3), job(2, 0, 0, 400, gpus=3), job(3, 1, 100, 200, gpus=4),
+            job(4, 2, 2, 50, gpus=1), job(5, 3, 50, 90, gpus=1)]
+    r = {j.job_id: j for j in replay(jobs, TWO_BY_FOUR).jobs}
+    assert r["3"].simulated_wait_s == 99  # the 4-GPU job waits for the first 3-GPU one
+    assert r["4"].simulated_wait_s == 0  # the later 1-GPU job starts on n2's GPU left
+    assert r["5"].simulated_wait_s == 47  # and the next one waits for it: n1's idle GPU is kept for job 3
+
+
+def test_a_typed_request_waits_for_its_type_and_shares_fill_one_gpu():
+    shape = ClusterShape((NodeShape("a", 1, "a100", 16, 64000), NodeShape("t", 1, "t4", 16, 64000)))
+    jobs = [job(1, 0, 0, 100, gpu_type="a100"), job(2, 5, 100, 150, gpu_type="a100"),
+            job(3, 6, 6, 50, gpus=0, mps=50), job(4, 7, 7, 50, gpus=0, mps=50), job(5, 8, 50, 60, gpus=0, mps=50)]
+    r = {j.job_id: j for j in replay(jobs, shape).jobs}
+    assert r["2"].simulated_wait_s == 95  # the t4 is free, but it asked for an a100
+    assert r["3"].simulated_wait_s == 0 and r["4"].simulated_wait_s == 0  # two halves of the t4
+    assert r["5"].simulated_wait_s == 42  # the third half waits for one of them to end (at 50)
+
+
+def test_what_the_replay_cannot_compare_is_counted():
+    shape = ClusterShape((NodeShape("n1", 2, "", 16, 64000),))
+    jobs = [job(1, 0, 0, None, gpus=2),  # still running at the end of the window: holds both GPUs to it
+            job(2, 5, None, None),  # still pending in reality
+            job(3, 6, 6, 20, gpus=3),  # asks more than the nodes have now
+            job(4, 7, 7, 30)]  # ran at 7 in reality; here it can never start (job 1 holds every GPU)
+    r = replay(jobs, shape)
+    assert r.not_compared == {NOT_STARTED: 1, TOO_BIG: 1, NOT_REPLAYED: 1}
+    assert r.stats()["compared"] == 1  # job 1
+    jobs[3] = job(4, 7, 100, 130)
+    assert {j.job_id: j.simulated_wait_s for j in replay(jobs, shape, until=100).jobs}["4"] == 93
+
+
+@pytest.mark.parametrize("version,squeue,nodes", [("22.05", "squeue_running.json", "sinfo_busy.json"),
+                                                  ("24.11", "squeue_json.json", "scontrol_show_node_json.json")])
+def test_cluster_shape_from_recorded_slurm_output(version, squeue, nodes):
+    files = {"squeue": DATA / version / squeue, "nodes": DATA / version / nodes}
+
+    def runner(argv, *, timeout=None):
+        return Completed(tuple(argv), 0, files["squeue" if argv[0] == "squeue" else "nodes"].read_text(), "")
+
+    snap = SlurmGateway(runner, clock=lambda: 123.0).snapshot()
+    shape = from_snapshot(snap)
+    assert [n.gpus for n in shape.nodes] == [4, 4, 4, 4] and shape.gpus == 16
+    assert all(n.cpus > 0 and n.mem_mib > 0 for n in shape.nodes)
+    assert shape.slurm_version.startswith(version) and from_snapshot(snap, "debug").gpus == 16
+    with pytest.raises(ConfigError, match="partition 'gpu' has no node with GPUs; partitions with GPU nodes: debug"):
+        from_snapshot(snap, "gpu")
+
+
+def test_whatif_with_rigid_jobs_predicts_no_gain_and_static_reproduces_the_history():
+    jobs = fifo_history(TWO_BY_FOUR, [20, 230, 60, 240, 20, 230, 100, 100, 100, 50])
+    w = what_if(jobs, TWO_BY_FOUR, Settings(), "none", epoch_s=5, max_gpus=2)
+    s = w.summary()
+    assert len(w.runs) == 1 and s["ratio"]["value"] == pytest.approx(1.0)
+    m = measured(jobs, TWO_BY_FOUR)
+    assert s["static"]["mean_jct_s"]["value"] == pytest.approx(m["mean_jct_s"], rel=0.01)
+    assert s["static"]["mean_wait_s"]["value"] == pytest.approx(m["mean_wait_s"], rel=0.05, abs=1)
+
+
+def test_whatif_gpu_count_runs_once_per_measured_app_and_gives_the_range():
+    jobs = fifo_history(TWO_BY_FOUR, [200, 230, 60, 240])  # 4 jobs on 8 GPUs: half the cluster idle
+    w = what_if(jobs, TWO_BY_FOUR, Settings(), "gpu-count", epoch_s=5, max_gpus=2)
+    assert list(w.runs) == list(elastic_apps(GroundTruth()))
+    r = w.summary()["ratio"]
+    assert r["lo"] <= r["value"] <= r["hi"] and r["hi"] > 1.05  # some app gains from the idle GPUs
+    assert w.unfinished == {"static": 0, "elastico": 0}
+
+
+def test_families_file_matches_names_and_family_jobs_keep_their_kind():
+    truth = GroundTruth()
+    fams = read_families({"demo-*-imagenet-*": {"kind": "train", "app": "imagenet", "global_batch": 160},
+                          "*-llm-*": {"kind": "infer"}})
+    jobs = [job(1, 0, 0, 10, name="demo-plain-train-imagenet-1"), job(2, 0, 0, 10, name="demo-plain-infer-llm-2"),
+            job(3, 0, 0, 10, name="other"), job(4, 0, 0, 10, family="tiny", kind="infer")]
+    (label, guesses), = variants(jobs, "families", truth, fams)
+    assert guesses == [Guess("train", "imagenet", 160), Guess("infer"), RIGID, Guess("infer")]
+    assert [g.kind for _, g in [variants(jobs, "none", truth)[0]][0:1] for g in g] == ["rigid"] * 3 + ["infer"]
+
+
+def test_bad_families_file_names_each_entry():
+    with pytest.raises(ConfigError) as err:
+        read_families({"a": {"kind": "train", "app": "resnet"}, "b": {"kind": "gpu"}, "c": {"kind": "train",
+                       "app": "bert", "global_batch": -1, "lr": 1}})
+    text = str(err.value)
+    assert "'a': app 'resnet' has no measured profile; allowed: bert" in text and "'b': kind 'gpu'; allowed" in text
+    assert "'c': unknown key(s) lr" in text and "'c': global_batch -1" in text
+    with pytest.raises(ConfigError, match="families needs the file"):
+        variants([], "families", GroundTruth())
+
+
+def test_calibrated_work_holds_each_gpu_as_long_as_it_was_held():
+    truth = GroundTruth()
+    jobs = [job(1, 0, 0, 120), job(2, 3, 3, 300, gpus=2), job(3, 4, None, None)]
+    sim = sim_settings_for(TWO_BY_FOUR, Settings(), 5, 2, 0)
+    rows, rigid, skipped = calibrate(jobs, [Guess("train", "imagenet"), RIGID, RIGID], TWO_BY_FOUR, sim, truth)
+    assert skipped == {SKIP_UNFINISHED: 1} and rigid == {2} and [r.job_id for r in rows] == [1, 2]
+    assert rows[1].work == pytest.approx(297 * truth.rigid_speed(rows[1].app, rows[1].global_batch, 2))
+
+
+def test_trace_file_without_the_name_column_still_reads(tmp_path):
+    path = tmp_path / "t.csv"
+    trace_file.write([job(7, 0, 1, 5, name="x")], path)
+    assert trace_file.read(path)[0].name == "x"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(line.rsplit(",", 1)[0] for line in lines) + "\n")
+    assert trace_file.read(path)[0].name == "" and trace_file.read(path)[0].job_id == "7"
+
+
+def test_demo_plain_pass_brackets_its_submissions_and_ends():
+    from slurm_elastico.cluster.demo import plain_pass
+    from slurm_elastico.cluster.demo_live import Observed
+
+    obs = Observed("plain", submit={1: 100.0, 2: 106.0}, end={1: 300.0, 2: 250.0}, submit_s={1: 0.5, 2: 0.4})
+    wall = time.mktime((2026, 12, 4, 12, 0, 0, 0, 0, -1))
+    got = plain_pass(obs, "plain", wall_now=wall, mono_now=400.0)
+    assert got == {"since": "2026-12-04T11:54:54", "until": "2026-12-04T11:58:25", "partition": "plain"}
