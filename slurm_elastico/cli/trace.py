@@ -1,9 +1,10 @@
 """`elastico trace from-sacct`: the cluster's own GPU jobs, from its accounting, as a history trace file.
 
 Exit codes: 0 the trace was written; 1 no GPU job in the window (nothing
-written; the summary says what was seen); 2 a bad option or settings; 3
-sacct failed (it says why: no accounting storage, slurmdbd down, a date it
-cannot read).
+written; the summary says what was seen); 2 a bad option or settings (an
+--out that cannot be written included); 3 sacct failed (it says why: no
+accounting storage, slurmdbd down, a date it cannot read), or printed only
+records that could not be read (each listed).
 """
 
 from __future__ import annotations
@@ -44,7 +45,11 @@ def from_sacct(ctx, since, until, partition, out, as_json) -> None:
     store = Path(cfg.store_path)
     jobs, summary = past_jobs(records, partition, _families(store) if store.is_file() else {}, bad)
     if summary.kept:
-        trace_file.write(jobs, out)
+        try:
+            trace_file.write(jobs, out)
+        except OSError as exc:
+            raise click.UsageError(f"--out {out}: {exc.strerror or exc}; allowed: a file in an existing directory "
+                                   "this user may write") from None
     if as_json:
         click.echo(jsonout.dumps({"out": out if summary.kept else None, "since": since, "until": until,
                                   "partition": partition, **summary.to_dict()}))
@@ -59,6 +64,10 @@ def from_sacct(ctx, since, until, partition, out, as_json) -> None:
         for line in summary.bad:
             click.echo(f"  unreadable: {line}")
         click.echo(f"wrote {out}" if summary.kept else "nothing written")
+    if not summary.kept and summary.bad:
+        click.echo(f"error: no GPU job read between {since} and {until}: {len(summary.bad)} record(s) unreadable "
+                   "(listed above; a sacct whose JSON this version does not know?)", err=True)
+        sys.exit(3)
     if not summary.kept:
         click.echo(f"error: no GPU job in accounting between {since} and {until}"
                    + (f" in partition {partition}" if partition else "") + "; widen --since/--until", err=True)

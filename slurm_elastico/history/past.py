@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from slurm_elastico.model import JobState
-from slurm_elastico.slurm.accounting import SacctRecord, runs_by_job
+from slurm_elastico.slurm.accounting import SacctRecord, bad_record_job, runs_by_job
 
 SKIP_NO_GPU = "no GPU"
 SKIP_CANCELLED = "cancelled before it started"
@@ -131,13 +131,17 @@ def _never_started(runs: tuple[SacctRecord, ...]) -> bool:
 def past_jobs(records: Iterable[SacctRecord], partition: str = "", families: Mapping[int, Family] | None = None,
               bad: Iterable[str] = ()) -> tuple[list[PastJob], Summary]:
     """The kept jobs in submission order and the summary; `bad` are the records sacct printed that could not be
-    read (counted as skipped, each line kept)."""
+    read (each line kept): a job with any unreadable run is skipped whole, counted once (its other runs alone
+    would give it the wrong submission, request and restarts); a record without a job id counts alone."""
     families = families or {}
     summary = Summary()
     summary.bad = list(bad)
-    summary.skipped[SKIP_BAD] = len(summary.bad)
+    bad_jobs = {bad_record_job(line) for line in summary.bad} - {None}
+    summary.skipped[SKIP_BAD] = len(bad_jobs) + sum(1 for line in summary.bad if bad_record_job(line) is None)
     kept = []
     for job_id, runs in runs_by_job(records).items():
+        if job_id in bad_jobs:
+            continue
         first, last = runs[0], runs[-1]
         gpus, mps, gpu_type = _gpu_ask(first.tres_req or first.tres_alloc)
         reason = None

@@ -9,6 +9,7 @@ lists each run of a requeued job apart, each with its own allocation;
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -135,6 +136,12 @@ def parse_sacct_each(text: str, source: str = "sacct --json") -> tuple[tuple[Sac
             job = j.get("job_id") if isinstance(j, dict) else None
             bad.append(f"job {job if isinstance(job, int) else '(no job_id)'}: {exc}")
     return tuple(good), tuple(bad)
+
+
+def bad_record_job(line: str) -> int | None:
+    """The job id a line of `parse_sacct_each`'s bad records names (None: the record had no job id)."""
+    m = re.match(r"job (\d+): ", line)
+    return int(m.group(1)) if m else None
 
 
 def runs_by_job(records: Iterable[SacctRecord]) -> dict[int, tuple[SacctRecord, ...]]:

@@ -91,5 +91,9 @@ def test_the_trace_holds_the_gpu_jobs_and_counts_the_skipped_ones(slurm_cluster,
         empty = tmp_path / "empty.csv"
         got = trace(c, "--since", "2020-01-01", "--until", "2020-01-02", "--out", str(empty))
         assert got.returncode == 1 and "no GPU job in accounting" in got.stderr and not empty.exists()
+        nowhere = tmp_path / "no such directory" / "trace.csv"
+        got = trace(c, "--since", since, "--out", str(nowhere))
+        assert got.returncode == 2 and f"--out {nowhere}" in got.stderr and "existing directory" in got.stderr, got
+        assert "Traceback" not in got.stderr
     finally:
         c.cancel_all()

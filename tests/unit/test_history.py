@@ -108,3 +108,19 @@ def test_a_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_path: Path)
     with pytest.raises(OSError, match="disk full"):
         trace_file.write(broken(), path)
     assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["t.csv"]
+
+
+def test_a_job_with_one_unreadable_run_is_skipped_whole_and_counted_once():
+    """Its other runs alone would give it the reshaped request and the later submission, and no restart."""
+    doc = json.loads((DATA / "22.05" / "sacct_requeued_duplicates.json").read_text())
+    assert [j["job_id"] for j in doc["jobs"]] == [22, 22]
+    readable, _ = parse_sacct_each(json.dumps(doc))
+    jobs, _ = past_jobs(readable, bad=())
+    assert [j.job_id for j in jobs] == ["22"] and jobs[0].restarts == 1
+    doc["jobs"][0]["time"]["submission"] = "yesterday"
+    records, bad = parse_sacct_each(json.dumps(doc))
+    jobs, summary = past_jobs(records, bad=bad)
+    assert jobs == [] and summary.seen == 1 and summary.skipped[SKIP_BAD] == 1 and len(summary.bad) == 1
+    doc["jobs"][1]["job_id"] = "x"  # a record without a job id counts by itself
+    records, bad = parse_sacct_each(json.dumps(doc))
+    assert past_jobs(records, bad=bad)[1].skipped[SKIP_BAD] == 2
