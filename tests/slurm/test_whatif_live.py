@@ -1,0 +1,75 @@
+"""The replay of the real local cluster's own past (slurmctld, slurmd, slurmdbd and MariaDB): jobs that waited for
+GPUs on the real Slurm, imported from sacct, replayed on the cluster's shape read from Slurm; the simulated starts
+must be the real ones within seconds. Then `elastico whatif --json` on the same window ends with the JSON the
+checks read."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from slurm_elastico.history.past import past_jobs
+from slurm_elastico.history.replay import replay
+from slurm_elastico.history.shape import from_snapshot
+from slurm_elastico.model import JobState
+from slurm_elastico.slurm.accounting import runs_by_job
+
+from live_helpers import BIN, Cluster, wait_for
+
+pytestmark = pytest.mark.live
+
+RUNS_S = (8, 4, 10, 6, 5, 9, 4, 7)
+"""Eight jobs of four GPUs each (a whole node) on 4 nodes: the last four wait for the first ones, each for a
+different node's end."""
+
+
+def test_the_replay_starts_the_jobs_when_slurm_did(slurm_cluster, tmp_path):
+    c = Cluster(dict(slurm_cluster.env()), tmp_path, {})
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
+    ours = []
+    try:
+        for seconds in RUNS_S:
+            path = tmp_path / f"job{len(ours)}.sh"
+            path.write_text(f"#!/bin/bash\nsleep {seconds}\n")
+            done = subprocess.run(["sbatch", "--parsable", f"--output={tmp_path}/%j.out", "--gres=gpu:4",
+                                   "--nodes=1", "--job-name=whatif-live", str(path)],
+                                  env=c.env, capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+            ours.append(int(done.stdout.strip().split(";")[0]))
+            c.ids.append(ours[-1])
+            time.sleep(0.5)
+
+        def ended():
+            last = {j: r[-1] for j, r in runs_by_job(c.gateway.sacct(start=since)).items()}
+            return all(j in last and last[j].state is JobState.COMPLETED and last[j].end_time for j in ours)
+
+        wait_for(ended, "accounting to show every job completed", 120)
+        records, bad = c.gateway.sacct_each(start=since)
+        jobs, summary = past_jobs(records, bad=bad)
+        shape = from_snapshot(c.gateway.snapshot())
+        assert shape.gpus == 16 and len(shape.nodes) == 4
+        mine = [j for j in jobs if int(j.job_id) in ours]
+        assert len(mine) == len(ours) and sum(j.wait_s >= 3 for j in mine) >= 3, [(j.job_id, j.wait_s) for j in mine]
+        result = replay(jobs, shape)
+        got = {j.job_id: j for j in result.jobs}
+        errors = [got[str(j)].error_s for j in ours]
+        assert all(e is not None for e in errors)
+        assert max(errors) <= 3, [(j, got[str(j)].actual_wait_s, got[str(j)].simulated_wait_s) for j in ours]
+        stats = result.stats()
+        assert stats["median_start_error_s"] <= 2
+
+        cli = subprocess.run([str(BIN / "elastico"), "--config", str(tmp_path / "elastico.yaml"), "whatif",
+                              "--since", since, "--epoch-s", "5", "--json"],
+                             env=c.env, capture_output=True, text=True, timeout=300)
+        assert cli.returncode == 0, cli.stderr
+        out = json.loads(cli.stdout.strip().splitlines()[-1])
+        assert out["replay"]["median_start_error_s"] <= 2 and out["replay"]["compared"] >= len(ours)
+        assert out["replay"]["mean_wait_ratio"] == pytest.approx(stats["mean_wait_ratio"], rel=0.5)
+        assert out["predicted_ratio"] > 0 and out["predicted_ratio_range"][0] <= out["predicted_ratio"]
+        assert set(out["skipped"]) >= {"no GPU", "cancelled before it started", "not finished in the window"}
+        assert "static (sim)" in cli.stdout and "GPU-hours idle" in cli.stdout
+    finally:
+        c.cancel_all()
