@@ -50,6 +50,7 @@ import logging
 import math
 import os
 import pwd
+import re
 import stat
 import threading
 import time
@@ -103,6 +104,28 @@ MAX_BYTES = 65536
 """A report is a few hundred bytes; anything larger is not one (and is not read into memory)."""
 MAX_NUMBER = 1e15
 MAX_RESTARTS = 2**31 - 1
+MAX_DEPTH = 32
+"""The deepest nesting of JSON arrays and objects a report may have: a report is one flat object. Checked before
+parsing, so every Python refuses the same reports (3.11 and 3.13's `json` raise RecursionError near 1,000
+levels, 3.14's parses 30,000)."""
+
+_STRING_OR_BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def nested_too_deep(data: bytes) -> bool:
+    """Whether JSON text `data` nests arrays and objects deeper than `MAX_DEPTH` (brackets in strings not counted)."""
+    if data.count(b"[") + data.count(b"{") <= MAX_DEPTH:  # the usual report: too few brackets to nest that deep
+        return False
+    depth = 0
+    for m in _STRING_OR_BRACKET.finditer(data):
+        c = m.group()
+        if c in (b"[", b"{"):
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        elif c in (b"]", b"}"):
+            depth -= 1
+    return False
 
 
 def read_report(path: str | os.PathLike[str], kind: str) -> dict | None:
@@ -135,9 +158,13 @@ def read_report(path: str | os.PathLike[str], kind: str) -> dict | None:
         os.close(fd)
     if len(data) > MAX_BYTES:
         raise ReportError(f"{path}: larger than {MAX_BYTES} bytes, not a {kind} report")
+    if nested_too_deep(data):
+        raise ReportError(f"{path}: not a {kind} report: JSON nested deeper than {MAX_DEPTH} levels "
+                          f"(allowed: at most {MAX_DEPTH})")
     try:
         d = json.loads(data.decode("utf-8"))
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError, JSONDecodeError are ValueErrors; RecursionError
+        # is a backstop (nesting is checked above)
         raise ReportError(f"{path}: not JSON ({type(exc).__name__})") from None
     if not isinstance(d, dict) or d.get("version") != VERSION:
         raise ReportError(f"{path}: not a {kind} report of version {VERSION}")
