@@ -34,7 +34,7 @@ packages: setup
 
 # Six pytest-xdist workers on two cores: the live tests mostly wait on Slurm, so they run side by side,
 # each worker on a local Slurm cluster of its own (tests/conftest.py), beside the unit tests. Then the
-# tests marked `alone` (they time jobs sharing a CPU core), with nothing else running.
+# tests marked `alone` (they time jobs: other tests' load would stretch them), with nothing else running.
 test: setup packages
 	ELASTICO_TEST_PHASE=shared $(PY) -m pytest -q -n 6 --dist loadgroup
 	ELASTICO_TEST_PHASE=alone $(PY) -m pytest -q

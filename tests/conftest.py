@@ -102,9 +102,9 @@ def gateway(slurm_env: dict[str, str]) -> SlurmGateway:
 def cpu_share(tmp_path_factory, alone: bool):
     """Hold this machine's CPUs shared with the other workers, or (`alone`) to this worker only.
 
-    Under pytest-xdist the workers run tests side by side. A test that measures how jobs time-slice a core
-    (probe and revert) needs nothing else running: it holds an exclusive lock that every other test, and every
-    cluster start and stop, holds shared. The gate lock keeps new holders from starting while it waits, so it
+    Under pytest-xdist the workers run tests side by side. A test that times jobs (probe and revert: two jobs
+    taking turns on one fake GPU) needs nothing else running: it holds an exclusive lock that every other test,
+    and every cluster start and stop, holds shared. The gate lock keeps new holders from starting while it waits, so it
     is not starved. The locks are in the base temporary directory, which all workers of one run share.
     """
     root = tmp_path_factory.getbasetemp().parent

@@ -107,7 +107,8 @@ margin never below this) or observed (probe and revert, `interference.probe`): a
 worth its risk and its restarts. A policy choice, set above what a pair that gains nothing measures: two jobs
 time-slicing one CPU core through real Slurm measured 0.96 to 1.06 of one GPU's worth of solo speed, around 1
 but not at it, because each speed is taken while other work (the helper, other jobs) shares the machine
-(tests/slurm/test_probe_revert_live.py, eight runs on Slurm 22.05 and 24.11). On a GPU the noise differs; this
+(an earlier tests/slurm/test_probe_revert_live.py, eight runs on Slurm 22.05 and 24.11; its jobs now take turns
+on a fake GPU's clock, which measured 1.01). On a GPU the noise differs; this
 is not a measured bound for it."""
 
 

@@ -1,25 +1,26 @@
 """Probe and revert through real Slurm: two jobs that really slow each other share a GPU; the helper undoes it.
 
-The fake GPUs share nothing, so each fake GPU is backed here by one CPU core: the job's program pins itself to
-the core of the GPU Slurm gave it (node offset + GPU index, modulo the cores this process may use) and spends
-every step on CPU work. Alone, a job has its core; two jobs on one GPU time-slice one core, so each runs at
-about half its solo speed. That is a co-location that does not pay, measured, not predicted: the test checks
-that `elastico sched` sees it from the progress reports, undoes it within a few epochs (the later job requeued
-at its whole-GPU shape, journaled), records the observation the predictor learns from, and refuses the pair.
+The fake GPUs share nothing, so each fake GPU is backed here by a clock file: a step is one kernel of
+`KERNEL_S` seconds on the job's GPU, run in the GPU's next free slot (taken under a file lock, first come first
+served) and waited out asleep. Alone, a job has every slot, about 1 / `KERNEL_S` steps/s; two jobs on one GPU
+take turns, each about half of that. That is a co-location that does not pay, measured, not predicted: the test
+checks that `elastico sched` sees it from the progress reports, undoes it within a few epochs (the later job
+requeued at its whole-GPU shape, journaled), records the observation the predictor learns from, and refuses the
+pair.
 
-The family's floor is 0.65 of the program's speed on one core, measured here before the jobs start; the jobs
-run at about 0.5 of it side by side, so the floor is what the test relies on. The gain rule would revert the pair
-too (it measured 0.96 to 1.06 of one GPU's worth, under 1 + `base.MIN_GAIN`), but by less, and each solo speed
-is taken while the helper shares the machine, so the test does not rest on it.
-Needs two CPU cores, so that the two jobs' GPUs, apart, are two cores.
+The family's floor is 0.65 of a GPU's nominal speed (1 / `KERNEL_S`): the jobs run at most half of it side by side,
+whatever else the machine runs, so the floor is what the test relies on. The gain rule would revert the pair too
+(two jobs taking turns make one GPU's worth, under 1 + `base.MIN_GAIN`), but each solo speed is taken while the
+helper shares the machine, so the test does not rest on it.
+
+The jobs hardly use a CPU (they sleep through their kernels), so the slowdown does not depend on the machine's
+other load. An earlier version backed each fake GPU by a CPU core, the jobs pinned to it: with other work on two
+cores the kernel moved that work off a core the two jobs shared, so sharing cost them little (0.80 to 1.10 of
+their solo speed each, load 5 to 9), and the pair was kept.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import time
 
 import pytest
@@ -28,30 +29,34 @@ from slurm_elastico.model import JobState
 
 from live_helpers import Cluster, epoch, idle_nodes, solo_rates, step_program, until, wait_report
 
-pytestmark = [pytest.mark.live, pytest.mark.alone]  # it times jobs sharing one core: no other test may run
+pytestmark = [pytest.mark.live, pytest.mark.alone]  # it times jobs: other tests' CPU use would stretch their steps
 
-PROGRAM = step_program("work()", setup="""
-def work():
-    return sum(i * i for i in range(20000))
+KERNEL_S = 0.05
+"""Seconds of fake GPU time a step takes: a whole GPU runs 20 steps/s."""
+SPEED = 1 / KERNEL_S
+"""A job's nominal speed alone on a GPU, steps/s."""
 
+PROGRAM = step_program("work()", setup=f"""
+import fcntl
 
-cores = sorted(os.sched_getaffinity(0))
-if sys.argv[1] == "--calibrate":  # steps/s on core number argv[2] (of those this process may use)
-    os.sched_setaffinity(0, {cores[int(sys.argv[2])]})
-    work()
-    n, t0 = 0, time.monotonic()
-    while time.monotonic() - t0 < 2.0:
-        work()
-        n += 1
-    print(n / (time.monotonic() - t0))
-    sys.exit(0)
-offsets = json.load(open(sys.argv[1]))
+KERNEL_S = {KERNEL_S!r}
+clocks = sys.argv[1]  # a directory: one clock file per fake GPU, holding when the GPU is next free
 node = os.environ["SLURMD_NODENAME"]
 gpu = int((os.environ.get("SLURM_JOB_GPUS") or os.environ["CUDA_VISIBLE_DEVICES"]).split(",")[0])
-core = cores[(offsets[node] + gpu) % len(cores)]
-os.sched_setaffinity(0, {core})
-print(f"fake GPU {node}:{gpu} is CPU core {core}", flush=True)""")
-"""Each step is CPU work on the job's own core (see the module's text); `--calibrate N` prints its steps/s on core N."""
+clock = os.open(os.path.join(clocks, f"{{node}}-{{gpu}}"), os.O_RDWR | os.O_CREAT, 0o600)
+print(f"fake GPU {{node}}:{{gpu}}", flush=True)
+
+
+def work():  # one kernel: the GPU's next free slot of KERNEL_S seconds (first come first served), waited out asleep
+    fcntl.flock(clock, fcntl.LOCK_EX)
+    try:
+        free = float(os.pread(clock, 64, 0) or 0)
+        end = max(time.monotonic(), free) + KERNEL_S
+        os.pwrite(clock, f"{{end:<24.6f}}".encode(), 0)
+    finally:
+        fcntl.flock(clock, fcntl.LOCK_UN)
+    time.sleep(max(0.0, end - time.monotonic()))""")
+"""Each step is a kernel on the job's fake GPU (see the module's text); argv[1] is the clocks' directory."""
 
 FAMILY = """kind: train
 name: contend-live
@@ -69,32 +74,19 @@ declared:
   mb8-fp32-mps50: {{throughput: {speed:.3f}, gpu_mem_mib: 1000}}
   mb8-fp32-mps100: {{throughput: {whole:.3f}, gpu_mem_mib: 1000}}
 """
-"""On a real GPU the whole of it is faster than half (here both are one core): a shape no faster than another
+"""On a real GPU the whole of it is faster than half (here both are one clock): a shape no faster than another
 that takes less would not be in the family, and the revert needs a whole-GPU shape to move a job to."""
 FLOOR = 0.65
-"""The jobs' floor, as a fraction of their speed alone on one core."""
+"""The jobs' floor, as a fraction of their nominal speed alone on a GPU."""
 MAX_EPOCHS = 8
 """A few epochs: warm-up (5 s), two readings >= 5 s apart and 10 s side by side need 3 to 5 of them, 6 s apart."""
 
 
-def calibrate(program) -> float:
-    """The program's steps/s on one core, the slower of the first two, measured on both at once (as the jobs run)."""
-    runs = [subprocess.Popen([sys.executable, str(program), "--calibrate", str(i)], stdout=subprocess.PIPE, text=True)
-            for i in (0, 1)]
-    try:
-        out = [run.communicate(timeout=60)[0] for run in runs]
-    finally:
-        for run in runs:
-            run.kill()
-    assert all(run.returncode == 0 for run in runs), out
-    return min(float(x) for x in out)
-
-
-def core_of(c: Cluster, job_id: int) -> int:
-    """The core the job's latest run pinned itself to (its output's last "is CPU core N" line)."""
-    lines = [x for x in c.text(job_id).splitlines() if " is CPU core " in x]
-    assert lines, f"job {job_id} did not say its core: {c.text(job_id)}"
-    return int(lines[-1].rsplit(" ", 1)[1])
+def gpu_of(c: Cluster, job_id: int) -> str:
+    """The fake GPU the job's latest run took (its output's last "fake GPU node:index" line)."""
+    lines = [x for x in c.text(job_id).splitlines() if x.startswith("fake GPU ")]
+    assert lines, f"job {job_id} did not say its GPU: {c.text(job_id)}"
+    return lines[-1].removeprefix("fake GPU ")
 
 
 def samples(c: Cluster) -> dict:
@@ -105,35 +97,32 @@ def samples(c: Cluster) -> dict:
 
 
 def test_a_co_location_that_does_not_pay_is_undone_recorded_and_refused(slurm_cluster, tmp_path):
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("needs two CPU cores: each job's fake GPU is backed by a core of its own")
     program = tmp_path / "contend.py"
     program.write_text(PROGRAM)
     c = Cluster(dict(slurm_cluster.env()), tmp_path, {}, config="planner: {policy: static}\ngpu: {type: fake}\n")
     try:
-        first, second = idle_nodes(c)  # nothing else runs: this machine's cores are the jobs' GPUs
-        speed = calibrate(program)
-        (tmp_path / "f.yaml").write_text(FAMILY.format(floor=FLOOR * speed, speed=speed, whole=1.8 * speed))
-        offsets = tmp_path / "offsets.json"
-        offsets.write_text(json.dumps({first: 0, second: 1}))  # GPU 0 of each node: two different cores
-        a = c.submit("f.yaml", program, str(offsets), options=("-w", first))
-        b = c.submit("f.yaml", program, str(offsets), options=("-w", second))
+        first, second = idle_nodes(c)  # no other job on these GPUs
+        (tmp_path / "f.yaml").write_text(FAMILY.format(floor=FLOOR * SPEED, speed=SPEED, whole=1.8 * SPEED))
+        clocks = tmp_path / "gpus"
+        clocks.mkdir()
+        a = c.submit("f.yaml", program, str(clocks), options=("-w", first))
+        b = c.submit("f.yaml", program, str(clocks), options=("-w", second))
         wait_report(c, a, 0)
         wait_report(c, b, 0)
-        assert core_of(c, a) != core_of(c, b), (c.text(a), c.text(b))  # alone, each on a core of its own
+        assert gpu_of(c, a) != gpu_of(c, b), (c.text(a), c.text(b))  # alone, each on a GPU of its own
         until(c, lambda notes: solo_rates(c) == {a, b}, "a solo rate for each job")
         with c.store() as store:
             alone = {r["job_id"]: r["work"] / r["seconds"] for r in store.query("SELECT * FROM solo_rate")}
-        assert min(alone.values()) > FLOOR * speed, (
-            f"the jobs ran at {alone} steps/s alone, not above their floor {FLOOR * speed:.1f} (this machine "
-            f"measured {speed:.1f} steps/s on one core): something else took their cores")
+        assert min(alone.values()) > FLOOR * SPEED, (
+            f"the jobs ran at {alone} steps/s alone, not above their floor {FLOOR * SPEED:.1f} (nominal "
+            f"{SPEED:.1f} steps/s): each step took over {1 / (FLOOR * SPEED) - KERNEL_S:.3f} s besides its kernel")
 
         c.gateway.requeue_with_share(b, 50, (first,))  # b joins a's GPU (Slurm fills a GPU with shares in use)
         wait_report(c, b, 1)
         gpus = {j.job_id: {(n, i) for n, i, _ in j.gpu_alloc} for j in c.gateway.snapshot().jobs}
         assert gpus[a] == gpus[b], f"Slurm placed the jobs on different GPUs ({gpus[a]} vs {gpus[b]})"
-        assert core_of(c, a) == core_of(c, b), ("one GPU, yet two cores: does Slurm narrow the jobs' CPU affinity?",
-                                                c.text(a), c.text(b))
+        assert gpu_of(c, a) == gpu_of(c, b), ("Slurm placed both on one GPU, yet the jobs saw different ones",
+                                              c.text(a), c.text(b))
         undone, notes = None, []
         for n in range(1, MAX_EPOCHS + 1):
             result = epoch(c)
@@ -156,7 +145,7 @@ def test_a_co_location_that_does_not_pay_is_undone_recorded_and_refused(slurm_cl
             observed = store.query("SELECT a_norm, b_norm FROM colocation WHERE source = 'observed'")
             refused = store.query("SELECT body FROM pair_refusal")
         assert journal[-2:] == [(b, "set_admin_comment", "done"), (b, "reshape_running", "done")], journal
-        # The observation the predictor learns from: both jobs at about half speed (one core time-sliced).
+        # The observation the predictor learns from: both jobs at about half speed (one GPU's slots taken in turns).
         assert len(observed) == 1, observed
         norms = observed[0]["a_norm"], observed[0]["b_norm"]
         assert max(norms) < FLOOR and sum(norms) < 1.25, norms  # about half speed each, far from a gain
@@ -168,7 +157,7 @@ def test_a_co_location_that_does_not_pay_is_undone_recorded_and_refused(slurm_cl
         apart = {j: {(n, i) for n, i, _ in jobs[j].gpu_alloc} for j in (a, b)}
         assert jobs[a].state is JobState.RUNNING and jobs[b].state is JobState.RUNNING
         assert not apart[a] & apart[b] and {n for n, _ in apart[b]} == {first}, apart
-        assert core_of(c, a) != core_of(c, b)
+        assert gpu_of(c, a) != gpu_of(c, b), (c.text(a), c.text(b))
         assert "elastico:shape=mb8-fp32-mps100" in jobs[b].admin_comment
     finally:
         c.cancel_all()
