@@ -74,22 +74,11 @@ def from_sacct(ctx, since, until, partition, out, as_json) -> None:
         sys.exit(1)
 
 
+
 def _families(path):
-    """job id -> `past.Family` from the helper's store (`job_family`: what it read from each managed job)."""
-    from slurm_elastico.errors import ConfigError
-    from slurm_elastico.history.past import Family
-    from slurm_elastico.inputs import load_yaml
+    """job id -> `past.Family` from the helper's store at `path`."""
+    from slurm_elastico.history.past import stored_families
     from slurm_elastico.store import Store
 
-    out = {}
     with Store(path) as store:
-        for row in store.query("SELECT job_id, spec FROM job_family"):
-            try:
-                spec = load_yaml(row["spec"], f"job {row['job_id']}'s stored family")
-            except ConfigError:
-                spec = None
-            if not isinstance(spec, dict):
-                out[row["job_id"]] = Family("(unreadable)", "")  # managed, but its family no longer reads
-                continue
-            out[row["job_id"]] = Family(str(spec.get("name", "")), str(spec.get("kind", "")))
-    return out
+        return stored_families(store)

@@ -54,7 +54,34 @@ class Family:
     """What the helper's store says of a job submitted through `elastico-submit`."""
 
     name: str
-    kind: str  # train | infer
+    kind: str  # train | infer; "" when its stored family no longer reads
+    submitted_at: float | None = None
+    """The job's submission time when the helper read it (a requeue resets it; None: not checked)."""
+
+    def of(self, runs: Iterable[SacctRecord]) -> bool:
+        """Whether this is the family of the job whose runs these are: a job id Slurm used again (ids wrap; a
+        rebuilt cluster starts again from 1) is another job, with other submission times."""
+        return self.submitted_at is None or any(r.submit_time == int(self.submitted_at) for r in runs)
+
+
+def stored_families(store) -> dict[int, Family]:
+    """job id -> `Family` from the helper's store (`job_family`: what it read from each managed job's script)."""
+    from slurm_elastico.errors import ConfigError
+    from slurm_elastico.inputs import load_yaml
+
+    out = {}
+    for row in store.query("SELECT job_id, spec, submitted_at FROM job_family"):
+        try:
+            spec = load_yaml(row["spec"], f"job {row['job_id']}'s stored family")
+        except ConfigError:
+            spec = None
+        if isinstance(spec, dict):
+            kind = str(spec.get("kind", ""))
+            out[row["job_id"]] = Family(str(spec.get("name", "")), kind if kind in ("train", "infer") else "",
+                                        row["submitted_at"])
+        else:  # managed, but its family no longer reads
+            out[row["job_id"]] = Family("(unreadable)", "", row["submitted_at"])
+    return out
 
 
 @dataclass(frozen=True)
@@ -160,6 +187,7 @@ def past_jobs(records: Iterable[SacctRecord], partition: str = "", families: Map
         ended = not last.state.active and last.end_time is not None
         start = min(starts) if starts else None
         fam = families.get(job_id)
+        fam = fam if fam is not None and fam.of(runs) else None
         tres = first.tres_req or first.tres_alloc
         job = PastJob(
             job_id=f"{first.array_job_id}_{first.array_task_id}" if first.array_job_id is not None

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import time
 
-from slurm_elastico.errors import ConfigError
-from slurm_elastico.inputs import load_yaml
+from slurm_elastico.history.past import stored_families
 from slurm_elastico.report.metrics import GroupRow, JobRow, group_rows, job_rows
+from slurm_elastico.slurm.accounting import runs_by_job
 from slurm_elastico.store import Store
 
 UNREADABLE = "family unreadable"
@@ -28,15 +28,11 @@ def collect(gateway, store: Store, start: str = "now-7days", end: str = "now", s
     asked_at = time.time()
     active = {j.job_id for j in gateway.jobs()}
     records = gateway.sacct(start=start, end=end)
-    kinds = {}
-    for row in store.query("SELECT job_id, spec FROM job_family"):
-        try:
-            spec = load_yaml(row["spec"], f"job {row['job_id']}'s stored family")
-        except ConfigError:
-            spec = None
-        # A family that no longer reads is its own kind in the report, not silently a plain ("other") job.
-        kinds[row["job_id"]] = spec["kind"] if isinstance(spec, dict) and spec.get("kind") in ("train", "infer") \
-            else UNREADABLE
+    runs = runs_by_job(records)
+    # A family that no longer reads is its own kind in the report, not silently a plain ("other") job; a stored
+    # family of another job that had the same id is none.
+    kinds = {job_id: fam.kind or UNREADABLE for job_id, fam in stored_families(store).items()
+             if job_id in runs and fam.of(runs[job_id])}
     reshapes = {r["job_id"]: r["n"] for r in store.query(
         "SELECT job_id, COUNT(*) AS n FROM journal WHERE status='done' AND kind='reshape_running' GROUP BY job_id")}
     work = {r["job_id"]: {k: r[k] for k in ("done", "total", "steps", "samples")}

@@ -79,6 +79,7 @@ def test_helper_relaunches_an_adaptive_job_at_the_batch_its_noise_scale_pays_for
                              env=c.env, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr
         row = next(j for j in json.loads(out.stdout)["jobs"] if j["job_id"] == job)
+        assert row["kind"] == "train", row  # its stored family matched to this job by its submission time
         assert (row["progress"], row["work"], row["steps"], row["samples"]) == (WORK, WORK, total_steps,
                                                                                  last["samples"])
         table = subprocess.run([str(BIN / "elastico"), "report", "--start", "now-1hours"], env=c.env,

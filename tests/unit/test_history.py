@@ -124,3 +124,11 @@ def test_a_job_with_one_unreadable_run_is_skipped_whole_and_counted_once():
     doc["jobs"][1]["job_id"] = "x"  # a record without a job id counts by itself
     records, bad = parse_sacct_each(json.dumps(doc))
     assert past_jobs(records, bad=bad)[1].skipped[SKIP_BAD] == 2
+
+
+def test_a_family_stored_for_an_earlier_job_of_the_same_id_is_not_this_jobs():
+    records = [run(5, JobState.COMPLETED, 1000, 1010, 1100, gpu=1), run(6, JobState.REQUEUED, 1000, 1010, 1050, gpu=1),
+               run(6, JobState.COMPLETED, 1060, 1070, 1100, gpu=1)]
+    stored = {5: Family("old", "train", 400.0), 6: Family("lm", "train", 1060.0)}  # 6: read at its second submission
+    jobs, summary = past_jobs(records, families=stored)
+    assert {j.job_id: j.family for j in jobs} == {"5": "", "6": "lm"} and summary.with_family == 1

@@ -77,15 +77,16 @@ def test_plot_legends_sit_outside_the_curves(tmp_path):
     assert out.stat().st_size > 1000
 
 
-def test_collect_shows_a_job_whose_stored_family_no_longer_reads_instead_of_calling_it_plain(tmp_path, monkeypatch):
+def test_collect_shows_a_job_whose_stored_family_no_longer_reads_and_not_another_job_of_the_same_id(tmp_path, monkeypatch):
     from slurm_elastico.report import UNREADABLE, collect
     from slurm_elastico.store import Store
 
     store = Store(tmp_path / "s.sqlite")
-    rows = [(1, "kind: train\nsteps: 3\n"), (2, "kind: [unclosed\n"), (3, "kind: train\nkind: infer\n")]
-    for job_id, spec in rows:
+    rows = [(1, "kind: train\nsteps: 3\n", 100), (2, "kind: [unclosed\n", 100), (3, "kind: train\nkind: infer\n", 100),
+            (4, "kind: infer\n", 50), (5, "kind: train\n", 400)]
+    for job_id, spec, at in rows:
         store.execute("INSERT INTO job_family (job_id, spec, source, submitted_at) VALUES (?, ?, ?, ?)",
-                      (job_id, spec, "t", 0.0))
+                      (job_id, spec, "t", float(at)))
 
     class Accounting:
         def jobs(self):
@@ -93,13 +94,16 @@ def test_collect_shows_a_job_whose_stored_family_no_longer_reads_instead_of_call
 
         def sacct(self, **kwargs):
             self.asked = kwargs
-            return ()
+            # job 4: the same id as a job the helper once managed, submitted at another time (a rebuilt cluster);
+            # job 5: requeued, the helper read it at its second submission
+            return [run(j, JobState.COMPLETED, 100, 110, 200) for j in (1, 2, 3, 4)] + [
+                run(5, JobState.REQUEUED, 100, 110, 300), run(5, JobState.COMPLETED, 400, 410, 500)]
 
     kinds_seen = {}
     monkeypatch.setattr("slurm_elastico.report.job_rows",
                         lambda records, kinds, reshapes, shares, active, at, work=None: kinds_seen.update(kinds) or [])
     collect(Accounting(), store)
-    assert kinds_seen == {1: "train", 2: UNREADABLE, 3: UNREADABLE}  # 3: a duplicate key, refused strictly
+    assert kinds_seen == {1: "train", 2: UNREADABLE, 3: UNREADABLE, 5: "train"}  # 3: a duplicate key, refused
 
 
 def test_a_job_accounting_shows_active_that_slurmctld_no_longer_knows_is_runaway_and_its_open_run_uncounted():
