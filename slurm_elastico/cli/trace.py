@@ -74,7 +74,6 @@ def from_sacct(ctx, since, until, partition, out, as_json) -> None:
         sys.exit(1)
 
 
-
 def _families(path):
     """job id -> `past.Family` from the helper's store at `path`."""
     from slurm_elastico.history.past import stored_families
