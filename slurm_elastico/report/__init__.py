@@ -35,6 +35,7 @@ def collect(gateway, store: Store, start: str = "now-7days", end: str = "now", s
              if job_id in runs and fam.of(runs[job_id])}
     reshapes = {r["job_id"]: r["n"] for r in store.query(
         "SELECT job_id, COUNT(*) AS n FROM journal WHERE status='done' AND kind='reshape_running' GROUP BY job_id")}
-    work = {r["job_id"]: {k: r[k] for k in ("done", "total", "steps", "samples")}
-            for r in store.query("SELECT job_id, done, total, steps, samples FROM job_work")}
+    # what the job's last progress report said (`helper.job_work`), for the jobs whose stored family is theirs
+    work = {r["job_id"]: {k: r[k] for k in ("done", "total", "steps", "samples", "updated")}
+            for r in store.query("SELECT * FROM job_work") if r["job_id"] in kinds}
     return job_rows(records, kinds, reshapes, shares_per_gpu, active, asked_at, work)

@@ -78,7 +78,8 @@ def job_rows(records: Iterable[SacctRecord], kinds: Mapping[int, str], reshapes:
              shares_per_gpu: int = 100, controller_jobs: Collection[int] | None = None,
              controller_at: float | None = None, work: Mapping[int, Mapping[str, object]] | None = None) -> list[JobRow]:
     """One row per job; `kinds` maps job id → family kind, `reshapes` job id → reshapes the journal holds,
-    `work` job id → the helper's record of its last progress report (`done`, `total`, `steps`, `samples`).
+    `work` job id → the helper's record of its last progress report (`done`, `total`, `steps`, `samples`,
+    `updated`: when the job wrote it).
 
     `controller_jobs`: the active jobs slurmctld listed at `controller_at` (epoch seconds), asked before
     accounting; a job accounting shows active, submitted before then and not in that list is runaway.
@@ -108,14 +109,16 @@ def job_rows(records: Iterable[SacctRecord], kinds: Mapping[int, str], reshapes:
             wait_s=float(min(starts) - submit) if starts and submit is not None else None,
             runs=len(runs), reshapes=reshapes.get(job_id, 0),
             gpu_hours=gpu_s / 3600.0, mps_share_hours=mps_s / 3600.0, runaway=runaway,
-            **_work(work.get(job_id)),
+            **_work(work.get(job_id), submit),
         ))
     return rows
 
 
-def _work(w: Mapping[str, object] | None) -> dict:
-    """JobRow's progress, work, steps and samples from the helper's record (all None without one)."""
-    if w is None:
+def _work(w: Mapping[str, object] | None, submit: int | None) -> dict:
+    """JobRow's progress, work, steps and samples from the helper's record (all None without one, or when the
+    record was written before the job was submitted: an earlier job's of the same id)."""
+    updated = w.get("updated") if w is not None else None
+    if w is None or (isinstance(updated, (int, float)) and submit is not None and updated < submit):
         return {}
     return {"progress": w.get("done"), "work": w.get("total"), "steps": w.get("steps"), "samples": w.get("samples")}
 

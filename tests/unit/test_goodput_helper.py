@@ -138,6 +138,9 @@ def test_the_report_lists_progress_work_steps_and_samples(tmp_path):
                                           work={7: {"done": 400.0, "total": 400.0, "steps": 160, "samples": 4880}})}
     assert (rows[7].progress, rows[7].work, rows[7].steps, rows[7].samples) == (400.0, 400.0, 160, 4880)
     assert rows[8].progress is None and rows[8].steps is None  # no report seen
+    # a record written before the job was submitted is an earlier job's of the same id (a rebuilt cluster)
+    old = job_rows(records, {7: "train"}, {}, work={7: {"done": 9.0, "total": 10.0, "updated": -1.0}})
+    assert old[0].progress is None
     text = table(group_rows(list(rows.values())), list(rows.values()))
     header = next(line for line in text.splitlines() if line.startswith("JOB_ID"))
     assert header.split()[9:13] == ["PROGRESS", "WORK", "STEPS", "SAMPLES"]
