@@ -76,14 +76,18 @@ def main() -> int:
     args = ap.parse_args()
     cluster = LocalCluster.from_state_dir(args.state_dir, accounting=True)
     comparison = args.comparison or newest_comparison(cluster.state_dir)
-    out: dict = {"status": "not run", "reason": "", "comparison": str(comparison) if comparison else None}
+    # The demo run by its name only (its directory's): the JSON line is kept in the docs, without this machine's paths.
+    out: dict = {"status": "not run", "reason": "", "demo": comparison.parent.name if comparison else None}
     data = json.loads(comparison.read_text()) if comparison and comparison.is_file() else None
     if data is None:
-        out["reason"] = f"no demo comparison.json under {cluster.state_dir / 'demo'} (run make demo)"
+        out["reason"] = "no demo comparison.json in the local cluster's state directory (run make demo)"
+        print(f"whatif: looked in {cluster.state_dir / 'demo'}")
     elif "plain_pass" not in data:
-        out["reason"] = f"{comparison} has no plain_pass (written before the demo recorded it; run make demo again)"
+        out["reason"] = (f"demo {comparison.parent.name}'s comparison.json has no plain_pass (written before the demo "
+                         "recorded it; run make demo again)")
     elif not cluster.status().running:
-        out["reason"] = f"the local cluster in {cluster.state_dir} is not running (make demo leaves it up)"
+        out["reason"] = "the local cluster is not running (make demo leaves it up)"
+        print(f"whatif: the cluster in {cluster.state_dir} is not running")
     if out["reason"]:
         print(f"whatif: not run: {out['reason']}")
         print(jsonout.dumps(out))
@@ -101,7 +105,7 @@ def main() -> int:
     rep = runs["gpu-count"]["replay"]
     print()
     print(f"plain pass {window['since']} .. {window['until']}, partition {window['partition'] or '(all)'}; "
-          f"demo {data['work']}")
+          f"demo {comparison.parent.name}")
     print(f"  replay: {rep['compared']} jobs, start error median {rep['median_start_error_s']} s, p90 "
           f"{rep['p90_start_error_s']} s, max {rep['max_start_error_s']} s; mean wait simulated "
           f"{rep['mean_wait_simulated_s']} s / measured {rep['mean_wait_actual_s']} s = {rep['mean_wait_ratio']}")

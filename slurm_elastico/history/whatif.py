@@ -259,6 +259,9 @@ def what_if(jobs: Sequence[PastJob], shape: ClusterShape, settings: Settings, as
     from slurm_elastico.sim import engine
 
     truth = truth or GroundTruth()
+    # The simulated cluster is the history's partition already: the helper's own partition (its `slurm.partition`,
+    # another one perhaps) would leave every simulated job unmanaged.
+    settings = dataclasses.replace(settings, slurm=dataclasses.replace(settings.slurm, partition=""))
     runs, unfinished = {}, Counter()
     skipped: Counter = Counter()
     for label, guesses in variants(jobs, assume, truth, families):
