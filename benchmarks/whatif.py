@@ -118,6 +118,9 @@ def main() -> int:
     out.update({
         "status": "run", "plain_pass": window, "slurm_version": data.get("slurm_version"),
         "replay": rep, "measured_ratio": measured,
+        # The demo's own simulator on the same run (in process, from its job list), and how late its live jobs ended
+        # beside their emulated GPUs: a loaded machine slows the elastico pass beyond what any simulator predicts.
+        "demo_simulated_ratio": data["ratio"].get("simulated"), "demo_ended_late_s": data.get("ended_late_s"),
         "predicted_ratio": {k: r["predicted_ratio"] for k, r in runs.items()},
         "predicted_ratio_range": {k: r["predicted_ratio_range"] for k, r in runs.items()},
         "skipped": runs["gpu-count"]["skipped"],

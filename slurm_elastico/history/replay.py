@@ -92,6 +92,7 @@ class ReplayResult:
             "max_start_error_s": float(errors.max()) if c else None,
             "mean_wait_actual_s": actual if c else None, "mean_wait_simulated_s": simulated if c else None,
             "mean_wait_ratio": simulated / actual if c and actual > 0 else None,
+            "mean_wait_error_s": simulated - actual if c else None,  # what the ratio hides when nothing waited long
             "not_compared": {r: self.not_compared.get(r, 0) for r in REASONS},
         }
 

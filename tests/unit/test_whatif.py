@@ -63,6 +63,7 @@ def test_replay_reports_the_starts_slurm_made_differently():
     assert by_id["102"].simulated_wait_s == 90 and by_id["102"].error_s == 90
     s = r.stats()
     assert s["max_start_error_s"] == 90 and s["mean_wait_ratio"] is None  # nothing waited in reality
+    assert s["mean_wait_error_s"] == 30  # 90 s over three jobs
 
 
 def test_backfill_starts_a_small_job_beside_a_blocked_large_one():
@@ -133,6 +134,17 @@ def test_whatif_gpu_count_runs_once_per_measured_app_and_gives_the_range():
     r = w.summary()["ratio"]
     assert r["lo"] <= r["value"] <= r["hi"] and r["hi"] > 1.05  # some app gains from the idle GPUs
     assert w.unfinished == {"static": 0, "elastico": 0}
+
+
+def test_whatif_manages_the_history_whatever_partition_the_helper_is_set_to():
+    """The helper's settings may name its own partition (the demo's name the elastico half); the simulated cluster
+    is the history's, so elastico must still plan every job there."""
+    import dataclasses
+
+    jobs = fifo_history(TWO_BY_FOUR, [200, 230, 60, 240])
+    cfg = Settings()
+    other = dataclasses.replace(cfg, slurm=dataclasses.replace(cfg.slurm, partition="somewhere-else"))
+    assert what_if(jobs, TWO_BY_FOUR, other, "gpu-count", epoch_s=5, max_gpus=2).summary()["ratio"]["hi"] > 1.05
 
 
 def test_families_file_matches_names_and_family_jobs_keep_their_kind():
