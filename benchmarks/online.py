@@ -8,17 +8,27 @@ pairs to `OnlineLearner.observe` in batches, as the helper would after each
 epoch, and after each batch measure the MAPE of the normalized throughput on
 the held-out family's pairs not yet observed. The baseline is the same model
 with no updates, on the same remaining pairs. Observation order is a seeded
-shuffle; the held-out family never enters model choice. Ends with one JSON line.
+shuffle; the held-out family never enters model choice.
+
+New cluster (`sim.new_cluster`): the simulator's co-location truth is one GPU type's Gavel pairs (P100, then K80),
+the planner's model is the prior-corrected predictor trained on the other type only. elastico runs the same
+synthetic mixed traces (seeds 0..S-1) with sharing off, the model unadapted, the model adapting online from the
+pairs it observes (probe and revert on), and the true model's predictions; the table gives mean JCT, useful work
+per GPU-second beside allocation, and the pairs probed, reverted, what they cost and when the model was adapted
+and a pairing first gained. Paired by seed: adapted over true, adapted over off (targets: <= 1.05 and <= 1.02).
+`--section` runs one part. Ends with one JSON line.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from scipy import stats
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -27,7 +37,7 @@ from slurm_elastico import jsonout  # noqa: E402
 from slurm_elastico.interference.gavel import import_gavel  # noqa: E402
 from slurm_elastico.interference.online import OnlineLearner, holdout_error  # noqa: E402
 from slurm_elastico.interference.predictor import TrainConfig, train  # noqa: E402
-from slurm_elastico.interference.transfer.fit import fit_transfer  # noqa: E402
+from slurm_elastico.interference.transfer.fit import GRID, fit_transfer  # noqa: E402
 
 GAVEL = ROOT / "tests" / "data" / "gavel"
 CONFIG = TrainConfig(hidden=16, weight_decay=1e-2, epochs=300, use_family=False)
@@ -59,6 +69,58 @@ def curve(observations, family: str, batch: int, steps: int, seed: int,
     return counts, updated, fixed, accepted
 
 
+def new_cluster(quick: bool, seeds: int) -> dict:
+    """elastico on a simulated new cluster in every mode of `sim.new_cluster.MODES`, both directions."""
+    from slurm_elastico.config import Settings
+    from slurm_elastico.sim import metrics
+    from slurm_elastico.sim import new_cluster as nc
+    from slurm_elastico.sim.settings import SimSettings
+    from slurm_elastico.sim.trace_synthetic import MixSpec, synthetic
+
+    pairs_csv, iso_csv = GAVEL / "throughputs_pairs.csv", GAVEL / "throughputs_isolated.csv"
+    directions = [("k80", "p100")] if quick else [("k80", "p100"), ("p100", "k80")]
+    n_jobs, gpus = (40, 8) if quick else (200, 32)
+    out = {}
+    print(f"\n== new cluster: truth one GPU type's pairs, model trained on the other; {n_jobs} jobs, {gpus} GPUs, "
+          f"load 2, truth gavel, seeds 0..{seeds - 1}")
+    print(f"{'model -> truth':<15}{'mode':<11}{'mean JCT h':>11}{'useful/GPU-s':>13}{'alloc':>7}{'probes':>7}"
+          f"{'reverted':>9}{'cost GPU-h':>11}{'adapted at h':>13}{'first gain h':>13}")
+    for src, dst in directions:
+        base = fit_transfer(nc.gavel_pairs(pairs_csv, iso_csv, src), seed=0, grid=GRID[:1] if quick else GRID)
+        pairs = nc.gavel_pairs(pairs_csv, iso_csv, dst)
+        truth, profiles = nc.truth_of(pairs), nc.solo_profiles(pairs)
+        sim = SimSettings(gpus=gpus, placement_window_s=60.0, colocation="gavel")
+        rows: dict[str, list] = {m: [] for m in nc.MODES}
+        for seed in range(seeds):
+            trace = synthetic(MixSpec(n_jobs=n_jobs, gpus=gpus, load=2.0), seed, truth)
+            for mode in nc.MODES:
+                r = nc.run_mode(mode, trace, Settings(), sim, truth, profiles, base, dst, seed)
+                s = metrics.summarize(r.result)
+                rows[mode].append({"seed": seed, "mean_jct_h": s["mean_jct_h"], "useful_per_gpu_s": s["useful_per_gpu_s"],
+                                   "util_arrivals": s["util_arrivals"], "unfinished": s["unfinished"],
+                                   **r.probes.to_dict(), "learner": r.learner})
+        key = f"{src}->{dst}"
+        out[key] = {"runs": rows}
+        for mode in nc.MODES:
+            rs = rows[mode]
+
+            def mean(k, rs=rs):
+                v = [x[k] for x in rs if not math.isnan(x[k])]
+                return float(np.mean(v)) if v else math.nan
+            print(f"{key if mode == nc.MODES[0] else '':<15}{mode:<11}{mean('mean_jct_h'):>11.3f}"
+                  f"{mean('useful_per_gpu_s'):>13.3f}{mean('util_arrivals'):>7.2f}{mean('probes'):>7.1f}"
+                  f"{mean('reverted'):>9.1f}{mean('cost_gpu_s') / 3600:>11.3f}{mean('first_adapted_s') / 3600:>13.2f}"
+                  f"{mean('first_gain_s') / 3600:>13.2f}")
+        for other in ("true", "off"):
+            ratios = [a["mean_jct_h"] / b["mean_jct_h"] for a, b in zip(rows["adapted"], rows[other])]
+            half = (float(stats.t.ppf(0.975, len(ratios) - 1) * np.std(ratios, ddof=1) / math.sqrt(len(ratios)))
+                    if len(ratios) > 1 else math.nan)
+            out[key][f"adapted_over_{other}"] = {"mean": float(np.mean(ratios)), "ci95": half}
+            print(f"{'':<15}adapted / {other} mean JCT (paired by seed): {np.mean(ratios):.3f} ± {half:.3f}")
+        out[key]["shared_pairs_true"] = sum(x["measured"] for x in rows["true"])
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="three families, one GPU type (< 1 minute)")
@@ -66,7 +128,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4, help="epochs of observations per family")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--predictor", default="mlp", choices=["mlp", "prior-corrected"])
+    parser.add_argument("--section", default="all", choices=["all", "families", "new-cluster"])
+    parser.add_argument("--seeds", type=int, default=0, help="new cluster: seeds (default 1 with --quick, else 5)")
     args = parser.parse_args()
+    if args.section == "new-cluster":
+        seeds = args.seeds or (1 if args.quick else 5)
+        result = new_cluster(args.quick, seeds)
+        print(jsonout.dumps({"benchmark": "online", "quick": args.quick, "seeds": seeds, "new_cluster": result}))
+        return
 
     obs = [o for o in import_gavel(GAVEL / "throughputs_pairs.csv", GAVEL / "throughputs_isolated.csv").observations
            if o.fits]
@@ -90,7 +159,10 @@ def main() -> None:
     print(f"\nmean over families: {np.mean(first):.1%} unseen -> {np.mean(last):.1%} after "
           f"{args.batch * args.steps} observed pairs (frozen model on the same pairs: {np.mean(frozen):.1%}); "
           f"{time.perf_counter() - t0:.0f} s")
-    print(jsonout.dumps({"benchmark": "online", "predictor": args.predictor, "quick": args.quick, "batch": args.batch, "steps": args.steps,
+    extra = {}
+    if args.section == "all":
+        extra["new_cluster"] = new_cluster(args.quick, args.seeds or (1 if args.quick else 5))
+    print(jsonout.dumps({**extra, "benchmark": "online", "predictor": args.predictor, "quick": args.quick, "batch": args.batch, "steps": args.steps,
                       "mean_mape_unseen": float(np.mean(first)), "mean_mape_online": float(np.mean(last)),
                       "mean_mape_frozen": float(np.mean(frozen)), "families": rows}))
 

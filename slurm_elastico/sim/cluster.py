@@ -93,6 +93,7 @@ class SimCluster(SlurmScheduler, SimGateway):
         self.now = 0.0
         self.counters = Counters()
         self.alloc_shares = 0
+        self.busy_gpus = 0  # GPUs holding at least one job (the denominator of useful work per GPU-second)
         self.changed: set[tuple[int, int]] = set()  # GPUs whose occupants changed; the engine recomputes their rates
         self.before_stop = lambda job: None  # the engine accrues a job's progress before it leaves its GPUs
         self.relaunched: list[SimJob] = []  # relaunched in place since the engine last looked: they pay a restart
@@ -134,6 +135,7 @@ class SimCluster(SlurmScheduler, SimGateway):
         share = self.shares_per_gpu if whole else job.gres.count
         alloc = tuple(sorted(alloc))
         for ni, gi in alloc:
+            self.busy_gpus += not self.nodes[ni].gpus[gi]
             self.nodes[ni].gpus[gi][job.job_id] = GpuUse(job.job_id, 0 if whole else share, whole)
             self._set_free(ni, gi, -share, whole)
             self.changed.add((ni, gi))
@@ -156,6 +158,7 @@ class SimCluster(SlurmScheduler, SimGateway):
         whole = job.whole
         for ni, gi in job.alloc:
             del self.nodes[ni].gpus[gi][job.job_id]
+            self.busy_gpus -= not self.nodes[ni].gpus[gi]
             self._set_free(ni, gi, job.share, whole)
             self.changed.add((ni, gi))
         for ni, cpus, mem in self.host_split(job, job.alloc):
@@ -231,5 +234,6 @@ class SimCluster(SlurmScheduler, SimGateway):
             cpus, mem = host[ni]
             assert cpus == n.cpus_alloc <= n.cpus and mem == n.mem_alloc <= n.mem_mib, f"node {n.name} host overcommit"
         assert total == self.alloc_shares, "share count drifted"
+        assert self.busy_gpus == sum(bool(u) for n in self.nodes for u in n.gpus), "busy GPU count drifted"
         pending = sorted((j.trace.submit_s, j.job_id) for j in self.jobs.values() if j.state is JobState.PENDING)
         assert pending == self.queue, "queue drifted"

@@ -32,7 +32,8 @@ from slurm_elastico.sim.trace import TraceJob
 from slurm_elastico.sim.truth import GroundTruth
 
 
-SHOWN_FIGURES = ("mean_jct_h", "median_jct_h", "p99_jct_h", "makespan_h", "util_arrivals", "mean_queue_h",
+SHOWN_FIGURES = ("mean_jct_h", "median_jct_h", "p99_jct_h", "makespan_h", "util_arrivals", "useful_per_gpu_s",
+                 "mean_queue_h",
                  "reshapes_per_job", "ftf_mean", "ratio_to_lb")
 """The figures of `elastico sim run|compare`'s table (`Comparison.table`), each a mean over seeds with its interval."""
 

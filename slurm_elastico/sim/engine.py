@@ -21,6 +21,12 @@ progress; work left is to the epoch's end when that comes first, and the job
 is re-rated there). A stale event (the rate changed since) is ignored by its
 version number.
 
+Useful work per GPU-second (`RunResult.useful_per_gpu_s`): each running job's speed as a fraction of its
+speed alone on a whole GPU at the same shape (a gang's: its GPUs, each 1), integrated while it makes progress (not
+during a restart), over the GPU-seconds some job held (`SimCluster.busy_gpus`). A GPU running one job at a share
+its work cannot fill counts below 1, two jobs that together beat one alone above 1: beside the allocated share
+(`util_*`), the figure that says whether sharing paid.
+
 An epoch is skipped when nothing happened since the last one and that one
 acted on nothing: the planner is pure, so the same cluster gets the same
 plan except through time-dependent weights; this is what makes day-long
@@ -125,6 +131,9 @@ class Engine(JobSpeeds):
         statistical efficiency ends), when that comes before its end."""
         self.seen: dict[int, tuple[int, Family]] = {}
         """The family each adaptive job last showed the planner, and the epoch of its goodput."""
+        self.useful: dict[int, float] = {}
+        """Each running job's GPUs' worth of solo speed at its current rate (`useful_per_gpu_s`)."""
+        self.useful_area = 0.0  # ∫ Σ useful dt, accrued per job with its progress (`_accrue`)
         self.events = 0
         self.dirty = True
         self.acted = True
@@ -146,7 +155,7 @@ class Engine(JobSpeeds):
         t0, t_last_arrival = self.trace[0].submit_s, self.trace[-1].submit_s
         self._push(t0, EPOCH)
         now = self.cluster.now = t0  # the clock starts at the first arrival, for the cluster too
-        area = area_arr = 0.0
+        area = area_arr = busy_area = 0.0
         timeline: list[tuple[float, float]] = []
         epochs = planned = 0
         total = len(self.trace)
@@ -158,6 +167,7 @@ class Engine(JobSpeeds):
             if t > now:
                 frac = self.cluster.alloc_shares / shares_total
                 area += frac * (t - now)
+                busy_area += self.cluster.busy_gpus * (t - now)
                 lo, hi = max(now, t0), min(t, t_last_arrival)
                 if hi > lo:
                     area_arr += frac * (hi - lo)
@@ -214,7 +224,8 @@ class Engine(JobSpeeds):
                       "recovered_actions": self.journal.settled["recovered"],
                       "memory_overcommits": self.cluster.counters.memory_overcommits,
                       "actions": dict(sorted(self.cluster.counters.actions.items()))},
-            unfinished=unfinished, cpu_s=time.thread_time() - cpu)
+            unfinished=unfinished, cpu_s=time.thread_time() - cpu,
+            useful_per_gpu_s=self.useful_area / busy_area if busy_area > 0 else math.nan)
 
     # -------------------------------------------------------------- handlers
 
@@ -262,6 +273,7 @@ class Engine(JobSpeeds):
         self._accrue(job)
         job.done = job.trace.work  # the float residue of accrual is rounding, not work
         self.cluster.finish(job)
+        self.useful.pop(job.job_id, None)
         self.families.pop(job.job_id, None)
         self.solo.pop(job.job_id, None)
         self.seen.pop(job.job_id, None)
@@ -346,6 +358,7 @@ class Engine(JobSpeeds):
 
     def _accrue(self, job: SimJob) -> None:
         now = self.cluster.now
+        self.useful_area += self.useful.get(job.job_id, 0.0) * max(0.0, now - max(job.mark, job.ready_at))
         job.done = self._done_at(job, now)
         job.mark = now
         job.version += 1
@@ -360,6 +373,8 @@ class Engine(JobSpeeds):
             others = [self._solo(self.cluster.jobs[o])[2] for o in self.cluster.nodes[ni].gpus[gi] if o != job.job_id]
         rate = self.truth.colocated(share_speed, whole_speed, me, others, self.sim.colocation)
         job.rate = rate
+        self.useful[job.job_id] = (0.0 if rate <= 0 or whole_speed <= 0 else
+                                   len(job.alloc) if job.whole else rate / whole_speed)
         end = job.trace.work
         self.until.pop(job.job_id, None)
         if self._stat_epoch(job) >= 0:

@@ -3,7 +3,9 @@
 Per run (`summarize`): mean / median / p99 JCT, makespan, useful throughput
 (training samples at the fixed global batch, inference requests, per hour of
 makespan), mean allocated share of all GPUs (over the makespan, and while
-jobs arrive), mean queueing delay (first start − submission), reshapes per
+jobs arrive), useful work per GPU-second beside it (the jobs' fractions of
+their solo speed on a whole GPU, summed per held GPU: above 1 where sharing
+paid; `engine.Engine`), mean queueing delay (first start − submission), reshapes per
 job, finish-time fairness ρ = JCT / (time alone at the fastest shape) — the
 Themis ratio with the whole cluster as the isolated share, since a job uses
 one GPU at most — as its mean, p99 and Jain's index, and the lower bound on
@@ -32,7 +34,7 @@ from slurm_elastico.sim.results import RunResult
 
 H = 3600.0
 FIGURES = ("mean_jct_h", "median_jct_h", "p99_jct_h", "makespan_h", "train_samples_per_h", "infer_requests_per_h",
-           "util", "util_arrivals", "mean_queue_h", "reshapes_per_job", "ftf_mean", "ftf_p99", "ftf_jain",
+           "util", "util_arrivals", "useful_per_gpu_s", "mean_queue_h", "reshapes_per_job", "ftf_mean", "ftf_p99", "ftf_jain",
            "lower_bound_h", "ratio_to_lb", "unfinished", "jobs", "events_per_s", "plan_ms_per_epoch", "wall_s")
 OVER_FINISHED = tuple(f for f in FIGURES if f not in ("unfinished", "jobs", "events_per_s", "plan_ms_per_epoch",
                                                        "wall_s"))
@@ -61,6 +63,7 @@ def summarize(r: RunResult) -> dict[str, float]:
         "infer_requests_per_h": float(sum(j.requests for j in r.jobs)) / max(makespan / H, 1e-9),
         "util": r.util_makespan,
         "util_arrivals": r.util_arrivals,
+        "useful_per_gpu_s": r.useful_per_gpu_s,
         "mean_queue_h": float(np.mean([j.queued for j in r.jobs])) / H,
         "reshapes_per_job": float(np.mean([j.restarts for j in r.jobs])),
         "ftf_mean": float(ftf.mean()),

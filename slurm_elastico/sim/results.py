@@ -59,3 +59,6 @@ class RunResult:
     cpu_s: float = 0.0
     """CPU time of the run's thread (its cost on one core, whatever else shared the machine; `wall_s` counts
     the time it waited for a core too)."""
+    useful_per_gpu_s: float = float("nan")
+    """Useful work per GPU-second: the running jobs' speeds as fractions of their speed alone on a whole GPU, summed,
+    over the GPU-seconds some job held (`engine.Engine`); above 1 only where sharing paid."""
