@@ -122,9 +122,10 @@ def _plot(path, jobs, result) -> None:
 
     done = [j.end - j.submit for j in jobs if j.end is not None and j.start is not None]
     series = {"measured": done}
+    # static holds each GPU as long as it was held, whatever app a job is taken for: one line is enough
+    series["static (sim)"] = next(iter(result.runs.values()))["jct"]["static"]
     for label, v in result.runs.items():
-        for policy in ("static", "elastico"):
-            series[f"{policy} (sim{', ' + label if len(result.runs) > 1 else ''})"] = v["jct"][policy]
+        series[f"elastico (sim{', ' + label if len(result.runs) > 1 else ''})"] = v["jct"]["elastico"]
     plots.jct_cdf_compare(series, path, title="JCT on the cluster's own history: measured and simulated")
 
 
@@ -143,6 +144,6 @@ def _n(x, digits: int = 1) -> str:
 def _iv(v: dict, digits: int = 1) -> str:
     if v["value"] is None:
         return "-"
-    if v["lo"] == v["hi"]:
+    if _n(v["lo"], digits) == _n(v["hi"], digits):
         return _n(v["value"], digits)
     return f"{_n(v['value'], digits)} [{_n(v['lo'], digits)}-{_n(v['hi'], digits)}]"

@@ -195,3 +195,20 @@ def test_demo_plain_pass_brackets_its_submissions_and_ends():
     wall = time.mktime((2026, 12, 4, 12, 0, 0, 0, 0, -1))
     got = plain_pass(obs, "plain", wall_now=wall, mono_now=400.0)
     assert got == {"since": "2026-12-04T11:54:54", "until": "2026-12-04T11:58:25", "partition": "plain"}
+
+
+def test_whatif_command_refuses_a_families_assumption_without_its_file_and_a_bad_file(tmp_path):
+    """Checked before anything asks Slurm: a usage error is exit 2 with what is allowed."""
+    from click.testing import CliRunner
+
+    from slurm_elastico.cli import main
+
+    runner = CliRunner()
+    got = runner.invoke(main, ["whatif", "--assume", "families"])
+    assert got.exit_code == 2 and "families needs its FILE" in got.output
+    fams = tmp_path / "f.yaml"
+    fams.write_text("'train-*': {kind: train, app: resnet}\n")
+    got = runner.invoke(main, ["whatif", str(fams)])
+    assert got.exit_code == 2 and "is read only with --assume families" in got.output
+    got = runner.invoke(main, ["whatif", "--assume", "families", str(fams)])
+    assert got.exit_code == 2 and "app 'resnet' has no measured profile; allowed: bert" in got.output
