@@ -1,6 +1,7 @@
 """`elastico whatif`: the cluster's own history replayed under plain Slurm and under elastico, side by side.
 
-Exit codes: 0 the comparison was printed; 1 no GPU job in the window; 2 a
+Exit codes: 0 the comparison was printed; 1 no GPU job in the window, or none
+finished there; 2 a
 bad option, settings or families file; 3 sacct or the cluster listing failed
 (no accounting storage, slurmdbd or slurmctld down).
 """
@@ -65,6 +66,10 @@ def whatif(ctx, since, until, partition, assume, families_file, epoch_s, max_gpu
     if not summary.kept:
         click.echo(f"error: no GPU job in accounting between {since} and {until}"
                    + (f" in partition {partition}" if partition else "") + "; widen --since/--until", err=True)
+        sys.exit(1)
+    if not any(j.run_s is not None for j in jobs):
+        click.echo(f"error: none of the {summary.kept} GPU job(s) between {since} and {until} has finished: nothing "
+                   "to replay; widen --until", err=True)
         sys.exit(1)
     snap = gateway.snapshot()
     shape = from_snapshot(snap, partition, cfg.gpu.shares_per_gpu)

@@ -274,8 +274,14 @@ def what_if(jobs: Sequence[PastJob], shape: ClusterShape, settings: Settings, as
             if not rows:
                 raise ConfigError("what-if", ["no job finished in the window: nothing to replay; widen "
                                               "--since/--until"])
+            if policy == "elastico" and len(rigid) == len(rows):
+                # Every job rigid: elastico has no family to act on, so its run is plain Slurm's (not run twice).
+                unfinished[policy] += unfinished_static
+                out[policy], out["jct"][policy] = out["static"], out["jct"]["static"]
+                continue
             result = engine.run(rows, policy, settings, sim, model, truth, rigid=rigid)
             unfinished[policy] += result.unfinished
+            unfinished_static = result.unfinished
             out[policy] = simulated(result)
             out["jct"][policy] = [j.jct for j in result.jobs]
         s, e = out["static"]["mean_jct_s"], out["elastico"]["mean_jct_s"]

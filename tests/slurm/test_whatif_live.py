@@ -59,6 +59,8 @@ def test_the_replay_starts_the_jobs_when_slurm_did(slurm_cluster, tmp_path):
         assert all(e is not None for e in errors)
         assert max(errors) <= 3, [(j, got[str(j)].actual_wait_s, got[str(j)].simulated_wait_s) for j in ours]
         stats = result.stats()
+        print(f"replay of the real cluster's starts: {[(j, got[str(j)].actual_wait_s, got[str(j)].simulated_wait_s) for j in ours]}; "
+              f"{stats}")
         assert stats["median_start_error_s"] <= 2
 
         cli = subprocess.run([str(BIN / "elastico"), "--config", str(tmp_path / "elastico.yaml"), "whatif",
