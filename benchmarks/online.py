@@ -12,10 +12,13 @@ shuffle; the held-out family never enters model choice.
 
 New cluster (`sim.new_cluster`): the simulator's co-location truth is one GPU type's Gavel pairs (P100, then K80),
 the planner's model is the prior-corrected predictor trained on the other type only. elastico runs the same
-synthetic mixed traces (seeds 0..S-1) with sharing off, the model unadapted, the model adapting online from the
-pairs it observes (probe and revert on), and the true model's predictions; the table gives mean JCT, useful work
-per GPU-second beside allocation, and the pairs probed, reverted, what they cost and when the model was adapted
-and a pairing first gained. Paired by seed: adapted over true, adapted over off (targets: <= 1.05 and <= 1.02).
+traces (seeds 0..S-1) with sharing off, the model unadapted, the model adapting online from the pairs it
+observes, the same also probing within its budget (probe and revert on in all), and the true model's
+predictions; the table gives mean JCT, useful work per GPU-second beside allocation, and the pairs probed,
+reverted, what they cost and when the model was adapted and a pairing first gained. Two traces: `small`
+(`new_cluster.small_jobs`: jobs that leave the GPU idle, where sharing can pay) and, in full, the synthetic
+mix (where under MPS it cannot). Paired by seed: adapted (and probing) over true and over off (targets: <= 1.05
+and <= 1.02). `--quick`: the small trace, K80 -> P100, one seed, a fixed predictor config.
 `--section` runs one part. Ends with one JSON line.
 """
 
@@ -70,7 +73,7 @@ def curve(observations, family: str, batch: int, steps: int, seed: int,
 
 
 def new_cluster(quick: bool, seeds: int) -> dict:
-    """elastico on a simulated new cluster in every mode of `sim.new_cluster.MODES`, both directions."""
+    """elastico on a simulated new cluster in every mode of `sim.new_cluster.MODES`, both directions, two traces."""
     from slurm_elastico.config import Settings
     from slurm_elastico.sim import metrics
     from slurm_elastico.sim import new_cluster as nc
@@ -79,45 +82,54 @@ def new_cluster(quick: bool, seeds: int) -> dict:
 
     pairs_csv, iso_csv = GAVEL / "throughputs_pairs.csv", GAVEL / "throughputs_isolated.csv"
     directions = [("k80", "p100")] if quick else [("k80", "p100"), ("p100", "k80")]
-    n_jobs, gpus = (40, 8) if quick else (200, 32)
+    n_jobs, gpus = (30, 8) if quick else (200, 32)
+    traces = {"small": lambda truth, seed: nc.small_jobs(truth, n_jobs, gpus, 1.0, seed)}
+    if not quick:
+        traces["mixed"] = lambda truth, seed: synthetic(MixSpec(n_jobs=n_jobs, gpus=gpus, load=2.0), seed, truth)
     out = {}
     print(f"\n== new cluster: truth one GPU type's pairs, model trained on the other; {n_jobs} jobs, {gpus} GPUs, "
-          f"load 2, truth gavel, seeds 0..{seeds - 1}")
-    print(f"{'model -> truth':<15}{'mode':<11}{'mean JCT h':>11}{'useful/GPU-s':>13}{'alloc':>7}{'probes':>7}"
-          f"{'reverted':>9}{'cost GPU-h':>11}{'adapted at h':>13}{'first gain h':>13}")
+          f"truth gavel, seeds 0..{seeds - 1}; small: training jobs that leave the GPU idle (load 1), mixed: the "
+          "synthetic mix (load 2)")
+    print(f"{'trace':<7}{'model -> truth':<15}{'mode':<11}{'mean JCT h':>11}{'useful/GPU-s':>13}{'alloc':>7}"
+          f"{'probes':>7}{'reverted':>9}{'cost GPU-h':>11}{'adapted at h':>13}{'first gain h':>13}")
     for src, dst in directions:
         base = fit_transfer(nc.gavel_pairs(pairs_csv, iso_csv, src), seed=0, grid=GRID[:1] if quick else GRID)
         pairs = nc.gavel_pairs(pairs_csv, iso_csv, dst)
         truth, profiles = nc.truth_of(pairs), nc.solo_profiles(pairs)
         sim = SimSettings(gpus=gpus, placement_window_s=60.0, colocation="gavel")
-        rows: dict[str, list] = {m: [] for m in nc.MODES}
-        for seed in range(seeds):
-            trace = synthetic(MixSpec(n_jobs=n_jobs, gpus=gpus, load=2.0), seed, truth)
+        for name, make in traces.items():
+            rows: dict[str, list] = {m: [] for m in nc.MODES}
+            for seed in range(seeds):
+                trace = make(truth, seed)
+                for mode in nc.MODES:
+                    r = nc.run_mode(mode, trace, Settings(), sim, truth, profiles, base, dst, seed)
+                    s = metrics.summarize(r.result)
+                    rows[mode].append({"seed": seed, "mean_jct_h": s["mean_jct_h"],
+                                       "useful_per_gpu_s": s["useful_per_gpu_s"], "util_arrivals": s["util_arrivals"],
+                                       "unfinished": s["unfinished"], **r.probes.to_dict(), "learner": r.learner})
+            key = f"{name} {src}->{dst}"
+            out[key] = {"runs": rows}
             for mode in nc.MODES:
-                r = nc.run_mode(mode, trace, Settings(), sim, truth, profiles, base, dst, seed)
-                s = metrics.summarize(r.result)
-                rows[mode].append({"seed": seed, "mean_jct_h": s["mean_jct_h"], "useful_per_gpu_s": s["useful_per_gpu_s"],
-                                   "util_arrivals": s["util_arrivals"], "unfinished": s["unfinished"],
-                                   **r.probes.to_dict(), "learner": r.learner})
-        key = f"{src}->{dst}"
-        out[key] = {"runs": rows}
-        for mode in nc.MODES:
-            rs = rows[mode]
+                rs = rows[mode]
 
-            def mean(k, rs=rs):
-                v = [x[k] for x in rs if not math.isnan(x[k])]
-                return float(np.mean(v)) if v else math.nan
-            print(f"{key if mode == nc.MODES[0] else '':<15}{mode:<11}{mean('mean_jct_h'):>11.3f}"
-                  f"{mean('useful_per_gpu_s'):>13.3f}{mean('util_arrivals'):>7.2f}{mean('probes'):>7.1f}"
-                  f"{mean('reverted'):>9.1f}{mean('cost_gpu_s') / 3600:>11.3f}{mean('first_adapted_s') / 3600:>13.2f}"
-                  f"{mean('first_gain_s') / 3600:>13.2f}")
-        for other in ("true", "off"):
-            ratios = [a["mean_jct_h"] / b["mean_jct_h"] for a, b in zip(rows["adapted"], rows[other])]
-            half = (float(stats.t.ppf(0.975, len(ratios) - 1) * np.std(ratios, ddof=1) / math.sqrt(len(ratios)))
-                    if len(ratios) > 1 else math.nan)
-            out[key][f"adapted_over_{other}"] = {"mean": float(np.mean(ratios)), "ci95": half}
-            print(f"{'':<15}adapted / {other} mean JCT (paired by seed): {np.mean(ratios):.3f} ± {half:.3f}")
-        out[key]["shared_pairs_true"] = sum(x["measured"] for x in rows["true"])
+                def mean(k, rs=rs):
+                    v = [x[k] for x in rs if not math.isnan(x[k])]
+                    return float(np.mean(v)) if v else math.nan
+                out[key][mode] = {k: mean(k) for k in ("mean_jct_h", "useful_per_gpu_s", "util_arrivals", "probes",
+                                                       "reverted", "cost_gpu_s", "probe_gpu_s", "first_adapted_s",
+                                                       "first_gain_s", "unfinished")}
+                first = mode == nc.MODES[0]
+                print(f"{name if first else '':<7}{f'{src}->{dst}' if first else '':<15}{mode:<11}"
+                      f"{mean('mean_jct_h'):>11.3f}{mean('useful_per_gpu_s'):>13.3f}{mean('util_arrivals'):>7.2f}"
+                      f"{mean('probes'):>7.1f}{mean('reverted'):>9.1f}{mean('cost_gpu_s') / 3600:>11.3f}"
+                      f"{mean('first_adapted_s') / 3600:>13.2f}{mean('first_gain_s') / 3600:>13.2f}")
+            for mode in ("adapted", "probing"):
+                for other in ("true", "off"):
+                    ratios = [a["mean_jct_h"] / b["mean_jct_h"] for a, b in zip(rows[mode], rows[other])]
+                    half = (float(stats.t.ppf(0.975, len(ratios) - 1) * np.std(ratios, ddof=1) / math.sqrt(len(ratios)))
+                            if len(ratios) > 1 else math.nan)
+                    out[key][f"{mode}_over_{other}"] = {"mean": float(np.mean(ratios)), "ci95": half}
+                    print(f"{'':<22}{mode} / {other} mean JCT (paired by seed): {np.mean(ratios):.3f} ± {half:.3f}")
     return out
 
 

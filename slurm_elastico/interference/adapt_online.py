@@ -15,6 +15,18 @@ far (the latest measurement of each). Its margins follow what was measured, in t
   on its own cross-validated error in the measured pairs (`adapt.fit_type`): they shrink as measured pairs
   agree with it and grow when they do not.
 
+Probing (`probing`, set by the observer each epoch while its budget of probe time lasts): optimism where the
+model is uncertain. A pair never measured is predicted at its slowdown ÷ (1 + `probe_optimism`) (at least 1), with
+margin 0 and only the planner's least gain (`MIN_GAIN`) for the gain rule, so the planner tries the unmeasured
+pairs that might gain most if the model's error on this type is that large; measured pairs keep their predictions
+and the margins their error gave. `probe_optimism` is the error one allows the model on a type it never saw (the
+caller's: the simulator gives the untrained model's measured error, `planner.slowdown.UNCALIBRATED_GAIN_MARGIN`).
+The probe is judged like any pairing and reverted when it loses (`interference.probe`), after which the pair is
+measured, and its error counts.
+
+A pair measured is predicted at its measurement (its latest), with margin 0: nothing predicts a pair better than
+the pair itself (the probe that measured it has judged it already); the stages above are for the others.
+
 A pair that did not fit is kept (it says the pair cannot share) but fits nothing, as in `adapt`. Pure: numbers
 in, numbers out; the observer decides what was measured.
 """
@@ -38,16 +50,20 @@ def _pair_key(o: Colocation) -> frozenset:
 class OnlineAdapted:
     """`base` on `gpu_type`, adapted to the pairs measured there as they come (module docstring)."""
 
-    def __init__(self, base, gpu_type: str, untrained_margin: float = 0.0):
-        if not untrained_margin >= 0:
-            raise ValueError(f"untrained_margin {untrained_margin!r}: must be a number >= 0")
+    def __init__(self, base, gpu_type: str, untrained_margin: float = 0.0, probe_optimism: float = 0.0):
+        for name, v in (("untrained_margin", untrained_margin), ("probe_optimism", probe_optimism)):
+            if not (v >= 0 and np.isfinite(v)):
+                raise ValueError(f"{name} {v!r}: must be a finite number >= 0")
         self.base, self.gpu_type, self.untrained_margin = base, gpu_type, float(untrained_margin)
+        self.probe_optimism = float(probe_optimism)
         self.base_view = base.on_gpu(gpu_type) if hasattr(base, "on_gpu") else base
         self.measured: dict[frozenset, Colocation] = {}
         self.fit: TypeFit | None = None
         self.refits = 0
         self._margin, self._gain = 0.0, float(untrained_margin)
         self._view = self.base_view
+        self.probing = False
+        """Whether pairs never measured are taken at the model's word this epoch (module docstring)."""
 
     @property
     def stage(self) -> str:
@@ -96,10 +112,52 @@ class OnlineAdapted:
 
     # -- SlowdownModel ---------------------------------------------------------------------------------
 
+    def _fresh(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
+        """Which pairs were never measured."""
+        return np.array([frozenset((profile_key(p), profile_key(q))) not in self.measured for p, q in zip(a, b)],
+                        dtype=bool)
+
+    def _known(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
+        """The measured slowdown of a[k] next to b[k]: 1 / its normalized throughput (a speed-up counts as 1, one
+        that did not fit as inf), NaN where the pair was never measured."""
+        out = np.full(len(a), np.nan)
+        if not self.measured:
+            return out
+        keys: dict[int, tuple] = {}
+
+        def key(p: SoloProfile) -> tuple:
+            k = keys.get(id(p))
+            if k is None:
+                k = keys[id(p)] = profile_key(p)
+            return k
+
+        for i, (p, q) in enumerate(zip(a, b)):
+            kp = key(p)
+            o = self.measured.get(frozenset((kp, key(q))))
+            if o is not None:
+                norm = (o.norm_a if profile_key(o.a) == kp else o.norm_b) if o.fits else 0.0
+                out[i] = 1.0 / min(norm, 1.0) if norm > 0 else np.inf
+        return out
+
     def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
-        return np.asarray(self._view.predict(a, b), dtype=float)
+        s = np.asarray(self._view.predict(a, b), dtype=float)
+        if not len(a):
+            return s
+        known = self._known(a, b)
+        fresh = np.isnan(known)
+        if self.probing and self.probe_optimism > 0:
+            s = np.where(fresh, np.maximum(1.0, s / (1.0 + self.probe_optimism)), s)
+        return np.where(fresh, s, known)
 
     def admission_margins(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
+        """Per pair: 0 for a measured pair and, while probing, for one never measured; else the stage's margin."""
+        out = self._margins(a, b)
+        if not len(a) or (not self.measured and not self.probing):
+            return out
+        keep = np.isnan(self._known(a, b)) & (not self.probing)
+        return np.where(keep, out, 0.0)
+
+    def _margins(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
         if self.fit is not None:
             return np.asarray(self._view.admission_margins(a, b), dtype=float)
         if self.measured and self._fitting():
@@ -111,6 +169,8 @@ class OnlineAdapted:
 
     @property
     def gain_margin(self) -> float:
+        if self.probing:
+            return 0.0  # the planner's least gain; measured pairs keep their own margins (admission_margins)
         if self.fit is not None:
             return self.fit.gain_margin
         if self._fitting():

@@ -8,6 +8,9 @@ learns the new type from what it observes. Four ways to run elastico on the same
 - `unadapted`: the trained model's view of the new type, as it is;
 - `adapted`: the same model adapting online (`interference.adapt_online.OnlineAdapted`) from every pair the
   observer measures;
+- `probing`: `adapted` that also probes: while the pairs first measured (probes) have taken less than
+  `PROBE_BUDGET` of the GPU-seconds so far, pairs never measured are predicted optimistically, by the error of an
+  untrained model (`OnlineAdapted.probing`, `planner.slowdown.UNCALIBRATED_GAIN_MARGIN`);
 - `true`: the true model's predictions (the truth's own measured pairs: the bound adaptation aims at).
 
 The planner sees its jobs as the simulator's families (Pollux apps, micro-batches); the measured pairs are of
@@ -22,6 +25,11 @@ jobs) goes to the adapting model, and the pairing is judged as the helper's prob
 speeds next to each other, each a fraction of its speed alone at that shape, sum to less than 1 + the model's
 gain margin (at least `MIN_GAIN`). A first measurement of a pair of Gavel jobs is a probe; its cost is the work
 the pair lost, next to running the two one after the other, while it ran: (1 − their sum)⁺ × the seconds.
+
+Where sharing can pay at all: under MPS a job's speed at a share is capped by the share (`truth`), so two jobs
+that each fill the GPU alone never gain by sharing it, whatever the model; on the bundled mixed traces even the
+true model pairs nothing. `small_jobs` is a trace of the other kind: training jobs at their app's smallest
+measured batch, of the apps that fill at most `SMALL_DEMAND` of the GPU there (`GroundTruth.demand`).
 
 Deterministic; the report (`NewClusterRun`) says how many pairs were measured and reverted, what they cost, when
 the model was first adapted and when a kept pairing first gained.
@@ -43,12 +51,18 @@ from slurm_elastico.interference.gavel import import_gavel
 from slurm_elastico.interference.measurements import Colocation
 from slurm_elastico.interference.probe import Refusals, Verdict
 from slurm_elastico.model import JobState
+from slurm_elastico.planner.slowdown import UNCALIBRATED_GAIN_MARGIN
 from slurm_elastico.shapes.solo import solo_profile
 from slurm_elastico.sim.datafiles import DATA, read_rows
 from slurm_elastico.sim.engine import Engine
+from slurm_elastico.sim.trace import TraceJob
 from slurm_elastico.sim.truth import GroundTruth
 
-MODES = ("off", "unadapted", "adapted", "true")
+MODES = ("off", "unadapted", "adapted", "probing", "true")
+SMALL_DEMAND = 0.6
+"""`small_jobs`: the most of the GPU an app may fill alone at its smallest measured batch."""
+PROBE_BUDGET = 0.05
+"""Share of the cluster's GPU-seconds that probes may take (`probing` mode)."""
 
 
 def gavel_pairs(pairs_csv: str | Path, isolated_csv: str | Path, gpu_type: str) -> list[Colocation]:
@@ -71,6 +85,28 @@ def truth_of(pairs: Sequence[Colocation]) -> GroundTruth:
     return GroundTruth.from_rows(read_rows(DATA / "pollux_placements.csv.gz"), read_rows(DATA / "pollux_profiles.csv"),
                                  read_rows(DATA / "pollux_validation.csv.gz"), read_rows(DATA / "pollux_iterations.csv"),
                                  rows)
+
+
+def small_jobs(truth: GroundTruth, n_jobs: int, gpus: int, load: float, seed: int = 0,
+               min_s: float = 1800.0, max_s: float = 7200.0) -> list[TraceJob]:
+    """`n_jobs` one-GPU training jobs at their app's smallest measured batch, of the apps that fill at most
+    `SMALL_DEMAND` of the GPU there, drawn uniformly (seeded); each runs `min_s`..`max_s` alone on a whole GPU
+    (uniform), and Poisson arrivals make the offered load `load` of `gpus` GPUs."""
+    apps = [a for a in truth.apps if truth.demand(a, truth.batch_range(a)[0]) <= SMALL_DEMAND]
+    if not apps:
+        raise ValueError(f"no app fills at most {SMALL_DEMAND} of the GPU at its smallest batch")
+    rng = np.random.default_rng(seed)
+    picks = rng.choice(len(apps), n_jobs)
+    seconds = rng.uniform(min_s, max_s, n_jobs)
+    gap = float(np.mean(seconds)) / (gpus * load)
+    arrivals = np.cumsum(rng.exponential(gap, n_jobs))
+    jobs = []
+    for i in range(n_jobs):
+        app = apps[int(picks[i])]
+        batch = truth.batch_range(app)[0]
+        speed = truth.train_speed(app, batch, batch, 100)
+        jobs.append(TraceJob(i + 1, float(arrivals[i]), "train", app, 1, float(speed * seconds[i]), batch))
+    return jobs
 
 
 def solo_profiles(pairs: Sequence[Colocation]) -> dict[tuple[str, int], SoloProfile]:
@@ -149,6 +185,8 @@ class Probes:
     kept: int = 0
     cost_gpu_s: float = 0.0  # work lost by pairings that ran below one GPU's worth, in GPU-seconds
     paired_gpu_s: float = 0.0  # GPU-seconds of measured pairings
+    probe_gpu_s: float = 0.0  # of which those of probes
+    probing_epochs: int = 0  # epochs the budget allowed probing in (`probing` mode)
     first_measured_s: float = math.nan  # since the first arrival
     first_adapted_s: float = math.nan
     first_gain_s: float = math.nan  # a kept pairing whose jobs together ran above one GPU's worth
@@ -161,8 +199,10 @@ class Probes:
 class PairObserver:
     """The simulated helper's observer of pairs (module docstring): measures, feeds the model, judges."""
 
-    def __init__(self, engine: NewClusterEngine, learner: OnlineAdapted | None, gpu_type: str):
+    def __init__(self, engine: NewClusterEngine, learner: OnlineAdapted | None, gpu_type: str,
+                 probe_budget: float = 0.0):
         self.engine, self.learner, self.gpu_type = engine, learner, gpu_type
+        self.probe_budget = probe_budget
         self.refusals = Refusals()
         self.reverted: list[Verdict] = []
         self.since: dict[tuple, float] = {}  # (job, shape, partner, shape) -> when first seen together
@@ -218,6 +258,7 @@ class PairObserver:
             if pair not in self.seen_pairs:
                 self.seen_pairs.add(pair)
                 st.probes += 1
+                st.probe_gpu_s += seconds
             if math.isnan(st.first_measured_s):
                 st.first_measured_s = now - t0
             st.paired_gpu_s += seconds
@@ -241,6 +282,10 @@ class PairObserver:
             self.learner.observe(found)
             if self.learner.fit is not None and math.isnan(self.stats.first_adapted_s):
                 self.stats.first_adapted_s = now - t0
+        if self.learner is not None and self.probe_budget > 0:
+            elapsed = eng.cluster.n_gpus * max(now - t0, eng.sim.epoch_s)
+            self.learner.probing = self.stats.probe_gpu_s < self.probe_budget * elapsed
+            self.stats.probing_epochs += self.learner.probing
         return progress, families, notes
 
     def _profile(self, job) -> SoloProfile | None:
@@ -258,11 +303,11 @@ class NewClusterEngine(Engine):
     """`Engine` whose epochs observe pairs through a `PairObserver` (probe, revert, feed the learner)."""
 
     def __init__(self, trace, settings, sim, model, truth: GroundTruth, gavel_profiles, learner=None, seed=0,
-                 gpu_type: str = ""):
+                 gpu_type: str = "", probe_budget: float = 0.0):
         super().__init__(trace, "elastico", settings, sim, model, truth, seed)
         self.gavel_profiles = gavel_profiles
         self.t0 = self.trace[0].submit_s if self.trace else 0.0
-        self.pair_observer = PairObserver(self, learner, gpu_type)
+        self.pair_observer = PairObserver(self, learner, gpu_type, probe_budget)
 
     def _epoch(self, now: float) -> None:
         result = run_once(self.cluster, self.settings, self.family_source, self.model, self.journal, now,
@@ -282,8 +327,8 @@ def model_for(mode: str, truth: GroundTruth, profiles: dict, base=None, gpu_type
         raise ValueError(f"mode {mode!r} needs a trained model")
     if mode == "unadapted":
         return Translated(base.on_gpu(gpu_type) if hasattr(base, "on_gpu") else base, truth, profiles), None
-    if mode == "adapted":
-        learner = OnlineAdapted(base, gpu_type)
+    if mode in ("adapted", "probing"):
+        learner = OnlineAdapted(base, gpu_type, probe_optimism=UNCALIBRATED_GAIN_MARGIN if mode == "probing" else 0.0)
         return Translated(learner, truth, profiles), learner
     raise ValueError(f"mode {mode!r}: allowed {', '.join(MODES)}")
 
@@ -301,7 +346,8 @@ def run_mode(mode: str, trace, settings, sim, truth: GroundTruth, profiles: dict
              seed: int = 0) -> NewClusterRun:
     """One run of elastico on `trace` under `mode` (`MODES`)."""
     model, learner = model_for(mode, truth, profiles, base, gpu_type)
-    eng = NewClusterEngine(trace, settings, sim, model, truth, profiles, learner, seed, gpu_type)
+    eng = NewClusterEngine(trace, settings, sim, model, truth, profiles, learner, seed, gpu_type,
+                           PROBE_BUDGET if mode == "probing" else 0.0)
     res = eng.run()
     return NewClusterRun(mode, seed, res, eng.pair_observer.stats, learner.summary() if learner is not None else None)
 

@@ -94,10 +94,13 @@ def test_margins_are_the_untrained_constant_only_before_the_first_measurement_th
     assert m.observe([_pair(jobs[0], jobs[1], 1 / 1.5, 1 / 1.5)])
     assert m.stage == "measured"
     assert m.gain_margin == pytest.approx(0.0, abs=1e-12)
-    assert m.admission_margins(jobs[:2], jobs[2:4]) == pytest.approx([0.0, 0.0], abs=1e-12)
+    assert m.admission_margins(jobs[4:6], jobs[6:8]) == pytest.approx([0.0, 0.0], abs=1e-12)
     # One that the model over-predicts: worst 0.5 measured for 2/3 predicted, summed 1.1 for 4/3.
     m.observe([_pair(jobs[2], jobs[3], 0.5, 0.6)])
-    assert m.admission_margins(jobs[:1], jobs[1:2])[0] == pytest.approx((2 / 3) / 0.5 - 1)
+    assert m.admission_margins(jobs[4:5], jobs[5:6])[0] == pytest.approx((2 / 3) / 0.5 - 1)
+    # A measured pair is predicted at its measurement (both directions), with margin 0; the others as the model.
+    assert m.predict([jobs[2], jobs[3], jobs[4]], [jobs[3], jobs[2], jobs[5]]) == pytest.approx([2.0, 1 / 0.6, 1.5])
+    assert m.admission_margins(jobs[3:4], jobs[2:3])[0] == 0.0
     assert m.gain_margin == pytest.approx((4 / 3) / 1.1 - 1)
     # The same pair measured again replaces its earlier measurement: the margin shrinks as it agrees.
     m.observe([_pair(jobs[2], jobs[3], 1 / 1.5, 1 / 1.5)])
@@ -122,6 +125,22 @@ def test_from_min_pairs_on_the_model_is_adapted_and_its_margins_come_from_its_he
     # model's error here, 2x against 1.5x, would be a margin of 0.33).
     assert m.gain_margin < 0.1
     assert m.gain_margin == m.fit.gain_margin
+
+
+def test_probing_is_optimistic_only_about_pairs_never_measured():
+    jobs = _jobs(6)
+    m = OnlineAdapted(Flat(), "new", untrained_margin=0.4, probe_optimism=0.25)
+    m.observe([_pair(jobs[0], jobs[1], 0.5, 0.5)])
+    before = m.admission_margins(jobs[2:3], jobs[3:4])[0]
+    assert before == pytest.approx((2 / 3) / 0.5 - 1)
+    m.probing = True
+    assert m.predict([jobs[2], jobs[0]], [jobs[3], jobs[1]]) == pytest.approx([1.5 / 1.25, 2.0])
+    assert m.admission_margins(jobs[2:3], jobs[3:4])[0] == 0.0 and m.gain_margin == 0.0
+    m.probing = False
+    assert m.predict(jobs[2:3], jobs[3:4])[0] == pytest.approx(1.5)
+    assert m.admission_margins(jobs[2:3], jobs[3:4])[0] == pytest.approx(before)
+    with pytest.raises(ValueError, match="probe_optimism"):
+        OnlineAdapted(Flat(), "new", probe_optimism=-0.1)
 
 
 @pytest.mark.parametrize("mode", ["off", "true"])
