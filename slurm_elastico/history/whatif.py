@@ -172,7 +172,7 @@ def calibrate(jobs: Sequence[PastJob], guesses: Sequence[Guess], shape: ClusterS
             tj = TraceJob(i, float(job.submit - t0), "infer", "llm", 1, 1.0, 0, share, INFER_CONTEXT, INFER_GENERATED)
         else:
             app = g.app or reference
-            lo, hi = truth.batch_range(app)
+            hi = truth.batch_range(app)[1]
             batch = g.global_batch or hi * gpus
             tj = TraceJob(i, float(job.submit - t0), "train", app, gpus, 1.0, batch, share)
             if g.kind != "train":
