@@ -17,7 +17,8 @@ Kept:
   pending (never started, `start` None; or requeued and waiting again): they
   are part of the load;
 - counted among them: requeued jobs, array tasks (each task is a job of its
-  own, `job_id` "ARRAY_TASK"), jobs that came through `elastico-submit`
+  own, `job_id` "ARRAY_TASK"; the tasks of an array none of which has started
+  yet, which sacct prints as one record, each too), jobs that came through `elastico-submit`
   (their family's name and kind from the helper's store).
 
 Skipped, each with its reason (`SKIP_*`):
@@ -33,6 +34,7 @@ Skipped, each with its reason (`SKIP_*`):
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -197,17 +199,22 @@ def past_jobs(records: Iterable[SacctRecord], partition: str = "", families: Map
             mem_mib=tres.get("mem", 0), nodes=tres.get("node", 0), time_limit_s=first.time_limit_s,
             restarts=sum(r.requeued for r in runs), user=last.user, account=last.account, partition=first.partition,
             family=fam.name if fam else "", kind=fam.kind if fam else "", name=first.name)
-        kept.append(job)
-        summary.kept += 1
-        if job.end is not None:
-            summary.finished += 1
-            summary.failed += job.state != JobState.COMPLETED.value
-        elif last.state is JobState.PENDING:
-            summary.pending += 1  # never started, or requeued and waiting again
-        else:
-            summary.running += 1
-        summary.requeued += job.restarts > 0
-        summary.array_tasks += first.array_job_id is not None
-        summary.with_family += bool(fam)
+        # An array no task of which has started is one record for all its tasks: one pending job per task.
+        unsplit = first.array_task_id is None and len(runs) == 1 and first.array_pending
+        tasks = [dataclasses.replace(job, job_id=f"{first.array_job_id}_{t}") for t in first.array_pending] \
+            if unsplit else [job]
+        for job in tasks:
+            kept.append(job)
+            summary.kept += 1
+            if job.end is not None:
+                summary.finished += 1
+                summary.failed += job.state != JobState.COMPLETED.value
+            elif last.state is JobState.PENDING:
+                summary.pending += 1  # never started, or requeued and waiting again
+            else:
+                summary.running += 1
+            summary.requeued += job.restarts > 0
+            summary.array_tasks += first.array_job_id is not None
+            summary.with_family += bool(fam)
     kept.sort(key=lambda j: (j.submit, j.job_id))
     return kept, summary

@@ -55,6 +55,8 @@ class SacctRecord:
     array_job_id: int | None = None
     """The array's job id for a task of an array job (its own `job_id` is the task's); None otherwise."""
     array_task_id: int | None = None
+    array_pending: tuple[int, ...] = ()
+    """For an array's record that no task has split off yet (`array_task_id` None): the task ids it stands for."""
     het_job_id: int | None = None
     """The leader's job id for a component of a heterogeneous job; None otherwise."""
     het_job_offset: int | None = None
@@ -110,9 +112,31 @@ def _sacct_job(f: Fields) -> SacctRecord:
         account=f.text("account"),
         array_job_id=f.sub("array").integer("job_id") or None,  # 0: not an array job
         array_task_id=f.sub("array").integer("task_id"),
+        array_pending=f.sub("array").parsed("task", array_tasks),
         het_job_id=f.sub("het").integer("job_id") or None,
         het_job_offset=f.sub("het").integer("job_offset"),
     )
+
+
+def array_tasks(text: str) -> tuple[int, ...]:
+    """The task ids an array record's `task` field names: a hex bitmap (`0x7`: tasks 0, 1, 2; 22.05) or ranges
+    (`0-2,5`, `0-10:2`, an optional `%N` limit); empty for none. `ParseError` naming what is allowed."""
+    text = (text or "").strip()
+    if not text:
+        return ()
+    try:
+        if text.lower().startswith("0x"):
+            bits = int(text, 16)
+            return tuple(i for i in range(bits.bit_length()) if bits >> i & 1)
+        out: list[int] = []
+        for part in text.split("%", 1)[0].split(","):
+            span, _, step = part.partition(":")
+            first, _, last = span.partition("-")
+            out += range(int(first), int(last or first) + 1, int(step or 1))
+        return tuple(out)
+    except ValueError:
+        raise ParseError(f"not an array's task list; allowed: a hex bitmap (0x7) or ranges (0-2,5 or 0-10:2, "
+                         "with an optional %N)") from None
 
 
 def parse_sacct(text: str, source: str = "sacct --json") -> tuple[SacctRecord, ...]:

@@ -51,6 +51,7 @@ def test_the_trace_holds_the_gpu_jobs_and_counts_the_skipped_ones(slurm_cluster,
         wait_for(lambda: c.gateway.job(never).state is JobState.PENDING, "the exclusive job to wait", 30)
         time.sleep(2)
         subprocess.run(["scancel", str(never)], env=c.env, capture_output=True, timeout=30, check=True)
+        waiting = sbatch(c, "--gres=gpu:1", "--exclusive", f"--nodelist={node}", "--array=0-2")  # none can start
 
         seen: dict = {}
 
@@ -64,7 +65,8 @@ def test_the_trace_holds_the_gpu_jobs_and_counts_the_skipped_ones(slurm_cluster,
                     and last.get(plain) and last[plain].state is JobState.COMPLETED
                     and last.get(never) and last[never].state is JobState.CANCELLED
                     and last.get(running) and last[running].state is JobState.RUNNING
-                    and len(tasks) == 2 and all(r.state is JobState.COMPLETED for r in tasks))
+                    and len(tasks) == 2 and all(r.state is JobState.COMPLETED for r in tasks)
+                    and last.get(waiting) and last[waiting].state is JobState.PENDING)
 
         try:
             wait_for(recorded, "accounting to show every job as it ended (or runs)", 90)
@@ -87,6 +89,9 @@ def test_the_trace_holds_the_gpu_jobs_and_counts_the_skipped_ones(slurm_cluster,
         assert (d["state"], d["gpus"], d["user"]) == ("COMPLETED", "1", "root")
         assert int(d["run_s"]) >= 1 and int(d["wait_s"]) >= 0 and int(d["end"]) >= int(d["start"])
         assert rows[str(running)]["end"] == "" and rows[str(running)]["state"] == "RUNNING"
+        # sacct prints an array none of whose tasks started as one record: a pending row per task
+        assert {f"{waiting}_{t}" for t in range(3)} <= set(rows) and str(waiting) not in rows
+        assert {rows[f"{waiting}_{t}"]["state"] for t in range(3)} == {"PENDING"}
 
         empty = tmp_path / "empty.csv"
         got = trace(c, "--since", "2020-01-01", "--until", "2020-01-02", "--out", str(empty))

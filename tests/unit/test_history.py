@@ -132,3 +132,25 @@ def test_a_family_stored_for_an_earlier_job_of_the_same_id_is_not_this_jobs():
     stored = {5: Family("old", "train", 400.0), 6: Family("lm", "train", 1060.0)}  # 6: read at its second submission
     jobs, summary = past_jobs(records, families=stored)
     assert {j.job_id: j.family for j in jobs} == {"5": "", "6": "lm"} and summary.with_family == 1
+
+
+def test_an_array_none_of_whose_tasks_started_is_one_pending_job_per_task():
+    """sacct prints such an array as one record: 22.05 names its tasks as a hex bitmap (seen live: 0x7)."""
+    from slurm_elastico.errors import ParseError
+    from slurm_elastico.slurm.accounting import array_tasks
+
+    assert array_tasks("0x7") == (0, 1, 2) and array_tasks("0x12") == (1, 4)
+    assert array_tasks("0-2,5") == (0, 1, 2, 5) and array_tasks("0-10:5%2") == (0, 5, 10) and array_tasks("") == ()
+    with pytest.raises(ParseError, match="hex bitmap"):
+        array_tasks("a-b")
+    doc = json.loads((DATA / "24.11" / "sacct_json_D_X_S_now_1hour.json").read_text())
+    rec = doc["jobs"][0]
+    rec["array"]["job_id"], rec["array"]["task_id"], rec["array"]["task"] = rec["job_id"], {"set": False,
+                                                                                         "infinite": False,
+                                                                                         "number": 0}, "0x7"
+    records, bad = parse_sacct_each(json.dumps({**doc, "jobs": [rec]}))
+    assert bad == () and records[0].array_pending == (0, 1, 2)
+    pending = run(9, JobState.PENDING, 100, gpu=1, array_job_id=9, array_pending=(0, 1, 2))
+    jobs, summary = past_jobs([pending])
+    assert [j.job_id for j in jobs] == ["9_0", "9_1", "9_2"] and all(j.start is None for j in jobs)
+    assert (summary.kept, summary.pending, summary.array_tasks, summary.seen) == (3, 3, 3, 3)
