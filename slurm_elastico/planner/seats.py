@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Row:
-    """One shape as packing needs it."""
+class Row(NamedTuple):
+    """One shape as packing needs it (a named tuple: an epoch builds one per shape of each family and hashes them
+    as the packing's questions, both in C)."""
 
     slot: int  # index of the shape in its family table
     uid: int  # profile id for the interference cache
