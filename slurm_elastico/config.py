@@ -116,6 +116,10 @@ class InterferenceSettings:
     floor: float = _opt(0.6, lo=0, hi=1, help="co-located speed below this fraction of solo is refused")
     reference: str = _opt("", help="measurement CSV the model was trained on; with a model, slowdowns observed on the "
                                    "cluster refine it online, judged against this data (empty: only recorded)")
+    adapt_online: bool = _opt(False, help="with a model: adapt it to gpu.type from the pairs measured on this cluster "
+                              "(few-shot: offset, scale, per-job corrections; margins from its own error, the untrained "
+                              "constant only before the first measured pair); every co-located pair the helper "
+                              "observes feeds it, and it replaces refining the model with interference.reference")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,9 @@ and, with a trained predictor and its reference data, refine it online
 In shadow mode (`shadow=True`) readings, solo rates and pair samples are
 recorded as they really are, and nothing is judged (see `__init__`).
 
+A model adapting online (`interference.adapt_online.OnlineAdapted`, `interference.adapt_online: true`) is given
+every pair this store holds of the cluster's GPU type when the observer starts, and each new observation.
+
 Probe and revert (`interference.probe`): before a pair's side-by-side time is
 spent on an observation, `judge_pairings` judges it against the jobs' floors
 and the model's gain margin. A pair that did not pay is refused (`refusals`,
@@ -83,6 +86,8 @@ class ProgressObserver:
                                 "(delete the table's rows to forget every refusal)") from None
         self.reverted: list[Verdict] = []
         """The pairs this epoch's call judged not to pay (for the epoch to undo, `helper.revert`)."""
+        if hasattr(model, "observe"):  # a model adapting online (`interference.adapt_online`): the pairs kept so far
+            model.observe([o for _, o in load_rows(store, gpu_type, SOURCE)])
 
     def __call__(self, snapshot: Snapshot, families: dict[int, Family], dry_run: bool,
                  source: FamilySource | None = None) -> tuple[dict[int, float], dict[int, Family], list[str]]:
@@ -116,6 +121,8 @@ class ProgressObserver:
             notes.append("the cluster listed no node: nothing learned is forgotten this epoch")
         if found:
             save_to_store(self.store, found)
+            if hasattr(self.model, "observe"):
+                self.model.observe(found)  # every probe and co-located epoch adapts it (`interference.adapt_online`)
             if self.reference and hasattr(self.model, "fine_tune"):
                 try:
                     note = self._refine()

@@ -42,9 +42,11 @@ from slurm_elastico.helper.observer import ProgressObserver
 from slurm_elastico.helper.private import require_private
 from slurm_elastico.helper.shadow import ReadOnlyGateway, ShadowJournal
 from slurm_elastico.interference import load_model
+from slurm_elastico.interference.adapt_online import OnlineAdapted
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.interference.errors import MeasurementError
 from slurm_elastico.interference.measurements import read_csv
+from slurm_elastico.planner.slowdown import UNCALIBRATED_GAIN_MARGIN
 from slurm_elastico.shapes.typed import figures_by_type
 from slurm_elastico.slurm.conf import read_cluster_name
 from slurm_elastico.slurm.readonly import GuardedRunner
@@ -167,6 +169,9 @@ def open_service(settings: Settings, gateway: HelperGateway, *, families_dir: st
     store = Store(cfg.store_path)
     families = directory or ScriptFamilies(store, gateway, cfg.gpu.memory_mib, anchor=cfg.gpu.type, figures=figures)
     journal = None if dry_run else ShadowJournal(store) if shadow else Journal(store)
+    if cfg.interference.adapt_online and model is not None:
+        model = OnlineAdapted(model, cfg.gpu.type, untrained_margin=UNCALIBRATED_GAIN_MARGIN)
+        reference = []  # one way to learn from this cluster's pairs: the adaptation
     observer = ProgressObserver(store, cfg.gpu.type, model, cfg.interference.model, reference, shadow=shadow)
     return Service(cfg, gateway, families, model, journal, observer, store, metrics, log, dry_run, metrics_file,
                    shadow, commands)
