@@ -11,7 +11,13 @@ running), median of repeats, one thread: its wall time and its CPU time
 cores other processes share, the wall time also counts the time the epoch
 waited for a core (the load average is printed beside it); on a helper's own
 core the two are the same. The growth exponent between two
-sizes is log(t2/t1) / log(jobs2/jobs1). The same epochs at the two smaller
+sizes is log(t2/t1) / log(jobs2/jobs1). The same targets hold on a cluster
+of 3 GPU types (nodes of t4, v100 and a100 in turn, every family's shapes on
+each, 30 % of the families data-parallel): those epochs take turns with the
+same snapshots on one type (the baseline, measured in the same run), and the
+JSON's `latency_type_targets` says for each size whether its target is met
+and the typed time over the one-type time. `--latency-only` stops after the
+latency tables. The same epochs at the two smaller
 sizes are timed again with predictors trained on tests/data/gavel (the
 helper's `interference.model`): the default, prior-corrected one (target:
 within 2× of the contention model's epoch) and the MLP, beside the
@@ -78,28 +84,54 @@ class BandwidthModel:
 def latency(quick: bool, gang_frac: float = 0.0, types: tuple[str, ...] = ()) -> list[dict]:
     """Median epoch time per size; `gang_frac` of the family templates with data-parallel shapes (2, 4, 8 GPUs);
     with `types`, nodes of those GPU types in turn and every family's shapes on each (`synthetic.with_types`)."""
-    rows = []
+    return latency_beside(quick, {"": (gang_frac, types)})[""]
+
+
+def latency_beside(quick: bool, cases: dict[str, tuple[float, tuple[str, ...]]]) -> dict[str, list[dict]]:
+    """`latency` for several cases ({name: (gang_frac, types)}) at each size, taking turns epoch by epoch, so
+    that a change of load on a shared machine falls on all of them alike."""
     policy = policies.REGISTRY["elastico"]
     settings = Settings()
+    out: dict[str, list[dict]] = {name: [] for name in cases}
     for jobs, gpus, target in SIZES:
-        snap, fams = synthetic.instance(np.random.default_rng(jobs), jobs, gpus, running_frac=0.2, gang_frac=gang_frac,
-                                        types=types)
+        snaps = {name: synthetic.instance(np.random.default_rng(jobs), jobs, gpus, running_frac=0.2,
+                                          gang_frac=gang_frac, types=types)
+                 for name, (gang_frac, types) in cases.items()}
         model = ContentionModel()
         repeats = (3 if jobs >= 10000 else 5) if quick else (5 if jobs >= 10000 else 20)
-        policy.plan(snap, fams, settings, model, NOW)  # warm-up: first-call imports and allocations
-        times, cpu = [], []
+        plans = {name: policy.plan(snap, fams, settings, model, NOW)  # warm-up: first-call imports and allocations
+                 for name, (snap, fams) in snaps.items()}
+        times: dict[str, list[float]] = {name: [] for name in cases}
+        cpu: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(repeats):
-            t0, c0 = time.perf_counter(), time.thread_time()
-            plan = policy.plan(snap, fams, settings, model, NOW)
-            cpu.append(time.thread_time() - c0)
-            times.append(time.perf_counter() - t0)
-        rows.append({"jobs": jobs, "gpus": gpus, "median_s": statistics.median(times), "min_s": min(times),
-                     "cpu_median_s": statistics.median(cpu), "target_s": target, "load_avg_1m": os.getloadavg()[0],
-                     "started": len(plan.placements), "actions": len(plan.actions)})
-    for prev, cur in zip(rows, rows[1:]):
-        cur["growth_exponent"] = (math.log(cur["cpu_median_s"] / prev["cpu_median_s"])
-                                  / math.log(cur["jobs"] / prev["jobs"]))
-    return rows
+            for name, (snap, fams) in snaps.items():
+                t0, c0 = time.perf_counter(), time.thread_time()
+                plans[name] = policy.plan(snap, fams, settings, model, NOW)
+                cpu[name].append(time.thread_time() - c0)
+                times[name].append(time.perf_counter() - t0)
+        for name in cases:
+            c = statistics.median(cpu[name])
+            out[name].append({"jobs": jobs, "gpus": gpus, "median_s": statistics.median(times[name]),
+                              "min_s": min(times[name]), "cpu_median_s": c, "target_s": target,
+                              "target_met": c <= target, "load_avg_1m": os.getloadavg()[0],
+                              "started": len(plans[name].placements), "actions": len(plans[name].actions)})
+    for rows in out.values():
+        for prev, cur in zip(rows, rows[1:]):
+            cur["growth_exponent"] = (math.log(cur["cpu_median_s"] / prev["cpu_median_s"])
+                                      / math.log(cur["jobs"] / prev["jobs"]))
+    return out
+
+
+def typed_targets(typed: list[dict], baseline: list[dict]) -> list[dict]:
+    """The typed epochs against their targets, each beside the same snapshot without GPU types (the baseline,
+    timed in the same run, epoch for epoch)."""
+    out = []
+    for t, b in zip(typed, baseline):
+        out.append({"case": f"{len(TYPES)} GPU types, {t['jobs']} jobs / {t['gpus']} GPUs", "jobs": t["jobs"],
+                    "gpus": t["gpus"], "cpu_median_s": t["cpu_median_s"], "target_s": t["target_s"],
+                    "met": t["target_met"], "one_type_cpu_median_s": b["cpu_median_s"],
+                    "one_type_met": b["target_met"], "typed_over_one_type": t["cpu_median_s"] / b["cpu_median_s"]})
+    return out
 
 
 def latency_trained(quick: bool) -> list[dict]:
@@ -214,21 +246,34 @@ def monotonicity(n: int, seed: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repeats and instances (under a minute)")
+    ap.add_argument("--latency-only", action="store_true", help="only the epoch latency tables (no trained "
+                    "predictors, optimality gap or monotonicity)")
     args = ap.parse_args()
 
     lat = latency(args.quick)
-    gang = latency(args.quick, gang_frac=0.3)
-    typed = latency(args.quick, gang_frac=0.3, types=TYPES)
+    paired = latency_beside(args.quick, {"gangs": (0.3, ()), "types": (0.3, TYPES)})
+    gang, typed = paired["gangs"], paired["types"]
+    targets = typed_targets(typed, gang)
     for title, rows in (("", lat), (", 30 % of families with 2/4/8-GPU shapes", gang),
-                        (f", the same on {len(TYPES)} GPU types", typed)):
+                        (f", the same on {len(TYPES)} GPU types, taking turns with the one above", typed)):
         print(f"epoch latency (policy elastico, one thread{title}; medians; ok: CPU time within the target)")
         print(f"{'jobs':>6} {'GPUs':>5} {'CPU':>10} {'wall':>10} {'load':>5} {'target':>8} {'ok':>3} {'growth':>7} "
               f"{'started':>8}")
         for r in rows:
-            ok = "yes" if r["cpu_median_s"] <= r["target_s"] else "NO"
+            ok = "yes" if r["target_met"] else "NO"
             growth = f"{r['growth_exponent']:.2f}" if "growth_exponent" in r else "-"
             print(f"{r['jobs']:>6} {r['gpus']:>5} {1000 * r['cpu_median_s']:>8.1f}ms {1000 * r['median_s']:>8.1f}ms "
                   f"{r['load_avg_1m']:>5.1f} {1000 * r['target_s']:>6.0f}ms {ok:>3} {growth:>7} {r['started']:>8}")
+    print()
+    print(f"targets on {len(TYPES)} GPU types (CPU time, medians), beside the same snapshots on one type:")
+    print(f"{'case':>38} {'typed':>10} {'one type':>10} {'ratio':>6} {'target':>8} {'met':>4}")
+    for t in targets:
+        print(f"{t['case']:>38} {1000 * t['cpu_median_s']:>8.1f}ms {1000 * t['one_type_cpu_median_s']:>8.1f}ms "
+              f"{t['typed_over_one_type']:>6.2f} {1000 * t['target_s']:>6.0f}ms {'yes' if t['met'] else 'NO':>4}")
+    if args.latency_only:
+        print(jsonout.dumps({"latency": lat, "latency_gangs": gang, "latency_types": typed,
+                             "latency_type_targets": targets}))
+        return
 
     trained = latency_trained(args.quick)
     print()
@@ -257,7 +302,9 @@ def main() -> None:
     print()
     print(f"weight monotonicity: raising w_j lowered job j's throughput in {mono['drops']} of {mono['cases']} "
           "random cases")
-    print(jsonout.dumps({"latency": lat, "latency_gangs": gang, "latency_types": typed, "latency_trained": trained, "optimality": opt, "monotonicity": mono}))
+    print(jsonout.dumps({"latency": lat, "latency_gangs": gang, "latency_types": typed,
+                         "latency_type_targets": targets, "latency_trained": trained, "optimality": opt,
+                         "monotonicity": mono}))
 
 
 if __name__ == "__main__":
