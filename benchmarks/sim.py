@@ -178,7 +178,34 @@ def static_over_goodput(res) -> dict:
     print(f"  {'static':>16}: mean JCT {mean:5.2f} ± {half:.2f}x {GOODPUT}'s, paired by seed (target {op} {target:g}: "
           f"{'met' if met else 'NOT met'}; {left} unfinished)")
     return {"static_over": mean, "ci95": half, "seeds": len(ratios), "target": f"{op} {target:g}", "met": met,
-            "unfinished": left}
+            "unfinished": left, "headroom": goodput_headroom(res, target)}
+
+
+def goodput_headroom(res, target: float) -> dict:
+    """What the target asks of the trace, from the runs alone: static's mean JCT over the fixed-batch lower bound
+    (every job alone at its fastest shape at its own batch from its submission), each kind's mean JCT under
+    elastico-goodput over that bound (inference jobs have no batch to choose), and per seed the training jobs'
+    mean JCT the target needs with the inference jobs as they ran, over the training jobs' bound."""
+    def mean(xs):
+        xs = list(xs)
+        return sum(xs) / len(xs) if xs else math.nan
+
+    over_lb = metrics.ci95([mean(j.jct for j in r.jobs) / mean(j.best_s for j in r.jobs) for r in res.runs["static"]])
+    kinds = {k: mean(mean(j.jct for j in r.jobs if j.kind == k) / mean(j.best_s for j in r.jobs if j.kind == k)
+                     for r in res.runs[GOODPUT]) for k in sorted({j.kind for r in res.runs[GOODPUT] for j in r.jobs})}
+    needed = []
+    for st, r in zip(res.runs["static"], res.runs[GOODPUT]):
+        train = [j for j in r.jobs if j.kind == "train"]
+        if train:
+            rest = sum(j.jct for j in r.jobs if j.kind != "train")
+            needed.append((mean(j.jct for j in st.jobs) / target * len(r.jobs) - rest) / len(train)
+                          / mean(j.best_s for j in train))
+    print(f"  {'':>16}  (static is {over_lb[0]:.2f} ± {over_lb[1]:.2f}x the fixed-batch lower bound; under {GOODPUT} "
+          + ", ".join(f"{k} jobs {v:.2f}x theirs" for k, v in kinds.items())
+          + (f"; the target needs training jobs at {min(needed):.2f}-{max(needed):.2f}x theirs, by seed" if needed
+             else "") + ")")
+    return {"static_over_lb": over_lb[0], "static_over_lb_ci95": over_lb[1], "jct_over_lb_by_kind": kinds,
+            "train_needed_over_lb_by_seed": needed}
 
 
 def action_outcomes(runs) -> dict[str, int]:

@@ -136,16 +136,28 @@ def test_the_benchmark_pairs_goodput_with_each_column_by_seed_and_judges_the_tar
     assert left["pollux@peer"]["met"] is False and left["pollux@peer"]["unfinished"] == 1
     assert "NOT met" in capsys.readouterr().out.splitlines()[-2]
 
+    class Job:
+        def __init__(self, kind, jct, best_s):
+            self.kind, self.jct, self.best_s = kind, jct, best_s
+
     class Run:
-        def __init__(self, unfinished=0):
-            self.unfinished = unfinished
+        def __init__(self, jobs, unfinished=0):
+            self.jobs, self.unfinished = jobs, unfinished
+
+    static = [Job("train", 300.0, 100.0), Job("infer", 300.0, 100.0)]
+    goodput = [Job("train", 200.0, 100.0), Job("infer", 110.0, 100.0)]
 
     class Res:
         summaries = {"static": [{"mean_jct_h": 3.0}, {"mean_jct_h": 2.0}],
                      "elastico-goodput": [{"mean_jct_h": 1.0}, {"mean_jct_h": 1.0}]}
-        runs = {"static": [Run(), Run()], "elastico-goodput": [Run(), Run()]}
+        runs = {"static": [Run(static), Run(static)], "elastico-goodput": [Run(goodput), Run(goodput)]}
 
     mixed = bench.static_over_goodput(Res())
     assert mixed["static_over"] == pytest.approx(2.5) and mixed["met"] is True and mixed["seeds"] == 2
+    room = mixed["headroom"]
+    assert room["static_over_lb"] == pytest.approx(3.0)
+    assert room["jct_over_lb_by_kind"] == pytest.approx({"infer": 1.1, "train": 2.0})
+    # static's 300 s / 2.5 over two jobs, less the inference job's 110 s, leaves 130 s for the training job: 1.3x
+    assert room["train_needed_over_lb_by_seed"] == pytest.approx([1.3, 1.3])
     Res.summaries["static"][1] = {"mean_jct_h": 1.9}
     assert bench.static_over_goodput(Res())["met"] is False
