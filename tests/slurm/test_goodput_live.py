@@ -10,6 +10,10 @@ LM measures a noise scale of about 20 samples, at which one step of 32 is worth 
 so one `elastico sched --once` epoch relaunches it at 32 (AdminComment, then SIGUSR1: the same share, in place).
 The job then needs fewer optimizer steps than its 300 of batch 8; `elastico report` lists the progress, the
 steps and the samples it used, from the last report the helper read once the job had left the queue.
+
+The second test moves the batch together with the GPU share: started on half a GPU, the job is requeued onto
+a whole one at batch 32 (AdminComment, requeue with the new share), and the next epoch, with the job running
+and reporting at 32, leaves it there.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import pytest
 
 from slurm_elastico.runtime.progress import progress_path, read_progress
 
-from live_helpers import BIN, EXAMPLES, Cluster, epoch, wait_for
+from live_helpers import BIN, EXAMPLES, Cluster, epoch, wait_for, wait_report
 
 pytestmark = pytest.mark.live
 
@@ -87,5 +91,43 @@ def test_helper_relaunches_an_adaptive_job_at_the_batch_its_noise_scale_pays_for
         assert table.returncode == 0 and "SAMPLES" in table.stdout, table.stderr
         print(f"\n  noise scale {phi:.1f}: relaunched at 32 after {at_8} steps of 8, then {at_32} steps of 32; "
               f"{total_steps} steps, {last['samples']} samples for {last['progress']:.2f} steps of 8 (work {WORK})")
+    finally:
+        c.cancel_all()
+
+
+SHARED = FAMILY.replace("mps_shares: [100]", "mps_shares: [50, 100]\ndefault: mb8-fp32-mps50").replace(
+    """  mb8-fp32-mps100: {throughput: 1.0, gpu_mem_mib: 1000}
+  gb16-mb8-fp32-mps100: {throughput: 0.9, gpu_mem_mib: 1000}
+  gb32-mb8-fp32-mps100: {throughput: 0.8, gpu_mem_mib: 1000}""",
+    """  mb8-fp32-mps50: {throughput: 1.0, gpu_mem_mib: 1000}
+  mb8-fp32-mps100: {throughput: 1.05, gpu_mem_mib: 1000}
+  gb16-mb8-fp32-mps50: {throughput: 0.5, gpu_mem_mib: 1000}
+  gb16-mb8-fp32-mps100: {throughput: 0.7, gpu_mem_mib: 1000}
+  gb32-mb8-fp32-mps50: {throughput: 0.5, gpu_mem_mib: 1000}
+  gb32-mb8-fp32-mps100: {throughput: 0.8, gpu_mem_mib: 1000}""")
+"""Half a GPU at batch 8 (1.0 step/s), a whole one 1.05 (not worth a restart); at batch 32, 0.5 and 0.8 steps/s."""
+
+
+def test_helper_requeues_an_adaptive_job_onto_a_whole_gpu_at_another_batch_and_keeps_it_there(slurm_cluster,
+                                                                                               tmp_path):
+    c = Cluster(dict(slurm_cluster.env()), tmp_path, {"g.yaml": SHARED}, config="planner: {reshape_cost_s: 5}\n")
+    try:
+        job = c.submit("g.yaml", EXAMPLES / "train_tiny.py", "--step-sleep", "0.1")
+        wait_for(lambda: (r := read_progress(progress_path(c.root, job))) is not None
+                 and r.grad_noise_scale is not None and r.done >= 5, "the job's noise scale reported", timeout=120)
+        assert c.gateway.job(job).mps_share == 50
+        first = epoch(c)
+        mine = [(a["kind"], a["shape"], a["share"], a["status"]) for a in first["actions"] if a["job_id"] == job]
+        assert mine == [("set_admin_comment", "gb32-mb8-fp32-mps100", None, "done"),
+                        ("reshape_running", "gb32-mb8-fp32-mps100", 100, "done")], first
+        wait_report(c, job, 1)  # running again, reporting at batch 32
+        assert c.gateway.job(job).mps_share == 100
+        again = epoch(c)
+        assert [a for a in again["actions"] if a["job_id"] == job] == [], again  # priced at its noise scale: stays
+        text = c.wait_done(job, timeout=240)
+        assert "shape gb32-mb8-fp32-mps100: micro 8 x 4 = 32" in text
+        runs = c.summaries(job)
+        assert [r["status"] for r in runs] == ["checkpointed", "done"], text
+        assert WORK <= runs[1]["progress"] < WORK + 4 and runs[1]["step"] < WORK
     finally:
         c.cancel_all()
