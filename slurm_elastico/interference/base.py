@@ -78,9 +78,14 @@ class ContentionModel:
         return self._slowdown(*self._demand(a), *self._demand(b))
 
     def predict_matrix(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
-        """All pairs at once: entry [i, j] is the slowdown of profiles[i] next to profiles[j]."""
+        """All pairs at once: entry [i, j] is the slowdown of profiles[i] next to profiles[j].
+
+        A slowdown depends on the two (SM, bandwidth) demands alone, and a cluster's profiles have a few distinct
+        ones (the kinds at each share): computed once per pair of those, then spread to every pair of profiles."""
         sm, bw = self._demand(profiles)
-        return self._slowdown(sm[:, None], bw[:, None], sm[None, :], bw[None, :])
+        demand, inverse = np.unique(np.stack([sm, bw], axis=1), axis=0, return_inverse=True)
+        sm, bw, inverse = demand[:, 0], demand[:, 1], inverse.reshape(-1)
+        return self._slowdown(sm[:, None], bw[:, None], sm[None, :], bw[None, :])[np.ix_(inverse, inverse)]
 
     def _slowdown(self, sm_a, bw_a, sm_b, bw_b) -> np.ndarray:
         memory_bound = bw_a / np.maximum(np.maximum(bw_a, sm_a), 1e-9)
