@@ -15,11 +15,6 @@ import click
 
 from slurm_elastico.cli import settings
 
-ROWS = (("mean_jct_s", "mean JCT s"), ("median_jct_s", "median JCT s"), ("p99_jct_s", "p99 JCT s"),
-        ("mean_wait_s", "mean wait s"), ("median_wait_s", "median wait s"), ("p99_wait_s", "p99 wait s"),
-        ("idle_gpu_h", "GPU-hours idle"))
-
-
 @click.command("whatif")
 @click.option("--since", default="now-7days", show_default=True, help="sacct --starttime (its date syntax)")
 @click.option("--until", default="now", show_default=True, help="sacct --endtime")
@@ -47,6 +42,7 @@ def whatif(ctx, since, until, partition, assume, families_file, epoch_s, max_gpu
     from slurm_elastico.errors import ConfigError
     from slurm_elastico.history import replay as replay_mod
     from slurm_elastico.history import whatif as wi
+    from slurm_elastico.history import whatif_table
     from slurm_elastico.history.past import SKIPS, past_jobs
     from slurm_elastico.history.shape import from_snapshot
     from slurm_elastico.inputs import load_yaml
@@ -86,31 +82,14 @@ def whatif(ctx, since, until, partition, assume, families_file, epoch_s, max_gpu
                                                                   for r in (wi.SKIP_UNFINISHED, wi.SKIP_TOO_BIG)}}
     ratio = s["ratio"]
     if plot:
-        _plot(plot, jobs, result)
-    out = click.echo  # the table, then (--json) the JSON object last
-    out(f"{summary.seen} job(s) in accounting between {since} and {until}"
-        + (f", partition {partition}" if partition else "") + f"; {summary.kept} GPU job(s) kept; cluster "
-        f"{shape.describe()} (Slurm {shape.slurm_version})")
-    out(f"replay (static, the simulator's Slurm) against what Slurm did, {rep['compared']} job(s): start-time "
-        f"error median {_s(rep['median_start_error_s'])}, p90 {_s(rep['p90_start_error_s'])}; mean wait "
-        f"simulated {_s(rep['mean_wait_simulated_s'])} / measured {_s(rep['mean_wait_actual_s'])}"
-        f" = {_x(rep['mean_wait_ratio'])}")
+        whatif_table.plot(plot, jobs, result)
     label = {"none": "plain jobs rigid", "gpu-count": "plain jobs data-parallel at their global batch",
              "families": f"plain jobs as {families_file} says"}[assume]
-    out(f"what-if, {label}; {len(result.runs)} run(s) of each policy"
-        + (f" (one per measured app: {', '.join(result.runs)}): value [range]" if len(result.runs) > 1 else ""))
-    out(f"  {'':16} {'measured':>12} {'static (sim)':>22} {'elastico (sim)':>22}")
-    for key, name in ROWS:
-        out(f"  {name:16} {_n(measured[key]):>12} {_iv(s['static'][key]):>22} {_iv(s['elastico'][key]):>22}")
-    out(f"  predicted gain (static / elastico mean JCT): {_iv(ratio, 2)}"
-        + (f"; elastico's mean JCT on this history: {_n(measured['mean_jct_s'] / ratio['value'])} s"
-           if ratio["value"] and measured["mean_jct_s"] else ""))
-    out("  gain under each assumption: " + ", ".join(f"{name} {_iv(r, 2)}" for name, r in by_assumption.items()))
-    out("  skipped: " + ", ".join(f"{r} {n}" for r, n in skipped.items() if n) if any(skipped.values())
-        else "  skipped: none")
-    unfinished = {p: n for p, n in result.unfinished.items() if n}
-    if unfinished:
-        out("  warning: the simulator left job(s) unfinished: " + ", ".join(f"{p} {n}" for p, n in unfinished.items()))
+    head = (f"{summary.seen} job(s) in accounting between {since} and {until}"
+            + (f", partition {partition}" if partition else "") + f"; {summary.kept} GPU job(s) kept; cluster "
+            f"{shape.describe()} (Slurm {shape.slurm_version})")
+    for line in whatif_table.lines(head, label, rep, result, measured, by_assumption, skipped):
+        click.echo(line)  # the table, then (--json) the JSON object last
     if as_json:
         click.echo(jsonout.dumps({
             "since": since, "until": until, "partition": partition, "cluster": shape.describe(),
@@ -121,34 +100,3 @@ def whatif(ctx, since, until, partition, assume, families_file, epoch_s, max_gpu
             "by_assumption": by_assumption,
             "unfinished": result.unfinished, "skipped": skipped, "import": summary.to_dict()}))
 
-
-def _plot(path, jobs, result) -> None:
-    from slurm_elastico.report import plots
-
-    done = [j.end - j.submit for j in jobs if j.end is not None and j.start is not None]
-    series = {"measured": done}
-    # static holds each GPU as long as it was held, whatever app a job is taken for: one line is enough
-    series["static (sim)"] = next(iter(result.runs.values()))["jct"]["static"]
-    for label, v in result.runs.items():
-        series[f"elastico (sim{', ' + label if len(result.runs) > 1 else ''})"] = v["jct"]["elastico"]
-    plots.jct_cdf_compare(series, path, title="JCT on the cluster's own history: measured and simulated")
-
-
-def _s(x) -> str:
-    return "-" if x is None else f"{x:.1f} s"
-
-
-def _x(x) -> str:
-    return "-" if x is None else f"{x:.2f}"
-
-
-def _n(x, digits: int = 1) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
-def _iv(v: dict, digits: int = 1) -> str:
-    if v["value"] is None:
-        return "-"
-    if _n(v["lo"], digits) == _n(v["hi"], digits):
-        return _n(v["value"], digits)
-    return f"{_n(v['value'], digits)} [{_n(v['lo'], digits)}-{_n(v['hi'], digits)}]"

@@ -212,3 +212,18 @@ def test_whatif_command_refuses_a_families_assumption_without_its_file_and_a_bad
     assert got.exit_code == 2 and "is read only with --assume families" in got.output
     got = runner.invoke(main, ["whatif", "--assume", "families", str(fams)])
     assert got.exit_code == 2 and "app 'resnet' has no measured profile; allowed: bert" in got.output
+
+
+def test_the_table_shows_each_figure_with_its_range_and_what_was_skipped(tmp_path):
+    from slurm_elastico.history import whatif_table
+
+    jobs = fifo_history(TWO_BY_FOUR, [200, 230, 60, 240])
+    w = what_if(jobs, TWO_BY_FOUR, Settings(), "gpu-count", epoch_s=5, max_gpus=2)
+    rep = replay(jobs, TWO_BY_FOUR).stats()
+    text = "\n".join(whatif_table.lines("head", "plain jobs data-parallel", rep, w, measured(jobs, TWO_BY_FOUR),
+                                        {"gpu-count": w.summary()["ratio"]}, {"no GPU": 2, "another partition": 0}))
+    s = w.summary()["elastico"]["mean_jct_s"]
+    assert f"{s['value']:.1f} [{s['lo']:.1f}-{s['hi']:.1f}]" in text  # the range over the six apps
+    assert "start-time error median 0.0 s" in text and "skipped: no GPU 2" in text and "another" not in text
+    whatif_table.plot(str(tmp_path / "jct.png"), jobs, w)
+    assert (tmp_path / "jct.png").stat().st_size > 1000
