@@ -25,6 +25,7 @@ jobs, and the tries would otherwise run out before a GPU that fits.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right, insort
 
 from slurm_elastico.planner.admission import Admission
 from slurm_elastico.planner.gangs import even_split, fewest_nodes
@@ -73,6 +74,11 @@ class GpuState(SlurmPicks, Admission):
         for g, f in enumerate(free_share):
             if self.gpu_type[g] >= 0:
                 self.type_buckets[self.gpu_type[g]][f][g] = None
+        # The free-share levels whose bucket holds a GPU, ascending (all GPUs, and per type): `find` visits only
+        # those (a GPU has up to `top` + 1 levels; a cluster's GPUs sit at a few).
+        self.levels: list[int] = sorted(set(free_share))
+        self.type_levels: dict[int, list[int]] = {t: [f for f, b in enumerate(bs) if b]
+                                                  for t, bs in self.type_buckets.items()}
         self.type_hi = {t: self.top for t in self.type_buckets}  # per type, as `_hi` (`max_free`)
         # `find_gang`'s memory of the gangs it found no room for, at the state `gained` names then: what the epoch
         # places only takes room away, so a gang that found none finds none until something is given back. Each
@@ -123,11 +129,11 @@ class GpuState(SlurmPicks, Admission):
             self.node_all_free[self.gpu_node[g]] += d
         del self.buckets[old][g]  # fewer GPUs never turn a bucket's refusal into a fit: its version stays
         self.free_share[g] = value
-        self.buckets[value][g] = None
+        _move_level(self.buckets, self.levels, g, old, value)
         if self.gpu_type[g] >= 0:
-            typed = self.type_buckets[self.gpu_type[g]]
-            del typed[old][g]
-            typed[value][g] = None
+            t = self.gpu_type[g]
+            del self.type_buckets[t][old][g]
+            _move_level(self.type_buckets[t], self.type_levels[t], g, old, value)
             self.type_hi[self.gpu_type[g]] = max(self.type_hi[self.gpu_type[g]], value)
         self._hi = max(self._hi, value)
         self._lower_need_min(g)
@@ -349,8 +355,9 @@ class GpuState(SlurmPicks, Admission):
         key = self.keys.setdefault((row, seat.floor, seat.best_solo), len(self.keys))  # all `fits` reads of `seat`
         gpu_node, given = self.gpu_node, {}
         buckets = self.type_buckets[row.gtype] if row.gtype >= 0 else self.buckets  # node -> the GPU Slurm gives this share there, once per call
+        levels = self.type_levels[row.gtype] if row.gtype >= 0 else self.levels
         tries = 0
-        for level in range(row.share, top + 1):
+        for level in levels[bisect_left(levels, row.share):bisect_right(levels, top)]:  # the buckets with a GPU
             if x < need_min[level]:
                 continue
             at = self.bucket_version[level]
@@ -382,3 +389,12 @@ class GpuState(SlurmPicks, Admission):
             need_min[level] = low
             self.bucket_refused[level][key] = at
         return -1, 0.0
+
+
+def _move_level(buckets: list[dict[int, None]], levels: list[int], g: int, old: int, value: int) -> None:
+    """GPU g (already out of bucket `old`) into bucket `value`; `levels` (the non-empty buckets, ascending) kept."""
+    if not buckets[old]:
+        levels.pop(bisect_left(levels, old))
+    if not buckets[value]:
+        insort(levels, value)
+    buckets[value][g] = None
