@@ -85,7 +85,7 @@ class ContentionModel:
         sm, bw = self._demand(profiles)
         demand, inverse = np.unique(np.stack([sm, bw], axis=1), axis=0, return_inverse=True)
         sm, bw, inverse = demand[:, 0], demand[:, 1], inverse.reshape(-1)
-        return self._slowdown(sm[:, None], bw[:, None], sm[None, :], bw[None, :])[np.ix_(inverse, inverse)]
+        return self._slowdown(sm[:, None], bw[:, None], sm[None, :], bw[None, :]).take(inverse, 0).take(inverse, 1)
 
     def _slowdown(self, sm_a, bw_a, sm_b, bw_b) -> np.ndarray:
         memory_bound = bw_a / np.maximum(np.maximum(bw_a, sm_a), 1e-9)

@@ -134,7 +134,7 @@ class PairCache:
         if m == 0:
             if hasattr(self.model, "predict_matrix"):
                 self.model_calls += 1
-                dense[:] = _clean(np.asarray(self.model.predict_matrix(p), dtype=float).reshape(n, n))
+                dense = _clean(np.asarray(self.model.predict_matrix(p), dtype=float).reshape(n, n))  # a new array
             if self.per_pair or not hasattr(self.model, "predict_matrix"):
                 a, b = [x for x in p for _ in p], p * n
                 if not hasattr(self.model, "predict_matrix"):
