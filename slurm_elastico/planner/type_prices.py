@@ -48,13 +48,15 @@ def type_prices(claims: Sequence[Claim], pools: Sequence[float]) -> np.ndarray:
     tput = np.ones((len(seq), width))
     ok = np.zeros((len(seq), width), dtype=bool)
     kind = np.zeros((len(seq), width), dtype=int)  # the slot's type; -1 (any) is priced at the cheapest
-    for r, i in enumerate(seq):
+    limit = np.zeros((len(seq), 1))  # each claim's largest size
+    for r, i in enumerate(seq):  # the claims as rows (padding: size 0, throughput 1, not allowed)
         c = claims[i]
         k = len(c.sizes)
-        cap = max(c.cap, c.sizes[c.current]) if c.current is not None else c.cap
-        size[r, :k], tput[r, :k] = c.sizes, np.maximum(np.asarray(c.tput, dtype=float), 1e-12)
-        ok[r, :k] = np.asarray(c.allowed, dtype=bool) & (np.asarray(c.sizes) <= cap + EPS) & (np.asarray(c.tput) > 0)
+        limit[r] = max(c.cap, c.sizes[c.current]) if c.current is not None else c.cap
+        size[r, :k], tput[r, :k], ok[r, :k] = c.sizes, c.tput, c.allowed
         kind[r, :k] = c.types if c.types else -1
+    ok &= (size <= limit + EPS) & (tput > 0)
+    tput = np.maximum(tput, 1e-12)
     absent = kind >= n_types  # a type no usable node of the partition has (drained, say): never chosen here
     ok &= ~absent
     kind[absent] = -1
@@ -65,13 +67,15 @@ def type_prices(claims: Sequence[Claim], pools: Sequence[float]) -> np.ndarray:
     cap = np.maximum(np.asarray(pools, dtype=float), 1e-9)
     total = float(cap.sum())
     rows = np.arange(len(size))
+    typed, slot_type = kind >= 0, np.maximum(kind, 0)
     for k in range(1, ROUNDS + 1):
-        per_slot = np.where(kind >= 0, lam[np.maximum(kind, 0)], lam.min())
+        per_slot = np.where(typed, lam[slot_type], lam.min())
         cost = np.where(ok, (1.0 + per_slot * size) / tput, np.inf)
         pick = np.argmin(cost, axis=1)
         z, t = size[rows, pick], kind[rows, pick]
         served = np.cumsum(z) <= total + EPS  # in the allotment's order, while the cluster holds them
-        used = np.bincount(np.maximum(t[served & (t >= 0)], 0), weights=z[served & (t >= 0)], minlength=n_types)
+        counted = served & (t >= 0)
+        used = np.bincount(np.maximum(t[counted], 0), weights=z[counted], minlength=n_types)
         excess = np.clip((used - cap) / cap, -1.0, MAX_EXCESS)
         if np.all(used <= cap + EPS) and not lam.any():
             break  # nobody wants a type beyond what it has at zero prices

@@ -43,18 +43,24 @@ class PriceResult:
     rounds: int  # rounds actually run
 
 
-def costs(p: PriceProblem, prices: np.ndarray) -> np.ndarray:
-    """[J, C + 1] cost of each shape at `prices`; the last column is "none"; forbidden entries are inf."""
+def unpriced(p: PriceProblem) -> np.ndarray:
+    """[J, C] the part of each shape's cost that does not depend on the prices: w·(1 − v) + Γ."""
+    return p.weight[:, None] * (1.0 - p.value) + p.penalty
+
+
+def costs(p: PriceProblem, prices: np.ndarray, fixed: np.ndarray | None = None) -> np.ndarray:
+    """[J, C + 1] cost of each shape at `prices`; the last column is "none"; forbidden entries are inf. `fixed`:
+    `unpriced(p)`, where the caller prices one problem many times."""
     j = p.value.shape[0]
-    shape_cost = p.weight[:, None] * (1.0 - p.value) + p.penalty + p.demand @ prices
+    shape_cost = (unpriced(p) if fixed is None else fixed) + p.demand @ prices
     shape_cost = np.where(p.allowed, shape_cost, np.inf)
     none = np.where(p.optional, p.weight, np.inf).reshape(j, 1)
     return np.concatenate([shape_cost, none], axis=1)
 
 
-def choose(p: PriceProblem, prices: np.ndarray) -> np.ndarray:
+def choose(p: PriceProblem, prices: np.ndarray, fixed: np.ndarray | None = None) -> np.ndarray:
     """Each job's cheapest option at `prices` (ties: lowest slot); NONE when "none" wins or nothing is allowed."""
-    c = costs(p, prices)
+    c = costs(p, prices, fixed)
     pick = np.argmin(c, axis=1)
     stuck = ~np.isfinite(c[np.arange(c.shape[0]), pick])
     pick = np.where((pick == p.value.shape[1]) | stuck, NONE, pick)
@@ -86,12 +92,13 @@ def solve(p: PriceProblem, rounds: int, step: float) -> PriceResult:
     cap = np.maximum(p.capacity, 1e-9)
     # A feasible choice is judged by the objective the jobs minimise, without prices:
     # w·(1 − T/Tmax) + Γ for a shape, w for "none".
-    base = costs(p, np.zeros(r))
+    fixed = unpriced(p)  # computed once, not every round
+    base = costs(p, np.zeros(r), fixed)
     base = np.where(np.isfinite(base), base, p.weight[:, None])  # a job left out (stuck or not) loses its weight
     rows = np.arange(p.value.shape[0])
     best, best_prices, best_cost = None, prices, np.inf
     done = 0
-    choice = choose(p, prices)
+    choice = choose(p, prices, fixed)
     for t in range(rounds):
         done = t + 1
         used = load(p, choice)
@@ -103,7 +110,7 @@ def solve(p: PriceProblem, rounds: int, step: float) -> PriceResult:
             if not prices.any():
                 break
         prices = np.maximum(0.0, prices + step * excess / np.sqrt(t + 1.0))
-        choice = choose(p, prices)
+        choice = choose(p, prices, fixed)
     if best is None:
         return PriceResult(prices, choice, done)
     return PriceResult(best_prices, best, done)  # the prices that go with the choice returned
