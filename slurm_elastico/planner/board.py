@@ -129,7 +129,8 @@ def read_board(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
         if running is not None:
             # A running job keeps the shape it runs as, even one the policy's narrowing drops.
             now_as = _named_shape(running, fam)
-            if now_as is not None and now_as not in small.shapes:
+            # (`is` first: the shape is usually the family's own object, found without comparing shapes field by field)
+            if now_as is not None and not any(s is now_as for s in small.shapes) and now_as not in small.shapes:
                 extra = (key, now_as.name)
                 if extra not in narrowed:
                     narrowed[extra] = dataclasses.replace(small, shapes=small.shapes + (now_as,))
@@ -142,6 +143,14 @@ def read_board(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
     # -- who is where --------------------------------------------------------
     jobs: list[Job] = []
     by_id: dict[int, Job] = {}
+    solo: dict[int, float] = {}  # `best_solo` of each table, by id
+
+    def seat(jv: JobView, fam: Family, t: Table) -> Seat:
+        best = solo.get(id(t))
+        if best is None:
+            best = solo[id(t)] = best_solo(t.rows)
+        return Seat(jv.job_id, fam.throughput_floor, best_solo=best, whole=jv.whole_gpus > 0)
+
     for jv in snapshot.jobs:
         fam = families.get(jv.job_id)
         if fam is None or not fam.shapes or (part and jv.partition != part):
@@ -149,12 +158,10 @@ def read_board(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
         if (jv.state is JobState.PENDING and (not jv.held or (policy.allot and preempted_by_us(jv.admin_comment)))
                 and (jv.gres is None or jv.gres.kind in ("mps", "gpu", "gpus"))):
             t = table_of(fam)
-            by_id[jv.job_id] = Job(jv, t, 1.0, Seat(jv.job_id, fam.throughput_floor, best_solo=best_solo(t.rows),
-                                                    whole=jv.whole_gpus > 0))
+            by_id[jv.job_id] = Job(jv, t, 1.0, seat(jv, fam, t))
         elif jv.state is JobState.RUNNING:
             t = table_of(fam, jv)
-            by_id[jv.job_id] = Job(jv, t, 1.0, Seat(jv.job_id, fam.throughput_floor, best_solo=best_solo(t.rows),
-                                                    whole=jv.whole_gpus > 0), running=True)
+            by_id[jv.job_id] = Job(jv, t, 1.0, seat(jv, fam, t), running=True)
     # Stand-ins for what the planner does not manage, one per share, all added before the first lookup
     # (a trained model's scorer covers the profiles it was built for; a later one would rebuild it).
     foreign = {shares: cache.add(SoloProfile(kind="train", mps_share=round(percent_of(shares, gs.shares_per_gpu))))
