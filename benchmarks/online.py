@@ -18,7 +18,7 @@ predictions; the table gives mean JCT, useful work per GPU-second beside allocat
 reverted, what they cost and when the model was adapted and a pairing first gained. Two traces: `small`
 (`new_cluster.small_jobs`: jobs that leave the GPU idle, where sharing can pay) and, in full, the synthetic
 mix (where under MPS it cannot). Paired by seed: adapted (and probing) over true and over off (targets: <= 1.05
-and <= 1.02). `--quick`: the small trace, K80 -> P100, one seed, a fixed predictor config.
+and <= 1.02). `--quick`: the small trace only (30 jobs, 8 GPUs), one seed unless `--seeds`, a fixed predictor config.
 `--section` runs one part. Ends with one JSON line.
 """
 
@@ -81,7 +81,7 @@ def new_cluster(quick: bool, seeds: int) -> dict:
     from slurm_elastico.sim.trace_synthetic import MixSpec, synthetic
 
     pairs_csv, iso_csv = GAVEL / "throughputs_pairs.csv", GAVEL / "throughputs_isolated.csv"
-    directions = [("k80", "p100")] if quick else [("k80", "p100"), ("p100", "k80")]
+    directions = [("k80", "p100"), ("p100", "k80")]
     n_jobs, gpus = (30, 8) if quick else (200, 32)
     traces = {"small": lambda truth, seed: nc.small_jobs(truth, n_jobs, gpus, 1.0, seed)}
     if not quick:
