@@ -180,13 +180,6 @@ class Adapted:
         return float(getattr(self._only(), "training_mean_norm", 1.0))
 
 
-import os
-def _class(p):
-    if os.environ.get("ADAPT_CLASS") == "job":
-        return f"{p.model_family}|{p.kind}|{p.precision}|{p.batch:g}" if p.model_family else ""
-    return p.model_family
-
-
 @dataclass
 class _Design:
     """The adaptation's least-squares problem: columns [1, log S_model, then per kind of class (`CLASSES`) the
