@@ -64,14 +64,20 @@ def from_sacct(ctx, since, until, partition, out, as_json) -> None:
         for line in summary.bad:
             click.echo(f"  unreadable: {line}")
         click.echo(f"wrote {out}" if summary.kept else "nothing written")
-    if not summary.kept and summary.bad:
-        click.echo(f"error: no GPU job read between {since} and {until}: {len(summary.bad)} record(s) unreadable "
-                   "(listed above; a sacct whose JSON this version does not know?)", err=True)
-        sys.exit(3)
     if not summary.kept:
-        click.echo(f"error: no GPU job in accounting between {since} and {until}"
-                   + (f" in partition {partition}" if partition else "") + "; widen --since/--until", err=True)
-        sys.exit(1)
+        nothing_kept(summary, since, until, partition)
+
+
+def nothing_kept(summary, since: str, until: str, partition: str) -> None:
+    """Say why no GPU job was kept and exit: 3 when every record was unreadable (each named), else 1."""
+    if summary.bad:
+        click.echo(f"error: no GPU job read between {since} and {until}: {len(summary.bad)} record(s) unreadable "
+                   f"({'; '.join(summary.bad[:3])}{' ...' if len(summary.bad) > 3 else ''}; a sacct whose JSON "
+                   "this version does not know?)", err=True)
+        sys.exit(3)
+    click.echo(f"error: no GPU job in accounting between {since} and {until}"
+               + (f" in partition {partition}" if partition else "") + "; widen --since/--until", err=True)
+    sys.exit(1)
 
 
 def _families(path):

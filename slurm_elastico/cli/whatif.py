@@ -1,9 +1,9 @@
 """`elastico whatif`: the cluster's own history replayed under plain Slurm and under elastico, side by side.
 
 Exit codes: 0 the comparison was printed; 1 no GPU job in the window, or none
-finished there; 2 a
-bad option, settings or families file; 3 sacct or the cluster listing failed
-(no accounting storage, slurmdbd or slurmctld down).
+finished there; 2 a bad option, settings or families file; 3 sacct or the
+cluster listing failed (no accounting storage, slurmdbd or slurmctld down), or
+sacct printed only records that could not be read (each named).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from slurm_elastico.cli import settings
+
 
 @click.command("whatif")
 @click.option("--since", default="now-7days", show_default=True, help="sacct --starttime (its date syntax)")
@@ -37,7 +38,7 @@ def whatif(ctx, since, until, partition, assume, families_file, epoch_s, max_gpu
     error, mean-wait ratio), then under elastico; prints mean / median / p99 JCT and wait and GPU-hours idle side by
     side, each with its range over what had to be assumed, and the predicted gain (plain / elastico mean JCT)."""
     from slurm_elastico import jsonout
-    from slurm_elastico.cli.trace import _families
+    from slurm_elastico.cli.trace import _families, nothing_kept
     from slurm_elastico.cli.view import gateway_from
     from slurm_elastico.errors import ConfigError
     from slurm_elastico.history import replay as replay_mod
@@ -60,9 +61,7 @@ def whatif(ctx, since, until, partition, assume, families_file, epoch_s, max_gpu
     store = Path(cfg.store_path)
     jobs, summary = past_jobs(records, partition, _families(store) if store.is_file() else {}, bad)
     if not summary.kept:
-        click.echo(f"error: no GPU job in accounting between {since} and {until}"
-                   + (f" in partition {partition}" if partition else "") + "; widen --since/--until", err=True)
-        sys.exit(1)
+        nothing_kept(summary, since, until, partition)
     if not any(j.run_s is not None for j in jobs):
         click.echo(f"error: none of the {summary.kept} GPU job(s) between {since} and {until} has finished: nothing "
                    "to replay; widen --until", err=True)
