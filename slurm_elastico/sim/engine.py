@@ -110,6 +110,8 @@ class Engine(JobSpeeds):
         self.truth = self.types.reference if self.types is not None else truth or GroundTruth()
         self.seed = seed
         self.on_progress = on_progress
+        self.observe = self._observe
+        """Each epoch's observer (`helper.epoch.run_once`'s); a subclass may put another in its place."""
         # Sia's simulator counts GPUs only: under its calibration (`sia_model`) no node runs out of CPUs or memory.
         gpus_only = self.types is not None and self.types.sia_model
         self.cluster = SimCluster(sim.gpus, sim.gpus_per_node, sim.gpu_memory_mib,
@@ -295,7 +297,7 @@ class Engine(JobSpeeds):
 
     def _epoch(self, now: float) -> None:
         result = run_once(self.cluster, self.settings, self.family_source, self.model, self.journal, now,
-                          observer=self._observe)
+                          observer=self.observe)
         self.outcomes.update(o.status for o in result.outcomes)
         self.acted = bool(result.plan.actions)
         self._settle()

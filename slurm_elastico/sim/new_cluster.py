@@ -308,13 +308,7 @@ class NewClusterEngine(Engine):
         self.gavel_profiles = gavel_profiles
         self.t0 = self.trace[0].submit_s if self.trace else 0.0
         self.pair_observer = PairObserver(self, learner, gpu_type, probe_budget)
-
-    def _epoch(self, now: float) -> None:
-        result = run_once(self.cluster, self.settings, self.family_source, self.model, self.journal, now,
-                          observer=self.pair_observer)
-        self.outcomes.update(o.status for o in result.outcomes)
-        self.acted = bool(result.plan.actions)
-        self._settle()
+        self.observe = self.pair_observer  # each epoch's observer: probe, revert, feed the learner
 
 
 def model_for(mode: str, truth: GroundTruth, profiles: dict, base=None, gpu_type: str = ""):
