@@ -106,7 +106,7 @@ def comparison(runs, gpus, jobs, load, seeds, window, colocation, names):
     spec = MixSpec(n_jobs=jobs, gpus=gpus, load=load, gpu_memory_mib=sim.gpu_memory_mib)
     pending = compare.submit(lambda s: synthetic(spec, s, runs.truth), names, list(range(seeds)), Settings(),
                              sim, ContentionModel(), runs.truth,
-                             seed_varies=seed_varies("synthetic", 0.0, sim.profile_noise), runs=runs)
+                             seed_varies=seed_varies("synthetic", 0.0, sim), runs=runs)
 
     def finish():
         res = pending.result()
@@ -308,7 +308,7 @@ def alibaba(runs, path, hours, seeds, names):
         return jobs
 
     pending = compare.submit(make, names, list(range(seeds)), Settings(), sim, ContentionModel(), truth,
-                             seed_varies=seed_varies("alibaba", 0.0, sim.profile_noise), runs=runs)
+                             seed_varies=seed_varies("alibaba", 0.0, sim), runs=runs)
 
     def finish():
         res = pending.result()

@@ -29,7 +29,8 @@ def options(f):
         click.option("--gpus", type=click.IntRange(1, 65536), default=None, help="GPUs (default: sim.gpus)"),
         click.option("--epoch-s", type=Finite(1, 86400), default=None, help="seconds between epochs"),
         click.option("--window-s", type=Finite(min=-1), default=None,
-                     help="placement window before Slurm starts a job as submitted; -1 = until planned"),
+                     help="placement window before Slurm starts a job as submitted; -1 = until planned (static and static-mps: "
+                          "none, Slurm starts their jobs at once)"),
         click.option("--colocation", type=click.Choice(["gavel", "gavel-residual", "none"]), default=None,
                      help="ground truth of co-location slowdown"),
         click.option("--jitter-s", type=Finite(0, 86400), default=DEFAULT_JITTER_S, show_default=True,

@@ -55,6 +55,10 @@ class Policy:
     """Its jobs are submitted with elastico-submit, which starts a family with GPU counts on whole GPUs (`gpu:N`,
     `shapes.nodes.start_request`), so such a family has no shape on part of a GPU: the simulator builds its
     families so (`SimSettings.whole_gpu_gangs` for every policy)."""
+    plain: bool = False
+    """Slurm as it is: in the simulator its jobs are plain batch jobs at the shape its narrower gives the family's
+    default (static: whole GPUs), started by Slurm's own scheduler and backfill the moment they fit, with no
+    placement window, and no family reaches the planner (`sim.engine`)."""
     adapts_batch: bool = False
     """Every training family of the simulator is adaptive: it also offers goodput shapes at other global batches
     (with a learning-rate rule), whose throughput is goodput, in steps of the submitted batch per second
@@ -79,7 +83,7 @@ REGISTRY: dict[str, Policy] = {p.name: p for p in (  # type: ignore[misc]  (the 
            all_shapes, price=True, interference=True, reshape=True, order=value_order, allot=True,
            whole_gpu_gangs=True, adapts_batch=True),
     Policy("static", "each job at its submitted shape on a whole GPU, first come first served with backfill",
-           whole_gpu, price=False, interference=False, reshape=False, order=fifo_order),
+           whole_gpu, price=False, interference=False, reshape=False, order=fifo_order, plain=True),
     Policy("no-shapes", "elastico without shape choice: each job only at its default shape",
            default_shape, price=True, interference=True, reshape=False, order=value_order, whole_gpu_gangs=True),
     Policy("no-pricing", "elastico without prices: every job without data-parallel shapes asks for its fastest "
@@ -94,7 +98,7 @@ REGISTRY: dict[str, Policy] = {p.name: p for p in (  # type: ignore[misc]  (the 
            all_shapes, price=True, interference=True, reshape=True, order=value_order, whole_gpu_gangs=True),
     Policy("static-mps", "static MPS sharing: each job at its submitted knobs on half a GPU, first come first "
            "served, blind to interference", half_gpu, price=False, interference=False, reshape=False,
-           order=fifo_order),
+           order=fifo_order, plain=True),
     LasPolicy("tiresias", "Tiresias (NSDI 2019) as the Pollux artifact runs it: two-queue least "
               "attained service (Q0 until 16 GPU-hours, then Q1), whole GPUs at the submitted count, "
               "lower-queue jobs preempted and resumed later"),

@@ -53,10 +53,10 @@ from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Family, GresRequest, JobState
 from slurm_elastico.planner import policies
 from slurm_elastico.shapes.units import shares_of
-from slurm_elastico.sim import gpu_types
+from slurm_elastico.sim import belief, gpu_types
 from slurm_elastico.sim.cluster import SimCluster
-from slurm_elastico.sim.families import (INFER_CPUS, INFER_HOST_MIB, TRAIN_CPUS, TRAIN_HOST_MIB, at_epoch,
-                                         efficiency_epoch, efficiency_segment, fastest_speed, family_of)
+from slurm_elastico.sim.families import (INFER_CPUS, INFER_HOST_MIB, TRAIN_CPUS, TRAIN_HOST_MIB, efficiency_segment,
+                                         fastest_speed, family_of)
 from slurm_elastico.sim.families_typed import typed_family_of, typed_fastest_speed
 from slurm_elastico.sim.job import SimJob
 from slurm_elastico.sim.results import JobResult, RunResult
@@ -67,6 +67,8 @@ from slurm_elastico.sim.truth import GroundTruth
 from slurm_elastico.sim.truth_types import TypedTruth
 
 COMPLETE, ARRIVAL, BEGIN, EPOCH = 0, 1, 2, 3
+FIRST, REQUEUE, RELAUNCH = "first", "requeue", "relaunch"
+"""The kinds of start, each with its true cost (`Engine._restart_s`)."""
 STALL_EPOCHS = 20
 """Epochs in a row with nothing running, nothing arriving and nothing done before a run gives up (jobs left
 unfinished), whatever the planner asked meanwhile: actions that start nothing (a pin re-issued every epoch to a
@@ -95,9 +97,14 @@ class Engine(JobSpeeds):
         self.adaptive = sim.adaptive_batch or bool(getattr(chosen, "adapts_batch", False))
         # A family with GPU counts on whole GPUs only where the settings or the policy (elastico-submit's start) say so.
         self.whole_gpu_gangs = sim.whole_gpu_gangs or bool(getattr(chosen, "whole_gpu_gangs", False))
+        # Its jobs come through elastico-submit's wrapper (`Policy.whole_gpu_gangs`): their first start pays its start-up.
+        self.wrapped = bool(getattr(chosen, "whole_gpu_gangs", False))
         # A policy that acts in rounds of time (`round_s`, Gavel) is planned at every epoch: with nothing changed and
         # nothing asked, its next round would otherwise never come.
         self.timed = bool(getattr(chosen, "round_s", 0))
+        # Slurm as it is (`Policy.plain`, static): each job submitted at its narrowed default shape, started by
+        # Slurm the moment it fits; the planner sees no family.
+        self.plain = chosen.narrow if getattr(chosen, "plain", False) else None
         self.model = model
         self.rigid = rigid
         # A cluster of GPU types (`sim.cluster`) runs on a truth per type (`types`); `truth` is then the reference
@@ -131,8 +138,8 @@ class Engine(JobSpeeds):
         self.until: dict[int, float] = {}
         """Work done at which a running job's rate next changes without a change of its GPUs (an epoch of
         statistical efficiency ends), when that comes before its end."""
-        self.seen: dict[int, tuple[int, Family]] = {}
-        """The family each adaptive job last showed the planner, and the epoch of its goodput."""
+        self.belief = belief.Belief(self.truth, sim, seed)
+        """The planner's view of the families: estimates, refined only by what each job measured (`sim.belief`)."""
         self.useful: dict[int, float] = {}
         """Each running job's GPUs' worth of solo speed at its current rate (`useful_per_gpu_s`)."""
         self.useful_area = 0.0  # ∫ Σ useful dt, accrued per job with its progress (`_accrue`)
@@ -193,7 +200,7 @@ class Engine(JobSpeeds):
                 running = any(j.rate > 0 or j.ready_at > now for j in self.cluster.jobs.values()
                               if j.state is JobState.RUNNING)
                 stalled = 0 if (running or self.dirty or arrived < total) else stalled + 1
-                if self.cluster.jobs and (self.dirty or self.acted or self.timed):
+                if self.plain is None and self.cluster.jobs and (self.dirty or self.acted or self.timed):
                     self._settle()
                     tp = time.perf_counter()
                     self._epoch(now)
@@ -241,17 +248,20 @@ class Engine(JobSpeeds):
         else:
             fam = family_of(tj, self.truth, self.sim.share_levels(), self.sim.gpu_memory_mib, self.sim.profile_noise,
                             self.seed, self.adaptive, self.sim.max_gpus_per_job, self.sim.gpus_per_node,
-                            self.whole_gpu_gangs)
+                            self.whole_gpu_gangs, belief.errors(self.sim))
         if fam is None:  # rigid: `--gpus=N`, on as many nodes as it takes
             gres, cpus, mem = GresRequest("gpus", tj.gpus), TRAIN_CPUS * tj.gpus, TRAIN_HOST_MIB * tj.gpus
             begin = tj.submit_s
         else:
+            if self.plain is not None:
+                fam = self.plain(fam)
             d = fam.default_shape.resources
             gres = GresRequest("gpus", d.gpus) if d.gpus else GresRequest("mps", shares_of(d.mps, self.cluster.shares_per_gpu))
             cpus, mem = d.cpus, d.host_mem_mib
-            window = self.sim.placement_window_s
+            window = 0.0 if self.plain is not None else self.sim.placement_window_s
             begin = math.inf if window < 0 else tj.submit_s + window
-            self.families[tj.job_id] = fam
+            if self.plain is None:
+                self.families[tj.job_id] = fam
             if math.isfinite(begin) and begin > tj.submit_s:
                 self._push(begin, BEGIN)
         if tj.kind == "infer" and fam is None:
@@ -278,7 +288,7 @@ class Engine(JobSpeeds):
         self.useful.pop(job.job_id, None)
         self.families.pop(job.job_id, None)
         self.solo.pop(job.job_id, None)
-        self.seen.pop(job.job_id, None)
+        self.belief.forget(job.job_id)
         tj = job.trace
         # The lower bound is the trace's under the settings, the same whatever the policy: with goodput shapes
         # only when the settings offer them to every policy (a policy that adapts batches may beat it).
@@ -304,33 +314,30 @@ class Engine(JobSpeeds):
 
     def _observe(self, snap, families: dict[int, Family], dry_run: bool, source) -> tuple[dict[int, float], dict, list]:
         """The epoch's observer: the exact work done of every family job that has run (a requeued one's is what
-        its last checkpoint holds, as the live observer reads it from the job's progress file)."""
+        its last checkpoint holds, as the live observer reads it from the job's progress file), and the families
+        as the planner may know them (`sim.belief`): what each running job measured alone is noted first."""
         now = self.cluster.now
         progress = {j.job_id: self._done_at(j, now) if j.state is JobState.RUNNING else j.done
                     for j in self.cluster.jobs.values()
                     if j.family is not None and (j.state is JobState.RUNNING or j.done > 0)}
-        if self.adaptive:  # goodput at the statistical efficiency each job's gradients show now
-            families = {jid: self._goodput_family(jid, fam, progress.get(jid)) for jid, fam in families.items()}
+        for jid in families if self.types is None else ():  # typed families: as profiled per type (`sim.belief`)
+            job = self.cluster.jobs[jid]
+            if job.state is JobState.RUNNING and job.alloc:
+                ni, gi = job.alloc[0]
+                self.belief.record(job, shape_of(job).name, job.whole or len(self.cluster.nodes[ni].gpus[gi]) == 1,
+                                   now)
+        families = {jid: self.belief.view(self.cluster.jobs[jid], fam, progress.get(jid), self.adaptive)
+                    for jid, fam in families.items()}
         return progress, families, []
-
-    def _goodput_family(self, jid: int, fam: Family, done: float | None) -> Family:
-        job = self.cluster.jobs[jid]
-        if fam.kind != "train":
-            return fam
-        epoch = efficiency_epoch(self.truth, job.trace, job.done if done is None else done)
-        seen = self.seen.get(jid)
-        if seen is None or seen[0] != epoch:
-            seen = self.seen[jid] = (epoch, at_epoch(fam, job.trace, self.truth, epoch))
-        return seen[1]
 
     def _settle(self) -> None:
         """Let Slurm start what fits, then re-rate every job whose GPU changed."""
         now = self.cluster.now
         for job in self.cluster.relaunched:
-            job.ready_at = now + self._restart_s(job, first=False)
+            job.ready_at = now + self._restart_s(job, RELAUNCH)
         self.cluster.relaunched = []
         for job in self.cluster.schedule():
-            job.ready_at = now + self._restart_s(job, first=job.starts <= 1)
+            job.ready_at = now + self._restart_s(job, FIRST if job.starts <= 1 else REQUEUE)
             job.mark = now
             job.rate = 0.0
             self._solo(job)
@@ -346,12 +353,17 @@ class Engine(JobSpeeds):
         for jid in sorted(touched):
             self._rerate(touched[jid])
 
-    def _restart_s(self, job: SimJob, first: bool) -> float:
-        """Seconds a start makes no progress: the app's under Sia's model (every start), else the settings'."""
+    def _restart_s(self, job: SimJob, kind: str) -> float:
+        """Seconds a start of `kind` (FIRST, REQUEUE, RELAUNCH) makes no progress: the app's under Sia's model (every
+        start), else the settings' true costs (`SimSettings`): the first start's, with the wrapper's start-up for a
+        job that comes through elastico-submit; a later one's checkpoint-and-restore plus its kind's overhead."""
         per_app = self.types.restart_s(job.trace.app) if self.types is not None else None
         if per_app is not None:
             return per_app
-        return self.sim.start_cost_s if first else self.sim.restart_cost_s
+        s = self.sim
+        if kind == FIRST:
+            return s.start_cost_s + (s.wrapper_start_s if self.wrapped and job.family is not None else 0.0)
+        return s.restart_cost_s + (s.requeue_overhead_s if kind == REQUEUE else s.relaunch_overhead_s)
 
     # -------------------------------------------------------------- progress
 

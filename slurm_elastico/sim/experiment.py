@@ -37,9 +37,10 @@ class Setup(NamedTuple):
     """What a seed changes, in words (`Comparison.seed_varies`)."""
 
 
-def seed_varies(trace_name: str, jitter_s: float, profile_noise: float) -> str:
+def seed_varies(trace_name: str, jitter_s: float, sim) -> str:
     """What differs between seeds of `trace_name`: the trace itself, the jobs' drawn apps, or arrival jitter; and
-    the profiling noise. Says so when nothing does (then "± 0" is not replication)."""
+    the errors of the planner's estimates (`sim.belief`, under `sim`'s SimSettings). Says so when nothing does
+    (then "± 0" is not replication)."""
     from slurm_elastico.sim import trace_spec
 
     kind = trace_name.partition(":")[0]
@@ -51,10 +52,14 @@ def seed_varies(trace_name: str, jitter_s: float, profile_noise: float) -> str:
         parts = [f"the arrival jitter (each arrival moved by a seeded uniform offset within ±{jitter_s:g} s)"]
     else:
         parts = []
-    if profile_noise > 0:
-        parts.append(f"the profiling noise (lognormal, sigma {profile_noise:g})")
+    sigmas = {"app": sim.estimate_app_sigma, "job": sim.estimate_job_sigma, "shape": sim.profile_noise,
+              "share exponent": sim.estimate_share_sigma, "scaling exponent": sim.estimate_scaling_sigma,
+              "statistical efficiency": sim.efficiency_noise}
+    if any(sigmas.values()):
+        parts.append("the errors of the planner's estimates (lognormal sigmas: " + ", ".join(
+            f"{k} {v:g}" for k, v in sigmas.items() if v) + "; sim.belief)")
     if not parts:
-        return "nothing (arrival jitter and profiling noise are off): every seed replays the same run"
+        return "nothing (arrival jitter and estimate errors are off): every seed replays the same run"
     return " and ".join(parts)
 
 
@@ -146,7 +151,7 @@ def setup(cfg, trace_name, jobs, load, infer_fraction, hours, gpus, epoch_s, win
         make = load_seed
         jitter = 0.0
     return Setup(cfg, sim, truth, make, load_model(cfg.interference.model),
-                 seed_varies(trace_name, jitter, sim.profile_noise))
+                 seed_varies(trace_name, jitter, sim))
 
 
 def load_sweep(setup_for: Callable[[float], Setup], loads: Iterable[float], names: Sequence[str], seeds: int,

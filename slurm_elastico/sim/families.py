@@ -69,11 +69,36 @@ def micro_batches(truth: GroundTruth, app: str, global_batch: int, ranks: int = 
     return out
 
 
-def _noise(job_id: int, name: str, seed: int, sigma: float) -> float:
+def _noise(job_id: int | str, name: str, seed: int, sigma: float) -> float:
     if sigma <= 0:
         return 1.0
     key = zlib.crc32(f"{seed}:{job_id}:{name}".encode())
     return float(np.exp(np.random.default_rng(key).normal(0.0, sigma)))
+
+
+@dataclass(frozen=True)
+class Errors:
+    """Sigmas of the estimate's errors that are shared, not per shape (see `sim.belief`): the app's overall bias
+    (`app`), the job's own (`job`), and the errors of the app's share exponent (`share`: speed × (share/100)^d)
+    and data-parallel scaling (`scaling`: speed × ranks^r)."""
+
+    app: float = 0.0
+    job: float = 0.0
+    share: float = 0.0
+    scaling: float = 0.0
+
+    def factor(self, job: TraceJob, seed: int, share: int, ranks: int) -> float:
+        """The estimate's shared error on one shape of `job`, seeded by (seed, app) and (seed, job)."""
+        if not (self.app or self.job or self.share or self.scaling):
+            return 1.0
+        log = math.log
+        d = log(_noise(job.app, "share-exponent", seed, self.share))
+        r = log(_noise(job.app, "scaling-exponent", seed, self.scaling))
+        return (_noise(job.app, "app", seed, self.app) * _noise(job.job_id, "job", seed, self.job)
+                * math.exp(d * log(max(share, 1) / 100) + r * log(max(ranks, 1))))
+
+
+NO_ERRORS = Errors()
 
 
 def batch_grid(truth: GroundTruth, app: str) -> list[int]:
@@ -144,7 +169,7 @@ def packed(ranks: int, gpus_per_node: int) -> tuple[int, ...]:
 @lru_cache(maxsize=8192)  # pure: each policy's run of a trace and seed asks again for the same (frozen) families
 def family_of(job: TraceJob, truth: GroundTruth, shares: tuple[int, ...], gpu_mem_mib: float, noise: float = 0.0,
               seed: int = 0, adaptive: bool = False, max_gpus: int = 0, gpus_per_node: int = 4,
-              whole_gpu_gangs: bool = False) -> Family | None:
+              whole_gpu_gangs: bool = False, errors: Errors = NO_ERRORS) -> Family | None:
     """The job's family as profiled, or None for a multi-GPU job the planner cannot reshape (no data-parallel
     shapes: `max_gpus` 0, inference, or an app measured on one GPU only); Slurm runs it as submitted.
 
@@ -157,6 +182,8 @@ def family_of(job: TraceJob, truth: GroundTruth, shares: tuple[int, ...], gpu_me
     factor is common to one batch, so the fronts hold at every epoch).
     `whole_gpu_gangs`: a family with data-parallel shapes offers one GPU only
     whole (share 100), as elastico-submit starts it (`shapes.nodes.start_request`).
+    `errors`: the estimate's shared errors on top of each shape's own `noise`
+    (`Errors`; none by default: a profiled family).
     """
     ranks = gang_ranks(job, truth, max_gpus) if max_gpus else []
     if job.gpus > 1 and not ranks:
@@ -174,7 +201,7 @@ def family_of(job: TraceJob, truth: GroundTruth, shares: tuple[int, ...], gpu_me
                         "global_batch": job.global_batch}
                 name = gang_name(m, r)
                 tput = (truth.gang_speed(job.app, job.global_batch, packed(r, gpus_per_node), m)
-                        * _noise(job.job_id, name, seed, noise))
+                        * _noise(job.job_id, name, seed, noise) * errors.factor(job, seed, 100, r))
                 shapes.append(Shape(name, Resources(0, int(mem), TRAIN_CPUS * r, TRAIN_HOST_MIB * r, gpus=r), tput,
                                     tuple(sorted(full.items()))))
         for m in micro_batches(truth, job.app, job.global_batch):
@@ -185,12 +212,14 @@ def family_of(job: TraceJob, truth: GroundTruth, shares: tuple[int, ...], gpu_me
             full: dict[str, object] = {**knobs, "accumulation": job.global_batch // m, "global_batch": job.global_batch}
             for s in levels:
                 name = shape_name("train", knobs, s)
-                tput = truth.train_speed(job.app, job.global_batch, m, s) * _noise(job.job_id, name, seed, noise)
+                tput = (truth.train_speed(job.app, job.global_batch, m, s) * _noise(job.job_id, name, seed, noise)
+                        * errors.factor(job, seed, s, 1))
                 shapes.append(Shape(name, Resources(s, int(mem), TRAIN_CPUS, TRAIN_HOST_MIB), tput,
                                     tuple(sorted(full.items()))))
         if adaptive:
             shapes += [Shape(c.name, c.resources, c.speed * truth.efficiency_ratio(job.app, job.global_batch, c.batch, 0)
-                             * _noise(job.job_id, c.name, seed, noise), c.knobs)
+                             * _noise(job.job_id, c.name, seed, noise)
+                             * errors.factor(job, seed, c.resources.mps or 100, c.resources.gpus or 1), c.knobs)
                        for c in goodput_shapes(job, truth, levels[-1], gpu_mem_mib, max_gpus, gpus_per_node)]
         if job.gpus > 1:
             default = gang_name(micro_batches(truth, job.app, job.global_batch, job.gpus)[0], job.gpus)
@@ -208,7 +237,8 @@ def family_of(job: TraceJob, truth: GroundTruth, shares: tuple[int, ...], gpu_me
                             continue
                         name = shape_name("infer", knobs, s)
                         shapes.append(Shape(name, Resources(s, int(gmu * gpu_mem_mib), INFER_CPUS, INFER_HOST_MIB),
-                                            true * _noise(job.job_id, name, seed, noise), tuple(sorted(knobs.items()))))
+                                            true * _noise(job.job_id, name, seed, noise) * errors.factor(job, seed, s, 1),
+                                            tuple(sorted(knobs.items()))))
         default = shape_name("infer", {"gpu_memory_utilization": GMUS[-1], "max_num_seqs": SEQS[-1],
                                        "kv_cache_dtype": "auto"}, job.share)
     if default not in {s.name for s in shapes}:

@@ -2,8 +2,14 @@
 
 Validated like `slurm_elastico.config`: every bad key or value is collected
 into one `ConfigError` naming it and what is allowed. Planner settings
-(policy constants, reshape cost the planner *believes*, fairness) stay in
-`Settings`; `restart_cost_s` here is what a restart really costs.
+(policy constants, reshape cost the planner *believes*: `planner.reshape_cost_s`,
+fairness) stay in `Settings`; the costs here are what the engine really
+charges, apart from that belief: `restart_cost_s` (the job's own
+checkpoint-and-restore, what `benchmarks/sim.py` sweeps), plus each kind's
+measured overhead (`requeue_overhead_s`, `relaunch_overhead_s`), and at a
+job's first start `start_cost_s`, plus `wrapper_start_s` for a job that
+comes through elastico-submit's wrapper (`Policy.whole_gpu_gangs`: the
+elastico policies).
 """
 
 from __future__ import annotations
@@ -30,12 +36,35 @@ class SimSettings:
     shares: str = _opt("25,50,75,100", help="MPS shares (percent) every job's family offers, comma-separated")
     epoch_s: float = _opt(60.0, lo=1, help="simulated seconds between planner epochs")
     placement_window_s: float = _opt(60.0, lo=-1, help="a job waits this long for the planner before Slurm starts "
-                                                      "it as submitted; -1 = until the planner starts it")
-    restart_cost_s: float = _opt(60.0, lo=0, help="true checkpoint-and-restart time of a reshape (no progress)")
+                                                      "it as submitted; -1 = until the planner starts it (not for static "
+                                                      "and static-mps: Slurm starts their jobs at once, Policy.plain)")
+    restart_cost_s: float = _opt(60.0, lo=0, help="true checkpoint-and-restore time of the job's own program at every "
+                                                 "start after its first (no progress), whatever the reshape's kind; "
+                                                 "the kind's Slurm or wrapper time comes on top")
+    requeue_overhead_s: float = _opt(2.7, lo=0, help="true seconds a requeue adds (requeued to running again): "
+                                                     "measured live, benchmarks/reshape.py's requeue row")
+    relaunch_overhead_s: float = _opt(1.0, lo=0, help="true seconds an in-place relaunch (the wrapper's, on USR1) "
+                                                      "adds: measured live, benchmarks/reshape.py's in-place row")
     start_cost_s: float = _opt(0.0, lo=0, help="seconds a job makes no progress after its first start, holding its "
                                                "GPUs (its processes starting; every later start costs "
                                                "restart_cost_s); 0 = none")
-    profile_noise: float = _opt(0.05, lo=0, hi=1, help="sigma of the lognormal error of profiled throughputs")
+    wrapper_start_s: float = _opt(5.0, lo=0, help="seconds more that a job started through elastico-submit's wrapper "
+                                                  "(the policies whose jobs come through it) makes no progress at its "
+                                                  "first start: measured live, the demo's start-up gap (elastico jobs "
+                                                  "3.4-11.3 s over the simulation, plain ones 1.3-2.5 s)")
+    profile_noise: float = _opt(0.05, lo=0, hi=1, help="sigma of the lognormal error of each shape's estimated "
+                                                       "throughput, its own (sim.belief)")
+    estimate_app_sigma: float = _opt(0.3, lo=0, hi=2, help="sigma of the estimate's log error shared by every shape "
+                                                          "of every job of one app (sim.belief)")
+    estimate_job_sigma: float = _opt(0.1, lo=0, hi=2, help="sigma of the estimate's log error shared by every shape "
+                                                          "of one job (sim.belief)")
+    estimate_share_sigma: float = _opt(0.15, lo=0, hi=2, help="sigma of the error of an app's share exponent: its "
+                                                             "estimate is off by (share/100)^d (sim.belief)")
+    estimate_scaling_sigma: float = _opt(0.1, lo=0, hi=2, help="sigma of the error of an app's data-parallel "
+                                                              "scaling: its estimate is off by ranks^r (sim.belief)")
+    efficiency_noise: float = _opt(0.1, lo=0, hi=2, help="sigma of the lognormal error of the statistical "
+                                                        "efficiency a job's measured gradient noise scale gives "
+                                                        "(goodput shapes; sim.belief)")
     colocation: str = _opt("gavel", choices=COLOCATION, help="ground truth of co-location (sim.truth): Gavel's co-run "
                                                              "speed as a ceiling, its residual beyond time-slicing, "
                                                              "or none (sharing costs only the share)")

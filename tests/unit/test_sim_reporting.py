@@ -13,6 +13,7 @@ from slurm_elastico.cli import main
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.sim import compare, metrics, trace, trace_pollux
 from slurm_elastico.sim.experiment import seed_varies, setup
+from slurm_elastico.sim.settings import SimSettings
 from slurm_elastico.sim.results import JobResult, RunResult
 from slurm_elastico.sim.trace import TraceJob
 
@@ -124,12 +125,14 @@ def test_setup_jitters_fixed_traces_per_seed_and_says_what_a_seed_varies():
     s = _setup("pollux:1")
     assert [j.submit_s for j in s.make(0)] != [j.submit_s for j in s.make(1)]
     assert s.make(2) == s.make(2)
-    assert "arrival jitter" in s.seed_varies and "±60 s" in s.seed_varies and "profiling noise" in s.seed_varies
+    assert "arrival jitter" in s.seed_varies and "±60 s" in s.seed_varies and "estimates" in s.seed_varies
     exact = _setup("pollux:1", jitter_s=0.0)
     assert exact.make(0) == exact.make(1) == trace_pollux.pollux(1)
-    assert "jitter" not in exact.seed_varies and "profiling noise" in exact.seed_varies
+    assert "jitter" not in exact.seed_varies and "app 0.3" in exact.seed_varies
     assert "synthetic trace itself" in _setup("synthetic").seed_varies
-    assert seed_varies("pollux:1", 0.0, 0.0).startswith("nothing")
+    quiet = SimSettings(profile_noise=0.0, estimate_app_sigma=0.0, estimate_job_sigma=0.0, estimate_share_sigma=0.0,
+                        estimate_scaling_sigma=0.0, efficiency_noise=0.0)
+    assert seed_varies("pollux:1", 0.0, quiet).startswith("nothing")
 
 
 def test_compare_output_says_what_the_seed_varies(files):
