@@ -421,6 +421,8 @@ class PolluxPolicy:
         factor = restart_factor(age, j.view.restarts, delay)
         held = j.held_now
         allowed = [n for n in j.best if j.least <= n <= j.cap or n == held] if base > 0 else []
+        if base > 0 and not allowed:  # no count between its host floor and its cap: the smallest above the floor
+            allowed = [n for n in j.best if n >= j.least][:1]
         cost = np.full(max(allowed, default=0) + 1, np.inf)
         cost[0] = 1.0 / FLOOR
         speed = {0: 0.0}

@@ -200,7 +200,9 @@ class Engine(JobSpeeds):
                 running = any(j.rate > 0 or j.ready_at > now for j in self.cluster.jobs.values()
                               if j.state is JobState.RUNNING)
                 stalled = 0 if (running or self.dirty or arrived < total) else stalled + 1
-                if self.plain is None and self.cluster.jobs and (self.dirty or self.acted or self.timed):
+                if self.plain is not None:  # Slurm alone: nothing to plan (it starts jobs as they fit)
+                    self.dirty = self.acted = False
+                elif self.cluster.jobs and (self.dirty or self.acted or self.timed):
                     self._settle()
                     tp = time.perf_counter()
                     self._epoch(now)

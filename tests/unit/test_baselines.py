@@ -150,7 +150,7 @@ def toy() -> GroundTruth:
 
 def test_a_preempted_job_keeps_its_work_stays_held_and_resumes_paying_its_restart(toy):
     sim = SimSettings(gpus=1, gpus_per_node=1, epoch_s=1000, placement_window_s=0, profile_noise=0.0, audit=True,
-                      restart_cost_s=7.0, colocation="none")
+                      restart_cost_s=7.0, requeue_overhead_s=0.0, colocation="none")
     e = engine.Engine([TraceJob(1, 0, "train", "toy", 1, 100, 16)], "static", Settings(), sim, ContentionModel(), toy)
     e.cluster.now = 0.0
     e._arrive(e.trace[0])
@@ -179,7 +179,7 @@ def test_a_high_priority_arrival_preempts_the_lowest_priority_running_job(toy, m
     monkeypatch.setitem(policies.REGISTRY, "tiresias", dataclasses.replace(TIRESIAS, threshold_gpu_s=50.0))
     jobs = [TraceJob(1, 0, "train", "toy", 1, 1000, 16), TraceJob(2, 100, "train", "toy", 1, 30, 16)]
     sim = SimSettings(gpus=1, gpus_per_node=1, epoch_s=10, placement_window_s=-1, profile_noise=0.0, audit=True,
-                      restart_cost_s=5.0, colocation="none")
+                      restart_cost_s=5.0, requeue_overhead_s=0.0, colocation="none")
     r = engine.run(jobs, "tiresias", Settings(), sim, ContentionModel(), toy)
     a, b = sorted(r.jobs, key=lambda j: j.job_id)
     assert r.unfinished == 0 and r.counters["requeues"] == 1 and r.counters["actions"]["preempt"] == 1
@@ -211,14 +211,17 @@ def test_a_pollux_workload_runs_to_the_end_every_job_at_its_submitted_gpu_count(
 
 def test_tiresias_is_static_fifo_when_no_job_reaches_its_queue_limit_and_preempts_when_one_does(toy, monkeypatch):
     # One GPU, single-GPU jobs: A (1,000 s) from 0, B and C (30 s each) at 100 and 110. Under the 16 GPU-hour
-    # limit A never leaves Q0, so Q0's arrival order is static's FIFO: the same schedule, job for job, and no
-    # preemption (why the mixed trace, whose jobs run at most 12 h on one GPU, gives both the same figures).
+    # limit A never leaves Q0, so Q0's arrival order is static's FIFO: the same order, each start later only by
+    # the epochs it waited (plain Slurm starts a job the moment it fits, Policy.plain), and no preemption.
     jobs = [TraceJob(1, 0, "train", "toy", 1, 1000, 16), TraceJob(2, 100, "train", "toy", 1, 30, 16),
             TraceJob(3, 110, "train", "toy", 1, 30, 16)]
     sim = SimSettings(gpus=1, gpus_per_node=1, epoch_s=10, placement_window_s=-1, profile_noise=0.0, audit=True,
                       restart_cost_s=5.0, colocation="none")
     runs = {p: engine.run(jobs, p, Settings(), sim, ContentionModel(), toy) for p in ("static", "tiresias")}
-    assert metrics.same_schedule(runs["static"], runs["tiresias"])
+    starts = {p: [j.first_start for j in sorted(r.jobs, key=lambda j: j.job_id)] for p, r in runs.items()}
+    assert starts["static"] == pytest.approx([0.0, 1000.0, 1030.0]) and not metrics.same_schedule(*runs.values())
+    assert starts["tiresias"] == sorted(starts["tiresias"])  # the same order, each start late by the epochs before it
+    assert all(0 <= t - s <= k * sim.epoch_s for k, (s, t) in enumerate(zip(starts["static"], starts["tiresias"])))
     assert runs["tiresias"].counters["actions"].get("preempt", 0) == 0
     assert metrics.longest_service_gpu_s(runs["tiresias"]) == pytest.approx(1000.0)  # far under QUEUE_LIMIT_GPU_S
     # A limit A passes (50 GPU-s): A drops to Q1 and is preempted for B and C, which end sooner.

@@ -174,8 +174,9 @@ def test_a_start_cost_holds_each_job_at_its_first_start():
 def test_the_default_list_gains_when_jobs_start_slower_or_arrive_off_time(version):
     """Live every job starts and exits seconds slower than on its emulated GPU (its processes; the demo measures it on
     the plain half and replays with it) and arrives up to a second or two off its time. The list still gains at
-    least 1.3 in every such draw: the margin that lets the live ratio, a few percent below the simulated one (the
-    elastico run's own processes), stay at 1.2 or more. Which reshapes happen varies between draws (a job may start
+    least 1.2 in every such draw, with the elastico jobs' wrapper start-up (`SimSettings.wrapper_start_s`, the
+    extra time the elastico run's own processes took live) and plain Slurm starting static's jobs at once both in
+    the simulation (1.25-1.34 over these draws). Which reshapes happen varies between draws (a job may start
     on two GPUs at once instead of growing to them). These draws guard the list against regressions; the live runs
     are the check of what varies live."""
     import dataclasses
@@ -190,4 +191,4 @@ def test_the_default_list_gains_when_jobs_start_slower_or_arrive_off_time(versio
                                         else j.submit_s) for j in w.job_list()]
             got = w.predict(jobs, w.Plan(), TRUTH, slurm_version=version, start_cost_s=start_cost_s)
             elastico, static = simulated_figures(*got["elastico"]), simulated_figures(*got["static"])
-            assert static["mean_jct_s"] / elastico["mean_jct_s"] >= 1.3, (start_cost_s, seed)
+            assert static["mean_jct_s"] / elastico["mean_jct_s"] >= 1.2, (start_cost_s, seed)

@@ -136,8 +136,8 @@ def test_a_job_at_another_batch_finishes_when_its_goodput_adds_up_to_its_work(tr
     tj = cifar(truth, 512)
     tj = TraceJob(1, 0.0, "train", "cifar10", 1, tj.work / 20, 512)  # a shorter job: the same epochs, scaled
     sim = SimSettings(gpus=1, gpus_per_node=1, epoch_s=1e9, placement_window_s=0, profile_noise=0.0,
-                      colocation="none", adaptive_batch=True, max_gpus_per_job=0, audit=True)
-    e = engine.Engine([tj], "static", Settings(), sim, ContentionModel(), truth)
+                      colocation="none", adaptive_batch=True, max_gpus_per_job=0, audit=True, wrapper_start_s=0.0)
+    e = engine.Engine([tj], "no-shapes", Settings(), sim, ContentionModel(), truth)
     e._arrive(tj)
     shape = next(s for s in e.families[1].shapes if s.knob("global_batch") == 2048 and s.resources.mps == 100)
     e.cluster.apply(Action(ActionKind.SET_ADMIN_COMMENT, 1, "t", text=f"elastico:shape={shape.name}"))

@@ -40,16 +40,17 @@ def toy_job(jid: int, submit: float, steps: float) -> TraceJob:
 def tiny_run(truth, policy="static", window=-1.0, jobs=None, **sim_kw):
     jobs = jobs or [toy_job(1, 0, 100), toy_job(2, 0, 50), toy_job(3, 10, 30)]
     sim = SimSettings(gpus=2, gpus_per_node=2, epoch_s=4, placement_window_s=window, profile_noise=0.0, audit=True,
-                      **sim_kw)
+                      **{"wrapper_start_s": 0.0, **sim_kw})
     return engine.run(jobs, policy, Settings(), sim, ContentionModel(), truth, seed=0)
 
 
-@pytest.mark.parametrize("window,c_start", [(-1.0, 52.0), (0.0, 50.0)])
-def test_two_gpus_three_jobs_static_jcts_are_known_exactly(toy, window, c_start):
+@pytest.mark.parametrize("policy,window,c_start", [("static", -1.0, 50.0), ("static", 0.0, 50.0),
+                                                   ("no-shapes", -1.0, 52.0), ("no-shapes", 0.0, 50.0)])
+def test_two_gpus_three_jobs_static_jcts_are_known_exactly(toy, policy, window, c_start):
     # A (100 steps at 1 step/s) and B (50) start at 0 on one GPU each; C (30, submitted at 10) waits for B (ends
-    # at 50). With window -1 only the planner starts jobs, at epochs every 4 s: C starts at 52. With window 0
-    # Slurm's own FIFO starts jobs at submission and at B's completion: C starts at 50.
-    r = tiny_run(toy, window=window)
+    # at 50). Static is plain Slurm whatever the window: Slurm's own FIFO starts jobs at submission and at B's
+    # completion, so C starts at 50. A planned policy with window -1 starts jobs only at epochs every 4 s: C at 52.
+    r = tiny_run(toy, policy, window=window)
     jct = {j.job_id: j.jct for j in r.jobs}
     assert jct == pytest.approx({1: 100.0, 2: 50.0, 3: c_start + 30 - 10}, rel=1e-6)
     assert {j.job_id: j.first_start for j in r.jobs} == pytest.approx({1: 0.0, 2: 0.0, 3: c_start})
@@ -63,7 +64,7 @@ def test_two_gpus_three_jobs_static_jcts_are_known_exactly(toy, window, c_start)
 @pytest.mark.parametrize("window", [-1.0, 0.0])
 def test_a_trace_whose_first_job_arrives_late_starts_it_no_sooner_than_its_arrival(toy, window):
     # The clock starts at the first arrival (500 s): that job starts there, not at 0 (a JCT of -400 s, once).
-    r = tiny_run(toy, window=window, jobs=[toy_job(1, 500, 100), toy_job(2, 500, 50), toy_job(3, 510, 30)])
+    r = tiny_run(toy, "no-shapes", window=window, jobs=[toy_job(1, 500, 100), toy_job(2, 500, 50), toy_job(3, 510, 30)])
     assert min(j.first_start for j in r.jobs) >= 500.0
     assert {j.job_id: j.jct for j in r.jobs} == pytest.approx({1: 100.0, 2: 50.0, 3: (42.0 if window < 0 else 40.0) + 30},
                                                              rel=1e-6)
@@ -71,8 +72,9 @@ def test_a_trace_whose_first_job_arrives_late_starts_it_no_sooner_than_its_arriv
 
 def test_a_reshape_costs_its_restart_time_and_keeps_the_work(toy):
     sim = SimSettings(gpus=1, gpus_per_node=1, epoch_s=1000, placement_window_s=0, profile_noise=0.0, audit=True,
-                      restart_cost_s=7.0, colocation="none")
-    e = engine.Engine([toy_job(1, 0, 100)], "static", Settings(), sim, ContentionModel(), toy)
+                      restart_cost_s=7.0, requeue_overhead_s=3.0, relaunch_overhead_s=1.0, wrapper_start_s=0.0,
+                      colocation="none")
+    e = engine.Engine([toy_job(1, 0, 100)], "elastico", Settings(), sim, ContentionModel(), toy)
     e._push(0.0, engine.ARRIVAL, 1)
     e.cluster.now = 0.0
     e._arrive(e.trace[0])
@@ -85,18 +87,20 @@ def test_a_reshape_costs_its_restart_time_and_keeps_the_work(toy):
     e.cluster.apply(Action(ActionKind.RESHAPE_RUNNING, 1, "t", share=50, nodes=("n0000",)))
     assert job.state is JobState.PENDING and job.gres.count == 50 and job.done == pytest.approx(40.0, rel=1e-6)
     e._settle()
-    assert job.state is JobState.RUNNING and job.share == 50 and job.ready_at == 47.0
-    # At share 50 the toy job (demand 1) runs at half speed: 60 steps left take 120 s after the 7 s restart.
-    assert e._done_at(job, 47.0) == pytest.approx(40.0, rel=1e-6)
-    assert e._done_at(job, 167.0) == pytest.approx(100.0, rel=1e-6)
-    # In place (USR1): the new AdminComment's shape at the same share, after another restart, no requeue.
-    e.cluster.now = 67.0  # 10 steps done at share 50
+    # a requeue costs the job's 7 s restart plus Slurm's 3 s requeue
+    assert job.state is JobState.RUNNING and job.share == 50 and job.ready_at == 50.0
+    # At share 50 the toy job (demand 1) runs at half speed: 60 steps left take 120 s after the restart.
+    assert e._done_at(job, 50.0) == pytest.approx(40.0, rel=1e-6)
+    assert e._done_at(job, 170.0) == pytest.approx(100.0, rel=1e-6)
+    # In place (USR1): the new AdminComment's shape at the same share, after another restart (7 s plus the
+    # wrapper's 1 s relaunch), no requeue.
+    e.cluster.now = 70.0  # 10 steps done at share 50
     e.cluster.apply(Action(ActionKind.SET_ADMIN_COMMENT, 1, "t", text="elastico:shape=mb8-fp32-mps50"))
     e.cluster.apply(Action(ActionKind.SIGNAL, 1, "t", signal="USR1"))
     e._settle()
-    assert job.state is JobState.RUNNING and job.shape == "mb8-fp32-mps50" and job.ready_at == 74.0
+    assert job.state is JobState.RUNNING and job.shape == "mb8-fp32-mps50" and job.ready_at == 78.0
     assert (job.restarts, job.relaunches, job.done) == (1, 1, pytest.approx(50.0, rel=1e-6))
-    assert e._done_at(job, 174.0) == pytest.approx(100.0, rel=1e-6)
+    assert e._done_at(job, 178.0) == pytest.approx(100.0, rel=1e-6)
 
 
 @pytest.fixture(scope="module")
@@ -372,7 +376,8 @@ def test_a_gangs_speed_is_that_of_the_placement_it_got(truth):
 
 def test_set_gpus_is_refused_on_a_running_job_and_a_reshape_moves_a_gang_from_two_to_four_gpus(truth):
     tj = TraceJob(1, 0.0, "train", "cifar10", 2, 5000.0, global_batch=2048)
-    e = engine.Engine([tj], "static", Settings(), gang_settings(restart_cost_s=30.0), ContentionModel(), truth)
+    e = engine.Engine([tj], "static", Settings(), gang_settings(restart_cost_s=30.0, requeue_overhead_s=2.0),
+                      ContentionModel(), truth)
     e.cluster.now = 0.0
     e._arrive(tj)
     e._settle()
@@ -393,9 +398,9 @@ def test_set_gpus_is_refused_on_a_running_job_and_a_reshape_moves_a_gang_from_tw
     assert job.done == pytest.approx(100.0 * two)
     e._settle()
     assert job.state is JobState.RUNNING and job.alloc == ((1, 0), (1, 1), (1, 2), (1, 3))  # its pin, not n0000
-    assert job.ready_at == 130.0 and job.restarts == 1 and job.rate == pytest.approx(four) and four > two
-    assert e._done_at(job, 130.0) == pytest.approx(100.0 * two)  # the restart makes no progress ...
-    assert e._done_at(job, 180.0) == pytest.approx(100.0 * two + 50.0 * four)  # ... and the work done is kept
+    assert job.ready_at == 132.0 and job.restarts == 1 and job.rate == pytest.approx(four) and four > two
+    assert e._done_at(job, 132.0) == pytest.approx(100.0 * two)  # the restart makes no progress ...
+    assert e._done_at(job, 182.0) == pytest.approx(100.0 * two + 50.0 * four)  # ... and the work done is kept
 
 
 def test_the_audit_holds_on_a_mixed_run_of_gangs_and_shared_gpus(truth):

@@ -127,7 +127,7 @@ def test_a_family_with_gpu_counts_offers_one_gpu_only_whole_when_gangs_start_who
     assert {s.resources.mps for s in alone.shapes} == {50, 100}
 
 
-@pytest.mark.parametrize("policy, shares", [("elastico", {100}), ("no-allot", {100}), ("static-mps", {25, 50, 75, 100})])
+@pytest.mark.parametrize("policy, shares", [("elastico", {100}), ("no-allot", {100}), ("tiresias", {25, 50, 75, 100})])
 def test_elastico_gets_the_families_elastico_submit_starts_and_a_baseline_the_settings(policy, shares):
     # The elastico policies' jobs come through elastico-submit, which starts a family with GPU counts on whole
     # GPUs (Policy.whole_gpu_gangs); a baseline's families follow SimSettings.whole_gpu_gangs (false here).

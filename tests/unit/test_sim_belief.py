@@ -1,0 +1,132 @@
+"""The planner sees only what it could know live: no truth while it plans, estimates whose errors are shared per
+app, speeds refined only by what a job measured alone, efficiency only once gradients were measured."""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import pytest
+
+from slurm_elastico.config import Settings
+from slurm_elastico.helper import epoch as helper_epoch
+from slurm_elastico.interference.base import ContentionModel
+from slurm_elastico.model import Family, Resources, Shape
+from slurm_elastico.shapes.measured_speed import refined
+from slurm_elastico.sim import engine, trace_synthetic
+from slurm_elastico.sim.families import NO_ERRORS, family_of
+from slurm_elastico.sim.settings import SimSettings
+from slurm_elastico.sim.trace import TraceJob
+from slurm_elastico.sim.truth import GroundTruth
+
+EXACT = dict(profile_noise=0.0, estimate_app_sigma=0.0, estimate_job_sigma=0.0, estimate_share_sigma=0.0,
+             estimate_scaling_sigma=0.0, efficiency_noise=0.0)
+
+
+@pytest.fixture(scope="module")
+def truth() -> GroundTruth:
+    return GroundTruth()
+
+
+def _seen(monkeypatch) -> list[tuple[float, dict[int, Family]]]:
+    """Every epoch's families as the planner received them."""
+    got: list[tuple[float, dict[int, Family]]] = []
+    real = helper_epoch.run_epoch
+
+    def spy(snap, fams, settings, model, now, progress):
+        got.append((now, dict(fams)))
+        return real(snap, fams, settings, model, now, progress)
+    monkeypatch.setattr(helper_epoch, "run_epoch", spy)
+    return got
+
+
+def test_the_planner_never_reads_the_ground_truth_while_it_plans(monkeypatch, truth):
+    # Every public method of the truth raises while the planner runs: a planner (or anything it is handed) that
+    # consults the truth fails this run. The engine itself reads it freely outside the planner.
+    planning, read = [False], []
+    real = helper_epoch.run_epoch
+
+    def guarded(*args, **kw):
+        planning[0] = True
+        try:
+            return real(*args, **kw)
+        finally:
+            planning[0] = False
+    monkeypatch.setattr(helper_epoch, "run_epoch", guarded)
+    for name in [n for n in dir(GroundTruth) if not n.startswith("_") and callable(getattr(GroundTruth, n))]:
+        static = isinstance(inspect.getattr_static(GroundTruth, name), staticmethod)
+        method = getattr(GroundTruth, name)
+
+        def trap(*a, _m=method, _n=name, **k):
+            if planning[0]:
+                read.append(_n)  # kept, so that nothing on the way can swallow it
+                raise AssertionError(f"the planner read the ground truth: GroundTruth.{_n}")
+            return _m(*a, **k)
+        monkeypatch.setattr(GroundTruth, name, staticmethod(trap) if static else trap)
+    jobs = trace_synthetic.synthetic(trace_synthetic.MixSpec(n_jobs=30, gpus=8, load=2.0), 3, truth)
+    for policy in ("elastico", "elastico-goodput", "pollux"):
+        r = engine.run(jobs, policy, Settings(), SimSettings(gpus=8), ContentionModel(), truth, seed=3)
+        assert r.unfinished == 0 and r.epochs_planned > 0
+    assert read == []
+
+
+def test_estimates_err_alike_for_every_job_of_an_app_and_learn_from_a_measured_shape(monkeypatch, truth):
+    # Two jobs of one app, one after the other on one GPU at its default shape (no-shapes): the second waits
+    # while the first runs alone.
+    jobs = [TraceJob(1, 0.0, "train", "cifar10", 1, 3000.0, 128), TraceJob(2, 0.0, "train", "cifar10", 1, 3000.0, 128)]
+    sim = SimSettings(gpus=1, gpus_per_node=1, epoch_s=30.0, placement_window_s=-1, profile_noise=0.0,
+                      estimate_job_sigma=0.0, colocation="none")
+    seen = _seen(monkeypatch)
+    r = engine.run(jobs, "no-shapes", Settings(), sim, ContentionModel(), truth, seed=1)
+    assert r.unfinished == 0
+    exact = family_of(jobs[0], truth, sim.share_levels(), sim.gpu_memory_mib, 0.0, 1, max_gpus=sim.max_gpus_per_job,
+                      gpus_per_node=1, whole_gpu_gangs=True, errors=NO_ERRORS)
+    true = {s.name: s.throughput for s in exact.shapes}
+    first = seen[0][1]
+    ratios = {j: {s.name: s.throughput / true[s.name] for s in first[j].shapes if s.name in true} for j in (1, 2)}
+    # the app's bias is shared: the same error on both jobs' shapes, and not none
+    assert ratios[1] == pytest.approx(ratios[2], rel=1e-9)
+    assert all(abs(math.log(v)) > 1e-3 for v in ratios[1].values())
+    # once job 1 has run a shape alone, the planner sees that shape at its true speed and job 2 (not run) keeps
+    # its estimate
+    later = next(f for _, f in seen if 1 in f and any(abs(s.throughput / true.get(s.name, math.nan) - 1) < 1e-9
+                                                      for s in f[1].shapes))
+    assert any(abs(s.throughput / true[s.name] - 1) > 1e-3 for s in later[2].shapes if s.name in true)
+
+
+def test_without_errors_the_planner_sees_the_profiled_family(monkeypatch, truth):
+    # The control of the test above: with every sigma 0 the view is the exact family, so that test can fail.
+    jobs = [TraceJob(1, 0.0, "train", "cifar10", 1, 3000.0, 128)]
+    sim = SimSettings(gpus=1, gpus_per_node=1, epoch_s=30.0, placement_window_s=-1, colocation="none", **EXACT)
+    seen = _seen(monkeypatch)
+    engine.run(jobs, "elastico", Settings(), sim, ContentionModel(), truth, seed=1)
+    exact = family_of(jobs[0], truth, sim.share_levels(), sim.gpu_memory_mib, 0.0, 1, max_gpus=sim.max_gpus_per_job,
+                      gpus_per_node=1, whole_gpu_gangs=True)
+    assert {s.name: s.throughput for s in seen[0][1][1].shapes} == pytest.approx(
+        {s.name: s.throughput for s in exact.shapes})
+
+
+def test_goodput_shapes_appear_only_after_the_job_has_measured_its_gradients(monkeypatch, truth):
+    jobs = [TraceJob(1, 0.0, "train", "cifar10", 1, 20000.0, 128)]
+    sim = SimSettings(gpus=4, gpus_per_node=4, epoch_s=60.0, placement_window_s=-1, colocation="none")
+    seen = _seen(monkeypatch)
+    engine.run(jobs, "elastico-goodput", Settings(), sim, ContentionModel(), truth, seed=0)
+    batches = [{s.knob("global_batch", 128) for s in f[1].shapes} for _, f in seen if 1 in f]
+    assert batches[0] == {128}  # nothing measured yet: the submitted batch only
+    assert any(len(b) > 1 for b in batches[1:])  # then other batches, at the efficiency its gradients showed
+
+
+def _fam(*speeds: tuple[str, float, int]) -> Family:
+    shapes = tuple(Shape(n, Resources(s, 1000, 1, 1000), v, (("global_batch", 64),)) for n, v, s in speeds)
+    return Family("train", shapes, 100.0, default=shapes[0].name)
+
+
+def test_refined_takes_the_measured_speed_and_moves_the_rest_by_the_same_factor():
+    fam = _fam(("a", 2.0, 100), ("b", 1.0, 50), ("c", 0.5, 25))
+    out = refined(fam, {"a": 3.0})
+    assert [s.throughput for s in out.shapes] == pytest.approx([3.0, 1.5, 0.75])
+    two = refined(fam, {"a": 4.0, "b": 1.0})  # factors 2 and 1: the rest by their geometric mean
+    assert [s.throughput for s in two.shapes] == pytest.approx([4.0, 1.0, 0.5 * math.sqrt(2)])
+    # nothing usable: the same object
+    assert refined(fam, {}) is fam and refined(fam, {"x": 2.0}) is fam and refined(fam, {"a": math.nan}) is fam
+    assert refined(fam, {"a": 0.0}) is fam
