@@ -167,10 +167,28 @@ def _heterogeneous(h: dict) -> list[str]:
             + table(["ratio", "of the means", "paired mean ± 95 %", "target", "met"], ratios) + [""])
 
 
+def _restart_sweep(w: dict) -> list[str]:
+    rows = w.get("rows", [])
+    names = list(rows[0]["over_elastico"]) if rows else []
+    belief = rows[0].get("believed_restart_cost_s") if rows else None
+    out = [f"**Restart-cost sweep** ({fmt(w.get('gpus'), 'd')} GPUs, {fmt(w.get('jobs'), 'd')} jobs, load "
+           f"{fmt(w.get('load'), 'g')}, {fmt(w.get('seeds'), 'd')} seeds): the mixed trace again with every requeue "
+           f"and relaunch truly costing the given seconds (plus its kind's measured overhead) while the planner "
+           f"believes {fmt(belief, 'g')} s; each baseline's mean JCT over elastico's, paired by seed.", ""]
+    body = [[fmt(r["true_restart_cost_s"], "g"), fmt(r["elastico_mean_jct_h"], ".3f")]
+            + [f"{fmt(r['over_elastico'][n]['paired_ratio'])} ± {fmt(r['over_elastico'][n]['paired_ci95'])}"
+               for n in names]
+            + [str(sum(r["unfinished"].values())), str(sum(r["refused_actions"].values()))] for r in rows]
+    return out + table(["true restart s", "elastico mean JCT h"] + [f"{n} ÷ elastico" for n in names]
+                       + ["unfinished jobs", "refused actions"], body) + [""]
+
+
 def sim_body(f: dict) -> list[str]:
     out = []
     for c in f.get("comparison", []):
         out += _comparison(c)
+    if f.get("restart_sweep"):
+        out += _restart_sweep(f["restart_sweep"])
     if f.get("pollux"):
         out += _pollux(f["pollux"])
     if f.get("alibaba"):

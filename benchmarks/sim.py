@@ -24,12 +24,27 @@ without shapes: every job's default shape is static's whole GPU).
 
 Pollux workloads: 1..8 on the peer's cluster (16 nodes × 4 GPUs, 60 s
 rounds, 30 s restarts), each policy's mean JCT and the lower bound beside
-the peer's published means, 3 seeds (--quick: workload 1, one seed), each
+the peer's published means, 5 seeds (--quick: workload 1, one seed), each
 policy's mean over the workloads with its 95 % interval over seeds. Gangs
 are what Slurm can be asked for (P GPUs on each of K nodes); the
 `tiresias@peer` and `pollux@peer` columns place them as the peer's
 simulator does (any split, `SimSettings.even_gangs` false): the
 calibration of those baselines against the peer's figures.
+
+Honest settings (issue 33), in every section: `static` is Slurm as it is
+(`Policy.plain`: its jobs start the moment they fit, no placement window,
+backfill); the planner sees estimated speeds with errors shared per app and
+job, refined only by what each job measured alone, and a goodput job's
+statistical efficiency only once it has trained (`sim.belief`); the engine
+charges true restart costs apart from the planner's belief: every requeue
+or relaunch its checkpoint-and-restore (`restart_cost_s`) plus the kind's
+overhead measured live, and an elastico job's first start the wrapper's
+start-up (`SimSettings`). The restart-cost sweep repeats the first mixed
+trace's comparison (elastico, static, pollux, tiresias) at true restart
+costs of 10, 60 and 300 s with the planner still believing 60 s, and prints
+each baseline's mean JCT over elastico's, paired by seed. The Pollux
+workloads' `@peer` columns keep the peer's own rule of 30 s a restart and
+nothing more (the calibration).
 
 Goodput mode (issue 29): `elastico-goodput` (elastico with every training
 family adaptive: other global batches for goodput) runs in the mixed
@@ -113,6 +128,52 @@ def comparison(runs, gpus, jobs, load, seeds, window, colocation, names):
         label = f"{gpus} GPUs, {jobs} jobs, load {load:g}, window {'hold' if window < 0 else f'{window:g} s'}, " \
                 f"truth {colocation}, {seeds} seeds ({run_time(res.runs.values())})"
         return report(res, label, names, runs.truth, sim)
+    return finish
+
+
+SWEEP_COSTS_S = (10.0, 60.0, 300.0)
+"""The true restart costs (`SimSettings.restart_cost_s`, each requeue or relaunch, beyond its kind's measured
+overhead) the headline comparison is repeated at; the planner's belief stays `planner.reshape_cost_s`."""
+SWEEP_POLICIES = ["elastico", "static", "pollux", "tiresias"]
+
+
+def restart_sweep(runs, gpus, jobs, load, seeds):
+    """Submit the mixed-trace comparison at each true restart cost of `SWEEP_COSTS_S` (the planner believing its
+    default); returns what prints one table of static, pollux and tiresias over elastico, paired by seed."""
+    pending = {}
+    for cost in SWEEP_COSTS_S:
+        sim = SimSettings(gpus=gpus, placement_window_s=60.0, colocation="gavel", restart_cost_s=cost)
+        spec = MixSpec(n_jobs=jobs, gpus=gpus, load=load, gpu_memory_mib=sim.gpu_memory_mib)
+        pending[cost] = compare.submit(lambda sd, spec=spec: synthetic(spec, sd, runs.truth), SWEEP_POLICIES,
+                                       list(range(seeds)), Settings(), sim, ContentionModel(), runs.truth,
+                                       seed_varies=seed_varies("synthetic", 0.0, sim), runs=runs)
+
+    def finish():
+        belief = Settings().planner.reshape_cost_s
+        rows = []
+        res_all = {c: p.result() for c, p in pending.items()}
+        print(f"\n== restart-cost sweep: {gpus} GPUs, {jobs} jobs, load {load:g}, window 60 s, truth gavel, {seeds} "
+              f"seeds ({run_time([r for res in res_all.values() for r in res.runs.values()])}); the true restart "
+              f"cost of every requeue and relaunch (plus its measured overhead), the planner believing {belief:g} s")
+        print(f"  {'true cost s':>11}  {'elastico h':>10}  " + "  ".join(f"{n + ' ÷ elastico':>22}" for n in
+                                                                      SWEEP_POLICIES[1:]) + "  unfinished  refused")
+        for cost, res in res_all.items():
+            mine = [x["mean_jct_h"] for x in res.summaries["elastico"]]
+            row = {"true_restart_cost_s": cost, "believed_restart_cost_s": belief,
+                   "elastico_mean_jct_h": statistics.fmean(mine), "over_elastico": {},
+                   "unfinished": {n: sum(r.unfinished for r in res.runs[n]) for n in SWEEP_POLICIES},
+                   "refused_actions": {n: action_outcomes(res.runs[n])["refused_actions"] for n in SWEEP_POLICIES}}
+            cells = []
+            for n in SWEEP_POLICIES[1:]:
+                mean, half = metrics.ci95([x["mean_jct_h"] / e for x, e in zip(res.summaries[n], mine)])
+                row["over_elastico"][n] = {"paired_ratio": mean, "paired_ci95": half}
+                cells.append(f"{mean:>15.2f} ± {half:4.2f}")
+            left, refused = sum(row["unfinished"].values()), sum(row["refused_actions"].values())
+            print(f"  {cost:>11g}  {row['elastico_mean_jct_h']:>10.3f}  " + "  ".join(cells)
+                  + f"  {left:>10d}  {refused:>7d}" + ("  NOT A RESULT (unfinished jobs)" if left else ""))
+            rows.append(row)
+        return {"rows": rows, "gpus": gpus, "jobs": jobs, "load": load, "seeds": seeds,
+                "unfinished_jobs": sum(sum(r["unfinished"].values()) for r in rows)}
     return finish
 
 
@@ -347,7 +408,7 @@ def pollux_workloads(runs, workloads, names, seeds):
     sim = SimSettings(gpus=64, gpus_per_node=4, epoch_s=60.0, placement_window_s=-1.0, restart_cost_s=30.0)
     # A name ending in PEER_PLACED runs the policy with the peer's placement (a gang's GPUs in any split over its
     # nodes): the calibration against the peer's figures, not a comparison (Slurm cannot be asked for it).
-    peer_sim = settings.replace(sim, even_gangs=False)
+    peer_sim = settings.replace(sim, even_gangs=False, requeue_overhead_s=0.0, relaunch_overhead_s=0.0)
     width = {n: max(10, len(n)) for n in names}
     futures = {}
     for w in workloads:
@@ -499,6 +560,7 @@ def main() -> int:
         ali = alibaba_or_why_not(runs, args.alibaba, args.quick)
         if args.quick:
             comparisons = [comparison(runs, 8, 40, 2.0, 5, 60.0, "gavel", names)]
+            sweep = restart_sweep(runs, 8, 40, 2.0, 5)
             pollux = pollux_workloads(runs, [1], POLLUX_COLUMNS, 1)
         else:
             comparisons = [comparison(runs, 32, 300, 2.0, 5, 60.0, "gavel", names),
@@ -506,8 +568,10 @@ def main() -> int:
                            comparison(runs, 32, 300, 2.0, 5, -1.0, "gavel",
                                       ["elastico", "static", "tiresias", "pollux", "no-allot", "no-shapes"]),
                            comparison(runs, 32, 300, 2.0, 5, -1.0, "gavel-residual", ["elastico", "static"])]
-            pollux = pollux_workloads(runs, range(1, 9), POLLUX_COLUMNS, 3)
+            sweep = restart_sweep(runs, 32, 300, 2.0, 5)
+            pollux = pollux_workloads(runs, range(1, 9), POLLUX_COLUMNS, 5)
         out["comparison"] = [finish() for finish in comparisons]
+        out["restart_sweep"] = sweep()
         out["pollux"] = pollux()
         out["alibaba"], reason = ali()
         if reason:
@@ -525,6 +589,7 @@ def main() -> int:
     out["elastico_vs_static"] = first["static"]["over_elastico"]
     # A row with unfinished jobs is not a result; counted per section here so no reader of this line can miss it.
     sections = {"comparison": [c["unfinished_jobs"] for c in out["comparison"]],
+                "restart_sweep": out["restart_sweep"]["unfinished_jobs"],
                 "pollux": out["pollux"]["unfinished_jobs"],
                 "alibaba": out["alibaba"]["unfinished_jobs"] if out["alibaba"] else None,
                 "scale": [r["unfinished"] for r in out.get("scale", [])],
@@ -532,7 +597,8 @@ def main() -> int:
     out["unfinished_by_section"] = sections
     out["unfinished_rows"] = sum(c["unfinished_rows"] for c in out["comparison"]) + (
         out["alibaba"]["unfinished_rows"] if out["alibaba"] else 0)
-    out["unfinished_jobs"] = sum(sections["comparison"]) + sections["pollux"] + (sections["alibaba"] or 0) + sum(
+    out["unfinished_jobs"] = sum(sections["comparison"]) + sections["restart_sweep"] + sections["pollux"] + (
+        sections["alibaba"] or 0) + sum(
         sections["scale"]) + (sections["heterogeneous"] or 0)
     # The lower bound on mean JCT (every job alone at its fastest shape from submission) and each policy's ratio.
     out["lower_bound"] = {

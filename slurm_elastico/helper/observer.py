@@ -1,7 +1,8 @@
 """The I/O around `helper.observe`: report files in; readings, solo rates and observations in the store.
 
 Before planning, the epoch's `ProgressObserver` reads the running jobs'
-progress reports: the work they have done goes to the planner, and the
+progress reports: the work they have done goes to the planner, each job's
+family moves to the speeds it measured alone (`shapes.measured_speed`), and the
 slowdowns they show next to each other go to the store's `colocation` table
 and, with a trained predictor and its reference data, refine it online
 (`interference.online`).
@@ -39,6 +40,7 @@ from slurm_elastico.runtime.counters import FIELDS as COUNTER_FIELDS
 from slurm_elastico.runtime.counters import counters_path, read_counters
 from slurm_elastico.runtime.progress import read_job_reports
 from slurm_elastico.shapes import goodput
+from slurm_elastico.shapes.measured_speed import refined
 from slurm_elastico.shapes.solo import solo_profile
 from slurm_elastico.store import Store
 
@@ -109,6 +111,8 @@ class ProgressObserver:
         measured = {(r["job_id"], r["shape"]): Counters(*(math.nan if r[f] is None else r[f] for f in COUNTER_FIELDS))
                     for r in self.store.query("SELECT * FROM solo_counters")}
         families = with_measured(families, measured)
+        # what each job measured alone moves its family's speeds (`shapes.measured_speed`; typed shapes: `type_speed`)
+        families = self._refined(families)
         # goodput mode: each adaptive job's other batches at the noise scale it measured (`shapes.goodput`)
         families = goodput.priced(families, job_work.noise_scales(self.store, families, reports))
         if dry_run:
@@ -130,6 +134,14 @@ class ProgressObserver:
                     note = f"predictor not refined this epoch (its weights are as before): {exc}"
                 notes += [note] if note else []
         return obs.progress, families, notes
+
+    def _refined(self, families: dict[int, Family]) -> dict[int, Family]:
+        """Each family with the solo speeds its job's progress showed, over at least `MIN_PAIR_S` seconds a shape."""
+        rates: dict[int, dict[str, float]] = {}
+        for r in self.store.query("SELECT job_id, shape, work, seconds FROM solo_rate"):
+            if r["job_id"] in families and r["seconds"] >= MIN_PAIR_S and r["work"] > 0:
+                rates.setdefault(r["job_id"], {})[r["shape"]] = r["work"] / r["seconds"]
+        return {j: refined(f, rates[j]) if j in rates else f for j, f in families.items()}
 
     def _resolve(self, families: dict[int, Family], measured: dict, source: FamilySource | None,
                  notes: list[str], now: float) -> list:

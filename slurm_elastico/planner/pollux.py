@@ -109,8 +109,7 @@ def best_by_gpus(fam: Family) -> dict[int, Shape]:
 def _table(narrow: Callable[[Family], Family], fam: Family) -> tuple[Family, dict[int, Shape]]:
     """The narrowed family and its best shape per GPU count (cached: a family is the same until its goodput is
     refreshed)."""
-    narrowed = narrow(fam)
-    return narrowed, best_by_gpus(narrowed)
+    return (narrowed := narrow(fam)), best_by_gpus(narrowed)
 
 
 def restart_factor(age_s: float, restarts: int, delay_s: float) -> float:
@@ -414,15 +413,15 @@ class PolluxPolicy:
 
     def _costs(self, j: _Job, fair: int, scale: float, now: float, delay: float) -> None:
         """Job j's cost 1/(speedup + FLOOR) at 0, 1, … GPUs (inf where it may not run), and its speedups: the
-        counts its family offers from its host floor to its cap, and what it holds now."""
+        counts its family offers from its host floor to its cap (none there: its least above the floor), and what
+        it holds now."""
         base_n = max((n for n in j.best if n <= fair), default=min(j.best))
         base = j.best[base_n].throughput
         age = max(0.0, now - j.view.submit_time) if j.view.submit_time is not None else 0.0
         factor = restart_factor(age, j.view.restarts, delay)
         held = j.held_now
-        allowed = [n for n in j.best if j.least <= n <= j.cap or n == held] if base > 0 else []
-        if base > 0 and not allowed:  # no count between its host floor and its cap: the smallest above the floor
-            allowed = [n for n in j.best if n >= j.least][:1]
+        counts = [n for n in j.best if j.least <= n <= j.cap or n == held] or [n for n in j.best if n >= j.least][:1]
+        allowed = counts if base > 0 else []
         cost = np.full(max(allowed, default=0) + 1, np.inf)
         cost[0] = 1.0 / FLOOR
         speed = {0: 0.0}

@@ -354,7 +354,9 @@ def sia_runs(tmp_path_factory):
 def test_the_peers_finish_sia_s_jobs_on_its_cluster_and_sia_beats_gavel(sia_runs):
     mean = {p: sum(j.jct for j in r.jobs) / len(r.jobs) for p, r in sia_runs.items()}
     assert all(r.unfinished == 0 and len(r.jobs) == 30 for r in sia_runs.values())
-    assert mean["sia"] < mean["gavel"] and mean["pollux"] < mean["gavel"]
+    # Sia's claim; Pollux, which must measure a job's gradients before it knows any other batch's efficiency
+    # (`sim.belief`), no longer beats Gavel on this 30-job slice
+    assert mean["sia"] < mean["gavel"] and mean["sia"] < mean["pollux"]
     assert sia_runs["sia"].counters["actions"].get("reshape_running", 0) > 0  # it moves jobs between types/counts
 
 

@@ -330,3 +330,19 @@ def test_sched_refuses_a_reference_file_it_cannot_read_naming_the_setting(tmp_pa
     assert result.exit_code == 2
     assert "interference.reference" in result.output and "gone.csv: cannot read it" in result.output
     assert "no model is refined" in result.output  # a reference without a model is pointless: said so
+
+
+def test_the_planner_gets_the_speeds_a_job_measured_alone_and_its_other_shapes_move_alike(tmp_path):
+    # FAM estimates mps50-0 at 2.0/s and mps100-1 at 3.0/s; job 1 runs mps50-0 alone at 1.0/s (half the
+    # estimate): the planner then sees mps50-0 at 1.0 and mps100-1 at 1.5. Under 10 s measured: the estimate.
+    d = tmp_path / "w1"
+    a = job(1, 0, 50, work_dir=str(d))
+    with Store(tmp_path / "s.sqlite") as store:
+        observer = ProgressObserver(store, "p100")
+        seen = []
+        for done, at in ((10, T0), (15, T0 + 5), (30, T0 + 20)):
+            write_progress(progress_path(d, 1), report(done, at, "mps50-0"))
+            _, fams, _ = observer(snap(a), {1: FAM}, dry_run=False, source=Families())
+            seen.append({s.name: s.throughput for s in fams[1].shapes})
+        assert seen[0] == seen[1] == {s.name: s.throughput for s in FAM.shapes}  # 0 s, then 5 s: too short
+        assert seen[2] == pytest.approx({"mps50-0": 1.0, "mps100-1": 1.5})
