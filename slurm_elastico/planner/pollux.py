@@ -107,8 +107,7 @@ def best_by_gpus(fam: Family) -> dict[int, Shape]:
 
 @lru_cache(maxsize=4096)
 def _table(narrow: Callable[[Family], Family], fam: Family) -> tuple[Family, dict[int, Shape]]:
-    """The narrowed family and its best shape per GPU count (cached: a family is the same until its goodput is
-    refreshed)."""
+    """The narrowed family and its best shape per GPU count (cached: a family is the same until it is refreshed)."""
     return (narrowed := narrow(fam)), best_by_gpus(narrowed)
 
 
