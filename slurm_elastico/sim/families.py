@@ -1,8 +1,10 @@
-"""The planner's view of each simulated job: a `Family` of shapes with *profiled* throughputs.
+"""The planner's view of each simulated job: a `Family` of shapes with *estimated* throughputs.
 
-What `elastico profile` would record: the ground truth's solo speed of each
-shape times a seeded measurement error (lognormal, `noise` = its sigma), the
-shape's GPU memory, and the job's CPUs and host memory. Co-location never
+The ground truth's solo speed of each shape times seeded errors: the shape's
+own (lognormal, `noise` = its sigma) and, with `errors`, those an estimate
+shares over an app's jobs and a job's shapes (`Errors`, `sim.belief`, which
+also refines the family from what the job measured); the shape's GPU
+memory, and the job's CPUs and host memory. Co-location never
 enters a family; the policy learns about it only from its own interference
 model. Shapes are pruned to the Pareto front as `shapes.build_family` does,
 keeping the submitted (default) shape.
