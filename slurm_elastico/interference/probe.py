@@ -100,13 +100,15 @@ def judge_pairings(beside: Mapping[PairKey, tuple[float, float]], solo_rates: Ma
 
 MEASURED = ("sm_util", "membw_util", "mem_used_mib", "power_w")
 """A profile's fields that a job's counters, measured alone, replace (`shapes.solo.solo_profile`)."""
+UNKEYED = ("throughput", *MEASURED)
+"""What a refusal's key leaves out: what measurement moves (the throughput too: `shapes.measured_speed`)."""
 
 
 def profile_key(p: SoloProfile) -> tuple:
-    """What a refusal is keyed on: the profile without its counters, so a pair stays refused once its jobs are
-    measured alone again (on a GPU each solo interval gives new counters) and for other jobs of the same family
-    and shape; an unmeasured (NaN) field equals another unmeasured one."""
-    return tuple(None if isinstance(v, float) and math.isnan(v) else v for k, v in vars(p).items() if k not in MEASURED)
+    """What a refusal is keyed on: the profile without its counters and throughput, so a pair stays refused once
+    its jobs are measured alone again (on a GPU each solo interval gives new counters and a new solo speed) and
+    for other jobs of the same family and shape; an unmeasured (NaN) field equals another unmeasured one."""
+    return tuple(None if isinstance(v, float) and math.isnan(v) else v for k, v in vars(p).items() if k not in UNKEYED)
 
 
 class Refusals:
@@ -142,12 +144,13 @@ class Refusals:
         """Reads `to_list`'s form; a row that is not one raises ValueError naming it."""
         out = cls()
         every = [f.name for f in fields(SoloProfile)]
-        keyed = [n for n in every if n not in MEASURED]
+        # a row holds `profile_key`'s fields; older ones every field, or every field but the counters
+        forms = {len(names): names for names in (every, [n for n in every if n not in MEASURED],
+                                                 [n for n in every if n not in UNKEYED])}
         for i, row in enumerate(rows):
-            try:  # a row holds `profile_key`'s fields; one written before refusals were keyed so, every field
-                a, b = (SoloProfile(**{n: (math.nan if v is None else v)
-                                       for n, v in zip(every if len(row[k]) == len(every) else keyed, row[k],
-                                                       strict=True)})
+            try:
+                a, b = (SoloProfile(**{"throughput": math.nan, **{n: (math.nan if v is None else v)
+                                                                  for n, v in zip(forms[len(row[k])], row[k])}})
                         for k in ("a", "b"))
                 until = float(row["until"])
             except (KeyError, TypeError, ValueError) as exc:

@@ -116,3 +116,10 @@ def test_refusals_survive_a_round_trip_through_json():
     full = [None if isinstance(v, float) and math.isnan(v) else v for v in vars(jobs[0]).values()]
     old = Refusals.from_list([{"a": full, "b": full, "until": 10.0}])
     assert old.refused(jobs[0], dataclasses.replace(jobs[0], sm_util=0.5), now=5.0)
+    # One written while refusals were keyed with the throughput: every field but the counters. A solo speed
+    # measured since (the throughput moves) keeps the pair refused.
+    keyed = [None if isinstance(v, float) and math.isnan(v) else v for k, v in vars(jobs[0]).items()
+             if k not in ("sm_util", "membw_util", "mem_used_mib", "power_w")]
+    kept = Refusals.from_list([{"a": keyed, "b": keyed, "until": 10.0}])
+    assert kept.refused(jobs[0], dataclasses.replace(jobs[0], throughput=jobs[0].throughput * 0.7), now=5.0)
+    assert not kept.refused(jobs[0], dataclasses.replace(jobs[0], mps_share=jobs[0].mps_share // 2), now=5.0)
