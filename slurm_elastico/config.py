@@ -120,6 +120,9 @@ class InterferenceSettings:
                               "(few-shot: offset, scale, per-job corrections; margins from its own error, the untrained "
                               "constant only before the first measured pair); every co-located pair the helper "
                               "observes feeds it, and it replaces refining the model with interference.reference")
+    probe_budget: float = _opt(0.0, lo=0, hi=1, help="with adapt_online: the share of the GPU type's time the helper "
+                               "may spend probing pairs never measured on this cluster (tried at the model's word, "
+                               "undone after one measurement when they lose; interference.probe_budget); 0 = never")
 
 
 @dataclass(frozen=True)
@@ -279,6 +282,10 @@ def from_mapping(data: Any, source: str = "<settings>") -> Settings:
             problems.append(f"gpu.types.{name}.shares_per_gpu: {t.shares_per_gpu} differs from gpu.shares_per_gpu "
                             f"({settings.gpu.shares_per_gpu}); allowed: 0 or {settings.gpu.shares_per_gpu} (every GPU "
                             "must have the same MPS shares: per-type counts are not supported yet)")
+    if settings.interference.probe_budget > 0 and not settings.interference.adapt_online:
+        problems.append(f"interference.probe_budget: {settings.interference.probe_budget:g} without "
+                        "interference.adapt_online; allowed: 0, or a budget with adapt_online: true (probes are what "
+                        "the adapting model learns from)")
     if problems:
         raise ConfigError(source, problems)
     return settings

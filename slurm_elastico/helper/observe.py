@@ -161,9 +161,12 @@ def observe(snapshot: Snapshot, families: Mapping[int, Family], reports: Mapping
 
 
 def pair_observations(beside: Mapping[PairKey, tuple[float, float]], solo_rates: Mapping[tuple[int, str], float],
-                      families: Mapping[int, Family], gpu_type: str) -> tuple[list[Colocation], list[PairKey], list[str]]:
-    """(observations, keys spent, notes) from accumulated co-located (work, seconds) per direction (see the module)."""
+                      families: Mapping[int, Family], gpu_type: str
+                      ) -> tuple[list[Colocation], list[PairKey], list[str], list[float]]:
+    """(observations, keys spent, notes, the seconds each observation's pair shared a GPU) from accumulated
+    co-located (work, seconds) per direction (see the module)."""
     found: list[Colocation] = []
+    seconds: list[float] = []
     spent: list[PairKey] = []
     notes: list[str] = []
     for key in sorted(beside):
@@ -189,8 +192,9 @@ def pair_observations(beside: Mapping[PairKey, tuple[float, float]], solo_rates:
             continue
         found.append(Colocation(gpu_type, solo_profile(fa.shape(sa), fa.kind, fa.name),
                                 solo_profile(fb.shape(sb), fb.kind, fb.name), norm_a, norm_b, True, SOURCE))
+        seconds.append(min(ta, tb))
         notes.append(f"observed: jobs {a} and {b} on one GPU run at {norm_a:.2f} and {norm_b:.2f} of solo speed")
-    return found, spent, notes
+    return found, spent, notes, seconds
 
 
 def with_measured(families: Mapping[int, Family], measured: Mapping[tuple[int, str], Counters]) -> dict[int, Family]:

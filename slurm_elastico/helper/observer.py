@@ -11,7 +11,10 @@ In shadow mode (`shadow=True`) readings, solo rates and pair samples are
 recorded as they really are, and nothing is judged (see `__init__`).
 
 A model adapting online (`interference.adapt_online.OnlineAdapted`, `interference.adapt_online: true`) is given
-every pair this store holds of the cluster's GPU type when the observer starts, and each new observation.
+every pair this store holds of the cluster's GPU type when the observer starts, and each new observation. With
+`interference.probe_budget` the observer keeps the probe ledger (`interference.probe_budget`, the store's
+`probe_ledger` row) and sets the model's `probing` for the epoch: pairs never measured on this type are tried
+at the model's word while the probes' time stays within the budget.
 
 Probe and revert (`interference.probe`): before a pair's side-by-side time is
 spent on an observation, `judge_pairings` judges it against the jobs' floors
@@ -34,6 +37,7 @@ from slurm_elastico.helper.observe import (MIN_PAIR_S, SOURCE, Observation, Read
                                            pair_observations, with_measured)
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.interference.probe import Refusals, Verdict, judge_pairings
+from slurm_elastico.interference.probe_budget import Ledger
 from slurm_elastico.interference.measurements import load_rows, save_to_store
 from slurm_elastico.model import Counters, Family, Snapshot
 from slurm_elastico.runtime.counters import FIELDS as COUNTER_FIELDS
@@ -50,6 +54,9 @@ REPLAY = 2000
 """Observed rows kept in the online learner's replay (besides its whole reference data)."""
 REFUSAL_TABLE = "CREATE TABLE IF NOT EXISTS pair_refusal (id INTEGER PRIMARY KEY, body TEXT NOT NULL)"
 """The refused pairs of solo profiles, one `Refusals.to_list` row (JSON) each."""
+LEDGER_TABLE = ("CREATE TABLE IF NOT EXISTS probe_ledger (gpu_type TEXT PRIMARY KEY, gpu_s REAL NOT NULL, "
+                "probe_gpu_s REAL NOT NULL, last REAL)")
+"""The probe ledger (`interference.probe_budget.Ledger`) of each GPU type."""
 
 
 def gain_margin(model: SlowdownModel | None) -> float:
@@ -71,8 +78,12 @@ class ProgressObserver:
     """
 
     def __init__(self, store: Store, gpu_type: str, model: SlowdownModel | None = None, model_path: str = "",
-                 reference: list | None = None, refine_batch: int = REFINE_BATCH, shadow: bool = False):
+                 reference: list | None = None, refine_batch: int = REFINE_BATCH, shadow: bool = False,
+                 probe_budget: float = 0.0):
         self.store, self.gpu_type = store, gpu_type
+        self.probe_budget = probe_budget
+        """`interference.probe_budget`: with a model adapting online, the share of the type's GPU time probes may
+        take (0: the model is never told to probe)."""
         self.shadow = shadow
         """Shadow mode (`helper.shadow`): the jobs' real progress is recorded, but no pairing is judged, no refusal
         or revert recorded and the model not refined: those follow from the acting helper's own co-locations
@@ -80,6 +91,7 @@ class ProgressObserver:
         self.model, self.model_path, self.reference = model, model_path, reference or []
         self.refine_batch = refine_batch
         store.execute(REFUSAL_TABLE)
+        store.execute(LEDGER_TABLE)
         try:
             self.refusals = Refusals.from_list([json.loads(r["body"]) for r in
                                                 store.query("SELECT body FROM pair_refusal ORDER BY id")])
@@ -116,13 +128,18 @@ class ProgressObserver:
         # goodput mode: each adaptive job's other batches at the noise scale it measured (`shapes.goodput`)
         families = goodput.priced(families, job_work.noise_scales(self.store, families, reports))
         if dry_run:
+            if self.probe_budget > 0 and hasattr(self.model, "probing"):
+                self.model.probing = self._ledger().allows(self.probe_budget)  # as the last epoch left it
             return obs.progress, families, notes
-        found = [] if self.shadow else self._resolve(families, measured, source, notes, snapshot.taken_at)
+        found, seconds = ([], []) if self.shadow else self._resolve(families, measured, source, notes,
+                                                                     snapshot.taken_at)
         if snapshot.nodes:
             self._forget({j.job_id for j in snapshot.jobs})
             notes += job_work.close_departed(self.store, {j.job_id for j in snapshot.jobs})
         else:
             notes.append("the cluster listed no node: nothing learned is forgotten this epoch")
+        if self.probe_budget > 0 and hasattr(self.model, "probing"):
+            notes.append(self._probe_budget(snapshot, found, seconds))
         if found:
             save_to_store(self.store, found)
             if hasattr(self.model, "observe"):
@@ -143,10 +160,31 @@ class ProgressObserver:
                 rates.setdefault(r["job_id"], {})[r["shape"]] = r["work"] / r["seconds"]
         return {j: refined(f, rates[j]) if j in rates else f for j, f in families.items()}
 
+    def _ledger(self) -> Ledger:
+        rows = self.store.query("SELECT * FROM probe_ledger WHERE gpu_type = ?", (self.gpu_type,))
+        return Ledger(rows[0]["gpu_s"], rows[0]["probe_gpu_s"], rows[0]["last"]) if rows else Ledger()
+
+    def _probe_budget(self, snapshot: Snapshot, found: list, seconds: list[float]) -> str:
+        """Count this epoch in the probe ledger (the type's GPUs up since the last, the first measurements of
+        pairs as probes), set the model's `probing` for the epoch; a note saying where the budget stands. In
+        shadow mode the ledger is read, never written: the acting helper's probes are the ones that count."""
+        ledger = self._ledger()
+        if not self.shadow:
+            gpus = sum(len(n.gpus) for n in snapshot.nodes if n.usable and n.gpu_type in ("", self.gpu_type))
+            new = [t for o, t in zip(found, seconds) if not self.model.knows(o)]  # type: ignore[union-attr]
+            ledger = ledger.tick(snapshot.taken_at, gpus).spend(sum(new))
+            self.store.execute("INSERT OR REPLACE INTO probe_ledger VALUES (?,?,?,?)",
+                               (self.gpu_type, ledger.gpu_s, ledger.probe_gpu_s, ledger.last))
+        self.model.probing = ledger.allows(self.probe_budget)  # type: ignore[union-attr]
+        return (f"probe budget: {ledger.probe_gpu_s:.0f} GPU-s spent of {self.probe_budget * ledger.gpu_s:.0f} "
+                f"({self.probe_budget:g} of the {ledger.gpu_s:.0f} GPU-s up); "
+                + ("pairs never measured may be tried" if self.model.probing  # type: ignore[union-attr]
+                   else "no new probe this epoch"))
+
     def _resolve(self, families: dict[int, Family], measured: dict, source: FamilySource | None,
-                 notes: list[str], now: float) -> list:
+                 notes: list[str], now: float) -> tuple[list, list[float]]:
         """Judge the pairs that are ready (probe and revert), turn them into observations (also pairs whose jobs
-        have left) and spend their time."""
+        have left) and spend their time; (the observations, the seconds each pair shared a GPU)."""
         beside = {(r["job_id"], r["shape"], r["partner"], r["partner_shape"]): (r["work"], r["seconds"])
                   for r in self.store.query("SELECT * FROM pair_rate")}
         gone = {j for key in beside for j in (key[0], key[2])} - set(families)
@@ -156,11 +194,11 @@ class ProgressObserver:
         solo = merge_solo({(r["job_id"], r["shape"]): (r["work"], r["seconds"])
                            for r in self.store.query("SELECT * FROM solo_rate")})
         self._judge(beside, solo, known, notes, now)
-        found, spent, pair_notes = pair_observations(beside, solo, known, self.gpu_type)
+        found, spent, pair_notes, seconds = pair_observations(beside, solo, known, self.gpu_type)
         notes += pair_notes
         with self.store.transaction() as conn:
             conn.executemany("DELETE FROM pair_rate WHERE job_id=? AND shape=? AND partner=? AND partner_shape=?", spent)
-        return found
+        return found, seconds
 
     def _judge(self, beside: dict, solo: dict, known: dict[int, Family], notes: list[str], now: float) -> None:
         """Refuse and list for undoing every ready pair that did not pay; keep the refusals in the store."""

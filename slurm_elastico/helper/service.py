@@ -170,8 +170,12 @@ def open_service(settings: Settings, gateway: HelperGateway, *, families_dir: st
     families = directory or ScriptFamilies(store, gateway, cfg.gpu.memory_mib, anchor=cfg.gpu.type, figures=figures)
     journal = None if dry_run else ShadowJournal(store) if shadow else Journal(store)
     if cfg.interference.adapt_online and model is not None:
-        model = OnlineAdapted(model, cfg.gpu.type, untrained_margin=UNCALIBRATED_GAIN_MARGIN)
+        # probing (interference.probe_budget): an unmeasured pair at its prediction over the untrained model's
+        # error, as the simulated new cluster probes (`sim.new_cluster`)
+        optimism = UNCALIBRATED_GAIN_MARGIN if cfg.interference.probe_budget > 0 else 0.0
+        model = OnlineAdapted(model, cfg.gpu.type, untrained_margin=UNCALIBRATED_GAIN_MARGIN, probe_optimism=optimism)
         reference = []  # one way to learn from this cluster's pairs: the adaptation
-    observer = ProgressObserver(store, cfg.gpu.type, model, cfg.interference.model, reference, shadow=shadow)
+    observer = ProgressObserver(store, cfg.gpu.type, model, cfg.interference.model, reference, shadow=shadow,
+                                probe_budget=cfg.interference.probe_budget)
     return Service(cfg, gateway, families, model, journal, observer, store, metrics, log, dry_run, metrics_file,
                    shadow, commands)

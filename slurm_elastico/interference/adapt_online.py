@@ -65,6 +65,10 @@ class OnlineAdapted:
         self.probing = False
         """Whether pairs never measured are taken at the model's word this epoch (module docstring)."""
 
+    def knows(self, o: Colocation) -> bool:
+        """Whether the pair of `o` was measured on this type before (a new one is a probe's first measurement)."""
+        return o.gpu_type == self.gpu_type and _pair_key(o) in self.measured
+
     @property
     def stage(self) -> str:
         """"untrained", "measured" (too few pairs to adapt: margins from the model's error) or "adapted"."""

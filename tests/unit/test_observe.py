@@ -48,7 +48,7 @@ def epochs(steps, solo=None, gpu_type="cpu"):
             a, b = beside.get(key, (0.0, 0.0))
             beside[key] = (a + w, b + t)
         rates = merge_solo(solo_ws) if solo is None else solo
-        found, spent, notes = pair_observations(beside, rates, {1: FAM, 2: FAM}, gpu_type)
+        found, spent, notes, _ = pair_observations(beside, rates, {1: FAM, 2: FAM}, gpu_type)
         for key in spent:
             del beside[key]
         previous = out.readings
