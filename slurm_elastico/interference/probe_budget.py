@@ -11,7 +11,8 @@ that loses is undone after one measurement (`interference.probe`, `helper.revert
 The ledger counts time between epochs, each gap at most `MAX_GAP_S`: while no helper ran, nothing could be
 probed, so a long outage buys no probes. A probe is counted when it is measured, so the probes one epoch starts
 may overshoot the budget by their own time; the next epochs then probe nothing until the cluster's time catches
-up. The same rule as the simulated new cluster (`sim.new_cluster.PairObserver`).
+up. The simulated new cluster (`sim.new_cluster.PairObserver`) budgets its probes the same way, over all the
+time since its first arrival (its epochs never stop: no gap to cap).
 
 Pure: numbers in, numbers out; `helper.observer` keeps the ledger in the store.
 """
