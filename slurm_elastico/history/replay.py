@@ -17,6 +17,14 @@ cluster's own nodes (`history.shape`), fed the past jobs (`history.past`):
 - a job still running at the end of the window holds its GPUs to the end; a
   job still pending then has no real start to compare with.
 
+Slurm starts a job a moment after it could: its scheduling pass, the
+allocation, the accounting's whole seconds (about 1 s on the local cluster).
+The replay takes that lag from the same history (`start_lag`): the median real
+wait of the jobs it starts the moment they arrive, where no queue explains
+the wait. Each job the replay's scheduler places then starts that long
+later, holding its GPUs from the moment it was placed; 0 (no job found room
+at once, or they all started within the second) is the replay without lag.
+
 Each job's start-time error is |simulated wait - actual wait|; the result
 gives their median and p90 and the ratio of the mean waits (simulated over
 actual). What the replay cannot follow is counted, by reason, never dropped:
@@ -27,8 +35,8 @@ replay could not start.
 What it does not model, so a cluster using it will show larger errors:
 multifactor priority beyond submission order (fair share, QOS, age),
 reservations, backfill's use of time limits (a later job here may start when
-it fits elsewhere, whatever its limit), `bf_interval` (starts here are
-immediate), jobs without GPUs competing for the nodes' CPUs.
+it fits elsewhere, whatever its limit), `bf_interval` (starts here come one
+lag after they could), jobs without GPUs competing for the nodes' CPUs.
 """
 
 from __future__ import annotations
@@ -73,6 +81,7 @@ class JobReplay:
 class ReplayResult:
     jobs: list[JobReplay]
     not_compared: Counter = field(default_factory=Counter)  # reason -> jobs
+    start_lag_s: float = 0.0  # Slurm's start lag the replay took from the history (`start_lag`)
 
     @property
     def compared(self) -> list[JobReplay]:
@@ -94,6 +103,7 @@ class ReplayResult:
             "mean_wait_ratio": simulated / actual if c and actual > 0 else None,
             "mean_wait_error_s": simulated - actual if c else None,  # what the ratio hides when nothing waited long
             "not_compared": {r: self.not_compared.get(r, 0) for r in REASONS},
+            "start_lag_s": self.start_lag_s,
         }
 
 
@@ -123,11 +133,29 @@ def fits(job: PastJob, shape: ClusterShape) -> bool:
     return job.mps <= shape.shares_per_gpu and bool(nodes)
 
 
-def replay(jobs: Sequence[PastJob], shape: ClusterShape, until: int | None = None) -> ReplayResult:
+def start_lag(result: ReplayResult) -> float:
+    """Slurm's start lag as `result` (a replay without lag) shows it: the median real wait of the jobs it started
+    the moment they arrived (0 when there are none)."""
+    at_once = [j.actual_wait_s for j in result.compared if j.simulated_wait_s == 0]
+    return float(np.median(at_once)) if at_once else 0.0
+
+
+def replay(jobs: Sequence[PastJob], shape: ClusterShape, until: int | None = None,
+           lag_s: float | None = None) -> ReplayResult:
     """Each job's simulated wait beside its real one (see the module docstring). `until`: the end of the window,
-    to which a job still running holds its GPUs (default: for ever)."""
+    to which a job still running holds its GPUs (default: for ever); `lag_s`: Slurm's start lag (None: taken from
+    the history, `start_lag`)."""
+    if lag_s is None:
+        first = _replay(jobs, shape, until, 0.0)
+        lag_s = start_lag(first)
+        if lag_s <= 0:
+            return first
+    return _replay(jobs, shape, until, lag_s)
+
+
+def _replay(jobs: Sequence[PastJob], shape: ClusterShape, until: int | None, lag_s: float) -> ReplayResult:
     cluster = cluster_of(shape)
-    result = ReplayResult([])
+    result = ReplayResult([], start_lag_s=lag_s)
     order = sorted(jobs, key=lambda j: (j.submit, _id_key(j.job_id)))
     hold: dict[int, float] = {}
     sim_jobs: dict[int, SimJob] = {}
@@ -159,10 +187,10 @@ def replay(jobs: Sequence[PastJob], shape: ClusterShape, until: int | None = Non
         while a < len(arrivals) and arrivals[a][0] <= now:
             cluster.submit(sim_jobs[arrivals[a][1]])
             a += 1
-        for sj in cluster.schedule():
-            started[sj.job_id] = now
+        for sj in cluster.schedule():  # it holds its GPUs from this pass; it starts, and its time runs, a lag later
+            started[sj.job_id] = now + lag_s
             if math.isfinite(hold[sj.job_id]):
-                heapq.heappush(ends, (now + hold[sj.job_id], sj.job_id))
+                heapq.heappush(ends, (now + lag_s + hold[sj.job_id], sj.job_id))
     for i, sj in sim_jobs.items():
         job = order[i]
         sim_wait = started[i] - job.submit if i in started else None

@@ -22,7 +22,8 @@ def lines(head: str, assumption: str, rep: Mapping, result, measured: Mapping, b
            f"replay (static, the simulator's Slurm) against what Slurm did, {rep['compared']} job(s): start-time "
            f"error median {_s(rep['median_start_error_s'])}, p90 {_s(rep['p90_start_error_s'])}; mean wait "
            f"simulated {_s(rep['mean_wait_simulated_s'])} / measured {_s(rep['mean_wait_actual_s'])}"
-           f" = {_n(rep['mean_wait_ratio'], 2)}",
+           f" = {_n(rep['mean_wait_ratio'], 2)} (Slurm's start lag, from the jobs that found room: "
+           f"{_s(rep.get('start_lag_s', 0.0))})",
            f"what-if, {assumption}; {len(result.runs)} run(s) of each policy"
            + (f" (one per measured app: {', '.join(result.runs)}): value [range]" if len(result.runs) > 1 else ""),
            f"  {'':16} {'measured':>12} {'static (sim)':>22} {'elastico (sim)':>22}"]

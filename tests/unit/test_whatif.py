@@ -30,15 +30,15 @@ def job(i, submit, start, end, gpus=1, mps=0, gpu_type="", name="", family="", k
                    cpus, 512, 1, None, 0, "u", "a", "p", family, kind, name)
 
 
-def fifo_history(shape: ClusterShape, runs, gap=6, t0=1000):
+def fifo_history(shape: ClusterShape, runs, gap=6, t0=1000, lag=0):
     """What FIFO on whole GPUs does with one-GPU jobs of these run times arriving `gap` apart: each job takes the
-    GPU that frees first once its turn comes."""
+    GPU that frees first once its turn comes, `lag` seconds after it could (Slurm's start lag)."""
     free = [t0] * shape.gpus
     out = []
     for i, run in enumerate(runs):
         submit = t0 + i * gap
         k = min(range(len(free)), key=lambda g: free[g])
-        start = max(submit, free[k])
+        start = max(submit, free[k]) + lag
         free[k] = start + run
         out.append(job(100 + i, submit, start, start + run))
     return out
@@ -51,6 +51,20 @@ def test_replay_of_a_fifo_history_is_exact():
     assert stats["compared"] == len(jobs)
     assert stats["median_start_error_s"] == 0 and stats["max_start_error_s"] == 0
     assert stats["mean_wait_ratio"] == pytest.approx(1.0)
+
+
+def test_the_replay_takes_slurms_start_lag_from_the_jobs_that_found_room():
+    runs = [20, 230, 60, 240, 20, 230, 100, 100, 100, 50, 300, 40, 90, 70]
+    jobs = fifo_history(TWO_BY_FOUR, runs, lag=1)
+    assert sum(j.wait_s > 1 for j in jobs) >= 3  # queued jobs, beside the ones that only waited the lag
+    r = replay(jobs, TWO_BY_FOUR)
+    assert r.start_lag_s == 1
+    stats = r.stats()
+    assert stats["max_start_error_s"] == 0 and stats["mean_wait_ratio"] == pytest.approx(1.0)
+    assert stats["start_lag_s"] == 1
+    without = replay(jobs, TWO_BY_FOUR, lag_s=0).stats()  # every start a second early, a queued one more
+    assert without["median_start_error_s"] == 1 and without["mean_wait_ratio"] < 0.95
+    assert replay(fifo_history(TWO_BY_FOUR, runs), TWO_BY_FOUR).start_lag_s == 0  # no lag in the history: none
 
 
 def test_replay_reports_the_starts_slurm_made_differently():
