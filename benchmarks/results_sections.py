@@ -108,7 +108,8 @@ def _pollux(p: dict) -> list[str]:
     refused = p.get("refused_actions")
     return ([f"**Pollux workloads** on the peer's cluster (64 GPUs, 16 nodes × 4, 60 s rounds, 30 s restarts; "
             f"{p.get('seeds', 'n/a')} seed(s)): mean JCT in seconds beside the peer's published means; `@peer` "
-            "columns place gangs as the peer's simulator does (the calibration), the others as Slurm can be asked "
+            "columns place gangs as the peer's simulator does and see a running job's statistical efficiency "
+            "without error, as its policy does there (the calibration), the others as Slurm can be asked "
             "(the comparison); `*` marks a cell with unfinished jobs (not a result).", ""]
     + table(["workload", *names, "lower bound", "peer pollux", "peer tiresias", "peer optimus"], rows) + [
         "", "Unfinished jobs: " + ", ".join(f"{n} {fmt(v, 'd')}" for n, v in p.get("unfinished", {}).items())

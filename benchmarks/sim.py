@@ -28,8 +28,11 @@ the peer's published means, 5 seeds (--quick: workload 1, one seed), each
 policy's mean over the workloads with its 95 % interval over seeds. Gangs
 are what Slurm can be asked for (P GPUs on each of K nodes); the
 `tiresias@peer` and `pollux@peer` columns place them as the peer's
-simulator does (any split, `SimSettings.even_gangs` false): the
-calibration of those baselines against the peer's figures.
+simulator does (any split, `SimSettings.even_gangs` false) and, as it does,
+give the policy a running job's true gradient statistics (no error on the
+statistical efficiency, `SimSettings.efficiency_noise` 0; none before the
+job has run): the calibration of those baselines against the peer's
+figures.
 
 Honest settings (issue 33), in every section: `static` is Slurm as it is
 (`Policy.plain`: its jobs start the moment they fit, no placement window,
@@ -408,7 +411,10 @@ def pollux_workloads(runs, workloads, names, seeds):
     sim = SimSettings(gpus=64, gpus_per_node=4, epoch_s=60.0, placement_window_s=-1.0, restart_cost_s=30.0)
     # A name ending in PEER_PLACED runs the policy with the peer's placement (a gang's GPUs in any split over its
     # nodes): the calibration against the peer's figures, not a comparison (Slurm cannot be asked for it).
-    peer_sim = settings.replace(sim, even_gangs=False, requeue_overhead_s=0.0, relaunch_overhead_s=0.0)
+    # The peer's simulator also hands its policy a running job's true gradient statistics (its Job.update_params at
+    # every step): the efficiency without an estimate's error, once the job has run.
+    peer_sim = settings.replace(sim, even_gangs=False, requeue_overhead_s=0.0, relaunch_overhead_s=0.0,
+                                efficiency_noise=0.0)
     width = {n: max(10, len(n)) for n in names}
     futures = {}
     for w in workloads:
