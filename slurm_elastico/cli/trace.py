@@ -28,11 +28,14 @@ def trace() -> None:
 @click.option("--out", required=True, type=click.Path(dir_okay=False, writable=True),
               help="the trace file to write (CSV; replaced whole, never left half-written)")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as one JSON object")
+@click.option("--progress/--no-progress", default=None,
+              help="a progress line on stderr while accounting is read (default: when stderr is a terminal)")
 @click.pass_context
-def from_sacct(ctx, since, until, partition, out, as_json) -> None:
+def from_sacct(ctx, since, until, partition, out, as_json, progress) -> None:
     """Every GPU job sacct knows between --since and --until, one row a job (runs of a requeued job merged),
     and a summary of what was kept and what was skipped, by reason. A job that came through elastico-submit is
-    marked with its family, from the helper's store when there is one."""
+    marked with its family, from the helper's store when there is one. Accounting is read a time window at a
+    time (about 2,000 job runs each), so a long period's answer never has to fit in one sacct call."""
     from pathlib import Path
 
     from slurm_elastico import jsonout
@@ -41,7 +44,7 @@ def from_sacct(ctx, since, until, partition, out, as_json) -> None:
     from slurm_elastico.history.past import SKIPS, past_jobs
 
     cfg = settings(ctx)
-    records, bad = gateway_from(cfg).sacct_each(start=since, end=until)
+    records, bad = read_accounting(gateway_from(cfg), since, until, progress)
     store = Path(cfg.store_path)
     jobs, summary = past_jobs(records, partition, _families(store) if store.is_file() else {}, bad)
     if summary.kept:
@@ -66,6 +69,23 @@ def from_sacct(ctx, since, until, partition, out, as_json) -> None:
         click.echo(f"wrote {out}" if summary.kept else "nothing written")
     if not summary.kept:
         nothing_kept(summary, since, until, partition)
+
+
+def read_accounting(gateway, since: str, until: str, progress: bool | None):
+    """The gateway's sacct records between `since` and `until`, a window at a time (`history.windows`), with a
+    progress line on stderr when `progress` (None: when stderr is a terminal); never on stdout."""
+    from slurm_elastico.history import windows
+
+    tty = sys.stderr.isatty()
+    show = tty if progress is None else progress
+
+    def say(fraction: float, runs: int) -> None:
+        bar = "#" * int(fraction * 30)
+        line = f"reading accounting [{bar:<30}] {fraction:4.0%} {runs} job run(s)"
+        click.echo(f"\r{line}" if tty else line, err=True, nl=not tty or fraction >= 1)
+
+    return windows.read(lambda a, b, states: gateway.sacct_each(start=a, end=b, states=states), since, until,
+                        progress=say if show else None)
 
 
 def nothing_kept(summary, since: str, until: str, partition: str) -> None:

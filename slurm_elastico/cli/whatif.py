@@ -38,7 +38,7 @@ def whatif(ctx, since, until, partition, assume, families_file, epoch_s, max_gpu
     error, mean-wait ratio), then under elastico; prints mean / median / p99 JCT and wait and GPU-hours idle side by
     side, each with its range over what had to be assumed, and the predicted gain (plain / elastico mean JCT)."""
     from slurm_elastico import jsonout
-    from slurm_elastico.cli.trace import _families, nothing_kept
+    from slurm_elastico.cli.trace import _families, nothing_kept, read_accounting
     from slurm_elastico.cli.view import gateway_from
     from slurm_elastico.errors import ConfigError
     from slurm_elastico.history import replay as replay_mod
@@ -57,7 +57,7 @@ def whatif(ctx, since, until, partition, assume, families_file, epoch_s, max_gpu
                                 families_file) if families_file else None
     cfg = settings(ctx)
     gateway = gateway_from(cfg)
-    records, bad = gateway.sacct_each(start=since, end=until)
+    records, bad = read_accounting(gateway, since, until, None)
     store = Path(cfg.store_path)
     jobs, summary = past_jobs(records, partition, _families(store) if store.is_file() else {}, bad)
     if not summary.kept:

@@ -38,6 +38,7 @@ class SacctRecord:
     partition: str = ""
     nodes: tuple[str, ...] = ()
     submit_time: int | None = None
+    eligible_time: int | None = None
     start_time: int | None = None
     end_time: int | None = None
     elapsed_s: int = 0
@@ -96,6 +97,7 @@ def _sacct_job(f: Fields) -> SacctRecord:
         partition=f.text("partition"),
         nodes=f.parsed("nodes", expand_hostlist),
         submit_time=time_f.time("submission"),
+        eligible_time=time_f.time("eligible"),
         start_time=time_f.time("start"),
         end_time=time_f.time("end"),
         elapsed_s=time_f.integer("elapsed", 0) or 0,

@@ -69,8 +69,12 @@ def nodes_json(slurm_version: str) -> list[str]:
     return ["scontrol", "show", "node", "--json"] if major >= 23 else ["sinfo", "--json"]
 
 
-def sacct_json(*, start: str = "now-7days", end: str = "now", duplicates: bool = True, job_ids: tuple[int, ...] = ()) -> list[str]:
+def sacct_json(*, start: str = "now-7days", end: str = "now", duplicates: bool = True, job_ids: tuple[int, ...] = (),
+               states: str = "") -> list[str]:
+    """`states` (e.g. "CANCELLED"): runs that were in one of them during the window, instead of every run."""
     argv = ["sacct", "--json", "--allusers", f"--starttime={start}", f"--endtime={end}"]
+    if states:
+        argv.append(f"--state={states}")
     if duplicates:
         argv.append("--duplicates")  # each run of a requeued job, with its own allocation
     if job_ids:
