@@ -24,10 +24,11 @@ none, everything is as it always was.
 
 from __future__ import annotations
 
+import copy
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import yaml
 
@@ -84,11 +85,12 @@ class ScriptFamilies:
         active = {_key(j): j for j in snapshot.jobs}
         notes: list[str] = []
         found: list[tuple] = []
+        load = yaml_memo()
         for key, job in sorted(active.items()):
             if key in known or key in self._dry:
                 continue
             try:
-                managed, spec, source, note = self._examine(job)
+                managed, spec, source, note = self._examine(job, load)
             except UnknownJobError:
                 continue  # it left between the snapshot and this read
             if note:
@@ -106,8 +108,8 @@ class ScriptFamilies:
             self._forget(conn, active)
         return notes
 
-    def _examine(self, job: JobView) -> tuple[int, str, str, str]:
-        """(managed, spec, source, note) of one job from its batch script."""
+    def _examine(self, job: JobView, load=load_yaml) -> tuple[int, str, str, str]:
+        """(managed, spec, source, note) of one job from its batch script (`load`: `load_yaml` or a `yaml_memo`)."""
         try:
             text = self.gateway.batch_script(job.job_id)
         except (SlurmUnavailable, UnknownJobError):
@@ -121,7 +123,7 @@ class ScriptFamilies:
         source = f"job {job.job_id} ({payload.family_source})"
         try:
             text = limited(payload.family_spec, source, payload.type_limit)
-            parse_family(load_yaml(text, source), source, self.memory, gpu_types=self.types,
+            parse_family(load(text, source), source, self.memory, gpu_types=self.types,
                          anchor=self.anchor, figures=self.figures)
         except (ConfigError, RecursionError, ValueError) as exc:
             return 0, "", "", f"job {job.job_id}: family ignored, the job is left as submitted: {_short(exc)}"
@@ -178,6 +180,21 @@ class DirectoryFamilies:
                 [f"family ignored, the job is left as submitted: {e}" for e in errors])
 
 
+def yaml_memo() -> Callable[[str, str], Any]:
+    """`load_yaml` that parses each distinct text once (jobs submitted with one family file carry the same text;
+    pure-Python YAML costs milliseconds a family, which 2,000 jobs an epoch make seconds). It hands out a copy
+    each time (the caller may change what it gets); a text that fails is not kept, so each job's error names
+    that job."""
+    parsed: dict[str, Any] = {}
+
+    def load(text: str, source: str) -> Any:
+        if text not in parsed:
+            parsed[text] = load_yaml(text, source)
+        return copy.deepcopy(parsed[text])
+
+    return load
+
+
 def _key(job: JobView) -> tuple[int, int]:
     return job.job_id, int(job.submit_time or 0)
 
@@ -222,9 +239,10 @@ def _parse_all(items: Iterable[tuple[int, str, str]], gpu_memory_mib: int, types
                figures: Mapping[str, Mapping[str, object]] | None = None) -> tuple[dict[int, Family], list[str]]:
     families: dict[int, Family] = {}
     warnings: list[str] = []
+    load = yaml_memo()
     for job_id, text, source in items:
         try:
-            families[job_id] = parse_family(load_yaml(text, source), source, gpu_memory_mib, gpu_types=types,
+            families[job_id] = parse_family(load(text, source), source, gpu_memory_mib, gpu_types=types,
                                             measured=(measured or {}).get(job_id), anchor=anchor or None,
                                             figures=figures)
         except (ConfigError, RecursionError, ValueError) as exc:

@@ -1,0 +1,52 @@
+"""helper.families: jobs submitted with one family file have their family text's YAML parsed once an epoch, with the
+same families (and so the same plans) as parsing each job's text, and each bad family still named by its own job."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+from slurm_elastico.helper import families as fam_mod
+from slurm_elastico.helper.families import ScriptFamilies, yaml_memo
+from slurm_elastico.inputs import load_yaml
+from slurm_elastico.shapes import parse_family
+from tests.synthetic import cluster, snapshot
+from tests.unit.test_trust import FAMILY, Scripts, elastico_script, jobs, store  # noqa: F401 (fixture)
+
+OTHER = FAMILY.replace("steps: 100", "steps: 700")
+BAD = "kind: train\nsteps: [\n"
+
+
+def test_a_family_text_shared_by_many_jobs_is_parsed_once_and_gives_the_same_families(store):  # noqa: F811
+    texts = {j: (FAMILY if j % 3 else OTHER) for j in range(1, 31)}
+    src = ScriptFamilies(store, Scripts({j: elastico_script(t) for j, t in texts.items()}), 16000)
+    snap = snapshot(cluster(2), jobs(*texts))
+    with mock.patch.object(fam_mod, "load_yaml", wraps=load_yaml) as spy:
+        assert src.admit(snap, dry_run=False) == []
+        admitted = spy.call_count
+        fams, warnings = src.families(set(texts))
+    assert admitted == 2 and spy.call_count == 4  # two texts, once each in admission and once each in families
+    assert warnings == [] and set(fams) == set(texts)
+    for j, text in texts.items():  # what parsing each job's own text gives
+        assert fams[j] == parse_family(load_yaml(text, f"job {j}"), f"job {j} (/home/u/fam.yaml)", 16000)
+
+
+def test_the_memo_hands_out_copies_and_names_each_job_in_its_own_error():
+    load = yaml_memo()
+    first = load(FAMILY, "job 1")
+    first["steps"] = -5
+    assert load(FAMILY, "job 2")["steps"] == 100
+    errors = []
+    for job in ("job 3", "job 4"):
+        try:
+            load(BAD, job)
+        except Exception as exc:  # noqa: BLE001 - the ConfigError names its source
+            errors.append(str(exc))
+    assert len(errors) == 2 and "job 3" in errors[0] and "job 4" in errors[1]
+
+
+def test_a_bad_family_shared_by_two_jobs_is_reported_for_each(store):  # noqa: F811
+    src = ScriptFamilies(store, Scripts({1: elastico_script(BAD), 2: elastico_script(BAD),
+                                         3: elastico_script()}), 16000)
+    notes = src.admit(snapshot(cluster(2), jobs(1, 2, 3)), dry_run=False)
+    assert [n.split(":")[0] for n in notes] == ["job 1", "job 2"]
+    assert set(src.families({1, 2, 3})[0]) == {3}
