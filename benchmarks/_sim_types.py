@@ -17,7 +17,9 @@ One seed per workload (the workloads are the replicas): each workload's
 exact arrivals (no jitter), profiling noise drawn with the workload's number
 as its seed. The settings are the peer simulator's (its scheduler starts
 every job: no Slurm placement window; 60 s rounds; Sia's per-app restart
-seconds and step-time calibration, `SimSettings.sia_model`), nothing tuned.
+seconds and step-time calibration, `SimSettings.sia_model`; each job's
+profile on every type, and once it has trained its true gradient
+statistics, `sim.belief`), nothing tuned.
 
 Sia's data (profiles and workloads) is read where `sia_dir` says (default
 `../shared/peers/sia` from the repository root), never bundled: its

@@ -36,7 +36,11 @@ estimate from noisy gradients, never the truth itself.
 
 On a cluster of GPU types (Sia's calibration) families are as each type's
 profile gives them (`families_typed`): Sia profiles every job on every type
-when it arrives.
+when it arrives. There a goodput job's efficiency, once it has trained, is
+the truth's, without error: Sia's simulator (Pollux's, extended) hands its
+policy the true gradient statistics at the job's progress, and every policy
+there plans with exact profiles, so an error on the efficiency alone would
+handicap only the goodput policies (sia, pollux).
 """
 
 from __future__ import annotations
@@ -61,11 +65,18 @@ def errors(sim: SimSettings) -> Errors:
                   sim.estimate_scaling_sigma)
 
 
+def efficiency_sigma(sim: SimSettings) -> float:
+    """The error of a goodput job's efficiency: `SimSettings.efficiency_noise`, none on a cluster of GPU types
+    (module docstring)."""
+    return 0.0 if sim.cluster else sim.efficiency_noise
+
+
 class Belief:
     """The planner's view of each job's family: the estimate, what the job measured, its online efficiency."""
 
     def __init__(self, truth: GroundTruth, sim: SimSettings, seed: int):
         self.truth, self.sim, self.seed = truth, sim, seed
+        self.efficiency_sigma = efficiency_sigma(sim)
         self.measured: dict[int, dict[str, float]] = {}
         """Per job, each shape's solo speed as its progress showed it."""
         self.shown: dict[int, tuple[tuple, Family]] = {}
@@ -103,7 +114,7 @@ class Belief:
             return dataclasses.replace(fam, shapes=keep)
         epoch = efficiency_epoch(self.truth, job.trace, done)
         seen = at_epoch(fam, job.trace, self.truth, epoch)
-        sigma = self.sim.efficiency_noise
+        sigma = self.efficiency_sigma
         return dataclasses.replace(seen, shapes=tuple(
             s if s.knob("global_batch", own) == own else
             dataclasses.replace(s, throughput=s.throughput * _noise(

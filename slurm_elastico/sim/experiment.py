@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from slurm_elastico import jsonout
+from slurm_elastico.sim.belief import efficiency_sigma
 
 
 class Setup(NamedTuple):
@@ -52,9 +53,10 @@ def seed_varies(trace_name: str, jitter_s: float, sim) -> str:
         parts = [f"the arrival jitter (each arrival moved by a seeded uniform offset within ±{jitter_s:g} s)"]
     else:
         parts = []
-    sigmas = {"app": sim.estimate_app_sigma, "job": sim.estimate_job_sigma, "shape": sim.profile_noise,
-              "share exponent": sim.estimate_share_sigma, "scaling exponent": sim.estimate_scaling_sigma,
-              "statistical efficiency": sim.efficiency_noise}
+    sigmas = ({"shape": sim.profile_noise} if sim.cluster else  # typed: each type's profile (sim.families_typed)
+              {"app": sim.estimate_app_sigma, "job": sim.estimate_job_sigma, "shape": sim.profile_noise,
+               "share exponent": sim.estimate_share_sigma, "scaling exponent": sim.estimate_scaling_sigma,
+               "statistical efficiency": efficiency_sigma(sim)})
     if any(sigmas.values()):
         parts.append("the errors of the planner's estimates (lognormal sigmas: " + ", ".join(
             f"{k} {v:g}" for k, v in sigmas.items() if v) + "; sim.belief)")

@@ -130,3 +130,17 @@ def test_refined_takes_the_measured_speed_and_moves_the_rest_by_the_same_factor(
     # nothing usable: the same object
     assert refined(fam, {}) is fam and refined(fam, {"x": 2.0}) is fam and refined(fam, {"a": math.nan}) is fam
     assert refined(fam, {"a": 0.0}) is fam
+
+
+def test_on_a_cluster_of_types_the_efficiency_is_exact_and_the_seed_says_what_it_varies():
+    """Sia's simulator hands its policy the true gradient statistics, and every policy there plans with exact
+    profiles: an error on the efficiency alone would handicap only sia and pollux (`sim.belief`)."""
+    from slurm_elastico.sim import settings
+    from slurm_elastico.sim.belief import efficiency_sigma
+    from slurm_elastico.sim.experiment import seed_varies
+
+    one, typed = SimSettings(), settings.replace(SimSettings(), cluster="aws:2x4", profiles="profiles")
+    assert efficiency_sigma(one) == one.efficiency_noise > 0 and efficiency_sigma(typed) == 0.0
+    assert "statistical efficiency 0.1" in seed_varies("sia:w.csv", 0.0, one)
+    words = seed_varies("sia:w.csv", 0.0, typed)
+    assert "shape 0.05" in words and "app" not in words and "efficiency" not in words
