@@ -7,19 +7,21 @@ Run from the repo root, as root, with no other cluster starting or stopping mean
 It starts the local Slurm cluster (`elastico cluster up`: 4 nodes x 4 fake GPUs, 100 MPS shares each; in a fresh
 temporary state directory unless --state-dir names one) and submits N jobs (default 2,000): training and inference
 families (the bundled examples' families, with their global batch, steps and requests varied per job) through
-elastico-submit, and one job in fifty as a plain sbatch job. elastico-submit is called in-process: the function
+elastico-submit, and one job in fifty as a plain sbatch job (held back by an hour's --begin, as they would
+otherwise take the GPUs the moment they are submitted). elastico-submit is called in-process: the function
 `slurm_elastico.cli.submit.submit(argv)` is exactly what the `elastico-submit` command runs (its `main` passes it
 sys.argv), so the submissions go the same way (validation, generated batch script, sbatch on stdin) without 2,000
 interpreter starts. Each job's program is a shell that sleeps and exits 75 on the reshape signal (elastico-run's
 checkpoint contract). The first 8 jobs have no placement window, so Slurm starts them (half the GPUs); the rest have
 an hour's window (elastico-submit's --begin), so they stay pending until the helper starts them.
 
-Then it times helper epochs, each a separate `elastico sched --once --json` process, wall time and peak resident
-memory of that process (`os.wait4`'s ru_maxrss: the largest of the process and the Slurm commands it waited for):
+Then it times helper epochs, each a separate `elastico sched --once --json` process: wall time, and peak resident
+memory of that process (its VmHWM from /proc, read every 20 ms until it exits; and beside it `os.wait4`'s
+ru_maxrss, the largest of the process and the Slurm commands it waited for, whose forks count the parent's pages):
   shadow cold   --shadow, a fresh state directory: the first epoch, which reads every job's batch script once
   shadow warm   --shadow again on the same state: what every later epoch costs
   act cold      acting, another fresh state directory: reads every script, then acts on its plan
-  act warm      acting again
+  act warm      acting again, 15 s later (the jobs the first acting epoch started have launched meanwhile)
 Target (issue: what-if and shadow): each epoch <= 5 s wall and <= 500 MiB resident, with 2,000 jobs. Afterwards
 every submitted job must be accounted for: pending, running or completed in Slurm, none missing and none left held.
 `--quick` submits 300 jobs so it runs in about a minute; its figures are not the target's. Prints a table and ends
@@ -48,6 +50,9 @@ TARGET = {"wall_s": 5.0, "rss_mib": 500.0}
 PROGRAM = "#!/bin/bash\ntrap 'exit 75' USR1 TERM\nsleep 3600 &\nwait\n"
 PLAIN_EVERY = 50
 RUN_FIRST = 8
+SETTLE_S = 15
+"""Before the second acting epoch: the jobs the first one started start their wrappers (a Python interpreter
+each), which on a small machine would otherwise be timed as the helper's epoch."""
 """Jobs submitted without a placement window: half the cluster's GPUs busy, room left for the helper."""
 
 
@@ -84,7 +89,8 @@ def submit_all(n: int, workdir: Path, env: dict, confs: tuple[Path, Path]) -> tu
     (workdir / "out").mkdir(exist_ok=True)
     for i in range(n):
         if i % PLAIN_EVERY == PLAIN_EVERY - 1:
-            done = subprocess.run(["sbatch", "--parsable", out_opt, "--gres=mps:25", str(script)], env=env,
+            done = subprocess.run(["sbatch", "--parsable", out_opt, "--gres=mps:25", "--begin=now+3600", str(script)],
+                                  env=env,
                                   capture_output=True, text=True, timeout=60, check=True)
             text, plain = done.stdout, plain + 1
         else:
@@ -110,16 +116,35 @@ def epoch(conf: Path, env: dict, shadow: bool, profile: Path | None = None) -> d
     started = time.monotonic()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err, text=True)
-        _, status, usage = os.wait4(proc.pid, 0)
+        hwm = 0
+        while True:  # the helper's own high-water mark (VmHWM), read until it exits
+            hwm = max(hwm, own_peak_kib(proc.pid))
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            time.sleep(0.02)
         wall = time.monotonic() - started
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0), err.seek(0)
         stdout, stderr = out.read(), err.read()
     lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
     result = json.loads(lines[-1]) if lines else {}
-    return {"wall_s": round(wall, 2), "rss_mib": round(usage.ru_maxrss / 1024, 1), "rc": proc.returncode,
+    return {"wall_s": round(wall, 2), "rss_mib": round(hwm / 1024, 1),
+            "tree_rss_mib": round(usage.ru_maxrss / 1024, 1), "rc": proc.returncode,
             "actions": len(result.get("actions") or result.get("outcomes") or []),
             "slurm_changes": result.get("slurm_changes"), "stderr": stderr[-2000:] if proc.returncode else ""}
+
+
+def own_peak_kib(pid: int) -> int:
+    """VmHWM of a running process (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def accounted(ids: list[int], env: dict) -> dict:
@@ -154,7 +179,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--state-dir", default=None, help="the cluster's state directory (default: a fresh one)")
     ap.add_argument("--port-base", type=int, default=None, help="slurmctld port (default 25000 for a fresh cluster)")
-    ap.add_argument("--profile", default=None, help="also write a cProfile of a cold shadow epoch to this file")
+    ap.add_argument("--profile", default=None, metavar="PREFIX",
+                    help="run each epoch under cProfile, written to PREFIX-<epoch>.prof (its timings then include "
+                         "the profiler's cost)")
     args = ap.parse_args()
     n = args.jobs or (300 if args.quick else 2000)
     work = Path(tempfile.mkdtemp(prefix="helper-scale-"))
@@ -175,11 +202,12 @@ def main() -> None:
         load = os.getloadavg()[0]
         for name, conf, shadow in (("shadow cold", shadow_conf, True), ("shadow warm", shadow_conf, True),
                                    ("act cold", act_conf, False), ("act warm", act_conf, False)):
-            figures[name] = epoch(conf, env, shadow)
+            if name == "act warm":
+                time.sleep(SETTLE_S)  # the jobs the acting epoch started launch their wrappers meanwhile
+            prof = Path(f"{args.profile}-{name.replace(' ', '-')}.prof") if args.profile else None
+            figures[name] = epoch(conf, env, shadow, prof)
             if figures[name]["rc"] != 0:
                 print(f"{name}: exit {figures[name]['rc']}: {figures[name]['stderr']}", file=sys.stderr)
-        if args.profile:
-            epoch(config(work / "prof.yaml", work / "prof-state", cluster.slurm_conf), env, True, Path(args.profile))
         after = accounted(ids, env)
     finally:
         if not up.already_running:
@@ -193,9 +221,10 @@ def main() -> None:
     print(f"{n} jobs ({n - plain} through elastico-submit, {plain} plain sbatch) submitted in {submit_s:.0f} s; "
           f"load {load:.2f} (1-min) at the first epoch")
     print(f"before the epochs: {before['states']}")
-    print(f"{'epoch':<12} {'wall s':>7} {'RSS MiB':>8} {'actions':>8} {'changes':>8}")
+    print(f"{'epoch':<12} {'wall s':>7} {'RSS MiB':>8} {'tree MiB':>9} {'actions':>8} {'changes':>8}")
     for name, f in figures.items():
-        print(f"{name:<12} {f['wall_s']:>7.2f} {f['rss_mib']:>8.1f} {f['actions']:>8} {str(f['slurm_changes']):>8}")
+        print(f"{name:<12} {f['wall_s']:>7.2f} {f['rss_mib']:>8.1f} {f['tree_rss_mib']:>9.1f} {f['actions']:>8} "
+              f"{str(f['slurm_changes']):>8}")
     print(f"after: {after['states']}; missing {after['missing_count']}, held {after['held_count']}, "
           f"other states {after['other_states']}")
     print(f"target (2,000 jobs): <= {TARGET['wall_s']:g} s and <= {TARGET['rss_mib']:g} MiB per epoch: "

@@ -6,7 +6,8 @@ from __future__ import annotations
 from unittest import mock
 
 from slurm_elastico.helper import families as fam_mod
-from slurm_elastico.helper.families import ScriptFamilies, yaml_memo
+from slurm_elastico.errors import SlurmError, SlurmUnavailable, UnknownJobError
+from slurm_elastico.helper.families import ScriptFamilies, read_scripts, yaml_memo
 from slurm_elastico.inputs import load_yaml
 from slurm_elastico.shapes import parse_family
 from tests.synthetic import cluster, snapshot
@@ -20,11 +21,13 @@ def test_a_family_text_shared_by_many_jobs_is_parsed_once_and_gives_the_same_fam
     texts = {j: (FAMILY if j % 3 else OTHER) for j in range(1, 31)}
     src = ScriptFamilies(store, Scripts({j: elastico_script(t) for j, t in texts.items()}), 16000)
     snap = snapshot(cluster(2), jobs(*texts))
-    with mock.patch.object(fam_mod, "load_yaml", wraps=load_yaml) as spy:
+    with mock.patch.object(fam_mod, "load_yaml", wraps=load_yaml) as spy, \
+            mock.patch.object(fam_mod, "parse_family", wraps=parse_family) as checked:
         assert src.admit(snap, dry_run=False) == []
-        admitted = spy.call_count
+        admitted, checks = spy.call_count, checked.call_count
         fams, warnings = src.families(set(texts))
     assert admitted == 2 and spy.call_count == 4  # two texts, once each in admission and once each in families
+    assert checks == 2  # admission checks each text once
     assert warnings == [] and set(fams) == set(texts)
     for j, text in texts.items():  # what parsing each job's own text gives
         assert fams[j] == parse_family(load_yaml(text, f"job {j}"), f"job {j} (/home/u/fam.yaml)", 16000)
@@ -50,3 +53,16 @@ def test_a_bad_family_shared_by_two_jobs_is_reported_for_each(store):  # noqa: F
     notes = src.admit(snapshot(cluster(2), jobs(1, 2, 3)), dry_run=False)
     assert [n.split(":")[0] for n in notes] == ["job 1", "job 2"]
     assert set(src.families({1, 2, 3})[0]) == {3}
+
+
+def test_scripts_read_at_once_give_what_reads_one_by_one_give_each_answer_with_its_job():
+    answers = {j: elastico_script(FAMILY if j % 2 else OTHER) for j in range(1, 41)}
+    answers[7] = SlurmError(["scontrol"], 1, "", "Access/permission denied")
+    answers[8] = UnknownJobError(["scontrol"], 1, "Invalid job id")
+    answers[9] = SlurmUnavailable(["scontrol"], 1, "", "no controller")
+    ids = list(answers)
+    together, alone = Scripts(answers), Scripts(answers)
+    many, one = read_scripts(together, ids, workers=4), read_scripts(alone, ids, workers=1)
+    assert list(many) == ids and many == one
+    assert many[7] is answers[7] and many[9] is answers[9] and many[3] == answers[3]
+    assert sorted(together.reads) == ids and alone.reads == ids  # each script read once
