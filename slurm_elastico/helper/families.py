@@ -264,14 +264,23 @@ def measured_by_type(store: Store, job_ids: set[int]) -> dict[int, Measured]:
 def _parse_all(items: Iterable[tuple[int, str, str]], gpu_memory_mib: int, types: Mapping[str, int] | None = None,
                measured: Mapping[int, Measured] | None = None, anchor: str = "",
                figures: Mapping[str, Mapping[str, object]] | None = None) -> tuple[dict[int, Family], list[str]]:
+    """Each job's `Family` (a job id's newest row last wins), and a warning per family that cannot be used.
+
+    A family depends on its text and, for a job that measured speeds on GPU types, on those: jobs with the same
+    text and no measurement share one `Family` (frozen, so sharing is safe), built once."""
     families: dict[int, Family] = {}
     warnings: list[str] = []
     load = yaml_memo()
+    built: dict[str, Family] = {}
     for job_id, text, source in items:
+        own = (measured or {}).get(job_id)
         try:
-            families[job_id] = parse_family(load(text, source), source, gpu_memory_mib, gpu_types=types,
-                                            measured=(measured or {}).get(job_id), anchor=anchor or None,
-                                            figures=figures)
+            if own or text not in built:
+                family = parse_family(load(text, source), source, gpu_memory_mib, gpu_types=types, measured=own,
+                                      anchor=anchor or None, figures=figures)
+                if not own:
+                    built[text] = family
+            families[job_id] = family if own or text not in built else built[text]
         except (ConfigError, RecursionError, ValueError) as exc:
             warnings.append(f"job {job_id}: family ignored, the job is left as submitted: {_short(exc)}")
     return families, warnings

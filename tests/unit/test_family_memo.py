@@ -27,7 +27,7 @@ def test_a_family_text_shared_by_many_jobs_is_parsed_once_and_gives_the_same_fam
         admitted, checks = spy.call_count, checked.call_count
         fams, warnings = src.families(set(texts))
     assert admitted == 2 and spy.call_count == 4  # two texts, once each in admission and once each in families
-    assert checks == 2  # admission checks each text once
+    assert checks == 2 and checked.call_count == 4  # each text built once in admission, once in families
     assert warnings == [] and set(fams) == set(texts)
     for j, text in texts.items():  # what parsing each job's own text gives
         assert fams[j] == parse_family(load_yaml(text, f"job {j}"), f"job {j} (/home/u/fam.yaml)", 16000)
@@ -66,3 +66,38 @@ def test_scripts_read_at_once_give_what_reads_one_by_one_give_each_answer_with_i
     assert list(many) == ids and many == one
     assert many[7] is answers[7] and many[9] is answers[9] and many[3] == answers[3]
     assert sorted(together.reads) == ids and alone.reads == ids  # each script read once
+
+
+def test_a_job_with_its_own_measurements_gets_its_own_family():
+    from slurm_elastico.helper.families import _parse_all
+
+    items = [(1, FAMILY, "job 1"), (2, FAMILY, "job 2"), (3, FAMILY, "job 3")]
+    types = {"t4": 16000, "a100": 40000}
+    plain, _ = _parse_all(items, 16000, types)
+    fast, _ = _parse_all(items, 16000, types, measured={2: {"mb8-fp32-mps25": {"t4": 50.0}}})
+    assert plain[1] is plain[2] is plain[3]  # one text, no measurement: built once, shared
+    assert fast[1] == plain[1] and fast[3] == plain[3] and fast[2] != plain[2]
+    assert fast[2] == parse_family(load_yaml(FAMILY, "job 2"), "job 2", 16000, gpu_types=types,
+                                   measured={"mb8-fp32-mps25": {"t4": 50.0}})
+
+
+def test_jobs_sharing_one_family_object_get_the_plan_they_get_with_a_copy_each():
+    """The helper now hands jobs with one family text one shared `Family`; the planner's per-family tables (keyed by
+    object) must plan exactly as with a separate, equal copy per job."""
+    import copy
+
+    import numpy as np
+
+    from slurm_elastico.config import Settings
+    from slurm_elastico.planner import policies
+    from slurm_elastico.planner.epoch import plan_epoch
+    from tests.synthetic import instance
+
+    for seed in range(3):
+        snap, shared = instance(np.random.default_rng(seed), 60, 16, templates=3, running_frac=0.3)
+        assert len({id(f) for f in shared.values()}) <= 3 < len(shared)
+        copies = {j: copy.deepcopy(f) for j, f in shared.items()}
+        policy = policies.get("elastico")
+        one = plan_epoch(snap, shared, Settings(), None, snap.taken_at, policy)
+        each = plan_epoch(snap, copies, Settings(), None, snap.taken_at, policy)
+        assert one.actions == each.actions and one.actions
