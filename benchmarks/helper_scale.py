@@ -6,8 +6,10 @@ Run from the repo root, as root, with no other cluster starting or stopping mean
 
 It starts the local Slurm cluster (`elastico cluster up`: 4 nodes x 4 fake GPUs, 100 MPS shares each; in a fresh
 temporary state directory unless --state-dir names one) and submits N jobs (default 2,000): training and inference
-families (the bundled examples' families, with their global batch, steps and requests varied per job) through
-elastico-submit, and one job in fifty as a plain sbatch job (held back by an hour's --begin, as they would
+families (five variants of the bundled examples' families: other global batches, steps and requests) through
+elastico-submit (with --distinct-families every job has its own family text, as when no two jobs share a
+family file: the helper then builds every job's family; by default jobs share five texts, as a user's jobs
+submitted with one family file do), and one job in fifty as a plain sbatch job (held back by an hour's --begin, as they would
 otherwise take the GPUs the moment they are submitted). elastico-submit is called in-process: the function
 `slurm_elastico.cli.submit.submit(argv)` is exactly what the `elastico-submit` command runs (its `main` passes it
 sys.argv), so the submissions go the same way (validation, generated batch script, sbatch on stdin) without 2,000
@@ -74,7 +76,8 @@ def families(workdir: Path) -> list[Path]:
     return out
 
 
-def submit_all(n: int, workdir: Path, env: dict, confs: tuple[Path, Path]) -> tuple[list[int], int, float]:
+def submit_all(n: int, workdir: Path, env: dict, confs: tuple[Path, Path], distinct: bool = False
+               ) -> tuple[list[int], int, float]:
     """Submit n jobs: through elastico-submit's own function, one in PLAIN_EVERY through sbatch. (ids, plain, s).
 
     The first RUN_FIRST under `confs[0]` (no placement window: Slurm starts them), the rest under `confs[1]`
@@ -96,7 +99,15 @@ def submit_all(n: int, workdir: Path, env: dict, confs: tuple[Path, Path]) -> tu
         else:
             buf, err = io.StringIO(), io.StringIO()
             env["ELASTICO_CONFIG"] = str(confs[0] if i < RUN_FIRST else confs[1])
-            code = submit(["--parsable", out_opt, "--family", str(fams[i % len(fams)]), str(script)], env=env,
+            fam = fams[i % len(fams)]
+            if distinct:  # this job's own text: the same family with its own step or request count
+                own = workdir / "own" / f"{i}.yaml"
+                own.parent.mkdir(exist_ok=True)
+                text = fam.read_text()
+                own.write_text(text.replace("steps: ", f"steps: {i + 1}", 1) if "steps: " in text
+                               else text.replace("requests: ", f"requests: {i + 1}", 1))
+                fam = own
+            code = submit(["--parsable", out_opt, "--family", str(fam), str(script)], env=env,
                           out=buf, err=err)
             if code != 0:
                 raise SystemExit(f"elastico-submit failed (exit {code}): {err.getvalue()}")
@@ -177,6 +188,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="300 jobs (figures not the target's)")
     ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--distinct-families", action="store_true",
+                    help="every job its own family text (the helper then parses and builds each job's family)")
     ap.add_argument("--state-dir", default=None, help="the cluster's state directory (default: a fresh one)")
     ap.add_argument("--port-base", type=int, default=None, help="slurmctld port (default 25000 for a fresh cluster)")
     ap.add_argument("--profile", default=None, metavar="PREFIX",
@@ -194,7 +207,7 @@ def main() -> None:
     try:
         confs = (config(work / "submit0.yaml", work / "submit-state", cluster.slurm_conf),
                  config(work / "submit.yaml", work / "submit-state", cluster.slurm_conf, 3600))
-        ids, plain, submit_s = submit_all(n, work, env, confs)
+        ids, plain, submit_s = submit_all(n, work, env, confs, args.distinct_families)
         time.sleep(3)  # slurmctld's first scheduling passes over the new jobs
         before = accounted(ids, env)
         shadow_conf = config(work / "shadow.yaml", work / "shadow-state", cluster.slurm_conf)
@@ -230,6 +243,7 @@ def main() -> None:
     print(f"target (2,000 jobs): <= {TARGET['wall_s']:g} s and <= {TARGET['rss_mib']:g} MiB per epoch: "
           + ("met" if met else "missed") + ("" if n >= 2000 else f" (only {n} jobs: not the target's figures)"))
     print(json.dumps({"benchmark": "helper_scale", "quick": args.quick, "jobs": n, "plain": plain,
+                      "distinct_families": args.distinct_families,
                       "submit_s": round(submit_s, 1), "load_1min": round(load, 2),
                       "epochs": {k: {x: v for x, v in f.items() if x != "stderr"} for k, f in figures.items()},
                       "accounted": after, "target": TARGET, "target_met": met and n >= 2000,

@@ -73,6 +73,9 @@ class ScriptFamilies:
         self.memory = gpu_memory_mib
         """What an untyped family is sized for (`shapes.typed.family_memory`: a one-type cluster's type's)."""
         self._dry: dict[tuple[int, int], tuple[int, str, str]] = {}  # what a dry run found (it writes nothing)
+        self._built: dict[str, Family] = {}
+        """Family texts the last `admit` found valid, with the `Family` built (same types and memory as this epoch's
+        `families`, which reuses them; renewed by every `admit`)."""
 
     def admit(self, snapshot: Snapshot, dry_run: bool) -> list[str]:
         """Read the batch script of every active job not seen before; forget rows of jobs no longer queued.
@@ -86,12 +89,12 @@ class ScriptFamilies:
         active = {_key(j): j for j in snapshot.jobs}
         notes: list[str] = []
         found: list[tuple] = []
-        load, valid = yaml_memo(), set()
+        load, self._built = yaml_memo(), {}
         todo = [(key, job) for key, job in sorted(active.items()) if key not in known and key not in self._dry]
         scripts = read_scripts(self.gateway, [job.job_id for _, job in todo])
         for key, job in todo:
             try:
-                managed, spec, source, note = self._examine(job, scripts[job.job_id], load, valid)
+                managed, spec, source, note = self._examine(job, scripts[job.job_id], load, self._built)
             except UnknownJobError:
                 continue  # it left between the snapshot and this read
             if note:
@@ -110,10 +113,11 @@ class ScriptFamilies:
         return notes
 
     def _examine(self, job: JobView, script: str | SlurmError, load=load_yaml,
-                 valid: set[str] | None = None) -> tuple[int, str, str, str]:
+                 valid: dict[str, Family] | None = None) -> tuple[int, str, str, str]:
         """(managed, spec, source, note) of one job from its batch script as `read_scripts` read it (the text or
-        Slurm's refusal). `load`: `load_yaml` or a `yaml_memo`; `valid`: family texts this epoch found valid (a
-        text is checked once; one that fails is checked again for each job, so its note names that job)."""
+        Slurm's refusal). `load`: `load_yaml` or a `yaml_memo`; `valid`: family texts this epoch found valid, with
+        their `Family` (a text is built once; one that fails is built again for each job, so its note names that
+        job; `families` reuses them this epoch)."""
         if isinstance(script, (SlurmUnavailable, UnknownJobError)):
             raise script
         if isinstance(script, SlurmError):
@@ -127,10 +131,10 @@ class ScriptFamilies:
         try:
             text = limited(payload.family_spec, source, payload.type_limit)
             if valid is None or text not in valid:
-                parse_family(load(text, source), source, self.memory, gpu_types=self.types,
-                             anchor=self.anchor, figures=self.figures)
+                family = parse_family(load(text, source), source, self.memory, gpu_types=self.types,
+                                      anchor=self.anchor or None, figures=self.figures)
                 if valid is not None:
-                    valid.add(text)
+                    valid[text] = family
         except (ConfigError, RecursionError, ValueError) as exc:
             return 0, "", "", f"job {job.job_id}: family ignored, the job is left as submitted: {_short(exc)}"
         return 1, text, payload.family_source, ""
@@ -157,7 +161,7 @@ class ScriptFamilies:
                  if managed and k[0] in job_ids]
         measured = measured_by_type(self.store, {j for j, _, _ in rows}) if self.types else {}
         return _parse_all(((j, spec, f"job {j} ({source})") for j, spec, source in rows), self.memory,
-                          self.types, measured, self.anchor, self.figures)
+                          self.types, measured, self.anchor, self.figures, self._built)
 
 
 class DirectoryFamilies:
@@ -263,7 +267,8 @@ def measured_by_type(store: Store, job_ids: set[int]) -> dict[int, Measured]:
 
 def _parse_all(items: Iterable[tuple[int, str, str]], gpu_memory_mib: int, types: Mapping[str, int] | None = None,
                measured: Mapping[int, Measured] | None = None, anchor: str = "",
-               figures: Mapping[str, Mapping[str, object]] | None = None) -> tuple[dict[int, Family], list[str]]:
+               figures: Mapping[str, Mapping[str, object]] | None = None, built: dict[str, Family] | None = None
+               ) -> tuple[dict[int, Family], list[str]]:
     """Each job's `Family` (a job id's newest row last wins), and a warning per family that cannot be used.
 
     A family depends on its text and, for a job that measured speeds on GPU types, on those: jobs with the same
@@ -271,7 +276,7 @@ def _parse_all(items: Iterable[tuple[int, str, str]], gpu_memory_mib: int, types
     families: dict[int, Family] = {}
     warnings: list[str] = []
     load = yaml_memo()
-    built: dict[str, Family] = {}
+    built = dict(built or {})  # `built`: families of texts already built with these same arguments
     for job_id, text, source in items:
         own = (measured or {}).get(job_id)
         try:
