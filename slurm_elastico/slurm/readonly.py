@@ -15,6 +15,7 @@ and any command asked only for `--version`/`-V`.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 from slurm_elastico.errors import ShadowRefused
@@ -45,7 +46,8 @@ def is_read(argv: Sequence[str]) -> bool:
 class GuardedRunner:
     """`runner` with the guard: in shadow mode (`allow_changes` False) a command that changes Slurm raises
     `ShadowRefused` before it runs. Counts `reads`, `changes` (run) and `refused` (every refusal, even one a
-    caller caught: the helper checks it after each shadow epoch)."""
+    caller caught: the helper checks it after each shadow epoch). Safe to call from several threads (the helper
+    reads batch scripts a few at once, `helper.families.read_scripts`): the counts are kept under a lock."""
 
     def __init__(self, runner: Runner, *, allow_changes: bool):
         self.runner = runner
@@ -53,15 +55,19 @@ class GuardedRunner:
         self.reads = 0
         self.changes = 0
         self.refused: list[tuple[str, ...]] = []
+        self._lock = threading.Lock()
 
     def __call__(self, argv: Sequence[str], *, timeout: float | None = None) -> Completed:
-        if is_read(argv):
-            self.reads += 1
-        elif not self.allow_changes:
-            self.refused.append(tuple(str(a) for a in argv))
+        read = is_read(argv)
+        with self._lock:
+            if read:
+                self.reads += 1
+            elif self.allow_changes:
+                self.changes += 1
+            else:
+                self.refused.append(tuple(str(a) for a in argv))
+        if not read and not self.allow_changes:
             raise ShadowRefused(f"shadow mode refused `{' '.join(map(str, argv))}`: it would change Slurm; "
                                 "allowed in shadow mode: squeue, sinfo, sacct, scontrol show, "
                                 "scontrol write batch_script JOB -")
-        else:
-            self.changes += 1
         return self.runner(argv, timeout=timeout)
