@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -199,6 +200,8 @@ def main() -> None:
     finally:
         if not up.already_running and not args.keep:
             cluster.down()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)  # its cluster's database, logs and trace (hundreds of MiB)
     s = result["summary"]
     skipped = sum((s.get("skipped") or {}).values())
     accounted = s.get("jobs_seen") == s.get("kept", 0) + skipped == expected

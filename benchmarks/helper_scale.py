@@ -37,6 +37,7 @@ import io
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -228,6 +229,8 @@ def main() -> None:
         elif ids:  # leave the cluster as it was found
             for i in range(0, len(ids), 500):
                 subprocess.run(["scancel", *map(str, ids[i:i + 500])], env=env, capture_output=True, timeout=120)
+        if not up.already_running or args.state_dir:  # its cluster (stopped) or only its configs and states
+            shutil.rmtree(work, ignore_errors=True)
     met = all(f["rc"] == 0 and f["wall_s"] <= TARGET["wall_s"] and f["rss_mib"] <= TARGET["rss_mib"]
               for f in figures.values())
     fine = after["missing_count"] == 0 and after["held_count"] == 0 and not after["other_states"]

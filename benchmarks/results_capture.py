@@ -24,7 +24,8 @@ from pathlib import Path
 from slurm_elastico.jsonout import finite
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ("sim", "planner", "interference", "online", "checkpoint", "reshape", "type_prior", "whatif")
+BENCHMARKS = ("sim", "planner", "interference", "online", "checkpoint", "reshape", "type_prior", "whatif",
+              "helper_scale", "from_sacct_scale")
 """Every benchmark in benchmarks/, in the order of the results page (the headline's first)."""
 ERROR_TAIL_LINES = 20
 

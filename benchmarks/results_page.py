@@ -59,7 +59,8 @@ def machine_line(record: dict) -> str:
 
 def reproduce(name: str) -> str:
     """How a reader measures this benchmark again, from the repository root."""
-    where = " as root (it starts its own local Slurm cluster)" if name == "reshape" else ""
+    live = ("reshape", "helper_scale", "from_sacct_scale")
+    where = " as root (it starts its own local Slurm cluster)" if name in live else ""
     return (f"`.venv/bin/python benchmarks/{name}.py --quick`{where}, or without `--quick` in full; `make results` "
             "runs every benchmark and renders this page (`make results FULL=1`: in full)")
 
