@@ -64,7 +64,8 @@ class SimSettings:
                                                               "scaling: its estimate is off by ranks^r (sim.belief)")
     efficiency_noise: float = _opt(0.1, lo=0, hi=2, help="sigma of the lognormal error of the statistical "
                                                         "efficiency a job's measured gradient noise scale gives "
-                                                        "(goodput shapes; sim.belief)")
+                                                        "(goodput shapes; sim.belief); none on a cluster of GPU "
+                                                        "types, where every policy plans with exact profiles")
     colocation: str = _opt("gavel", choices=COLOCATION, help="ground truth of co-location (sim.truth): Gavel's co-run "
                                                              "speed as a ceiling, its residual beyond time-slicing, "
                                                              "or none (sharing costs only the share)")
