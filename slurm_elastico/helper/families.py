@@ -279,13 +279,16 @@ def _parse_all(items: Iterable[tuple[int, str, str]], gpu_memory_mib: int, types
     built = dict(built or {})  # `built`: families of texts already built with these same arguments
     for job_id, text, source in items:
         own = (measured or {}).get(job_id)
+        if not own and text in built:
+            families[job_id] = built[text]
+            continue
         try:
-            if own or text not in built:
-                family = parse_family(load(text, source), source, gpu_memory_mib, gpu_types=types, measured=own,
-                                      anchor=anchor or None, figures=figures)
-                if not own:
-                    built[text] = family
-            families[job_id] = family if own or text not in built else built[text]
+            family = parse_family(load(text, source), source, gpu_memory_mib, gpu_types=types, measured=own,
+                                  anchor=anchor or None, figures=figures)
         except (ConfigError, RecursionError, ValueError) as exc:
             warnings.append(f"job {job_id}: family ignored, the job is left as submitted: {_short(exc)}")
+            continue
+        families[job_id] = family
+        if not own:
+            built[text] = family
     return families, warnings

@@ -84,6 +84,8 @@ class ProgressObserver:
         self.probe_budget = probe_budget
         """`interference.probe_budget`: with a model adapting online, the share of the type's GPU time probes may
         take (0: the model is never told to probe)."""
+        self.budgeted = probe_budget > 0 and hasattr(model, "probing")
+        """Whether the observer keeps the probe ledger and tells the model when it may probe."""
         self.shadow = shadow
         """Shadow mode (`helper.shadow`): the jobs' real progress is recorded, but no pairing is judged, no refusal
         or revert recorded and the model not refined: those follow from the acting helper's own co-locations
@@ -128,8 +130,8 @@ class ProgressObserver:
         # goodput mode: each adaptive job's other batches at the noise scale it measured (`shapes.goodput`)
         families = goodput.priced(families, job_work.noise_scales(self.store, families, reports))
         if dry_run:
-            if self.probe_budget > 0 and hasattr(self.model, "probing"):
-                self.model.probing = self._ledger().allows(self.probe_budget)  # as the last epoch left it
+            if self.budgeted:
+                self.model.probing = self._ledger().allows(self.probe_budget)  # type: ignore[union-attr]
             return obs.progress, families, notes
         found, seconds = ([], []) if self.shadow else self._resolve(families, measured, source, notes,
                                                                      snapshot.taken_at)
@@ -138,7 +140,7 @@ class ProgressObserver:
             notes += job_work.close_departed(self.store, {j.job_id for j in snapshot.jobs})
         else:
             notes.append("the cluster listed no node: nothing learned is forgotten this epoch")
-        if self.probe_budget > 0 and hasattr(self.model, "probing"):
+        if self.budgeted:
             notes.append(self._probe_budget(snapshot, found, seconds))
         if found:
             save_to_store(self.store, found)
