@@ -21,14 +21,29 @@ from live_helpers import BIN, Cluster, wait_for
 
 pytestmark = pytest.mark.live
 
-RUNS_S = (8, 4, 10, 6, 5, 9, 4, 7)
+RUNS_S = (16, 8, 20, 12, 10, 18, 8, 14)
 """Eight jobs of four GPUs each (a whole node) on 4 nodes: the last four wait for the first ones, each for a
-different node's end."""
+different node's end; waits of several seconds, so that Slurm's whole-second accounting weighs little in their
+mean."""
+
+
+def quiet_window(c: Cluster, timeout: float = 120) -> str:
+    """The start of a window that holds this test's jobs alone (sacct's --starttime, whole seconds): once no job of
+    an earlier test on this worker's cluster is queued, the next whole second after the last one ended."""
+    wait_for(lambda: not c.queue(), "the queue of earlier tests' jobs to empty", timeout)
+    since = int(time.time()) + 1
+    time.sleep(since + 0.2 - time.time())
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since))
+
+
+def listing(jobs) -> list[tuple]:
+    """What an assertion shows of each job: id, submit, start, end, GPUs, shares, restarts, state."""
+    return [(j.job_id, j.submit, j.start, j.end, j.gpus, j.mps, j.restarts, j.state) for j in jobs]
 
 
 def test_the_replay_starts_the_jobs_when_slurm_did(slurm_cluster, tmp_path):
     c = Cluster(dict(slurm_cluster.env()), tmp_path, {})
-    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
+    since = quiet_window(c)
     ours = []
     try:
         for seconds in RUNS_S:
@@ -52,19 +67,22 @@ def test_the_replay_starts_the_jobs_when_slurm_did(slurm_cluster, tmp_path):
         shape = from_snapshot(c.gateway.snapshot())
         assert shape.gpus == 16 and len(shape.nodes) == 4
         mine = [j for j in jobs if int(j.job_id) in ours]
-        assert len(mine) == len(ours) and sum(j.wait_s >= 3 for j in mine) >= 3, [(j.job_id, j.wait_s) for j in mine]
+        assert len(mine) == len(ours) == len(jobs), listing(jobs)  # the window holds this test's jobs alone
+        assert sum(j.wait_s >= 5 for j in mine) >= 3, listing(jobs)
         result = replay(jobs, shape)
         got = {j.job_id: j for j in result.jobs}
         errors = [got[str(j)].error_s for j in ours]
         assert all(e is not None for e in errors)
-        assert max(errors) <= 3, [(j, got[str(j)].actual_wait_s, got[str(j)].simulated_wait_s) for j in ours]
+        assert max(errors) <= 3, ([(j, got[str(j)].actual_wait_s, got[str(j)].simulated_wait_s) for j in ours],
+                                  listing(jobs))
         stats = result.stats()
         print(f"replay of the real cluster's starts: {[(j, got[str(j)].actual_wait_s, got[str(j)].simulated_wait_s) for j in ours]}; "
               f"{stats}")
         assert stats["median_start_error_s"] <= 2
         # the mean waits (issue target: within 15 %; with Slurm's start lag taken from the jobs that found room,
-        # 0.98 and 0.86 in two runs here, 0.70 without it; the bound leaves room for a loaded machine's lag)
-        assert abs(stats["mean_wait_ratio"] - 1) <= 0.25, stats
+        # 0.98 and 0.86 in two runs of jobs half as long, 0.70 without it; the bound leaves room for a loaded
+        # machine's lag)
+        assert abs(stats["mean_wait_ratio"] - 1) <= 0.25, (stats, listing(jobs))
 
         cli = subprocess.run([str(BIN / "elastico"), "--config", str(tmp_path / "elastico.yaml"), "whatif",
                               "--since", since, "--epoch-s", "5", "--json"],
