@@ -36,6 +36,7 @@ from pathlib import Path
 
 from slurm_elastico import jsonout
 from slurm_elastico.cluster import LocalCluster
+from slurm_elastico.cluster.demo_figures import shadow_line
 
 BIN = Path(sys.executable).parent
 TARGETS = {"median_start_error_s": 5.0, "mean_wait_ratio": 0.15, "predicted_ratio": 0.15}
@@ -114,6 +115,12 @@ def main() -> int:
         p = r["predicted_ratio"]
         lo, hi = r["predicted_ratio_range"]
         print(f"  {name:12} {p:>10.2f} {f'{lo:.2f}-{hi:.2f}':>16} {measured:>9.2f} {100 * (p / measured - 1):>+6.0f}%")
+    shadow = data.get("shadow_pass")
+    if shadow:
+        print(f"  shadow pass: Slurm changes {shadow['slurm_changes']} (epochs) and {shadow['slurmctld_changes']} "
+              f"(slurmctld's log); {shadow_line(shadow['agreement'])}")
+    else:
+        print("  shadow pass: not in this demo (run elastico demo --shadow-pass)")
     wait_ratio = rep["mean_wait_ratio"]
     out.update({
         "status": "run", "plain_pass": window, "slurm_version": data.get("slurm_version"),
@@ -125,12 +132,16 @@ def main() -> int:
         "predicted_ratio_range": {k: r["predicted_ratio_range"] for k, r in runs.items()},
         "skipped": runs["gpu-count"]["skipped"],
         "table": {k: runs["gpu-count"][k] for k in ("measured", "static", "elastico")},  # the default's side by side
+        "shadow_pass": {k: shadow[k] for k in ("slurm_changes", "slurmctld_changes", "decisions", "agreement")}
+        if shadow else None,
         "targets": {
             "median_start_error_s": rep["median_start_error_s"] is not None
             and rep["median_start_error_s"] <= TARGETS["median_start_error_s"],
             "mean_wait_within_15pct": wait_ratio is not None and abs(wait_ratio - 1) <= TARGETS["mean_wait_ratio"],
             "predicted_within_15pct": abs(runs["gpu-count"]["predicted_ratio"] / measured - 1)
-            <= TARGETS["predicted_ratio"]}})
+            <= TARGETS["predicted_ratio"],
+            "shadow_changes_nothing_and_agrees": None if not shadow else
+            shadow["slurm_changes"] == 0 and shadow["slurmctld_changes"] == 0 and shadow["agreement"]["agree"]}})
     print(jsonout.dumps(out))
     return 0
 

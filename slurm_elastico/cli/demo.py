@@ -18,9 +18,12 @@ import click
               help="requests of each inference job")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(10, 86400), default=420.0, show_default=True,
               help="seconds the two runs (side by side, at once) may take")
+@click.option("--shadow-pass", is_flag=True, default=False,
+              help="then run the list again on the elastico half with the helper in shadow mode: it must change "
+                   "nothing in Slurm and propose the acting helper's kinds of action (docs/admin/shadow.md)")
 @click.option("--keep/--down", default=True, help="leave the cluster running afterwards (default) or stop it")
 def demo(state_dir: str | None, train_jobs: int, infer_jobs: int, gap_s: float, steps: int | None, requests: int,
-         timeout_s: float, keep: bool) -> None:
+         timeout_s: float, shadow_pass: bool, keep: bool) -> None:
     """One mixed training and inference job list on a local Slurm cluster with emulated GPUs, run at once on two
     halves of it, with plain sbatch and with elastico-submit and the helper, beside the simulator's prediction."""
     from slurm_elastico.cluster import demo as main_job
@@ -28,5 +31,5 @@ def demo(state_dir: str | None, train_jobs: int, infer_jobs: int, gap_s: float, 
     if train_jobs + infer_jobs == 0:
         raise click.BadParameter("the job list needs at least one job", param_hint="--train-jobs/--infer-jobs")
     load = main_job.Workload(train_jobs=train_jobs, infer_jobs=infer_jobs, gap_s=gap_s, steps=steps,
-                             requests=requests, timeout_s=timeout_s)
+                             requests=requests, timeout_s=timeout_s, shadow_pass=shadow_pass)
     main_job.run(state_dir, load, say=click.echo, keep=keep)

@@ -27,6 +27,12 @@ time, beside the simulator's prediction for the same list.
    predicted: mean, median and p99 JCT, waiting, GPU utilisation, reshapes
    by kind, the JCT ratio plain ÷ elastico), the helper's report, and plot
    the JCT distributions.
+6. With `--shadow-pass`: the same list once more on the elastico half, with
+   the helper in shadow mode (`elastico sched --shadow`). It must change
+   nothing in Slurm (every epoch's `slurm_changes` 0, and slurmctld logs no
+   update, requeue, signal, hold or release meanwhile), and its journal
+   (`elastico report --shadow`) must propose the kinds of action the acting
+   helper took, each within 30 % of its count (`demo_figures.shadow_agreement`).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,7 +75,9 @@ class Workload:
     """Optimizer steps of every training job; None: each app's own (`demo_workload.APPS`)."""
     requests: int = 120
     timeout_s: float = 420.0
-    """Both runs (they go at once): every job of the list must be done by then."""
+    """Both runs (they go at once): every job of the list must be done by then (the shadow pass too)."""
+    shadow_pass: bool = False
+    """Then run the list again on the elastico half with the helper in shadow mode (`shadow_pass`)."""
     plan: workload.Plan = field(default_factory=workload.Plan)
 
 
@@ -128,7 +137,7 @@ def _run_on(cluster: LocalCluster, load: Workload, say: Callable[[str], None], b
 
     truth = GroundTruth()
     jobs = workload.job_list(load.train_jobs, load.infer_jobs, load.gap_s, load.steps, load.requests)
-    _write_inputs(work, jobs, plan, truth, load.requests)
+    _write_inputs(work, jobs, plan, truth, load.requests, load.shadow_pass)
     train = sorted({(j.app, j.global_batch, j.work) for j in jobs if j.kind == "train"})
     apps = ", ".join(f"{app} {steps} steps at batch {batch}" for app, batch, steps in train)
     n_train = sum(j.kind == "train" for j in jobs)
@@ -202,6 +211,11 @@ def _run_on(cluster: LocalCluster, load: Workload, say: Callable[[str], None], b
     say("== 6. the report of both halves (elastico report: sacct and the helper's journal; plain jobs are 'other')")
     say(_report(env, elastic, work))
     say(f"   {_observed(work / 'state' / 'elastico.sqlite')}")
+    shadow = None
+    if load.shadow_pass:
+        elastico_half = next(h for h in halves if h.mode == "elastico")
+        shadow = shadow_pass(cluster, cluster_halves.Half("shadow", elastico_half.partition, elastico_half.nodes),
+                             jobs, work, env, gateway, load, truth, elastic.actions, say, progress)
     say(f"== the demo took {time.monotonic() - began:.0f} s")
     result = {"rows": {k: {f: v for f, v in r.items() if f != "jct"} for k, r in rows.items()},
               "ratio": {"measured": measured_ratio, "simulated": predicted_ratio,
@@ -211,9 +225,44 @@ def _run_on(cluster: LocalCluster, load: Workload, say: Callable[[str], None], b
               "slurm_version": version, "seconds": time.monotonic() - began, "load_average_5min": load_avg,
               "wall_s": {o.mode: o.wall_s for o in (plain, elastic)},
               "ended_late_s": {mode: {"mean": float(np.mean(v)), "max": max(v)} for mode, v in lag.items()},
-              "jobs": jobs_rows, "plain_pass": plain_pass(plain, {h.mode: h.partition for h in halves}["plain"])}
+              "jobs": jobs_rows, "plain_pass": plain_pass(plain, {h.mode: h.partition for h in halves}["plain"]),
+              **({"shadow_pass": shadow} if shadow is not None else {})}
     (work / "comparison.json").write_text(jsonout.dumps(result, indent=2, sort_keys=True))
     return result
+
+
+def shadow_pass(cluster: LocalCluster, half: cluster_halves.Half, jobs: Sequence[workload.DemoJob], work: Path,
+                env: dict, gateway, load: Workload, truth, acting: Counter, say: Callable[[str], None],
+                progress: ProgressLine) -> dict:
+    """The list again on `half` (the elastico half), alone, with the helper in shadow mode: what Slurm changed
+    meanwhile (the epochs' `slurm_changes`, slurmctld's log lines of a change) and the shadow journal's decisions
+    by kind beside the acting helper's actions (`acting`). Raises `DemoError` when Slurm changed or a job's work
+    is wrong; disagreeing counts are reported, not raised (they are a figure)."""
+    from slurm_elastico.helper.shadow import SLURMCTLD_CHANGES, shadow_report
+
+    say(f"== 7. the shadow pass: the same list on {', '.join(half.nodes)} (partition {half.partition}) through "
+        f"elastico-submit, with elastico sched --shadow --interval {load.plan.interval_s:g}")
+    log = cluster.layout.log_file("slurmctld")
+    log_from = log.stat().st_size if log.exists() else 0
+    since = time.time()
+    obs = run_halves([half], jobs, work, env, gateway, load.plan, truth, load.timeout_s, say, progress)["shadow"]
+    until = time.time()
+    for job_id, job in obs.ids.items():
+        checks.check_output(work / "shadow" / f"{job_id}.out", job_id, job)
+    logged = [ln for ln in log.read_text(errors="replace")[log_from:].splitlines() if SLURMCTLD_CHANGES.search(ln)] \
+        if log.exists() else []
+    if obs.slurm_changes or logged:
+        raise DemoError(f"the shadow helper changed Slurm: its epochs counted {obs.slurm_changes} change(s); "
+                        f"slurmctld logged {len(logged)} ({'; '.join(logged[:3])}); see {work / 'shadow'}")
+    with Store(work / "state" / "elastico.sqlite") as store:
+        report = shadow_report(store, since, until)
+    agreement = figures.shadow_agreement(acting, report["actions"]["by_kind"])
+    say(f"   all {len(jobs)} jobs finished in {obs.wall_s:.0f} s, each with exactly its work; Slurm changes: 0 "
+        f"(the epochs' count and slurmctld's log); {report['actions']['proposals']} proposals, "
+        f"{report['actions']['total']} decisions")
+    say(f"   {figures.shadow_line(agreement)}")
+    return {"wall_s": obs.wall_s, "slurm_changes": obs.slurm_changes, "slurmctld_changes": len(logged),
+            "decisions": report["actions"], "agreement": agreement, "partition": half.partition}
 
 
 PASS_MARGIN_S = 5.0
@@ -236,15 +285,17 @@ def plain_pass(obs: Observed, partition: str, wall_now: float | None = None, mon
             "partition": partition}
 
 
-def _write_inputs(work: Path, jobs: Sequence[workload.DemoJob], plan: workload.Plan, truth, requests: int) -> None:
-    """The families (one per job: the simulator's, declared), the requests file, the run directories."""
+def _write_inputs(work: Path, jobs: Sequence[workload.DemoJob], plan: workload.Plan, truth, requests: int,
+                  shadow: bool = False) -> None:
+    """The families (one per job: the simulator's, declared), the requests file, the run directories (the shadow
+    pass's too, with `shadow`)."""
     (work / "families").mkdir()
     for job in jobs:
         (work / "families" / f"{job.name}.yaml").write_text(json.dumps(workload.family_spec(truth, job, plan)))
     with open(work / "requests.jsonl", "w") as fh:
         for i in range(requests):
             fh.write(json.dumps({"id": f"req-{i:04d}", "prompt": f"Say {i}.", "max_tokens": 2}) + "\n")
-    for mode in ("plain", "elastico"):
+    for mode in ("plain", "elastico", *(("shadow",) if shadow else ())):
         (work / mode / "pace").mkdir(parents=True)
 
 

@@ -147,3 +147,28 @@ def gap_line(rows: list[dict]) -> str:
     return (f"live minus simulated JCT per job (what the simulator's start cost does not cover: the elastico run's "
             f"own processes and relaunches, the helper's epoch): plain {plain:+.1f} s mean; elastico {elastico:+.1f} s "
             f"mean ({split})" + (f"; {unfinished} simulated job(s) did not finish, left out" if unfinished else ""))
+
+
+SHADOW_TOLERANCE = 0.30
+"""The shadow pass agrees with the acting one when it proposes the same kinds of action, each counted within 30 %
+of the acting helper's (issue: shadow mode over the demo list)."""
+
+
+def shadow_agreement(acting: Counter, shadow: dict[str, int], tolerance: float = SHADOW_TOLERANCE) -> dict:
+    """The acting helper's actions by kind (done) beside the shadow helper's decisions by kind (`shadow_report`'s
+    `by_kind`: a proposal repeated in consecutive epochs is one): each kind's counts and relative difference
+    (shadow / acting - 1; None where the acting helper took none), and whether they agree (the same kinds, each
+    within `tolerance`)."""
+    kinds = sorted(set(acting) | set(shadow))
+    rows = {k: {"acting": acting.get(k, 0), "shadow": shadow.get(k, 0),
+                "relative": shadow.get(k, 0) / acting[k] - 1 if acting.get(k) else None} for k in kinds}
+    agree = all(r["relative"] is not None and abs(r["relative"]) <= tolerance + 1e-9 for r in rows.values())
+    return {"kinds": rows, "agree": agree and bool(kinds), "tolerance": tolerance}
+
+
+def shadow_line(agreement: dict) -> str:
+    """One line: each kind's acting and shadow counts, and whether they agree."""
+    parts = [f"{k} {r['acting']} / {r['shadow']}" for k, r in agreement["kinds"].items()]
+    verdict = ("the same kinds, each within " if agreement["agree"] else "NOT the same kinds within ") + \
+        f"{100 * agreement['tolerance']:.0f} %"
+    return f"actions by kind, acting / shadow: {', '.join(parts) or 'none'}: {verdict}"

@@ -6,6 +6,10 @@ elastico half's partition, where the helper (`elastico sched --interval`, its se
 sets shapes, shares and GPU counts of pending jobs and reshapes running ones. Both runs go at once, so the
 machine's load (other processes, the jobs' own start-up) weighs on both alike.
 
+The shadow pass (`elastico demo --shadow-pass`) is one more run of the same list on the elastico half, alone,
+through `elastico-submit` with the helper in shadow mode (`elastico sched --shadow`): the jobs run as Slurm starts
+them, and the helper journals what it would have done.
+
 Times are measured by this driver polling squeue every second: submission when the job's submission command
 returned (each job is submitted at its arrival time by its own thread, so a slow elastico-submit does not delay
 the next), first start when the job is first seen running, end when it is no longer listed. GPU utilisation is
@@ -41,6 +45,8 @@ from slurm_elastico.slurm import commands
 
 PROGRAMS = Path(__file__).resolve().parents[2] / "wrappers" / "demo"
 PROGRAM = {"train": PROGRAMS / "train_paced.py", "infer": PROGRAMS / "infer_paced.py"}
+MANAGED = {"elastico": (), "shadow": ("--shadow",)}
+"""The runs submitted through elastico-submit with the helper running, and the helper's mode flags in each."""
 
 
 @dataclass
@@ -56,6 +62,9 @@ class Observed:
     ids: dict[int, workload.DemoJob] = field(default_factory=dict)
     shapes: dict[int, list[str]] = field(default_factory=dict)
     actions: Counter = field(default_factory=Counter)
+    """The helper's actions by kind: done (acting) or proposed (shadow: each epoch's, repeats included)."""
+    slurm_changes: int = 0
+    """The Slurm changes the helper's epochs counted (`slurm_changes`; a shadow helper's must be 0)."""
     wall_s: float = 0.0
     submit_s: dict[int, float] = field(default_factory=dict)
     """How long each job's submission command took (sbatch, or elastico-submit: a Python program)."""
@@ -80,7 +89,7 @@ def submit_argv(half: Half, job: workload.DemoJob, work: Path, plan: workload.Pl
     if job.kind == "infer":
         args += ["--requests", str(work / "requests.jsonl")]
     slurm = [f"--job-name=demo-{mode}-{job.name}", f"--partition={half.partition}", f"--output={out}/%j.out"]
-    if mode == "elastico":
+    if mode in MANAGED:
         return [_bin("elastico-submit"), "--parsable", *slurm, "--family",
                 str(work / "families" / f"{job.name}.yaml"), str(PROGRAM[job.kind]), *args]
     knobs = workload.default_knobs(truth, job)
@@ -107,15 +116,20 @@ def state_line(elapsed_s: float, states: dict[str, Counter], to_submit: Counter)
 def run_halves(halves: Sequence[Half], jobs: Sequence[workload.DemoJob], work: Path, env: dict, gateway,
                plan: workload.Plan, truth, timeout_s: float, say: Callable[[str], None],
                progress: ProgressLine) -> dict[str, Observed]:
-    """Run `jobs` on every half at once (the elastico half with the helper running); {mode: what was seen}."""
+    """Run `jobs` on every half at once (the elastico or shadow half with the helper running, in its mode);
+    {mode: what was seen}."""
     obs = {h.mode: Observed(h.mode) for h in halves}
     nodes = {h.mode: set(h.nodes) for h in halves}
     mode_of: dict[int, str] = {}
     helper = log = None
-    if "elastico" in obs:
-        log = open(work / "elastico" / "sched.log", "w")
+    managed = [m for m in obs if m in MANAGED]
+    if len(managed) > 1:
+        raise ValueError(f"one run with the helper at a time, not {managed}")
+    if managed:
+        log = open(work / managed[0] / "sched.log", "w")
         # Its own session: a Ctrl-C at the terminal reaches the demo only, which stops the helper itself (below).
-        helper = subprocess.Popen([_bin("elastico"), "sched", "--interval", str(plan.interval_s), "--json"],
+        helper = subprocess.Popen([_bin("elastico"), "sched", *MANAGED[managed[0]], "--interval",
+                                   str(plan.interval_s), "--json"],
                                   env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                   start_new_session=True)
     stop = threading.Event()
@@ -189,8 +203,8 @@ def run_halves(halves: Sequence[Half], jobs: Sequence[workload.DemoJob], work: P
         o.wall_s = max(o.end.values()) - t0
         for job_id in o.ids:
             o.shapes[job_id] = _shapes_run(work / mode / f"{job_id}.out")
-    if "elastico" in obs:
-        obs["elastico"].actions = _actions(work / "elastico" / "sched.log")
+    if managed:
+        obs[managed[0]].actions, obs[managed[0]].slurm_changes = _actions(work / managed[0] / "sched.log")
     return obs
 
 
@@ -251,9 +265,14 @@ def _shapes_run(path: Path) -> list[str]:
             if ln.startswith(("train_paced: shape ", "infer_paced: shape "))]
 
 
-def _actions(log: Path) -> Counter:
+def _actions(log: Path) -> tuple[Counter, int]:
+    """The helper's actions by kind from its epochs' JSON lines (done when acting, each epoch's proposals when in
+    shadow mode), and the Slurm changes they counted."""
     counts: Counter[str] = Counter()
+    changes = 0
     for line in log.read_text().splitlines():
         if line.startswith("{"):
-            counts.update(a["kind"] for a in json.loads(line)["actions"] if a["status"] == "done")
-    return counts
+            epoch = json.loads(line)
+            counts.update(a["kind"] for a in epoch["actions"] if a["status"] in ("done", "shadow"))
+            changes += epoch.get("slurm_changes") or 0
+    return counts, changes

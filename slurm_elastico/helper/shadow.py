@@ -27,12 +27,19 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from slurm_elastico.errors import ShadowRefused
 from slurm_elastico.model import Action, ActionKind, Family, JobState, JobView, Plan, Snapshot
 from slurm_elastico.store import SCHEMA, Store
+
+SLURMCTLD_CHANGES = re.compile(
+    r"_slurm_rpc_(update_job|requeue|kill_job|job_notify|create_resv|update_resv|delete_resv)"
+    r"|update_job|[Rr]equeue|[Rr]elease|signal|hold", re.I)
+"""What slurmctld logs (info level) for the commands a helper acts with; it logs no read. A line of its log that
+matches is a change to Slurm's state (a shadow helper must cause none)."""
 
 SCHEMA.append(
     # What a helper in shadow mode would have done (slurm_elastico.helper.shadow): one row per action of each
@@ -303,7 +310,6 @@ def parse_when(text: str, now: float, what: str = "--start") -> float:
     an ISO date or date and time (this host's zone unless it names one), or Unix seconds.
     `ValueError` naming `what` and the forms allowed."""
     import datetime
-    import re
 
     t = text.strip()
     m = re.fullmatch(r"now(?:([+-])(\d+)([a-z]*))?", t)

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from slurm_elastico.model import JobState
+from slurm_elastico.helper.shadow import SLURMCTLD_CHANGES
 from slurm_elastico.slurm.gateway import SlurmGateway
 from slurm_elastico.slurm.runner import SubprocessRunner
 from slurm_elastico.store import Store
@@ -32,9 +33,6 @@ pytestmark = pytest.mark.live
 JOB = """#!/bin/bash
 sleep 300
 """
-CHANGES = re.compile(r"_slurm_rpc_(update_job|requeue|kill_job|job_notify|create_resv|update_resv|delete_resv)"
-                     r"|update_job|[Rr]equeue|[Rr]elease|signal|hold", re.I)
-"""What slurmctld logs (info level) for the commands the helper acts with; it logs no read."""
 VOLATILE = {"RunTime", "LastSchedEval", "last_sched_evaluation"}
 """Fields that change with time alone (a running job's run time, the scheduler's last look at a pending job)."""
 
@@ -132,7 +130,7 @@ def test_a_shadow_epoch_lists_the_acting_helpers_actions_and_changes_no_job(setu
     changed = {i: {k: (before[i].get(k), after[i].get(k)) for k in before[i].keys() | after[i].keys()
                    if before[i].get(k) != after[i].get(k)} for i in ids}
     assert {i: c for i, c in changed.items() if c} == {}, "the shadow epoch changed no job"
-    assert [line for line in logged.splitlines() if CHANGES.search(line)] == [], "slurmctld logged no change"
+    assert [line for line in logged.splitlines() if SLURMCTLD_CHANGES.search(line)] == [], "slurmctld logged no change"
     with Store(tmp / "state" / "elastico.sqlite") as store:
         assert store.query("SELECT COUNT(*) AS n FROM journal")[0]["n"] == 0  # the acting journal is untouched
         shadow_rows = store.query("SELECT COUNT(*) AS n FROM shadow_journal")[0]["n"]
@@ -156,7 +154,7 @@ def test_a_shadow_epoch_lists_the_acting_helpers_actions_and_changes_no_job(setu
 
     assert decisions(acting) == decisions(epoch), "the shadow epoch listed what the acting helper did"
     assert {a["status"] for a in acting["actions"]} == {"done"}
-    assert any(CHANGES.search(line) for line in log.read_text(errors="replace")[log_from:].splitlines())
+    assert any(SLURMCTLD_CHANGES.search(line) for line in log.read_text(errors="replace")[log_from:].splitlines())
     now = jobs_as_slurm_shows_them(slurm_env, set(ids))
     assert any(now[i] != after[i] for i in queued)
 

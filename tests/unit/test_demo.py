@@ -419,3 +419,68 @@ def test_an_error_stops_the_submissions_cancels_the_submitted_jobs_and_stops_the
     assert gateway.ran == [["scancel", "41", "42"]] and "cancelled the demo's job(s) 41 42" in said[-1]
     (helper,) = fake.helpers
     assert helper.kwargs["start_new_session"] is True and helper.calls == ["terminate", "wait"]
+
+
+def test_the_shadow_pass_runs_the_helper_in_shadow_mode_and_submits_through_elastico_submit(tmp_path, monkeypatch):
+    import json
+
+    from slurm_elastico.cluster import demo_workload as w
+    from slurm_elastico.model import JobState, JobView
+    from slurm_elastico.sim.truth import GroundTruth
+
+    job = w.job_list(train=1, infer=0)[0]
+    shadow = halves.Half("shadow", "demo-elastico", ("n3",))
+    assert demo_live.submit_argv(shadow, job, tmp_path, w.Plan(), GroundTruth())[0].endswith("elastico-submit")
+    fake = _Subprocess()
+    monkeypatch.setattr(demo_live, "subprocess", fake)
+    monkeypatch.setattr(demo_live, "submit_argv", lambda half, job, *a: ["submit", f"{half.mode}-{job.name}"])
+    monkeypatch.setattr(demo_live.time, "sleep", lambda s: None)
+    (tmp_path / "shadow").mkdir()
+
+    class Gateway:
+        def __init__(self):
+            self.polls = 0
+
+        def jobs(self):
+            self.polls += 1
+            if not fake.submitted or self.polls > 3:
+                return ()
+            return (JobView(41, "j", "root", "demo-elastico", JobState.RUNNING, gpu_alloc=(("n3", 0, 50),)),)
+
+    real_popen = fake.Popen
+
+    def popen(argv, **kwargs):  # the helper's log: two shadow epochs proposing a share, one counting no change
+        kwargs["stdout"].write("\n".join(json.dumps(e) for e in (
+            {"actions": [{"kind": "set_share", "status": "shadow"}], "slurm_changes": 0},
+            {"actions": [{"kind": "set_share", "status": "shadow"}, {"kind": "release", "status": "failed"}],
+             "slurm_changes": 0})) + "\nnot json\n")
+        fake.argv = argv
+        return real_popen(argv, **kwargs)
+
+    monkeypatch.setattr(fake, "Popen", popen)
+    got = demo_live.run_halves([shadow], [job], tmp_path, {}, Gateway(), w.Plan(), GroundTruth(), 60.0,
+                               lambda line: None, demo_live.ProgressLine(_Stream(False)))["shadow"]
+    assert fake.argv[1:3] == ["sched", "--shadow"] and "--json" in fake.argv
+    assert set(got.ids) == {41} and got.actions == {"set_share": 2} and got.slurm_changes == 0
+    with pytest.raises(ValueError, match="one run with the helper at a time"):
+        demo_live.run_halves([shadow, halves.Half("elastico", "demo-elastico", ("n4",))], [job], tmp_path, {},
+                             Gateway(), w.Plan(), GroundTruth(), 60.0, lambda line: None,
+                             demo_live.ProgressLine(_Stream(False)))
+
+
+def test_the_shadow_pass_agrees_when_it_proposes_the_acting_kinds_within_the_tolerance():
+    from collections import Counter
+
+    from slurm_elastico.cluster.demo_figures import shadow_agreement, shadow_line
+
+    acting = Counter(set_share=10, set_admin_comment=10, release=4)
+    near = shadow_agreement(acting, {"set_share": 13, "set_admin_comment": 7, "release": 4})
+    assert near["agree"] and near["kinds"]["set_share"]["relative"] == pytest.approx(0.3)
+    assert "the same kinds, each within 30 %" in shadow_line(near)
+    assert not shadow_agreement(acting, {"set_share": 14, "set_admin_comment": 10, "release": 4})["agree"]
+    extra = shadow_agreement(acting, {"set_share": 10, "set_admin_comment": 10, "release": 4, "preempt": 1})
+    assert not extra["agree"] and extra["kinds"]["preempt"] == {"acting": 0, "shadow": 1, "relative": None}
+    missing = shadow_agreement(acting, {"set_share": 10, "set_admin_comment": 10})
+    assert not missing["agree"] and missing["kinds"]["release"]["relative"] == -1
+    assert not shadow_agreement(Counter(), {})["agree"]  # nothing to compare is no agreement
+    assert "NOT the same kinds" in shadow_line(missing)
