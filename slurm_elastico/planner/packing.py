@@ -115,6 +115,14 @@ class GpuState(SlurmPicks, Admission):
         self.refused: list[set[int]] = [set() for _ in free_share]
         self.bucket_refused: list[dict[int, int]] = [{} for _ in range(self.top + 1)]
         self.keys: dict[tuple, int] = {}
+        # The ledger's state as a number that every change moves (each `_touch`, and `attach_gang`): a search's
+        # answer holds while it stands. `starts.place` remembers the questions (a family's rows, for seats alike)
+        # that found no place at it (`unplaced`): jobs of one family ask the same one, and the answer stays no until
+        # something changes. A search `max_tries` cut short (`cut_short` counts them) is not such an answer: asked
+        # again, it goes on past the GPUs it refused.
+        self.changes = 0
+        self.cut_short = 0
+        self.unplaced: dict[tuple, int] = {}
 
     # -- bookkeeping -------------------------------------------------------
 
@@ -144,6 +152,7 @@ class GpuState(SlurmPicks, Admission):
 
     def _touch(self, g: int) -> None:
         """GPU g changed: refusals `find` remembers for it, or for its bucket, no longer hold."""
+        self.changes += 1
         self.version[g] += 1
         self.bucket_version[self.free_share[g]] += 1
 
@@ -195,6 +204,7 @@ class GpuState(SlurmPicks, Admission):
     def attach_gang(self, seat: Seat, gpus: tuple[int, ...], mem: float) -> None:
         """Record a job already holding these whole GPUs (already off `free_share`)."""
         seat.gpu, seat.gang = gpus[0], gpus
+        self.changes += 1
         for g in gpus:
             self.free_mem[g] -= mem
             self.occ[g].append(seat)
@@ -385,6 +395,7 @@ class GpuState(SlurmPicks, Admission):
                 refused[g].add(key)
                 tries += 1
                 if tries >= self.max_tries:
+                    self.cut_short += 1
                     return -1, 0.0
             need_min[level] = low
             self.bucket_refused[level][key] = at

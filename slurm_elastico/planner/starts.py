@@ -61,19 +61,28 @@ def pack(pending: list[Job], priced: Priced, head: Job | None, policy, state: Gp
 
 
 def place(job: Job, state: GpuState, slots: list[int]) -> bool:
-    """Put `job` at the first of `slots` that fits anywhere."""
+    """Put `job` at the first of `slots` that fits anywhere. A job asking what a job of its family asked since the
+    ledger last changed, with the same floor, reference speed and request (all that the searches read of it), gets
+    the same no without a search (`GpuState.unplaced`)."""
+    seat = job.seat
+    question = (id(job.table), tuple(slots), seat.floor, seat.best_solo, seat.whole)
+    if state.unplaced.get(question) == state.changes:
+        return False
+    cut = state.cut_short
     for s in slots:
         row = job.table.rows[s]
         if row.gpus:
             gang = state.find_gang(row)
             if gang:
-                state.place_gang(job.seat, row, gang)
+                state.place_gang(seat, row, gang)
                 return True
             continue
-        g, _ = state.find(job.seat, row)
+        g, _ = state.find(seat, row)
         if g >= 0:
-            state.place(job.seat, row, g)
+            state.place(seat, row, g)
             return True
+    if state.cut_short == cut:
+        state.unplaced[question] = state.changes
     return False
 
 
