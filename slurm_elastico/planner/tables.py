@@ -137,17 +137,19 @@ def make_table(fam: Family, cache: PairCache, per_gpu: np.ndarray, shares_per_gp
 
 
 def fill_contention(tables: list[Table], cache: PairCache, shares_per_gpu: int) -> None:
-    """Γ's slowdown for every partial-GPU shape, next to a stand-in neighbour holding the rest; one model call."""
+    """Γ's slowdown for every partial-GPU shape, next to a stand-in neighbour holding the rest; one model call,
+    one question in it per profile and share left over (the copies of a shape on several GPU types share both)."""
     todo = [(t, i) for t in tables for i, r in enumerate(t.rows) if r.share < shares_per_gpu and not r.gpus]
     if not todo or not cache.enabled:
         return
+    asked: dict[tuple[int, int], int] = {}  # (profile, share left over) -> its place in the call
+    which = [asked.setdefault((t.rows[i].uid, shares_per_gpu - t.rows[i].share), len(asked)) for t, i in todo]
     # one stand-in per share left over (the same object each time, so a model may compute it once)
     stand_in: dict[int, SoloProfile] = {}
-    for t, i in todo:
-        rest = shares_per_gpu - t.rows[i].share
+    for _, rest in asked:
         if rest not in stand_in:
             stand_in[rest] = SoloProfile(kind="train", mps_share=round(percent_of(rest, shares_per_gpu)))
-    partners = [stand_in[shares_per_gpu - t.rows[i].share] for t, i in todo]
-    slow = cache.vs_partners([t.rows[i].uid for t, i in todo], partners)
-    for (t, i), s in zip(todo, slow):
-        t.contention[i] = 1.0 - 1.0 / s
+    slow = cache.vs_partners([uid for uid, _ in asked], [stand_in[rest] for _, rest in asked])
+    contention = (1.0 - 1.0 / np.asarray(slow, dtype=float)).tolist()
+    for (t, i), k in zip(todo, which):
+        t.contention[i] = contention[k]
