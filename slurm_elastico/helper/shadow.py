@@ -215,33 +215,59 @@ class Decision:
     reason: str
 
 
+ENDS_SPELL = frozenset({ActionKind.START_NOW.value, ActionKind.RESHAPE_RUNNING.value, ActionKind.PREEMPT.value,
+                        ActionKind.RESUME.value})
+"""Actions after which the job is no longer in the state that made the helper propose them (a start runs it, a
+reshape or preemption restarts or holds it, a resume releases it)."""
+
+
 def _signature(action: dict) -> tuple:
-    """What makes two proposals the same decision: the job, the kind and the target, not the reason's wording."""
+    """What makes two proposals in consecutive epochs the same decision: the job, the kind and the target, not the
+    reason's wording."""
     return (action["job_id"], action["kind"], action.get("share"), action.get("gpus"), tuple(action.get("nodes") or ()),
             action.get("shape"), action.get("signal"), action.get("text"), action.get("gpu_type", ""))
 
 
 def decisions(rows: Iterable[Mapping], ran: Iterable[float] = ()) -> list[Decision]:
-    """The shadow journal's rows (in id order) as distinct decisions: the same proposal in consecutive epochs is one
-    decision (the acting helper would have taken it once); its gain is the one predicted when first proposed.
+    """The shadow journal's rows (in id order) as distinct decisions (the acting helper would have taken each once);
+    a decision's gain is the one predicted when first proposed.
+
+    - The same proposal in consecutive epochs is one decision.
+    - A job's proposals in the epochs where the plan ends its state (`ENDS_SPELL`: start it, reshape, preempt or
+      resume it), with the actions proposed beside it, are one decision of each kind whatever their targets and
+      gaps, until a proposal to end its state in another way: the acting helper would have acted on the first
+      epoch's, and the job would have left the state the later ones were planned for.
 
     `ran`: the times of every shadow epoch (`shadow_epoch`), those without actions included, so that a proposal
     repeated after an epoch that did not make it is a new decision; the rows' own epochs are always counted."""
     rows = list(rows)
+    actions = [json.loads(r["action"]) for r in rows]
+    ending: dict[tuple[float, int], str] = {}  # (epoch, job) -> the kind of its proposal that ends its state
+    for r, a in zip(rows, actions):
+        if a["kind"] in ENDS_SPELL:
+            ending.setdefault((float(r["epoch"]), int(r["job_id"])), a["kind"])
+    spell: dict[int, tuple[str, int]] = {}  # job -> (the kind that last ended its state, how many changes)
     seen: dict[tuple, list] = {}
     last_epoch_of: dict[tuple, float] = {}
     epochs = sorted({float(r["epoch"]) for r in rows} | {float(t) for t in ran})
     index = {e: i for i, e in enumerate(epochs)}
     out: list[list] = []
-    for r in rows:
-        sig = _signature(json.loads(r["action"]))
-        epoch = float(r["epoch"])
+    for r, a in zip(rows, actions):
+        epoch, job = float(r["epoch"]), int(r["job_id"])
+        ends = ending.get((epoch, job))
+        if ends:
+            kind, n = spell.get(job, ("", 0))
+            if ends != kind:
+                spell[job] = kind, n = ends, n + 1
+            sig: tuple = (job, a["kind"], "spell", n)
+        else:
+            sig = _signature(a)
         current = seen.get(sig)
-        if current is not None and index[epoch] - index[last_epoch_of[sig]] <= 1:
+        if current is not None and (ends or index[epoch] - index[last_epoch_of[sig]] <= 1):
             if epoch != current[3]:
                 current[3], current[4] = epoch, current[4] + 1
         else:
-            current = [int(r["job_id"]), r["kind"], epoch, epoch, 1, r["gain_s"], r["reason"]]
+            current = [job, r["kind"], epoch, epoch, 1, r["gain_s"], r["reason"]]
             seen[sig] = current
             out.append(current)
         last_epoch_of[sig] = epoch

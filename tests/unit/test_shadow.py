@@ -257,16 +257,18 @@ def test_the_report_counts_each_decision_once_takes_each_jobs_first_gain_and_nam
         journal.record(epoch, start, [["scontrol"]], 30.0)
         journal.record(epoch, reshape, [["scontrol"]], 600.0)
     journal.record(400.0, Action(ActionKind.PREEMPT, 3, "r"), [], None)
-    journal.record(500.0, start, [["scontrol"]], 10.0)  # job 1 again after a gap: a new decision
+    # job 1 again after a gap, still waiting to start: the acting helper would have started it at the first
+    # proposal, so this is the same decision
+    journal.record(500.0, start, [["scontrol"]], 10.0)
     summary = shadow_report(store, 0.0, 1000.0)
-    assert summary["actions"] == {"total": 4, "by_kind": {"preempt": 1, "reshape_running": 1, "start_now": 2},
+    assert summary["actions"] == {"total": 3, "by_kind": {"preempt": 1, "reshape_running": 1, "start_now": 1},
                                   "proposals": 8}
     assert summary["jobs_touched"] == [1, 2, 3]
     gain = summary["predicted_gain_s"]
     # Job 1's later proposal predicts its whole gain again (nothing happened in between): its first gain counts.
     assert (gain["jobs"], gain["total"], gain["jobs_without_prediction"]) == (2, 630.0, [3])
     assert shadow_report(store, 300.0, 450.0)["jobs_touched"] == [3]
-    assert "actions it would have taken: 4" in render_report(summary)
+    assert "actions it would have taken: 3" in render_report(summary)
     json.loads(jsonout.dumps(summary))
 
 
@@ -336,14 +338,36 @@ def test_a_shadow_epochs_json_log_line_is_info_unless_the_acting_helper_would_be
 
 def test_a_proposal_after_an_epoch_that_did_not_make_it_is_a_new_decision(store):
     journal = ShadowJournal(store)
-    start = Action(ActionKind.START_NOW, 1, "r")
+    share = Action(ActionKind.SET_SHARE, 1, "r", share=50)  # a pending job's share, not its start
     for at in (100.0, 160.0, 220.0):
         journal.epoch(at, 0 if at == 160.0 else 1)
         if at != 160.0:
-            journal.record(at, start, [["scontrol"]], 30.0)
+            journal.record(at, share, [["scontrol"]], 30.0)
     summary = shadow_report(store, 0.0, 1000.0)
     assert summary["actions"]["total"] == 2 and summary["epochs_run"] == 3 and summary["epochs_with_actions"] == 2
     assert [d["epochs"] for d in summary["decisions"]] == [1, 1]
+
+
+def test_a_jobs_proposals_that_end_its_state_are_one_decision_each_kind_until_it_is_ended_otherwise(store):
+    journal = ShadowJournal(store)
+    for at, node in ((100.0, "n1"), (160.0, "n2"), (280.0, "n1")):  # the target flips; a gap at 220
+        journal.epoch(at, 2)
+        journal.record(at, Action(ActionKind.SET_NODES, 1, "r", nodes=(node,)), [["scontrol"]], 30.0)
+        journal.record(at, Action(ActionKind.START_NOW, 1, "r"), [["scontrol"]], 30.0)
+    journal.epoch(220.0, 0)
+    for at in (340.0, 400.0):  # it runs (Slurm started it): reshapes to two targets
+        journal.epoch(at, 1)
+        journal.record(at, Action(ActionKind.RESHAPE_RUNNING, 1, "r", share=50 if at < 400 else 100), [], 5.0)
+    journal.epoch(460.0, 2)  # requeued by someone else, waiting again: a new start
+    journal.record(460.0, Action(ActionKind.SET_NODES, 1, "r", nodes=("n1",)), [["scontrol"]], 30.0)
+    journal.record(460.0, Action(ActionKind.START_NOW, 1, "r"), [["scontrol"]], 30.0)
+    journal.epoch(520.0, 1)  # a pending job's share alone, in two epochs with two targets: two decisions
+    journal.record(520.0, Action(ActionKind.SET_SHARE, 2, "r", share=25), [], None)
+    journal.epoch(580.0, 1)
+    journal.record(580.0, Action(ActionKind.SET_SHARE, 2, "r", share=50), [], None)
+    got = shadow_report(store, 0.0, 1000.0)["actions"]
+    assert got["by_kind"] == {"reshape_running": 1, "set_nodes": 2, "set_share": 2, "start_now": 2}, got
+    assert got["proposals"] == 12
 
 
 class Unanswering(Recorder):
