@@ -25,7 +25,7 @@ from slurm_elastico.planner import gpu_choice
 from slurm_elastico.planner.packing import GpuState
 from slurm_elastico.planner.seats import Row, Seat, best_solo
 from slurm_elastico.planner.slowdown import PairCache
-from slurm_elastico.planner.tables import WHOLE_UID, Job, Table, fill_contention, make_table
+from slurm_elastico.planner.tables import WHOLE_UID, Job, Table, fill_tables, make_table
 from slurm_elastico.shapes.current import named_in_comment, preempted_by_us, running_shape
 from slurm_elastico.shapes.solo import solo_profile
 from slurm_elastico.shapes.units import percent_of
@@ -137,7 +137,7 @@ def read_board(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
                 small = narrowed[extra]
         t = tables.get(id(small))
         if t is None:
-            t = tables[id(small)] = make_table(small, cache, per_gpu, gs.shares_per_gpu, types)
+            t = tables[id(small)] = make_table(small, cache, gs.shares_per_gpu, types)
         return t
 
     # -- who is where --------------------------------------------------------
@@ -210,7 +210,7 @@ def read_board(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
         job.seat.row = Row(slot, base.uid, base.tput, 0, base.mem, float(job.view.cpus), float(job.view.memory_mib),
                            gpus=len(held), gtype=base.gtype)
         state.attach_gang(job.seat, tuple(held), base.mem)
-    fill_contention(list(tables.values()), cache, gs.shares_per_gpu)
+    fill_tables(list(tables.values()), cache, per_gpu, gs.shares_per_gpu, types)
     for j in by_id.values():
         if not j.running or j.seat.gpu >= 0:
             jobs.append(j)  # running jobs we cannot locate on a GPU are left alone

@@ -4,12 +4,16 @@ One `Table` per distinct family (as the policy narrowed it), built once an
 epoch: what the pricing (`planner.prices`) and the packing need per shape —
 T/T_max, demand in GPU equivalents, the throughput floor, Γ's contention
 against a stand-in neighbour, the allowed shapes fastest first. Shares are in
-Slurm's counts from here on (the shapes' are percent).
+Slurm's counts from here on (the shapes' are percent). `make_table` gives a
+table its rows as the epoch meets the family; `fill_tables` then gives every
+table its arrays in one pass over all the epoch's rows (an epoch has a few
+dozen tables of a few dozen rows: numpy's cost per call, paid per table,
+would be most of it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -39,19 +43,25 @@ def type_index(gpu_type: str, types: tuple[str, ...]) -> int:
     return types.index(gpu_type) if gpu_type in types else len(types)
 
 
+def _empty() -> np.ndarray:
+    return np.zeros(0)
+
+
 @dataclass
 class Table:
-    """One distinct family, as arrays: what pricing and packing need per shape."""
+    """One distinct family, as arrays: what pricing and packing need per shape (the rows from `make_table`, the
+    rest from `fill_tables`)."""
 
     family: Family
     rows: list[Row]
-    value: np.ndarray  # [C] T / T_max
-    demand: np.ndarray  # [C, R] in GPU equivalents
-    allowed: np.ndarray  # [C] at or above the floor
-    contention: np.ndarray  # [C] 1 − 1/S against a stand-in neighbour (0 at a whole GPU)
-    by_speed: list[int]  # allowed slots, fastest first
-    density: float  # best value per dominant GPU-equivalent
+    tmax: float  # T_max: the fastest throughput among the shapes the cluster can run (among all, when none)
     gangs: bool = False  # whether any shape holds whole GPUs as a data-parallel gang
+    value: np.ndarray = field(default_factory=_empty)  # [C] T / T_max
+    demand: np.ndarray = field(default_factory=_empty)  # [C, R] in GPU equivalents
+    allowed: np.ndarray = field(default_factory=_empty)  # [C] at or above the floor, of a type the cluster has
+    contention: np.ndarray = field(default_factory=_empty)  # [C] 1 − 1/S against a stand-in neighbour (0: whole GPU)
+    by_speed: list[int] = field(default_factory=list)  # allowed slots, fastest first
+    density: float = 0.0  # best value per dominant GPU-equivalent
 
 
 @dataclass
@@ -69,87 +79,108 @@ WHOLE_UID = -1
 """`Row.uid` of a row holding whole GPUs: never looked up (nobody shares a GPU it holds)."""
 
 
-def make_table(fam: Family, cache: PairCache, per_gpu: np.ndarray, shares_per_gpu: int,
-               types: tuple[str, ...] = ()) -> Table:
-    """`fam` as a `Table` on a cluster with GPU `types`; each shape that is a share of a GPU gets a profile in
-    `cache`. A shape of a type the cluster lacks is not allowed; T/T_max is over the shapes that are."""
+def make_table(fam: Family, cache: PairCache, shares_per_gpu: int, types: tuple[str, ...] = ()) -> Table:
+    """`fam`'s rows as a `Table` on a cluster with GPU `types` (its arrays: `fill_tables`); each shape that is a
+    share of a GPU gets a profile in `cache`. A shape of a type the cluster lacks is not allowed; T/T_max is over
+    the shapes that are."""
     shapes = fam.shapes
     n = len(shapes)
-    typed = len(types) > 1
     # A throughput carried over from another GPU type counts at a conservative quantile of its uncertainty
     # (`shapes.type_speed.discounted`): a type where the job was measured wins a near tie against a guess.
     tputs = [discounted(s.throughput, s.throughput_sigma) if s.throughput_sigma else s.throughput for s in shapes]
     if any(s.gpu_type for s in shapes):
-        gtypes = [type_index(s.gpu_type, types) for s in shapes]
-        tmax = max((t for t, g in zip(tputs, gtypes) if g < len(types)), default=max(tputs))
+        index = {t: type_index(t, types) for t in {s.gpu_type for s in shapes}}  # each type looked up once
+        gtypes = [index[s.gpu_type] for s in shapes]
+        here = [t for t, g in zip(tputs, gtypes) if g < len(types)]
+        tmax = max(here) if here else max(tputs)
     else:  # a family of no type (every one-type cluster's): every shape runs anywhere
         gtypes = [-1] * n
         tmax = max(tputs)
-    rows = []  # shares in Slurm's counts from here on; the shapes' are percent
-    res = []  # each row's (share, GPU memory, CPUs, host memory)
-    gang = []  # (slot, GPUs, GPU memory) of each data-parallel row
-    shares: dict[int, int] = {}  # a family has a few share levels: each converted once
+    # Column by column: shares in Slurm's counts from here on (the shapes' are percent).
+    res = [s.resources for s in shapes]
+    levels = {m: shares_of(m, shares_per_gpu) for m in {r.mps for r in res} if m}  # a family has a few share levels
+    share = [levels[r.mps] if r.mps else 0 for r in res]
+    gpus = [r.gpus for r in res]
+    # Only a share of a GPU ever sits beside another job: whole-GPU rows (all of one, or a gang) need no
+    # profile in the interference model's all-pairs block (WHOLE_UID), which then is a fraction of the size.
+    # The copies of one shape on several GPU types share one profile (the first's): the predictors know no
+    # GPU type (a type they never saw gets their cautious view, `slowdown.for_gpu`), and one profile per copy
+    # would make that block the number of types squared times larger.
+    uids = [WHOLE_UID] * n
     profiled: dict[tuple, int] = {}
-    for i, s in enumerate(shapes):
-        r = s.resources
-        share = 0
-        if r.mps:
-            share = shares.get(r.mps)
-            if share is None:
-                share = shares[r.mps] = shares_of(r.mps, shares_per_gpu)
-        # Only a share of a GPU ever sits beside another job: whole-GPU rows (all of one, or a gang) need no
-        # profile in the interference model's all-pairs block (WHOLE_UID), which then is a fraction of the size.
-        # The copies of one shape on several GPU types share one profile (the first's): the predictors know no
-        # GPU type (a type they never saw gets their cautious view, `slowdown.for_gpu`), and one profile per copy
-        # would make that block the number of types squared times larger.
-        uid = WHOLE_UID
-        if 0 < share < shares_per_gpu:
+    for i, z in enumerate(share):
+        if 0 < z < shares_per_gpu:
+            s, r = shapes[i], res[i]
             twin = (s.knobs, r.mps, r.gpu_mem_mib, s.measured) if s.gpu_type else None
             uid = profiled.get(twin, -1) if twin is not None else -1
             if uid < 0:
                 uid = cache.add(solo_profile(s, fam.kind, fam.name))
                 if twin is not None:
                     profiled[twin] = uid
-        mem, cpus, hmem = float(r.gpu_mem_mib), float(r.cpus), float(r.host_mem_mib)
-        rows.append(Row(i, uid, tputs[i], share, mem, cpus, hmem, r.gpus, gtypes[i]))
-        res.append((share, mem, cpus, hmem))
-        if r.gpus:
-            gang.append((i, r.gpus, r.gpu_mem_mib))
-    demand = np.zeros((n, 4 + (len(types) if typed else 0)))
-    demand[:, :4] = np.array(res, dtype=float).reshape(n, 4) / per_gpu
-    for i, g, mem in gang:  # n whole GPUs: n GPU equivalents of shares and of GPU memory
-        demand[i, 0] = g
-        demand[i, 1] = g * mem / per_gpu[1]
-    if typed:  # the GPU equivalents of its type (a shape of no type draws on the total alone)
-        for i, t in enumerate(gtypes):
-            if 0 <= t < len(types):
-                demand[i, 4 + t] = demand[i, 0]
-    tput = np.array(tputs)
-    floor = fam.throughput_floor
-    allowed = (tput >= floor) & (np.array(gtypes) < len(types))  # a type the cluster lacks: never
-    contention = np.zeros(n)  # filled for all tables at once by fill_contention
-    value = tput / tmax
-    dominant = np.maximum(demand[:, :4].max(axis=1), 1e-9)
-    dens = value / dominant
-    by_speed = sorted((i for i in range(n) if allowed[i]), key=lambda i: (-tputs[i], i))
-    return Table(fam, rows, value, demand, allowed, contention, by_speed,
-                 float(dens[allowed].max()) if by_speed else 0.0, bool(gang))
+            uids[i] = uid
+    rows = list(map(Row._make, zip(range(n), uids, tputs, share, [float(r.gpu_mem_mib) for r in res],
+                                   [float(r.cpus) for r in res], [float(r.host_mem_mib) for r in res], gpus, gtypes)))
+    return Table(fam, rows, tmax, any(gpus))
 
 
-def fill_contention(tables: list[Table], cache: PairCache, shares_per_gpu: int) -> None:
-    """Γ's slowdown for every partial-GPU shape, next to a stand-in neighbour holding the rest; one model call,
-    one question in it per profile and share left over (the copies of a shape on several GPU types share both)."""
-    todo = [(t, i) for t in tables for i, r in enumerate(t.rows) if r.share < shares_per_gpu and not r.gpus]
-    if not todo or not cache.enabled:
+def fill_tables(tables: list[Table], cache: PairCache, per_gpu: np.ndarray, shares_per_gpu: int,
+                types: tuple[str, ...] = ()) -> None:
+    """Every table's arrays from its rows, all tables at once (each table's are views of the epoch's), Γ's
+    contention included."""
+    if not tables:
         return
-    asked: dict[tuple[int, int], int] = {}  # (profile, share left over) -> its place in the call
-    which = [asked.setdefault((t.rows[i].uid, shares_per_gpu - t.rows[i].share), len(asked)) for t, i in todo]
+    rows = [r for t in tables for r in t.rows]
+    sizes = [len(t.rows) for t in tables]
+    of = np.repeat(np.arange(len(tables)), sizes)  # each row's table
+    slot, uid, tput, share, mem, cpus, hmem, gpus, gtype = (np.array(c) for c in zip(*rows))
+    tput = tput.astype(float)
+    n, absent = len(rows), len(types)
+    typed = len(types) > 1
+    demand = np.zeros((n, 4 + (len(types) if typed else 0)))
+    demand[:, :4] = np.array([share, mem, cpus, hmem], dtype=float).T / per_gpu
+    gang = gpus > 0  # n whole GPUs: n GPU equivalents of shares and of GPU memory
+    demand[gang, 0] = gpus[gang]
+    demand[gang, 1] = gpus[gang] * mem[gang] / per_gpu[1]
+    if typed:  # the GPU equivalents of its type (a shape of no type draws on the total alone)
+        on = np.flatnonzero((gtype >= 0) & (gtype < absent))
+        demand[on, 4 + gtype[on]] = demand[on, 0]
+    floor = np.repeat([t.family.throughput_floor for t in tables], sizes)
+    allowed = (tput >= floor) & (gtype < absent)  # a type the cluster lacks: never
+    value = tput / np.repeat([t.tmax for t in tables], sizes)
+    dens = value / np.maximum(demand[:, :4].max(axis=1), 1e-9)  # per dominant GPU equivalent
+    contention = np.zeros(n)
+    _fill_contention(contention, uid, share, gpus, cache, shares_per_gpu)
+    # the allowed slots of each table, fastest first, ties in slot order
+    ok = np.flatnonzero(allowed)
+    fast = ok[np.lexsort((slot[ok], -tput[ok], of[ok]))]
+    cut = np.cumsum(np.bincount(of[ok], minlength=len(tables))).tolist()
+    by_speed = slot[fast].tolist()
+    best = np.maximum.reduceat(np.where(allowed, dens, -np.inf), np.cumsum([0] + sizes[:-1])).tolist()
+    a = k = 0
+    for t, c, e, d in zip(tables, sizes, cut, best):
+        b = a + c
+        t.value, t.demand, t.allowed, t.contention = value[a:b], demand[a:b], allowed[a:b], contention[a:b]
+        t.by_speed = by_speed[k:e]
+        t.density = float(d) if e > k else 0.0
+        a, k = b, e
+
+
+def _fill_contention(contention: np.ndarray, uid: np.ndarray, share: np.ndarray, gpus: np.ndarray,
+                     cache: PairCache, shares_per_gpu: int) -> None:
+    """Γ's slowdown for every partial-GPU row (the epoch's rows as columns), next to a stand-in neighbour holding
+    the rest: one model call, one question in it per profile and share left over (the copies of a shape on
+    several GPU types share both), in the order the rows first ask them."""
+    todo = np.flatnonzero((share < shares_per_gpu) & (gpus == 0))
+    if not todo.size or not cache.enabled:
+        return
+    rest = shares_per_gpu - share[todo]
+    _, first, which = np.unique((uid[todo] + 1) * (shares_per_gpu + 1) + rest, return_index=True,
+                                return_inverse=True)
+    order = np.argsort(first)  # the questions in the order the rows first ask them
+    place = np.empty_like(order)
+    place[order] = np.arange(order.size)
+    ids, left = uid[todo[first[order]]].tolist(), rest[first[order]].tolist()
     # one stand-in per share left over (the same object each time, so a model may compute it once)
-    stand_in: dict[int, SoloProfile] = {}
-    for _, rest in asked:
-        if rest not in stand_in:
-            stand_in[rest] = SoloProfile(kind="train", mps_share=round(percent_of(rest, shares_per_gpu)))
-    slow = cache.vs_partners([uid for uid, _ in asked], [stand_in[rest] for _, rest in asked])
-    contention = (1.0 - 1.0 / np.asarray(slow, dtype=float)).tolist()
-    for (t, i), k in zip(todo, which):
-        t.contention[i] = contention[k]
+    stand_in = {r: SoloProfile(kind="train", mps_share=round(percent_of(r, shares_per_gpu))) for r in set(left)}
+    slow = cache.vs_partners(ids, [stand_in[r] for r in left])
+    contention[todo] = (1.0 - 1.0 / np.asarray(slow, dtype=float))[place[which]]
