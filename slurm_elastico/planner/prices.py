@@ -155,29 +155,34 @@ def _allot(pending: list[Job], elastic: list[Job], choice: np.ndarray, targets: 
             pool.take(ty, float(d[0]))
     who = [i for i, j in enumerate(pending) if _gang_capable(j)]
     claims = []
+    shared: dict[int, tuple] = {}  # what a claim takes from its table, by id (jobs of one family share it)
     for j in [pending[i] for i in who] + list(elastic):
         rows, t = j.table.rows, j.table
-        sizes = [float(r.gpus) if r.gpus else r.share / per_gpu_share for r in rows]
-        types = [r.gtype for r in rows] if typed else []
-        cap = float(max(1, t.family.default_shape.resources.gpus))
-        # the key's speed: per GPU at its request, so that the key is the GPU-seconds left (its area, as
-        # Tiresias's two dimensions count service, but what is left rather than what was had); on several GPU
-        # types, on its fastest
-        rate = max((r.tput for r, z in zip(rows, sizes) if z <= cap + 1e-9 and r.gtype < max(typed, 1)),
-                   default=0.0) / cap
-        rate = rate if rate > 0 else max(r.tput for r in rows) / cap
+        got = shared.get(id(t))
+        if got is None:
+            sizes = [float(r.gpus) if r.gpus else r.share / per_gpu_share for r in rows]
+            cap = float(max(1, t.family.default_shape.resources.gpus))
+            # the key's speed: per GPU at its request, so that the key is the GPU-seconds left (its area, as
+            # Tiresias's two dimensions count service, but what is left rather than what was had); on several GPU
+            # types, on its fastest
+            rate = max((r.tput for r, z in zip(rows, sizes) if z <= cap + 1e-9 and r.gtype < max(typed, 1)),
+                       default=0.0) / cap
+            rate = rate if rate > 0 else max(r.tput for r in rows) / cap
+            got = shared[id(t)] = (sizes, [r.gtype for r in rows] if typed else [], cap, rate, [r.tput for r in rows],
+                                   list(t.allowed))
+        sizes, types, cap, rate, tputs, allowed = got
         if j.running:
             work, _ = left_s(j, now, progress)
             # a running job moves only between whole GPUs (a gang, or one GPU alone), of types the cluster has
             allowed = [(bool(r.gpus) or r.share >= per_gpu_share) and r.gtype < max(typed, 1) for r in rows]
             allowed[j.seat.row.slot] = True
-            claims.append(allot.Claim(work / rate / j.weight, sizes, [r.tput for r in rows], allowed,
+            claims.append(allot.Claim(work / rate / j.weight, sizes, tputs, allowed,
                                       max(cap, sizes[j.seat.row.slot]), work, j.seat.row.slot, ps.reshape_cost_s,
                                       types=types))
         else:
             work = max(0.0, t.family.total_work - (progress.get(j.view.job_id) or 0.0))
-            claims.append(allot.Claim(work / rate / j.weight, sizes, [r.tput for r in rows], list(t.allowed), cap,
-                                      extra=j.view.requeue, types=types))
+            claims.append(allot.Claim(work / rate / j.weight, sizes, tputs, allowed, cap, extra=j.view.requeue,
+                                      types=types))
     picks, _ = priced_allotment(claims, pool.left, ps.hysteresis)
     for i, p in zip(who, picks):
         choice[i] = p

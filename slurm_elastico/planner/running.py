@@ -216,6 +216,8 @@ def _reshape(job: Job, state: GpuState, now: float, progress: Mapping[int, float
     best, best_saved = None, 0.0
     for s in faster:
         row = job.table.rows[s]
+        if not state.on_type(row, g):
+            continue  # (`fits` says no on another type's GPU)
         row = _keeping_host(row, old)  # Slurm keeps its CPUs and memory
         slow = state.fits(seat, row, g, stays=row.share == old.share)  # a new share goes where Slurm puts it
         if slow:
