@@ -131,8 +131,8 @@ def _problem(pending: list[Job], state: GpuState, per_gpu: np.ndarray, elastic: 
     if cap[0] <= 0:
         allow[:len(pending)] = False
     return pricing.PriceProblem(
-        value=v, demand=demand[idx], penalty=penalty, allowed=allow,
-        weight=w, capacity=cap, optional=optional)
+        value=v, demand=demand, penalty=penalty, allowed=allow,
+        weight=w, capacity=cap, optional=optional, group=idx)
 
 
 def _gang_capable(job: Job) -> bool:
@@ -150,7 +150,7 @@ def _allot(pending: list[Job], elastic: list[Job], choice: np.ndarray, targets: 
     pool = allot.Budget(problem.capacity[len(RESOURCES):] if typed else float(problem.capacity[0]))
     for i, j in enumerate(pending):
         if not _gang_capable(j) and choice[i] != pricing.NONE:
-            d = problem.demand[i, choice[i]]
+            d = problem.shape_demand(i, choice[i])
             ty = int(np.argmax(d[len(RESOURCES):])) if typed and d[len(RESOURCES):].any() else -1
             pool.take(ty, float(d[0]))
     who = [i for i, j in enumerate(pending) if _gang_capable(j)]

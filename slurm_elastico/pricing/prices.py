@@ -28,12 +28,19 @@ class PriceProblem:
     """Arrays of one pricing problem: J jobs, C shape slots (padded), R resources."""
 
     value: np.ndarray  # [J, C] T/T_max in [0, 1]
-    demand: np.ndarray  # [J, C, R] in GPU equivalents
+    demand: np.ndarray  # [J, C, R] in GPU equivalents; with `group`, [G, C, R]: one per group
     penalty: np.ndarray  # [J, C] Γ, interference charge
     allowed: np.ndarray  # [J, C] bool: real shape, at or above the floor
     weight: np.ndarray  # [J] w_j > 0
     capacity: np.ndarray  # [R] in GPU equivalents
     optional: np.ndarray  # [J] bool: may choose "none"
+    group: np.ndarray | None = None
+    """[J] the row of `demand` each job's shapes draw, where jobs share them (the jobs of one family do: the
+    demand is priced once per group a round, not once per job); None: row j for job j."""
+
+    def shape_demand(self, j: int, c: int) -> np.ndarray:
+        """[R] job j's demand at shape slot c."""
+        return self.demand[j if self.group is None else self.group[j], c]
 
 
 @dataclass(frozen=True)
@@ -48,19 +55,29 @@ def unpriced(p: PriceProblem) -> np.ndarray:
     return p.weight[:, None] * (1.0 - p.value) + p.penalty
 
 
-def costs(p: PriceProblem, prices: np.ndarray, fixed: np.ndarray | None = None) -> np.ndarray:
+def costs(p: PriceProblem, prices: np.ndarray, fixed: np.ndarray | None = None,
+          out: np.ndarray | None = None) -> np.ndarray:
     """[J, C + 1] cost of each shape at `prices`; the last column is "none"; forbidden entries are inf. `fixed`:
-    `unpriced(p)`, where the caller prices one problem many times."""
-    j = p.value.shape[0]
-    shape_cost = (unpriced(p) if fixed is None else fixed) + p.demand @ prices
-    shape_cost = np.where(p.allowed, shape_cost, np.inf)
-    none = np.where(p.optional, p.weight, np.inf).reshape(j, 1)
-    return np.concatenate([shape_cost, none], axis=1)
+    `unpriced(p)`, where the caller prices one problem many times; `out`: what an earlier call with the same
+    problem returned, to be written over (its "none" column stays)."""
+    j, c = p.value.shape
+    if out is None:
+        out = np.empty((j, c + 1))
+        out[:, c] = np.where(p.optional, p.weight, np.inf)
+    priced = p.demand @ prices
+    if p.group is not None:
+        priced = priced[p.group]
+    shape_cost = out[:, :c]
+    np.add(unpriced(p) if fixed is None else fixed, priced, out=shape_cost)
+    np.copyto(shape_cost, np.inf, where=~p.allowed)
+    return out
 
 
-def choose(p: PriceProblem, prices: np.ndarray, fixed: np.ndarray | None = None) -> np.ndarray:
-    """Each job's cheapest option at `prices` (ties: lowest slot); NONE when "none" wins or nothing is allowed."""
-    c = costs(p, prices, fixed)
+def choose(p: PriceProblem, prices: np.ndarray, fixed: np.ndarray | None = None,
+           out: np.ndarray | None = None) -> np.ndarray:
+    """Each job's cheapest option at `prices` (ties: lowest slot); NONE when "none" wins or nothing is allowed.
+    `fixed` and `out` as for `costs`."""
+    c = costs(p, prices, fixed, out)
     pick = np.argmin(c, axis=1)
     stuck = ~np.isfinite(c[np.arange(c.shape[0]), pick])
     pick = np.where((pick == p.value.shape[1]) | stuck, NONE, pick)
@@ -71,7 +88,7 @@ def load(p: PriceProblem, choice: np.ndarray) -> np.ndarray:
     """[R] total demand of a choice vector."""
     if choice.size == 0:
         return np.zeros(p.capacity.shape)
-    picked = p.demand[np.arange(choice.size), np.maximum(choice, 0)]
+    picked = p.demand[np.arange(choice.size) if p.group is None else p.group, np.maximum(choice, 0)]
     return (picked * (choice != NONE)[:, None]).sum(axis=0)
 
 
@@ -94,11 +111,12 @@ def solve(p: PriceProblem, rounds: int, step: float) -> PriceResult:
     # w·(1 − T/Tmax) + Γ for a shape, w for "none".
     fixed = unpriced(p)  # computed once, not every round
     base = costs(p, np.zeros(r), fixed)
+    out = base.copy()  # each round's costs are written over it
     base = np.where(np.isfinite(base), base, p.weight[:, None])  # a job left out (stuck or not) loses its weight
     rows = np.arange(p.value.shape[0])
     best, best_prices, best_cost = None, prices, np.inf
     done = 0
-    choice = choose(p, prices, fixed)
+    choice = choose(p, prices, fixed, out)
     for t in range(rounds):
         done = t + 1
         used = load(p, choice)
@@ -110,7 +128,7 @@ def solve(p: PriceProblem, rounds: int, step: float) -> PriceResult:
             if not prices.any():
                 break
         prices = np.maximum(0.0, prices + step * excess / np.sqrt(t + 1.0))
-        choice = choose(p, prices, fixed)
+        choice = choose(p, prices, fixed, out)
     if best is None:
         return PriceResult(prices, choice, done)
     return PriceResult(best_prices, best, done)  # the prices that go with the choice returned
