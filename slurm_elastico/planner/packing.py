@@ -146,9 +146,14 @@ class GpuState(SlurmPicks, Admission):
         self._hi = max(self._hi, value)
         self._lower_need_min(g)
         # Every GPU of the node: a removal gives back node CPUs and memory any of them may now fit, and any
-        # change of free shares may change which GPU of the node Slurm gives a share (`slurm_gives`).
-        for k in self.node_gpus[self.gpu_node[g]]:
-            self._touch(k)
+        # change of free shares may change which GPU of the node Slurm gives a share (`slurm_gives`). (`_touch`
+        # for each, written out: this runs for every GPU of the node at every placement and removal.)
+        gpus, version, bucket_version = self.node_gpus[self.gpu_node[g]], self.version, self.bucket_version
+        free = self.free_share
+        self.changes += len(gpus)
+        for k in gpus:
+            version[k] += 1
+            bucket_version[free[k]] += 1
 
     def _touch(self, g: int) -> None:
         """GPU g changed: refusals `find` remembers for it, or for its bucket, no longer hold."""
@@ -355,21 +360,26 @@ class GpuState(SlurmPicks, Admission):
         `max_tries` would otherwise run out on them before the search reached a GPU the job could take. A bucket
         scanned to its end gets its exact `need_min` back.
         """
-        top = self.max_free() if row.gtype < 0 else self.max_free_of(row.gtype)
+        t = row.gtype
+        top = self.max_free() if t < 0 else self.max_free_of(t)
         if row.share > top:
             return -1, 0.0
         x = self.alone(seat, row)
+        levels = self.type_levels[t] if t >= 0 else self.levels
+        need_min = self.type_need_min[t] if t >= 0 else self.need_min  # a bound over what it scans
+        # the buckets with a GPU, at or above the share, that the gain rule's bound does not rule out (a bucket's
+        # bound moves only when that bucket is scanned, so it is read before any scan): most searches end here
+        scan = [level for level in levels[bisect_left(levels, row.share):bisect_right(levels, top)]
+                if not x < need_min[level]]
+        if not scan:
+            return -1, 0.0
         need, version = self.need, self.version
-        need_min = self.type_need_min[row.gtype] if row.gtype >= 0 else self.need_min  # a bound over what it scans
         refused, refused_at = self.refused, self.refused_at
         key = self.keys.setdefault((row, seat.floor, seat.best_solo), len(self.keys))  # all `fits` reads of `seat`
-        gpu_node, given = self.gpu_node, {}
-        buckets = self.type_buckets[row.gtype] if row.gtype >= 0 else self.buckets  # node -> the GPU Slurm gives this share there, once per call
-        levels = self.type_levels[row.gtype] if row.gtype >= 0 else self.levels
+        gpu_node, given = self.gpu_node, {}  # node -> the GPU Slurm gives this share there, once per call
+        buckets = self.type_buckets[t] if t >= 0 else self.buckets
         tries = 0
-        for level in levels[bisect_left(levels, row.share):bisect_right(levels, top)]:  # the buckets with a GPU
-            if x < need_min[level]:
-                continue
+        for level in scan:
             at = self.bucket_version[level]
             if self.bucket_refused[level].get(key) == at:
                 continue  # every GPU here said no to this question, and none has changed since

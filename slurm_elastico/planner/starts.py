@@ -69,6 +69,7 @@ def place(job: Job, state: GpuState, slots: list[int]) -> bool:
     if state.unplaced.get(question) == state.changes:
         return False
     cut = state.cut_short
+    tops: dict[int, int] = {}  # each GPU type's largest free share (nothing changes until a shape fits)
     for s in slots:
         row = job.table.rows[s]
         if row.gpus:
@@ -77,6 +78,11 @@ def place(job: Job, state: GpuState, slots: list[int]) -> bool:
                 state.place_gang(seat, row, gang)
                 return True
             continue
+        top = tops.get(row.gtype)
+        if top is None:
+            top = tops[row.gtype] = state.max_free_of(row.gtype)
+        if row.share > top:
+            continue  # (`find`'s first answer)
         g, _ = state.find(seat, row)
         if g >= 0:
             state.place(seat, row, g)
