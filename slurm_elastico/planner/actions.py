@@ -36,12 +36,9 @@ def write_plan(pending: list[Job], running: list[Job], early: set[int], ch: Chan
     # can run again.
     starts = sorted(pending, key=lambda j: gpu_choice.start_key(j.view))
     before = [j for j in running if j.view.job_id in early]
-    tmax_of: dict[int, float] = {}  # each table's fastest shape, by id (jobs of one family share it)
     for j in before + starts + [j for j in running if j.view.job_id not in early]:
         t, seat, jid = j.table, j.seat, j.view.job_id
-        tmax = tmax_of.get(id(t))
-        if tmax is None:
-            tmax = tmax_of[id(t)] = max(s.throughput for s in t.family.shapes)
+        tmax = t.fastest
         if jid in ch.preempted:
             objective += j.weight
             held_row, held_gpus = ch.shrunk[jid]

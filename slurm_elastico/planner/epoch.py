@@ -66,7 +66,8 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
     board = read_board(snapshot, families, settings, policy, cache, floor)
     state, jobs = board.state, board.jobs
     for j in jobs:
-        j.weight = weights.weight_of(j.view, j.table.family, ps.fairness, now, progress.get(j.view.job_id))
+        j.weight = weights.weight_of(j.view, j.table.family, ps.fairness, now, progress.get(j.view.job_id),
+                                     j.table.fastest)
     pending = [j for j in jobs if not j.running]
     running = [j for j in jobs if j.running]
     elastic = [j for j in running if policy.reshape and is_elastic(j, state, now, ps.reshape_cost_s, progress)] if any(

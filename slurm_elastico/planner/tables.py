@@ -55,6 +55,7 @@ class Table:
     family: Family
     rows: list[Row]
     tmax: float  # T_max: the fastest throughput among the shapes the cluster can run (among all, when none)
+    fastest: float  # the fastest shape's throughput as declared (no discount, any type): weights' and notes' T_max
     gangs: bool = False  # whether any shape holds whole GPUs as a data-parallel gang
     value: np.ndarray = field(default_factory=_empty)  # [C] T / T_max
     demand: np.ndarray = field(default_factory=_empty)  # [C, R] in GPU equivalents
@@ -120,7 +121,7 @@ def make_table(fam: Family, cache: PairCache, shares_per_gpu: int, types: tuple[
             uids[i] = uid
     rows = list(map(Row._make, zip(range(n), uids, tputs, share, [float(r.gpu_mem_mib) for r in res],
                                    [float(r.cpus) for r in res], [float(r.host_mem_mib) for r in res], gpus, gtypes)))
-    return Table(fam, rows, tmax, any(gpus))
+    return Table(fam, rows, tmax, max(s.throughput for s in shapes), any(gpus))
 
 
 def fill_tables(tables: list[Table], cache: PairCache, per_gpu: np.ndarray, shares_per_gpu: int,

@@ -37,10 +37,12 @@ RULES: dict[str, Callable[[float | None, float, float], float]] = {
 }
 
 
-def weight_of(job: JobView, family: Family, fairness: str, now: float, done: float | None = None) -> float:
+def weight_of(job: JobView, family: Family, fairness: str, now: float, done: float | None = None,
+              fastest: float | None = None) -> float:
     """`w_j` of one job under the rule `fairness` names: remaining time = work left (all of it unless
-    `done` is known from the job's progress) at its fastest shape."""
-    best = max(s.throughput for s in family.shapes)
+    `done` is known from the job's progress) at its fastest shape (`fastest`, its throughput, where the caller
+    has it: the epoch's `Table.fastest`, found once per family)."""
+    best = max(s.throughput for s in family.shapes) if fastest is None else fastest
     work = max(0.0, family.total_work - (done or 0.0))
     left = work / best if best > 0 else float("inf")
     # A running job waits no longer: its wait ended when it last started (it must not outweigh the queue by age).
