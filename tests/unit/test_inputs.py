@@ -118,3 +118,88 @@ def test_shorten():
 def test_clip():
     assert inputs.clip("short") == "short"
     assert inputs.clip("x" * 100, limit=5) == "xxxxx... (100 characters)"
+
+
+def _answer(text: str) -> tuple[str, object]:
+    """What `load_yaml` answers: ("ok", its value and that value's repr, types included) or ("error", the problem)."""
+    try:
+        data = inputs.load_yaml(text, "f.yaml")
+    except ConfigError as exc:
+        return "error", exc.problems
+    return "ok", (data, repr(data))
+
+
+def _both(text: str, monkeypatch) -> tuple[tuple, tuple]:
+    """`load_yaml`'s answer with libyaml first, and with the pure-Python loader alone (no libyaml installed)."""
+    fast = _answer(text)
+    with monkeypatch.context() as m:
+        m.setattr(inputs, "FastStrictLoader", None)
+        pure = _answer(text)
+    return fast, pure
+
+
+needs_libyaml = pytest.mark.skipif(inputs.FastStrictLoader is None, reason="PyYAML without libyaml")
+
+
+@needs_libyaml
+def test_family_texts_read_the_same_with_and_without_libyaml(monkeypatch):
+    """Mutated family texts (inserted, deleted and replaced YAML characters): the same value, or the same error,
+    whichever loader reads them first."""
+    import random
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    texts = [p.read_text(encoding="utf-8") for p in (*sorted((root / "wrappers" / "examples").glob("*.family.yaml")),
+                                                       *sorted((root / "etc" / "examples" / "families").glob("*.yaml")))]
+    assert texts
+    chars = " \n\r:-[]{},#&*'\"\\x01.eE+_~nyYtTofF" + "\t?!|>%@`\ufeff\u00e9\u2028"
+    rng = random.Random(30)
+    fast_read = 0
+    for _ in range(600):
+        text = list(rng.choice(texts))
+        for _ in range(rng.randint(1, 3)):
+            i = rng.randrange(len(text))
+            what = rng.random()
+            if what < 0.4:
+                text.insert(i, rng.choice(chars))
+            elif what < 0.7:
+                del text[i]
+            else:
+                text[i] = rng.choice(chars)
+        text = "".join(text)
+        fast, pure = _both(text, monkeypatch)
+        assert fast == pure, text
+        fast_read += not inputs.NOT_PLAIN.search(text)
+    assert fast_read > 200  # most were read by libyaml first
+
+
+@needs_libyaml
+@pytest.mark.parametrize("text", [
+    "name: t\tiny\n",  # a tab between tokens: libyaml reads it, the pure scanner refuses it
+    "max_num_seqs: [6?4, 256]\n",  # `?` inside a flow scalar: the same
+    "cpus: !\n",  # a bare tag: "" to libyaml, None to the pure constructor
+    "model: |# hints\n  x\n",  # a block scalar header before a comment: only libyaml opens one
+    "model:\n  a: 1\n\ufeff b: 2\n",  # a byte-order mark inside the text
+])
+def test_texts_the_parsers_read_differently_get_the_pure_loaders_answer(text, monkeypatch):
+    import yaml
+
+    try:
+        libyaml = ("ok", yaml.load(text, Loader=inputs.FastStrictLoader))  # noqa: S506 - a SafeConstructor
+    except yaml.YAMLError:
+        libyaml = ("error", None)
+    try:
+        reference = ("ok", yaml.load(text, Loader=inputs.StrictLoader))  # noqa: S506 - a SafeConstructor
+    except yaml.YAMLError:
+        reference = ("error", None)
+    assert libyaml != reference  # they do part here
+    fast, pure = _both(text, monkeypatch)
+    assert fast == pure and fast[0] == reference[0]
+
+
+@needs_libyaml
+@pytest.mark.parametrize("text", ["a: 1\nb: 2\na: 3\n", "a: &x [1, 2]\nb: *x\n", "n: " + "9" * 400,
+                                  "a: " + "[" * 40 + "]" * 40, "a: [1, 2\n", "kind: train\nsteps: 5\n"])
+def test_libyaml_first_gives_the_pure_loaders_value_or_error(text, monkeypatch):
+    fast, pure = _both(text, monkeypatch)
+    assert fast == pure
