@@ -89,12 +89,12 @@ class ScriptFamilies:
         active = {_key(j): j for j in snapshot.jobs}
         notes: list[str] = []
         found: list[tuple] = []
-        load, self._built = yaml_memo(), {}
+        load, self._built, shared = yaml_memo(), {}, {}
         todo = [(key, job) for key, job in sorted(active.items()) if key not in known and key not in self._dry]
         scripts = read_scripts(self.gateway, [job.job_id for _, job in todo])
         for key, job in todo:
             try:
-                managed, spec, source, note = self._examine(job, scripts[job.job_id], load, self._built)
+                managed, spec, source, note = self._examine(job, scripts[job.job_id], load, self._built, shared)
             except UnknownJobError:
                 continue  # it left between the snapshot and this read
             if note:
@@ -113,11 +113,12 @@ class ScriptFamilies:
         return notes
 
     def _examine(self, job: JobView, script: str | SlurmError, load=load_yaml,
-                 valid: dict[str, Family] | None = None) -> tuple[int, str, str, str]:
+                 valid: dict[str, Family] | None = None, shared: dict | None = None) -> tuple[int, str, str, str]:
         """(managed, spec, source, note) of one job from its batch script as `read_scripts` read it (the text or
         Slurm's refusal). `load`: `load_yaml` or a `yaml_memo`; `valid`: family texts this epoch found valid, with
         their `Family` (a text is built once; one that fails is built again for each job, so its note names that
-        job; `families` reuses them this epoch)."""
+        job; `families` reuses them this epoch); `shared`: `family_of`'s (texts that differ only in their work
+        share their shapes)."""
         if isinstance(script, (SlurmUnavailable, UnknownJobError)):
             raise script
         if isinstance(script, SlurmError):
@@ -132,7 +133,7 @@ class ScriptFamilies:
             text = limited(payload.family_spec, source, payload.type_limit)
             if valid is None or text not in valid:
                 family = parse_family(load(text, source), source, self.memory, gpu_types=self.types,
-                                      anchor=self.anchor or None, figures=self.figures)
+                                      anchor=self.anchor or None, figures=self.figures, shared=shared)
                 if valid is not None:
                     valid[text] = family
         except (ConfigError, RecursionError, ValueError) as exc:
@@ -213,9 +214,9 @@ def read_scripts(gateway: ScriptReader, job_ids: list[int], workers: int = READ_
 
 def yaml_memo() -> Callable[[str, str], Any]:
     """`load_yaml` that parses each distinct text once (jobs submitted with one family file carry the same text;
-    pure-Python YAML costs milliseconds a family, which 2,000 jobs an epoch make seconds). It hands out a copy
-    each time (the caller may change what it gets); a text that fails is not kept, so each job's error names
-    that job."""
+    a family costs about a millisecond in pure-Python YAML, a sixth of that with libyaml, times 2,000 jobs an
+    epoch). It hands out a copy each time (the caller may change what it gets); a text that fails is not kept,
+    so each job's error names that job."""
     parsed: dict[str, Any] = {}
 
     def load(text: str, source: str) -> Any:
@@ -272,10 +273,11 @@ def _parse_all(items: Iterable[tuple[int, str, str]], gpu_memory_mib: int, types
     """Each job's `Family` (a job id's newest row last wins), and a warning per family that cannot be used.
 
     A family depends on its text and, for a job that measured speeds on GPU types, on those: jobs with the same
-    text and no measurement share one `Family` (frozen, so sharing is safe), built once."""
+    text and no measurement share one `Family` (frozen, so sharing is safe), built once; texts that differ only in
+    their work share their shapes (`family_of`'s `shared`)."""
     families: dict[int, Family] = {}
     warnings: list[str] = []
-    load = yaml_memo()
+    load, shared = yaml_memo(), {}
     built = dict(built or {})  # `built`: families of texts already built with these same arguments
     for job_id, text, source in items:
         own = (measured or {}).get(job_id)
@@ -284,7 +286,7 @@ def _parse_all(items: Iterable[tuple[int, str, str]], gpu_memory_mib: int, types
             continue
         try:
             family = parse_family(load(text, source), source, gpu_memory_mib, gpu_types=types, measured=own,
-                                  anchor=anchor or None, figures=figures)
+                                  anchor=anchor or None, figures=figures, shared=shared)
         except (ConfigError, RecursionError, ValueError) as exc:
             warnings.append(f"job {job_id}: family ignored, the job is left as submitted: {_short(exc)}")
             continue

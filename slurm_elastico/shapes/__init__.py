@@ -10,8 +10,9 @@ are then enumerated per type (`typed`), their speeds scaled between types by
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from slurm_elastico.inputs import read_yaml
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.model import Family
 from slurm_elastico.shapes.enumerate import build_family, enumerate_shapes, pareto
+from slurm_elastico.shapes.shape_key import shape_key
 from slurm_elastico.shapes.solo import solo_profile
 from slurm_elastico.shapes.spec import Declared, FamilySpec, parse_spec, shape_name
 from slurm_elastico.shapes.typed import Measured, build_typed_family
@@ -30,21 +32,35 @@ __all__ = ["Declared", "FamilySpec", "build_family", "build_typed_family", "enum
 
 def family_of(spec: FamilySpec, gpu_memory_mib: int, profiles: Mapping[str, Declared] | None = None, *,
               gpu_types: Mapping[str, int] | None = None, measured: Measured | None = None,
-              anchor: str | None = None, figures: Mapping[str, Mapping[str, object]] | None = None) -> Family:
+              anchor: str | None = None, figures: Mapping[str, Mapping[str, object]] | None = None,
+              shared: dict[Hashable, Family] | None = None) -> Family:
     """The spec's `Family`: per GPU type when `gpu_types` (type -> memory MiB) names any, else for one memory.
 
-    `figures`: declared specs of types the public table does not know (`gpu_types.resolve`)."""
-    if gpu_types:
-        return build_typed_family(spec, gpu_types, profiles, measured, anchor, figures)
-    return build_family(spec, gpu_memory_mib, profiles)
+    `figures`: declared specs of types the public table does not know (`gpu_types.resolve`). `shared`: families
+    built so far by the caller, by `shape_key`; a spec whose key is there takes that family's shapes and default
+    with its own work, floor and name (a family that fails to build is not kept: its error names this spec)."""
+    def build() -> Family:
+        if gpu_types:
+            return build_typed_family(spec, gpu_types, profiles, measured, anchor, figures)
+        return build_family(spec, gpu_memory_mib, profiles)
+
+    if shared is None:
+        return build()
+    key = shape_key(spec, gpu_memory_mib, profiles, gpu_types, measured, anchor, figures)
+    if key not in shared:
+        shared[key] = build()
+        return shared[key]
+    return dataclasses.replace(shared[key], total_work=spec.work, throughput_floor=spec.throughput_floor,
+                               name=spec.name)
 
 
 def parse_family(data: Any, source: str, gpu_memory_mib: int, profiles: Mapping[str, Declared] | None = None, *,
                  gpu_types: Mapping[str, int] | None = None, measured: Measured | None = None,
-                 anchor: str | None = None, figures: Mapping[str, Mapping[str, object]] | None = None) -> Family:
-    """A `Family` from parsed YAML; raises one `ConfigError` with every problem."""
+                 anchor: str | None = None, figures: Mapping[str, Mapping[str, object]] | None = None,
+                 shared: dict[Hashable, Family] | None = None) -> Family:
+    """A `Family` from parsed YAML; raises one `ConfigError` with every problem. `shared`: as `family_of`'s."""
     return family_of(parse_spec(data, source), gpu_memory_mib, profiles, gpu_types=gpu_types, measured=measured,
-                     anchor=anchor, figures=figures)
+                     anchor=anchor, figures=figures, shared=shared)
 
 
 def load_family(path: str | os.PathLike, gpu_memory_mib: int, profiles: Mapping[str, Declared] | None = None, *,

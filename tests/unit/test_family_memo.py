@@ -105,3 +105,51 @@ def test_jobs_sharing_one_family_object_get_the_plan_they_get_with_a_copy_each()
         one = plan_epoch(snap, shared, Settings(), None, snap.taken_at, policy)
         each = plan_epoch(snap, copies, Settings(), None, snap.taken_at, policy)
         assert one.actions == each.actions and one.actions
+
+
+def test_texts_that_differ_only_in_their_work_share_their_shapes_and_build_as_each_alone(store):  # noqa: F811
+    """A sweep: one model, each job its own steps, name or floor. Its shapes are enumerated once; each job's family is
+    what building its own text alone gives, in admission and in a later epoch's `families`."""
+    from slurm_elastico.shapes import enumerate as enum_mod
+
+    texts = {j: FAMILY.replace("steps: 100", f"steps: {100 + j}") + (f"name: run-{j}\n" if j % 2 else "")
+             + (f"throughput_floor: {j / 10}\n" if j % 3 == 0 else "") for j in range(1, 13)}
+    texts[13] = FAMILY.replace("[8, 32]", "[8, 16, 32]")  # other knobs: its own shapes
+    src = ScriptFamilies(store, Scripts({j: elastico_script(t) for j, t in texts.items()}), 16000)
+    with mock.patch.object(enum_mod, "enumerate_shapes", wraps=enum_mod.enumerate_shapes) as enumerated:
+        assert src.admit(snapshot(cluster(2), jobs(*texts)), dry_run=False) == []
+        in_admission = enumerated.call_count
+        src._built.clear()  # as a later epoch's process: built again from the stored texts
+        fams, warnings = src.families(set(texts))
+    assert in_admission == 2 and enumerated.call_count == 4
+    assert warnings == [] and set(fams) == set(texts)
+    for j, text in texts.items():
+        alone = parse_family(load_yaml(text, f"job {j}"), f"job {j} (/home/u/fam.yaml)", 16000)
+        assert fams[j] == alone
+    assert fams[1].shapes == fams[2].shapes and fams[1].name == "run-1" and fams[2].name == ""
+    assert [fams[j].total_work for j in (1, 2, 3)] == [101, 102, 103] and fams[3].throughput_floor == 0.3
+
+
+def test_a_shared_build_that_fails_is_reported_for_each_job():
+    from slurm_elastico.helper.families import _parse_all
+
+    unfit = FAMILY.replace("mps_shares: [25, 100]", "mps_shares: [25, 100]\nmodel: {params: 9.0e12}")
+    items = [(1, unfit, "job 1"), (2, unfit.replace("steps: 100", "steps: 5"), "job 2"), (3, FAMILY, "job 3")]
+    fams, warnings = _parse_all(items, 16000)
+    assert set(fams) == {3}
+    assert [w.split(":")[0] for w in warnings] == ["job 1", "job 2"] and "job 2" in warnings[1].split(": ", 1)[1]
+
+
+def test_the_shape_key_tells_apart_what_shapes_depend_on():
+    from slurm_elastico.shapes import parse_spec
+    from slurm_elastico.shapes.shape_key import shape_key
+
+    def key(text: str, *build):
+        return shape_key(parse_spec(load_yaml(text, "f"), "f"), *build)
+
+    assert key(FAMILY, 16000) == key(FAMILY.replace("steps: 100", "steps: 9") + "name: x\nthroughput_floor: 2\n", 16000)
+    assert key(FAMILY, 16000) != key(FAMILY, 40000)
+    assert key(FAMILY, 16000) != key(FAMILY.replace("[8, 32]", "[32, 8]"), 16000)  # the order of the shapes
+    assert key(FAMILY, 16000, {"a": 1}) != key(FAMILY, 16000, {"a": 1.0}) != key(FAMILY, 16000, {"a": True})
+    assert key(FAMILY, 16000, {"a": 1, "b": 2}) != key(FAMILY, 16000, {"b": 2, "a": 1})  # order: as enumerated
+    assert key(FAMILY, 16000, object()) != key(FAMILY, 16000, object())  # a type it does not know: never shared
