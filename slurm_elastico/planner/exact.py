@@ -25,8 +25,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import lil_matrix
 
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Family, JobState, Snapshot
@@ -85,6 +83,9 @@ def optimum(snapshot: Snapshot, families: Mapping[int, Family], fairness: str, n
     if model is not None:
         _conflicts(jobs, families, opts, gpus, index, model, floor, row)
 
+    # scipy when a solve needs it: importing it costs about 0.3 s, every helper epoch otherwise
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import lil_matrix
     a = lil_matrix((len(rows), len(var)))
     ub = np.empty(len(rows))
     for r, (coefs, bound) in enumerate(rows):

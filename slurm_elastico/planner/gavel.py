@@ -44,8 +44,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import linprog
-from scipy.sparse import coo_matrix
 
 from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import SlowdownModel
@@ -98,6 +96,9 @@ def allocation(tput: np.ndarray, scale: np.ndarray, capacity: np.ndarray, object
         ub += [0.0] * m
         c = np.zeros(k + 1)
         c[k] = -1.0
+    # scipy when a solve needs it: importing it costs about 0.3 s, every helper epoch otherwise
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
     a = coo_matrix((vals, (rows, cols)), shape=(len(ub), k + extra)).tocsr()
     res = linprog(c, A_ub=a, b_ub=np.array(ub), bounds=[(0.0, 1.0)] * k + [(0.0, None)] * extra, method="highs")
     x = np.zeros((m, n))

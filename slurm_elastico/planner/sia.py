@@ -53,8 +53,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import linprog
-from scipy.sparse import coo_matrix
 
 from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import SlowdownModel
@@ -187,6 +185,9 @@ def _solve_lp(costs, fixed, options, types, capacity, no_alloc) -> list[tuple[st
         rows += [j, len(costs) + types.index(t)]
         cols += [i, i]
         vals += [1.0, float(n)]
+    # scipy when a solve needs it: importing it costs about 0.3 s, every helper epoch otherwise
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
     a = coo_matrix((vals, (rows, cols)), shape=(len(costs) + len(types), len(var))).tocsr()
     ub = np.array([1.0] * len(costs) + [float(capacity[t]) for t in types])
     c = np.array([costs[j][k] - no_alloc for j, k in var])
