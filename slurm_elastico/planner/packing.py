@@ -352,6 +352,24 @@ class GpuState(SlurmPicks, Admission):
         return tuple(self.node_gpus[node][k] for node, p in (split or {}).items()
                      for k in whole_gpus(idle[node], p, whole[node], unused[node]))
 
+    def bounds(self, t: int) -> tuple[list[int], list[float]]:
+        """GPU type t's free-share levels that hold a GPU (-1: all GPUs'), ascending, and for each the least of the
+        gain rule's bucket bounds (`need_min`) at that level and above. `find` for a row of type t finds nothing when
+        no level reaches its share, or when the newcomer alone (`alone`) is below the least bound from its share up:
+        it scans only those buckets. A search that finds nothing only raises bounds, so the answer holds until
+        something is placed or removed. (A type no GPU has: no level.)"""
+        if t >= 0 and t not in self.type_levels:
+            return [], []
+        levels = self.type_levels[t] if t >= 0 else self.levels
+        need_min = self.type_need_min[t] if t >= 0 else self.need_min
+        least, low = [0.0] * len(levels), math.inf
+        for i in range(len(levels) - 1, -1, -1):
+            v = need_min[levels[i]]
+            if low == low and not v >= low:  # (a NaN bound stays NaN from there down: never a reason to skip)
+                low = v
+            least[i] = low
+        return list(levels), least
+
     def find(self, seat: Seat, row: Row) -> tuple[int, float]:
         """(GPU, slowdown) of the best-fit GPU for `row`, or (-1, 0.0).
 

@@ -9,6 +9,8 @@ GPUs are kept free for it (`reservation.keep_free`).
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 import numpy as np
 
 from slurm_elastico import pricing
@@ -69,8 +71,8 @@ def place(job: Job, state: GpuState, slots: list[int]) -> bool:
     if state.unplaced.get(question) == state.changes:
         return False
     cut = state.cut_short
-    tops: dict[int, int] = {}  # each GPU type's largest free share (nothing changes until a shape fits)
-    for s in slots:
+    bounds: dict[int, tuple[list[int], list[float]]] = {}  # per GPU type (`GpuState.bounds`: nothing changes until
+    for s in slots:                                         # a shape fits)
         row = job.table.rows[s]
         if row.gpus:
             gang = state.find_gang(row)
@@ -78,11 +80,12 @@ def place(job: Job, state: GpuState, slots: list[int]) -> bool:
                 state.place_gang(seat, row, gang)
                 return True
             continue
-        top = tops.get(row.gtype)
-        if top is None:
-            top = tops[row.gtype] = state.max_free_of(row.gtype)
-        if row.share > top:
-            continue  # (`find`'s first answer)
+        b = bounds.get(row.gtype)
+        if b is None:
+            b = bounds[row.gtype] = state.bounds(row.gtype)
+        k = bisect_left(b[0], row.share)
+        if k == len(b[0]) or state.alone(seat, row) < b[1][k]:
+            continue  # no GPU with its share free, or none the gain rule lets it share: `find`'s answer
         g, _ = state.find(seat, row)
         if g >= 0:
             state.place(seat, row, g)
