@@ -78,14 +78,19 @@ class ContentionModel:
         return self._slowdown(*self._demand(a), *self._demand(b))
 
     def predict_matrix(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
-        """All pairs at once: entry [i, j] is the slowdown of profiles[i] next to profiles[j].
+        """All pairs at once: entry [i, j] is the slowdown of profiles[i] next to profiles[j] (`predict_blocks`,
+        spread to every pair of profiles)."""
+        block, rows = self.predict_blocks(profiles)
+        return block.take(rows, 0).take(rows, 1)
 
-        A slowdown depends on the two (SM, bandwidth) demands alone, and a cluster's profiles have a few distinct
-        ones (the kinds at each share): computed once per pair of those, then spread to every pair of profiles."""
+    def predict_blocks(self, profiles: Sequence[SoloProfile]) -> tuple[np.ndarray, np.ndarray]:
+        """All pairs at once, as (block, rows): the slowdown of profiles[i] next to profiles[j] is
+        block[rows[i], rows[j]]. A slowdown depends on the two (SM, bandwidth) demands alone, and a cluster's
+        profiles have a few distinct ones (the kinds at each share): computed once per pair of those."""
         sm, bw = self._demand(profiles)
         demand, inverse = np.unique(np.stack([sm, bw], axis=1), axis=0, return_inverse=True)
-        sm, bw, inverse = demand[:, 0], demand[:, 1], inverse.reshape(-1)
-        return self._slowdown(sm[:, None], bw[:, None], sm[None, :], bw[None, :]).take(inverse, 0).take(inverse, 1)
+        sm, bw = demand[:, 0], demand[:, 1]
+        return self._slowdown(sm[:, None], bw[:, None], sm[None, :], bw[None, :]), inverse.reshape(-1)
 
     def _slowdown(self, sm_a, bw_a, sm_b, bw_b) -> np.ndarray:
         memory_bound = bw_a / np.maximum(np.maximum(bw_a, sm_a), 1e-9)

@@ -7,8 +7,11 @@ call at the first lookup (`predict_matrix` where the model has it, else one
 rows and columns only. Packing then never calls the model: its many small
 lookups (a few pairs per candidate GPU) would otherwise each pay the model's
 fixed per-call cost (2,000 lookups: ~90 ms with the contention model, vs ~8 ms
-all pairs at once). Past `max_dense_pairs` only the pairs asked for are
-predicted, in one batched call per lookup. A model with `scorer(profiles)`
+all pairs at once; the contention model's all-pairs answer is kept as it
+computes it, a block over its few distinct demands and each profile's row
+there, `ContentionModel.predict_blocks`, not spread to a table of every pair
+until a profile comes after the first lookup). Past `max_dense_pairs` only
+the pairs asked for are predicted, in one batched call per lookup. A model with `scorer(profiles)`
 (the trained predictor) is asked once per set of profiles: its scorer
 tabulates every pair of distinct profiles, so a block 16 times larger is that
 table as it is (`matrices()`), and any lookup an index into it; a profile
@@ -62,6 +65,12 @@ def _clean(s: np.ndarray) -> np.ndarray:
     return out
 
 
+def _blocks(model: SlowdownModel | None) -> bool:
+    """Whether the model's all-pairs call is the contention model's spread of its blocks (`predict_blocks`): a
+    model that answers `predict_matrix` otherwise (a subclass that records or changes it) is asked through it."""
+    return getattr(type(model), "predict_matrix", None) is ContentionModel.predict_matrix
+
+
 UNCALIBRATED_GAIN_MARGIN = 0.4
 """The gain rule's margin for the untrained `ContentionModel` (whose own margin is 0: it was never checked
 against anything). Measured, not tuned: on Gavel's co-located pairs that fit
@@ -94,6 +103,10 @@ class PairCache:
         least = max(MIN_GAIN, UNCALIBRATED_GAIN_MARGIN) if uncalibrated else MIN_GAIN
         self.gain_margin = max(own, least) if model is not None else 0.0
         self._dense = np.zeros((0, 0))  # slowdowns of the first len(_dense) profiles, all pairs
+        # ...or, from the contention model (`_blocks`), the slowdowns among its few distinct demands and each
+        # profile's row there: the same numbers without a table of every pair (`_block` None: `_dense` holds them)
+        self._block: np.ndarray | None = None
+        self._rows: list[int] = []
         self._dense_margin = np.zeros((0, 0))  # their margins (per_pair only)
         self._known: dict[tuple[int, int], float] = {}  # pairs outside the dense block
         self._known_margin: dict[tuple[int, int], float] = {}  # their margins (per_pair only)
@@ -118,7 +131,7 @@ class PairCache:
 
     def _grow_dense(self) -> bool:
         """Extends the all-pairs block to every profile; False when the model or the size does not allow it."""
-        n, m = len(self.profiles), len(self._dense)
+        n, m = len(self.profiles), len(self._rows) if self._block is not None else len(self._dense)
         if n == m:
             return True
         if hasattr(self.model, "scorer"):
@@ -129,6 +142,14 @@ class PairCache:
         if n * n > limit:
             return False
         p = self.profiles
+        if m == 0 and not self.per_pair and _blocks(self.model):
+            self.model_calls += 1
+            block, rows = self.model.predict_blocks(p)
+            self._block, self._rows = _clean(np.asarray(block, dtype=float)), np.asarray(rows).tolist()
+            return True
+        if self._block is not None:  # profiles added since: every pair's table from here on (the same numbers)
+            self._dense = self._block.take(self._rows, 0).take(self._rows, 1)
+            self._block, self._rows = None, []
         dense = np.empty((n, n))
         margin = np.empty((n, n)) if self.per_pair else self._dense_margin
         if m == 0:
@@ -205,6 +226,9 @@ class PairCache:
         if self.model is None:
             return [1.0] * len(pairs)
         if self._grow_dense():
+            if self._block is not None:
+                item, rows = self._block.item, self._rows
+                return [item(rows[i], rows[j]) for i, j in pairs]
             return list(map(self._dense.item, pairs))  # a Python float each, without numpy's scalar indexing
         self._lookup(pairs)
         known = self._known

@@ -138,6 +138,26 @@ def test_contention_model_matrix_equals_its_pairs():
     assert np.allclose(mat, pairs) and mat.shape == (3, 3)
 
 
+def test_the_contention_models_blocks_answer_as_its_matrix_before_and_after_more_profiles():
+    from slurm_elastico.interference.base import ContentionModel
+
+    profs = [SoloProfile(kind=k, sm_util=s, membw_util=b, mps_share=m)
+             for k, s, b, m in [("train", 0.3, 0.8, 50), ("infer", 0.9, 0.4, 100), ("train", float("nan"), 0.5, 25),
+                                ("train", 0.3, 0.8, 50), ("infer", 2.0, float("inf"), 75)]]
+    cm = ContentionModel()
+    cache = PairCache(cm)
+    for p in profs[:4]:
+        cache.add(p)
+    pairs = [(i, j) for i in range(4) for j in range(4)]
+    want = np.maximum(cm.predict_matrix(profs[:4]), 1.0)
+    assert cache.get(pairs) == [want[i, j] for i, j in pairs] and cache.model_calls == 1
+    cache.add(profs[4])  # one more after a lookup: its row and column, the others as they were
+    pairs = [(i, j) for i in range(5) for j in range(5)]
+    got = cache.get(pairs)
+    want = cm.predict([profs[i] for i, _ in pairs], [profs[j] for _, j in pairs])
+    assert np.allclose(got, np.where(np.isfinite(want), np.maximum(want, 1.0), np.inf)) and cache.model_calls == 2
+
+
 def test_a_trained_model_answers_lookups_from_its_scorer_past_the_dense_limit():
     from pathlib import Path
 
