@@ -120,6 +120,7 @@ def read_board(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
     # -- families as tables (one per distinct family object) ----------------
     tables: dict[int, Table] = {}
     narrowed: dict[int, Family] = {}
+    levels: dict[int, int] = {}  # share (percent) -> Slurm's count, for all the tables
 
     def table_of(fam: Family, running: JobView | None = None) -> Table:
         key = id(fam)
@@ -137,7 +138,7 @@ def read_board(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
                 small = narrowed[extra]
         t = tables.get(id(small))
         if t is None:
-            t = tables[id(small)] = make_table(small, cache, gs.shares_per_gpu, types)
+            t = tables[id(small)] = make_table(small, cache, gs.shares_per_gpu, types, levels)
         return t
 
     # -- who is where --------------------------------------------------------

@@ -80,10 +80,12 @@ WHOLE_UID = -1
 """`Row.uid` of a row holding whole GPUs: never looked up (nobody shares a GPU it holds)."""
 
 
-def make_table(fam: Family, cache: PairCache, shares_per_gpu: int, types: tuple[str, ...] = ()) -> Table:
+def make_table(fam: Family, cache: PairCache, shares_per_gpu: int, types: tuple[str, ...] = (),
+               levels: dict[int, int] | None = None) -> Table:
     """`fam`'s rows as a `Table` on a cluster with GPU `types` (its arrays: `fill_tables`); each shape that is a
     share of a GPU gets a profile in `cache`. A shape of a type the cluster lacks is not allowed; T/T_max is over
-    the shapes that are."""
+    the shapes that are. `levels`: each share (percent) in Slurm's counts, filled as met (the epoch's families
+    have a few share levels between them: one dict for all its tables converts each once)."""
     shapes = fam.shapes
     n = len(shapes)
     # A throughput carried over from another GPU type counts at a conservative quantile of its uncertainty
@@ -99,7 +101,10 @@ def make_table(fam: Family, cache: PairCache, shares_per_gpu: int, types: tuple[
         tmax = max(tputs)
     # Column by column: shares in Slurm's counts from here on (the shapes' are percent).
     res = [s.resources for s in shapes]
-    levels = {m: shares_of(m, shares_per_gpu) for m in {r.mps for r in res} if m}  # a family has a few share levels
+    levels = {} if levels is None else levels
+    for m in {r.mps for r in res} - levels.keys():
+        if m:
+            levels[m] = shares_of(m, shares_per_gpu)
     share = [levels[r.mps] if r.mps else 0 for r in res]
     gpus = [r.gpus for r in res]
     # Only a share of a GPU ever sits beside another job: whole-GPU rows (all of one, or a gang) need no
