@@ -18,6 +18,9 @@ shadow journal for `journal`; no recovery and no in-flight guard (nothing
 was issued, so nothing is open or starting), and the plan's actions are
 rehearsed (`executor.rehearse`), never applied.
 
+A pairing the plan makes as a probe of a model adapting online is named in the epoch's notes
+(`helper.probes`).
+
 `gateway` is anything with the `SlurmGateway` methods used here (`snapshot`,
 `apply`, `argv_for`, `release`); the simulator's cluster has the same methods.
 """
@@ -42,6 +45,7 @@ from slurm_elastico.helper.executor import Outcome, Rehearsal, execute, keep_oth
 from slurm_elastico.helper.families import Admission, FamilySource
 from slurm_elastico.helper.inflight import SETTLE_S, in_flight
 from slurm_elastico.helper.journal import JournalLike, action_to_json
+from slurm_elastico.helper.probes import probe_notes
 from slurm_elastico.helper.recovery import recover
 from slurm_elastico.helper.revert import undo_actions
 from slurm_elastico.helper.shadow import predicted_gains
@@ -156,6 +160,7 @@ def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model
                                     f"(waiting up to {SETTLE_S:g} s)")
     # the planner leaves jobs without a family alone; this holds it whatever the policy
     plan = _without(plan, {a.job_id for a in plan.actions} - set(fams), "no action, it has no family from elastico-submit")
+    plan = dataclasses.replace(plan, notes=(*plan.notes, *probe_notes(plan, snap, fams, model)))
     reverted = getattr(observer, "reverted", ())
     if reverted:  # probe and revert: separate each pair that did not pay (the planner will not pair it again)
         undo, why = undo_actions(reverted, snap.jobs, fams, {a.job_id for a in plan.actions} | unsettled | starting,

@@ -143,6 +143,10 @@ class OnlineAdapted:
                 out[i] = 1.0 / min(norm, 1.0) if norm > 0 else np.inf
         return out
 
+    def probes(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
+        """Per pair: whether putting a[k] beside b[k] now is a probe (probing, and the pair never measured)."""
+        return self._fresh(a, b) & (self.probing and self.probe_optimism > 0)
+
     def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
         s = np.asarray(self._view.predict(a, b), dtype=float)
         if not len(a):

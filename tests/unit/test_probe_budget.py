@@ -105,3 +105,32 @@ def test_the_helper_gives_the_adapting_model_its_optimism_and_the_observer_its_b
             assert service.observer.probe_budget == budget and service.observer.model is service.model
         finally:
             service.store.close()
+
+
+def test_the_epoch_notes_each_new_pairing_that_is_a_probe():
+    from dataclasses import replace
+
+    from slurm_elastico.helper.probes import probe_notes
+    from slurm_elastico.interference.measurements import Colocation
+    from slurm_elastico.model import Action, ActionKind, Placement, Plan
+    from slurm_elastico.shapes.solo import solo_profile
+    from tests.synthetic import pending
+
+    model = OnlineAdapted(Flat(), "p100", untrained_margin=0.4, probe_optimism=0.4)
+    fams = {1: FAM, 2: FAM}
+    snap = snapshot(cluster(2), [job(1, 0, 50), pending(2, share=50)])
+    start = (Action(ActionKind.SET_NODES, 2, "start", nodes=("n0000",)),)
+    beside = Plan(actions=start, placements=(Placement(1, "n0000", 0, "mps50-0", 50, 1.0),
+                                             Placement(2, "n0000", 0, "mps50-0", 50, 1.0)))
+    assert probe_notes(beside, snap, fams, model) == []  # not probing: the model admitted it on its own word
+    model.probing = True
+    (note,) = probe_notes(beside, snap, fams, model)
+    assert note.startswith("probe: jobs 1 and 2 on GPU n0000:0, a pair never measured on p100"), note
+    elsewhere = replace(beside, placements=(beside.placements[0], replace(beside.placements[1], gpu=1)))
+    assert probe_notes(elsewhere, snap, fams, model) == []  # no pairing
+    together = snapshot(cluster(2), [job(1, 0, 50), job(2, 0, 50)])
+    assert probe_notes(replace(beside, actions=()), together, fams, model) == []  # they share the GPU already
+    assert probe_notes(beside, snap, fams, Flat()) == []  # a model that does not adapt never probes
+    half = solo_profile(FAM.shape("mps50-0"), FAM.kind, FAM.name)
+    model.observe([Colocation("p100", half, half, 0.6, 0.6)])
+    assert probe_notes(beside, snap, fams, model) == []  # measured: no longer a probe
