@@ -245,16 +245,24 @@ def load_yaml(text: str, where: str) -> Any:
     fails on) is read again by `StrictLoader`, whose value or error is then the answer (libyaml words its errors
     otherwise, and a text only libyaml refuses is still read)."""
     if FastStrictLoader is not None and not NOT_PLAIN.search(text):
-        try:
-            return yaml.load(text, Loader=FastStrictLoader)  # noqa: S506 - a SafeConstructor
-        except Exception:  # noqa: BLE001 - the reference loader below decides, and says what is wrong
-            pass
+        read, value = _read_fast(text)
+        if read:
+            return value
     try:
         return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - StrictLoader is a SafeLoader
     except yaml.YAMLError as exc:
         raise ConfigError(where, [f"not valid YAML: {clip(str(exc), 2000)}"]) from None
     except RecursionError:  # nesting inside one scalar-free flow the composer does not see; a backstop
         raise ConfigError(where, [f"not valid YAML: nested too deep; allowed: at most {MAX_DEPTH} levels"]) from None
+
+
+def _read_fast(text: str) -> tuple[bool, Any]:
+    """(True, the value) when `FastStrictLoader` reads `text`; (False, None) when it refuses it with what a parser or
+    a constructor raises on a bad text, for `StrictLoader` to decide and word. Anything else is a defect and rises."""
+    try:
+        return True, yaml.load(text, Loader=FastStrictLoader)  # noqa: S506 - a SafeConstructor
+    except (yaml.YAMLError, RecursionError, ValueError, TypeError):
+        return False, None
 
 
 def read_yaml(path: str | os.PathLike, kind: str) -> Any:
