@@ -130,6 +130,37 @@ sys.exit(75 if stop else 0)
 """
 
 
+KERNEL_S = 0.05
+"""Seconds of fake GPU time a step of `fake_gpu_program` takes: a whole GPU runs 20 steps/s."""
+
+
+def fake_gpu_program(preamble: str = "") -> str:
+    """A `step_program` whose every step is a kernel of KERNEL_S seconds on the job's fake GPU: one clock file per
+    GPU (in the directory argv[1]) holds when the GPU is next free, so jobs sharing a GPU slow each other, first
+    come first served. `preamble`: Python run first."""
+    return step_program("work()", setup=f"""
+import fcntl
+
+{preamble}
+KERNEL_S = {KERNEL_S!r}
+clocks = sys.argv[1]  # a directory: one clock file per fake GPU, holding when the GPU is next free
+node = os.environ["SLURMD_NODENAME"]
+gpu = int((os.environ.get("SLURM_JOB_GPUS") or os.environ["CUDA_VISIBLE_DEVICES"]).split(",")[0])
+clock = os.open(os.path.join(clocks, f"{{node}}-{{gpu}}"), os.O_RDWR | os.O_CREAT, 0o600)
+print(f"fake GPU {{node}}:{{gpu}}", flush=True)
+
+
+def work():  # one kernel: the GPU's next free slot of KERNEL_S seconds (first come first served), waited out asleep
+    fcntl.flock(clock, fcntl.LOCK_EX)
+    try:
+        free = float(os.pread(clock, 64, 0) or 0)
+        end = max(time.monotonic(), free) + KERNEL_S
+        os.pwrite(clock, f"{{end:<24.6f}}".encode(), 0)
+    finally:
+        fcntl.flock(clock, fcntl.LOCK_UN)
+    time.sleep(max(0.0, end - time.monotonic()))""")
+
+
 def epoch(c: Cluster) -> dict:
     """One `elastico sched --once --json` epoch; its JSON result."""
     done = subprocess.run([str(BIN / "elastico"), "sched", "--once", "--json"], env=c.env, capture_output=True,

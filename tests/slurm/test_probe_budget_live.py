@@ -35,33 +35,13 @@ from slurm_elastico.helper.metrics import Metrics
 from slurm_elastico.helper.service import open_service
 from slurm_elastico.model import JobState
 
-from live_helpers import BIN, Cluster, epoch, idle_nodes, solo_rates, step_program, until, wait_report
-from test_probe_revert_live import KERNEL_S, SPEED, gpu_of
+from live_helpers import BIN, Cluster, epoch, fake_gpu_program, idle_nodes, solo_rates, until, wait_report
+from test_probe_revert_live import SPEED, gpu_of
 
 pytestmark = [pytest.mark.live, pytest.mark.alone]  # it times jobs: other tests' CPU use would stretch their steps
 
 GAVEL = Path(__file__).resolve().parents[1] / "data" / "gavel"
-PROGRAM = step_program("work()", setup=f"""
-import fcntl
-
-os.environ.setdefault("ELASTICO_STEPS", "100000000")  # an inference job: requests, reported like steps
-KERNEL_S = {KERNEL_S!r}
-clocks = sys.argv[1]  # a directory: one clock file per fake GPU, holding when the GPU is next free
-node = os.environ["SLURMD_NODENAME"]
-gpu = int((os.environ.get("SLURM_JOB_GPUS") or os.environ["CUDA_VISIBLE_DEVICES"]).split(",")[0])
-clock = os.open(os.path.join(clocks, f"{{node}}-{{gpu}}"), os.O_RDWR | os.O_CREAT, 0o600)
-print(f"fake GPU {{node}}:{{gpu}}", flush=True)
-
-
-def work():  # one kernel: the GPU's next free slot of KERNEL_S seconds (first come first served), waited out asleep
-    fcntl.flock(clock, fcntl.LOCK_EX)
-    try:
-        free = float(os.pread(clock, 64, 0) or 0)
-        end = max(time.monotonic(), free) + KERNEL_S
-        os.pwrite(clock, f"{{end:<24.6f}}".encode(), 0)
-    finally:
-        fcntl.flock(clock, fcntl.LOCK_UN)
-    time.sleep(max(0.0, end - time.monotonic()))""")
+PROGRAM = fake_gpu_program('os.environ.setdefault("ELASTICO_STEPS", "100000000")  # an inference job: requests, reported like steps')
 """test_probe_revert_live's job on a fake GPU, as an inference job (argv[1]: the clocks' directory)."""
 
 HALF, WHOLE = "gmu0.9-seqs16-kvauto-mps50", "gmu0.9-seqs16-kvauto-mps100"

@@ -27,35 +27,14 @@ import pytest
 
 from slurm_elastico.model import JobState
 
-from live_helpers import Cluster, epoch, idle_nodes, solo_rates, step_program, until, wait_report
+from live_helpers import KERNEL_S, Cluster, epoch, fake_gpu_program, idle_nodes, solo_rates, until, wait_report
 
 pytestmark = [pytest.mark.live, pytest.mark.alone]  # it times jobs: other tests' CPU use would stretch their steps
 
-KERNEL_S = 0.05
-"""Seconds of fake GPU time a step takes: a whole GPU runs 20 steps/s."""
 SPEED = 1 / KERNEL_S
 """A job's nominal speed alone on a GPU, steps/s."""
 
-PROGRAM = step_program("work()", setup=f"""
-import fcntl
-
-KERNEL_S = {KERNEL_S!r}
-clocks = sys.argv[1]  # a directory: one clock file per fake GPU, holding when the GPU is next free
-node = os.environ["SLURMD_NODENAME"]
-gpu = int((os.environ.get("SLURM_JOB_GPUS") or os.environ["CUDA_VISIBLE_DEVICES"]).split(",")[0])
-clock = os.open(os.path.join(clocks, f"{{node}}-{{gpu}}"), os.O_RDWR | os.O_CREAT, 0o600)
-print(f"fake GPU {{node}}:{{gpu}}", flush=True)
-
-
-def work():  # one kernel: the GPU's next free slot of KERNEL_S seconds (first come first served), waited out asleep
-    fcntl.flock(clock, fcntl.LOCK_EX)
-    try:
-        free = float(os.pread(clock, 64, 0) or 0)
-        end = max(time.monotonic(), free) + KERNEL_S
-        os.pwrite(clock, f"{{end:<24.6f}}".encode(), 0)
-    finally:
-        fcntl.flock(clock, fcntl.LOCK_UN)
-    time.sleep(max(0.0, end - time.monotonic()))""")
+PROGRAM = fake_gpu_program()
 """Each step is a kernel on the job's fake GPU (see the module's text); argv[1] is the clocks' directory."""
 
 FAMILY = """kind: train
