@@ -137,6 +137,10 @@ class HelperSettings:
     mode: str = _opt("act", choices=("act", "shadow"), help="act: the helper changes jobs through Slurm; shadow: it "
                      "plans full epochs and journals what it would do, changing nothing in Slurm (elastico report "
                      "--shadow); elastico sched --shadow / --act override it")
+    script_read_budget_s: float = _opt(2.0, lo=0, hi=3600, help="seconds an epoch may spend starting reads of new "
+                                       "jobs' batch scripts (their families): running jobs first, then pending ones "
+                                       "by Slurm priority; the jobs left are read by the next epochs and left as "
+                                       "submitted until then; 0 = no limit (every new job read in its first epoch)")
 
 
 @dataclass(frozen=True)
@@ -193,10 +197,13 @@ def _check_value(key: str, value: Any, typ: Any, meta: dict, problems: list[str]
         return None
     if meta.get("choices") and value not in meta["choices"]:
         problems.append(f"{key}: {value!r} is not one of {', '.join(map(repr, meta['choices']))}")
-    if meta.get("lo") is not None and value < meta["lo"]:
-        problems.append(f"{key}: {value!r} is below the minimum {meta['lo']}")
-    if meta.get("hi") is not None and value > meta["hi"]:
-        problems.append(f"{key}: {value!r} is above the maximum {meta['hi']}")
+    lo, hi = meta.get("lo"), meta.get("hi")
+    allowed = (f"from {lo} to {hi}" if lo is not None and hi is not None
+               else f"at least {lo}" if lo is not None else f"at most {hi}")
+    if lo is not None and value < lo:
+        problems.append(f"{key}: {value!r} is below the minimum {lo}; allowed: {allowed}")
+    if hi is not None and value > hi:
+        problems.append(f"{key}: {value!r} is above the maximum {hi}; allowed: {allowed}")
     return value
 
 

@@ -21,6 +21,10 @@ rehearsed (`executor.rehearse`), never applied.
 A pairing the plan makes as a probe of a model adapting online is named in the epoch's notes
 (`helper.probes`).
 
+A job whose batch script the epoch's reading budget left unread (`families.ScriptFamilies`,
+`helper.script_read_budget_s`) has no family yet: it is left as submitted, like a plain job, counted in
+`EpochResult.deferred` and in a note, and read by a later epoch.
+
 `gateway` is anything with the `SlurmGateway` methods used here (`snapshot`,
 `apply`, `argv_for`, `release`); the simulator's cluster has the same methods.
 """
@@ -96,6 +100,9 @@ class EpochResult:
     """'act', 'shadow' (journaled, nothing issued) or 'dry-run'."""
     slurm_changes: int | None = None
     """Commands that change Slurm this epoch issued (the service counts them at its runner; None: not counted)."""
+    deferred: int = 0
+    """Queued jobs whose family this epoch did not read yet (the reading budget, `helper.script_read_budget_s`): left
+    as submitted, read by the next epochs."""
 
     def to_dict(self) -> dict:
         gains = dict(self.gains)
@@ -113,6 +120,7 @@ class EpochResult:
             "managed": len(self.managed),
             "held": list(self.held),
             "slurm_changes": self.slurm_changes,
+            "families_deferred": self.deferred,
         }
 
 
@@ -147,6 +155,7 @@ def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model
             snap = gateway.snapshot()
         starting = in_flight(journal.recent(now - SETTLE_S), snap.jobs, now) - unsettled
     admitted = families.admit(snap, dry_run) if isinstance(families, Admission) else []
+    deferred = getattr(families, "deferred", 0) if isinstance(families, Admission) else 0
     fams, warnings = families.families({j.job_id for j in snap.jobs})
     warnings = [*admitted, *warnings]
     progress, fams, observed = observer(snap, fams, dry_run, families) if observer is not None else ({}, fams, [])
@@ -161,6 +170,9 @@ def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model
     # the planner leaves jobs without a family alone; this holds it whatever the policy
     plan = _without(plan, {a.job_id for a in plan.actions} - set(fams), "no action, it has no family from elastico-submit")
     plan = dataclasses.replace(plan, notes=(*plan.notes, *probe_notes(plan, snap, fams, model)))
+    if deferred:  # not read yet: no family, so the planner and `_without` above leave these jobs as submitted
+        plan = dataclasses.replace(plan, notes=(*plan.notes, f"families not read yet: {deferred} job(s), deferred to "
+                                                "later epochs (helper.script_read_budget_s); left as submitted until then"))
     reverted = getattr(observer, "reverted", ())
     if reverted:  # probe and revert: separate each pair that did not pay (the planner will not pair it again)
         undo, why = undo_actions(reverted, snap.jobs, fams, {a.job_id for a in plan.actions} | unsettled | starting,
@@ -179,7 +191,7 @@ def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model
     held = tuple(j.job_id for j in snap.jobs if j.job_id in fams and j.held)
     return EpochResult(now, plan, tuple(outcomes), tuple(recovered), tuple(warnings), outage,
                        tuple(sorted(fams)), held, predicted_slowdowns(plan, fams), tuple(sorted(gains.items())),
-                       "shadow" if shadow else "dry-run" if dry_run else "act")
+                       "shadow" if shadow else "dry-run" if dry_run else "act", deferred=deferred)
 
 
 def _without(plan: Plan, jobs: set[int], why: str) -> Plan:

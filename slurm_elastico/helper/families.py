@@ -20,11 +20,19 @@ its family to those types, and what the job measured on a type (its solo
 speed per typed shape, the store's `solo_rate_by_type`) replaces the estimate
 there and rescales it on the others (`shapes.type_speed`). With one type or
 none, everything is as it always was.
+
+Reading budget: a script read is a `scontrol` process (a few milliseconds each), so the first epoch over a deep
+queue (a new installation, a restart after downtime) would take as long as the queue is deep. `admit` reads
+new jobs' scripts in `read_order` (running jobs first, the helper may reshape them; then pending jobs as Slurm
+would start them) and starts no read once `read_budget_s` (settings' `helper.script_read_budget_s`) has passed:
+the jobs left are counted in `deferred`, left as submitted (no family yet, so never acted on), and read by the
+next epochs, which pick them up in the same order.
 """
 
 from __future__ import annotations
 
 import copy
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Mapping
@@ -36,7 +44,7 @@ import yaml
 from slurm_elastico.errors import ConfigError, SlurmError, SlurmUnavailable, UnknownJobError
 from slurm_elastico.inputs import load_yaml
 from slurm_elastico.jobwrap.script import payload_from_script
-from slurm_elastico.model import Family, JobView, Snapshot
+from slurm_elastico.model import Family, JobState, JobView, Snapshot
 from slurm_elastico.shapes import load_directory, parse_family
 from slurm_elastico.shapes.typed import Measured, family_memory, same_type, types_of_nodes
 from slurm_elastico.store import Store
@@ -50,6 +58,9 @@ class FamilySource(Protocol):
 
 @runtime_checkable
 class Admission(Protocol):
+    """A family source that learns each epoch's jobs first. It may also carry `deferred` (int): the queued jobs
+    whose family its last `admit` left for later epochs (`ScriptFamilies`' reading budget)."""
+
     def admit(self, snapshot: Snapshot, dry_run: bool) -> list[str]:
         """Learn the families of the snapshot's jobs not seen before, forget those of jobs gone; notes."""
         ...
@@ -59,15 +70,25 @@ class ScriptReader(Protocol):
     def batch_script(self, job_id: int) -> str: ...
 
 
+READ_WORKERS = 4
+"""Batch scripts read at once. Each read is a scontrol process, mostly waiting on slurmctld (about 3 ms); a first
+epoch over 2,000 queued jobs reads 2,000 of them, one after another about 6 s (hence the reading budget)."""
+
+
 class ScriptFamilies:
     """Families embedded by elastico-submit in the jobs' batch scripts, read once per job through Slurm."""
 
     def __init__(self, store: Store, gateway: ScriptReader, gpu_memory_mib: int, clock=time.time, anchor: str = "",
-                 figures: Mapping[str, Mapping[str, object]] | None = None):
+                 figures: Mapping[str, Mapping[str, object]] | None = None, read_budget_s: float = 0.0,
+                 monotonic: Callable[[], float] = time.monotonic, workers: int = READ_WORKERS):
         self.store, self.gateway, self.gpu_memory_mib, self.clock = store, gateway, gpu_memory_mib, clock
         self.anchor, self.figures = anchor, dict(figures or {})
         """The GPU type the families' untyped figures describe (settings' `gpu.type`; else the first type), and the
         declared figures of types the public table lacks (`shapes.typed.figures_by_type`)."""
+        self.read_budget_s, self.monotonic, self.workers = read_budget_s, monotonic, workers
+        """Seconds after which an `admit` starts no more script reads (0: no limit), its clock, reads at once."""
+        self.deferred = 0
+        """New jobs whose script the last `admit` did not read (its budget was spent): read by later epochs."""
         self.types: dict[str, int] = {}
         """The cluster's GPU types -> memory MiB as the last snapshot showed them ({}: one type)."""
         self.memory = gpu_memory_mib
@@ -78,7 +99,8 @@ class ScriptFamilies:
         `families`, which reuses them; renewed by every `admit`)."""
 
     def admit(self, snapshot: Snapshot, dry_run: bool) -> list[str]:
-        """Read the batch script of every active job not seen before; forget rows of jobs no longer queued.
+        """Read the batch script of active jobs not seen before, in `read_order` until the reading budget is spent
+        (the rest: `deferred`, read next epoch); forget rows of jobs no longer queued.
 
         `SlurmUnavailable` propagates (the epoch is an outage); a job that vanished meanwhile is skipped and
         tried again next epoch; any other refusal to show its script leaves the job unmanaged, with a note.
@@ -90,9 +112,14 @@ class ScriptFamilies:
         notes: list[str] = []
         found: list[tuple] = []
         load, self._built, shared = yaml_memo(), {}, {}
-        todo = [(key, job) for key, job in sorted(active.items()) if key not in known and key not in self._dry]
-        scripts = read_scripts(self.gateway, [job.job_id for _, job in todo])
-        for key, job in todo:
+        todo = read_order(job for key, job in active.items() if key not in known and key not in self._dry)
+        scripts = read_scripts(self.gateway, [job.job_id for job in todo], self.workers, self.read_budget_s,
+                               self.monotonic)
+        self.deferred = len(todo) - len(scripts)
+        for job in todo:
+            key = _key(job)
+            if job.job_id not in scripts:
+                continue  # not read yet: no row, so the next epoch reads it
             try:
                 managed, spec, source, note = self._examine(job, scripts[job.job_id], load, self._built, shared)
             except UnknownJobError:
@@ -191,25 +218,48 @@ class DirectoryFamilies:
                 [f"family ignored, the job is left as submitted: {e}" for e in errors])
 
 
-READ_WORKERS = 4
-"""Batch scripts read at once. Each read is a scontrol process, mostly waiting on slurmctld (about 3 ms); a first
-epoch over 2,000 queued jobs reads 2,000 of them, one after another about 6 s."""
+def read_order(jobs: Iterable[JobView]) -> list[JobView]:
+    """The order new jobs' scripts are read in: running jobs first (the helper may reshape them at once), then the
+    others as Slurm's scheduler would consider them (priority, highest first; then submit time and job id). A held
+    job (priority 0) comes last: nothing starts it before it is released."""
+    return sorted(jobs, key=lambda j: (j.state is not JobState.RUNNING, -j.priority, j.submit_time or 0, j.job_id))
 
 
-def read_scripts(gateway: ScriptReader, job_ids: list[int], workers: int = READ_WORKERS
-                 ) -> dict[int, str | SlurmError]:
-    """job id -> its batch script, or the `SlurmError` Slurm answered for it; up to `workers` reads at once (reads
-    only: what each job's answer means is decided after, one job at a time, in order)."""
+def read_scripts(gateway: ScriptReader, job_ids: list[int], workers: int = READ_WORKERS, budget_s: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> dict[int, str | SlurmError]:
+    """job id -> its batch script, or the `SlurmError` Slurm answered for it; up to `workers` reads at once, each
+    started in the order of `job_ids` (reads only: what each job's answer means is decided after, one at a time).
+
+    `budget_s` > 0: no read starts once that many seconds (of `clock`) have passed since the call; the jobs not read
+    are absent from the answer, and those read are the first of `job_ids` (the first is always read)."""
+    deadline = clock() + budget_s if budget_s > 0 else None
+
     def one(job_id: int) -> str | SlurmError:
         try:
             return gateway.batch_script(job_id)
         except SlurmError as exc:
             return exc
 
+    def spent() -> bool:
+        return deadline is not None and clock() >= deadline
+
+    out: dict[int, str | SlurmError] = {}
     if workers < 2 or len(job_ids) < 2:
-        return {j: one(j) for j in job_ids}
+        for i, job_id in enumerate(job_ids):
+            if i and spent():
+                break
+            out[job_id] = one(job_id)
+        return out
+    free = threading.Semaphore(workers)  # a read is started only when a worker is free for it, so the budget is
+    futures = {}                         # checked just before each read starts, in order
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return dict(zip(job_ids, pool.map(one, job_ids)))
+        for i, job_id in enumerate(job_ids):
+            free.acquire()
+            if i and spent():
+                break
+            futures[job_id] = pool.submit(one, job_id)
+            futures[job_id].add_done_callback(lambda _: free.release())
+    return {j: f.result() for j, f in futures.items()}
 
 
 def yaml_memo() -> Callable[[str, str], Any]:

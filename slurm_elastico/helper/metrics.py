@@ -70,6 +70,7 @@ class Metrics:
         self._observed = (0.0, 0)
         self._held = 0
         self._managed = 0
+        self._deferred = 0
         self._last = 0.0
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
@@ -88,6 +89,7 @@ class Metrics:
             self._observed = observed
             self._held = len(result.held)
             self._managed = len(result.managed)
+            self._deferred = result.deferred
             self._last = ended_at
 
     def outage(self, seconds: float, ended_at: float) -> None:
@@ -147,6 +149,9 @@ class Metrics:
                                   value=self._held),
                 GaugeMetricFamily("elastico_managed_jobs", "Queued jobs with a family at the last epoch.",
                                   value=self._managed),
+                GaugeMetricFamily("elastico_families_deferred_jobs",
+                                  "Queued jobs whose family the last epoch had not read yet (reading budget).",
+                                  value=self._deferred),
                 GaugeMetricFamily("elastico_last_epoch_timestamp_seconds", "When the last epoch ended (Unix time).",
                                   value=self._last),
             ]

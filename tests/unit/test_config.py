@@ -67,8 +67,9 @@ def test_shipped_example_is_valid():
 @pytest.mark.parametrize("data, expected", [
     ({"planner": {"step": float("nan")}}, "planner.step: expected float (finite), got float nan"),
     ({"planner": {"reshape_cost_s": float("inf")}}, "planner.reshape_cost_s: expected float (finite), got float inf"),
-    ({"gpu": {"memory_mib": 10**15}}, "gpu.memory_mib: 1000000000000000 is above the maximum 16777216"),
-    ({"planner": {"step": 1e9}}, "planner.step: 1000000000.0 is above the maximum 1000"),
+    ({"gpu": {"memory_mib": 10**15}}, "gpu.memory_mib: 1000000000000000 is above the maximum 16777216; "
+                                          "allowed: from 1 to 16777216"),
+    ({"planner": {"step": 1e9}}, "planner.step: 1000000000.0 is above the maximum 1000; allowed: from 0 to 1000"),
     ({"state_dir": "x" * 5000}, f"state_dir: 5000 characters; allowed: at most {config.MAX_TEXT}"),
 ])
 def test_absurd_values_are_refused(data, expected):

@@ -32,7 +32,7 @@ def samples(text: str) -> dict[str, float]:
 def result(outcomes, outage="", prices=(0.5, 0.0, 0.25, 0.0)) -> EpochResult:
     plan = Plan(actions=tuple(o.action for o in outcomes), prices=prices)
     return EpochResult(0.0, plan, tuple(outcomes), (), (), outage, managed=(1, 2, 3), held=(3,),
-                       predicted=((1, 1.25), (2, 1.0)))
+                       predicted=((1, 1.25), (2, 1.0)), deferred=4)
 
 
 def test_epochs_actions_prices_and_slowdowns_are_rendered():
@@ -55,6 +55,7 @@ def test_epochs_actions_prices_and_slowdowns_are_rendered():
     assert s['elastico_predicted_slowdown{job_id="1"}'] == 1.25
     assert (s["elastico_observed_slowdown_sum"], s["elastico_observed_slowdown_count"]) == (3.5, 3)
     assert (s["elastico_held_jobs"], s["elastico_managed_jobs"]) == (1, 3)
+    assert s["elastico_families_deferred_jobs"] == 4  # scripts the last epoch's reading budget left for later
     assert s["elastico_last_epoch_timestamp_seconds"] == 1030
 
 
@@ -99,7 +100,8 @@ def test_the_text_is_prometheus_clients_own_in_a_private_registry_with_the_names
     assert kinds == {"elastico_epoch_duration_seconds": "histogram", "elastico_epochs": "counter",
                      "elastico_actions": "counter", "elastico_price": "gauge", "elastico_predicted_slowdown": "gauge",
                      "elastico_observed_slowdown": "summary", "elastico_held_jobs": "gauge",
-                     "elastico_managed_jobs": "gauge", "elastico_last_epoch_timestamp_seconds": "gauge",
+                     "elastico_managed_jobs": "gauge", "elastico_families_deferred_jobs": "gauge",
+                     "elastico_last_epoch_timestamp_seconds": "gauge",
                      "elastico_predicted_gain_seconds": "gauge"}
     assert samples(other.render())['elastico_epochs_total{result="ok"}'] == 0  # each Metrics counts its own
     assert "elastico_epochs_total" not in {s.name for f in REGISTRY.collect() for s in f.samples}
