@@ -119,8 +119,8 @@ class EpochResult:
             "outage": self.outage,
             "managed": len(self.managed),
             "held": list(self.held),
-            "slurm_changes": self.slurm_changes,
             "families_deferred": self.deferred,
+            "slurm_changes": self.slurm_changes,
         }
 
 
