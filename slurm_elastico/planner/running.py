@@ -5,9 +5,8 @@ A running job that holds whole GPUs and whose family has gang shapes is
 (`planner.prices`), so when the queue makes GPUs dear it gives some back — it
 shrinks, or under the allotment is preempted, before the packing
 (`give_back`) — and when GPUs sit idle it takes them after the packing
-(`reshape_running`), or takes faster knobs on the GPU count and type it holds
-(`_rebatch`: another micro-batch, or a goodput family's better batch). A
-shrink or preemption whose GPUs nobody took is undone (`undo_idle_shrinks`). Any other running job may be reshaped on its own GPU,
+(`reshape_running`). A shrink or preemption whose GPUs nobody took is undone
+(`undo_idle_shrinks`). Any other running job may be reshaped on its own GPU,
 or under the allotment moved off its share to a faster shape elsewhere. Each
 change only when the time saved over its remaining work pays the restart
 (`planner.reshape`), by the hysteresis margin.
@@ -101,16 +100,9 @@ def reshape_running(running: list[Job], elastic: list[Job], pending: list[Job], 
             got = _grow(j, state, targets[j.view.job_id], now, progress, ps.reshape_cost_s, ps.hysteresis)
             if got is not None:
                 ch.reshaped[j.view.job_id] = got
-    elastic_ids = {j.view.job_id for j in elastic}
     for j in sorted(running, key=lambda j: (-j.weight, j.view.job_id)):
-        if j.view.job_id in ch.reshaped or j.view.job_id in ch.preempted:
-            continue  # (an elastic job that did not grow may still take faster knobs where it runs)
-        if j.seat.gang:
-            if j.view.job_id in elastic_ids:  # within its restart budget
-                got = _rebatch(j, state, now, progress, ps.reshape_cost_s, ps.hysteresis)
-                if got is not None:
-                    ch.reshaped[j.view.job_id] = got
-            continue
+        if j.seat.gang or j.view.job_id in ch.reshaped or j.view.job_id in ch.preempted:
+            continue  # (an elastic job on one GPU that did not grow may still take faster knobs there)
         got = _reshape(j, state, now, progress, ps.reshape_cost_s, ps.hysteresis)
         if got is None and allot:
             got = _move(j, state, now, progress, ps.reshape_cost_s, ps.hysteresis)
@@ -240,28 +232,7 @@ def _reshape(job: Job, state: GpuState, now: float, progress: Mapping[int, float
 
 
 MOVE_TRIES = 4
-"""Faster shapes `_move` and `_rebatch` try per job (fastest first): each is a search of the GPUs."""
-
-
-def _rebatch(job: Job, state: GpuState, now: float, progress: Mapping[int, float], cost_s: float,
-             hysteresis: float) -> tuple[float, float] | None:
-    """A data-parallel job keeps its GPU count and type and takes faster knobs there (another micro-batch and
-    accumulation, or, in a goodput family, another global batch: its best batch moves as its gradient noise
-    grows) when the time saved over its remaining work beats the restart by the hysteresis margin; (seconds
-    saved, seconds left), or None (it stays). A one-GPU job has this in `_reshape`; a gang had it only when it
-    grew or shrank, so a goodput job kept the batch it was given however its efficiency fell there."""
-    old = job.seat.row
-    work, _ = left_s(job, now, progress)
-    rate_now = old.tput / job.seat.slow
-    rows = job.table.rows
-    same = [s for s in job.table.by_speed if rows[s].gpus == old.gpus and rows[s].gtype == old.gtype
-            and reshape.saving(work, rate_now, rows[s].tput, cost_s, hysteresis) > 0]
-    same.sort(key=lambda s: (-rows[s].tput, s))
-    for s in same[:MOVE_TRIES]:
-        got = _regang(job, state, s, now, progress, cost_s)
-        if got is not None:
-            return got
-    return None
+"""Faster shapes `_move` tries per job (fastest first): each is a search of the GPUs."""
 
 
 def _move(job: Job, state: GpuState, now: float, progress: Mapping[int, float], cost_s: float,

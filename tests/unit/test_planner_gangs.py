@@ -422,23 +422,3 @@ def test_every_start_runs_where_the_plan_puts_it_whatever_order_slurm_starts_the
             checked += len(got)
             relaunched += sum(a.kind is ActionKind.RESHAPE_RUNNING for a in p.actions)
     assert checked > 200 and relaunched > 0, (checked, relaunched)
-
-
-def test_a_gang_takes_faster_knobs_on_its_gpu_count_when_the_time_saved_pays_the_restart():
-    # Two shapes on 4 GPUs (another micro-batch and accumulation, or in a goodput family another global batch):
-    # a job running the slower one, with nothing idle to grow into, changes to the faster one on 4 GPUs.
-    def fam(work: float) -> Family:
-        return Family(kind="train", shapes=(
-            Shape("gpus1", Resources(100, 8000, 2, 4096), 1.0),
-            Shape("gpus4", Resources(0, 8000, 8, 4 * 4096, gpus=4), 3.0),
-            Shape("gpus4-fast", Resources(0, 8000, 8, 4 * 4096, gpus=4), 3.6),
-            Shape("gpus8", Resources(0, 8000, 16, 8 * 4096, gpus=8), 4.0)), total_work=work, default="gpus1")
-    held = [("n0000", g) for g in range(4)]
-    nodes = with_users(cluster(4, gpus_per_node=4), {k: (GpuUse(1, 0, whole=True),) for k in held})
-    job = gang_running(1, held, start=NOW - 3600)
-    job = dataclasses.replace(job, admin_comment="elastico:shape=gpus4")
-    p = plan(nodes, [job], {1: fam(200000.0)})
-    [a] = [a for a in p.actions if a.kind is ActionKind.RESHAPE_RUNNING]
-    assert (a.shape, a.gpus) == ("gpus4-fast", 4) and "saves" in a.reason
-    # Nearly done: 20 % faster does not pay a restart over what is left, so it keeps its shape.
-    assert not [a for a in plan(nodes, [job], {1: fam(11000.0)}).actions if a.kind is ActionKind.RESHAPE_RUNNING]
