@@ -4,14 +4,18 @@
 (`workloads/philly/workload-N.csv`; with `--quick` only the first, to keep
 the quick run near a minute: no spread then, and its ratios are one
 workload's) on Sia's cluster (`--cluster sia`: 6 × 4 aws T4, 2 × 8 dgx-ext
-A100, 3 × 8 rtx RTX 2080 Ti) under static, pollux, gavel, sia, elastico and
+A100, 3 × 8 rtx RTX 2080 Ti) under static, pollux, gavel, sia, elastico,
 elastico type-blind (`SimSettings.type_blind`: families name no type, at the
-app's slowest type's speed), and prints each policy's mean JCT per workload
+app's slowest type's speed) and sia at fixed batch (`SimSettings.fixed_batch`:
+Sia's policy with every job held to its submitted global batch, as elastico
+holds it: the ablation that separates Sia's batch-size choice from its choice
+of GPU type and count), and prints each policy's mean JCT per workload
 and over the workloads, its unfinished jobs beside every mean (`*`), the
 spread over the workloads, the lower bound and the published figures beside
 (`PUBLISHED_H`). Then the ratios issue 28 targets: elastico ÷ sia (≤ 1),
 type-blind ÷ elastico (≥ 1.3), and our sia and pollux against their
-published means (within ±15 %).
+published means (within ±15 %); beside them, with no target, elastico ÷ sia
+at fixed batch (the same constraint on both sides).
 
 One seed per workload (the workloads are the replicas): each workload's
 exact arrivals (no jitter), profiling noise drawn with the workload's number
@@ -57,9 +61,13 @@ PUBLISHED_H = {"sia": (0.6, 0.1), "pollux": (1.0, 0.1), "gavel": (1.9, 0.3)}
 Heterogeneity-aware, goodput-optimized ML-cluster scheduling", SOSP 2023 (Gavel: Gavel + TunedJobs)."""
 
 BLIND = "type-blind"
-COLUMNS = ("static", "pollux", "gavel", "sia", "elastico", BLIND)
-"""The table's policies; `type-blind` is elastico with `SimSettings.type_blind`."""
-COSTLIEST_FIRST = ("pollux", "sia", "elastico", "static", BLIND, "gavel")
+FIXED = "sia-fixed-batch"
+COLUMNS = ("static", "pollux", "gavel", "sia", FIXED, "elastico", BLIND)
+"""The table's policies; `type-blind` is elastico with `SimSettings.type_blind`, `sia-fixed-batch` sia with
+`SimSettings.fixed_batch`."""
+VARIANT = {BLIND: ("elastico", {"type_blind": True}), FIXED: ("sia", {"fixed_batch": True})}
+"""A column that runs a registry policy under other simulator settings."""
+COSTLIEST_FIRST = ("pollux", "sia", FIXED, "elastico", "static", BLIND, "gavel")
 TARGET_ELASTICO_OVER_SIA = 1.0
 TARGET_BLIND_OVER_ELASTICO = 1.3
 TARGET_PUBLISHED_REL = 0.15
@@ -88,7 +96,6 @@ def heterogeneous(sia_dir: Path, quick: bool, workers: int):
     truth = TypedTruth.from_sia(str(sia_dir / "profiles"), [g.gpu_type for g in groups])
     sim = SimSettings(gpus=sum(g.gpus for g in groups), cluster=gpu_types.SIA_CLUSTER,
                       profiles=str(sia_dir / "profiles"), epoch_s=60.0, placement_window_s=-1.0)
-    blind = settings.replace(sim, type_blind=True)
     workloads = list(range(1, (QUICK_WORKLOADS if quick else WORKLOADS) + 1))
     futures = {}
     with pool.Runs(truth, workers) as runs:
@@ -97,8 +104,9 @@ def heterogeneous(sia_dir: Path, quick: bool, workers: int):
             jobs = trace_pollux.pollux(path, truth.reference)
             check_typed(jobs, truth, groups, str(path))
             for n in COSTLIEST_FIRST:
-                futures[w, n] = runs.submit(jobs, "elastico" if n == BLIND else n, Settings(),
-                                            blind if n == BLIND else sim, ContentionModel(), w)
+                policy, changes = VARIANT.get(n, (n, {}))
+                futures[w, n] = runs.submit(jobs, policy, Settings(), settings.replace(sim, **changes),
+                                            ContentionModel(), w)
         results = {k: f.result() for k, f in futures.items()}
     return table(results, workloads), None
 
@@ -144,10 +152,13 @@ def table(results, workloads) -> dict:
               "blind_over_elastico": mean[BLIND] / mean["elastico"],
               "sia_over_published": mean["sia"] / PUBLISHED_H["sia"][0],
               "pollux_over_published": mean["pollux"] / PUBLISHED_H["pollux"][0],
-              "gavel_over_published": mean["gavel"] / PUBLISHED_H["gavel"][0]}
+              "gavel_over_published": mean["gavel"] / PUBLISHED_H["gavel"][0],
+              "elastico_over_sia_fixed_batch": mean["elastico"] / mean[FIXED]}
     paired = {"elastico_over_sia": metrics.ci95([r["mean_jct_h"]["elastico"] / r["mean_jct_h"]["sia"] for r in rows]),
               "blind_over_elastico": metrics.ci95([r["mean_jct_h"][BLIND] / r["mean_jct_h"]["elastico"]
-                                                   for r in rows])}
+                                                   for r in rows]),
+              "elastico_over_sia_fixed_batch": metrics.ci95([r["mean_jct_h"]["elastico"] / r["mean_jct_h"][FIXED]
+                                                             for r in rows])}
     met = {"elastico_over_sia": ratios["elastico_over_sia"] <= TARGET_ELASTICO_OVER_SIA,
            "blind_over_elastico": ratios["blind_over_elastico"] >= TARGET_BLIND_OVER_ELASTICO,
            "sia_over_published": abs(ratios["sia_over_published"] - 1) <= TARGET_PUBLISHED_REL,

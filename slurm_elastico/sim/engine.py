@@ -94,7 +94,7 @@ class Engine(JobSpeeds):
         self.sim = sim
         # Goodput shapes (other global batches) for every training family when the settings ask for them or the
         # policy adapts batch sizes (a policy attribute, as the epoch reads `narrow` or `reshape`).
-        self.adaptive = sim.adaptive_batch or bool(getattr(chosen, "adapts_batch", False))
+        self.adaptive = (sim.adaptive_batch or bool(getattr(chosen, "adapts_batch", False))) and not sim.fixed_batch
         # A family with GPU counts on whole GPUs only where the settings or the policy (elastico-submit's start) say so.
         self.whole_gpu_gangs = sim.whole_gpu_gangs or bool(getattr(chosen, "whole_gpu_gangs", False))
         # Its jobs come through elastico-submit's wrapper (`Policy.whole_gpu_gangs`): their first start pays its start-up.

@@ -78,6 +78,9 @@ class SimSettings:
                                              "(the elastico policies always: their jobs come through elastico-submit)")
     adaptive_batch: bool = _opt(False, help="training families also offer other global batches with an LR rule "
                                             "(goodput shapes; what the pollux policy adapts)")
+    fixed_batch: bool = _opt(False, help="every training family keeps its submitted global batch, even under a "
+                                         "policy that adapts batches (sia, pollux, elastico-goodput): the batch-size "
+                                         "ablation, which leaves such a policy only GPU type, count and knobs")
     even_gangs: bool = _opt(True, help="a gang holds the same number of GPUs on each of its nodes (what Slurm's "
                                        "Gres=gpu:P NumNodes=K-K expresses); false: any count per node, the Pollux "
                                        "peer's own rule, only to calibrate the tiresias and pollux baselines against "
@@ -124,6 +127,9 @@ def from_mapping(data: Any, source: str = "sim") -> SimSettings:
         elif out.profiles:
             problems.append("sim.profiles: per-type profiles need a cluster of GPU types (sim.cluster, --cluster "
                             f"{gpu_types.SPEC_FORM})")
+        if out.adaptive_batch and out.fixed_batch:
+            problems.append("sim.fixed_batch: true contradicts sim.adaptive_batch: true (every family adaptive); "
+                            "set one of them")
         if not re.fullmatch(r"\d+\.\d+(\.[0-9A-Za-z.-]+)?", out.slurm_version):
             problems.append(f"sim.slurm_version: {out.slurm_version!r} is not a Slurm version such as 24.11.5 or "
                             "22.05.8 (MAJOR.MINOR, then the release's own suffix)")

@@ -10,10 +10,12 @@ import dataclasses
 import pytest
 
 from slurm_elastico.config import Settings
+from slurm_elastico.errors import ConfigError
 from slurm_elastico.interference.base import ContentionModel
 from slurm_elastico.model import ActionKind, Family, GpuUse, Resources, Shape
 from slurm_elastico.planner import policies
 from slurm_elastico.sim import engine, trace_pollux
+from slurm_elastico.sim import settings as sim_settings
 from slurm_elastico.sim.settings import SimSettings
 from slurm_elastico.sim.trace import INFER_APP, TraceJob
 from slurm_elastico.sim.truth import GroundTruth
@@ -68,6 +70,17 @@ def test_the_simulator_gives_goodput_shapes_to_every_training_family_and_to_no_o
     assert {s.knob("global_batch") for s in other} > {1024, 2048}
     assert all(s.knob("global_batch") == 512 for s in fixed[1].shapes)
     assert adaptive[2] == fixed[2]  # inference: the same family
+
+
+def test_the_fixed_batch_ablation_holds_every_policy_to_the_submitted_batch(truth):
+    train = TraceJob(1, 0.0, "train", "cifar10", 1, 1000.0, 512)
+    for policy in ("elastico-goodput", "sia", "pollux"):
+        sim = SimSettings(gpus=4, gpus_per_node=4, fixed_batch=True)
+        e = engine.Engine([train], policy, Settings(), sim, ContentionModel(), truth)
+        e._arrive(train)
+        assert {s.knob("global_batch") for s in e.families[1].shapes} == {512}, policy
+    with pytest.raises(ConfigError, match=r"sim.fixed_batch: true contradicts sim.adaptive_batch"):
+        sim_settings.from_mapping({"fixed_batch": True, "adaptive_batch": True})
 
 
 def test_a_pending_job_starts_at_the_batch_of_highest_goodput():
