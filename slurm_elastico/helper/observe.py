@@ -29,13 +29,20 @@ predictor learns from (`interference.measurements`), with the solo profiles
 the planner itself asks the model about (`shapes.solo_profile`). The pair's
 accumulated time is then spent, so a long co-location gives one observation
 per `MIN_PAIR_S` or more.
+
+A job that joined its partner straight from the queue has no solo speed at
+that shape yet. Its pair is still judged (`interference.probe`), against the
+family's figure for the shape (`estimated_solo`), on the time since an earlier
+judgement of that kind (`unjudged`); it becomes an observation only once the
+solo speed is measured, over its whole accumulated time (see
+`helper.observer`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from slurm_elastico.interference.measurements import Colocation
@@ -161,10 +168,14 @@ def observe(snapshot: Snapshot, families: Mapping[int, Family], reports: Mapping
 
 
 def pair_observations(beside: Mapping[PairKey, tuple[float, float]], solo_rates: Mapping[tuple[int, str], float],
-                      families: Mapping[int, Family], gpu_type: str
+                      families: Mapping[int, Family], gpu_type: str,
+                      judged: Mapping[PairKey, tuple[float, float]] | None = None
                       ) -> tuple[list[Colocation], list[PairKey], list[str], list[float]]:
-    """(observations, keys spent, notes, the seconds each observation's pair shared a GPU) from accumulated
-    co-located (work, seconds) per direction (see the module)."""
+    """(observations, keys spent, notes, the seconds each observation's pair shared a GPU since it was last
+    judged) from accumulated co-located (work, seconds) per direction (see the module).
+
+    `judged`: the (work, seconds) of each direction an earlier epoch judged against a family's figure
+    (`unjudged`); the observation is of the whole accumulation, its seconds are those after that."""
     found: list[Colocation] = []
     seconds: list[float] = []
     spent: list[PairKey] = []
@@ -192,7 +203,8 @@ def pair_observations(beside: Mapping[PairKey, tuple[float, float]], solo_rates:
             continue
         found.append(Colocation(gpu_type, solo_profile(fa.shape(sa), fa.kind, fa.name),
                                 solo_profile(fb.shape(sb), fb.kind, fb.name), norm_a, norm_b, True, SOURCE))
-        seconds.append(min(ta, tb))
+        since = unjudged({k: beside[k] for k in (key, back)}, judged or {})
+        seconds.append(min(since[key][1], since[back][1]))
         notes.append(f"observed: jobs {a} and {b} on one GPU run at {norm_a:.2f} and {norm_b:.2f} of solo speed")
     return found, spent, notes, seconds
 
@@ -211,3 +223,27 @@ def with_measured(families: Mapping[int, Family], measured: Mapping[tuple[int, s
 def merge_solo(work_s: Mapping[tuple[int, str], tuple[float, float]]) -> dict[tuple[int, str], float]:
     """Solo rates from accumulated (work, seconds) per (job, shape)."""
     return {k: w / s for k, (w, s) in work_s.items() if s > 0 and w > 0 and math.isfinite(w / s)}
+
+
+def estimated_solo(beside: Iterable[PairKey], solo_rates: Mapping[tuple[int, str], float],
+                   families: Mapping[int, Family]) -> dict[tuple[int, str], float]:
+    """The solo speed to judge a co-located (job, shape) of `beside` against where `solo_rates` has none: its family's
+    figure for the shape (declared or estimated, rescaled to the GPU type of a typed shape, moved by what the job
+    measured at its other shapes: what the planner believed when it paired it), where positive and finite."""
+    out: dict[tuple[int, str], float] = {}
+    for job, name, _, _ in beside:
+        fam = families.get(job)
+        shape = next((s for s in fam.shapes if s.name == name), None) if fam is not None else None
+        if (job, name) not in solo_rates and shape is not None and 0 < shape.throughput < math.inf:
+            out[(job, name)] = shape.throughput
+    return out
+
+
+def unjudged(beside: Mapping[PairKey, tuple[float, float]], judged: Mapping[PairKey, tuple[float, float]]
+             ) -> dict[PairKey, tuple[float, float]]:
+    """Each direction's (work, seconds) since an earlier judgement against an estimate (`judged`: what it had then)."""
+    out = {}
+    for key, (work, seconds) in beside.items():
+        w, t = judged.get(key, (0.0, 0.0))
+        out[key] = (max(0.0, work - w), max(0.0, seconds - t))
+    return out

@@ -22,6 +22,19 @@ and the model's gain margin. A pair that did not pay is refused (`refusals`,
 kept in the store's `pair_refusal` table between runs, so a helper run once
 per epoch remembers them) and listed in `reverted` for the epoch to undo
 (`helper.revert`); the epoch plans with `refusals.model(model, now)`.
+
+A job that joined its partner straight from the queue has no solo speed at its shape: its pair is judged the same
+way against the best reference there is, its family's figure for the shape (declared or estimated, rescaled to the
+GPU type, moved by what the job measured at its other shapes: the speed the planner believed when it paired them,
+`observe.estimated_solo`). A family's throughput floor is a speed, so that part of the verdict (the job below its
+floor) does not depend on the figure; the gain rule does, by the figure's error. Such a judgement is charged to the
+probe ledger like a first measurement while the model does not know the pair, and the pair is undone the epoch it
+shows a loss; but it is no observation: the adapting model and the store's `colocation` table get the pair only
+once the job has run alone at that shape, as before, over the pair's whole time side by side. A ratio against a
+figure carries the figure's error (a declared speed, or one scaled from another GPU type, is often tens of per cent
+off), and the adapting model takes every observation as the truth (a pair measured is predicted at its
+measurement, margin 0, and no longer a probe), so that error would become the model's on this type, unseen. The
+time judged against a figure is kept in the store (`pair_judged`) so the next judgement is of new time only.
 """
 
 from __future__ import annotations
@@ -33,12 +46,12 @@ import time
 from slurm_elastico.errors import ElasticoError
 from slurm_elastico.helper import job_work
 from slurm_elastico.helper.families import FamilySource
-from slurm_elastico.helper.observe import (MIN_PAIR_S, SOURCE, Observation, Reading, merge_solo, observe,
-                                           pair_observations, with_measured)
+from slurm_elastico.helper.observe import (MIN_PAIR_S, SOURCE, Observation, Reading, estimated_solo, merge_solo,
+                                           observe, pair_observations, unjudged, with_measured)
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.interference.probe import Refusals, Verdict, judge_pairings
 from slurm_elastico.interference.probe_budget import Ledger
-from slurm_elastico.interference.measurements import load_rows, save_to_store
+from slurm_elastico.interference.measurements import Colocation, load_rows, save_to_store
 from slurm_elastico.model import Counters, Family, Snapshot
 from slurm_elastico.runtime.counters import FIELDS as COUNTER_FIELDS
 from slurm_elastico.runtime.counters import counters_path, read_counters
@@ -57,6 +70,10 @@ REFUSAL_TABLE = "CREATE TABLE IF NOT EXISTS pair_refusal (id INTEGER PRIMARY KEY
 LEDGER_TABLE = ("CREATE TABLE IF NOT EXISTS probe_ledger (gpu_type TEXT PRIMARY KEY, gpu_s REAL NOT NULL, "
                 "probe_gpu_s REAL NOT NULL, last REAL)")
 """The probe ledger (`interference.probe_budget.Ledger`) of each GPU type."""
+JUDGED_TABLE = ("CREATE TABLE IF NOT EXISTS pair_judged (job_id INTEGER NOT NULL, shape TEXT NOT NULL, "
+                "partner INTEGER NOT NULL, partner_shape TEXT NOT NULL, work REAL NOT NULL, seconds REAL NOT NULL, "
+                "PRIMARY KEY (job_id, shape, partner, partner_shape))")
+"""Per direction of a `pair_rate` row, the (work, seconds) it had when last judged against a family's figure."""
 
 
 def gain_margin(model: SlowdownModel | None) -> float:
@@ -94,6 +111,7 @@ class ProgressObserver:
         self.refine_batch = refine_batch
         store.execute(REFUSAL_TABLE)
         store.execute(LEDGER_TABLE)
+        store.execute(JUDGED_TABLE)
         try:
             self.refusals = Refusals.from_list([json.loads(r["body"]) for r in
                                                 store.query("SELECT body FROM pair_refusal ORDER BY id")])
@@ -127,13 +145,14 @@ class ProgressObserver:
         families = with_measured(families, measured)
         # what each job measured alone moves its family's speeds (`shapes.measured_speed`; typed shapes: `type_speed`)
         families = self._refined(families)
+        figures = families  # each shape's solo speed in the units progress is counted in (`goodput.to_figure`)
         # goodput mode: each adaptive job's other batches at the noise scale it measured (`shapes.goodput`)
         families = goodput.priced(families, job_work.noise_scales(self.store, families, reports))
         if dry_run:
             if self.budgeted:
                 self.model.probing = self._ledger().allows(self.probe_budget)  # type: ignore[union-attr]
             return obs.progress, families, notes
-        found, seconds = ([], []) if self.shadow else self._resolve(families, measured, source, notes,
+        found, charged = ([], []) if self.shadow else self._resolve(families, figures, measured, source, notes,
                                                                      snapshot.taken_at)
         if snapshot.nodes:
             self._forget({j.job_id for j in snapshot.jobs})
@@ -141,7 +160,7 @@ class ProgressObserver:
         else:
             notes.append("the cluster listed no node: nothing learned is forgotten this epoch")
         if self.budgeted:
-            notes.append(self._probe_budget(snapshot, found, seconds))
+            notes.append(self._probe_budget(snapshot, charged))
         if found:
             save_to_store(self.store, found)
             if hasattr(self.model, "observe"):
@@ -166,14 +185,15 @@ class ProgressObserver:
         rows = self.store.query("SELECT * FROM probe_ledger WHERE gpu_type = ?", (self.gpu_type,))
         return Ledger(rows[0]["gpu_s"], rows[0]["probe_gpu_s"], rows[0]["last"]) if rows else Ledger()
 
-    def _probe_budget(self, snapshot: Snapshot, found: list, seconds: list[float]) -> str:
-        """Count this epoch in the probe ledger (the type's GPUs up since the last, the first measurements of
-        pairs as probes), set the model's `probing` for the epoch; a note saying where the budget stands. In
-        shadow mode the ledger is read, never written: the acting helper's probes are the ones that count."""
+    def _probe_budget(self, snapshot: Snapshot, charged: list[tuple[Colocation, float]]) -> str:
+        """Count this epoch in the probe ledger (the type's GPUs up since the last; the time of each pair measured
+        this epoch that the model does not know yet, `charged`, as probes), set the model's `probing` for the
+        epoch; a note saying where the budget stands. In shadow mode the ledger is read, never written: the acting
+        helper's probes are the ones that count."""
         ledger = self._ledger()
         if not self.shadow:
             gpus = sum(len(n.gpus) for n in snapshot.nodes if n.usable and n.gpu_type in ("", self.gpu_type))
-            new = [t for o, t in zip(found, seconds) if not self.model.knows(o)]  # type: ignore[union-attr]
+            new = [t for o, t in charged if not self.model.knows(o)]  # type: ignore[union-attr]
             ledger = ledger.tick(snapshot.taken_at, gpus).spend(sum(new))
             self.store.execute("INSERT OR REPLACE INTO probe_ledger VALUES (?,?,?,?)",
                                (self.gpu_type, ledger.gpu_s, ledger.probe_gpu_s, ledger.last))
@@ -183,43 +203,78 @@ class ProgressObserver:
                 + ("pairs never measured may be tried" if self.model.probing  # type: ignore[union-attr]
                    else "no new probe this epoch"))
 
-    def _resolve(self, families: dict[int, Family], measured: dict, source: FamilySource | None,
-                 notes: list[str], now: float) -> tuple[list, list[float]]:
+    def _resolve(self, families: dict[int, Family], figures: dict[int, Family], measured: dict,
+                 source: FamilySource | None, notes: list[str], now: float
+                 ) -> tuple[list[Colocation], list[tuple[Colocation, float]]]:
         """Judge the pairs that are ready (probe and revert), turn them into observations (also pairs whose jobs
-        have left) and spend their time; (the observations, the seconds each pair shared a GPU)."""
+        have left) and spend their time; (the observations, each pair measured this epoch with the seconds it
+        shared a GPU since it was last judged). `figures`: the families before goodput pricing, whose shapes'
+        speeds are in the units progress is counted in (the reference where no solo speed was measured)."""
         beside = {(r["job_id"], r["shape"], r["partner"], r["partner_shape"]): (r["work"], r["seconds"])
                   for r in self.store.query("SELECT * FROM pair_rate")}
+        judged = {(r["job_id"], r["shape"], r["partner"], r["partner_shape"]): (r["work"], r["seconds"])
+                  for r in self.store.query("SELECT * FROM pair_judged")}
         gone = {j for key in beside for j in (key[0], key[2])} - set(families)
         known = dict(families)  # the queue's, measured shapes included; those of departed jobs from `source`
+        figures = dict(figures)
         if gone and source is not None:
-            known.update(with_measured(source.families(gone)[0], measured))
+            departed = with_measured(source.families(gone)[0], measured)
+            known.update(departed)
+            figures.update(self._refined(departed))
         solo = merge_solo({(r["job_id"], r["shape"]): (r["work"], r["seconds"])
                            for r in self.store.query("SELECT * FROM solo_rate")})
-        self._judge(beside, solo, known, notes, now)
-        found, spent, pair_notes, seconds = pair_observations(beside, solo, known, self.gpu_type)
+        estimates = estimated_solo(beside, solo, figures)
+        window = unjudged(beside, judged)
+        verdicts = self._judge(window, solo, estimates, known, notes, now)
+        # judged against a figure: charged, no observation (module docstring); the time so far is judged
+        charged, now_judged = [], []
+        for v in verdicts:
+            (a, b), (sa, sb) = v.jobs, v.shapes
+            if (a, sa) not in estimates and (b, sb) not in estimates:
+                continue  # both measured: `pair_observations` makes it an observation
+            key, back = (a, sa, b, sb), (b, sb, a, sa)
+            now_judged += [(*k, *beside[k]) for k in (key, back)]
+            pair = self._colocation(known, v)
+            if pair is not None:
+                charged.append((pair, min(window[key][1], window[back][1])))
+        found, spent, pair_notes, seconds = pair_observations(beside, solo, known, self.gpu_type, judged)
         notes += pair_notes
         with self.store.transaction() as conn:
-            conn.executemany("DELETE FROM pair_rate WHERE job_id=? AND shape=? AND partner=? AND partner_shape=?", spent)
-        return found, seconds
+            for table in ("pair_rate", "pair_judged"):
+                conn.executemany(f"DELETE FROM {table} WHERE job_id=? AND shape=? AND partner=? AND partner_shape=?",
+                                 spent)
+            conn.executemany("INSERT OR REPLACE INTO pair_judged VALUES (?,?,?,?,?,?)", now_judged)
+        return found, [*zip(found, seconds), *charged]
 
-    def _judge(self, beside: dict, solo: dict, known: dict[int, Family], notes: list[str], now: float) -> None:
-        """Refuse and list for undoing every ready pair that did not pay; keep the refusals in the store."""
-        floors: dict[int, float] = {}  # a family's floor is a speed; the probe's, a fraction of the solo speed
+    def _colocation(self, known: dict[int, Family], v: Verdict) -> Colocation | None:
+        """The pair of a verdict as an observation would name it (its profiles; the norms it was judged at)."""
+        fams = [known.get(j) for j in v.jobs]
+        shapes = [{s.name: s for s in f.shapes}.get(n) if f is not None else None for f, n in zip(fams, v.shapes)]
+        if None in shapes:
+            return None
+        a, b = (solo_profile(s, f.kind, f.name) for s, f in zip(shapes, fams))  # type: ignore[union-attr,arg-type]
+        return Colocation(self.gpu_type, a, b, v.norms[0], v.norms[1], True, SOURCE)
+
+    def _judge(self, beside: dict, solo: dict, estimates: dict, known: dict[int, Family], notes: list[str],
+               now: float) -> list[Verdict]:
+        """Refuse and list for undoing every ready pair that did not pay; keep the refusals in the store; the
+        verdicts. A (job, shape) without a measured solo speed (`solo`) is judged against `estimates`."""
+        rates = {**estimates, **solo}
+        floors: dict[tuple[int, str], float] = {}  # a family's floor is a speed; the probe's, a fraction of the solo
         for j, shape, _, _ in beside:
-            fam, rate = known.get(j), solo.get((j, shape))
+            fam, rate = known.get(j), rates.get((j, shape))
             if fam is not None and fam.throughput_floor > 0 and rate:
-                floors[j] = min(floors.get(j, math.inf), fam.throughput_floor / rate)
-        verdicts = judge_pairings(beside, solo, floors, gain_margin(self.model), min_seconds=MIN_PAIR_S)
+                floors[(j, shape)] = fam.throughput_floor / rate
+        verdicts = judge_pairings(beside, rates, floors, gain_margin(self.model), min_seconds=MIN_PAIR_S,
+                                  estimated=estimates.keys())
         for v in verdicts:
-            fams = [known.get(j) for j in v.jobs]
-            if not v.revert or None in fams:
+            if not v.revert or None in (known.get(j) for j in v.jobs):
                 notes.append(f"probe: {v.reason}")
                 continue
-            shapes = [{s.name: s for s in f.shapes}.get(name) for f, name in zip(fams, v.shapes)]  # type: ignore[union-attr]
-            if None in shapes:
+            pair = self._colocation(known, v)
+            if pair is None:
                 continue  # the family changed since: the samples describe shapes it no longer has
-            a, b = (solo_profile(s, f.kind, f.name) for s, f in zip(shapes, fams))  # type: ignore[union-attr,arg-type]
-            self.refusals.add(a, b, now)
+            self.refusals.add(pair.a, pair.b, now)
             self.reverted.append(v)
         self.refusals.expire(now)
         if verdicts:
@@ -227,6 +282,7 @@ class ProgressObserver:
                 conn.execute("DELETE FROM pair_refusal")
                 conn.executemany("INSERT INTO pair_refusal (body) VALUES (?)",
                                  [(json.dumps(r),) for r in self.refusals.to_list()])
+        return verdicts
 
     def _forget(self, active: set[int]) -> None:
         """Drop what jobs that left the queue can no longer give: all of it, once no open pair needs their solo speed.
@@ -242,6 +298,9 @@ class ProgressObserver:
             conn.execute("DELETE FROM progress_reading WHERE job_id NOT IN (SELECT job_id FROM active)")
             conn.execute("DELETE FROM pair_rate WHERE job_id NOT IN (SELECT job_id FROM active) "
                          "AND partner NOT IN (SELECT job_id FROM active)")  # both gone: it cannot complete
+            conn.execute("DELETE FROM pair_judged WHERE NOT EXISTS (SELECT 1 FROM pair_rate p WHERE p.job_id = "
+                         "pair_judged.job_id AND p.shape = pair_judged.shape AND p.partner = pair_judged.partner "
+                         "AND p.partner_shape = pair_judged.partner_shape)")
             for table in ("solo_rate", "solo_counters"):
                 conn.execute(f"DELETE FROM {table} WHERE job_id NOT IN (SELECT job_id FROM active) "
                              "AND job_id NOT IN (SELECT job_id FROM pair_rate) AND job_id NOT IN (SELECT partner FROM pair_rate)")

@@ -2,9 +2,13 @@
 
 The predictor's word is a hypothesis. Once both jobs of a pair have run side by
 side long enough (`min_seconds` each, the observer's accumulated co-located
-seconds) and both solo speeds at those shapes are known, the pairing is judged
+seconds) and a solo speed is there for each at its shape, the pairing is judged
 on what it delivered: each job's observed normalized throughput (co-located
-speed ÷ solo speed) and their sum, the GPU's combined speed.
+speed ÷ solo speed) and their sum, the GPU's combined speed. A solo speed is
+measured where the job ran alone at that shape; a job that joined its partner
+straight from the queue has none, and the caller gives its family's figure for
+the shape instead (what the planner believed when it paired them), naming it in
+`estimated` so the verdict says so (`helper.observer`).
 
 * It is **reverted** when the combined speed is below 1 + margin (sharing the
   GPU did not gain: two jobs one after the other would do as well, without the
@@ -28,7 +32,7 @@ may be tried). The observation itself goes where every observed pair goes
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -55,18 +59,21 @@ class Verdict:
     reason: str
 
 
-def _floor(floors: Mapping[int, float] | float, job: int) -> float:
-    return float(floors) if isinstance(floors, (int, float)) else float(floors.get(job, 0.0))
+def _floor(floors: Mapping[int | tuple[int, str], float] | float, job: int, shape: str) -> float:
+    if isinstance(floors, (int, float)):
+        return float(floors)
+    return float(floors.get((job, shape), floors.get(job, 0.0)))
 
 
 def judge_pairings(beside: Mapping[PairKey, tuple[float, float]], solo_rates: Mapping[tuple[int, str], float],
-                   floors: Mapping[int, float] | float, margin: float,
-                   min_seconds: float = MIN_TRIAL_S) -> list[Verdict]:
+                   floors: Mapping[int | tuple[int, str], float] | float, margin: float,
+                   min_seconds: float = MIN_TRIAL_S, estimated: Collection[tuple[int, str]] = ()) -> list[Verdict]:
     """A verdict for every pair with enough side-by-side progress in both directions and both solo rates known.
 
-    `floors`: one floor for every job, or a floor per job id (a job not listed has none). `margin` >= 0: the
-    combined speed must reach 1 + margin, or 1 + `MIN_GAIN` when that is more. Pairs without enough evidence
-    yet get no verdict (still on trial).
+    `floors`: one floor for every job, or a floor per (job id, shape), else per job id (a job not listed has
+    none). `margin` >= 0: the combined speed must reach 1 + margin, or 1 + `MIN_GAIN` when that is more.
+    `estimated`: the (job, shape)s whose rate in `solo_rates` is a figure, not a measurement (named in the
+    reason). Pairs without enough evidence yet get no verdict (still on trial).
     """
     if not (margin >= 0 and math.isfinite(margin)):
         raise ValueError(f"margin {margin!r}: must be a finite number >= 0 (the gain a shared GPU must show)")
@@ -85,7 +92,8 @@ def judge_pairings(beside: Mapping[PairKey, tuple[float, float]], solo_rates: Ma
             continue
         norms = (wa / ta / ra, wb / tb / rb)
         combined = norms[0] + norms[1]
-        below = [(j, n, _floor(floors, j)) for j, n in ((a, norms[0]), (b, norms[1])) if n < _floor(floors, j)]
+        below = [(j, n, _floor(floors, j, s)) for j, s, n in ((a, sa, norms[0]), (b, sb, norms[1]))
+                 if n < _floor(floors, j, s)]
         if below:
             j, n, f = below[0]
             reason = f"job {j} runs at {n:.2f} of its solo speed beside job {b if j == a else a}, below its floor {f:g}"
@@ -94,6 +102,9 @@ def judge_pairings(beside: Mapping[PairKey, tuple[float, float]], solo_rates: Ma
                       f"({norms[0]:.2f} + {norms[1]:.2f}), below 1 + margin {margin:g}: sharing does not gain")
         else:
             reason = f"jobs {a} and {b} together run at {combined:.2f} ({norms[0]:.2f} + {norms[1]:.2f}): kept"
+        guessed = [f"job {j}'s at {s}" for j, s in ((a, sa), (b, sb)) if (j, s) in estimated]
+        if guessed:
+            reason += f" (solo speed {' and '.join(guessed)}: its family's figure, never measured alone)"
         out.append(Verdict((a, b), (sa, sb), norms, combined, bool(below) or combined < 1.0 + margin, reason))
     return out
 

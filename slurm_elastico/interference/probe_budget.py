@@ -4,7 +4,9 @@ With `interference.adapt_online` the helper learns a GPU type from the pairs it 
 (`interference.adapt_online.OnlineAdapted`). A pair never measured is only tried when the model is allowed to be
 optimistic about it (`OnlineAdapted.probing`); `interference.probe_budget` caps what that optimism may cost: the
 GPU-seconds spent on probes (each pair's first measurement: the time its two jobs shared one GPU until the
-observer measured them) stay below that share of the GPU-seconds the type's GPUs have been up under the helper.
+observer measured them; a pair judged against a family's figure, one of its jobs never measured alone at its
+shape, counts each judgement's time until it is measured, `helper.observer`) stay below that share of the
+GPU-seconds the type's GPUs have been up under the helper.
 The planner's gain rule still chooses which pairs to try (the unmeasured ones that might gain most), and a probe
 that loses is undone after one measurement (`interference.probe`, `helper.revert`).
 

@@ -46,6 +46,15 @@ def test_a_job_below_its_floor_reverts_even_when_the_gpu_gains():
     assert not v.revert
 
 
+def test_a_floor_per_job_and_shape_wins_over_the_jobs_and_an_estimated_solo_speed_is_named():
+    floors = {(2, "s2"): 0.5, 2: 0.3}  # the shape's floor, not the job's
+    (v,) = judge_pairings(_beside(9.5, 1.6), SOLO, floors=floors, margin=0.1, estimated={(2, "s2")})
+    assert v.revert and "job 2 runs at 0.40" in v.reason and "floor 0.5" in v.reason
+    assert v.reason.endswith("(solo speed job 2's at s2: its family's figure, never measured alone)")
+    (v,) = judge_pairings(_beside(9.5, 1.6), SOLO, floors={(2, "other"): 0.5, 2: 0.3}, margin=0.1)
+    assert not v.revert and "figure" not in v.reason  # another shape's floor; the job's holds; nothing estimated
+
+
 def test_no_verdict_before_enough_evidence():
     assert judge_pairings(_beside(1.0, 1.0, seconds=10.0), SOLO, floors=0.6, margin=0.1, min_seconds=30) == []
     one_way = {(1, "s1", 2, "s2"): (600.0, 60.0)}

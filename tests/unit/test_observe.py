@@ -9,7 +9,7 @@ from slurm_elastico.helper.observer import ProgressObserver
 from slurm_elastico.interference.gavel import import_gavel
 from slurm_elastico.interference.measurements import load_from_store
 from slurm_elastico.interference.predictor import MlpPredictor, TrainConfig, train
-from slurm_elastico.helper.observe import merge_solo, observe, pair_observations
+from slurm_elastico.helper.observe import estimated_solo, merge_solo, observe, pair_observations, unjudged
 from tests.synthetic import cluster, family, running, snapshot
 from slurm_elastico.model import JobState
 from slurm_elastico.runtime.progress import Progress, progress_path, write_progress
@@ -346,3 +346,15 @@ def test_the_planner_gets_the_speeds_a_job_measured_alone_and_its_other_shapes_m
             seen.append({s.name: s.throughput for s in fams[1].shapes})
         assert seen[0] == seen[1] == {s.name: s.throughput for s in FAM.shapes}  # 0 s, then 5 s: too short
         assert seen[2] == pytest.approx({"mps50-0": 1.0, "mps100-1": 1.5})
+
+
+def test_an_unmeasured_solo_speed_is_estimated_from_the_familys_figure_and_judged_time_is_taken_off():
+    beside = {(1, "mps50-0", 2, "mps50-0"): (13.0, 10.0), (2, "mps50-0", 1, "mps50-0"): (10.0, 10.0),
+              (3, "gone", 1, "mps50-0"): (1.0, 10.0)}
+    solo = {(1, "mps50-0"): 2.5}
+    # job 1 was measured alone: no estimate; job 2's figure is its family's; a shape the family lost has none
+    assert estimated_solo(beside, solo, {1: FAM, 2: FAM, 3: FAM}) == {(2, "mps50-0"): 2.0}
+    assert estimated_solo(beside, solo, {1: FAM}) == {}  # job 2's family is unknown
+    judged = {(2, "mps50-0", 1, "mps50-0"): (4.0, 6.0)}
+    assert unjudged(beside, judged) == {**beside, (2, "mps50-0", 1, "mps50-0"): (6.0, 4.0)}
+    assert unjudged(beside, {k: (99.0, 99.0) for k in beside}) == {k: (0.0, 0.0) for k in beside}

@@ -169,3 +169,98 @@ def test_the_epoch_undoes_a_reverted_pair_journaled_and_plans_with_the_refusals(
         assert all(r["reason"].startswith("undo a co-location that did not pay") for r in rows)
         assert json.loads(rows[1]["action"])["share"] == 100  # a whole GPU
         assert any(n.startswith("revert jobs 1 and 2") for n in result.plan.notes)
+
+
+def from_the_queue(root):
+    """Job 1 alone (2.0 units/s measured), then job 2 starts from the queue on its GPU, never having run alone:
+    10 s side by side at 1.3 and 1.0 units/s (job 2's family figure at its shape is 2.0: 0.65 + 0.5 = 1.15)."""
+    d1, d2 = root / "w1", root / "w2"
+    alone = lambda at: snapshot(cluster(2), [job(1, 0, 50, T0 - 100, d1)], at)
+    return d1, d2, [(alone(T0), 10, None, T0), (alone(T0 + 20), 50, None, T0 + 20),
+                    (shared_snapshot(d1, d2, T0 + 25), 60, 0, T0 + 30),  # squeue read as job 2 started
+                    (shared_snapshot(d1, d2, T0 + 40), 73, 10, T0 + 40)]
+
+
+def write_reports(d1, d2, done1, done2, at):
+    """Each job's report at `at` (None: the job is not running)."""
+    for path, done in ((progress_path(d1, 1), done1), (progress_path(d2, 2), done2)):
+        if done is not None:
+            write_progress(path, Progress(done, 1000, at, "mps50-0", 0))
+
+
+def adapting():
+    from slurm_elastico.interference.adapt_online import OnlineAdapted
+    from test_adapt_online_helper import Flat
+
+    return OnlineAdapted(Flat(), "p100", untrained_margin=0.0, probe_optimism=0.4)
+
+
+@pytest.mark.parametrize("floor,undone", [(0.6, False), (1.2, True)])
+def test_a_probe_started_from_the_queue_is_judged_against_its_familys_figure_charged_and_undone_below_its_floor(
+        tmp_path, floor, undone):
+    floored = replace(FAM, throughput_floor=floor)  # job 2 runs at 1.0 units/s beside job 1: the floor is a speed
+    fams = {1: floored, 2: floored}
+    model = adapting()
+    d1, d2, epochs = from_the_queue(tmp_path)
+    with Store(tmp_path / "s.sqlite") as store:
+        observer = ProgressObserver(store, "p100", model, probe_budget=0.5)
+        for s, done1, done2, at in epochs[:-1]:
+            write_reports(d1, d2, done1, done2, at)
+            observer(s, {j: f for j, f in fams.items() if j in {x.job_id for x in s.jobs}}, dry_run=False)
+        assert store.query("SELECT probe_gpu_s FROM probe_ledger")[0]["probe_gpu_s"] == 0
+        s, done1, done2, at = epochs[-1]
+        write_reports(d1, d2, done1, done2, at)
+        gw = Gateway(s)
+        result = run_once(gw, Settings(), Fixed(fams), Margin(0.0), Journal(store), at, observer=observer)
+        # measured the epoch its 10 s side by side were there, and charged to the ledger as a probe
+        assert store.query("SELECT probe_gpu_s FROM probe_ledger")[0]["probe_gpu_s"] == pytest.approx(10.0)
+        (v,) = [n for n in result.plan.notes if n.startswith(("probe: jobs 1 and 2", "probe: job 2", "revert jobs 1"))]
+        assert "job 2's at mps50-0: its family's figure, never measured alone" in v, result.plan.notes
+        # a ratio against a figure is no observation: the model and the store learn nothing from it
+        assert model.measured == {} and store.query("SELECT COUNT(*) AS n FROM colocation")[0]["n"] == 0
+        moved = [j for kind, j in gw.did if kind == ActionKind.RESHAPE_RUNNING]
+        if undone:
+            assert "job 2 runs at 0.50 of its solo speed beside job 1, below its floor 0.6" in v
+            assert moved == [2] and observer.refusals.refused(PROFILE, PROFILE, at + 1)
+        else:
+            assert "together run at 1.15" in v and "kept" in v
+            assert moved == [] and not observer.refusals.refused(PROFILE, PROFILE, at + 1)
+        # the next epoch judges only new time: nothing new, no second verdict and no second charge
+        observer(s, fams, dry_run=False)
+        assert observer.reverted == []
+        assert store.query("SELECT probe_gpu_s FROM probe_ledger")[0]["probe_gpu_s"] == pytest.approx(10.0)
+
+
+def test_a_kept_pair_from_the_queue_is_judged_on_each_new_window_and_observed_once_the_job_ran_alone(tmp_path):
+    model = adapting()
+    d1, d2, epochs = from_the_queue(tmp_path)
+    shared = epochs[-1][0]
+    alone2 = lambda at: snapshot(cluster(2), [job(2, 0, 50, T0 + 25, d2)], at)  # job 1 left; job 2 alone, same shape
+    epochs += [(shared, 86, 15, T0 + 50),  # another 10 s side by side: 1.3 and 0.5 units/s, below the gain rule now
+               (alone2(T0 + 55), None, 15, T0 + 60), (alone2(T0 + 60), None, 35, T0 + 80)]  # alone: 1.0 units/s
+    with Store(tmp_path / "s.sqlite") as store:
+        observer = ProgressObserver(store, "p100", model, probe_budget=0.5)
+        verdicts, charged = [], []
+        for s, done1, done2, at in epochs:
+            write_reports(d1, d2, done1, done2, at)
+            here = {x.job_id for x in s.jobs}
+            observer(s, {j: FAM for j in here}, dry_run=False, source=Fixed({1: FAM, 2: FAM}))
+            verdicts.append([(v.norms, v.revert) for v in observer.reverted])
+            charged.append(store.query("SELECT probe_gpu_s FROM probe_ledger")[0]["probe_gpu_s"])
+        # the second window is judged on its own 10 s (job 2 at 0.25 of its figure: 0.65 + 0.25 < 1.1, reverted)
+        assert verdicts[4] == [(pytest.approx((0.65, 0.25)), True)]
+        assert charged == pytest.approx([0, 0, 0, 10, 20, 20, 20])
+        # once job 2 ran alone at that shape, the pair's whole time is an observation against the measured speed
+        (pair,) = model.measured.values()
+        assert (pair.norm_a, pair.norm_b) == pytest.approx((0.65, 0.75))  # 26/20 / 2.0; 15/20 / 1.0
+        assert store.query("SELECT COUNT(*) AS n FROM pair_judged")[0]["n"] == 0
+
+
+def test_a_pair_whose_solo_speeds_were_both_measured_is_judged_as_before_and_never_marked_judged(tmp_path):
+    with Store(tmp_path / "s.sqlite") as store:
+        observer = ProgressObserver(store, "p100", Margin(0.0))
+        _, _, notes = observed(observer, tmp_path)
+        (note,) = [n for n in notes if n.startswith("probe: ")]
+        assert note == "probe: jobs 1 and 2 together run at 1.15 (0.65 + 0.50): kept"
+        assert store.query("SELECT COUNT(*) AS n FROM pair_judged")[0]["n"] == 0
+        assert store.query("SELECT COUNT(*) AS n FROM colocation")[0]["n"] == 1
