@@ -14,10 +14,13 @@ Each fake GPU is a clock file, as in test_probe_revert_live: a step (here a requ
 on the job's GPU, so two jobs on one GPU take turns, each at about half its solo speed: below the family's floor
 (0.65 of its speed alone), a probe that loses.
 
-A pair's probe is measured, judged and charged only once both jobs' solo speeds at their shapes are known
-(`helper.observe.pair_observations`), so the job that joins is one that ran alone at that shape before and was
-requeued (requeuehold, a begin time in the future, release: the state of a job in elastico-submit's placement
-window, and of one Slurm requeued, which waits about two minutes to start again); the helper places it.
+A pair becomes an observation the adaptation learns from only once both jobs' solo speeds at their shapes are
+known (`helper.observe.pair_observations`), so in the first test the job that joins is one that ran alone at that
+shape before and was requeued (requeuehold, a begin time in the future, release: the state of a job in
+elastico-submit's placement window, and of one Slurm requeued, which waits about two minutes to start again); the
+helper places it. In the second it joins straight from the queue (elastico-submit's placement window), never having
+run alone: the probe is judged against its family's figure for the shape, charged, undone, and teaches the model
+nothing (`helper.observer`).
 """
 
 from __future__ import annotations
@@ -208,5 +211,55 @@ def test_a_probe_is_made_only_with_budget_charged_undone_after_one_measurement_a
         wait_report(c, b, 2)
         view = c.gateway.job(b)
         assert view.state is JobState.RUNNING and gpu_of(c, a) != gpu_of(c, b), (c.text(a), c.text(b))
+    finally:
+        c.cancel_all()
+
+
+def test_a_probe_straight_from_the_queue_is_judged_against_its_familys_figure_charged_and_undone(slurm_cluster,
+                                                                                                  tmp_path):
+    program = tmp_path / "contend.py"
+    program.write_text(PROGRAM)
+    c = Cluster(dict(slurm_cluster.env()), tmp_path, {"f.yaml": FAMILY},
+                config=CONFIG.format(model=train(tmp_path), budget=BUDGET))
+    try:
+        first, _ = idle_nodes(c)
+        clocks = tmp_path / "gpus"
+        clocks.mkdir()
+        a = c.submit("f.yaml", program, str(clocks), options=("-w", first))
+        wait_report(c, a, 0)
+        until(c, lambda notes: solo_rates(c) == {a}, "a solo speed for job a")
+
+        # b waits for its begin time, as in elastico-submit's placement window; the helper puts it beside a, a probe
+        b = c.submit("f.yaml", program, str(clocks), options=("--begin=now+120",))
+        wait_begin_time(c, b)
+        (_, a_gpu, _), = c.gateway.job(a).gpu_alloc
+        result = epoch(c)
+        assert placed(result, b) == (first, a_gpu), result
+        assert [n for n in result["notes"] if n.startswith(f"probe: jobs {a} and {b} on GPU")], result["notes"]
+        wait_report(c, b, 0)
+        joined = time.monotonic()
+        assert gpu_of(c, a) == gpu_of(c, b), (c.text(a), c.text(b))
+
+        # b never ran alone at half a GPU: judged against its family's figure there, charged, undone in that epoch
+        undone, notes = None, []
+        for n in range(1, MAX_EPOCHS + 1):
+            time.sleep(6)
+            before = ledger(c)[1]
+            result = epoch(c)
+            notes += [f"epoch {n}: {x}" for x in result["notes"]]
+            charged = ledger(c)[1] - before
+            undone = [x for x in result["actions"] if x["kind"] == "reshape_running"]
+            if undone or charged:
+                break
+        side_by_side = time.monotonic() - joined
+        assert undone, f"the probe was not undone within {MAX_EPOCHS} epochs; notes: {notes}"
+        (move,) = undone
+        assert move["job_id"] == b and move["status"] == "done" and move["shape"] == WHOLE, move
+        assert re.search(r"runs at 0\.\d+ of its solo speed beside job \d+, below its floor 0\.6", move["reason"]), move
+        assert f"job {b}'s at {HALF}: its family's figure, never measured alone" in move["reason"], move
+        assert 10 <= charged <= side_by_side, (charged, side_by_side, notes)
+        assert b not in solo_rates(c) and adapted_pairs(c) == 0  # a ratio against a figure is not learned
+        print(f"\n  probe from the queue judged after {side_by_side:.0f} s side by side, charged {charged:.1f} GPU-s,"
+              f" undone: {move['reason']}")
     finally:
         c.cancel_all()
