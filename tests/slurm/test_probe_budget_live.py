@@ -187,16 +187,7 @@ def test_a_probe_is_made_only_with_budget_charged_undone_after_one_measurement_a
         assert gpu_of(c, a) == gpu_of(c, b), (c.text(a), c.text(b))
 
         # (3) measured once, charged, undone in that epoch; the measurement reaches the adaptation
-        undone, notes = None, []
-        for n in range(1, MAX_EPOCHS + 1):
-            time.sleep(6)
-            before = ledger(c)[1]
-            result = epoch(c)
-            notes += [f"epoch {n}: {x}" for x in result["notes"]]
-            charged = ledger(c)[1] - before
-            undone = [x for x in result["actions"] if x["kind"] == "reshape_running"]
-            if undone or charged:
-                break
+        undone, charged, notes = epochs_until_judged(c)
         side_by_side = time.monotonic() - joined
         assert undone, f"the probe was not undone within {MAX_EPOCHS} epochs; notes: {notes}"
         (move,) = undone
@@ -213,6 +204,23 @@ def test_a_probe_is_made_only_with_budget_charged_undone_after_one_measurement_a
         assert view.state is JobState.RUNNING and gpu_of(c, a) != gpu_of(c, b), (c.text(a), c.text(b))
     finally:
         c.cancel_all()
+
+
+def epochs_until_judged(c: Cluster) -> tuple[list[dict], float, list[str]]:
+    """Epochs 6 s apart until one undoes a pairing or charges the probe ledger, at most MAX_EPOCHS: (its
+    reshape_running actions, the GPU-s it charged, every epoch's notes)."""
+    undone: list[dict] = []
+    charged, notes = 0.0, []
+    for n in range(1, MAX_EPOCHS + 1):
+        time.sleep(6)
+        before = ledger(c)[1]
+        result = epoch(c)
+        notes += [f"epoch {n}: {x}" for x in result["notes"]]
+        charged = ledger(c)[1] - before
+        undone = [x for x in result["actions"] if x["kind"] == "reshape_running"]
+        if undone or charged:
+            break
+    return undone, charged, notes
 
 
 def test_a_probe_straight_from_the_queue_is_judged_against_its_familys_figure_charged_and_undone(slurm_cluster,
@@ -241,16 +249,7 @@ def test_a_probe_straight_from_the_queue_is_judged_against_its_familys_figure_ch
         assert gpu_of(c, a) == gpu_of(c, b), (c.text(a), c.text(b))
 
         # b never ran alone at half a GPU: judged against its family's figure there, charged, undone in that epoch
-        undone, notes = None, []
-        for n in range(1, MAX_EPOCHS + 1):
-            time.sleep(6)
-            before = ledger(c)[1]
-            result = epoch(c)
-            notes += [f"epoch {n}: {x}" for x in result["notes"]]
-            charged = ledger(c)[1] - before
-            undone = [x for x in result["actions"] if x["kind"] == "reshape_running"]
-            if undone or charged:
-                break
+        undone, charged, notes = epochs_until_judged(c)
         side_by_side = time.monotonic() - joined
         assert undone, f"the probe was not undone within {MAX_EPOCHS} epochs; notes: {notes}"
         (move,) = undone
