@@ -27,9 +27,10 @@ A job that joined its partner straight from the queue has no solo speed at its s
 way against the best reference there is, its family's figure for the shape (declared or estimated, rescaled to the
 GPU type, moved by what the job measured at its other shapes: the speed the planner believed when it paired them,
 `observe.estimated_solo`). A family's throughput floor is a speed, so that part of the verdict (the job below its
-floor) does not depend on the figure; the gain rule does, by the figure's error. Such a judgement is charged to the
-probe ledger like a first measurement while the model does not know the pair, and the pair is undone the epoch it
-shows a loss; but it is no observation: the adapting model and the store's `colocation` table get the pair only
+floor) does not depend on the figure; the gain rule does, by the figure's error. Its first judgement is charged to
+the probe ledger like a first measurement while the model does not know the pair (once: a pair kept after it is
+sharing that paid as far as anyone can tell, not a probe, and a queue-started job may never run alone at that
+shape to make it an observation), and the pair is undone the epoch it shows a loss; but it is no observation: the adapting model and the store's `colocation` table get the pair only
 once the job has run alone at that shape, as before, over the pair's whole time side by side. A ratio against a
 figure carries the figure's error (a declared speed, or one scaled from another GPU type, is often tens of per cent
 off), and the adapting model takes every observation as the truth (a pair measured is predicted at its
@@ -235,7 +236,7 @@ class ProgressObserver:
             key, back = (a, sa, b, sb), (b, sb, a, sa)
             now_judged += [(*k, *beside[k]) for k in (key, back)]
             pair = self._colocation(known, v)
-            if pair is not None:
+            if pair is not None and key not in judged and back not in judged:  # its first judgement only
                 charged.append((pair, min(window[key][1], window[back][1])))
         found, spent, pair_notes, seconds = pair_observations(beside, solo, known, self.gpu_type, judged)
         notes += pair_notes

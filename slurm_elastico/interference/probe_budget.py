@@ -5,7 +5,7 @@ With `interference.adapt_online` the helper learns a GPU type from the pairs it 
 optimistic about it (`OnlineAdapted.probing`); `interference.probe_budget` caps what that optimism may cost: the
 GPU-seconds spent on probes (each pair's first measurement: the time its two jobs shared one GPU until the
 observer measured them; a pair judged against a family's figure, one of its jobs never measured alone at its
-shape, counts each judgement's time until it is measured, `helper.observer`) stay below that share of the
+shape, the same: the time until its first judgement, `helper.observer`) stay below that share of the
 GPU-seconds the type's GPUs have been up under the helper.
 The planner's gain rule still chooses which pairs to try (the unmeasured ones that might gain most), and a probe
 that loses is undone after one measurement (`interference.probe`, `helper.revert`).

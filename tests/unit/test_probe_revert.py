@@ -249,7 +249,8 @@ def test_a_kept_pair_from_the_queue_is_judged_on_each_new_window_and_observed_on
             charged.append(store.query("SELECT probe_gpu_s FROM probe_ledger")[0]["probe_gpu_s"])
         # the second window is judged on its own 10 s (job 2 at 0.25 of its figure: 0.65 + 0.25 < 1.1, reverted)
         assert verdicts[4] == [(pytest.approx((0.65, 0.25)), True)]
-        assert charged == pytest.approx([0, 0, 0, 10, 20, 20, 20])
+        # charged once, at its first judgement: a pair kept after it is sharing, not a probe
+        assert charged == pytest.approx([0, 0, 0, 10, 10, 10, 10])
         # once job 2 ran alone at that shape, the pair's whole time is an observation against the measured speed
         (pair,) = model.measured.values()
         assert (pair.norm_a, pair.norm_b) == pytest.approx((0.65, 0.75))  # 26/20 / 2.0; 15/20 / 1.0
