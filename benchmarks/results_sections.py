@@ -376,26 +376,22 @@ def whatif_body(f: dict) -> list[str]:
 
 
 def helper_scale_body(f: dict) -> list[str]:
-    modes = f.get("modes") or {}  # absent from captures made before the reading budget: shown as they were
     rows = [[name, fmt(e.get("wall_s")), fmt(e.get("rss_mib"), ".0f"), fmt(e.get("tree_rss_mib"), ".0f"),
-             fmt(e.get("actions"), "d"), fmt(e.get("slurm_changes"), "d")] + ([fmt(e.get("deferred"), "d")] if modes
-                                                                              else [])
+             fmt(e.get("actions"), "d"), fmt(e.get("slurm_changes"), "d"), fmt(e.get("deferred"), "d")]
             for name, e in f.get("epochs", {}).items()]
     acc = f.get("accounted", {})
     target = f.get("target", {})
-    epochs = ("each first on a new state directory (cold: it reads new jobs' batch scripts until its reading budget "
-              "is spent and defers the rest), again until every family is read (catch-up), and once more (warm)"
-              if modes else "each first on a new state directory (cold) and again (warm)")
     caught = "".join(f" {mode}: the first epoch deferred {fmt(m.get('first_epoch_deferred'), 'd')} families; every "
                      f"family was read after {fmt(m.get('epochs_until_all_read'), 'd')} epoch(s), "
-                     f"{fmt(m.get('wall_until_all_read_s'))} s in all." for mode, m in modes.items())
+                     f"{fmt(m.get('wall_until_all_read_s'))} s in all." for mode, m in (f.get("modes") or {}).items())
     return [f"One `elastico sched --once` epoch (a process of its own) over {fmt(f.get('jobs'), 'd')} jobs on a local "
             f"Slurm cluster ({fmt(f.get('plain'), 'd')} of them plain `sbatch`, the others through elastico-submit's "
             f"own function; every job's family text {'its own' if f.get('distinct_families') else 'one of a few'}), "
-            f"shadow then acting, {epochs}; load {fmt(f.get('load_1min'))} at the first epoch. Memory: the helper's "
-            f"own peak, and with the Slurm commands it ran.{caught}", ""] + table(
-        ["epoch", "wall s", "helper MiB", "with Slurm's MiB", "actions", "Slurm changes"]
-        + (["families deferred"] if modes else []), rows) + [
+            "shadow then acting, each first on a new state directory (cold: it reads new jobs' batch scripts until "
+            "its reading budget is spent and defers the rest), again until every family is read (catch-up), and once "
+            f"more (warm); load {fmt(f.get('load_1min'))} at the first epoch. Memory: the helper's own peak, and with "
+            f"the Slurm commands it ran.{caught}", ""] + table(
+        ["epoch", "wall s", "helper MiB", "with Slurm's MiB", "actions", "Slurm changes", "families deferred"], rows) + [
         "", f"Afterwards: {fmt(acc.get('missing_count'), 'd')} job(s) missing, {fmt(acc.get('held_count'), 'd')} left "
             f"held. Target (2,000 jobs): at most {fmt(target.get('wall_s'), 'g')} s and "
             f"{fmt(target.get('rss_mib'), 'g')} MiB an epoch: {'met' if f.get('target_met') else 'not met'}."]
