@@ -243,15 +243,11 @@ def read_scripts(gateway: ScriptReader, job_ids: list[int], workers: int = READ_
     def spent() -> bool:
         return deadline is not None and clock() >= deadline
 
-    out: dict[int, str | SlurmError] = {}
-    if workers < 2 or len(job_ids) < 2:
-        for i, job_id in enumerate(job_ids):
-            if i and spent():
-                break
-            out[job_id] = one(job_id)
-        return out
-    free = threading.Semaphore(workers)  # a read is started only when a worker is free for it, so the budget is
-    futures = {}                         # checked just before each read starts, in order
+    workers = max(1, workers)
+    # a read is started only when a worker is free for it, so the budget is checked just before each read starts,
+    # in order (one worker: one read after another)
+    free = threading.Semaphore(workers)
+    futures = {}
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for i, job_id in enumerate(job_ids):
             free.acquire()
