@@ -169,13 +169,13 @@ def observe(snapshot: Snapshot, families: Mapping[int, Family], reports: Mapping
 
 def pair_observations(beside: Mapping[PairKey, tuple[float, float]], solo_rates: Mapping[tuple[int, str], float],
                       families: Mapping[int, Family], gpu_type: str,
-                      judged: Mapping[PairKey, tuple[float, float]] | None = None
+                      since: Mapping[PairKey, tuple[float, float]] | None = None
                       ) -> tuple[list[Colocation], list[PairKey], list[str], list[float]]:
     """(observations, keys spent, notes, the seconds each observation's pair shared a GPU since it was last
     judged) from accumulated co-located (work, seconds) per direction (see the module).
 
-    `judged`: the (work, seconds) of each direction an earlier epoch judged against a family's figure
-    (`unjudged`); the observation is of the whole accumulation, its seconds are those after that."""
+    `since`: each direction's (work, seconds) since an earlier epoch judged it against a family's figure
+    (`unjudged`; None: never judged so); the observation is of the whole accumulation, its seconds are those."""
     found: list[Colocation] = []
     seconds: list[float] = []
     spent: list[PairKey] = []
@@ -203,8 +203,8 @@ def pair_observations(beside: Mapping[PairKey, tuple[float, float]], solo_rates:
             continue
         found.append(Colocation(gpu_type, solo_profile(fa.shape(sa), fa.kind, fa.name),
                                 solo_profile(fb.shape(sb), fb.kind, fb.name), norm_a, norm_b, True, SOURCE))
-        since = unjudged({k: beside[k] for k in (key, back)}, judged or {})
-        seconds.append(min(since[key][1], since[back][1]))
+        fresh = since or beside
+        seconds.append(min(fresh[key][1], fresh[back][1]))
         notes.append(f"observed: jobs {a} and {b} on one GPU run at {norm_a:.2f} and {norm_b:.2f} of solo speed")
     return found, spent, notes, seconds
 

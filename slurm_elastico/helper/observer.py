@@ -238,7 +238,7 @@ class ProgressObserver:
             pair = self._colocation(known, v)
             if pair is not None and key not in judged and back not in judged:  # its first judgement only
                 charged.append((pair, min(window[key][1], window[back][1])))
-        found, spent, pair_notes, seconds = pair_observations(beside, solo, known, self.gpu_type, judged)
+        found, spent, pair_notes, seconds = pair_observations(beside, solo, known, self.gpu_type, window)
         notes += pair_notes
         with self.store.transaction() as conn:
             for table in ("pair_rate", "pair_judged"):
