@@ -187,14 +187,9 @@ def test_a_probe_is_made_only_with_budget_charged_undone_after_one_measurement_a
         assert gpu_of(c, a) == gpu_of(c, b), (c.text(a), c.text(b))
 
         # (3) measured once, charged, undone in that epoch; the measurement reaches the adaptation
-        undone, charged, notes = epochs_until_judged(c)
-        side_by_side = time.monotonic() - joined
-        assert undone, f"the probe was not undone within {MAX_EPOCHS} epochs; notes: {notes}"
-        (move,) = undone
-        assert move["job_id"] == b and move["status"] == "done" and move["shape"] == WHOLE, move
-        assert "undo a co-location that did not pay" in move["reason"], move
         # charged in the epoch that judged it: at least the 10 s a measurement needs, at most the time side by side
-        assert 10 <= charged <= side_by_side, (charged, side_by_side, notes)
+        move, charged, side_by_side = undone_once_judged(c, b, joined)
+        assert "undo a co-location that did not pay" in move["reason"], move
         assert adapted_pairs(c) == 1
         print(f"  probe measured after {side_by_side:.0f} s side by side, charged {charged:.1f} GPU-s "
               f"(ledger {ledger(c)[1]:.1f} of {BUDGET * ledger(c)[0]:.0f}), undone: {move['reason']}")
@@ -206,9 +201,10 @@ def test_a_probe_is_made_only_with_budget_charged_undone_after_one_measurement_a
         c.cancel_all()
 
 
-def epochs_until_judged(c: Cluster) -> tuple[list[dict], float, list[str]]:
-    """Epochs 6 s apart until one undoes a pairing or charges the probe ledger, at most MAX_EPOCHS: (its
-    reshape_running actions, the GPU-s it charged, every epoch's notes)."""
+def undone_once_judged(c: Cluster, b: int, joined: float) -> tuple[dict, float, float]:
+    """Epochs 6 s apart until one undoes a pairing or charges the probe ledger, at most MAX_EPOCHS; it must undo
+    job b's (back to a whole GPU) and charge between the 10 s a judgement needs and the time side by side since
+    `joined`: (the undoing action, the GPU-s charged, the seconds side by side)."""
     undone: list[dict] = []
     charged, notes = 0.0, []
     for n in range(1, MAX_EPOCHS + 1):
@@ -220,7 +216,12 @@ def epochs_until_judged(c: Cluster) -> tuple[list[dict], float, list[str]]:
         undone = [x for x in result["actions"] if x["kind"] == "reshape_running"]
         if undone or charged:
             break
-    return undone, charged, notes
+    side_by_side = time.monotonic() - joined
+    assert undone, f"the probe was not undone within {MAX_EPOCHS} epochs; notes: {notes}"
+    (move,) = undone
+    assert move["job_id"] == b and move["status"] == "done" and move["shape"] == WHOLE, move
+    assert 10 <= charged <= side_by_side, (charged, side_by_side, notes)
+    return move, charged, side_by_side
 
 
 def test_a_probe_straight_from_the_queue_is_judged_against_its_familys_figure_charged_and_undone(slurm_cluster,
@@ -249,14 +250,9 @@ def test_a_probe_straight_from_the_queue_is_judged_against_its_familys_figure_ch
         assert gpu_of(c, a) == gpu_of(c, b), (c.text(a), c.text(b))
 
         # b never ran alone at half a GPU: judged against its family's figure there, charged, undone in that epoch
-        undone, charged, notes = epochs_until_judged(c)
-        side_by_side = time.monotonic() - joined
-        assert undone, f"the probe was not undone within {MAX_EPOCHS} epochs; notes: {notes}"
-        (move,) = undone
-        assert move["job_id"] == b and move["status"] == "done" and move["shape"] == WHOLE, move
+        move, charged, side_by_side = undone_once_judged(c, b, joined)
         assert re.search(r"runs at 0\.\d+ of its solo speed beside job \d+, below its floor 0\.6", move["reason"]), move
         assert f"job {b}'s at {HALF}: its family's figure, never measured alone" in move["reason"], move
-        assert 10 <= charged <= side_by_side, (charged, side_by_side, notes)
         assert b not in solo_rates(c) and adapted_pairs(c) == 0  # a ratio against a figure is not learned
         print(f"\n  probe from the queue judged after {side_by_side:.0f} s side by side, charged {charged:.1f} GPU-s,"
               f" undone: {move['reason']}")
