@@ -36,7 +36,7 @@ from pathlib import Path
 
 from slurm_elastico import jsonout
 from slurm_elastico.cluster import LocalCluster
-from slurm_elastico.cluster.demo_figures import shadow_line
+from slurm_elastico.cluster.demo_figures import matched_line, shadow_line
 
 BIN = Path(sys.executable).parent
 TARGETS = {"median_start_error_s": 5.0, "mean_wait_ratio": 0.15, "predicted_ratio": 0.15}
@@ -117,8 +117,11 @@ def main() -> int:
         print(f"  {name:12} {p:>10.2f} {f'{lo:.2f}-{hi:.2f}':>16} {measured:>9.2f} {100 * (p / measured - 1):>+6.0f}%")
     shadow = data.get("shadow_pass")
     if shadow:
-        print(f"  shadow pass: Slurm changes {shadow['slurm_changes']} (epochs) and {shadow['slurmctld_changes']} "
-              f"(slurmctld's log); {shadow_line(shadow['agreement'])}")
+        print(f"  shadow pass: Slurm changes {shadow['slurm_changes']} (epochs), {shadow['slurmctld_changes']} "
+              f"(slurmctld's log), {shadow.get('job_records_changed', 'not read')} (scontrol show job); "
+              f"{shadow_line(shadow['agreement'])}")
+        if "matched" in shadow:
+            print(f"  {matched_line(shadow['matched'])}")
     else:
         print("  shadow pass: not in this demo (run elastico demo --shadow-pass)")
     wait_ratio = rep["mean_wait_ratio"]
@@ -132,8 +135,7 @@ def main() -> int:
         "predicted_ratio_range": {k: r["predicted_ratio_range"] for k, r in runs.items()},
         "skipped": runs["gpu-count"]["skipped"],
         "table": {k: runs["gpu-count"][k] for k in ("measured", "static", "elastico")},  # the default's side by side
-        "shadow_pass": {k: shadow[k] for k in ("slurm_changes", "slurmctld_changes", "decisions", "agreement")}
-        if shadow else None,
+        "shadow_pass": shadow,
         "targets": {
             "median_start_error_s": rep["median_start_error_s"] is not None
             and rep["median_start_error_s"] <= TARGETS["median_start_error_s"],
@@ -141,7 +143,8 @@ def main() -> int:
             "predicted_within_15pct": abs(runs["gpu-count"]["predicted_ratio"] / measured - 1)
             <= TARGETS["predicted_ratio"],
             "shadow_changes_nothing_and_agrees": None if not shadow else
-            shadow["slurm_changes"] == 0 and shadow["slurmctld_changes"] == 0 and shadow["agreement"]["agree"]}})
+            shadow["slurm_changes"] == 0 and shadow["slurmctld_changes"] == 0
+            and shadow.get("job_records_changed") == 0 and shadow["agreement"]["agree"]}})
     print(jsonout.dumps(out))
     return 0
 

@@ -27,12 +27,14 @@ time, beside the simulator's prediction for the same list.
    predicted: mean, median and p99 JCT, waiting, GPU utilisation, reshapes
    by kind, the JCT ratio plain ÷ elastico), the helper's report, and plot
    the JCT distributions.
-6. With `--shadow-pass`: the same list once more on the elastico half, with
-   the helper in shadow mode (`elastico sched --shadow`). It must change
-   nothing in Slurm (every epoch's `slurm_changes` 0, and slurmctld logs no
-   update, requeue, signal, hold or release meanwhile), and its journal
-   (`elastico report --shadow`) must propose the kinds of action the acting
-   helper took, each within 30 % of its count (`demo_figures.shadow_agreement`).
+6. With `--shadow-pass`: the same list once more on the elastico half, each
+   epoch a shadow epoch (`elastico sched --once --shadow`) followed by an
+   acting one on the same store (`cluster.demo_shadow`). No shadow epoch may
+   change Slurm (its `slurm_changes` 0, every job's `scontrol show job` the
+   same before and after it, and slurmctld logs no update, requeue, signal,
+   hold or release meanwhile), and its journal must list the actions the
+   acting epoch then took: the same kinds, each within 30 % of its count
+   (`demo_figures.shadow_agreement`), and one by one (`demo_shadow.matched`).
 """
 
 from __future__ import annotations
@@ -234,35 +236,48 @@ def _run_on(cluster: LocalCluster, load: Workload, say: Callable[[str], None], b
 def shadow_pass(cluster: LocalCluster, half: cluster_halves.Half, jobs: Sequence[workload.DemoJob], work: Path,
                 env: dict, gateway, load: Workload, truth, acting: Counter, say: Callable[[str], None],
                 progress: ProgressLine) -> dict:
-    """The list again on `half` (the elastico half), alone, with the helper in shadow mode: what Slurm changed
-    meanwhile (the epochs' `slurm_changes`, slurmctld's log lines of a change) and the shadow journal's decisions
-    by kind beside the acting helper's actions (`acting`). Raises `DemoError` when Slurm changed or a job's work
-    is wrong; disagreeing counts are reported, not raised (they are a figure)."""
-    from slurm_elastico.helper.shadow import SLURMCTLD_CHANGES, shadow_report
+    """The list again on `half` (the elastico half), alone, each epoch a shadow epoch then an acting one on the same
+    store (`demo_shadow`): what changed in Slurm across the shadow epochs (their own count, every job's
+    `scontrol show job`, slurmctld's log), and the shadow journal beside the actions taken right after each of its
+    epochs, by kind and one by one (`acting`: the elastico run's actions, for comparison). Raises `DemoError`
+    when a shadow epoch changed Slurm or a job's work is wrong; disagreeing counts are reported, not raised (they
+    are a figure)."""
+    from slurm_elastico.cluster import demo_shadow
 
     say(f"== 7. the shadow pass: the same list on {', '.join(half.nodes)} (partition {half.partition}) through "
-        f"elastico-submit, with elastico sched --shadow --interval {load.plan.interval_s:g}")
-    log = cluster.layout.log_file("slurmctld")
-    log_from = log.stat().st_size if log.exists() else 0
-    since = time.time()
-    obs = run_halves([half], jobs, work, env, gateway, load.plan, truth, load.timeout_s, say, progress)["shadow"]
-    until = time.time()
+        f"elastico-submit; every {load.plan.interval_s:g} s a shadow epoch (elastico sched --once --shadow), "
+        f"then an acting one on the same store")
+    obs = run_halves([half], jobs, work, env, gateway, load.plan, truth, load.timeout_s, say, progress,
+                     slurmctld_log=cluster.layout.log_file("slurmctld"))["shadow"]
     for job_id, job in obs.ids.items():
         checks.check_output(work / "shadow" / f"{job_id}.out", job_id, job)
-    logged = [ln for ln in log.read_text(errors="replace")[log_from:].splitlines() if SLURMCTLD_CHANGES.search(ln)] \
-        if log.exists() else []
-    if obs.slurm_changes or logged:
-        raise DemoError(f"the shadow helper changed Slurm: its epochs counted {obs.slurm_changes} change(s); "
+    pairs = obs.paired.pairs
+    changed = {p.shadow_at: p.changed for p in pairs if p.changed}
+    logged = [line for p in pairs for line in p.logged]
+    if obs.slurm_changes or changed or logged:
+        raise DemoError(f"a shadow epoch changed Slurm: the epochs counted {obs.slurm_changes} change(s); "
+                        f"scontrol show job changed across {len(changed)} of them ({list(changed.values())[:2]}); "
                         f"slurmctld logged {len(logged)} ({'; '.join(logged[:3])}); see {work / 'shadow'}")
     with Store(work / "state" / "elastico.sqlite") as store:
-        report = shadow_report(store, since, until)
-    agreement = figures.shadow_agreement(acting, report["actions"]["by_kind"])
-    say(f"   all {len(jobs)} jobs finished in {obs.wall_s:.0f} s, each with exactly its work; Slurm changes: 0 "
-        f"(the epochs' count and slurmctld's log); {report['actions']['proposals']} proposals, "
-        f"{report['actions']['total']} decisions")
+        journaled = demo_shadow.journal_pairs(store, pairs)
+    by_kind = Counter(kind for rows in journaled for _, kind in rows)
+    paired_acting = Counter(kind for p in pairs for _, kind in p.acting)
+    agreement = figures.shadow_agreement(paired_acting, dict(by_kind))
+    one_by_one = demo_shadow.matched(pairs, journaled)
+    control = sum(p.acting_changed for p in pairs)
+    say(f"   all {len(jobs)} jobs finished in {obs.wall_s:.0f} s, each with exactly its work; {len(pairs)} shadow "
+        f"epochs ({sum(p.outage for p in pairs)} without an answer from Slurm): Slurm changes 0 (their count, "
+        f"every job's scontrol show job before and after, slurmctld's log); the acting epochs after them changed "
+        f"{control} job record(s) ({obs.paired.acting_failed} acting epoch(s) failed)")
     say(f"   {figures.shadow_line(agreement)}")
+    say(f"   {figures.matched_line(one_by_one)}")
+    say(f"   (the elastico run's acting helper, for comparison: "
+        f"{', '.join(f'{k} {n}' for k, n in sorted(acting.items())) or 'no action'})")
     return {"wall_s": obs.wall_s, "slurm_changes": obs.slurm_changes, "slurmctld_changes": len(logged),
-            "decisions": report["actions"], "agreement": agreement, "partition": half.partition}
+            "job_records_changed": len(changed), "shadow_epochs": len(pairs),
+            "shadow_epochs_unanswered": sum(p.outage for p in pairs), "acting_epochs_failed": obs.paired.acting_failed,
+            "acting_job_records_changed": control, "journaled": dict(by_kind), "agreement": agreement,
+            "matched": one_by_one, "elastico_run_actions": dict(acting), "partition": half.partition}
 
 
 PASS_MARGIN_S = 5.0

@@ -155,8 +155,8 @@ of the acting helper's (issue: shadow mode over the demo list)."""
 
 
 def shadow_agreement(acting: Counter, shadow: dict[str, int], tolerance: float = SHADOW_TOLERANCE) -> dict:
-    """The acting helper's actions by kind (done) beside the shadow helper's decisions by kind (`shadow_report`'s
-    `by_kind`: a proposal repeated in consecutive epochs is one): each kind's counts and relative difference
+    """The acting helper's actions by kind (done) beside the shadow journal's rows by kind (the demo's shadow pass:
+    those of the shadow epoch before each acting one): each kind's counts and relative difference
     (shadow / acting - 1; None where the acting helper took none), and whether they agree (the same kinds, each
     within `tolerance`)."""
     kinds = sorted(set(acting) | set(shadow))
@@ -172,3 +172,14 @@ def shadow_line(agreement: dict) -> str:
     verdict = ("the same kinds, each within " if agreement["agree"] else "NOT the same kinds within ") + \
         f"{100 * agreement['tolerance']:.0f} %"
     return f"actions by kind, acting / shadow: {', '.join(parts) or 'none'}: {verdict}"
+
+
+def matched_line(matched: dict) -> str:
+    """One line: how many of the acting epochs' actions the shadow epoch just before listed (`demo_shadow.matched`)."""
+    if not matched["acting"]:
+        return f"one by one: the acting epochs took no action; the shadow journal listed {matched['journaled']}"
+    return (f"one by one: {matched['matched']} of the {matched['acting']} actions the acting epochs took "
+            f"({100 * matched['share_matched']:.0f} %) were listed, same job and kind, by the shadow epoch just "
+            f"before; {matched['not_taken']} listed were not taken; of these {matched['acting'] - matched['matched']}"
+            f" + {matched['not_taken']} misses, {matched['misses_where_slurm_moved_a_job']} fell in epochs where Slurm "
+            f"submitted, started or ended a job while the shadow epoch ran")

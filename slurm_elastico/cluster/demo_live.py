@@ -7,8 +7,8 @@ sets shapes, shares and GPU counts of pending jobs and reshapes running ones. Bo
 machine's load (other processes, the jobs' own start-up) weighs on both alike.
 
 The shadow pass (`elastico demo --shadow-pass`) is one more run of the same list on the elastico half, alone,
-through `elastico-submit` with the helper in shadow mode (`elastico sched --shadow`): the jobs run as Slurm starts
-them, and the helper journals what it would have done.
+through `elastico-submit`, where each epoch is a shadow epoch followed by an acting one on the same store
+(`cluster.demo_shadow`): the shadow journal is compared with what the acting helper did right after it.
 
 Times are measured by this driver polling squeue every second: submission when the job's submission command
 returned (each job is submitted at its arrival time by its own thread, so a slow elastico-submit does not delay
@@ -36,6 +36,7 @@ from pathlib import Path
 from slurm_elastico.cluster import demo_workload as workload
 from slurm_elastico.cluster import install
 from slurm_elastico.cluster.demo_checks import DemoError
+from slurm_elastico.cluster.demo_shadow import PairedHelper
 from slurm_elastico.cluster.halves import Half
 from slurm_elastico.cluster.programs import program
 from slurm_elastico.cluster.progress import ProgressLine
@@ -45,8 +46,9 @@ from slurm_elastico.slurm import commands
 
 PROGRAMS = Path(__file__).resolve().parents[2] / "wrappers" / "demo"
 PROGRAM = {"train": PROGRAMS / "train_paced.py", "infer": PROGRAMS / "infer_paced.py"}
-MANAGED = {"elastico": (), "shadow": ("--shadow",)}
-"""The runs submitted through elastico-submit with the helper running, and the helper's mode flags in each."""
+MANAGED = ("elastico", "shadow")
+"""The runs submitted through elastico-submit with the helper running: `elastico sched --interval` in the elastico
+run, paired shadow and acting epochs in the shadow run (`demo_shadow.PairedHelper`)."""
 
 
 @dataclass
@@ -62,9 +64,11 @@ class Observed:
     ids: dict[int, workload.DemoJob] = field(default_factory=dict)
     shapes: dict[int, list[str]] = field(default_factory=dict)
     actions: Counter = field(default_factory=Counter)
-    """The helper's actions by kind: done (acting) or proposed (shadow: each epoch's, repeats included)."""
+    """The acting helper's actions by kind (done)."""
     slurm_changes: int = 0
-    """The Slurm changes the helper's epochs counted (`slurm_changes`; a shadow helper's must be 0)."""
+    """The Slurm changes the shadow epochs counted (`slurm_changes`: must be 0)."""
+    paired: PairedHelper | None = None
+    """The shadow run's paired epochs."""
     wall_s: float = 0.0
     submit_s: dict[int, float] = field(default_factory=dict)
     """How long each job's submission command took (sbatch, or elastico-submit: a Python program)."""
@@ -115,21 +119,24 @@ def state_line(elapsed_s: float, states: dict[str, Counter], to_submit: Counter)
 
 def run_halves(halves: Sequence[Half], jobs: Sequence[workload.DemoJob], work: Path, env: dict, gateway,
                plan: workload.Plan, truth, timeout_s: float, say: Callable[[str], None],
-               progress: ProgressLine) -> dict[str, Observed]:
+               progress: ProgressLine, slurmctld_log: Path | None = None) -> dict[str, Observed]:
     """Run `jobs` on every half at once (the elastico or shadow half with the helper running, in its mode);
-    {mode: what was seen}."""
+    {mode: what was seen}. `slurmctld_log`: read around each shadow epoch of the shadow run."""
     obs = {h.mode: Observed(h.mode) for h in halves}
     nodes = {h.mode: set(h.nodes) for h in halves}
     mode_of: dict[int, str] = {}
-    helper = log = None
+    helper = log = paired = None
     managed = [m for m in obs if m in MANAGED]
     if len(managed) > 1:
         raise ValueError(f"one run with the helper at a time, not {managed}")
-    if managed:
-        log = open(work / managed[0] / "sched.log", "w")
+    if managed == ["shadow"]:
+        paired = obs["shadow"].paired = PairedHelper(_bin("elastico"), env, gateway.runner, plan.interval_s,
+                                                     work / "shadow", slurmctld_log)
+        paired.start()
+    elif managed:
+        log = open(work / "elastico" / "sched.log", "w")
         # Its own session: a Ctrl-C at the terminal reaches the demo only, which stops the helper itself (below).
-        helper = subprocess.Popen([_bin("elastico"), "sched", *MANAGED[managed[0]], "--interval",
-                                   str(plan.interval_s), "--json"],
+        helper = subprocess.Popen([_bin("elastico"), "sched", "--interval", str(plan.interval_s), "--json"],
                                   env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                   start_new_session=True)
     stop = threading.Event()
@@ -143,6 +150,8 @@ def run_halves(halves: Sequence[Half], jobs: Sequence[workload.DemoJob], work: P
     try:
         while True:
             now = time.monotonic()
+            if paired is not None and paired.error is not None:
+                raise paired.error
             for fut in [f for f in pending if f.done()]:
                 mode, job = pending.pop(fut)
                 job_id, submitted, took = fut.result()  # a failed submission raises DemoError here
@@ -189,6 +198,8 @@ def run_halves(halves: Sequence[Half], jobs: Sequence[workload.DemoJob], work: P
         progress.end()
         pool.shutdown(wait=True, cancel_futures=True)  # waiting threads return at once; one mid-command ends it
         _stop_helper(helper)
+        if paired is not None:
+            paired.stop()
         ended = {job_id for o in obs.values() for job_id in o.end}
         _cancel(gateway, sorted((set(mode_of) | _submitted(pending)) - ended), say)
         raise
@@ -197,6 +208,8 @@ def run_halves(halves: Sequence[Half], jobs: Sequence[workload.DemoJob], work: P
         progress.end()
         pool.shutdown(wait=True, cancel_futures=True)
         _stop_helper(helper)
+        if paired is not None:
+            paired.stop()
         if log is not None:
             log.close()
     for mode, o in obs.items():
@@ -204,7 +217,11 @@ def run_halves(halves: Sequence[Half], jobs: Sequence[workload.DemoJob], work: P
         for job_id in o.ids:
             o.shapes[job_id] = _shapes_run(work / mode / f"{job_id}.out")
     if managed:
-        obs[managed[0]].actions, obs[managed[0]].slurm_changes = _actions(work / managed[0] / "sched.log")
+        obs[managed[0]].actions, _ = _actions(work / managed[0] / "sched.log")
+    if paired is not None:
+        if paired.error is not None:
+            raise paired.error
+        obs["shadow"].slurm_changes = _actions(work / "shadow" / "shadow.log")[1]
     return obs
 
 

@@ -422,9 +422,7 @@ def test_an_error_stops_the_submissions_cancels_the_submitted_jobs_and_stops_the
     assert helper.kwargs["start_new_session"] is True and helper.calls == ["terminate", "wait"]
 
 
-def test_the_shadow_pass_runs_the_helper_in_shadow_mode_and_submits_through_elastico_submit(tmp_path, monkeypatch):
-    import json
-
+def test_the_shadow_pass_pairs_shadow_and_acting_epochs_and_submits_through_elastico_submit(tmp_path, monkeypatch):
     from slurm_elastico.cluster import demo_workload as w
     from slurm_elastico.model import JobState, JobView
     from slurm_elastico.sim.truth import GroundTruth
@@ -437,8 +435,26 @@ def test_the_shadow_pass_runs_the_helper_in_shadow_mode_and_submits_through_elas
     monkeypatch.setattr(demo_live, "submit_argv", lambda half, job, *a: ["submit", f"{half.mode}-{job.name}"])
     monkeypatch.setattr(demo_live.time, "sleep", lambda s: None)
     (tmp_path / "shadow").mkdir()
+    made = []
+
+    class Paired:  # stands for demo_shadow.PairedHelper: started once, stopped, its logs read after the run
+        def __init__(self, elastico, env, runner, interval_s, work, slurmctld_log):
+            self.args, self.calls, self.error = (interval_s, work, slurmctld_log), [], None
+            made.append(self)
+            (work / "sched.log").write_text('{"actions": [{"kind": "set_share", "status": "done"}, '
+                                            '{"kind": "release", "status": "failed"}], "slurm_changes": 2}\n')
+            (work / "shadow.log").write_text('{"actions": [{"kind": "set_share", "status": "shadow"}], '
+                                             '"slurm_changes": 0}\nnot json\n')
+
+        def start(self):
+            self.calls.append("start")
+
+        def stop(self):
+            self.calls.append("stop")
 
     class Gateway:
+        runner = object()
+
         def __init__(self):
             self.polls = 0
 
@@ -448,21 +464,26 @@ def test_the_shadow_pass_runs_the_helper_in_shadow_mode_and_submits_through_elas
                 return ()
             return (JobView(41, "j", "root", "demo-elastico", JobState.RUNNING, gpu_alloc=(("n3", 0, 50),)),)
 
-    real_popen = fake.Popen
-
-    def popen(argv, **kwargs):  # the helper's log: two shadow epochs proposing a share, one counting no change
-        kwargs["stdout"].write("\n".join(json.dumps(e) for e in (
-            {"actions": [{"kind": "set_share", "status": "shadow"}], "slurm_changes": 0},
-            {"actions": [{"kind": "set_share", "status": "shadow"}, {"kind": "release", "status": "failed"}],
-             "slurm_changes": 0})) + "\nnot json\n")
-        fake.argv = argv
-        return real_popen(argv, **kwargs)
-
-    monkeypatch.setattr(fake, "Popen", popen)
+    monkeypatch.setattr(demo_live, "PairedHelper", Paired)
+    log = tmp_path / "slurmctld.log"
     got = demo_live.run_halves([shadow], [job], tmp_path, {}, Gateway(), w.Plan(), GroundTruth(), 60.0,
-                               lambda line: None, demo_live.ProgressLine(_Stream(False)))["shadow"]
-    assert fake.argv[1:3] == ["sched", "--shadow"] and "--json" in fake.argv
-    assert set(got.ids) == {41} and got.actions == {"set_share": 2} and got.slurm_changes == 0
+                               lambda line: None, demo_live.ProgressLine(_Stream(False)), slurmctld_log=log)["shadow"]
+    (paired,) = made
+    assert fake.helpers == [] and paired.calls[0] == "start" and "stop" in paired.calls
+    assert paired.args == (w.Plan().interval_s, tmp_path / "shadow", log) and got.paired is paired
+    assert set(got.ids) == {41} and got.actions == {"set_share": 1} and got.slurm_changes == 0
+
+    def failing(*args):
+        helper = Paired(*args)
+        helper.error = demo_checks.DemoError("a shadow epoch failed (exit 1)")
+        return helper
+
+    monkeypatch.setattr(demo_live, "PairedHelper", failing)
+    fake.submitted.clear()
+    with pytest.raises(demo_checks.DemoError, match="a shadow epoch failed"):
+        demo_live.run_halves([shadow], [job], tmp_path, {}, Gateway(), w.Plan(), GroundTruth(), 60.0,
+                             lambda line: None, demo_live.ProgressLine(_Stream(False)))
+    assert made[-1].calls[-1] == "stop"
     with pytest.raises(ValueError, match="one run with the helper at a time"):
         demo_live.run_halves([shadow, halves.Half("elastico", "demo-elastico", ("n4",))], [job], tmp_path, {},
                              Gateway(), w.Plan(), GroundTruth(), 60.0, lambda line: None,

@@ -1,0 +1,217 @@
+"""The demo's shadow pass: shadow epochs paired with acting ones, each checked for changes to Slurm.
+
+A shadow helper alone sees the jobs as Slurm runs them, never as its own
+actions would have left them, so after its first proposals it plans for a
+cluster the acting helper would not have had (measured: it proposed 0
+reshapes of running jobs where the acting helper took 5, on the heavier
+list). To check what shadow mode is for -- that its journal lists what the
+acting helper does -- each of the pass's epochs is a pair on the same store:
+`elastico sched --once --shadow`, then at once `elastico sched --once --act`
+(the helper lock serialises them, as it would two helpers of one cluster).
+The shadow epoch sees the state the acting epoch acts on a moment later, and
+its journal rows are compared with the actions that acting epoch took.
+
+Around every shadow epoch the driver reads `scontrol show job --oneliner` of
+every job before and after, and slurmctld's log in between (`changes`,
+`SLURMCTLD_CHANGES`). Slurm goes on meanwhile (it starts and ends jobs, and
+follows through an acting epoch's requeue), so a record is compared on what
+only a command changes: the fields of `STATIC` always; those of `STEADY` when
+the job's state and reason stayed the same; and two moves Slurm does not make
+by itself here (a running job sent back to pending, a job put on hold). The
+same reads around each acting epoch count the jobs it changed: the control
+that shows the check can fail.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurm_elastico.cluster.demo_checks import DemoError
+
+STATIC = ("AdminComment", "TresPerNode", "TresPerJob", "ReqNodeList", "ExcNodeList", "Reservation", "Partition",
+          "Features", "TimeLimit", "Requeue", "Restarts")
+"""Fields of `scontrol show job` a helper's commands set and Slurm leaves alone (an acting epoch's requeue counts
+its restart before its command returns)."""
+STEADY = ("Priority", "NumNodes", "EligibleTime")
+"""Fields a helper's commands set (a hold, a node count, StartTime=now) that Slurm also sets when it moves a job
+(a start, a requeue followed through, a first scheduling pass): compared when the state and reason are unchanged."""
+HELD = frozenset({"JobHeldAdmin", "JobHeldUser"})
+SENT_BACK = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "PREEMPTED"})
+"""States a running job reaches only by a command (requeue, hold, suspend) or preemption, none of it Slurm's own
+doing on the demo's cluster."""
+FIELD = re.compile(r"(?:^|\s)([\w/:]+)=(\S*)")
+
+
+def job_records(runner) -> dict[int, dict[str, str]]:
+    """Every job as `scontrol show job --oneliner` shows it: {job id: {field: value}} ({} with no job)."""
+    out = runner(["scontrol", "show", "job", "--oneliner"])
+    if out.returncode != 0:
+        raise DemoError(f"scontrol show job failed ({out.returncode}): {(out.stderr or out.stdout).strip()}")
+    records = {}
+    for line in out.stdout.splitlines():
+        fields = dict(FIELD.findall(line))
+        if fields.get("JobId", "").isdigit():
+            records[int(fields["JobId"])] = fields
+    return records
+
+
+def moved(before: dict[int, dict[str, str]], after: dict[int, dict[str, str]]) -> list[int]:
+    """The jobs submitted, ended (gone) or moved to another state between two `job_records`."""
+    return sorted(j for j in before.keys() | after.keys()
+                  if j not in before or j not in after or before[j].get("JobState") != after[j].get("JobState"))
+
+
+def changes(before: dict[int, dict[str, str]], after: dict[int, dict[str, str]]) -> dict[int, list[str]]:
+    """What a command changed between two `job_records` (see the module's docstring), per job listed in both."""
+    found = {}
+    for job_id in sorted(before.keys() & after.keys()):
+        b, a = before[job_id], after[job_id]
+        keys = list(STATIC)
+        if (b.get("JobState"), b.get("Reason")) == (a.get("JobState"), a.get("Reason")):
+            keys += STEADY
+        what = [f"{k} {b.get(k)} -> {a.get(k)}" for k in keys if b.get(k) != a.get(k)]
+        if b.get("JobState") == "RUNNING" and a.get("JobState") in SENT_BACK:
+            what.append(f"JobState RUNNING -> {a['JobState']}")
+        if a.get("Reason") in HELD and b.get("Reason") not in HELD:
+            what.append(f"Reason {b.get('Reason')} -> {a['Reason']}")
+        if what:
+            found[job_id] = what
+    return found
+
+
+@dataclass
+class Pair:
+    """One paired epoch: the shadow epoch's time and what Slurm showed around it, the acting epoch's actions."""
+
+    shadow_at: float
+    shadow_changes: int
+    """The Slurm changes the shadow epoch counted itself (`slurm_changes`)."""
+    changed: dict[int, list[str]]
+    """What `scontrol show job` showed changed across the shadow epoch (must be empty)."""
+    logged: list[str]
+    """slurmctld's log lines of a change written during the shadow epoch (must be empty)."""
+    acting_at: float | None
+    acting: list[tuple[int, str]]
+    """(job id, kind) of each action the acting epoch took (done)."""
+    acting_changed: int
+    """Jobs whose record changed across the acting epoch (the control: the same check sees its changes)."""
+    outage: bool = False
+    moved: list[int] = field(default_factory=list)
+    """Jobs Slurm moved while the shadow epoch ran (`moved`): the acting epoch after it saw another cluster."""
+
+
+@dataclass
+class PairedHelper:
+    """The pass's helper: a thread that runs a `Pair` every `interval_s` seconds until `stop` is set.
+
+    `elastico` is the CLI's path; `env` names the helper's config; `runner` runs `scontrol` (the gateway's);
+    each epoch's output is appended to `work`/shadow.log or `work`/sched.log. A shadow epoch that fails, or a
+    `scontrol show job` that fails, ends the thread with `error` set (the driver raises it); an acting epoch that
+    fails is counted (`acting_failed`) and the next pair goes on, as the `--interval` helper does."""
+
+    elastico: str
+    env: dict
+    runner: object
+    interval_s: float
+    work: Path
+    slurmctld_log: Path | None = None
+    pairs: list[Pair] = field(default_factory=list)
+    acting_failed: int = 0
+    error: BaseException | None = None
+    _thread: threading.Thread | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="paired-helper", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop after the epoch under way (an epoch is never cut short) and wait for the thread."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                began = time.monotonic()
+                self.pairs.append(self.pair())
+                self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - began)))
+        except BaseException as exc:  # raised by the driver, which polls `error`
+            self.error = exc
+
+    def pair(self) -> Pair:
+        """One shadow epoch, checked, then one acting epoch."""
+        before = job_records(self.runner)
+        log_from = self._log_size()
+        shadow, code = self._epoch("--shadow", self.work / "shadow.log")
+        after = job_records(self.runner)
+        logged = self._logged(log_from)
+        if code not in (0, 75):  # 75: Slurm did not answer (an outage epoch, recorded as such)
+            raise DemoError(f"a shadow epoch failed (exit {code}); see {self.work / 'shadow.log'}")
+        outage = code == 75 or shadow is None
+        acting, code = self._epoch("--act", self.work / "sched.log")
+        if code != 0:
+            self.acting_failed += 1
+        done = after if acting is None else job_records(self.runner)
+        return Pair(shadow_at=shadow["at"] if shadow else time.time(),
+                    shadow_changes=(shadow or {}).get("slurm_changes") or 0, changed=changes(before, after),
+                    logged=logged, acting_at=acting["at"] if acting else None,
+                    acting=[(a["job_id"], a["kind"]) for a in (acting or {}).get("actions", ())
+                            if a["status"] == "done"],
+                    acting_changed=len(changes(after, done)), outage=outage, moved=moved(before, after))
+
+    def _epoch(self, mode: str, log: Path) -> tuple[dict | None, int]:
+        """`elastico sched --once --json` in `mode`, its output appended to `log`: (the epoch's JSON, exit code)."""
+        out = subprocess.run([self.elastico, "sched", "--once", "--json", mode], env=self.env, capture_output=True,
+                             text=True, stdin=subprocess.DEVNULL, timeout=600)
+        with open(log, "a") as f:
+            f.write(out.stdout + out.stderr)
+        lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+        return (json.loads(lines[-1]) if lines else None), out.returncode
+
+    def _log_size(self) -> int:
+        return self.slurmctld_log.stat().st_size if self.slurmctld_log and self.slurmctld_log.exists() else 0
+
+    def _logged(self, start: int) -> list[str]:
+        from slurm_elastico.helper.shadow import SLURMCTLD_CHANGES
+
+        if not self.slurmctld_log or not self.slurmctld_log.exists():
+            return []
+        with open(self.slurmctld_log, "rb") as f:
+            f.seek(start)
+            text = f.read().decode(errors="replace")
+        return [ln for ln in text.splitlines() if SLURMCTLD_CHANGES.search(ln)]
+
+
+def journal_pairs(store, pairs: list[Pair]) -> list[list[tuple[int, str]]]:
+    """Each pair's shadow journal rows, (job id, kind): the rows of its shadow epoch (journaled at its `at`)."""
+    rows = store.query("SELECT epoch, job_id, kind FROM shadow_journal ORDER BY id")
+    by_epoch: dict[float, list[tuple[int, str]]] = {}
+    for r in rows:
+        by_epoch.setdefault(round(r["epoch"], 3), []).append((r["job_id"], r["kind"]))
+    return [by_epoch.get(round(p.shadow_at, 3), []) for p in pairs]
+
+
+def matched(pairs: list[Pair], journaled: list[list[tuple[int, str]]]) -> dict:
+    """How many of the acting epochs' actions the shadow epoch just before them journaled (same job and kind), how
+    many journaled proposals the acting epoch did not take, and how many of both misses fell in pairs where Slurm
+    moved a job while the shadow epoch ran (`Pair.moved`)."""
+    hit = taken = proposed = missed_moved = 0
+    for p, rows in zip(pairs, journaled):
+        common = Counter(p.acting) & Counter(rows)
+        hit += sum(common.values())
+        taken += len(p.acting)
+        proposed += len(rows)
+        if p.moved:
+            missed_moved += len(p.acting) + len(rows) - 2 * sum(common.values())
+    return {"acting": taken, "journaled": proposed, "matched": hit,
+            "share_matched": hit / taken if taken else None, "not_taken": proposed - hit,
+            "misses_where_slurm_moved_a_job": missed_moved}

@@ -1,0 +1,194 @@
+"""The demo's shadow pass (`cluster.demo_shadow`): the records a shadow epoch must leave alone, the paired epochs'
+order and bookkeeping, and the comparison of the shadow journal with the acting epochs' actions. The pass itself
+runs on the real local cluster in `elastico demo --shadow-pass`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+
+from slurm_elastico.cluster import demo_figures, demo_shadow
+from slurm_elastico.cluster.demo_checks import DemoError
+from slurm_elastico.store import Store
+
+PENDING = {"JobId": "7", "JobState": "PENDING", "Reason": "BeginTime", "Priority": "4294901759", "NumNodes": "1-1",
+           "EligibleTime": "2026-12-05T10:00:30", "TresPerNode": "gres:gpu:1", "AdminComment": None,
+           "Restarts": "0", "ReqNodeList": "(null)"}
+
+
+def record(**fields) -> dict:
+    return {k: v for k, v in {**PENDING, **fields}.items() if v is not None}
+
+
+def test_what_slurm_does_by_itself_is_not_a_change_and_what_a_command_does_is():
+    started = record(JobState="RUNNING", Reason="None", NumNodes="1", Priority="4294901758",
+                     EligibleTime="2026-12-05T10:00:31")
+    assert demo_shadow.changes({7: record()}, {7: started}) == {}  # Slurm started it: its own fields moved
+    assert demo_shadow.changes({7: record()}, {}) == {}  # ended and purged: nothing to compare
+    assert demo_shadow.changes({7: record()}, {7: record(AdminComment="elastico:shape=mb8")}) == {
+        7: ["AdminComment None -> elastico:shape=mb8"]}
+    assert demo_shadow.changes({7: record()}, {7: record(TresPerNode="gres:mps:50")}) == {
+        7: ["TresPerNode gres:gpu:1 -> gres:mps:50"]}
+    assert demo_shadow.changes({7: record()}, {7: record(EligibleTime="2026-12-05T10:00:05")}) == {
+        7: ["EligibleTime 2026-12-05T10:00:30 -> 2026-12-05T10:00:05"]}  # StartTime=now on a waiting job
+    assert demo_shadow.changes({7: record()}, {7: record(NumNodes="2-2")}) == {7: ["NumNodes 1-1 -> 2-2"]}
+    held = record(Reason="JobHeldAdmin", Priority="0")
+    assert demo_shadow.changes({7: record()}, {7: held}) == {7: ["Reason BeginTime -> JobHeldAdmin"]}
+    running = record(JobState="RUNNING", Reason="None", NumNodes="1")
+    requeued = record(JobState="PENDING", Reason="JobHeldAdmin", Restarts="1", Priority="0")
+    assert demo_shadow.changes({7: running}, {7: requeued}) == {
+        7: ["Restarts 0 -> 1", "JobState RUNNING -> PENDING", "Reason None -> JobHeldAdmin"]}
+    # an acting requeue followed through by Slurm while the shadow epoch ran: held and completing, then pending
+    completing = record(JobState="COMPLETING", Reason="JobHeldAdmin", Restarts="1", Priority="0")
+    assert demo_shadow.changes({7: completing}, {7: record(Reason="JobHeldAdmin", Restarts="1", Priority="0")}) == {}
+
+
+def test_the_jobs_slurm_moved_are_those_submitted_ended_or_in_another_state():
+    before = {7: record(), 8: record(JobId="8"), 9: record(JobId="9", JobState="RUNNING")}
+    after = {7: record(AdminComment="x"), 9: record(JobId="9", JobState="COMPLETING"), 10: record(JobId="10")}
+    assert demo_shadow.moved(before, after) == [8, 9, 10]
+    assert demo_shadow.moved(before, before) == []
+
+
+def test_job_records_read_every_job_from_scontrol_and_a_failure_stops_the_pass():
+    line = ("JobId=12 JobName=demo-shadow-t0 UserId=root(0) Priority=88 JobState=PENDING Reason=BeginTime "
+            "Command=/x/train_paced.py TRES=cpu=1,node=1,gres/gpu=1 AllocNode:Sid=h:1 TresPerNode=gres:gpu:1")
+    seen = []
+
+    def runner(argv):
+        seen.append(argv)
+        return SimpleNamespace(returncode=0, stdout=f"{line}\n{line.replace('JobId=12', 'JobId=13')}\n", stderr="")
+
+    got = demo_shadow.job_records(runner)
+    assert seen == [["scontrol", "show", "job", "--oneliner"]] and sorted(got) == [12, 13]
+    assert got[12]["TRES"] == "cpu=1,node=1,gres/gpu=1" and got[12]["TresPerNode"] == "gres:gpu:1"
+    assert demo_shadow.job_records(lambda argv: SimpleNamespace(returncode=0, stdout="No jobs in the system\n",
+                                                                stderr="")) == {}
+    with pytest.raises(DemoError, match=r"scontrol show job failed \(1\): slurm_load_jobs error"):
+        demo_shadow.job_records(lambda argv: SimpleNamespace(returncode=1, stdout="",
+                                                             stderr="slurm_load_jobs error\n"))
+
+
+class Epochs:
+    """Stands for `subprocess` in demo_shadow: `elastico sched --once` in each mode answers the next epoch given."""
+
+    CompletedProcess = subprocess.CompletedProcess
+    DEVNULL = subprocess.DEVNULL
+
+    def __init__(self, shadow: list, acting: list, slurm: "Slurm"):
+        self.epochs = {"--shadow": shadow, "--act": acting}
+        self.slurm, self.ran = slurm, []
+
+    def run(self, argv, **kwargs):
+        mode = argv[-1]
+        self.ran.append(mode)
+        code, epoch = self.epochs[mode].pop(0)
+        self.slurm.moved_by(mode, epoch)
+        return subprocess.CompletedProcess(argv, code, json.dumps(epoch) + "\n" if epoch else "", "note: x\n")
+
+
+class Slurm:
+    """`scontrol show job --oneliner` of job 7, changed by what an epoch did (`changes` of its epoch JSON)."""
+
+    def __init__(self):
+        self.fields = dict(PENDING)
+
+    def moved_by(self, mode, epoch):
+        self.fields.update((epoch or {}).get("changes", {}))
+
+    def __call__(self, argv):
+        line = " ".join(f"{k}={v}" for k, v in self.fields.items() if v is not None)
+        return SimpleNamespace(returncode=0, stdout=line + "\n", stderr="")
+
+
+def epoch(at: float, *actions: tuple[int, str, str], changes: dict | None = None) -> dict:
+    return {"at": at, "actions": [{"job_id": j, "kind": k, "status": s} for j, k, s in actions],
+            "slurm_changes": 0, **({"changes": changes} if changes else {})}
+
+
+def helper(tmp_path, log=None) -> demo_shadow.PairedHelper:
+    return demo_shadow.PairedHelper("elastico", {}, Slurm(), 3.0, tmp_path, log)
+
+
+def test_a_pair_is_a_shadow_epoch_checked_around_then_an_acting_epoch(tmp_path, monkeypatch):
+    paired = helper(tmp_path)
+    fake = Epochs([(0, epoch(10.0, (7, "set_share", "shadow")))],
+                  [(0, epoch(11.0, (7, "set_share", "done"), (7, "release", "failed"),
+                             changes={"TresPerNode": "gres:mps:50"}))], paired.runner)
+    monkeypatch.setattr(demo_shadow, "subprocess", fake)
+    pair = paired.pair()
+    assert fake.ran == ["--shadow", "--act"]
+    assert pair.shadow_at == 10.0 and pair.acting_at == 11.0 and pair.acting == [(7, "set_share")]
+    assert pair.changed == {} and pair.logged == [] and pair.acting_changed == 1 and not pair.outage
+    assert pair.moved == []
+    assert '"at": 10.0' in (tmp_path / "shadow.log").read_text() and "note: x" in (tmp_path / "sched.log").read_text()
+
+
+def test_a_shadow_epoch_that_changes_a_job_or_logs_a_change_is_caught(tmp_path, monkeypatch):
+    log = tmp_path / "slurmctld.log"
+    log.write_text("[t] _slurm_rpc_update_job: complete JobId=3 uid=0\n")  # before the epoch: not its doing
+    paired = helper(tmp_path, log)
+    fake = Epochs([(0, epoch(10.0, changes={"AdminComment": "elastico:shape=mb8"}))], [(1, None)], paired.runner)
+    monkeypatch.setattr(demo_shadow, "subprocess", fake)
+    real = paired._epoch
+
+    def logging_epoch(mode, out):
+        got = real(mode, out)
+        if mode == "--shadow":
+            with open(log, "a") as f:
+                f.write("[t] _update_job: setting admin_comment to elastico:shape=mb8 for JobId=7\n")
+        return got
+
+    monkeypatch.setattr(paired, "_epoch", logging_epoch)
+    pair = paired.pair()
+    assert pair.changed == {7: ["AdminComment None -> elastico:shape=mb8"]}
+    assert pair.logged == ["[t] _update_job: setting admin_comment to elastico:shape=mb8 for JobId=7"]
+    assert paired.acting_failed == 1 and pair.acting == [] and pair.acting_at is None
+
+
+def test_a_failed_shadow_epoch_ends_the_pass_and_an_outage_is_recorded(tmp_path, monkeypatch):
+    paired = helper(tmp_path)
+    fake = Epochs([(75, epoch(10.0)), (70, None)], [(0, epoch(11.0))], paired.runner)
+    monkeypatch.setattr(demo_shadow, "subprocess", fake)
+    assert paired.pair().outage
+    with pytest.raises(DemoError, match=r"a shadow epoch failed \(exit 70\)"):
+        paired.pair()
+    assert fake.ran == ["--shadow", "--act", "--shadow"]  # no acting epoch after a failed shadow one
+
+
+def test_the_thread_runs_pairs_until_stopped_and_keeps_an_error_for_the_driver(tmp_path, monkeypatch):
+    paired = helper(tmp_path)
+    paired.interval_s = 0.01
+    fake = Epochs([(0, epoch(float(i))) for i in range(3)] + [(70, None)], [(0, epoch(i + 0.5)) for i in range(3)],
+                  paired.runner)
+    monkeypatch.setattr(demo_shadow, "subprocess", fake)
+    paired.start()
+    paired._thread.join(timeout=10)
+    paired.stop()
+    assert [p.shadow_at for p in paired.pairs] == [0.0, 1.0, 2.0]
+    assert isinstance(paired.error, DemoError)
+
+
+def test_the_journal_is_compared_with_the_acting_epoch_after_each_shadow_epoch(tmp_path):
+    from slurm_elastico.helper.shadow import ShadowJournal
+    from slurm_elastico.model import Action, ActionKind
+
+    pairs = [demo_shadow.Pair(100.25, 0, {}, [], 101.0, [(7, "set_share"), (7, "set_admin_comment")], 1),
+             demo_shadow.Pair(103.5, 0, {}, [], 104.0, [(8, "set_nodes")], 1, moved=[9]),
+             demo_shadow.Pair(106.75, 0, {}, [], 107.0, [], 0)]
+    with Store(tmp_path / "s.sqlite") as store:
+        journal = ShadowJournal(store)
+        journal.record(100.25, Action(ActionKind.SET_SHARE, 7, "r", share=50), [], None)
+        journal.record(100.25, Action(ActionKind.SET_ADMIN_COMMENT, 7, "r", text="c"), [], None)
+        journal.record(103.5, Action(ActionKind.SET_NODES, 9, "r", nodes=("n3",)), [], None)  # another job than acted on
+        journal.record(106.75, Action(ActionKind.SET_SHARE, 8, "r", share=25), [], None)  # proposed, not taken
+        rows = demo_shadow.journal_pairs(store, pairs)
+    assert rows == [[(7, "set_share"), (7, "set_admin_comment")], [(9, "set_nodes")], [(8, "set_share")]]
+    got = demo_shadow.matched(pairs, rows)
+    assert got == {"acting": 3, "journaled": 4, "matched": 2, "share_matched": 2 / 3, "not_taken": 2,
+                   "misses_where_slurm_moved_a_job": 2}  # the second pair's two; the third's is unexplained
+    assert "of these 1 + 2 misses, 2 fell in epochs where Slurm" in demo_figures.matched_line(got)
+    assert demo_shadow.matched([], [])["share_matched"] is None
