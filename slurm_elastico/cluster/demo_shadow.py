@@ -36,13 +36,15 @@ from pathlib import Path
 from slurm_elastico.cluster.demo_checks import DemoError
 
 STATIC = ("AdminComment", "TresPerNode", "TresPerJob", "ReqNodeList", "ExcNodeList", "Reservation", "Partition",
-          "Features", "TimeLimit", "Requeue", "Restarts")
+          "Features", "Requeue", "Restarts")
 """Fields of `scontrol show job` a helper's commands set and Slurm leaves alone (an acting epoch's requeue counts
 its restart before its command returns)."""
-STEADY = ("Priority", "NumNodes", "EligibleTime")
-"""Fields a helper's commands set (a hold, a node count, StartTime=now) that Slurm also sets when it moves a job
-(a start, a requeue followed through, a first scheduling pass): compared when the state and reason are unchanged."""
-HELD = frozenset({"JobHeldAdmin", "JobHeldUser"})
+STEADY = ("Priority", "NumNodes", "EligibleTime", "TimeLimit")
+"""Fields a helper's commands set (a hold, a node count, StartTime=now) or could, that Slurm also sets when it moves
+a job (a start: the partition's limit for an UNLIMITED one, seen on 22.05; a requeue followed through; a first
+scheduling pass): compared when the state and reason are unchanged."""
+HELD = frozenset({"JobHeldAdmin", "JobHeldUser", "job_requeued_in_held_state"})
+"""A held job's reasons (`scontrol hold`, `scontrol requeuehold`: the latter's, seen on 22.05)."""
 SENT_BACK = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "PREEMPTED"})
 """States a running job reaches only by a command (requeue, hold, suspend) or preemption, none of it Slurm's own
 doing on the demo's cluster."""

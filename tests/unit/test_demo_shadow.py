@@ -15,6 +15,7 @@ from slurm_elastico.cluster.demo_checks import DemoError
 from slurm_elastico.store import Store
 
 PENDING = {"JobId": "7", "JobState": "PENDING", "Reason": "BeginTime", "Priority": "4294901759", "NumNodes": "1-1",
+           "TimeLimit": "UNLIMITED",
            "EligibleTime": "2026-12-05T10:00:30", "TresPerNode": "gres:gpu:1", "AdminComment": None,
            "Restarts": "0", "ReqNodeList": "(null)"}
 
@@ -25,7 +26,7 @@ def record(**fields) -> dict:
 
 def test_what_slurm_does_by_itself_is_not_a_change_and_what_a_command_does_is():
     started = record(JobState="RUNNING", Reason="None", NumNodes="1", Priority="4294901758",
-                     EligibleTime="2026-12-05T10:00:31")
+                     EligibleTime="2026-12-05T10:00:31", TimeLimit="365-00:00:00")
     assert demo_shadow.changes({7: record()}, {7: started}) == {}  # Slurm started it: its own fields moved
     assert demo_shadow.changes({7: record()}, {}) == {}  # ended and purged: nothing to compare
     assert demo_shadow.changes({7: record()}, {7: record(AdminComment="elastico:shape=mb8")}) == {
@@ -41,6 +42,10 @@ def test_what_slurm_does_by_itself_is_not_a_change_and_what_a_command_does_is():
     requeued = record(JobState="PENDING", Reason="JobHeldAdmin", Restarts="1", Priority="0")
     assert demo_shadow.changes({7: running}, {7: requeued}) == {
         7: ["Restarts 0 -> 1", "JobState RUNNING -> PENDING", "Reason None -> JobHeldAdmin"]}
+    # scontrol requeuehold, as 22.05 shows it at once: completing, restarted, held
+    shadow_requeue = record(JobState="COMPLETING", Reason="job_requeued_in_held_state", Restarts="1", Priority="0")
+    assert demo_shadow.changes({7: running}, {7: shadow_requeue}) == {
+        7: ["Restarts 0 -> 1", "Reason None -> job_requeued_in_held_state"]}
     # an acting requeue followed through by Slurm while the shadow epoch ran: held and completing, then pending
     completing = record(JobState="COMPLETING", Reason="JobHeldAdmin", Restarts="1", Priority="0")
     assert demo_shadow.changes({7: completing}, {7: record(Reason="JobHeldAdmin", Restarts="1", Priority="0")}) == {}
