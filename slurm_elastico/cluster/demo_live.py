@@ -23,6 +23,7 @@ is stopped and waited for (it runs in its own session, so the terminal's Ctrl-C 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import threading
@@ -146,7 +147,7 @@ def run_halves(halves: Sequence[Half], jobs: Sequence[workload.DemoJob], work: P
     pool = ThreadPoolExecutor(max_workers=len(jobs) * len(halves), thread_name_prefix="submit")
     pending: dict[Future, tuple[str, workload.DemoJob]] = {
         pool.submit(_submit_at, t0 + job.submit_s, submit_argv(h, job, work, plan, truth), env, work / h.mode, job,
-                    stop): (h.mode, job) for job in jobs for h in halves}
+                    stop, paired.quiet if paired is not None else None): (h.mode, job) for job in jobs for h in halves}
     try:
         while True:
             now = time.monotonic()
@@ -260,14 +261,19 @@ def _cancel(gateway, job_ids: list[int], say: Callable[[str], None]) -> None:
 
 
 def _submit_at(due: float, argv: list[str], env: dict, cwd: Path, job: workload.DemoJob,
-               stop: threading.Event) -> tuple[int, float, float] | None:
+               stop: threading.Event, quiet: threading.Lock | None = None) -> tuple[int, float, float] | None:
     """Submit `job` at `due` (monotonic clock), unless `stop` is set first (then None); returns its id, when Slurm
-    had it (the command returned: the JCT counts from there, as the simulator's) and how long the command took."""
+    had it (the command returned: the JCT counts from there, as the simulator's) and how long the command took.
+    `quiet`: held while the submission runs (the shadow pass's paired epochs hold it: no job arrives between a
+    shadow epoch and the acting one after it)."""
     if stop.wait(max(0.0, due - time.monotonic())):
         return None
-    began = time.monotonic()
-    # Run from the run's directory: jobs run there and keep their checkpoints under it.
-    out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
+    with quiet or contextlib.nullcontext():
+        if stop.is_set():  # stopped while it waited for the lock
+            return None
+        began = time.monotonic()
+        # Run from the run's directory: jobs run there and keep their checkpoints under it.
+        out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
         raise DemoError(f"submitting {job.name} ({Path(argv[0]).name}) failed ({out.returncode}): {out.stderr.strip()}")
     done = time.monotonic()

@@ -9,7 +9,11 @@ acting helper does -- each of the pass's epochs is a pair on the same store:
 `elastico sched --once --shadow`, then at once `elastico sched --once --act`
 (the helper lock serialises them, as it would two helpers of one cluster).
 The shadow epoch sees the state the acting epoch acts on a moment later, and
-its journal rows are compared with the actions that acting epoch took.
+its journal rows are compared with the actions that acting epoch took. So
+that it is the same state: no job is submitted while a pair runs (`quiet`),
+and a pair starts once Slurm has followed through the acting epoch before it
+(`settled`). What Slurm still does in between (a job's begin time passes, a
+job ends) is counted beside the misses (`Pair.moved`).
 
 Around every shadow epoch the driver reads `scontrol show job --oneliner` of
 every job before and after, and slurmctld's log in between (`changes`,
@@ -48,6 +52,10 @@ HELD = frozenset({"JobHeldAdmin", "JobHeldUser", "job_requeued_in_held_state"})
 SENT_BACK = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "PREEMPTED"})
 """States a running job reaches only by a command (requeue, hold, suspend) or preemption, none of it Slurm's own
 doing on the demo's cluster."""
+SETTLE_S = 0.3
+SETTLE_READS = 10
+"""Before a shadow epoch: reads of every job `SETTLE_S` apart until two agree (Slurm starts a released job, ends a
+requeued one, within a second or so of the acting epoch that asked), at most `SETTLE_READS`."""
 FIELD = re.compile(r"(?:^|\s)([\w/:]+)=(\S*)")
 
 
@@ -125,6 +133,8 @@ class PairedHelper:
     work: Path
     slurmctld_log: Path | None = None
     pairs: list[Pair] = field(default_factory=list)
+    quiet: threading.Lock = field(default_factory=threading.Lock)
+    """Held for each pair: the driver's submissions wait for it (no job arrives between the two epochs)."""
     acting_failed: int = 0
     error: BaseException | None = None
     _thread: threading.Thread | None = None
@@ -150,8 +160,24 @@ class PairedHelper:
             self.error = exc
 
     def pair(self) -> Pair:
-        """One shadow epoch, checked, then one acting epoch."""
-        before = job_records(self.runner)
+        """One shadow epoch, checked, then one acting epoch, with no submission meanwhile (`quiet`)."""
+        with self.quiet:
+            return self._pair()
+
+    def settled(self) -> dict[int, dict[str, str]]:
+        """The job records once Slurm has followed through the last acting epoch: two reads `SETTLE_S` apart with
+        every job in the same state (at most `SETTLE_READS` reads; the last one when they never agree)."""
+        last = job_records(self.runner)
+        for _ in range(SETTLE_READS - 1):
+            self._stop.wait(SETTLE_S)
+            now = job_records(self.runner)
+            if {j: r.get("JobState") for j, r in now.items()} == {j: r.get("JobState") for j, r in last.items()}:
+                return now
+            last = now
+        return last
+
+    def _pair(self) -> Pair:
+        before = self.settled()
         log_from = self._log_size()
         shadow, code = self._epoch("--shadow", self.work / "shadow.log")
         after = job_records(self.runner)

@@ -319,7 +319,7 @@ def test_the_live_loop_times_each_job_and_refuses_a_job_outside_its_half(tmp_pat
     job = w.job_list(train=1, infer=0)[0]
     half = halves.Half("plain", "demo-plain", ("n1",))
     monkeypatch.setattr(demo_live, "submit_argv", lambda *a: ["sbatch"])
-    monkeypatch.setattr(demo_live, "_submit_at", lambda due, argv, env, cwd, job, stop: (7, 0.0, 0.1))
+    monkeypatch.setattr(demo_live, "_submit_at", lambda due, argv, env, cwd, job, stop, quiet: (7, 0.0, 0.1))
     monkeypatch.setattr(demo_live.time, "sleep", lambda s: None)
 
     class Gateway:
@@ -422,6 +422,19 @@ def test_an_error_stops_the_submissions_cancels_the_submitted_jobs_and_stops_the
     assert helper.kwargs["start_new_session"] is True and helper.calls == ["terminate", "wait"]
 
 
+class _Quiet:
+    """Stands for the paired helper's lock: counts the submissions made under it."""
+
+    def __init__(self):
+        self.held = 0
+
+    def __enter__(self):
+        self.held += 1
+
+    def __exit__(self, *exc):
+        return False
+
+
 def test_the_shadow_pass_pairs_shadow_and_acting_epochs_and_submits_through_elastico_submit(tmp_path, monkeypatch):
     from slurm_elastico.cluster import demo_workload as w
     from slurm_elastico.model import JobState, JobView
@@ -440,6 +453,7 @@ def test_the_shadow_pass_pairs_shadow_and_acting_epochs_and_submits_through_elas
     class Paired:  # stands for demo_shadow.PairedHelper: started once, stopped, its logs read after the run
         def __init__(self, elastico, env, runner, interval_s, work, slurmctld_log):
             self.args, self.calls, self.error = (interval_s, work, slurmctld_log), [], None
+            self.quiet = _Quiet()
             made.append(self)
             (work / "sched.log").write_text('{"actions": [{"kind": "set_share", "status": "done"}, '
                                             '{"kind": "release", "status": "failed"}], "slurm_changes": 2}\n')
@@ -470,6 +484,7 @@ def test_the_shadow_pass_pairs_shadow_and_acting_epochs_and_submits_through_elas
                                lambda line: None, demo_live.ProgressLine(_Stream(False)), slurmctld_log=log)["shadow"]
     (paired,) = made
     assert fake.helpers == [] and paired.calls[0] == "start" and "stop" in paired.calls
+    assert paired.quiet.held == 1  # the submission waited for the pair under way
     assert paired.args == (w.Plan().interval_s, tmp_path / "shadow", log) and got.paired is paired
     assert set(got.ids) == {41} and got.actions == {"set_share": 1} and got.slurm_changes == 0
 

@@ -20,6 +20,11 @@ PENDING = {"JobId": "7", "JobState": "PENDING", "Reason": "BeginTime", "Priority
            "Restarts": "0", "ReqNodeList": "(null)"}
 
 
+@pytest.fixture(autouse=True)
+def no_settling_wait(monkeypatch):
+    monkeypatch.setattr(demo_shadow, "SETTLE_S", 0.0)
+
+
 def record(**fields) -> dict:
     return {k: v for k, v in {**PENDING, **fields}.items() if v is not None}
 
@@ -197,3 +202,34 @@ def test_the_journal_is_compared_with_the_acting_epoch_after_each_shadow_epoch(t
                    "misses_where_slurm_moved_a_job": 2}  # the second pair's two; the third's is unexplained
     assert "of these 1 + 2 misses, 2 fell in epochs where Slurm" in demo_figures.matched_line(got)
     assert demo_shadow.matched([], [])["share_matched"] is None
+
+
+def test_a_pair_starts_once_slurm_has_settled_and_holds_the_submissions_back(tmp_path, monkeypatch):
+    states = iter(["PENDING", "RUNNING", "RUNNING", "RUNNING"])
+    reads = []
+
+    def runner(argv):
+        reads.append(next(states, "RUNNING"))
+        return SimpleNamespace(returncode=0, stdout=f"JobId=7 JobState={reads[-1]} Reason=None\n", stderr="")
+
+    paired = demo_shadow.PairedHelper("elastico", {}, runner, 3.0, tmp_path)
+    assert paired.settled()[7]["JobState"] == "RUNNING" and reads == ["PENDING", "RUNNING", "RUNNING"]
+    flapping = iter(["PENDING", "RUNNING"] * 20)
+    paired.runner = lambda argv: SimpleNamespace(returncode=0, stdout=f"JobId=7 JobState={next(flapping)}\n",
+                                                 stderr="")
+    paired.settled()
+    assert next(flapping) == ("PENDING", "RUNNING")[demo_shadow.SETTLE_READS % 2]  # at most SETTLE_READS reads
+
+    locked = []
+    paired = helper(tmp_path)
+    fake = Epochs([(0, epoch(10.0))], [(0, epoch(11.0))], paired.runner)
+    real_run = fake.run
+
+    def run(argv, **kwargs):
+        locked.append(paired.quiet.locked())
+        return real_run(argv, **kwargs)
+
+    monkeypatch.setattr(fake, "run", run)
+    monkeypatch.setattr(demo_shadow, "subprocess", fake)
+    paired.pair()
+    assert locked == [True, True] and not paired.quiet.locked()
