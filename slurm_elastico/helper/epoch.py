@@ -48,7 +48,7 @@ from slurm_elastico.errors import ElasticoError, SlurmUnavailable
 from slurm_elastico.helper.executor import Outcome, Rehearsal, execute, keep_others_comments, rehearse
 from slurm_elastico.helper.families import Admission, FamilySource
 from slurm_elastico.helper.inflight import SETTLE_S, in_flight
-from slurm_elastico.helper.journal import JournalLike, action_to_json
+from slurm_elastico.helper.journal import Journal, JournalLike, action_to_json
 from slurm_elastico.helper.probes import probe_notes
 from slurm_elastico.helper.recovery import recover
 from slurm_elastico.helper.revert import undo_actions
@@ -138,7 +138,8 @@ def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model
     `SlurmUnavailable` from the snapshot or from recovery propagates: nothing is planned, nothing settled
     that Slurm's state did not settle. A job whose journal row is still open after recovery (it is still
     stopping) gets no new action this epoch, nor does a job an earlier epoch just started that Slurm has not
-    started yet (`inflight.in_flight`).
+    started yet (`inflight.in_flight`). A shadow epoch reads the acting journal for both (never writes or settles
+    it), so it proposes what an acting epoch would take in its place.
     """
     if journal is None and not dry_run:
         raise ValueError("a journal is required unless dry_run is set")
@@ -154,6 +155,10 @@ def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model
         if recovered:
             snap = gateway.snapshot()
         starting = in_flight(journal.recent(now - SETTLE_S), snap.jobs, now) - unsettled
+    elif shadow:  # the acting helper's rows, read only: what it left open or just started, it would leave alone
+        acting = Journal(journal.store)
+        unsettled = {action.job_id for _, action in acting.unsettled()}
+        starting = in_flight(acting.recent(now - SETTLE_S), snap.jobs, now) - unsettled
     admitted = families.admit(snap, dry_run) if isinstance(families, Admission) else []
     deferred = getattr(families, "deferred", 0) if isinstance(families, Admission) else 0
     fams, warnings = families.families({j.job_id for j in snap.jobs})

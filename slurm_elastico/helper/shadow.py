@@ -15,7 +15,9 @@ The no-change guarantee is structural, in two layers:
 What a shadow helper must not record as if its actions had happened: it never
 writes the acting journal (`journal`), so no in-flight action, no open row for
 recovery, no 'done' reshape counted by `elastico report`; it runs no recovery
-(an acting helper's open rows stay for the acting helper); its observer keeps
+(an acting helper's open rows stay for the acting helper, which a shadow epoch
+reads, with its recent starts, to leave those jobs alone as it would:
+`epoch.run_once`); its observer keeps
 the jobs' real progress readings but judges no pairing and records no refusal
 or revert (`observer.ProgressObserver(shadow=True)`). The next shadow epoch
 plans from the cluster as it really is. An acting helper never reads

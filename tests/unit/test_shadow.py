@@ -172,6 +172,23 @@ def test_the_next_shadow_epoch_plans_from_the_cluster_as_it_is_not_as_if_the_act
     assert len(found) == len(first.outcomes) and all(d.epochs == 2 for d in found)  # repeated proposals count once
 
 
+def test_a_shadow_epoch_after_an_acting_one_leaves_alone_what_the_acting_helper_just_started(store):
+    snap, fams = busy_cluster()
+    acting = run_once(Recorder(snap), Settings(), Fixed(fams), None, Journal(store), NOW)
+    started = {o.action.job_id for o in acting.outcomes if o.action.kind is ActionKind.RESHAPE_RUNNING}
+    assert started == {3}
+    # Five seconds on, Slurm has requeued job 3 and not started it yet: pending, released
+    snap = snapshot(cluster(2), [pending(1, NOW - 600), pending(2, NOW - 300), pending(3, NOW - 100)], NOW + 5)
+    shadow = run_once(ReadOnlyGateway(Recorder(snap)), Settings(), Fixed(fams), None, ShadowJournal(store), NOW + 5,
+                      shadow=True)
+    assert not started & {o.action.job_id for o in shadow.outcomes}
+    assert all(any(n.startswith(f"job {j}: no new action, an earlier epoch started it") for n in shadow.plan.notes)
+               for j in started)
+    # ...as the acting helper itself does in that epoch (the shadow epoch wrote nothing it reads)
+    again = run_once(Recorder(snap), Settings(), Fixed(fams), None, Journal(store), NOW + 5)
+    assert [o.action for o in shadow.outcomes] == [o.action for o in again.outcomes]
+
+
 def test_shadow_mode_refuses_the_acting_journal_and_a_dry_run(store):
     snap, fams = busy_cluster()
     with pytest.raises(ValueError, match="shadow journal"):
