@@ -122,6 +122,9 @@ def main() -> int:
               f"{shadow_line(shadow['agreement'])}")
         if "matched" in shadow:
             print(f"  {matched_line(shadow['matched'])}")
+        if "agreement_where_slurm_moved_nothing" in shadow:
+            print(f"  the {shadow['pairs_where_slurm_moved_nothing']} of {shadow['shadow_epochs']} pairs where Slurm "
+                  f"moved no job between the epochs: {shadow_line(shadow['agreement_where_slurm_moved_nothing'])}")
     else:
         print("  shadow pass: not in this demo (run elastico demo --shadow-pass)")
     wait_ratio = rep["mean_wait_ratio"]

@@ -261,8 +261,12 @@ def shadow_pass(cluster: LocalCluster, half: cluster_halves.Half, jobs: Sequence
     with Store(work / "state" / "elastico.sqlite") as store:
         journaled = demo_shadow.journal_pairs(store, pairs)
     by_kind = Counter(kind for rows in journaled for _, kind in rows)
-    paired_acting = Counter(kind for p in pairs for _, kind in p.acting)
-    agreement = figures.shadow_agreement(paired_acting, dict(by_kind))
+    agreement = figures.shadow_agreement(Counter(kind for p in pairs for _, kind in p.acting), dict(by_kind))
+    # the same over the pairs between whose epochs Slurm moved no job (submitted, started, ended one): the two
+    # epochs saw the same cluster there, and any difference is the helper's
+    still = [i for i, p in enumerate(pairs) if not p.moved]
+    agreement_still = figures.shadow_agreement(Counter(kind for i in still for _, kind in pairs[i].acting),
+                                               dict(Counter(kind for i in still for _, kind in journaled[i])))
     one_by_one = demo_shadow.matched(pairs, journaled)
     control = sum(p.acting_changed for p in pairs)
     say(f"   all {len(jobs)} jobs finished in {obs.wall_s:.0f} s, each with exactly its work; {len(pairs)} shadow "
@@ -270,6 +274,8 @@ def shadow_pass(cluster: LocalCluster, half: cluster_halves.Half, jobs: Sequence
         f"every job's scontrol show job before and after, slurmctld's log); the acting epochs after them changed "
         f"{control} job record(s) ({obs.paired.acting_failed} acting epoch(s) failed)")
     say(f"   {figures.shadow_line(agreement)}")
+    say(f"   the {len(still)} of {len(pairs)} pairs where Slurm moved no job between the two epochs: "
+        f"{figures.shadow_line(agreement_still)}")
     say(f"   {figures.matched_line(one_by_one)}")
     say(f"   (the elastico run's acting helper, for comparison: "
         f"{', '.join(f'{k} {n}' for k, n in sorted(acting.items())) or 'no action'})")
@@ -277,7 +283,9 @@ def shadow_pass(cluster: LocalCluster, half: cluster_halves.Half, jobs: Sequence
             "job_records_changed": len(changed), "shadow_epochs": len(pairs),
             "shadow_epochs_unanswered": sum(p.outage for p in pairs), "acting_epochs_failed": obs.paired.acting_failed,
             "acting_job_records_changed": control, "journaled": dict(by_kind), "agreement": agreement,
-            "matched": one_by_one, "elastico_run_actions": dict(acting), "partition": half.partition}
+            "matched": one_by_one, "pairs_where_slurm_moved_nothing": len(still),
+            "agreement_where_slurm_moved_nothing": agreement_still, "elastico_run_actions": dict(acting),
+            "partition": half.partition}
 
 
 PASS_MARGIN_S = 5.0
