@@ -2,9 +2,9 @@
 
 A shadow helper alone sees the jobs as Slurm runs them, never as its own
 actions would have left them, so after its first proposals it plans for a
-cluster the acting helper would not have had (measured: it proposed 0
-reshapes of running jobs where the acting helper took 5, on the heavier
-list). To check what shadow mode is for -- that its journal lists what the
+cluster the acting helper would not have had (on the demo's heavier list it
+proposed fewer reshapes of running jobs than the acting helper took). To
+check what shadow mode is for -- that its journal lists what the
 acting helper does -- each of the pass's epochs is a pair on the same store:
 `elastico sched --once --shadow`, then at once `elastico sched --once --act`
 (the helper lock serialises them, as it would two helpers of one cluster).
