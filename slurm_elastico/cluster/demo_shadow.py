@@ -12,8 +12,9 @@ The shadow epoch sees the state the acting epoch acts on a moment later, and
 its journal rows are compared with the actions that acting epoch took. So
 that it is the same state: no job is submitted while a pair runs (`quiet`),
 and a pair starts once Slurm has followed through the acting epoch before it
-(`settled`). What Slurm still does in between (a job's begin time passes, a
-job ends) is counted beside the misses (`Pair.moved`).
+(`settled`). What Slurm still does in between (a job ends, backfill starts
+one) is counted beside the misses (`Pair.moved`). Each pair is kept in
+`work`/pairs.jsonl.
 
 Around every shadow epoch the driver reads `scontrol show job --oneliner` of
 every job before and after, and slurmctld's log in between (`changes`,
@@ -28,6 +29,7 @@ that shows the check can fail.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -72,10 +74,22 @@ def job_records(runner) -> dict[int, dict[str, str]]:
     return records
 
 
-def moved(before: dict[int, dict[str, str]], after: dict[int, dict[str, str]]) -> list[int]:
-    """The jobs submitted, ended (gone) or moved to another state between two `job_records`."""
-    return sorted(j for j in before.keys() | after.keys()
-                  if j not in before or j not in after or before[j].get("JobState") != after[j].get("JobState"))
+ENDED = frozenset({"COMPLETING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"})
+
+
+def moved(before: dict[int, dict[str, str]], after: dict[int, dict[str, str]],
+          done: dict[int, dict[str, str]] | None = None) -> list[int]:
+    """The jobs submitted, ended (gone) or moved to another state between two `job_records` (before and after a
+    shadow epoch), and those that ended by themselves between `after` and `done` (after the acting epoch: gone, or
+    running then ended with no restart counted, which a requeue by the acting epoch would have)."""
+    found = {j for j in before.keys() | after.keys()
+             if j not in before or j not in after or before[j].get("JobState") != after[j].get("JobState")}
+    for j, a in (after.items() if done is not None else ()):
+        d = done.get(j)
+        if d is None or (a.get("JobState") == "RUNNING" and d.get("JobState") in ENDED
+                         and d.get("Restarts") == a.get("Restarts")):
+            found.add(j)
+    return sorted(found)
 
 
 def changes(before: dict[int, dict[str, str]], after: dict[int, dict[str, str]]) -> dict[int, list[str]]:
@@ -114,7 +128,7 @@ class Pair:
     """Jobs whose record changed across the acting epoch (the control: the same check sees its changes)."""
     outage: bool = False
     moved: list[int] = field(default_factory=list)
-    """Jobs Slurm moved while the shadow epoch ran (`moved`): the acting epoch after it saw another cluster."""
+    """Jobs Slurm moved between the two epochs' reads of the cluster (`moved`): the acting epoch saw another one."""
 
 
 @dataclass
@@ -155,6 +169,8 @@ class PairedHelper:
             while not self._stop.is_set():
                 began = time.monotonic()
                 self.pairs.append(self.pair())
+                with open(self.work / "pairs.jsonl", "a") as f:  # the evidence, a line a pair
+                    f.write(json.dumps(dataclasses.asdict(self.pairs[-1])) + "\n")
                 self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - began)))
         except BaseException as exc:  # raised by the driver, which polls `error`
             self.error = exc
@@ -194,7 +210,7 @@ class PairedHelper:
                     logged=logged, acting_at=acting["at"] if acting else None,
                     acting=[(a["job_id"], a["kind"]) for a in (acting or {}).get("actions", ())
                             if a["status"] == "done"],
-                    acting_changed=len(changes(after, done)), outage=outage, moved=moved(before, after))
+                    acting_changed=len(changes(after, done)), outage=outage, moved=moved(before, after, done))
 
     def _epoch(self, mode: str, log: Path) -> tuple[dict | None, int]:
         """`elastico sched --once --json` in `mode`, its output appended to `log`: (the epoch's JSON, exit code)."""

@@ -61,6 +61,14 @@ def test_the_jobs_slurm_moved_are_those_submitted_ended_or_in_another_state():
     after = {7: record(AdminComment="x"), 9: record(JobId="9", JobState="COMPLETING"), 10: record(JobId="10")}
     assert demo_shadow.moved(before, after) == [8, 9, 10]
     assert demo_shadow.moved(before, before) == []
+    # after the shadow epoch, while the acting one ran: job 11 ended by itself, job 12 was requeued by the acting
+    # epoch (its restart counted), job 13 was started by it
+    running = {i: record(JobId=str(i), JobState="RUNNING", Reason="None") for i in (11, 12)}
+    later = {11: record(JobId="11", JobState="COMPLETED", Reason="None"),
+             12: record(JobId="12", JobState="COMPLETING", Reason="job_requeued_in_held_state", Restarts="1"),
+             13: record(JobId="13", JobState="RUNNING", Reason="None")}
+    assert demo_shadow.moved(running | {13: record(JobId="13")}, running | {13: record(JobId="13")}, later) == [11]
+    assert demo_shadow.moved(running, running, {12: later[12]}) == [11]  # gone is ended
 
 
 def test_job_records_read_every_job_from_scontrol_and_a_failure_stops_the_pass():
