@@ -77,17 +77,23 @@ def job_records(runner) -> dict[int, dict[str, str]]:
 ENDED = frozenset({"COMPLETING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"})
 
 
+STARTS = frozenset({"start_now", "resume", "reshape_running"})
+"""The acting epoch's actions after which Slurm starts the job (`helper.inflight.STARTS`)."""
+
+
 def moved(before: dict[int, dict[str, str]], after: dict[int, dict[str, str]],
-          done: dict[int, dict[str, str]] | None = None) -> list[int]:
+          done: dict[int, dict[str, str]] | None = None, acting: list[tuple[int, str]] = ()) -> list[int]:
     """The jobs submitted, ended (gone) or moved to another state between two `job_records` (before and after a
-    shadow epoch), and those that ended by themselves between `after` and `done` (after the acting epoch: gone, or
-    running then ended with no restart counted, which a requeue by the acting epoch would have)."""
+    shadow epoch), and those Slurm moved by itself between `after` and `done` (after the acting epoch, whose
+    actions are `acting`): gone; running then ended with no restart counted (a requeue by the acting epoch counts
+    one); pending then running though the acting epoch did not start it."""
     found = {j for j in before.keys() | after.keys()
              if j not in before or j not in after or before[j].get("JobState") != after[j].get("JobState")}
+    started = {j for j, kind in acting if kind in STARTS}
     for j, a in (after.items() if done is not None else ()):
-        d = done.get(j)
-        if d is None or (a.get("JobState") == "RUNNING" and d.get("JobState") in ENDED
-                         and d.get("Restarts") == a.get("Restarts")):
+        d, state = done.get(j), a.get("JobState")
+        if d is None or (state == "RUNNING" and d.get("JobState") in ENDED and d.get("Restarts") == a.get("Restarts")) \
+                or (state == "PENDING" and d.get("JobState") == "RUNNING" and j not in started):
             found.add(j)
     return sorted(found)
 
@@ -205,12 +211,12 @@ class PairedHelper:
         if code != 0:
             self.acting_failed += 1
         done = after if acting is None else job_records(self.runner)
+        taken = [(a["job_id"], a["kind"]) for a in (acting or {}).get("actions", ()) if a["status"] == "done"]
         return Pair(shadow_at=shadow["at"] if shadow else time.time(),
                     shadow_changes=(shadow or {}).get("slurm_changes") or 0, changed=changes(before, after),
                     logged=logged, acting_at=acting["at"] if acting else None,
-                    acting=[(a["job_id"], a["kind"]) for a in (acting or {}).get("actions", ())
-                            if a["status"] == "done"],
-                    acting_changed=len(changes(after, done)), outage=outage, moved=moved(before, after, done))
+                    acting=taken, acting_changed=len(changes(after, done)), outage=outage,
+                    moved=moved(before, after, done, taken))
 
     def _epoch(self, mode: str, log: Path) -> tuple[dict | None, int]:
         """`elastico sched --once --json` in `mode`, its output appended to `log`: (the epoch's JSON, exit code)."""

@@ -67,8 +67,12 @@ def test_the_jobs_slurm_moved_are_those_submitted_ended_or_in_another_state():
     later = {11: record(JobId="11", JobState="COMPLETED", Reason="None"),
              12: record(JobId="12", JobState="COMPLETING", Reason="job_requeued_in_held_state", Restarts="1"),
              13: record(JobId="13", JobState="RUNNING", Reason="None")}
-    assert demo_shadow.moved(running | {13: record(JobId="13")}, running | {13: record(JobId="13")}, later) == [11]
+    assert demo_shadow.moved(running | {13: record(JobId="13")}, running | {13: record(JobId="13")}, later,
+                             [(13, "start_now"), (12, "preempt")]) == [11]
     assert demo_shadow.moved(running, running, {12: later[12]}) == [11]  # gone is ended
+    waiting = {13: record(JobId="13")}
+    assert demo_shadow.moved(waiting, waiting, {13: later[13]}, [(13, "set_admin_comment")]) == [13]  # backfill
+    assert demo_shadow.moved(waiting, waiting, {13: later[13]}, [(13, "start_now")]) == []  # the acting epoch
 
 
 def test_job_records_read_every_job_from_scontrol_and_a_failure_stops_the_pass():
