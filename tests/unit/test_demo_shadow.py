@@ -212,7 +212,7 @@ def test_the_journal_is_compared_with_the_acting_epoch_after_each_shadow_epoch(t
     got = demo_shadow.matched(pairs, rows)
     assert got == {"acting": 3, "journaled": 4, "matched": 2, "share_matched": 2 / 3, "not_taken": 2,
                    "misses_where_slurm_moved_a_job": 2}  # the second pair's two; the third's is unexplained
-    assert "of these 1 + 2 misses, 2 fell in epochs where Slurm" in demo_figures.matched_line(got)
+    assert "of these 1 + 2 misses, 2 fell in pairs where Slurm" in demo_figures.matched_line(got)
     assert demo_shadow.matched([], [])["share_matched"] is None
 
 
