@@ -66,10 +66,8 @@ class Observed:
     shapes: dict[int, list[str]] = field(default_factory=dict)
     actions: Counter = field(default_factory=Counter)
     """The acting helper's actions by kind (done)."""
-    slurm_changes: int = 0
-    """The Slurm changes the shadow epochs counted (`slurm_changes`: must be 0)."""
     paired: PairedHelper | None = None
-    """The shadow run's paired epochs."""
+    """The shadow run's paired epochs (its actions are the pairs' acting ones)."""
     wall_s: float = 0.0
     submit_s: dict[int, float] = field(default_factory=dict)
     """How long each job's submission command took (sbatch, or elastico-submit: a Python program)."""
@@ -217,12 +215,12 @@ def run_halves(halves: Sequence[Half], jobs: Sequence[workload.DemoJob], work: P
         o.wall_s = max(o.end.values()) - t0
         for job_id in o.ids:
             o.shapes[job_id] = _shapes_run(work / mode / f"{job_id}.out")
-    if managed:
-        obs[managed[0]].actions, _ = _actions(work / managed[0] / "sched.log")
     if paired is not None:
         if paired.error is not None:
             raise paired.error
-        obs["shadow"].slurm_changes = _actions(work / "shadow" / "shadow.log")[1]
+        obs["shadow"].actions = Counter(kind for p in paired.pairs for _, kind in p.acting)
+    elif managed:
+        obs["elastico"].actions = _actions(work / "elastico" / "sched.log")
     return obs
 
 
@@ -288,14 +286,10 @@ def _shapes_run(path: Path) -> list[str]:
             if ln.startswith(("train_paced: shape ", "infer_paced: shape "))]
 
 
-def _actions(log: Path) -> tuple[Counter, int]:
-    """The helper's actions by kind from its epochs' JSON lines (done when acting, each epoch's proposals when in
-    shadow mode), and the Slurm changes they counted."""
+def _actions(log: Path) -> Counter:
+    """The acting helper's actions by kind (done) from its epochs' JSON lines."""
     counts: Counter[str] = Counter()
-    changes = 0
     for line in log.read_text().splitlines():
         if line.startswith("{"):
-            epoch = json.loads(line)
-            counts.update(a["kind"] for a in epoch["actions"] if a["status"] in ("done", "shadow"))
-            changes += epoch.get("slurm_changes") or 0
-    return counts, changes
+            counts.update(a["kind"] for a in json.loads(line)["actions"] if a["status"] == "done")
+    return counts

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurm_elastico.cluster.demo_checks import DemoError
+from slurm_elastico.helper import inflight
 
 STATIC = ("AdminComment", "TresPerNode", "TresPerJob", "ReqNodeList", "ExcNodeList", "Reservation", "Partition",
           "Features", "Requeue", "Restarts")
@@ -77,8 +78,8 @@ def job_records(runner) -> dict[int, dict[str, str]]:
 ENDED = frozenset({"COMPLETING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"})
 
 
-STARTS = frozenset({"start_now", "resume", "reshape_running"})
-"""The acting epoch's actions after which Slurm starts the job (`helper.inflight.STARTS`)."""
+STARTS = frozenset(kind.value for kind in inflight.STARTS)
+"""The acting epoch's actions after which Slurm starts the job."""
 
 
 def moved(before: dict[int, dict[str, str]], after: dict[int, dict[str, str]],

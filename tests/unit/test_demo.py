@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from slurm_elastico.cluster import demo, demo_checks, demo_figures, demo_live, halves
+from slurm_elastico.cluster import demo, demo_checks, demo_figures, demo_live, demo_shadow, halves
 from slurm_elastico.cluster.demo_workload import DemoJob
 
 
@@ -455,10 +455,8 @@ def test_the_shadow_pass_pairs_shadow_and_acting_epochs_and_submits_through_elas
             self.args, self.calls, self.error = (interval_s, work, slurmctld_log), [], None
             self.quiet = _Quiet()
             made.append(self)
-            (work / "sched.log").write_text('{"actions": [{"kind": "set_share", "status": "done"}, '
-                                            '{"kind": "release", "status": "failed"}], "slurm_changes": 2}\n')
-            (work / "shadow.log").write_text('{"actions": [{"kind": "set_share", "status": "shadow"}], '
-                                             '"slurm_changes": 0}\nnot json\n')
+            self.pairs = [demo_shadow.Pair(1.0, 0, {}, [], 1.5, [(41, "set_share")], 1),
+                          demo_shadow.Pair(4.0, 0, {}, [], 4.5, [(41, "set_share"), (41, "set_nodes")], 1)]
 
         def start(self):
             self.calls.append("start")
@@ -486,7 +484,7 @@ def test_the_shadow_pass_pairs_shadow_and_acting_epochs_and_submits_through_elas
     assert fake.helpers == [] and paired.calls[0] == "start" and "stop" in paired.calls
     assert paired.quiet.held == 1  # the submission waited for the pair under way
     assert paired.args == (w.Plan().interval_s, tmp_path / "shadow", log) and got.paired is paired
-    assert set(got.ids) == {41} and got.actions == {"set_share": 1} and got.slurm_changes == 0
+    assert set(got.ids) == {41} and got.actions == {"set_share": 2, "set_nodes": 1}  # the pairs' acting actions
 
     def failing(*args):
         helper = Paired(*args)
@@ -521,3 +519,11 @@ def test_the_shadow_pass_agrees_when_it_proposes_the_acting_kinds_within_the_tol
     assert not missing["agree"] and missing["kinds"]["release"]["relative"] == -1
     assert not shadow_agreement(Counter(), {})["agree"]  # nothing to compare is no agreement
     assert "NOT the same kinds" in shadow_line(missing)
+
+
+def test_the_elastico_runs_actions_are_the_done_ones_of_its_helpers_epoch_lines(tmp_path):
+    log = tmp_path / "sched.log"
+    log.write_text('{"actions": [{"kind": "set_share", "status": "done"}, {"kind": "release", "status": "failed"}]}\n'
+                   "elastico sched: note: a log line\n"
+                   '{"actions": [{"kind": "set_share", "status": "done"}, {"kind": "start_now", "status": "done"}]}\n')
+    assert demo_live._actions(log) == {"set_share": 2, "start_now": 1}
