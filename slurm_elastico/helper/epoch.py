@@ -149,14 +149,14 @@ def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model
     recovered: list[str] = []
     unsettled: set[int] = set()
     starting: set[int] = set()
-    if journal is not None and not dry_run and not shadow:
-        recovered = recover(gateway, journal, snap, now)
-        unsettled = {action.job_id for _, action in journal.unsettled()}
-        if recovered:
-            snap = gateway.snapshot()
-        starting = in_flight(journal.recent(now - SETTLE_S), snap.jobs, now) - unsettled
-    elif shadow:  # the acting helper's rows, read only: what it left open or just started, it would leave alone
-        acting = Journal(journal.store)
+    if journal is not None and not dry_run:
+        # a shadow epoch reads the acting helper's rows (never settles them): what it left open or just started,
+        # an acting epoch would leave alone
+        acting = Journal(journal.store) if shadow else journal
+        if not shadow:
+            recovered = recover(gateway, journal, snap, now)
+            if recovered:
+                snap = gateway.snapshot()
         unsettled = {action.job_id for _, action in acting.unsettled()}
         starting = in_flight(acting.recent(now - SETTLE_S), snap.jobs, now) - unsettled
     admitted = families.admit(snap, dry_run) if isinstance(families, Admission) else []
