@@ -129,8 +129,7 @@ def run_halves(halves: Sequence[Half], jobs: Sequence[workload.DemoJob], work: P
     if len(managed) > 1:
         raise ValueError(f"one run with the helper at a time, not {managed}")
     if managed == ["shadow"]:
-        paired = obs["shadow"].paired = PairedHelper(_bin("elastico"), env, gateway.runner, plan.interval_s,
-                                                     work / "shadow", slurmctld_log)
+        paired = obs["shadow"].paired = PairedHelper(env, plan.interval_s, work / "shadow", slurmctld_log)
         paired.start()
     elif managed:
         log = open(work / "elastico" / "sched.log", "w")

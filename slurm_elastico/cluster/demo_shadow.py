@@ -5,18 +5,19 @@ actions would have left them, so after its first proposals it plans for a
 cluster the acting helper would not have had (on the demo's heavier list it
 proposed fewer reshapes of running jobs than the acting helper took). To
 check what shadow mode is for -- that its journal lists what the
-acting helper does -- each of the pass's epochs is a pair on the same store:
-`elastico sched --once --shadow`, then at once `elastico sched --once --act`
-(the helper lock serialises them, as it would two helpers of one cluster).
-The shadow epoch sees the state the acting epoch acts on a moment later, and
-its journal rows are compared with the actions that acting epoch took. So
-that it is the same state: no job is submitted while a pair runs (`quiet`),
-and a pair starts once Slurm has followed through the acting epoch before it
-(`settled`). What Slurm still does in between (a job ends, backfill starts
-one) is counted beside the misses (`Pair.moved`). Each pair is kept in
-`work`/pairs.jsonl.
+acting helper does -- each of the pass's epochs is a pair on the same store,
+run by `demo_pair` in one process with the helper's locks held: a shadow
+epoch (the shadow helper, as `elastico sched --once --shadow` opens it), then
+at once an acting epoch that plans on the shadow epoch's read of Slurm and
+acts. Its actions are compared with the shadow epoch's journal rows. So that
+the two plan on the same jobs: no job is submitted while a pair runs
+(`PairedHelper.quiet`), a pair starts once Slurm has followed through the
+acting epoch before it (`Pairing.settled`), and the acting epoch does not read
+Slurm again (`demo_pair.OneRead`). What Slurm still does before the acting
+epoch's actions (a job ends, backfill starts one) is counted beside the misses
+(`Pair.moved`). Each pair is kept in `work`/pairs.jsonl.
 
-Around every shadow epoch the driver reads `scontrol show job --oneliner` of
+Around every shadow epoch the pair reads `scontrol show job --oneliner` of
 every job before and after, and slurmctld's log in between (`changes`,
 `SLURMCTLD_CHANGES`). Slurm goes on meanwhile (it starts and ends jobs, and
 follows through an acting epoch's requeue), so a record is compared on what
@@ -33,9 +34,11 @@ import dataclasses
 import json
 import re
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,38 +138,108 @@ class Pair:
     """Jobs whose record changed across the acting epoch (the control: the same check sees its changes)."""
     outage: bool = False
     moved: list[int] = field(default_factory=list)
-    """Jobs Slurm moved between the two epochs' reads of the cluster (`moved`): the acting epoch saw another one."""
+    """Jobs Slurm moved between the shadow epoch's first read and the acting epoch's last (`moved`): the acting
+    epoch's actions on them may have found another state than the one planned for."""
+    acting_failed: bool = False
+    """The acting epoch failed (its exit code was not 0); the pass goes on, as the `--interval` helper does."""
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Pair":
+        """The pair from its JSON form (`dataclasses.asdict`)."""
+        return cls(**{**data, "changed": {int(j): v for j, v in data["changed"].items()},
+                      "acting": [(int(j), str(k)) for j, k in data["acting"]]})
+
+
+@dataclass
+class Pairing:
+    """One paired epoch, checked: what `demo_pair` runs in a process of its own.
+
+    `epoch(mode)` runs one epoch, mode "shadow" or "act", and returns (its JSON, the exit code `elastico sched
+    --once` would give: 75 when Slurm did not answer); `runner` runs `scontrol`; `slurmctld_log` is read around the
+    shadow epoch when given."""
+
+    epoch: Callable[[str], tuple[dict | None, int]]
+    runner: object
+    slurmctld_log: Path | None = None
+
+    def settled(self) -> dict[int, dict[str, str]]:
+        """The job records once Slurm has followed through the last acting epoch: two reads `SETTLE_S` apart with
+        every job in the same state (at most `SETTLE_READS` reads; the last one when they never agree)."""
+        last = job_records(self.runner)
+        for _ in range(SETTLE_READS - 1):
+            time.sleep(SETTLE_S)
+            now = job_records(self.runner)
+            if {j: r.get("JobState") for j, r in now.items()} == {j: r.get("JobState") for j, r in last.items()}:
+                return now
+            last = now
+        return last
+
+    def pair(self) -> Pair:
+        """The shadow epoch with the job records and slurmctld's log read around it, then the acting epoch; a
+        shadow epoch that fails raises `DemoError` (no acting epoch follows)."""
+        before = self.settled()
+        log_from = self._log_size()
+        shadow, code = self.epoch("shadow")
+        after = job_records(self.runner)
+        logged = self._logged(log_from)
+        if code not in (0, 75):  # 75: Slurm did not answer (an outage epoch, recorded as such)
+            raise DemoError(f"a shadow epoch failed (exit {code}); see its log, shadow.log")
+        outage = code == 75 or shadow is None
+        acting, code = self.epoch("act")
+        done = after if acting is None else job_records(self.runner)
+        taken = [(a["job_id"], a["kind"]) for a in (acting or {}).get("actions", ()) if a["status"] == "done"]
+        return Pair(shadow_at=shadow["at"] if shadow else time.time(),
+                    shadow_changes=(shadow or {}).get("slurm_changes") or 0, changed=changes(before, after),
+                    logged=logged, acting_at=acting["at"] if acting else None,
+                    acting=taken, acting_changed=len(changes(after, done)), outage=outage,
+                    moved=moved(before, after, done, taken), acting_failed=code != 0)
+
+    def _log_size(self) -> int:
+        return self.slurmctld_log.stat().st_size if self.slurmctld_log and self.slurmctld_log.exists() else 0
+
+    def _logged(self, start: int) -> list[str]:
+        from slurm_elastico.helper.shadow import SLURMCTLD_CHANGES
+
+        if not self.slurmctld_log or not self.slurmctld_log.exists():
+            return []
+        with open(self.slurmctld_log, "rb") as f:
+            f.seek(start)
+            text = f.read().decode(errors="replace")
+        return [ln for ln in text.splitlines() if SLURMCTLD_CHANGES.search(ln)]
 
 
 @dataclass
 class PairedHelper:
-    """The pass's helper: a thread that runs a `Pair` every `interval_s` seconds until `stop` is set.
+    """The pass's helper: a thread that runs a paired epoch every `interval_s` seconds until `stop` is set.
 
-    `elastico` is the CLI's path; `env` names the helper's config; `runner` runs `scontrol` (the gateway's);
-    each epoch's output is appended to `work`/shadow.log or `work`/sched.log. A shadow epoch that fails, or a
-    `scontrol show job` that fails, ends the thread with `error` set (the driver raises it); an acting epoch that
-    fails is counted (`acting_failed`) and the next pair goes on, as the `--interval` helper does."""
+    Each pair is one run of `python -m slurm_elastico.cluster.demo_pair` (`python`, by default this process's
+    interpreter; `env` names the helper's config), which appends each epoch's output to `work`/shadow.log or
+    `work`/sched.log and prints the `Pair`. A pair that fails (a shadow epoch that fails, a `scontrol show job` that
+    fails) ends the thread with `error` set (the driver raises it); an acting epoch that fails is counted
+    (`acting_failed`) and the next pair goes on, as the `--interval` helper does."""
 
-    elastico: str
     env: dict
-    runner: object
     interval_s: float
     work: Path
     slurmctld_log: Path | None = None
+    python: str = sys.executable
     pairs: list[Pair] = field(default_factory=list)
     quiet: threading.Lock = field(default_factory=threading.Lock)
     """Held for each pair: the driver's submissions wait for it (no job arrives between the two epochs)."""
-    acting_failed: int = 0
     error: BaseException | None = None
     _thread: threading.Thread | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def acting_failed(self) -> int:
+        return sum(p.acting_failed for p in self.pairs)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="paired-helper", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop after the epoch under way (an epoch is never cut short) and wait for the thread."""
+        """Stop after the pair under way (a pair is never cut short) and wait for the thread."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -183,63 +256,16 @@ class PairedHelper:
             self.error = exc
 
     def pair(self) -> Pair:
-        """One shadow epoch, checked, then one acting epoch, with no submission meanwhile (`quiet`)."""
+        """One paired epoch, with no submission meanwhile (`quiet`)."""
+        argv = [self.python, "-m", "slurm_elastico.cluster.demo_pair", str(self.work), str(self.slurmctld_log or "")]
         with self.quiet:
-            return self._pair()
-
-    def settled(self) -> dict[int, dict[str, str]]:
-        """The job records once Slurm has followed through the last acting epoch: two reads `SETTLE_S` apart with
-        every job in the same state (at most `SETTLE_READS` reads; the last one when they never agree)."""
-        last = job_records(self.runner)
-        for _ in range(SETTLE_READS - 1):
-            self._stop.wait(SETTLE_S)
-            now = job_records(self.runner)
-            if {j: r.get("JobState") for j, r in now.items()} == {j: r.get("JobState") for j, r in last.items()}:
-                return now
-            last = now
-        return last
-
-    def _pair(self) -> Pair:
-        before = self.settled()
-        log_from = self._log_size()
-        shadow, code = self._epoch("--shadow", self.work / "shadow.log")
-        after = job_records(self.runner)
-        logged = self._logged(log_from)
-        if code not in (0, 75):  # 75: Slurm did not answer (an outage epoch, recorded as such)
-            raise DemoError(f"a shadow epoch failed (exit {code}); see {self.work / 'shadow.log'}")
-        outage = code == 75 or shadow is None
-        acting, code = self._epoch("--act", self.work / "sched.log")
-        if code != 0:
-            self.acting_failed += 1
-        done = after if acting is None else job_records(self.runner)
-        taken = [(a["job_id"], a["kind"]) for a in (acting or {}).get("actions", ()) if a["status"] == "done"]
-        return Pair(shadow_at=shadow["at"] if shadow else time.time(),
-                    shadow_changes=(shadow or {}).get("slurm_changes") or 0, changed=changes(before, after),
-                    logged=logged, acting_at=acting["at"] if acting else None,
-                    acting=taken, acting_changed=len(changes(after, done)), outage=outage,
-                    moved=moved(before, after, done, taken))
-
-    def _epoch(self, mode: str, log: Path) -> tuple[dict | None, int]:
-        """`elastico sched --once --json` in `mode`, its output appended to `log`: (the epoch's JSON, exit code)."""
-        out = subprocess.run([self.elastico, "sched", "--once", "--json", mode], env=self.env, capture_output=True,
-                             text=True, stdin=subprocess.DEVNULL, timeout=600)
-        with open(log, "a") as f:
-            f.write(out.stdout + out.stderr)
+            out = subprocess.run(argv, env=self.env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                                 timeout=1200)
         lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-        return (json.loads(lines[-1]) if lines else None), out.returncode
-
-    def _log_size(self) -> int:
-        return self.slurmctld_log.stat().st_size if self.slurmctld_log and self.slurmctld_log.exists() else 0
-
-    def _logged(self, start: int) -> list[str]:
-        from slurm_elastico.helper.shadow import SLURMCTLD_CHANGES
-
-        if not self.slurmctld_log or not self.slurmctld_log.exists():
-            return []
-        with open(self.slurmctld_log, "rb") as f:
-            f.seek(start)
-            text = f.read().decode(errors="replace")
-        return [ln for ln in text.splitlines() if SLURMCTLD_CHANGES.search(ln)]
+        if out.returncode != 0 or not lines:
+            why = out.stderr.strip().splitlines()[-1:] or ["no output"]
+            raise DemoError(f"a paired epoch failed (exit {out.returncode}): {why[0]} (in {self.work})")
+        return Pair.from_dict(json.loads(lines[-1]))
 
 
 def journal_pairs(store, pairs: list[Pair]) -> list[list[tuple[int, str]]]:

@@ -451,7 +451,7 @@ def test_the_shadow_pass_pairs_shadow_and_acting_epochs_and_submits_through_elas
     made = []
 
     class Paired:  # stands for demo_shadow.PairedHelper: started once, stopped, its logs read after the run
-        def __init__(self, elastico, env, runner, interval_s, work, slurmctld_log):
+        def __init__(self, env, interval_s, work, slurmctld_log):
             self.args, self.calls, self.error = (interval_s, work, slurmctld_log), [], None
             self.quiet = _Quiet()
             made.append(self)

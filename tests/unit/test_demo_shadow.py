@@ -4,6 +4,7 @@ runs on the real local cluster in `elastico demo --shadow-pass`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from types import SimpleNamespace
@@ -95,21 +96,18 @@ def test_job_records_read_every_job_from_scontrol_and_a_failure_stops_the_pass()
 
 
 class Epochs:
-    """Stands for `subprocess` in demo_shadow: `elastico sched --once` in each mode answers the next epoch given."""
-
-    CompletedProcess = subprocess.CompletedProcess
-    DEVNULL = subprocess.DEVNULL
+    """Stands for the pair's epochs (`Pairing.epoch`): each mode answers the next (exit code, epoch JSON) given,
+    and Slurm's records change as that epoch's `changes` say."""
 
     def __init__(self, shadow: list, acting: list, slurm: "Slurm"):
-        self.epochs = {"--shadow": shadow, "--act": acting}
+        self.epochs = {"shadow": shadow, "act": acting}
         self.slurm, self.ran = slurm, []
 
-    def run(self, argv, **kwargs):
-        mode = argv[-1]
+    def __call__(self, mode):
         self.ran.append(mode)
         code, epoch = self.epochs[mode].pop(0)
         self.slurm.moved_by(mode, epoch)
-        return subprocess.CompletedProcess(argv, code, json.dumps(epoch) + "\n" if epoch else "", "note: x\n")
+        return epoch, code
 
 
 class Slurm:
@@ -131,67 +129,84 @@ def epoch(at: float, *actions: tuple[int, str, str], changes: dict | None = None
             "slurm_changes": 0, **({"changes": changes} if changes else {})}
 
 
-def helper(tmp_path, log=None) -> demo_shadow.PairedHelper:
-    return demo_shadow.PairedHelper("elastico", {}, Slurm(), 3.0, tmp_path, log)
+def pairing(shadow: list, acting: list, log=None) -> tuple[demo_shadow.Pairing, Epochs]:
+    slurm = Slurm()
+    epochs = Epochs(shadow, acting, slurm)
+    return demo_shadow.Pairing(epochs, slurm, log), epochs
 
 
-def test_a_pair_is_a_shadow_epoch_checked_around_then_an_acting_epoch(tmp_path, monkeypatch):
-    paired = helper(tmp_path)
-    fake = Epochs([(0, epoch(10.0, (7, "set_share", "shadow")))],
-                  [(0, epoch(11.0, (7, "set_share", "done"), (7, "release", "failed"),
-                             changes={"TresPerNode": "gres:mps:50"}))], paired.runner)
-    monkeypatch.setattr(demo_shadow, "subprocess", fake)
+def test_a_pair_is_a_shadow_epoch_checked_around_then_an_acting_epoch():
+    paired, fake = pairing([(0, epoch(10.0, (7, "set_share", "shadow")))],
+                           [(0, epoch(11.0, (7, "set_share", "done"), (7, "release", "failed"),
+                                      changes={"TresPerNode": "gres:mps:50"}))])
     pair = paired.pair()
-    assert fake.ran == ["--shadow", "--act"]
+    assert fake.ran == ["shadow", "act"]
     assert pair.shadow_at == 10.0 and pair.acting_at == 11.0 and pair.acting == [(7, "set_share")]
     assert pair.changed == {} and pair.logged == [] and pair.acting_changed == 1 and not pair.outage
-    assert pair.moved == []
-    assert '"at": 10.0' in (tmp_path / "shadow.log").read_text() and "note: x" in (tmp_path / "sched.log").read_text()
+    assert pair.moved == [] and not pair.acting_failed
+    assert demo_shadow.Pair.from_dict(json.loads(json.dumps(dataclasses.asdict(pair)))) == pair  # as the child sends it
 
 
-def test_a_shadow_epoch_that_changes_a_job_or_logs_a_change_is_caught(tmp_path, monkeypatch):
+def test_a_shadow_epoch_that_changes_a_job_or_logs_a_change_is_caught(tmp_path):
     log = tmp_path / "slurmctld.log"
     log.write_text("[t] _slurm_rpc_update_job: complete JobId=3 uid=0\n")  # before the epoch: not its doing
-    paired = helper(tmp_path, log)
-    fake = Epochs([(0, epoch(10.0, changes={"AdminComment": "elastico:shape=mb8"}))], [(1, None)], paired.runner)
-    monkeypatch.setattr(demo_shadow, "subprocess", fake)
-    real = paired._epoch
+    paired, fake = pairing([(0, epoch(10.0, changes={"AdminComment": "elastico:shape=mb8"}))], [(1, None)], log)
 
-    def logging_epoch(mode, out):
-        got = real(mode, out)
-        if mode == "--shadow":
+    def logging_epoch(mode):
+        got = fake(mode)
+        if mode == "shadow":
             with open(log, "a") as f:
                 f.write("[t] _update_job: setting admin_comment to elastico:shape=mb8 for JobId=7\n")
         return got
 
-    monkeypatch.setattr(paired, "_epoch", logging_epoch)
+    paired.epoch = logging_epoch
     pair = paired.pair()
     assert pair.changed == {7: ["AdminComment None -> elastico:shape=mb8"]}
     assert pair.logged == ["[t] _update_job: setting admin_comment to elastico:shape=mb8 for JobId=7"]
-    assert paired.acting_failed == 1 and pair.acting == [] and pair.acting_at is None
+    assert pair.acting_failed and pair.acting == [] and pair.acting_at is None
 
 
-def test_a_failed_shadow_epoch_ends_the_pass_and_an_outage_is_recorded(tmp_path, monkeypatch):
-    paired = helper(tmp_path)
-    fake = Epochs([(75, epoch(10.0)), (70, None)], [(0, epoch(11.0))], paired.runner)
-    monkeypatch.setattr(demo_shadow, "subprocess", fake)
+def test_a_failed_shadow_epoch_ends_the_pass_and_an_outage_is_recorded():
+    paired, fake = pairing([(75, epoch(10.0)), (70, None)], [(0, epoch(11.0))])
     assert paired.pair().outage
     with pytest.raises(DemoError, match=r"a shadow epoch failed \(exit 70\)"):
         paired.pair()
-    assert fake.ran == ["--shadow", "--act", "--shadow"]  # no acting epoch after a failed shadow one
+    assert fake.ran == ["shadow", "act", "shadow"]  # no acting epoch after a failed shadow one
+
+
+class Child:
+    """Stands for `subprocess` in demo_shadow: each run of `demo_pair` answers the next (exit code, pair, stderr)."""
+
+    CompletedProcess = subprocess.CompletedProcess
+    DEVNULL = subprocess.DEVNULL
+
+    def __init__(self, answers: list):
+        self.answers, self.ran = answers, []
+
+    def run(self, argv, **kwargs):
+        self.ran.append(argv)
+        code, pair, err = self.answers.pop(0)
+        out = "" if pair is None else json.dumps(dataclasses.asdict(pair)) + "\n"
+        return subprocess.CompletedProcess(argv, code, out, err)
+
+
+def a_pair(at: float, **kw) -> demo_shadow.Pair:
+    return demo_shadow.Pair(at, 0, {}, [], at + 0.5, [(7, "set_share")], 1, **kw)
 
 
 def test_the_thread_runs_pairs_until_stopped_and_keeps_an_error_for_the_driver(tmp_path, monkeypatch):
-    paired = helper(tmp_path)
-    paired.interval_s = 0.01
-    fake = Epochs([(0, epoch(float(i))) for i in range(3)] + [(70, None)], [(0, epoch(i + 0.5)) for i in range(3)],
-                  paired.runner)
-    monkeypatch.setattr(demo_shadow, "subprocess", fake)
+    paired = demo_shadow.PairedHelper({"ELASTICO_CONFIG": "x"}, 0.01, tmp_path, tmp_path / "ctld.log", python="py")
+    child = Child([(0, a_pair(0.0), ""), (0, a_pair(1.0, acting_failed=True), ""), (0, a_pair(2.0), ""),
+                   (3, None, "note\na shadow epoch failed (exit 70); see its log, shadow.log\n")])
+    monkeypatch.setattr(demo_shadow, "subprocess", child)
     paired.start()
     paired._thread.join(timeout=10)
     paired.stop()
-    assert [p.shadow_at for p in paired.pairs] == [0.0, 1.0, 2.0]
+    assert child.ran[0] == ["py", "-m", "slurm_elastico.cluster.demo_pair", str(tmp_path), str(tmp_path / "ctld.log")]
+    assert [p.shadow_at for p in paired.pairs] == [0.0, 1.0, 2.0] and paired.acting_failed == 1
+    assert [json.loads(ln)["shadow_at"] for ln in (tmp_path / "pairs.jsonl").read_text().splitlines()] == [0, 1, 2]
     assert isinstance(paired.error, DemoError)
+    assert str(paired.error).startswith("a paired epoch failed (exit 3): a shadow epoch failed (exit 70)")
 
 
 def test_the_journal_is_compared_with_the_acting_epoch_after_each_shadow_epoch(tmp_path):
@@ -224,7 +239,7 @@ def test_a_pair_starts_once_slurm_has_settled_and_holds_the_submissions_back(tmp
         reads.append(next(states, "RUNNING"))
         return SimpleNamespace(returncode=0, stdout=f"JobId=7 JobState={reads[-1]} Reason=None\n", stderr="")
 
-    paired = demo_shadow.PairedHelper("elastico", {}, runner, 3.0, tmp_path)
+    paired = demo_shadow.Pairing(lambda mode: (None, 0), runner)
     assert paired.settled()[7]["JobState"] == "RUNNING" and reads == ["PENDING", "RUNNING", "RUNNING"]
     flapping = iter(["PENDING", "RUNNING"] * 20)
     paired.runner = lambda argv: SimpleNamespace(returncode=0, stdout=f"JobId=7 JobState={next(flapping)}\n",
@@ -233,15 +248,69 @@ def test_a_pair_starts_once_slurm_has_settled_and_holds_the_submissions_back(tmp
     assert next(flapping) == ("PENDING", "RUNNING")[demo_shadow.SETTLE_READS % 2]  # at most SETTLE_READS reads
 
     locked = []
-    paired = helper(tmp_path)
-    fake = Epochs([(0, epoch(10.0))], [(0, epoch(11.0))], paired.runner)
-    real_run = fake.run
+    helper = demo_shadow.PairedHelper({}, 3.0, tmp_path)
+    child = Child([(0, a_pair(10.0), "")])
+    real_run = child.run
 
     def run(argv, **kwargs):
-        locked.append(paired.quiet.locked())
+        locked.append(helper.quiet.locked())
         return real_run(argv, **kwargs)
 
-    monkeypatch.setattr(fake, "run", run)
-    monkeypatch.setattr(demo_shadow, "subprocess", fake)
-    paired.pair()
-    assert locked == [True, True] and not paired.quiet.locked()
+    monkeypatch.setattr(child, "run", run)
+    monkeypatch.setattr(demo_shadow, "subprocess", child)
+    assert helper.pair() == a_pair(10.0)
+    assert locked == [True] and not helper.quiet.locked()
+
+
+def test_the_acting_epoch_plans_on_the_shadow_epochs_read_once_then_reads_slurm_again():
+    from slurm_elastico.cluster.demo_pair import OneRead
+
+    reads = iter(range(10))
+    gateway = SimpleNamespace(snapshot=lambda: f"read {next(reads)}", batch_script=lambda job_id: f"#!{job_id}")
+    shadow, acting = OneRead(gateway), OneRead(gateway)
+    assert shadow.snapshot() == "read 0" and shadow.last == "read 0"
+    acting.given = shadow.last
+    assert acting.snapshot() == "read 0"  # the shadow epoch's read, not Slurm's
+    assert acting.snapshot() == "read 1" and acting.last == "read 1"  # recovery's second read is Slurm's
+    assert acting.batch_script(7) == "#!7"
+
+
+def test_the_pair_process_refuses_a_wrong_command_line(capsys):
+    from slurm_elastico.cluster import demo_pair
+
+    assert demo_pair.main([]) == 2 and "usage: python -m slurm_elastico.cluster.demo_pair WORK" in capsys.readouterr().err
+
+
+def test_the_pair_process_gives_the_acting_epoch_the_shadow_epochs_read_and_prints_the_pair(tmp_path, monkeypatch,
+                                                                                           capsys):
+    import contextlib
+
+    from slurm_elastico.cli import sched, view
+    from slurm_elastico.cluster import demo_pair
+    from slurm_elastico.helper import service
+
+    reads = iter(range(10))
+    live = SimpleNamespace(snapshot=lambda: f"read {next(reads)}")
+    seen = {}
+
+    def open_helper(cfg, *, shadow, metrics, log, around):
+        gateway, mode = around(live), "shadow" if shadow else "act"
+
+        def step():
+            seen[mode] = gateway.snapshot()
+            log("info", f"note: {mode} epoch")
+            status = "shadow" if shadow else "done"
+            return SimpleNamespace(outage="", to_dict=lambda: epoch(10.0 if shadow else 10.5, (7, "set_share", status)))
+
+        return SimpleNamespace(step=step)
+
+    monkeypatch.setattr(sched, "open_helper", open_helper)
+    monkeypatch.setattr(view, "gateway_from", lambda cfg: SimpleNamespace(runner=Slurm()))
+    monkeypatch.setattr(service, "held", lambda cfg: contextlib.nullcontext())
+    monkeypatch.setattr(demo_pair.config, "load", lambda path: SimpleNamespace())
+    assert demo_pair.main([str(tmp_path), ""]) == 0
+    assert seen == {"shadow": "read 0", "act": "read 0"}  # one read of Slurm for both epochs
+    pair = demo_shadow.Pair.from_dict(json.loads(capsys.readouterr().out.splitlines()[-1]))
+    assert pair.shadow_at == 10.0 and pair.acting == [(7, "set_share")] and not pair.acting_failed
+    assert "note: shadow epoch" in (tmp_path / "shadow.log").read_text()
+    assert '"status": "done"' in (tmp_path / "sched.log").read_text()
