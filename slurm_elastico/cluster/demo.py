@@ -28,8 +28,9 @@ time, beside the simulator's prediction for the same list.
    by kind, the JCT ratio plain ÷ elastico), the helper's report, and plot
    the JCT distributions.
 6. With `--shadow-pass`: the same list once more on the elastico half, each
-   epoch a shadow epoch (`elastico sched --once --shadow`) followed by an
-   acting one on the same store (`cluster.demo_shadow`). No shadow epoch may
+   epoch a shadow epoch followed by an acting one that plans on the shadow
+   epoch's read of Slurm, on the same store (`cluster.demo_shadow`,
+   `cluster.demo_pair`). No shadow epoch may
    change Slurm (its `slurm_changes` 0, every job's `scontrol show job` the
    same before and after it, and slurmctld logs no update, requeue, signal,
    hold or release meanwhile), and its journal must list the actions the
@@ -245,8 +246,8 @@ def shadow_pass(cluster: LocalCluster, half: cluster_halves.Half, jobs: Sequence
     from slurm_elastico.cluster import demo_shadow
 
     say(f"== 7. the shadow pass: the same list on {', '.join(half.nodes)} (partition {half.partition}) through "
-        f"elastico-submit; every {load.plan.interval_s:g} s a shadow epoch (elastico sched --once --shadow), "
-        f"then an acting one on the same store")
+        f"elastico-submit; every {load.plan.interval_s:g} s a shadow epoch, then an acting one on the same store "
+        f"that plans on the shadow epoch's read of Slurm")
     obs = run_halves([half], jobs, work, env, gateway, load.plan, truth, load.timeout_s, say, progress,
                      slurmctld_log=cluster.layout.log_file("slurmctld"))["shadow"]
     for job_id, job in obs.ids.items():
@@ -263,8 +264,8 @@ def shadow_pass(cluster: LocalCluster, half: cluster_halves.Half, jobs: Sequence
         journaled = demo_shadow.journal_pairs(store, pairs)
     by_kind = Counter(kind for rows in journaled for _, kind in rows)
     agreement = figures.shadow_agreement(obs.actions, dict(by_kind))
-    # the same over the pairs between whose epochs Slurm moved no job (submitted, started, ended one): the two
-    # epochs saw the same cluster there, and any difference is the helper's
+    # the same over the pairs where Slurm moved no job (submitted, started, ended one) before the acting epoch's
+    # actions: none of them can have been refused for a move
     still = [i for i, p in enumerate(pairs) if not p.moved]
     agreement_still = figures.shadow_agreement(Counter(kind for i in still for _, kind in pairs[i].acting),
                                                dict(Counter(kind for i in still for _, kind in journaled[i])))
@@ -275,7 +276,7 @@ def shadow_pass(cluster: LocalCluster, half: cluster_halves.Half, jobs: Sequence
         f"every job's scontrol show job before and after, slurmctld's log); the acting epochs after them changed "
         f"{control} job record(s) ({obs.paired.acting_failed} acting epoch(s) failed)")
     say(f"   {figures.shadow_line(agreement)}")
-    say(f"   the {len(still)} of {len(pairs)} pairs where Slurm moved no job between the two epochs: "
+    say(f"   the {len(still)} of {len(pairs)} pairs where Slurm moved no job before the acting epoch acted: "
         f"{figures.shadow_line(agreement_still)}")
     say(f"   {figures.matched_line(one_by_one)}")
     say(f"   (the elastico run's acting helper, for comparison: "

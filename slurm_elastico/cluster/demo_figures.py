@@ -182,4 +182,4 @@ def matched_line(matched: dict) -> str:
             f"({100 * matched['share_matched']:.0f} %) were listed, same job and kind, by the shadow epoch just "
             f"before; {matched['not_taken']} listed were not taken; of these {matched['acting'] - matched['matched']}"
             f" + {matched['not_taken']} misses, {matched['misses_where_slurm_moved_a_job']} fell in pairs where Slurm "
-            f"submitted, started or ended a job between the two epochs' reads")
+            f"submitted, started or ended a job before the acting epoch acted")

@@ -280,7 +280,7 @@ def journal_pairs(store, pairs: list[Pair]) -> list[list[tuple[int, str]]]:
 def matched(pairs: list[Pair], journaled: list[list[tuple[int, str]]]) -> dict:
     """How many of the acting epochs' actions the shadow epoch just before them journaled (same job and kind), how
     many journaled proposals the acting epoch did not take, and how many of both misses fell in pairs where Slurm
-    moved a job while the shadow epoch ran (`Pair.moved`)."""
+    moved a job before the acting epoch acted (`Pair.moved`)."""
     hit = taken = proposed = missed_moved = 0
     for p, rows in zip(pairs, journaled):
         common = Counter(p.acting) & Counter(rows)
