@@ -123,8 +123,9 @@ def main() -> int:
         if "matched" in shadow:
             print(f"  {matched_line(shadow['matched'])}")
         if "agreement_where_slurm_moved_nothing" in shadow:
+            still = shadow_line(shadow["agreement_where_slurm_moved_nothing"])
             print(f"  the {shadow['pairs_where_slurm_moved_nothing']} of {shadow['shadow_epochs']} pairs where Slurm "
-                  f"moved no job between the epochs: {shadow_line(shadow['agreement_where_slurm_moved_nothing'])}")
+                  f"moved no job before the acting epoch acted: {still}")
     else:
         print("  shadow pass: not in this demo (run elastico demo --shadow-pass)")
     wait_ratio = rep["mean_wait_ratio"]

@@ -278,7 +278,8 @@ def test_the_acting_epoch_plans_on_the_shadow_epochs_read_once_then_reads_slurm_
 def test_the_pair_process_refuses_a_wrong_command_line(capsys):
     from slurm_elastico.cluster import demo_pair
 
-    assert demo_pair.main([]) == 2 and "usage: python -m slurm_elastico.cluster.demo_pair WORK" in capsys.readouterr().err
+    assert demo_pair.main([]) == 2
+    assert "usage: python -m slurm_elastico.cluster.demo_pair WORK" in capsys.readouterr().err
 
 
 def test_the_pair_process_gives_the_acting_epoch_the_shadow_epochs_read_and_prints_the_pair(tmp_path, monkeypatch,
