@@ -19,11 +19,14 @@ cluster's own nodes (`history.shape`), fed the past jobs (`history.past`):
 
 Slurm starts a job a moment after it could: its scheduling pass, the
 allocation, the accounting's whole seconds (about 1 s on the local cluster).
-The replay takes that lag from the same history (`start_lag`): the median real
+The replay takes that lag from the same history (`start_lag`): the mean real
 wait of the jobs it starts the moment they arrive, where no queue explains
-the wait. Each job the replay's scheduler places then starts that long
-later, holding its GPUs from the moment it was placed; 0 (no job found room
-at once, or they all started within the second) is the replay without lag.
+the wait. The mean, because sacct records whole seconds: a lag of half a
+second shows as waits of 0 or 1 s, whose median is one or the other (every
+simulated wait half a second off) and whose mean is the lag. Each job the
+replay's scheduler places then starts that long later, holding its GPUs from
+the moment it was placed; 0 (no job found room at once, or they all started
+within the second) is the replay without lag.
 
 Each job's start-time error is |simulated wait - actual wait|; the result
 gives their median and p90 and the ratio of the mean waits (simulated over
@@ -134,10 +137,10 @@ def fits(job: PastJob, shape: ClusterShape) -> bool:
 
 
 def start_lag(result: ReplayResult) -> float:
-    """Slurm's start lag as `result` (a replay without lag) shows it: the median real wait of the jobs it started
-    the moment they arrived (0 when there are none)."""
+    """Slurm's start lag as `result` (a replay without lag) shows it: the mean real wait of the jobs it started
+    the moment they arrived (0 when there are none; the mean, as the module's docstring says)."""
     at_once = [j.actual_wait_s for j in result.compared if j.simulated_wait_s == 0]
-    return float(np.median(at_once)) if at_once else 0.0
+    return float(np.mean(at_once)) if at_once else 0.0
 
 
 def replay(jobs: Sequence[PastJob], shape: ClusterShape, until: int | None = None,

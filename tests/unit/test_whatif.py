@@ -3,6 +3,8 @@ recorded Slurm output)."""
 
 from __future__ import annotations
 
+import math
+import random
 import time
 from pathlib import Path
 
@@ -65,6 +67,27 @@ def test_the_replay_takes_slurms_start_lag_from_the_jobs_that_found_room():
     without = replay(jobs, TWO_BY_FOUR, lag_s=0).stats()  # every start a second early, a queued one more
     assert without["median_start_error_s"] == 1 and without["mean_wait_ratio"] < 0.95
     assert replay(fifo_history(TWO_BY_FOUR, runs), TWO_BY_FOUR).start_lag_s == 0  # no lag in the history: none
+
+
+def test_a_start_lag_of_a_fraction_of_a_second_is_kept_though_sacct_records_whole_seconds():
+    """Slurm starts a job about half a second after it could; sacct truncates each time to the second, so a job
+    that found room waited 0 or 1 s. The lag is their mean (a median would be 0 or 1: every simulated wait half
+    a second off, which doubles or zeroes the mean wait of a history that hardly queued)."""
+    rng = random.Random(7)
+    for _ in range(4):
+        free = [1000.0] * TWO_BY_FOUR.gpus
+        jobs = []
+        for i in range(60):
+            submit, run = 1000 + i * 4 + rng.random(), rng.choice([5, 10, 20, 30, 40])
+            k = min(range(len(free)), key=lambda g: free[g])
+            start = max(submit, free[k]) + 0.5
+            free[k] = start + run
+            jobs.append(job(100 + i, math.floor(submit), math.floor(start), math.floor(start + run)))
+        r = replay(jobs, TWO_BY_FOUR)
+        stats = r.stats()
+        assert 0.3 <= r.start_lag_s <= 0.7, r.start_lag_s
+        assert 0.4 <= stats["mean_wait_actual_s"] <= 1.0  # hardly queued: the lag is most of the wait
+        assert stats["mean_wait_ratio"] == pytest.approx(1.0, abs=0.15), stats
 
 
 def test_replay_reports_the_starts_slurm_made_differently():
