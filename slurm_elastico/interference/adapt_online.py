@@ -16,11 +16,14 @@ far (the latest measurement of each). Its margins follow what was measured, in t
   agree with it and grow when they do not.
 
 Probing (`probing`, set by the observer each epoch while its budget of probe time lasts): optimism where the
-model is uncertain. A pair never measured is predicted at its slowdown ÷ (1 + `probe_optimism`) (at least 1), with
+model is uncertain. A pair never measured is predicted at its slowdown ÷ (1 + `optimism`) (at least 1), with
 margin 0 and only the planner's least gain (`MIN_GAIN`) for the gain rule, so the planner tries the unmeasured
 pairs that might gain most if the model's error on this type is that large; measured pairs keep their predictions
-and the margins their error gave. `probe_optimism` is the error one allows the model on a type it never saw (the
-caller's: the simulator gives the untrained model's measured error, `planner.slowdown.UNCALIBRATED_GAIN_MARGIN`).
+and the margins their error gave. `optimism` follows what was measured, as the margins do: `probe_optimism`, the
+error one allows the model on a type it never saw (the caller's: the untrained model's measured error,
+`planner.slowdown.UNCALIBRATED_GAIN_MARGIN`), until a pair that fits is measured; then the current view's largest
+under-prediction of a measured pair's summed speed (0 when it under-predicted none: on a type where pairs are worse
+than it says, it no longer pairs what it calls bad to find out).
 The probe is judged like any pairing and reverted when it loses (`interference.probe`), after which the pair is
 measured, and its error counts.
 
@@ -104,15 +107,29 @@ class OnlineAdapted:
         if not pairs:
             self._margin, self._gain = 0.0, self.untrained_margin
             return
-        a, b = [o.a for o in pairs], [o.b for o in pairs]
-        p_ab = 1.0 / np.asarray(self.base_view.predict(a, b), dtype=float)
-        p_ba = 1.0 / np.asarray(self.base_view.predict(b, a), dtype=float)
-        t_ab = np.array([o.norm_a for o in pairs])
-        t_ba = np.array([o.norm_b for o in pairs])
-        worst_over = np.minimum(p_ab, p_ba) / np.minimum(t_ab, t_ba)
-        sum_over = (p_ab + p_ba) / (t_ab + t_ba)
+        sum_over, worst_over = self._over(pairs)
         self._margin = max(0.0, float(np.max(worst_over)) - 1.0)
         self._gain = max(0.0, float(np.max(sum_over)) - 1.0)
+
+    def _over(self, pairs: Sequence[Colocation]) -> tuple[np.ndarray, np.ndarray]:
+        """The current view's over-prediction of each measured pair: of its summed speed, of its worse job's."""
+        a, b = [o.a for o in pairs], [o.b for o in pairs]
+        p_ab = 1.0 / np.asarray(self._view.predict(a, b), dtype=float)
+        p_ba = 1.0 / np.asarray(self._view.predict(b, a), dtype=float)
+        t_ab = np.array([o.norm_a for o in pairs])
+        t_ba = np.array([o.norm_b for o in pairs])
+        return (p_ab + p_ba) / (t_ab + t_ba), np.minimum(p_ab, p_ba) / np.minimum(t_ab, t_ba)
+
+    @property
+    def optimism(self) -> float:
+        """How much better than predicted a pair never measured is taken while probing: `probe_optimism` before any
+        pair that fits was measured; after, the current view's largest under-prediction of a measured pair's summed
+        speed (0 when it under-predicted none): the model's own error on this type, not a constant."""
+        pairs = self._fitting()
+        if self.probe_optimism <= 0 or not pairs:
+            return self.probe_optimism
+        sum_over, _ = self._over(pairs)
+        return max(0.0, float(np.max(1.0 / sum_over)) - 1.0)
 
     # -- SlowdownModel ---------------------------------------------------------------------------------
 
@@ -154,7 +171,7 @@ class OnlineAdapted:
         known = self._known(a, b)
         fresh = np.isnan(known)
         if self.probing and self.probe_optimism > 0:
-            s = np.where(fresh, np.maximum(1.0, s / (1.0 + self.probe_optimism)), s)
+            s = np.where(fresh, np.maximum(1.0, s / (1.0 + self.optimism)), s)
         return np.where(fresh, s, known)
 
     def admission_margins(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
@@ -190,4 +207,5 @@ class OnlineAdapted:
         """What it has learnt so far, for reports."""
         return {"gpu_type": self.gpu_type, "stage": self.stage, "pairs_measured": len(self.measured),
                 "pairs_fitting": len(self._fitting()), "refits": self.refits, "gain_margin": self.gain_margin,
+                "optimism": self.optimism,
                 "fit": self.fit.to_dict() if self.fit is not None else None}

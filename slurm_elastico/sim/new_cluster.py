@@ -10,7 +10,8 @@ learns the new type from what it observes. Four ways to run elastico on the same
   observer measures;
 - `probing`: `adapted` that also probes: while the pairs first measured (probes) have taken less than
   `PROBE_BUDGET` of the GPU-seconds so far, pairs never measured are predicted optimistically, by the error of an
-  untrained model (`OnlineAdapted.probing`, `planner.slowdown.UNCALIBRATED_GAIN_MARGIN`);
+  untrained model until a pair is measured, then by the model's own under-prediction of the measured pairs
+  (`OnlineAdapted.probing`, `OnlineAdapted.optimism`, `planner.slowdown.UNCALIBRATED_GAIN_MARGIN`);
 - `true`: the true model's predictions (the truth's own measured pairs: the bound adaptation aims at).
 
 The planner sees its jobs as the simulator's families (Pollux apps, micro-batches); the measured pairs are of

@@ -130,15 +130,21 @@ def test_from_min_pairs_on_the_model_is_adapted_and_its_margins_come_from_its_he
 def test_probing_is_optimistic_only_about_pairs_never_measured():
     jobs = _jobs(6)
     m = OnlineAdapted(Flat(), "new", untrained_margin=0.4, probe_optimism=0.25)
-    m.observe([_pair(jobs[0], jobs[1], 0.5, 0.5)])
+    m.probing = True
+    assert m.predict(jobs[2:3], jobs[3:4])[0] == pytest.approx(1.5 / 1.25)  # nothing measured: the caller's optimism
+    m.probing = False
+    m.observe([_pair(jobs[0], jobs[1], 0.5, 0.5)])  # worse than the model said (2 / 3 each)
     before = m.admission_margins(jobs[2:3], jobs[3:4])[0]
     assert before == pytest.approx((2 / 3) / 0.5 - 1)
     m.probing = True
-    assert m.predict([jobs[2], jobs[0]], [jobs[3], jobs[1]]) == pytest.approx([1.5 / 1.25, 2.0])
+    assert m.optimism == 0.0  # its own error on this type: it under-predicted no pair
+    assert m.predict([jobs[2], jobs[0]], [jobs[3], jobs[1]]) == pytest.approx([1.5, 2.0])
     assert m.admission_margins(jobs[2:3], jobs[3:4])[0] == 0.0 and m.gain_margin == 0.0
+    m.observe([_pair(jobs[4], jobs[5], 0.9, 0.9)])  # better than it said: 1.8 summed where it predicted 4 / 3
+    assert m.optimism == pytest.approx(1.8 / (4 / 3) - 1)
+    assert m.predict(jobs[2:3], jobs[3:4])[0] == pytest.approx(1.5 / (1.8 / (4 / 3)))
     m.probing = False
     assert m.predict(jobs[2:3], jobs[3:4])[0] == pytest.approx(1.5)
-    assert m.admission_margins(jobs[2:3], jobs[3:4])[0] == pytest.approx(before)
     with pytest.raises(ValueError, match="probe_optimism"):
         OnlineAdapted(Flat(), "new", probe_optimism=-0.1)
 
