@@ -67,6 +67,10 @@ class OnlineAdapted:
         self._view = self.base_view
         self.probing = False
         """Whether pairs never measured are taken at the model's word this epoch (module docstring)."""
+        self.optimism = self.probe_optimism
+        """How much better than predicted a pair never measured is taken while probing: `probe_optimism` until a
+        pair that fits is measured; then the current view's largest under-prediction of a measured pair's summed speed
+        (0 when it under-predicted none)."""
 
     def knows(self, o: Colocation) -> bool:
         """Whether the pair of `o` was measured on this type before (a new one is a probe's first measurement)."""
@@ -99,17 +103,21 @@ class OnlineAdapted:
     def _refit(self) -> None:
         pairs = self._fitting()
         self.refits += 1
+        self.optimism = self.probe_optimism
         if len(pairs) >= MIN_PAIRS:
             self.fit = fit_type(self.base_view, pairs, self.gpu_type)
             self._view = AdaptedView(self.base_view, self.fit)
-            return
-        self.fit, self._view = None, self.base_view
+        else:
+            self.fit, self._view = None, self.base_view
         if not pairs:
             self._margin, self._gain = 0.0, self.untrained_margin
             return
         sum_over, worst_over = self._over(pairs)
-        self._margin = max(0.0, float(np.max(worst_over)) - 1.0)
-        self._gain = max(0.0, float(np.max(sum_over)) - 1.0)
+        if self.fit is None:
+            self._margin = max(0.0, float(np.max(worst_over)) - 1.0)
+            self._gain = max(0.0, float(np.max(sum_over)) - 1.0)
+        if self.probe_optimism > 0:  # the view's own error on this type, not a constant (module docstring)
+            self.optimism = max(0.0, float(np.max(1.0 / sum_over)) - 1.0)
 
     def _over(self, pairs: Sequence[Colocation]) -> tuple[np.ndarray, np.ndarray]:
         """The current view's over-prediction of each measured pair: of its summed speed, of its worse job's."""
@@ -119,17 +127,6 @@ class OnlineAdapted:
         t_ab = np.array([o.norm_a for o in pairs])
         t_ba = np.array([o.norm_b for o in pairs])
         return (p_ab + p_ba) / (t_ab + t_ba), np.minimum(p_ab, p_ba) / np.minimum(t_ab, t_ba)
-
-    @property
-    def optimism(self) -> float:
-        """How much better than predicted a pair never measured is taken while probing: `probe_optimism` before any
-        pair that fits was measured; after, the current view's largest under-prediction of a measured pair's summed
-        speed (0 when it under-predicted none): the model's own error on this type, not a constant."""
-        pairs = self._fitting()
-        if self.probe_optimism <= 0 or not pairs:
-            return self.probe_optimism
-        sum_over, _ = self._over(pairs)
-        return max(0.0, float(np.max(1.0 / sum_over)) - 1.0)
 
     # -- SlowdownModel ---------------------------------------------------------------------------------
 
