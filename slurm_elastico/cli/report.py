@@ -23,7 +23,7 @@ def report(ctx, start, end, fmt, jobs, plot, shadow) -> None:
     if shadow:
         _shadow(ctx, start, end, fmt, plot)
         return
-    from slurm_elastico.cli.view import gateway_from
+    from slurm_elastico.slurm.gateway import gateway_from
     from slurm_elastico.report import collect, group_rows, plots, render
     from slurm_elastico.store import Store
 

@@ -108,6 +108,7 @@ def _serve(cfg, interval, epochs, dry_run, shadow, families_dir, out: Output, me
     """The helper's life once it holds its locks: one epoch, or epochs every `interval` seconds."""
     from slurm_elastico.errors import SlurmUnavailable
     from slurm_elastico.helper.epoch import main_loop, outage_line
+    from slurm_elastico.helper.service import open_helper
 
     service = open_helper(cfg, shadow=shadow, dry_run=dry_run, families_dir=families_dir, metrics=metrics,
                           metrics_file=metrics_file, log=out.log)
@@ -131,24 +132,3 @@ def _serve(cfg, interval, epochs, dry_run, shadow, families_dir, out: Output, me
     if main_loop(step, interval, epochs, log=out.log):  # the number of failed epochs
         raise SystemExit(1)
 
-
-def open_helper(cfg, *, shadow: bool, dry_run: bool = False, families_dir=None, metrics, metrics_file=None, log,
-                around=None):
-    """The helper's service over the live cluster, its Slurm commands through a `GuardedRunner` that refuses
-    changes unless it acts. `around(gateway)`, when given, returns the gateway the service uses instead (the demo's
-    paired epochs plan on one read of Slurm: `cluster.demo_pair`)."""
-    from slurm_elastico.cli.view import gateway_from
-    from slurm_elastico.helper.service import open_service
-    from slurm_elastico.slurm.readonly import GuardedRunner
-
-    commands = None
-
-    def guard(runner):
-        nonlocal commands
-        commands = GuardedRunner(runner, allow_changes=not shadow and not dry_run)
-        return commands
-
-    gateway = gateway_from(cfg, wrap=guard)
-    return open_service(cfg, around(gateway) if around is not None else gateway, families_dir=families_dir,
-                        dry_run=dry_run, metrics=metrics, metrics_file=metrics_file, log=log, shadow=shadow,
-                        commands=commands)

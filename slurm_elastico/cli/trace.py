@@ -39,7 +39,7 @@ def from_sacct(ctx, since, until, partition, out, as_json, progress) -> None:
     from pathlib import Path
 
     from slurm_elastico import jsonout
-    from slurm_elastico.cli.view import gateway_from
+    from slurm_elastico.slurm.gateway import gateway_from
     from slurm_elastico.history import trace_file
     from slurm_elastico.history.past import SKIPS, past_jobs
 

@@ -10,22 +10,7 @@ from slurm_elastico import jsonout
 from slurm_elastico.cli import settings
 from slurm_elastico.model import Snapshot
 from slurm_elastico.runtime.progress import Progress, read_job_reports
-
-
-def gateway_from(cfg, wrap=None):
-    """The live gateway for these settings (SLURM_CONF and timeouts from `slurm:`); `wrap(runner)`, when given,
-    returns the runner the gateway uses instead (the helper's `slurm.readonly.GuardedRunner`)."""
-    from slurm_elastico.slurm.gateway import SlurmGateway
-    from slurm_elastico.slurm.runner import SubprocessRunner
-
-    env = {"SLURM_CONF": cfg.slurm.conf} if cfg.slurm.conf else {}
-    runner = SubprocessRunner(env=env, timeout=cfg.slurm.timeout_s)
-    return SlurmGateway(
-        wrap(runner) if wrap is not None else runner,
-        shares_per_gpu=cfg.gpu.shares_per_gpu,
-        gpu_memory_mib=cfg.gpu.memory_mib,
-        type_memory=cfg.gpu.type_memory(),
-    )
+from slurm_elastico.slurm.gateway import gateway_from
 
 
 def progress_of(snap: Snapshot) -> dict[int, Progress]:

@@ -39,7 +39,7 @@ def whatif(ctx, since, until, partition, assume, families_file, epoch_s, max_gpu
     side, each with its range over what had to be assumed, and the predicted gain (plain / elastico mean JCT)."""
     from slurm_elastico import jsonout
     from slurm_elastico.cli.trace import _families, nothing_kept, read_accounting
-    from slurm_elastico.cli.view import gateway_from
+    from slurm_elastico.slurm.gateway import gateway_from
     from slurm_elastico.errors import ConfigError
     from slurm_elastico.history import replay as replay_mod
     from slurm_elastico.history import whatif as wi

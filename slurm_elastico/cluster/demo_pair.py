@@ -54,10 +54,9 @@ class OneRead:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from slurm_elastico.cli.sched import open_helper
-    from slurm_elastico.cli.view import gateway_from
     from slurm_elastico.helper.metrics import Metrics
-    from slurm_elastico.helper.service import held
+    from slurm_elastico.helper.service import held, open_helper
+    from slurm_elastico.slurm.gateway import gateway_from
 
     args = sys.argv[1:] if argv is None else argv
     if not 1 <= len(args) <= 2:

@@ -14,6 +14,8 @@ judges nothing (see `helper.shadow`); after each shadow epoch `step` checks
 that nothing was refused on the way (a refusal some caller caught is still a
 defect: `ShadowRefused`). `commands`, the gateway's `GuardedRunner` when
 there is one, counts the commands that changed Slurm (`slurm_changes`).
+`open_helper` opens the service over the live cluster (`elastico sched`, the
+demo's paired epochs), its Slurm commands through a `GuardedRunner`.
 `Service.step` runs one epoch and counts it in the metrics (an outage or a
 failure too, before the error goes on to the caller), then rewrites the
 metrics file when there is one. Printing and exit codes are the CLI's.
@@ -49,6 +51,7 @@ from slurm_elastico.interference.measurements import read_csv
 from slurm_elastico.planner.slowdown import UNCALIBRATED_GAIN_MARGIN
 from slurm_elastico.shapes.typed import figures_by_type
 from slurm_elastico.slurm.conf import read_cluster_name
+from slurm_elastico.slurm.gateway import gateway_from
 from slurm_elastico.slurm.readonly import GuardedRunner
 from slurm_elastico.store import Store
 
@@ -180,3 +183,21 @@ def open_service(settings: Settings, gateway: HelperGateway, *, families_dir: st
                                 probe_budget=cfg.interference.probe_budget)
     return Service(cfg, gateway, families, model, journal, observer, store, metrics, log, dry_run, metrics_file,
                    shadow, commands)
+
+
+def open_helper(cfg: Settings, *, shadow: bool, dry_run: bool = False, families_dir: str | None = None,
+                metrics: Metrics, metrics_file: str | None = None, log: Log, around=None) -> Service:
+    """The helper's service over the live cluster, its Slurm commands through a `GuardedRunner` that refuses
+    changes unless it acts. `around(gateway)`, when given, returns the gateway the service uses instead (the demo's
+    paired epochs plan on one read of Slurm: `cluster.demo_pair`)."""
+    commands = None
+
+    def guard(runner):
+        nonlocal commands
+        commands = GuardedRunner(runner, allow_changes=not shadow and not dry_run)
+        return commands
+
+    gateway = gateway_from(cfg, wrap=guard)
+    return open_service(cfg, around(gateway) if around is not None else gateway, families_dir=families_dir,
+                        dry_run=dry_run, metrics=metrics, metrics_file=metrics_file, log=log, shadow=shadow,
+                        commands=commands)

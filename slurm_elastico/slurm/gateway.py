@@ -396,3 +396,18 @@ class SlurmGateway:
             self.resume(action.job_id, action.nodes)
         else:  # pragma: no cover - enum is closed
             raise InvalidActionError(f"unknown action kind {action.kind!r}")
+
+
+def gateway_from(cfg, wrap=None):
+    """The live gateway for these settings (SLURM_CONF and timeouts from `slurm:`); `wrap(runner)`, when given,
+    returns the runner the gateway uses instead (the helper's `slurm.readonly.GuardedRunner`)."""
+    from slurm_elastico.slurm.runner import SubprocessRunner
+
+    env = {"SLURM_CONF": cfg.slurm.conf} if cfg.slurm.conf else {}
+    runner = SubprocessRunner(env=env, timeout=cfg.slurm.timeout_s)
+    return SlurmGateway(
+        wrap(runner) if wrap is not None else runner,
+        shares_per_gpu=cfg.gpu.shares_per_gpu,
+        gpu_memory_mib=cfg.gpu.memory_mib,
+        type_memory=cfg.gpu.type_memory(),
+    )

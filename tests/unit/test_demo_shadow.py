@@ -286,9 +286,9 @@ def test_the_pair_process_gives_the_acting_epoch_the_shadow_epochs_read_and_prin
                                                                                            capsys):
     import contextlib
 
-    from slurm_elastico.cli import sched, view
     from slurm_elastico.cluster import demo_pair
     from slurm_elastico.helper import service
+    from slurm_elastico.slurm import gateway
 
     reads = iter(range(10))
     live = SimpleNamespace(snapshot=lambda: f"read {next(reads)}")
@@ -305,8 +305,8 @@ def test_the_pair_process_gives_the_acting_epoch_the_shadow_epochs_read_and_prin
 
         return SimpleNamespace(step=step)
 
-    monkeypatch.setattr(sched, "open_helper", open_helper)
-    monkeypatch.setattr(view, "gateway_from", lambda cfg: SimpleNamespace(runner=Slurm()))
+    monkeypatch.setattr(service, "open_helper", open_helper)
+    monkeypatch.setattr(gateway, "gateway_from", lambda cfg: SimpleNamespace(runner=Slurm()))
     monkeypatch.setattr(service, "held", lambda cfg: contextlib.nullcontext())
     monkeypatch.setattr(demo_pair.config, "load", lambda path: SimpleNamespace())
     assert demo_pair.main([str(tmp_path), ""]) == 0
