@@ -13,8 +13,8 @@ that coincidence instead of shadow mode. (Recovery, when it settles a journal ro
 An action on a job Slurm moved meanwhile is refused by Slurm and counted as not taken.
 
 Each epoch's output goes to WORK/shadow.log or WORK/sched.log as `elastico sched --once --json` prints it; the pair
-is printed as one JSON line. Exit 0; 3 when the shadow epoch failed (the reason on stderr); 1 when the helper could
-not start (its locks taken, bad settings).
+is printed as one JSON line. Exit 0; 3 when the shadow epoch failed (the reason on stderr); 1 when the pair could
+not run (the helper's locks taken, bad settings).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -75,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
                     gateways[mode] = OneRead(gateway)
                     return gateways[mode]
 
-                return open_helper(cfg, shadow=mode == "shadow", metrics=Metrics(mode="shadow" if mode == "shadow"
-                                                                                  else ""),
+                shadow = mode == "shadow"
+                return open_helper(cfg, shadow=shadow, metrics=Metrics(mode="shadow" if shadow else ""),
                                    log=lambda level, line: print(line, file=logs[mode], flush=True), around=around)
 
             services = {mode: opened(mode) for mode in LOGS}
@@ -89,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                 except SlurmUnavailable as exc:
                     print(f"Slurm is unavailable; planned nothing, changed nothing: {exc}", file=logs[mode], flush=True)
                     return None, SlurmUnavailable.exit_code
-                except ElasticoError as exc:
-                    print(f"error: {exc}", file=logs[mode], flush=True)
+                except (ElasticoError, sqlite3.Error, OSError) as exc:  # as `elastico sched` reports a failed epoch
+                    print(f"error: epoch failed: {exc}", file=logs[mode], flush=True)
                     return None, 1
                 print(jsonout.dumps(result.to_dict()), file=logs[mode], flush=True)
                 return result.to_dict(), SlurmUnavailable.exit_code if result.outage else 0
@@ -99,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     except DemoError as exc:
         print(f"{exc} (in {work})", file=sys.stderr)
         return 3
-    except ElasticoError as exc:
-        print(f"the helper did not start: {exc}", file=sys.stderr)
+    except ElasticoError as exc:  # the locks taken, bad settings
+        print(f"the pair did not run: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(dataclasses.asdict(pair)))
     return 0
