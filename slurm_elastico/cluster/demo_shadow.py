@@ -214,9 +214,10 @@ class PairedHelper:
 
     Each pair is one run of `python -m slurm_elastico.cluster.demo_pair` (`python`, by default this process's
     interpreter; `env` names the helper's config), which appends each epoch's output to `work`/shadow.log or
-    `work`/sched.log and prints the `Pair`. A pair that fails (a shadow epoch that fails, a `scontrol show job` that
-    fails) ends the thread with `error` set (the driver raises it); an acting epoch that fails is counted
-    (`acting_failed`) and the next pair goes on, as the `--interval` helper does."""
+    `work`/sched.log and prints the `Pair` (anything it says on stderr goes to `work`/pairs.err). A pair that
+    fails (a shadow epoch that fails, a `scontrol show job` that fails) ends the thread with `error` set (the driver
+    raises it); an acting epoch that fails is counted (`acting_failed`) and the next pair goes on, as the
+    `--interval` helper does."""
 
     env: dict
     interval_s: float
@@ -261,10 +262,14 @@ class PairedHelper:
         with self.quiet:
             out = subprocess.run(argv, env=self.env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
                                  timeout=1200)
+        if out.stderr.strip():  # the child's own errors (a traceback); its epochs' output is in their logs
+            with open(self.work / "pairs.err", "a") as f:
+                f.write(out.stderr)
         lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
         if out.returncode != 0 or not lines:
             why = out.stderr.strip().splitlines()[-1:] or ["no output"]
-            raise DemoError(f"a paired epoch failed (exit {out.returncode}): {why[0]} (in {self.work})")
+            raise DemoError(f"a paired epoch failed (exit {out.returncode}): {why[0]} (all of it in "
+                            f"{self.work / 'pairs.err'})")
         return Pair.from_dict(json.loads(lines[-1]))
 
 

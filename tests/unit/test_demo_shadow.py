@@ -207,6 +207,7 @@ def test_the_thread_runs_pairs_until_stopped_and_keeps_an_error_for_the_driver(t
     assert [json.loads(ln)["shadow_at"] for ln in (tmp_path / "pairs.jsonl").read_text().splitlines()] == [0, 1, 2]
     assert isinstance(paired.error, DemoError)
     assert str(paired.error).startswith("a paired epoch failed (exit 3): a shadow epoch failed (exit 70)")
+    assert (tmp_path / "pairs.err").read_text() == "note\na shadow epoch failed (exit 70); see its log, shadow.log\n"
 
 
 def test_the_journal_is_compared_with_the_acting_epoch_after_each_shadow_epoch(tmp_path):
