@@ -22,6 +22,14 @@ per fold, how well its predictions rank good above bad pairs (AUC) with the
 good pairs that the best threshold admitting <= 10 % of the fold's bad pairs
 would admit, chosen on the answers: a bound no calibration can beat.
 
+Few-shot adaptation (`interference.adapt`): the prior-corrected model trained
+on one GPU type's pairs, adapted on a random fraction F of the other type's
+pairs and scored on the rest (`elastico iac evaluate --adapt-fraction F
+--seeds N`: 5 draws quick, 20 in full), beside the trivial predictor that
+sees the same pairs; and the harder case of a site whose next pairs bring
+jobs the adaptation never saw: adapted on up to 35 pairs among a random half
+of the jobs, scored on the pairs of the other half (10 draws).
+
 Speed: trains a predictor on the bundled Gavel data (a fixed config, seconds), builds
 N distinct job profiles and all N×N = 10,000 pairs (N = 100), and times one
 batched `predict(a, b)` call for each model (median of repeats), plus
@@ -46,12 +54,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from slurm_elastico import jsonout  # noqa: E402
+from slurm_elastico.interference.adapt import adapt, class_of  # noqa: E402
+from slurm_elastico.interference.adapt_score import score_adaptation  # noqa: E402
 from slurm_elastico.interference.base import ContentionModel, SoloProfile  # noqa: E402
 from slurm_elastico.interference.evaluation import fit_model  # noqa: E402
 from slurm_elastico.interference.gavel import import_gavel  # noqa: E402
 from slurm_elastico.interference.predictor import TrainConfig, train  # noqa: E402
 from slurm_elastico.interference.scoring import (  # noqa: E402
-    TRIVIAL, cross_score, model_norms_and_margins, pair_norms, true_norms,
+    TRIVIAL, cross_score, metrics, model_norms_and_margins, pair_norms, true_norms,
 )
 from slurm_elastico.interference.splits import split  # noqa: E402
 from slurm_elastico.interference.transfer.calibration import admission_tables  # noqa: E402
@@ -153,6 +163,67 @@ def accuracy(obs, quick: bool) -> dict:
     return result
 
 
+FRACTIONS = (0.05, 0.1, 0.2)  # adaptation fractions of the new GPU type's pairs
+NEW_JOBS_PAIRS, NEW_JOBS_DRAWS = 35, 10  # the new-jobs case: adaptation pairs among half of the jobs, draws
+
+
+def _new_jobs(model, obs, seed: int) -> dict:
+    """Adapted on up to `NEW_JOBS_PAIRS` pairs of a random half of the jobs, scored on the other half's pairs."""
+    rng = np.random.default_rng(seed)
+    jobs = sorted({class_of(p, "job") for o in obs for p in (o.a, o.b)})
+    half = set(rng.permutation(jobs)[:len(jobs) // 2].tolist())
+    ours = [o for o in obs if class_of(o.a, "job") in half and class_of(o.b, "job") in half]
+    theirs = [o for o in obs if class_of(o.a, "job") not in half and class_of(o.b, "job") not in half]
+    adapted = adapt(model, [ours[i] for i in rng.permutation(len(ours))[:NEW_JOBS_PAIRS]])
+    return metrics(true_norms(theirs), *model_norms_and_margins(adapted, theirs), FLOOR)
+
+
+def adaptation(obs, quick: bool) -> dict:
+    """Leave-one-GPU-out few-shot adaptation: per direction, each fraction's figures and the new-jobs case."""
+    seeds = 5 if quick else 20
+    types = sorted({o.gpu_type for o in obs})
+    result = {}
+    print(f"\nfew-shot adaptation: a model trained on one GPU type, adapted on a fraction F of the other's pairs and "
+          f"scored on the rest; {seeds} draws; floor {FLOOR}; mean [95 % interval]")
+    print(f"{'model -> data':<14}{'F':>6}{'pairs':>7}{'adapted MAPE':>14}{'trivial':>9}{'adapted/trivial':>22}"
+          f"{'false adm.':>24}{'good admitted':>24}")
+    for source in types:
+        for target in types:
+            if source == target:
+                continue
+            model = fit_transfer([o for o in obs if o.gpu_type == source])
+            data = [o for o in obs if o.gpu_type == target]
+            rows = {}
+            for fraction in FRACTIONS:
+                d = score_adaptation(model, data, fraction, seed=0, seeds=seeds, floor=FLOOR).to_dict()
+                m = d["methods"]["adapted"]
+                rows[f"{fraction:g}"] = {
+                    "adapt_pairs": d["draws"][0]["n_adapt_pairs"], "mape": d["mape"], "trivial_mape": d["trivial_mape"],
+                    "unadapted_mape": d["unadapted_mape"], "mape_over_trivial": d["mape_over_trivial"],
+                    "false_admit": m["false_admission"], "good_admitted": m["good_admitted"]}
+                r = rows[f"{fraction:g}"]
+
+                def band(x: dict, spec: str) -> str:
+                    return f"{x['mean']:{spec}} [{x['low']:{spec}}-{x['high']:{spec}}]"
+
+                print(f"{source + ' -> ' + target:<14}{fraction:>6g}{r['adapt_pairs']:>7}{r['mape']:>14.1%}"
+                      f"{r['trivial_mape']:>9.1%}{band(r['mape_over_trivial'], '.2f'):>22}"
+                      f"{band(r['false_admit'], '.1%'):>24}{band(r['good_admitted'], '.0%'):>24}")
+            new = [_new_jobs(model, data, s) for s in range(NEW_JOBS_DRAWS)]
+            fa = [x["false_admission"] for x in new if not np.isnan(x["false_admission"])]
+            good = [x["good_admitted"] for x in new if not np.isnan(x["good_admitted"])]
+            summary = {"draws": NEW_JOBS_DRAWS, "adapt_pairs": NEW_JOBS_PAIRS,
+                       "mape": float(np.mean([x["mape_norm"] for x in new])),
+                       "false_admit": float(np.mean(fa)) if fa else None, "false_admit_max": max(fa) if fa else None,
+                       "good_admitted": float(np.mean(good)) if good else None}
+            print(f"{'':<14}new jobs: {NEW_JOBS_PAIRS} pairs among half of the jobs, scored on the other half's, "
+                  f"{NEW_JOBS_DRAWS} draws: MAPE {summary['mape']:.1%}, false admissions "
+                  f"{summary['false_admit'] or 0:.1%} (at most {summary['false_admit_max'] or 0:.1%} in a draw), good "
+                  f"admitted {summary['good_admitted'] or 0:.0%}")
+            result[f"{source}->{target}"] = {"fractions": rows, "new_jobs": summary}
+    return {"seeds": seeds, "floor": FLOOR, "directions": result}
+
+
 def _time(fn, repeats: int) -> float:
     fn()  # warm-up: first call allocates
     times = []
@@ -175,6 +246,7 @@ def main() -> None:
 
     obs = import_gavel(GAVEL / "throughputs_pairs.csv", GAVEL / "throughputs_isolated.csv").observations
     held = accuracy(obs, args.quick)
+    adapted = adaptation(obs, args.quick)
     t0 = time.perf_counter()
     model = train(obs, MLP, seed=0)
     train_s = time.perf_counter() - t0
@@ -228,7 +300,8 @@ def main() -> None:
                                "curve": {t: {x: round(y, 4) for x, y in d.items()} for t, d in v["curve"].items()},
                                "per_fold": {n: {x: round(y, 4) for x, y in d.items()}
                                             for n, d in v["per_fold"].items()}}
-                           for k, v in held.items()}}
+                           for k, v in held.items()},
+               "adaptation": adapted}
     figures.update({name.replace(" ", "_").replace("(a,_b)", "ab").lower(): round(ms, 3) for name, ms in rows})
     print(jsonout.dumps(figures))
 

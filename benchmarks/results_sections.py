@@ -262,6 +262,31 @@ SPEED = (("prior-corrected_predictab", "prior-corrected predict(a, b)"),
          ("mlp_paircache_epoch", "MLP PairCache epoch"), ("contention_paircache_epoch", "contention PairCache epoch"))
 
 
+def _adaptation(a: dict) -> list[str]:
+    def band(x: dict | None, as_pct: bool) -> str:
+        x = x or {}
+        show = pct if as_pct else (lambda v: fmt(v, ".2f"))
+        return f"{show(x.get('mean'))} [{show(x.get('low'))}–{show(x.get('high'))}]"
+
+    rows = []
+    for direction, d in a.get("directions", {}).items():
+        for fraction, r in d.get("fractions", {}).items():
+            rows.append([direction.replace("->", " → "), fraction, fmt(r.get("adapt_pairs"), "d"), pct(r.get("mape")),
+                         pct(r.get("unadapted_mape")), pct(r.get("trivial_mape")),
+                         band(r.get("mape_over_trivial"), False), band(r.get("false_admit"), True),
+                         band(r.get("good_admitted"), True)])
+    new = [f"{direction.replace('->', ' → ')}: MAPE {pct(n.get('mape'))}, false admissions {pct(n.get('false_admit'))} "
+           f"(at most {pct(n.get('false_admit_max'))} in a draw), good admitted {pct(n.get('good_admitted'))}"
+           for direction, d in a.get("directions", {}).items() for n in [d.get("new_jobs") or {}]]
+    return [f"**Few-shot adaptation, leave one GPU type out** (a model trained on one type, adapted on a fraction F "
+            f"of the other's pairs, scored on the rest; {fmt(a.get('seeds'), 'd')} draws; floor {a.get('floor', 'n/a')}; "
+            "mean [95 % interval]):", ""] + table(
+        ["model → data", "F", "adaptation pairs", "adapted MAPE", "unadapted MAPE", "trivial MAPE",
+         "adapted / trivial", "false admissions", "good admitted"], rows) + [
+        "", "New jobs (adapted on 35 pairs among a random half of the jobs, scored on the pairs of the other half, "
+        "10 draws): " + "; ".join(new or ["n/a"]) + ".", ""]
+
+
 def interference_body(f: dict) -> list[str]:
     out = []
     for kind, h in f.get("heldout", {}).items():
@@ -273,6 +298,7 @@ def interference_body(f: dict) -> list[str]:
                 "(false admissions), good pairs admitted, and the share of admitted pairs that were bad.", ""]
         out += table(["method", "MAPE norm", "MAPE slowdown", "false admissions", "good admitted", "bad of admitted"],
                      rows) + [""]
+    out += _adaptation(f.get("adaptation") or {})
     out += [f"**Speed** ({fmt(f.get('pairs'), 'd')} pairs in one call, {fmt(f.get('threads'), 'd')} torch thread(s), "
             f"asked as on an unseen GPU; target {fmt(f.get('target_ms'), 'g')} ms for predict(a, b); a PairCache "
             "epoch is 2,000 planner lookups):", ""]

@@ -23,6 +23,24 @@ a floor never reached the predictions near the floor, the margin is negative
 below f: nothing bounds that floor, it is admitted (t = −inf); a prediction
 below every threshold gets an infinite margin (refused at every floor).
 
+t must not fall as the floor rises (a pair admitted at a floor is admitted at
+every lower one), and the floors' own quantiles need not be so. A floor with
+too few bad pairs has no quantile to speak of: its bar is its
+highest bad prediction, or just above it, so one mispredicted pair sets it
+(`determined`: 20 bad pairs at TARGET 0.10 are the fewest whose quantile is
+below their highest). From the lowest floor with a quantile up, t is the
+greatest of the floors' own quantiles so far (each such floor keeps its
+bound); below that floor, the least of a floor's own bar and the bar of the
+floor above it. A pair bad at a low floor is bad at every higher one, and a
+model that ranks pairs at all predicts the worse pairs no higher, so the bar
+of the floor above, calibrated on a superset of its bad pairs, also holds
+the lower floor's rate. Raised from below instead, a low floor's outlier
+refused nearly every good pair at every floor the planner uses (a model
+adapted on 35 pairs of Gavel's P100 holding one Recommendation pair
+predicted 0.17 too high: its bar at floor 0.5 was that pair, and 3 % of the
+good pairs were admitted at floor 0.6, where the floor's own quantile
+admits most). With no floor determined, the greatest from below throughout.
+
 `groups`: the held-out pairs of each fold (each left-out family or GPU
 type). Pooled, every held-out pair counts alike: the bound of exchangeable
 pairs. But a shift moves a whole group: the pairs of one unseen family are
@@ -59,6 +77,27 @@ def _threshold(pred: np.ndarray, truth: np.ndarray, floor: float, target: float 
     return float(bad[k - 1]) if k <= n else float(np.nextafter(bad[-1], math.inf))
 
 
+def determined(target: float = TARGET) -> int:
+    """The fewest bad pairs whose threshold (`_threshold`) is below the highest of their predictions."""
+    n = 2
+    while math.ceil(n * (1.0 - target)) + 1 >= n:
+        n += 1
+    return n
+
+
+def _nondecreasing(t: np.ndarray, n_bad: np.ndarray, target: float) -> np.ndarray:
+    """t made nondecreasing in the floor: from the lowest floor with `determined(target)` bad pairs up, the greatest
+    so far; below it, the least of a floor's own and the one above (see the module); none such: the greatest so far."""
+    t = np.array(t, dtype=float)
+    enough = n_bad >= determined(target)
+    if not enough.any():
+        return np.maximum.accumulate(t)
+    first = int(np.argmax(enough))  # bad pairs only grow with the floor: every floor from here up has enough
+    t[first:] = np.maximum.accumulate(t[first:])
+    t[:first + 1] = np.minimum.accumulate(t[:first + 1][::-1])[::-1]
+    return t
+
+
 def _group_mean_threshold(groups: Sequence[Group], floor: float, target: float = TARGET) -> float:
     """The least t at which the mean over groups (with a bad pair at `floor`) of each group's share of bad pairs
     predicted >= t is at most `target`."""
@@ -72,7 +111,7 @@ def _group_mean_threshold(groups: Sequence[Group], floor: float, target: float =
 
 
 def thresholds(groups: Sequence[Group], by_group: str = "pooled", target: float = TARGET) -> np.ndarray:
-    """t(f) for every floor of `FLOORS` (nondecreasing in f); empty groups are skipped; no pairs: all inf.
+    """t(f) for every floor of `FLOORS` (nondecreasing in f: `_nondecreasing`); empty groups are skipped; no pairs: all inf.
 
     `by_group`: "pooled" (every pair counts alike), "mean" (also the mean of the groups' rates within the
     target) or "worst" (also every group with at least 1 / target bad pairs at that floor within it).
@@ -93,7 +132,7 @@ def thresholds(groups: Sequence[Group], by_group: str = "pooled", target: float 
         for gp, gy in groups:
             t = np.maximum(t, [_threshold(gp, gy, f, target) if np.sum(gy < f) >= least else -math.inf
                                for f in FLOORS])
-    return np.maximum.accumulate(t)
+    return _nondecreasing(t, np.array([np.sum(y < f) for f in FLOORS]), target)
 
 
 def margins(pred: np.ndarray, t: np.ndarray) -> np.ndarray:

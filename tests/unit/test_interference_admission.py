@@ -101,3 +101,18 @@ def test_another_target_draws_the_trade_off_curve():
     for rule in ("pooled", "mean", "worst"):
         with pytest.raises(ValueError, match="target"):
             thresholds([(pred, truth)], by_group=rule, target=1.0)
+
+
+def test_a_low_floors_outlier_does_not_raise_the_floors_above_it():
+    rng = np.random.default_rng(5)
+    truth = rng.uniform(0.25, 0.9, 400)
+    pred = truth + rng.normal(0, 0.03, 400)
+    clean = thresholds([(pred, truth)])
+    # one bad pair far below every floor the planner uses, predicted far too high: at floor 0.21 it is the only bad
+    # pair, so that floor's own quantile is just above its prediction
+    t = thresholds([(np.append(pred, 0.95), np.append(truth, 0.2))])
+    assert np.all(t[1:] >= t[:-1])
+    assert _at(t, 0.6) < 0.65 and abs(_at(t, 0.6) - _at(clean, 0.6)) < 0.02
+    assert _at(t, 0.21) <= _at(t, 0.6)  # taken from above: admitted at 0.6 means admitted at 0.21
+    bad = truth < 0.6
+    assert np.mean(pred[bad] >= _at(t, 0.6)) <= TARGET and np.mean(pred[~bad] >= _at(t, 0.6)) > 0.5
