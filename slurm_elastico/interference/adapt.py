@@ -51,6 +51,7 @@ from slurm_elastico.interference.admission import margins, thresholds
 from slurm_elastico.interference.base import SoloProfile
 from slurm_elastico.interference.errors import MeasurementError
 from slurm_elastico.interference.measurements import Colocation, samples
+from slurm_elastico.interference.scorers import ByScorer, Derived, scorer_of
 
 SCALE_PENALTIES = (0.0, 1.0, 4.0, 16.0, 64.0, math.inf)  # samples' worth of belief in the model's scale
 CLASS_PENALTIES = (0.25, 1.0, 4.0, 16.0, 64.0, math.inf)  # samples' worth of belief in no correction, per class
@@ -101,15 +102,21 @@ class TypeFit:
     mean_norm: float = 1.0  # 1 / mean slowdown of the adaptation samples (the trivial predictor on these pairs)
     n_pairs: int = 0  # adaptation pairs that ran together
 
-    def log_slowdown(self, model_s: np.ndarray, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
-        """log Ŝ of a[k] next to b[k] from the model's slowdown of them (before the clamp at S = 1)."""
-        out = self.offset + self.scale * np.log(np.maximum(np.asarray(model_s, dtype=float), 1.0))
+    def corrections(self, profiles: Sequence[SoloProfile]) -> tuple[np.ndarray, np.ndarray]:
+        """Per profile, its summed class corrections as the job itself (u) and as the partner (v)."""
+        own_sum, partner_sum = np.zeros(len(profiles)), np.zeros(len(profiles))
         for kind in CLASSES:
             own, partner = self.own.get(kind, {}), self.partner.get(kind, {})
             if own or partner:
-                out = out + np.array([own.get(class_of(p, kind), 0.0) + partner.get(class_of(q, kind), 0.0)
-                                      for p, q in zip(a, b, strict=True)], dtype=float)
-        return out
+                classes = [class_of(p, kind) for p in profiles]
+                own_sum += np.array([own.get(c, 0.0) for c in classes], dtype=float)
+                partner_sum += np.array([partner.get(c, 0.0) for c in classes], dtype=float)
+        return own_sum, partner_sum
+
+    def slowdown(self, model_s: np.ndarray, own: np.ndarray, partner: np.ndarray) -> np.ndarray:
+        """Ŝ >= 1 of each pair from the model's slowdown of it, the job's own correction and its partner's."""
+        log_s = self.offset + self.scale * np.log(np.maximum(np.asarray(model_s, dtype=float), 1.0)) + own + partner
+        return np.exp(np.maximum(log_s, 0.0))
 
     def to_dict(self) -> dict:
         """What the adaptation chose, for reports; an infinite penalty (that part not fitted) is null in JSON."""
@@ -119,8 +126,9 @@ class TypeFit:
                 "mean_norm": self.mean_norm, "n_pairs": self.n_pairs}
 
 
-class AdaptedView:
-    """The adapted model on one GPU type; implements `SlowdownModel` with per-pair admission margins."""
+class AdaptedView(ByScorer):
+    """The adapted model on one GPU type; implements `SlowdownModel` with per-pair admission margins, through a
+    scorer derived from the model's (`scorers.Derived`): a table of every pair is array arithmetic on the model's."""
 
     def __init__(self, base_view, fit: TypeFit):
         self.base, self.fit = base_view, fit
@@ -133,25 +141,25 @@ class AdaptedView:
     def training_mean_norm(self) -> float:
         return self.fit.mean_norm
 
-    def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
-        """Slowdown S >= 1 of a[k] next to b[k]."""
-        if len(a) != len(b):
-            raise ValueError(f"predict needs as many partners as jobs: {len(a)} != {len(b)}")
-        if not len(a):
-            return np.zeros(0)
-        s = np.asarray(self.base.predict(a, b), dtype=float)
-        return np.exp(np.maximum(self.fit.log_slowdown(s, a, b), 0.0))
+    def scorer(self, profiles: Sequence[SoloProfile]) -> Derived:
+        """Slowdowns and margins (`admission.margins`, from the pair's adapted worst normalized throughput, with the
+        new jobs' thresholds where a job's class is not among the adaptation pairs') of pairs of `profiles`."""
+        inner = scorer_of(self.base, profiles)
+        own, partner = self.fit.corrections(inner.profiles)
+        known = np.array([class_of(p, "job") in self.fit.known_jobs for p in inner.profiles], dtype=bool)
 
-    def admission_margins(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
-        """Margin on the floor per pair (`admission.margins`) from the pair's adapted worst normalized throughput."""
-        worst = np.minimum(1.0 / self.predict(a, b), 1.0 / self.predict(b, a))
-        known = self.fit.known_jobs
-        new = np.array([class_of(p, "job") not in known or class_of(q, "job") not in known for p, q in zip(a, b)],
-                       dtype=bool)
-        out = margins(worst, self.fit.thresholds)
-        if new.any():
-            out[new] = margins(worst[new], self.fit.thresholds_new)
-        return out
+        def slow(base, ia, ib):
+            return self.fit.slowdown(base.slowdown(ia, ib), own[ia], partner[ib])
+
+        def margin(_, ia, ib, s_ab, s_ba):
+            worst = 1.0 / np.maximum(s_ab, s_ba)
+            out = margins(worst, self.fit.thresholds)
+            new = ~(known[ia] & known[ib])
+            if new.any():
+                out[new] = margins(worst[new], self.fit.thresholds_new)
+            return out
+
+        return Derived(inner, slow, margin, self)
 
 
 class Adapted:

@@ -36,7 +36,7 @@ in, numbers out; the observer decides what was measured.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -44,13 +44,14 @@ from slurm_elastico.interference.adapt import MIN_PAIRS, AdaptedView, TypeFit, f
 from slurm_elastico.interference.base import SoloProfile
 from slurm_elastico.interference.measurements import Colocation
 from slurm_elastico.interference.probe import profile_key
+from slurm_elastico.interference.scorers import ByScorer, Derived, PairValues, scorer_of
 
 
 def _pair_key(o: Colocation) -> frozenset:
     return frozenset((profile_key(o.a), profile_key(o.b)))
 
 
-class OnlineAdapted:
+class OnlineAdapted(ByScorer):
     """`base` on `gpu_type`, adapted to the pairs measured there as they come (module docstring)."""
 
     def __init__(self, base, gpu_type: str, untrained_margin: float = 0.0, probe_optimism: float = 0.0):
@@ -135,59 +136,45 @@ class OnlineAdapted:
         return np.array([frozenset((profile_key(p), profile_key(q))) not in self.measured for p, q in zip(a, b)],
                         dtype=bool)
 
-    def _known(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
-        """The measured slowdown of a[k] next to b[k]: 1 / its normalized throughput (a speed-up counts as 1, one
-        that did not fit as inf), NaN where the pair was never measured."""
-        out = np.full(len(a), np.nan)
-        if not self.measured:
-            return out
-        keys: dict[int, tuple] = {}
-
-        def key(p: SoloProfile) -> tuple:
-            k = keys.get(id(p))
-            if k is None:
-                k = keys[id(p)] = profile_key(p)
-            return k
-
-        for i, (p, q) in enumerate(zip(a, b)):
-            kp = key(p)
-            o = self.measured.get(frozenset((kp, key(q))))
-            if o is not None:
-                norm = (o.norm_a if profile_key(o.a) == kp else o.norm_b) if o.fits else 0.0
-                out[i] = 1.0 / min(norm, 1.0) if norm > 0 else np.inf
-        return out
-
     def probes(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
         """Per pair: whether putting a[k] beside b[k] now is a probe (probing, and the pair never measured)."""
         return self._fresh(a, b) & (self.probing and self.probe_optimism > 0)
 
-    def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
-        s = np.asarray(self._view.predict(a, b), dtype=float)
-        if not len(a):
-            return s
-        known = self._known(a, b)
-        fresh = np.isnan(known)
-        if self.probing and self.probe_optimism > 0:
-            s = np.where(fresh, np.maximum(1.0, s / (1.0 + self.optimism)), s)
-        return np.where(fresh, s, known)
+    def _measured(self) -> Iterator[tuple[tuple, tuple, float]]:
+        """(key of a, key of b, the measured slowdown of a next to b) of every measured pair, both ways: 1 / its
+        normalized throughput (a speed-up counts as 1, a pair that did not fit as inf). A pair of two jobs of one
+        key counts as its first job's, as measured."""
+        for o in self.measured.values():
+            ka, kb = profile_key(o.a), profile_key(o.b)
+            for k1, k2, norm in ((kb, ka, o.norm_b), (ka, kb, o.norm_a)):
+                yield k1, k2, (1.0 / min(norm, 1.0) if o.fits and norm > 0 else np.inf)
 
-    def admission_margins(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
-        """Per pair: 0 for a measured pair and, while probing, for one never measured; else the stage's margin."""
-        out = self._margins(a, b)
-        if not len(a) or (not self.measured and not self.probing):
-            return out
-        keep = np.isnan(self._known(a, b)) & (not self.probing)
-        return np.where(keep, out, 0.0)
+    def scorer(self, profiles: Sequence[SoloProfile]) -> Derived:
+        """Pairs of `profiles` as the current view answers them (`scorers.Derived`), except: a measured pair at its
+        measurement with margin 0; while probing, a pair never measured at its slowdown ÷ (1 + optimism) with
+        margin 0; in the "measured" stage, the one margin from the measured pairs' error."""
+        inner = scorer_of(self._view, profiles)
+        known = PairValues([profile_key(p) for p in inner.profiles], self._measured())
 
-    def _margins(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
-        if self.fit is not None:
-            return np.asarray(self._view.admission_margins(a, b), dtype=float)
-        if self.measured and self._fitting():
-            return np.full(len(a), self._margin)
-        own = getattr(self.base_view, "admission_margins", None)
-        if own is not None:
-            return np.asarray(own(a, b), dtype=float)
-        return np.full(len(a), float(getattr(self.base_view, "admission_margin", 0.0)))
+        def slow(view, ia, ib):
+            s = view.slowdown(ia, ib)
+            optimistic = self.probing and self.probe_optimism > 0
+            if not len(known) and not optimistic:
+                return s
+            measured = known.lookup(ia, ib)
+            fresh = np.isnan(measured)
+            if optimistic:
+                s = np.where(fresh, np.maximum(1.0, s / (1.0 + self.optimism)), s)
+            return np.where(fresh, s, measured)
+
+        def margin(view, ia, ib, s_ab, s_ba):
+            out = np.full(len(ia), self._margin) if self.fit is None and self._fitting() else view.margins(ia, ib)
+            if not self.measured and not self.probing:
+                return out
+            keep = np.isnan(known.lookup(ia, ib)) & (not self.probing)
+            return np.where(keep, out, 0.0)
+
+        return Derived(inner, slow, margin, self)
 
     @property
     def gain_margin(self) -> float:

@@ -37,6 +37,7 @@ from slurm_elastico.interference.errors import MeasurementError, ModelFileError
 from slurm_elastico.interference.features import FeatureSchema
 from slurm_elastico.interference.files import check_header, write_atomically
 from slurm_elastico.interference.measurements import Colocation, samples
+from slurm_elastico.interference.scorers import ByScorer
 
 FILE_FORMAT = "slurm-elastico/iac-mlp"
 FILE_VERSION = 2  # 2: coverage (training GPU types and families, cautious margins) and transfer nets
@@ -136,32 +137,7 @@ def _rest_inplace(rest: nn.Sequential, h: torch.Tensor) -> torch.Tensor:
     return h
 
 
-class _ByScorer:
-    """`predict`, `predict_matrix` and `admission_margins` of a model through its `scorer(profiles)`: one path."""
-
-    def scorer(self, profiles: Sequence[SoloProfile]) -> PairScorer:
-        raise NotImplementedError
-
-    def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
-        """Slowdown S >= 1 of a[k] when it shares one GPU with b[k], for every k, in one batched call."""
-        profiles, ia, ib = distinct(a, b, "predict")
-        return self.scorer(profiles).slowdown(ia, ib)
-
-    def predict_matrix(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
-        """S[i, j]: slowdown of profiles[i] next to profiles[j], all pairs (the diagonal is a job with its twin)."""
-        n = len(profiles)
-        ia, ib = np.divmod(np.arange(n * n), n)
-        scorer = self.scorer(profiles)
-        scorer.tabulate(limit=n * n)  # never more pairs than asked for; fewer when profiles repeat
-        return scorer.slowdown(ia, ib).reshape(n, n)
-
-    def admission_margins(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
-        """Safety margin on the floor per pair: the calibrated one, larger outside the training data."""
-        profiles, ia, ib = distinct(a, b, "admission_margins")
-        return self.scorer(profiles).margins(ia, ib)
-
-
-class MlpPredictor(_ByScorer):
+class MlpPredictor(ByScorer):
     """A trained model; implements `SlowdownModel`. Build with `train()` or `MlpPredictor.load()`."""
 
     def __init__(self, schema: FeatureSchema, nets: list[nn.Module], config: TrainConfig,
@@ -392,7 +368,7 @@ class PairScorer:
         return np.where(unseen, self.margin_unseen, self.margin_seen)
 
 
-class UnseenGpu(_ByScorer):
+class UnseenGpu(ByScorer):
     """A predictor on a GPU type it was not trained on: family-free nets shrunk toward the training mean.
 
     Normalized throughput = shrink·model + (1 − shrink)·prior_norm, so it stays

@@ -37,7 +37,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from slurm_elastico.interference.base import MIN_GAIN, SlowdownModel, SoloProfile, distinct
+from slurm_elastico.interference.base import MIN_GAIN, SlowdownModel, SoloProfile
+from slurm_elastico.interference.scorers import ByScorer, Derived, PairValues, scorer_of
 
 PairKey = tuple[int, str, int, str]
 """(job, its shape, partner, partner's shape): one direction of a co-located pair, as the observer keys it."""
@@ -177,38 +178,24 @@ class Refusals:
         return RefusingModel(model, active) if active else model
 
 
-class RefusingModel:
-    """A `SlowdownModel` that answers as `inner` except for refused pairs of profiles: slowdown inf.
-
-    It has no `scorer`, so the planner's `PairCache` asks it through `predict_matrix` / `predict`, where refusals
-    apply; margins are the inner model's."""
+class RefusingModel(ByScorer):
+    """A `SlowdownModel` that answers as `inner` except for refused pairs of profiles: slowdown inf (never admitted).
+    Margins are the inner model's. Through a scorer derived from the inner model's (`scorers.Derived`)."""
 
     def __init__(self, inner: SlowdownModel, refused: frozenset):
         self.inner, self.refused = inner, refused
 
-    def _mask(self, profiles: Sequence[SoloProfile], ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
-        keys = [profile_key(p) for p in profiles]
-        return np.array([frozenset((keys[i], keys[j])) in self.refused for i, j in zip(ia, ib)], dtype=bool)
+    def scorer(self, profiles: Sequence[SoloProfile]) -> Derived:
+        inner = scorer_of(self.inner, profiles)
+        pairs = [tuple(key) for key in self.refused]
+        refused = PairValues([profile_key(p) for p in inner.profiles],
+                             ((k[0], k[-1], math.inf) for k in pairs + [k[::-1] for k in pairs]))
 
-    def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
-        s = np.asarray(self.inner.predict(a, b), dtype=float)
-        if not self.refused or not len(a):
-            return s
-        profiles, ia, ib = distinct(a, b, "predict")
-        return np.where(self._mask(profiles, ia, ib), math.inf, s)
+        def slow(model, ia, ib):
+            s = model.slowdown(ia, ib)
+            return np.where(np.isnan(refused.lookup(ia, ib)), s, math.inf) if len(refused) else s
 
-    def predict_matrix(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
-        n = len(profiles)
-        inner = getattr(self.inner, "predict_matrix", None)
-        if inner is not None:
-            s = np.asarray(inner(profiles), dtype=float)
-        else:
-            ia, ib = np.divmod(np.arange(n * n), n)
-            s = np.asarray(self.inner.predict([profiles[i] for i in ia], [profiles[j] for j in ib])).reshape(n, n)
-        if self.refused and n:
-            ia, ib = np.divmod(np.arange(n * n), n)
-            s = np.where(self._mask(list(profiles), ia, ib).reshape(n, n), math.inf, s)
-        return s
+        return Derived(inner, slow, lambda model, ia, ib, s_ab, s_ba: model.margins(ia, ib), self)
 
     @property
     def admission_margin(self) -> float:
@@ -218,11 +205,6 @@ class RefusingModel:
     def gain_margin(self) -> float:
         """The inner model's margin for the gain rule (its admission margin where it has none of its own)."""
         return float(getattr(self.inner, "gain_margin", self.admission_margin))
-
-    def admission_margins(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
-        """The inner model's margins per pair (its one margin for every pair where it has no per-pair ones)."""
-        own = getattr(self.inner, "admission_margins", None)
-        return np.asarray(own(a, b), dtype=float) if own else np.full(len(a), self.admission_margin)
 
     def on_gpu(self, gpu_type: str) -> RefusingModel:
         on_gpu: Callable | None = getattr(self.inner, "on_gpu", None)

@@ -1,0 +1,185 @@
+"""Scorers: a model's slowdowns and admission margins for pairs of one list of profiles, asked by index.
+
+The planner's pair cache (`planner.slowdown.PairCache`) gives a model with `scorer(profiles)` its profiles
+once and asks for pairs by index; the scorer tabulates every pair at once when there are not too many
+(`tabulate`), so a lookup is an index. A scorer has `profiles`, `tabulate(limit)`, `matrices()` (after
+`tabulate`), `slowdown(ia, ib)`, `margins(ia, ib)` and `against(ia, partners)` (profiles[ia[k]] next to
+partners[k], profiles it does not hold: the planner's stand-in neighbours).
+
+A model that wraps another (the few-shot adaptation `adapt.AdaptedView`, the online learner
+`adapt_online.OnlineAdapted`, the refusals of probe and revert `probe.RefusingModel`) answers through
+`Derived`: its answers for pairs by index are array arithmetic on the inner model's scorer over the same
+profiles, so a table of every pair costs no Python step per pair (at 200 jobs a planner epoch asks for a
+few hundred thousand pairs). `scorer_of` gives any model a scorer: its own, else `Plain` (from its
+`predict`, `predict_matrix` and `admission_margins`). `ByScorer` gives a model with a scorer its
+`predict`, `predict_matrix` and `admission_margins` through it: one path for both ways of asking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Sequence
+
+import numpy as np
+
+from slurm_elastico.interference.base import SoloProfile, distinct
+
+TABLE_LIMIT = 2_560_000
+"""Most pairs a scorer tabulates at once (1,600 distinct profiles): a table of float64 slowdowns and margins is
+then 41 MB."""
+
+
+def scorer_of(model, profiles: Sequence[SoloProfile]):
+    """`model`'s scorer over `profiles`: its own (`scorer`), else a `Plain` one."""
+    return model.scorer(profiles) if hasattr(model, "scorer") else Plain(model, profiles)
+
+
+def _grid(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair (i, j) of n profiles, i-major: (ia, ib)."""
+    return np.divmod(np.arange(n * n, dtype=np.int64), n)
+
+
+class ByScorer:
+    """`predict`, `predict_matrix` and `admission_margins` of a model through its `scorer(profiles)`: one path."""
+
+    def scorer(self, profiles: Sequence[SoloProfile]):
+        raise NotImplementedError
+
+    def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
+        """Slowdown S >= 1 of a[k] when it shares one GPU with b[k], for every k, in one batched call."""
+        profiles, ia, ib = distinct(a, b, "predict")
+        return self.scorer(profiles).slowdown(ia, ib) if profiles else np.zeros(0)
+
+    def predict_matrix(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
+        """S[i, j]: slowdown of profiles[i] next to profiles[j], all pairs (the diagonal is a job with its twin)."""
+        n = len(profiles)
+        ia, ib = _grid(n)
+        scorer = self.scorer(profiles)
+        scorer.tabulate(limit=n * n)  # never more pairs than asked for; fewer when profiles repeat
+        return scorer.slowdown(ia, ib).reshape(n, n)
+
+    def admission_margins(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
+        """Margin on the floor per pair (`base.admissible`)."""
+        profiles, ia, ib = distinct(a, b, "admission_margins")
+        return self.scorer(profiles).margins(ia, ib) if profiles else np.zeros(0)
+
+
+class Plain:
+    """The scorer of a model without one: its `predict` (or `predict_matrix`, for a table) and `admission_margins`
+    (or its one `admission_margin`) asked for the pairs by profile."""
+
+    def __init__(self, model, profiles: Sequence[SoloProfile]):
+        self.model, self.profiles = model, list(profiles)
+        self.table: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _pairs(self, ia: np.ndarray, ib: np.ndarray) -> tuple[list[SoloProfile], list[SoloProfile]]:
+        p = self.profiles
+        return [p[i] for i in ia.tolist()], [p[j] for j in ib.tolist()]
+
+    def slowdown(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
+        if self.table is not None:
+            return self.table[0][ia, ib]
+        return np.asarray(self.model.predict(*self._pairs(ia, ib)), dtype=float).reshape(-1)
+
+    def margins(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
+        if self.table is not None:
+            return self.table[1][ia, ib]
+        own = getattr(self.model, "admission_margins", None)
+        if own is None:
+            return np.full(len(ia), float(getattr(self.model, "admission_margin", 0.0)))
+        return np.asarray(own(*self._pairs(ia, ib)), dtype=float).reshape(-1)
+
+    def tabulate(self, limit: int = TABLE_LIMIT) -> bool:
+        n = len(self.profiles)
+        if self.table is None and n * n <= limit:
+            ia, ib = _grid(n)
+            matrix = getattr(self.model, "predict_matrix", None)
+            s = (np.asarray(matrix(self.profiles), dtype=float).reshape(n, n) if matrix is not None
+                 else self.slowdown(ia, ib).reshape(n, n))
+            self.table = (s, self.margins(ia, ib).reshape(n, n))
+        return self.table is not None
+
+    def matrices(self) -> tuple[np.ndarray, np.ndarray]:
+        assert self.table is not None, "matrices() before tabulate()"
+        return self.table
+
+    def against(self, ia: np.ndarray, partners: Sequence[SoloProfile]) -> np.ndarray:
+        return np.asarray(self.model.predict([self.profiles[i] for i in np.asarray(ia).tolist()], list(partners)),
+                          dtype=float).reshape(-1)
+
+
+Slow = Callable[[object, np.ndarray, np.ndarray], np.ndarray]
+Margin = Callable[[object, np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+class Derived:
+    """The scorer of a model that wraps another, from the inner model's scorer `inner` over the same profiles.
+
+    `slow(inner, ia, ib)`: the wrapper's slowdown of profiles[ia[k]] next to profiles[ib[k]];
+    `margin(inner, ia, ib, s_ab, s_ba)`: their margins, given the wrapper's slowdowns both ways;
+    `model`: the wrapper (its `predict` answers `against`). The table is both over every pair of the inner
+    table, each an array operation."""
+
+    def __init__(self, inner, slow: Slow, margin: Margin, model):
+        self.inner, self._slow, self._margin, self.model = inner, slow, margin, model
+        self.profiles = inner.profiles
+        self.table: tuple[np.ndarray, np.ndarray] | None = None
+
+    def slowdown(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
+        if self.table is not None:
+            return self.table[0][ia, ib]
+        return self._slow(self.inner, ia, ib)
+
+    def margins(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
+        if self.table is not None:
+            return self.table[1][ia, ib]
+        return self._margin(self.inner, ia, ib, self._slow(self.inner, ia, ib), self._slow(self.inner, ib, ia))
+
+    def tabulate(self, limit: int = TABLE_LIMIT) -> bool:
+        if self.table is None and self.inner.tabulate(limit):
+            n = len(self.profiles)
+            ia, ib = _grid(n)
+            s = self._slow(self.inner, ia, ib).reshape(n, n)
+            self.table = (s, self._margin(self.inner, ia, ib, s.reshape(-1), s.T.reshape(-1)).reshape(n, n))
+        return self.table is not None
+
+    def matrices(self) -> tuple[np.ndarray, np.ndarray]:
+        assert self.table is not None, "matrices() before tabulate()"
+        return self.table
+
+    def against(self, ia: np.ndarray, partners: Sequence[SoloProfile]) -> np.ndarray:
+        return np.asarray(self.model.predict([self.profiles[i] for i in np.asarray(ia).tolist()], list(partners)),
+                          dtype=float).reshape(-1)
+
+
+class PairValues:
+    """Values of some ordered pairs of a list of profiles, picked out by the profiles' keys, looked up by index in
+    bulk (NaN for a pair without one).
+
+    `keys`: each profile's key; `entries`: (key of a, key of b, value of a next to b), a later entry replacing
+    an earlier one for the same pair of keys. Every profile with a key gets its entries."""
+
+    def __init__(self, keys: Sequence[Hashable], entries: Iterable[tuple[Hashable, Hashable, float]]):
+        where: dict[Hashable, list[int]] = {}
+        for i, k in enumerate(keys):
+            where.setdefault(k, []).append(i)
+        self.n = len(keys)
+        values: dict[int, float] = {}
+        for ka, kb, v in entries:
+            for i in where.get(ka, ()):
+                for j in where.get(kb, ()):
+                    values[i * self.n + j] = float(v)
+        self.codes = np.array(sorted(values), dtype=np.int64)
+        self.values = np.array([values[c] for c in self.codes.tolist()], dtype=float)
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def lookup(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
+        out = np.full(len(ia), np.nan)
+        if not len(self.codes):
+            return out
+        codes = np.asarray(ia, dtype=np.int64) * self.n + np.asarray(ib, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.codes, codes), len(self.codes) - 1)
+        hit = self.codes[at] == codes
+        out[hit] = self.values[at[hit]]
+        return out

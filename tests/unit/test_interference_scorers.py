@@ -1,0 +1,113 @@
+"""Scorers of wrapping models: a table of every pair equals the pairs asked one by one, and a planner epoch's pair
+cache asks the wrapper's scorer, not a Python step per pair."""
+
+import math
+
+import numpy as np
+import pytest
+
+from slurm_elastico.interference.adapt import adapt
+from slurm_elastico.interference.adapt_online import OnlineAdapted
+from slurm_elastico.interference.base import ContentionModel, SoloProfile
+from slurm_elastico.interference.measurements import Colocation
+from slurm_elastico.interference.probe import Refusals
+from slurm_elastico.interference.scorers import PairValues, Plain, scorer_of
+from slurm_elastico.planner.slowdown import PairCache
+
+
+class Stub:
+    """A 'trained model' without a scorer: slowdown from the jobs' batches, one margin per pair from the partner."""
+
+    def predict(self, a, b):
+        return np.array([1.0 + 0.4 * x.batch / 64 + 0.3 * y.batch / 64 for x, y in zip(a, b)])
+
+    def admission_margins(self, a, b):
+        return np.array([0.01 * y.batch / 8 for y in b])
+
+    def on_gpu(self, gpu_type):
+        return self
+
+
+def _jobs(n=12):
+    return [SoloProfile("train", throughput=1.0 + i, batch=float(8 * (1 + i % 4)), model_family=f"fam{i % 3}")
+            for i in range(n)]
+
+
+def _measured(jobs, pairs, gpu="new"):
+    """Pairs (i, j) of `jobs` measured on `gpu`: normalized throughputs from a rule the stub does not know."""
+    return [Colocation(gpu, jobs[i], jobs[j], 0.9 - 0.02 * i, 0.8 - 0.01 * j) for i, j in pairs]
+
+
+def _models():
+    jobs = _jobs()
+    seen = _measured(jobs, [(0, 1), (2, 3), (4, 5), (6, 7), (8, 9), (1, 4), (3, 8)])
+    out = {"adapted": adapt(Stub(), seen).on_gpu("new")}
+    for n in (0, 2, len(seen)):
+        for probing in (False, True):
+            m = OnlineAdapted(Stub(), "new", untrained_margin=0.4, probe_optimism=0.3)
+            m.observe(seen[:n])
+            m.probing = probing
+            out[f"online {m.stage} probing={probing}"] = m
+    refusals = Refusals()
+    refusals.add(jobs[0], jobs[1], 0.0)
+    refusals.add(jobs[5], jobs[5], 0.0)
+    out["refusing online"] = refusals.model(out["online adapted probing=False"], 1.0)
+    out["refusing contention"] = refusals.model(ContentionModel(), 1.0)
+    return jobs, out
+
+
+@pytest.mark.parametrize("name", list(_models()[1]))
+def test_a_table_equals_the_pairs_asked_one_by_one(name):
+    jobs, models = _models()
+    model = models[name]
+    n = len(jobs)
+    table = scorer_of(model, jobs)
+    assert table.tabulate()
+    slow, margin = table.matrices()
+    for i in range(n):
+        for j in range(n):
+            one = model.scorer([jobs[i], jobs[j]] if i != j else [jobs[i]])
+            a, b = (0, 1) if i != j else (0, 0)
+            assert one.slowdown(np.array([a]), np.array([b]))[0] == pytest.approx(slow[i, j], rel=1e-12)
+            assert one.margins(np.array([a]), np.array([b]))[0] == pytest.approx(margin[i, j], rel=1e-12, abs=1e-12)
+    assert np.allclose(model.predict([jobs[i] for i in range(n) for _ in range(n)], jobs * n), slow.ravel())
+
+
+def test_measured_pairs_refusals_and_optimism_are_where_they_belong():
+    jobs, models = _models()
+    s = Stub().predict
+    online = models["online measured probing=False"]  # two pairs measured: (0, 1) and (2, 3)
+    got = online.predict([jobs[0], jobs[1], jobs[0]], [jobs[1], jobs[0], jobs[2]])
+    assert got[0] == pytest.approx(1 / 0.9) and got[1] == pytest.approx(1 / 0.79)  # each job its own measurement
+    assert got[2] == pytest.approx(s([jobs[0]], [jobs[2]])[0])  # never measured: the model's word
+    assert list(online.admission_margins([jobs[0]], [jobs[1]])) == [0.0]
+    probing = models["online measured probing=True"]
+    fresh = probing.predict([jobs[0]], [jobs[2]])[0]
+    assert fresh == pytest.approx(max(1.0, s([jobs[0]], [jobs[2]])[0] / (1 + probing.optimism)))
+    refusing = models["refusing contention"]
+    assert math.isinf(refusing.predict([jobs[1]], [jobs[0]])[0]) and math.isinf(refusing.predict([jobs[5]], [jobs[5]])[0])
+    assert math.isfinite(refusing.predict([jobs[0]], [jobs[2]])[0])
+    assert isinstance(scorer_of(ContentionModel(), jobs), Plain)
+
+
+def test_the_planners_pair_cache_tabulates_a_wrapper_in_one_call():
+    jobs, models = _models()
+    jobs = [SoloProfile("train", throughput=1.0 + i, batch=float(8 * (1 + i % 4)), model_family=f"fam{i % 3}")
+            for i in range(300)]  # 90,000 pairs
+    model = models["online adapted probing=False"]
+    cache = PairCache(model)
+    for p in jobs:
+        cache.add(p)
+    pairs = [(i, (7 * i + 3) % 300) for i in range(300)]
+    got = cache.get(pairs)
+    assert cache.model_calls == 1 and cache.margin_calls == 1
+    assert np.allclose(got, model.predict([jobs[i] for i, _ in pairs], [jobs[j] for _, j in pairs]))
+    assert np.allclose(cache.margins(pairs), model.admission_margins([jobs[i] for i, _ in pairs],
+                                                                     [jobs[j] for _, j in pairs]))
+
+
+def test_pair_values_by_key_later_entries_win_and_nan_elsewhere():
+    values = PairValues(["x", "y", "x", "z"], [("x", "y", 1.0), ("y", "x", 2.0), ("x", "y", 3.0), ("z", "z", 4.0)])
+    got = values.lookup(np.array([0, 2, 1, 1, 3, 0, 3]), np.array([1, 1, 0, 2, 3, 2, 0]))
+    assert got[:5].tolist() == [3.0, 3.0, 2.0, 2.0, 4.0] and np.isnan(got[5:]).all()
+    assert len(PairValues(["x"], [])) == 0 and np.isnan(PairValues(["x"], []).lookup(np.array([0]), np.array([0])))
