@@ -20,8 +20,12 @@ and the typed time over the one-type time. `--latency-only` stops after the
 latency tables. The same epochs at the two smaller
 sizes are timed again with predictors trained on tests/data/gavel (the
 helper's `interference.model`): the default, prior-corrected one (target:
-within 2× of the contention model's epoch) and the MLP, beside the
-contention model; CPU time too, the models taking turns epoch by epoch.
+within 2× of the contention model's epoch), the MLP, and the default one
+trained on K80 pairs only and adapting online on P100 after its first 35
+measured pairs (`interference.adapt_online`, what the helper runs with
+`interference.adapt_online: true` on a GPU type its model never saw; the
+same target), beside the contention model; CPU time too, the models taking
+turns epoch by epoch.
 
 Optimality: random small instances (≤ 12 jobs, ≤ 4 GPUs on nodes of 2, idle)
 planned by `elastico` without queue-head reservation (the MILP knows no
@@ -140,15 +144,21 @@ def latency_trained(quick: bool) -> list[dict]:
     Training is outside the timing. As in `latency`, each epoch's CPU time (`time.thread_time`) is what is
     compared, the wall time printed beside it; the models take turns, one epoch each per round, so a change of
     load on a shared machine falls on all of them alike."""
+    from slurm_elastico.interference.adapt_online import OnlineAdapted
+    from slurm_elastico.interference.adapt_score import draw
     from slurm_elastico.interference.gavel import import_gavel
     from slurm_elastico.interference.predictor import TrainConfig, train
     from slurm_elastico.interference.transfer.fit import fit_transfer
 
     data = ROOT / "tests" / "data" / "gavel"
     obs = import_gavel(data / "throughputs_pairs.csv", data / "throughputs_isolated.csv").observations
+    p100 = [o for o in obs if o.gpu_type == "p100"]
+    adapted = OnlineAdapted(fit_transfer([o for o in obs if o.gpu_type == "k80"], seed=0), "p100")
+    adapted.observe([p100[i] for i in draw(p100, 0.1, 0)[0]])  # its first measured pairs: 10 %, as iac evaluate
     models = {"contention": ContentionModel(),
               "trained": fit_transfer(obs, seed=0),  # `elastico iac train`'s default, prior-corrected
-              "mlp": train(obs, TrainConfig(hidden=32, weight_decay=1e-4, epochs=200, use_family=True), seed=0)}
+              "mlp": train(obs, TrainConfig(hidden=32, weight_decay=1e-4, epochs=200, use_family=True), seed=0),
+              "adapted": adapted}
     policy, settings, rows = policies.REGISTRY["elastico"], Settings(), []
     for jobs, gpus, _ in SIZES[:2]:
         snap, fams = synthetic.instance(np.random.default_rng(jobs), jobs, gpus, running_frac=0.2)
@@ -281,14 +291,16 @@ def main() -> None:
           "default, prior-corrected; target: within 2x of the contention model; CPU time, medians; wall in brackets; "
           "started: jobs each model's plan starts)")
     print(f"{'jobs':>6} {'GPUs':>5} {'contention':>20} {'trained':>20} {'ratio':>6} {'ok':>3} {'mlp':>20} "
-          f"{'load':>5} {'started c/t/m':>14}")
+          f"{'adapted':>20} {'ratio':>6} {'ok':>3} {'load':>5} {'started c/t/m/a':>16}")
     for r in trained:
         ratio = r["trained_median_s"] / r["contention_median_s"]
+        adapted_ratio = r["adapted_median_s"] / r["contention_median_s"]
         cells = [f"{1000 * r[f'{m}_median_s']:>7.1f}ms ({1000 * r[f'{m}_wall_median_s']:>6.1f}ms)"
-                 for m in ("contention", "trained", "mlp")]
-        started = "/".join(str(r[f"{m}_started"]) for m in ("contention", "trained", "mlp"))
+                 for m in ("contention", "trained", "mlp", "adapted")]
+        started = "/".join(str(r[f"{m}_started"]) for m in ("contention", "trained", "mlp", "adapted"))
         print(f"{r['jobs']:>6} {r['gpus']:>5} {cells[0]:>20} {cells[1]:>20} {ratio:>6.2f} "
-              f"{'yes' if ratio <= 2 else 'NO':>3} {cells[2]:>20} {r['load_avg_1m']:>5.1f} {started:>14}")
+              f"{'yes' if ratio <= 2 else 'NO':>3} {cells[2]:>20} {cells[3]:>20} {adapted_ratio:>6.2f} "
+              f"{'yes' if adapted_ratio <= 2 else 'NO':>3} {r['load_avg_1m']:>5.1f} {started:>16}")
 
     n = 200 if args.quick else 500
     opt = {"contention": optimality(n, ContentionModel(), 7), "bandwidth": optimality(n, BandwidthModel(), 8)}

@@ -231,15 +231,18 @@ def planner_body(f: dict) -> list[str]:
     out += _latency(f.get("latency_gangs", [])) + [""]
     rows = []
     for r in f.get("latency_trained", []):
-        c, t = r.get("contention_median_s"), r.get("trained_median_s")
-        ratio = t / c if isinstance(c, float) and isinstance(t, float) and c > 0 else None
-        rows.append([fmt(r.get("jobs"), "d"), fmt(r.get("gpus"), "d"), ms(c), ms(t), fmt(ratio),
-                     fmt(ratio <= 2.0) if ratio is not None else "n/a", ms(r.get("mlp_median_s")),
-                     fmt(r.get("load_avg_1m"), ".1f")])
+        c = r.get("contention_median_s")
+        row = [fmt(r.get("jobs"), "d"), fmt(r.get("gpus"), "d"), ms(c)]
+        for key in ("trained_median_s", "adapted_median_s"):
+            t = r.get(key)
+            ratio = t / c if isinstance(c, float) and isinstance(t, float) and c > 0 else None
+            row += [ms(t), fmt(ratio), fmt(ratio <= 2.0) if ratio is not None else "n/a"]
+        rows.append(row + [ms(r.get("mlp_median_s")), fmt(r.get("load_avg_1m"), ".1f")])
     out += ["**Epoch latency with a trained predictor** (the default prior-corrected one, trained on the bundled "
-            "Gavel pairs; target: within 2× the contention model's epoch; CPU ms, medians):", ""]
-    out += table(["jobs", "GPUs", "contention ms", "trained ms", "ratio", "within 2×", "MLP ms", "load (1 min)"],
-                 rows) + [""]
+            "Gavel pairs; adapted: the same trained on K80 pairs only, adapting online on P100 after its first 35 "
+            "measured pairs; target: within 2× the contention model's epoch; CPU ms, medians):", ""]
+    out += table(["jobs", "GPUs", "contention ms", "trained ms", "ratio", "within 2×", "adapted ms", "ratio",
+                  "within 2×", "MLP ms", "load (1 min)"], rows) + [""]
     opt = f.get("optimality", {})
     out += ["**Optimality gap** against an exact MILP on small random instances (≤ 12 jobs, ≤ 4 GPUs; "
             "gap = (optimum − planner) / optimum of Σ w·T/T_max):", ""]

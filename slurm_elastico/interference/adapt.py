@@ -51,7 +51,7 @@ from slurm_elastico.interference.admission import margins, thresholds
 from slurm_elastico.interference.base import SoloProfile
 from slurm_elastico.interference.errors import MeasurementError
 from slurm_elastico.interference.measurements import Colocation, samples
-from slurm_elastico.interference.scorers import ByScorer, Derived, scorer_of
+from slurm_elastico.interference.scorers import ByScorer, Derived, each_distinct, scorer_of
 
 SCALE_PENALTIES = (0.0, 1.0, 4.0, 16.0, 64.0, math.inf)  # samples' worth of belief in the model's scale
 CLASS_PENALTIES = (0.25, 1.0, 4.0, 16.0, 64.0, math.inf)  # samples' worth of belief in no correction, per class
@@ -153,13 +153,19 @@ class AdaptedView(ByScorer):
 
         def margin(_, ia, ib, s_ab, s_ba):
             worst = 1.0 / np.maximum(s_ab, s_ba)
-            out = margins(worst, self.fit.thresholds)
             new = ~(known[ia] & known[ib])
+            if new.all():  # the planner's usual case: its jobs are rarely the adaptation pairs'
+                return margins(worst, self.fit.thresholds_new)
+            out = margins(worst, self.fit.thresholds)
             if new.any():
                 out[new] = margins(worst[new], self.fit.thresholds_new)
             return out
 
-        return Derived(inner, slow, margin, self)
+        def against(base, ia, partners):
+            once, at = each_distinct(partners)
+            return self.fit.slowdown(base.against(ia, partners), own[ia], self.fit.corrections(once)[1][at])
+
+        return Derived(inner, slow, margin, against)
 
 
 class Adapted:

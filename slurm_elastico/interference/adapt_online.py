@@ -43,8 +43,8 @@ import numpy as np
 from slurm_elastico.interference.adapt import MIN_PAIRS, AdaptedView, TypeFit, fit_type
 from slurm_elastico.interference.base import SoloProfile
 from slurm_elastico.interference.measurements import Colocation
-from slurm_elastico.interference.probe import profile_key
-from slurm_elastico.interference.scorers import ByScorer, Derived, PairValues, scorer_of
+from slurm_elastico.interference.probe import keys_among, profile_key
+from slurm_elastico.interference.scorers import ByScorer, Derived, PairValues, each_distinct, scorer_of
 
 
 def _pair_key(o: Colocation) -> frozenset:
@@ -154,27 +154,39 @@ class OnlineAdapted(ByScorer):
         measurement with margin 0; while probing, a pair never measured at its slowdown ÷ (1 + optimism) with
         margin 0; in the "measured" stage, the one margin from the measured pairs' error."""
         inner = scorer_of(self._view, profiles)
-        known = PairValues([profile_key(p) for p in inner.profiles], self._measured())
+        seen = [p for o in self.measured.values() for p in (o.a, o.b)]
+        keys = keys_among(inner.profiles, seen)
+        known = PairValues(keys, self._measured())
 
-        def slow(view, ia, ib):
-            s = view.slowdown(ia, ib)
-            optimistic = self.probing and self.probe_optimism > 0
-            if not len(known) and not optimistic:
-                return s
-            measured = known.lookup(ia, ib)
+        def answer(s, measured):
+            """The view's slowdowns `s` with the measured ones where there are (NaN: none), and optimism."""
             fresh = np.isnan(measured)
-            if optimistic:
+            if self.probing and self.probe_optimism > 0:
                 s = np.where(fresh, np.maximum(1.0, s / (1.0 + self.optimism)), s)
             return np.where(fresh, s, measured)
 
+        def slow(view, ia, ib):
+            s = view.slowdown(ia, ib)
+            if not len(known) and not (self.probing and self.probe_optimism > 0):
+                return s
+            return answer(s, known.lookup(ia, ib))
+
         def margin(view, ia, ib, s_ab, s_ba):
-            out = np.full(len(ia), self._margin) if self.fit is None and self._fitting() else view.margins(ia, ib)
+            if self.fit is None and self._fitting():
+                out = np.full(np.broadcast_shapes(np.shape(ia), np.shape(ib)), self._margin)
+            else:
+                out = view.margins(ia, ib)
             if not self.measured and not self.probing:
                 return out
             keep = np.isnan(known.lookup(ia, ib)) & (not self.probing)
             return np.where(keep, out, 0.0)
 
-        return Derived(inner, slow, margin, self)
+        def against(view, ia, partners):
+            once, at = each_distinct(partners)
+            both = PairValues(keys + keys_among(once, seen), self._measured()) if self.measured else known
+            return answer(view.against(ia, partners), both.lookup(ia, len(keys) + at))
+
+        return Derived(inner, slow, margin, against)
 
     @property
     def gain_margin(self) -> float:

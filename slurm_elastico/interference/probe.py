@@ -38,7 +38,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from slurm_elastico.interference.base import MIN_GAIN, SlowdownModel, SoloProfile
-from slurm_elastico.interference.scorers import ByScorer, Derived, PairValues, scorer_of
+from slurm_elastico.interference.scorers import ByScorer, Derived, PairValues, each_distinct, scorer_of
 
 PairKey = tuple[int, str, int, str]
 """(job, its shape, partner, partner's shape): one direction of a co-located pair, as the observer keys it."""
@@ -123,6 +123,14 @@ def profile_key(p: SoloProfile) -> tuple:
     return tuple(None if isinstance(v, float) and math.isnan(v) else v for k, v in vars(p).items() if k not in UNKEYED)
 
 
+def keys_among(profiles: Sequence[SoloProfile], others: Collection[SoloProfile]) -> list[tuple | None]:
+    """`profile_key` of each of `profiles` that may equal the key of one of `others`; None for the rest, whose
+    kind, model family or precision no one of `others` has (a key costs a pass over every field; the planner asks
+    for hundreds of profiles an epoch, few of which were ever measured)."""
+    coarse = {(p.kind, p.model_family, p.precision) for p in others}
+    return [profile_key(p) if (p.kind, p.model_family, p.precision) in coarse else None for p in profiles]
+
+
 class Refusals:
     """Pairs of solo profiles not to co-locate until a time; `model(m)` makes a planner model honour them."""
 
@@ -188,14 +196,23 @@ class RefusingModel(ByScorer):
     def scorer(self, profiles: Sequence[SoloProfile]) -> Derived:
         inner = scorer_of(self.inner, profiles)
         pairs = [tuple(key) for key in self.refused]
-        refused = PairValues([profile_key(p) for p in inner.profiles],
-                             ((k[0], k[-1], math.inf) for k in pairs + [k[::-1] for k in pairs]))
+        both_ways = [(k[0], k[-1], math.inf) for k in pairs + [k[::-1] for k in pairs]]
+        keys = [profile_key(p) for p in inner.profiles] if pairs else [None] * len(inner.profiles)
+        refused = PairValues(keys, both_ways)
 
         def slow(model, ia, ib):
             s = model.slowdown(ia, ib)
             return np.where(np.isnan(refused.lookup(ia, ib)), s, math.inf) if len(refused) else s
 
-        return Derived(inner, slow, lambda model, ia, ib, s_ab, s_ba: model.margins(ia, ib), self)
+        def against(model, ia, partners):
+            s = model.against(ia, partners)
+            if not pairs:
+                return s
+            once, at = each_distinct(partners)
+            refusing = PairValues(keys + [profile_key(p) for p in once], both_ways)
+            return np.where(np.isnan(refusing.lookup(ia, len(keys) + at)), s, math.inf)
+
+        return Derived(inner, slow, lambda model, ia, ib, s_ab, s_ba: model.margins(ia, ib), against)
 
     @property
     def admission_margin(self) -> float:

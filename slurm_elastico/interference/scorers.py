@@ -109,6 +109,7 @@ class Plain:
 
 Slow = Callable[[object, np.ndarray, np.ndarray], np.ndarray]
 Margin = Callable[[object, np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+Against = Callable[[object, np.ndarray, Sequence[SoloProfile]], np.ndarray]
 
 
 class Derived:
@@ -116,11 +117,13 @@ class Derived:
 
     `slow(inner, ia, ib)`: the wrapper's slowdown of profiles[ia[k]] next to profiles[ib[k]];
     `margin(inner, ia, ib, s_ab, s_ba)`: their margins, given the wrapper's slowdowns both ways;
-    `model`: the wrapper (its `predict` answers `against`). The table is both over every pair of the inner
-    table, each an array operation."""
+    `against(inner, ia, partners)`: the wrapper's slowdown of profiles[ia[k]] next to partners[k] (from
+    `inner.against`). The table is both over every pair of the inner table, each an array operation: for it, ia
+    is a column (n, 1) and ib a row (1, n), so both must take index arrays that broadcast, and answer in their
+    broadcast shape."""
 
-    def __init__(self, inner, slow: Slow, margin: Margin, model):
-        self.inner, self._slow, self._margin, self.model = inner, slow, margin, model
+    def __init__(self, inner, slow: Slow, margin: Margin, against: Against):
+        self.inner, self._slow, self._margin, self._against = inner, slow, margin, against
         self.profiles = inner.profiles
         self.table: tuple[np.ndarray, np.ndarray] | None = None
 
@@ -136,10 +139,12 @@ class Derived:
 
     def tabulate(self, limit: int = TABLE_LIMIT) -> bool:
         if self.table is None and self.inner.tabulate(limit):
+            # A column of rows and a row of columns: every (n, n) result broadcasts from them, and what is per
+            # profile (a correction, a flag) is indexed n times, not n² times.
             n = len(self.profiles)
-            ia, ib = _grid(n)
-            s = self._slow(self.inner, ia, ib).reshape(n, n)
-            self.table = (s, self._margin(self.inner, ia, ib, s.reshape(-1), s.T.reshape(-1)).reshape(n, n))
+            ia, ib = np.arange(n)[:, None], np.arange(n)[None, :]
+            s = self._slow(self.inner, ia, ib)
+            self.table = (s, self._margin(self.inner, ia, ib, s, s.T))
         return self.table is not None
 
     def matrices(self) -> tuple[np.ndarray, np.ndarray]:
@@ -147,21 +152,27 @@ class Derived:
         return self.table
 
     def against(self, ia: np.ndarray, partners: Sequence[SoloProfile]) -> np.ndarray:
-        return np.asarray(self.model.predict([self.profiles[i] for i in np.asarray(ia).tolist()], list(partners)),
-                          dtype=float).reshape(-1)
+        return self._against(self.inner, np.asarray(ia, dtype=np.int64), list(partners))
+
+
+def each_distinct(profiles: Sequence[SoloProfile]) -> tuple[list[SoloProfile], np.ndarray]:
+    """(each distinct profile object once, the position of each of `profiles` among them)."""
+    once, at, _ = distinct(profiles, profiles, "each_distinct")
+    return once, at
 
 
 class PairValues:
     """Values of some ordered pairs of a list of profiles, picked out by the profiles' keys, looked up by index in
     bulk (NaN for a pair without one).
 
-    `keys`: each profile's key; `entries`: (key of a, key of b, value of a next to b), a later entry replacing
+    `keys`: each profile's key (None: a profile no entry is for); `entries`: (key of a, key of b, value of a next to b), a later entry replacing
     an earlier one for the same pair of keys. Every profile with a key gets its entries."""
 
     def __init__(self, keys: Sequence[Hashable], entries: Iterable[tuple[Hashable, Hashable, float]]):
         where: dict[Hashable, list[int]] = {}
         for i, k in enumerate(keys):
-            where.setdefault(k, []).append(i)
+            if k is not None:
+                where.setdefault(k, []).append(i)
         self.n = len(keys)
         values: dict[int, float] = {}
         for ka, kb, v in entries:
@@ -175,10 +186,11 @@ class PairValues:
         return len(self.codes)
 
     def lookup(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
-        out = np.full(len(ia), np.nan)
+        """The value of each pair (profiles[ia[k]], profiles[ib[k]]); ia and ib broadcast."""
+        codes = np.asarray(ia, dtype=np.int64) * self.n + np.asarray(ib, dtype=np.int64)
+        out = np.full(codes.shape, np.nan)
         if not len(self.codes):
             return out
-        codes = np.asarray(ia, dtype=np.int64) * self.n + np.asarray(ib, dtype=np.int64)
         at = np.minimum(np.searchsorted(self.codes, codes), len(self.codes) - 1)
         hit = self.codes[at] == codes
         out[hit] = self.values[at[hit]]

@@ -73,6 +73,20 @@ def test_a_table_equals_the_pairs_asked_one_by_one(name):
     assert np.allclose(model.predict([jobs[i] for i in range(n) for _ in range(n)], jobs * n), slow.ravel())
 
 
+@pytest.mark.parametrize("name", list(_models()[1]))
+def test_against_profiles_outside_the_scorer_answers_as_predict(name):
+    jobs, models = _models()
+    model = models[name]
+    twin = SoloProfile(**vars(jobs[1]))  # another object, the same key: measured or refused pairs are its too
+    stand_in = SoloProfile(kind="train", batch=24.0, mps_share=50)  # a planner stand-in (its batch for the stub)
+    partners = [twin, stand_in, twin, jobs[2], stand_in, twin]
+    ia = np.array([0, 0, 5, 3, 7, 1])
+    got = scorer_of(model, jobs[:8]).against(ia, partners)
+    assert np.allclose(got, model.predict([jobs[i] for i in ia], partners), equal_nan=True)
+    if "refusing" in name:
+        assert math.isinf(got[0]) and math.isfinite(got[3])
+
+
 def test_measured_pairs_refusals_and_optimism_are_where_they_belong():
     jobs, models = _models()
     s = Stub().predict

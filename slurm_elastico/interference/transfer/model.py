@@ -199,12 +199,14 @@ class PriorCorrected:
 
 
 class _Scorer:
-    """Pairs of fixed profiles by index: every pair tabulated at once (`tabulate`), or the pairs asked for."""
+    """Pairs of fixed profiles by index: every pair tabulated at once (`tabulate`), or the pairs asked for. The
+    table's margins are computed when first asked for (a model that wraps this one may keep only the slowdowns)."""
 
     def __init__(self, model: PriorCorrected, profiles: list[SoloProfile]):
         self.model, self.profiles = model, profiles
         self.unseen = model._unseen_families(profiles)
-        self.table: tuple[np.ndarray, np.ndarray] | None = None  # (slowdowns, margins), all pairs
+        self.table: np.ndarray | None = None  # slowdowns of all pairs
+        self._table_margins: np.ndarray | None = None  # their margins, once asked for
         self._parts: tuple | None = None  # the profiles' encoding and kernels (`PriorCorrected._parts`), once
 
     def parts(self) -> tuple:
@@ -216,16 +218,21 @@ class _Scorer:
         """Fills the table of all pairs unless there are more than `limit`; whether it is filled."""
         n = len(self.profiles)
         if self.table is None and n * n <= limit:
-            s = self.model._matrix(self.profiles, self.parts()) if n else np.zeros((0, 0))
-            worst = np.maximum(s, s.T)  # the pair's worse job: 1 / the larger slowdown, in place
-            self.table = (s, self.model._margins_of(np.divide(1.0, worst, out=worst),
-                                                    self.unseen[:, None] | self.unseen))
+            self.table = self.model._matrix(self.profiles, self.parts()) if n else np.zeros((0, 0))
         return self.table is not None
+
+    def _margin_table(self) -> np.ndarray:
+        if self._table_margins is None:
+            s = self.table
+            worst = np.maximum(s, s.T)  # the pair's worse job: 1 / the larger slowdown, in place
+            self._table_margins = self.model._margins_of(np.divide(1.0, worst, out=worst),
+                                                         self.unseen[:, None] | self.unseen)
+        return self._table_margins
 
     def matrices(self) -> tuple[np.ndarray, np.ndarray]:
         """(slowdowns, margins) of every pair, [i, j] for profiles[i] next to profiles[j]; after `tabulate`."""
         assert self.table is not None, "matrices() before tabulate()"
-        return self.table
+        return self.table, self._margin_table()
 
     def against(self, ia: np.ndarray, partners: Sequence[SoloProfile]) -> np.ndarray:
         """Slowdown of profiles[ia[k]] next to partners[k], profiles the scorer does not hold (the planner's stand-in
@@ -239,12 +246,12 @@ class _Scorer:
 
     def slowdown(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
         if self.table is not None or len(self.profiles) ** 2 <= 4 * len(ia) and self.tabulate():
-            return self.table[0][ia, ib]
+            return self.table[ia, ib]
         return self.model.predict(*self._pairs(ia, ib))
 
     def margins(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
         if self.table is not None or len(self.profiles) ** 2 <= 4 * len(ia) and self.tabulate():
-            return self.table[1][ia, ib]
+            return self._margin_table()[ia, ib]
         a, b = self._pairs(ia, ib)
         worst = 1.0 / np.maximum(self.model.predict(a, b), self.model.predict(b, a))
         return self.model._margins_of(worst, self.unseen[ia] | self.unseen[ib])
