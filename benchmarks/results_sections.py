@@ -282,7 +282,8 @@ def _adaptation(a: dict) -> list[str]:
            f"(at most {pct(n.get('false_admit_max'))} in a draw), good admitted {pct(n.get('good_admitted'))}"
            for direction, d in a.get("directions", {}).items() for n in [d.get("new_jobs") or {}]]
     return [f"**Few-shot adaptation, leave one GPU type out** (a model trained on one type, adapted on a fraction F "
-            f"of the other's pairs, scored on the rest; {fmt(a.get('seeds'), 'd')} draws; floor {a.get('floor', 'n/a')}; "
+            f"of the other's pairs, scored on the rest; {fmt(a.get('seeds'), 'd')} draws; "
+            f"floor {a.get('floor', 'n/a')}; "
             "mean [95 % interval]):", ""] + table(
         ["model → data", "F", "adaptation pairs", "adapted MAPE", "unadapted MAPE", "trivial MAPE",
          "adapted / trivial", "false admissions", "good admitted"], rows) + [

@@ -111,7 +111,8 @@ def _group_mean_threshold(groups: Sequence[Group], floor: float, target: float =
 
 
 def thresholds(groups: Sequence[Group], by_group: str = "pooled", target: float = TARGET) -> np.ndarray:
-    """t(f) for every floor of `FLOORS` (nondecreasing in f: `_nondecreasing`); empty groups are skipped; no pairs: all inf.
+    """t(f) for every floor of `FLOORS` (nondecreasing in f: `_nondecreasing`); empty groups are skipped; no
+    pairs: all inf.
 
     `by_group`: "pooled" (every pair counts alike), "mean" (also the mean of the groups' rates within the
     target) or "worst" (also every group with at least 1 / target bad pairs at that floor within it).

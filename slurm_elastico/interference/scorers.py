@@ -165,8 +165,9 @@ class PairValues:
     """Values of some ordered pairs of a list of profiles, picked out by the profiles' keys, looked up by index in
     bulk (NaN for a pair without one).
 
-    `keys`: each profile's key (None: a profile no entry is for); `entries`: (key of a, key of b, value of a next to b), a later entry replacing
-    an earlier one for the same pair of keys. Every profile with a key gets its entries."""
+    `keys`: each profile's key (None: a profile no entry is for); `entries`: (key of a, key of b, value of a
+    next to b), a later entry replacing an earlier one for the same pair of keys. Every profile with a key gets
+    its entries."""
 
     def __init__(self, keys: Sequence[Hashable], entries: Iterable[tuple[Hashable, Hashable, float]]):
         where: dict[Hashable, list[int]] = {}

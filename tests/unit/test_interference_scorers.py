@@ -99,7 +99,8 @@ def test_measured_pairs_refusals_and_optimism_are_where_they_belong():
     fresh = probing.predict([jobs[0]], [jobs[2]])[0]
     assert fresh == pytest.approx(max(1.0, s([jobs[0]], [jobs[2]])[0] / (1 + probing.optimism)))
     refusing = models["refusing contention"]
-    assert math.isinf(refusing.predict([jobs[1]], [jobs[0]])[0]) and math.isinf(refusing.predict([jobs[5]], [jobs[5]])[0])
+    assert math.isinf(refusing.predict([jobs[1]], [jobs[0]])[0])
+    assert math.isinf(refusing.predict([jobs[5]], [jobs[5]])[0])
     assert math.isfinite(refusing.predict([jobs[0]], [jobs[2]])[0])
     assert isinstance(scorer_of(ContentionModel(), jobs), Plain)
 
