@@ -161,6 +161,13 @@ def each_distinct(profiles: Sequence[SoloProfile]) -> tuple[list[SoloProfile], n
     return once, at
 
 
+def _is_grid(ia: np.ndarray, ib: np.ndarray, n: int) -> bool:
+    """Whether (ia, ib) is every pair of n profiles as `Derived.tabulate` asks: a column of 0..n-1 and a row of
+    0..n-1."""
+    return (ia.shape == (n, 1) and ib.shape == (1, n) and n > 0 and bool(np.all(ia[:, 0] == np.arange(n)))
+            and bool(np.all(ib[0] == np.arange(n))))
+
+
 class PairValues:
     """Values of some ordered pairs of a list of profiles, picked out by the profiles' keys, looked up by index in
     bulk (NaN for a pair without one).
@@ -188,7 +195,12 @@ class PairValues:
 
     def lookup(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
         """The value of each pair (profiles[ia[k]], profiles[ib[k]]); ia and ib broadcast."""
-        codes = np.asarray(ia, dtype=np.int64) * self.n + np.asarray(ib, dtype=np.int64)
+        ia, ib = np.asarray(ia, dtype=np.int64), np.asarray(ib, dtype=np.int64)
+        if _is_grid(ia, ib, self.n):  # every pair (a table's): the few values go straight to their places
+            out = np.full((self.n, self.n), np.nan)
+            out.reshape(-1)[self.codes] = self.values
+            return out
+        codes = ia * self.n + ib
         out = np.full(codes.shape, np.nan)
         if not len(self.codes):
             return out
