@@ -167,6 +167,11 @@ FRACTIONS = (0.05, 0.1, 0.2)  # adaptation fractions of the new GPU type's pairs
 NEW_JOBS_PAIRS, NEW_JOBS_DRAWS = 35, 10  # the new-jobs case: adaptation pairs among half of the jobs, draws
 
 
+def _band(x: dict, spec: str) -> str:
+    """An interval over draws (`adapt_score.interval`) as "mean [low-high]"."""
+    return f"{x['mean']:{spec}} [{x['low']:{spec}}-{x['high']:{spec}}]"
+
+
 def _new_jobs(model, obs, seed: int) -> dict:
     """Adapted on up to `NEW_JOBS_PAIRS` pairs of a random half of the jobs, scored on the other half's pairs."""
     rng = np.random.default_rng(seed)
@@ -202,13 +207,9 @@ def adaptation(obs, quick: bool) -> dict:
                     "unadapted_mape": d["unadapted_mape"], "mape_over_trivial": d["mape_over_trivial"],
                     "false_admit": m["false_admission"], "good_admitted": m["good_admitted"]}
                 r = rows[f"{fraction:g}"]
-
-                def band(x: dict, spec: str) -> str:
-                    return f"{x['mean']:{spec}} [{x['low']:{spec}}-{x['high']:{spec}}]"
-
                 print(f"{source + ' -> ' + target:<14}{fraction:>6g}{r['adapt_pairs']:>7}{r['mape']:>14.1%}"
-                      f"{r['trivial_mape']:>9.1%}{band(r['mape_over_trivial'], '.2f'):>22}"
-                      f"{band(r['false_admit'], '.1%'):>24}{band(r['good_admitted'], '.0%'):>24}")
+                      f"{r['trivial_mape']:>9.1%}{_band(r['mape_over_trivial'], '.2f'):>22}"
+                      f"{_band(r['false_admit'], '.1%'):>24}{_band(r['good_admitted'], '.0%'):>24}")
             new = [_new_jobs(model, data, s) for s in range(NEW_JOBS_DRAWS)]
             fa = [x["false_admission"] for x in new if not np.isnan(x["false_admission"])]
             good = [x["good_admitted"] for x in new if not np.isnan(x["good_admitted"])]

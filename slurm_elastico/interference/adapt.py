@@ -151,8 +151,8 @@ class AdaptedView(ByScorer):
         def slow(base, ia, ib):
             return self.fit.slowdown(base.slowdown(ia, ib), own[ia], partner[ib])
 
-        def margin(_, ia, ib, s_ab, s_ba):
-            worst = 1.0 / np.maximum(s_ab, s_ba)
+        def margin(_, ia, ib, both):
+            worst = 1.0 / np.maximum(*both())
             new = ~(known[ia] & known[ib])
             if new.all():  # the planner's usual case: its jobs are rarely the adaptation pairs'
                 return margins(worst, self.fit.thresholds_new)

@@ -171,7 +171,7 @@ class OnlineAdapted(ByScorer):
                 return s
             return answer(s, known.lookup(ia, ib))
 
-        def margin(view, ia, ib, s_ab, s_ba):
+        def margin(view, ia, ib, _):
             if self.fit is None and self._fitting():
                 out = np.full(np.broadcast_shapes(np.shape(ia), np.shape(ib)), self._margin)
             else:

@@ -212,7 +212,7 @@ class RefusingModel(ByScorer):
             refusing = PairValues(keys + [profile_key(p) for p in once], both_ways)
             return np.where(np.isnan(refusing.lookup(ia, len(keys) + at)), s, math.inf)
 
-        return Derived(inner, slow, lambda model, ia, ib, s_ab, s_ba: model.margins(ia, ib), against)
+        return Derived(inner, slow, lambda model, ia, ib, _: model.margins(ia, ib), against)
 
     @property
     def admission_margin(self) -> float:

@@ -108,7 +108,7 @@ class Plain:
 
 
 Slow = Callable[[object, np.ndarray, np.ndarray], np.ndarray]
-Margin = Callable[[object, np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+Margin = Callable[[object, np.ndarray, np.ndarray, Callable[[], tuple[np.ndarray, np.ndarray]]], np.ndarray]
 Against = Callable[[object, np.ndarray, Sequence[SoloProfile]], np.ndarray]
 
 
@@ -116,7 +116,8 @@ class Derived:
     """The scorer of a model that wraps another, from the inner model's scorer `inner` over the same profiles.
 
     `slow(inner, ia, ib)`: the wrapper's slowdown of profiles[ia[k]] next to profiles[ib[k]];
-    `margin(inner, ia, ib, s_ab, s_ba)`: their margins, given the wrapper's slowdowns both ways;
+    `margin(inner, ia, ib, both)`: their margins; `both()` gives the wrapper's slowdowns both ways, (s_ab, s_ba), for
+    a wrapper whose margins follow them (computed only when asked);
     `against(inner, ia, partners)`: the wrapper's slowdown of profiles[ia[k]] next to partners[k] (from
     `inner.against`). The table is both over every pair of the inner table, each an array operation: for it, ia
     is a column (n, 1) and ib a row (1, n), so both must take index arrays that broadcast, and answer in their
@@ -135,7 +136,8 @@ class Derived:
     def margins(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
         if self.table is not None:
             return self.table[1][ia, ib]
-        return self._margin(self.inner, ia, ib, self._slow(self.inner, ia, ib), self._slow(self.inner, ib, ia))
+        inner = self.inner
+        return self._margin(inner, ia, ib, lambda: (self._slow(inner, ia, ib), self._slow(inner, ib, ia)))
 
     def tabulate(self, limit: int = TABLE_LIMIT) -> bool:
         if self.table is None and self.inner.tabulate(limit):
@@ -144,7 +146,7 @@ class Derived:
             n = len(self.profiles)
             ia, ib = np.arange(n)[:, None], np.arange(n)[None, :]
             s = self._slow(self.inner, ia, ib)
-            self.table = (s, self._margin(self.inner, ia, ib, s, s.T))
+            self.table = (s, self._margin(self.inner, ia, ib, lambda: (s, s.T)))
         return self.table is not None
 
     def matrices(self) -> tuple[np.ndarray, np.ndarray]:
