@@ -105,7 +105,7 @@ def test_measured_pairs_refusals_and_optimism_are_where_they_belong():
     assert isinstance(scorer_of(ContentionModel(), jobs), Plain)
 
 
-def test_the_planners_pair_cache_tabulates_a_wrapper_in_one_call():
+def test_the_planners_pair_cache_tabulates_a_wrapper_through_its_scorer(monkeypatch):
     jobs, models = _models()
     jobs = [SoloProfile("train", throughput=1.0 + i, batch=float(8 * (1 + i % 4)), model_family=f"fam{i % 3}")
             for i in range(300)]  # 90,000 pairs
@@ -114,11 +114,17 @@ def test_the_planners_pair_cache_tabulates_a_wrapper_in_one_call():
     for p in jobs:
         cache.add(p)
     pairs = [(i, (7 * i + 3) % 300) for i in range(300)]
-    got = cache.get(pairs)
+
+    def per_pair(*_):
+        raise AssertionError("the cache asked the wrapper pair by pair")
+
+    for name in ("predict", "predict_matrix", "admission_margins"):  # the per-pair ways, a Python step a pair
+        monkeypatch.setattr(model, name, per_pair)
+    got, margins = cache.get(pairs), cache.margins(pairs)
     assert cache.model_calls == 1 and cache.margin_calls == 1
+    monkeypatch.undo()
     assert np.allclose(got, model.predict([jobs[i] for i, _ in pairs], [jobs[j] for _, j in pairs]))
-    assert np.allclose(cache.margins(pairs), model.admission_margins([jobs[i] for i, _ in pairs],
-                                                                     [jobs[j] for _, j in pairs]))
+    assert np.allclose(margins, model.admission_margins([jobs[i] for i, _ in pairs], [jobs[j] for _, j in pairs]))
 
 
 def test_pair_values_by_key_later_entries_win_and_nan_elsewhere():
