@@ -3,7 +3,7 @@
 Layout of a checkpoint directory:
 
   ckpt-00000012.pt     the state, a plain `torch.save` file (loadable without this module)
-  ckpt-00000012.json   its manifest: step, data position, size, SHA-256, time
+  ckpt-00000012.json   its manifest: step, data position, the state file's name, size, SHA-256, time
 
 A checkpoint exists only once its manifest exists. Saving writes each file to
 a temporary name in the same directory, flushes and fsyncs it, renames it into
@@ -12,6 +12,12 @@ record). A kill at any moment therefore leaves either the old set or the new
 complete pair, plus perhaps a temporary file or a manifest-less state file,
 both ignored and cleaned up by the next save. The previous checkpoints are
 deleted only after the new one is committed (`keep` newest are kept).
+
+Saving a step that is already committed (a resume that saves before running a
+step) writes the new state beside the committed one, as ckpt-00000012.alt.pt
+(the next re-save goes back to ckpt-00000012.pt), and the manifest's rename
+switches to it: until that rename the old pair is whole, so even a directory's
+only checkpoint survives a kill during its own re-save.
 
 Loading verifies size and SHA-256 against the manifest before unpickling
 (with `weights_only=True`, so a checkpoint cannot run code); a mismatch raises
@@ -43,6 +49,8 @@ log = logging.getLogger(__name__)
 
 FORMAT = "slurm-elastico-checkpoint/1"
 _NAME = re.compile(r"^ckpt-(\d{8,})\.json$")
+_STATE = re.compile(r"^ckpt-(\d{8,})(?:\.alt)?\.pt$")
+_ALT = ".alt.pt"
 _CHUNK = 1 << 20
 
 
@@ -69,7 +77,12 @@ class Checkpoint:
 
 
 def state_path(directory: Path, step: int) -> Path:
+    """The state file a first save of `step` writes (a re-save alternates with `alt_state_path`)."""
     return Path(directory) / f"ckpt-{step:08d}.pt"
+
+
+def alt_state_path(directory: Path, step: int) -> Path:
+    return Path(directory) / f"ckpt-{step:08d}{_ALT}"
 
 
 def manifest_path(directory: Path, step: int) -> Path:
@@ -167,16 +180,15 @@ def save_checkpoint(
     directory.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     payload = {"format": FORMAT, "step": step, "data_position": data_position, "state": dict(state), "rng": capture_rng()}
-    target = state_path(directory, step)
+    target, superseded = state_path(directory, step), alt_state_path(directory, step)
+    if _committed_file(manifest_path(directory, step)) == target.name:
+        target, superseded = superseded, target  # a re-save: the committed pair stays whole until the switch
 
     def write_state(f: Any) -> _HashingFile:
         hashing = _HashingFile(f)
         torch.save(payload, hashing)
         return hashing
 
-    # Re-saving a committed step (a resume that ran no step) would pair the old
-    # manifest with a half-renamed new state; uncommit it first so a kill falls back to an older one.
-    manifest_path(directory, step).unlink(missing_ok=True)
     hashing = write_atomic(target, write_state)
     manifest = {
         "format": FORMAT,
@@ -191,6 +203,7 @@ def save_checkpoint(
     }
     text = json.dumps(manifest, indent=1, sort_keys=True).encode()
     write_atomic(manifest_path(directory, step), lambda f: f.write(text))
+    superseded.unlink(missing_ok=True)
     _prune(directory, keep, step)
     return target
 
@@ -205,20 +218,43 @@ def _prune(directory: Path, keep: int, saved: int) -> None:
     for step in committed_steps(directory):
         if step > saved:
             log.warning("%s: removing checkpoint of step %d, newer than the one just saved (%d)", directory, step, saved)
-            manifest_path(directory, step).unlink(missing_ok=True)
-            state_path(directory, step).unlink(missing_ok=True)
+            _remove(directory, step)
     steps = committed_steps(directory)
     for step in steps[:-keep]:
-        manifest_path(directory, step).unlink(missing_ok=True)  # uncommit first, then the state
-        state_path(directory, step).unlink(missing_ok=True)
+        _remove(directory, step)
     newest = steps[-1] if steps else None
     for p in directory.iterdir():
         if p.name.startswith(".ckpt-") and ".tmp-" in p.name:
             p.unlink(missing_ok=True)  # a temporary file of a killed save (we are the only writer)
-        elif p.suffix == ".pt" and p.name.startswith("ckpt-") and not p.with_suffix(".json").exists():
-            m = re.match(r"^ckpt-(\d+)\.pt$", p.name)
-            if m and newest is not None and int(m.group(1)) < newest:
-                p.unlink(missing_ok=True)  # state of a save killed before its manifest
+        elif m := _STATE.match(p.name):
+            step, committed = int(m.group(1)), manifest_path(directory, int(m.group(1)))
+            if not committed.exists():
+                if newest is not None and step < newest:
+                    p.unlink(missing_ok=True)  # state of a save killed before its manifest
+            else:
+                try:
+                    named = _committed_file(committed, missing=p.name)
+                except CheckpointError:  # an I/O error: this save is committed, keep the file for now
+                    continue
+                if named != p.name:
+                    p.unlink(missing_ok=True)  # the other state of a step whose re-save was killed
+
+
+def _remove(directory: Path, step: int) -> None:
+    manifest_path(directory, step).unlink(missing_ok=True)  # uncommit first, then the state
+    state_path(directory, step).unlink(missing_ok=True)
+    alt_state_path(directory, step).unlink(missing_ok=True)
+
+
+def _committed_file(manifest_file: Path, missing: str | None = None) -> str | None:
+    """The state file name a manifest commits; `missing` when there is no manifest or it is unreadable junk
+    (a refused checkpoint, which a save may overwrite). An I/O error raises: nothing is saved over it."""
+    try:
+        return str(json.loads(manifest_file.read_text()).get("file"))
+    except (FileNotFoundError, ValueError, AttributeError):
+        return missing
+    except OSError as exc:
+        raise CheckpointError(f"{manifest_file}: cannot be read ({exc}); not saving over it") from None
 
 
 # --------------------------------------------------------------------------
@@ -240,8 +276,8 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> 
     or unreadable, or the state's size or SHA-256 differs, or torch cannot load it.
     """
     path = Path(path)
-    state_file = path.with_suffix(".pt")
-    manifest_file = path.with_suffix(".json")
+    stem = path.name[: -len(_ALT)] if path.name.endswith(_ALT) else path.stem
+    state_file, manifest_file = path.with_name(stem + ".pt"), path.with_name(stem + ".json")
     try:
         manifest = json.loads(manifest_file.read_text())
     except FileNotFoundError:
@@ -254,9 +290,17 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> 
         # Not corruption: an I/O error (a network filesystem hiccup). Falling back to an older checkpoint
         # would let the next save prune this good one as "abandoned", so stop instead.
         raise CheckpointError(f"{manifest_file}: cannot be read ({exc}); not resuming from an older checkpoint") from None
+    if not isinstance(manifest, dict):
+        raise CheckpointCorruptError(f"{manifest_file}: not a manifest (a JSON object); refusing checkpoint {state_file.name}")
     for key in ("size", "sha256", "step"):
         if key not in manifest:
             raise CheckpointCorruptError(f"{manifest_file}: manifest lacks {key!r}; refusing checkpoint {state_file.name}")
+    if manifest.get("file") == stem + _ALT:  # committed by a re-save of its step
+        state_file = path.with_name(stem + _ALT)
+    if path.suffix == ".pt" and path.name != state_file.name:
+        raise CheckpointCorruptError(
+            f"{path}: not the committed state of its checkpoint ({manifest_file.name} commits {state_file.name}); refusing it"
+        )
     try:
         size = state_file.stat().st_size
     except FileNotFoundError:
@@ -299,7 +343,7 @@ def load_latest(directory: str | os.PathLike[str], map_location: Any = "cpu") ->
     refused: list[str] = []
     for step in reversed(committed_steps(directory)):
         try:
-            ckpt = load_checkpoint(state_path(Path(directory), step), map_location)
+            ckpt = load_checkpoint(manifest_path(Path(directory), step), map_location)
         except CheckpointCorruptError as exc:
             log.warning("%s; falling back to an older checkpoint", exc)
             refused.append(str(exc))

@@ -196,6 +196,40 @@ def test_sigkill_at_each_stage_of_a_save_keeps_the_previous_checkpoint(tmp_path,
     ]
 
 
+@pytest.mark.parametrize(("mode", "arg"), [("bytes", 100), ("replace", 1), ("replace", 2)])
+def test_sigkill_while_re_saving_the_only_checkpoint_keeps_it(tmp_path, mode, arg):
+    """A resume that saves its step again before running one: the directory's only checkpoint is that step,
+    so it must stay whole until the new one is committed (it was uncommitted first, and a kill lost it)."""
+    save_checkpoint(tmp_path / "ck", 2, {"w": torch.full((N,), 2.0)})
+    proc = _child(tmp_path, mode, arg)  # saves step 2 again
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert _assert_good(tmp_path / "ck", 2) == 2
+    save_checkpoint(tmp_path / "ck", 3, {"w": torch.full((N,), 3.0)})  # and the next save cleans up
+    names = sorted(p.name for p in (tmp_path / "ck").iterdir())
+    assert names in (
+        ["ckpt-00000002.json", "ckpt-00000002.pt", "ckpt-00000003.json", "ckpt-00000003.pt"],
+        ["ckpt-00000002.alt.pt", "ckpt-00000002.json", "ckpt-00000003.json", "ckpt-00000003.pt"],
+    )
+
+
+def test_a_re_save_switches_state_files_and_refuses_the_superseded_one(tmp_path):
+    save_checkpoint(tmp_path, 4, _state(4))
+    first = (tmp_path / "ckpt-00000004.pt").read_bytes()
+    path = save_checkpoint(tmp_path, 4, {"w": torch.full((1000,), 4.0), "note": "again"})
+    assert path.name == "ckpt-00000004.alt.pt"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-00000004.alt.pt", "ckpt-00000004.json"]
+    assert load_latest(tmp_path).state["note"] == "again"  # type: ignore[union-attr]
+    assert load_checkpoint(path).state["note"] == "again"
+    (tmp_path / "ckpt-00000004.pt").write_bytes(first)  # the old state put back beside the new manifest
+    with pytest.raises(CheckpointCorruptError, match=r"ckpt-00000004\.pt: not the committed state .* commits ckpt-00000004\.alt\.pt"):
+        load_checkpoint(tmp_path / "ckpt-00000004.pt")
+    path = save_checkpoint(tmp_path, 4, _state(4))  # a third save alternates back
+    assert path.name == "ckpt-00000004.pt"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-00000004.json", "ckpt-00000004.pt"]
+    assert load_latest(tmp_path).state["note"] == "step 4"  # type: ignore[union-attr]
+
+
 def test_sigkill_at_random_moments_of_repeated_saves(tmp_path):
     save_checkpoint(tmp_path / "ck", 1, {"w": torch.full((N,), 1.0)})
     rng = random.Random(0)
