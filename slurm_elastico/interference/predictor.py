@@ -286,7 +286,9 @@ class PairScorer:
 
     def __init__(self, model: MlpPredictor, profiles: Sequence[SoloProfile], known_families: Sequence[str],
                  margin_seen: float, margin_unseen: float, shrink: float = 1.0, prior_norm: float = 1.0):
-        enc, self.codes = model.schema.encode(list(profiles))
+        self.profiles = list(profiles)
+        self._args = (model, known_families, margin_seen, margin_unseen, shrink, prior_norm)
+        enc, self.codes = model.schema.encode(self.profiles)
         _, row_id = np.unique(enc, axis=0, return_inverse=True)
         self.row_id = row_id.reshape(-1)
         d = enc.shape[1]
@@ -366,6 +368,18 @@ class PairScorer:
         """Admission margin of each pair (see `interference.base.admissible`)."""
         unseen = self.unseen[np.asarray(ia, dtype=np.int64)] | self.unseen[np.asarray(ib, dtype=np.int64)]
         return np.where(unseen, self.margin_unseen, self.margin_seen)
+
+    def against(self, ia: np.ndarray, partners: Sequence[SoloProfile]) -> np.ndarray:
+        """Slowdown of profiles[ia[k]] next to partners[k], profiles this scorer does not hold (the planner's
+        stand-in neighbours; a wrapping model's scorer asks its inner one this): one scorer over both lists."""
+        ia = np.asarray(ia, dtype=np.int64).reshape(-1)
+        k = len(ia)
+        if k != len(partners):
+            raise ValueError(f"against: {k} indices but {len(partners)} partners; one partner per index")
+        if k == 0:
+            return np.zeros(0)
+        both = PairScorer(self._args[0], [*(self.profiles[i] for i in ia.tolist()), *partners], *self._args[1:])
+        return both.slowdown(np.arange(k), np.arange(k, 2 * k))
 
 
 class UnseenGpu(ByScorer):

@@ -17,7 +17,8 @@ Saving a step that is already committed (a resume that saves before running a
 step) writes the new state beside the committed one, as ckpt-00000012.alt.pt
 (the next re-save goes back to ckpt-00000012.pt), and the manifest's rename
 switches to it: until that rename the old pair is whole, so even a directory's
-only checkpoint survives a kill during its own re-save.
+only checkpoint survives a kill during its own re-save. A re-save killed at that
+point leaves the state its manifest does not name; the next save removes it.
 
 Loading verifies size and SHA-256 against the manifest before unpickling
 (with `weights_only=True`, so a checkpoint cannot run code); a mismatch raises
@@ -250,7 +251,8 @@ def _committed_file(manifest_file: Path, missing: str | None = None) -> str | No
     """The state file name a manifest commits; `missing` when there is no manifest or it is unreadable junk
     (a refused checkpoint, which a save may overwrite). An I/O error raises: nothing is saved over it."""
     try:
-        return str(json.loads(manifest_file.read_text()).get("file"))
+        # no "file" (a manifest not written here): the state is the manifest's namesake, as `load_checkpoint` reads it
+        return str(json.loads(manifest_file.read_text()).get("file", manifest_file.with_suffix(".pt").name))
     except (FileNotFoundError, ValueError, AttributeError):
         return missing
     except OSError as exc:

@@ -113,6 +113,6 @@ def test_a_low_floors_outlier_does_not_raise_the_floors_above_it():
     t = thresholds([(np.append(pred, 0.95), np.append(truth, 0.2))])
     assert np.all(t[1:] >= t[:-1])
     assert _at(t, 0.6) < 0.65 and abs(_at(t, 0.6) - _at(clean, 0.6)) < 0.02
-    assert _at(t, 0.21) <= _at(t, 0.6)  # taken from above: admitted at 0.6 means admitted at 0.21
+    assert _at(t, 0.21) < 0.9  # taken from above, not its own quantile (just above the outlier's 0.95)
     bad = truth < 0.6
     assert np.mean(pred[bad] >= _at(t, 0.6)) <= TARGET and np.mean(pred[~bad] >= _at(t, 0.6)) > 0.5

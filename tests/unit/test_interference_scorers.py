@@ -1,6 +1,7 @@
 """Scorers of wrapping models: a table of every pair equals the pairs asked one by one, and a planner epoch's pair
 cache asks the wrapper's scorer, not a Python step per pair."""
 
+import functools
 import math
 
 import numpy as np
@@ -132,3 +133,37 @@ def test_pair_values_by_key_later_entries_win_and_nan_elsewhere():
     got = values.lookup(np.array([0, 2, 1, 1, 3, 0, 3]), np.array([1, 1, 0, 2, 3, 2, 0]))
     assert got[:5].tolist() == [3.0, 3.0, 2.0, 2.0, 4.0] and np.isnan(got[5:]).all()
     assert len(PairValues(["x"], [])) == 0 and np.isnan(PairValues(["x"], []).lookup(np.array([0]), np.array([0])))
+
+
+@functools.lru_cache(maxsize=1)
+def _tiny_mlp():
+    from slurm_elastico.interference.predictor import TrainConfig, train
+
+    from test_interference_coverage import _crafted
+
+    return train(_crafted(), TrainConfig(hidden=8, epochs=20, use_family=True), seed=0)
+
+
+@pytest.mark.parametrize("wrap", ["refusing", "online", "unseen gpu refusing"])
+def test_a_wrapped_trained_mlp_answers_through_the_pair_cache_as_pair_by_pair(wrap):
+    """The MLP predictor's scorer (`predictor.PairScorer`) under a wrapper (refusals of probe and revert, the
+    online learner): the pair cache's table and its stand-in partners give what the wrapper's `predict` gives
+    pair by pair (the wrapper's scorer reads the inner scorer's `profiles` and `against`)."""
+    mlp = _tiny_mlp()
+    jobs = _jobs(8)
+    inner = mlp.on_gpu("unseen-gpu") if wrap.startswith("unseen") else mlp
+    refusals = Refusals()
+    refusals.add(jobs[0], jobs[1], 0.0)
+    model = OnlineAdapted(inner, "g1") if wrap == "online" else refusals.model(inner, 1.0)
+    cache = PairCache(model)
+    for p in jobs:
+        cache.add(p)
+    pairs = [(i, j) for i in range(8) for j in range(8)]
+    got = np.array(cache.get(pairs))
+    one = np.array([model.predict([jobs[i]], [jobs[j]])[0] for i, j in pairs])
+    assert np.allclose(got, np.maximum(one, 1.0), rtol=1e-5)
+    stand_in = SoloProfile(kind="train", batch=24.0, mps_share=50)
+    vs = cache.vs_partners([0, 2, 3], [stand_in, jobs[1], stand_in])
+    assert np.allclose(vs, model.predict([jobs[0], jobs[2], jobs[3]], [stand_in, jobs[1], stand_in]), rtol=1e-5)
+    if wrap != "online":
+        assert math.isinf(got[1]) and np.isfinite(got[2])  # (0, 1) refused; (0, 2) not

@@ -206,11 +206,19 @@ def test_sigkill_while_re_saving_the_only_checkpoint_keeps_it(tmp_path, mode, ar
     assert proc.returncode == -signal.SIGKILL
     assert _assert_good(tmp_path / "ck", 2) == 2
     save_checkpoint(tmp_path / "ck", 3, {"w": torch.full((N,), 3.0)})  # and the next save cleans up
-    names = sorted(p.name for p in (tmp_path / "ck").iterdir())
-    assert names in (
-        ["ckpt-00000002.json", "ckpt-00000002.pt", "ckpt-00000003.json", "ckpt-00000003.pt"],
-        ["ckpt-00000002.alt.pt", "ckpt-00000002.json", "ckpt-00000003.json", "ckpt-00000003.pt"],
-    )
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == [
+        "ckpt-00000002.json", "ckpt-00000002.pt", "ckpt-00000003.json", "ckpt-00000003.pt"
+    ]
+    assert load_checkpoint(manifest_path(tmp_path / "ck", 2)).step == 2  # the kept older one still verifies
+
+
+def test_a_manifest_without_a_file_name_keeps_its_namesake_state(tmp_path):
+    save_checkpoint(tmp_path, 1, _state(1))
+    m = json.loads(manifest_path(tmp_path, 1).read_text())
+    del m["file"]  # a manifest not written by this module: its state is ckpt-00000001.pt, as loading reads it
+    manifest_path(tmp_path, 1).write_text(json.dumps(m))
+    save_checkpoint(tmp_path, 2, _state(2))
+    assert load_checkpoint(manifest_path(tmp_path, 1)).step == 1
 
 
 def test_a_re_save_switches_state_files_and_refuses_the_superseded_one(tmp_path):
