@@ -54,6 +54,9 @@ def write_plan(pending: list[Job], running: list[Job], early: set[int], ch: Chan
             if not t.by_speed:
                 notes.append(f"job {jid} not started: every shape is below its throughput floor "
                              f"{t.family.throughput_floor:g}")
+            elif j.held_back:
+                notes.append(f"job {jid} waits: the allotment gives this epoch's GPUs to jobs with fewer GPU-seconds "
+                             f"left (weighted), running ones included; it starts when its turn comes")
             else:
                 notes.append(f"job {jid} not started: no GPU has room for any of its shapes this epoch")
             continue

@@ -42,6 +42,7 @@ def pack(pending: list[Job], priced: Priced, head: Job | None, policy, state: Gp
         if target == pricing.NONE and not is_head:
             if job.table.by_speed:
                 deferred.append(i)
+                job.held_back = i in mine  # the allotment has nothing for it (it is not placed below)
             continue
         if target == pricing.NONE:  # the head runs anyway: at its cheapest shape at these prices
             target = int(np.argmin(pricing.costs(problem, result.prices)[i, :-1]))

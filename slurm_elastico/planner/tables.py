@@ -74,6 +74,7 @@ class Job:
     weight: float
     seat: Seat
     running: bool = False
+    held_back: bool = False  # the allotment gave this epoch's GPUs to jobs before it in its order (`starts.pack`)
 
 
 WHOLE_UID = -1

@@ -142,3 +142,14 @@ def test_the_epoch_starts_a_job_that_cannot_be_requeued_on_its_request_only():
     assert any(a.kind is ActionKind.SET_GPUS and a.gpus > 1 for a in free.actions)  # a lone job takes more
     p = plan(nodes, [dataclasses.replace(pend(1), requeue=False)], {1: gang_family()})
     assert not any(a.kind is ActionKind.SET_GPUS for a in p.actions) and {pl.job_id for pl in p.placements} == {1}
+
+
+def test_a_job_the_allotment_makes_wait_is_told_so_not_that_no_gpu_has_room():
+    """The plan's note names why a job waits: the allotment gave the GPUs to a shorter job (an administrator
+    reading "no GPU has room" would look for a full cluster)."""
+    fams = {1: gang_family(work=600.0, default_gpus=8), 2: gang_family(work=10**7, default_gpus=8)}
+    p = plan(cluster(8, gpus_per_node=8), [pend(1, submit=NOW - 60), pend(2, submit=NOW - 60)], fams)
+    assert any(a.job_id == 1 and a.kind is ActionKind.SET_GPUS for a in p.actions)
+    waits = [n for n in p.notes if n.startswith("job 2 ")]
+    assert len(waits) == 1 and "the allotment gives this epoch's GPUs to jobs with fewer GPU-seconds left" in waits[0]
+    assert not any(n.startswith("job 1 ") for n in p.notes)
