@@ -44,7 +44,7 @@ from slurm_elastico.interference.adapt import MIN_PAIRS, AdaptedView, TypeFit, f
 from slurm_elastico.interference.base import SoloProfile
 from slurm_elastico.interference.measurements import Colocation
 from slurm_elastico.interference.probe import keys_among, profile_key
-from slurm_elastico.interference.scorers import ByScorer, Derived, PairValues, each_distinct, scorer_of
+from slurm_elastico.interference.scorers import ByScorer, Derived, PairValues, scorer_of, values_against
 
 
 def _pair_key(o: Colocation) -> frozenset:
@@ -182,9 +182,8 @@ class OnlineAdapted(ByScorer):
             return np.where(keep, out, 0.0)
 
         def against(view, ia, partners):
-            once, at = each_distinct(partners)
-            both = PairValues(keys + keys_among(once, seen), self._measured()) if self.measured else known
-            return answer(view.against(ia, partners), both.lookup(ia, len(keys) + at))
+            measured = values_against(keys, lambda ps: keys_among(ps, seen), self._measured(), ia, partners)
+            return answer(view.against(ia, partners), measured)
 
         return Derived(inner, slow, margin, against)
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from slurm_elastico.interference.base import MIN_GAIN, SlowdownModel, SoloProfile
-from slurm_elastico.interference.scorers import ByScorer, Derived, PairValues, each_distinct, scorer_of
+from slurm_elastico.interference.scorers import ByScorer, Derived, PairValues, scorer_of, values_against
 
 PairKey = tuple[int, str, int, str]
 """(job, its shape, partner, partner's shape): one direction of a co-located pair, as the observer keys it."""
@@ -208,9 +208,8 @@ class RefusingModel(ByScorer):
             s = model.against(ia, partners)
             if not pairs:
                 return s
-            once, at = each_distinct(partners)
-            refusing = PairValues(keys + [profile_key(p) for p in once], both_ways)
-            return np.where(np.isnan(refusing.lookup(ia, len(keys) + at)), s, math.inf)
+            refusing = values_against(keys, lambda ps: [profile_key(p) for p in ps], both_ways, ia, partners)
+            return np.where(np.isnan(refusing), s, math.inf)
 
         return Derived(inner, slow, lambda model, ia, ib, _: model.margins(ia, ib), against)
 

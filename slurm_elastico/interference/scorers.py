@@ -163,6 +163,15 @@ def each_distinct(profiles: Sequence[SoloProfile]) -> tuple[list[SoloProfile], n
     return once, at
 
 
+def values_against(keys: Sequence[Hashable], key_of: Callable[[list[SoloProfile]], list[Hashable]],
+                   entries: Iterable[tuple[Hashable, Hashable, float]], ia: np.ndarray,
+                   partners: Sequence[SoloProfile]) -> np.ndarray:
+    """`PairValues`' value of each pair (profiles[ia[k]], partners[k]), partners a scorer does not hold (its
+    `against`): `keys` the profiles' keys, `key_of` the keys of a list of profiles (each distinct partner's once)."""
+    once, at = each_distinct(partners)
+    return PairValues([*keys, *key_of(once)], entries).lookup(ia, len(keys) + at)
+
+
 def _is_grid(ia: np.ndarray, ib: np.ndarray, n: int) -> bool:
     """Whether (ia, ib) is every pair of n profiles as `Derived.tabulate` asks: a column of 0..n-1 and a row of
     0..n-1."""

@@ -227,18 +227,20 @@ def _prune(directory: Path, keep: int, saved: int) -> None:
     for p in directory.iterdir():
         if p.name.startswith(".ckpt-") and ".tmp-" in p.name:
             p.unlink(missing_ok=True)  # a temporary file of a killed save (we are the only writer)
-        elif m := _STATE.match(p.name):
-            step, committed = int(m.group(1)), manifest_path(directory, int(m.group(1)))
-            if not committed.exists():
-                if newest is not None and step < newest:
-                    p.unlink(missing_ok=True)  # state of a save killed before its manifest
-            else:
-                try:
-                    named = _committed_file(committed, missing=p.name)
-                except CheckpointError:  # an I/O error: this save is committed, keep the file for now
-                    continue
-                if named != p.name:
-                    p.unlink(missing_ok=True)  # the other state of a step whose re-save was killed
+        elif (m := _STATE.match(p.name)) and _stale(p, manifest_path(directory, int(m.group(1))),
+                                                    newest is not None and int(m.group(1)) < newest):
+            p.unlink(missing_ok=True)
+
+
+def _stale(state: Path, manifest: Path, older: bool) -> bool:
+    """Whether a state file is left over: of a save killed before its manifest (kept while it may be the newest
+    save's, not `older`), or the one its step's manifest does not commit (a re-save killed before removing it)."""
+    if not manifest.exists():
+        return older
+    try:
+        return _committed_file(manifest, missing=state.name) != state.name
+    except CheckpointError:  # an I/O error: the save that prunes is committed, keep the file for now
+        return False
 
 
 def _remove(directory: Path, step: int) -> None:
