@@ -6,8 +6,9 @@ the quick run near a minute: no spread then, and its ratios are one
 workload's) on Sia's cluster (`--cluster sia`: 6 × 4 aws T4, 2 × 8 dgx-ext
 A100, 3 × 8 rtx RTX 2080 Ti) under static, pollux, gavel, sia, elastico,
 elastico-goodput (every training family adaptive, issue 29's goodput mode,
-choosing the batch with the GPU type and count), elastico type-blind (`SimSettings.type_blind`: families name no type, at the
-app's slowest type's speed) and sia at fixed batch (`SimSettings.fixed_batch`:
+choosing the batch with the GPU type and count), elastico type-blind
+(`SimSettings.type_blind`: families name no type, at the app's slowest
+type's speed) and sia at fixed batch (`SimSettings.fixed_batch`:
 Sia's policy with every job held to its submitted global batch, as elastico
 holds it: the ablation that separates Sia's batch-size choice from its choice
 of GPU type and count), and prints each policy's mean JCT per workload
@@ -77,7 +78,7 @@ TARGET_BLIND_OVER_ELASTICO = 1.3
 TARGET_PUBLISHED_REL = 0.15
 WORKLOADS = 8
 QUICK_WORKLOADS = 1
-"""Workload 1 alone costs ~75 s of CPU (pollux ~25 s, sia ~15 s, elastico-goodput ~10 s, the others ~3-5 s each)."""
+"""Workload 1 alone costs about a minute of CPU over the table's columns (58 s in the quick run at cd7bddf)."""
 
 
 def why_not(sia_dir: Path) -> str | None:
