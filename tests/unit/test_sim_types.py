@@ -3,6 +3,8 @@ profiles, families per type, the simulated Slurm and gateway with typed requests
 
 Sia's measurements are the peers' (never copied into the repository): the tests that need them read
 `../shared/peers/sia` relative to the repository root and are skipped, saying so, where it is absent.
+`test_the_typed_simulator_runs_on_profiles_in_sia_s_layout_without_sia_s_data` runs the typed path everywhere,
+on made-up profiles in Sia's layout (`made_up_profiles`).
 """
 
 from __future__ import annotations
@@ -270,6 +272,54 @@ def test_the_cli_runs_a_sia_workload_on_a_typed_cluster_and_reports_jct_and_unfi
     assert out["mean_jct_h"] > 0 and out["unfinished"] == [] and out["unfinished_jobs"] == 0
     bad = runner.invoke(main, args + ["--cluster", "aws:1x4,h100:1x8"])
     assert bad.exit_code == 2 and "unknown GPU type 'h100'" in bad.output
+
+
+def made_up_profiles(root: Path) -> Path:
+    """A directory in Sia's layout with made-up numbers (no peer's data): CIFAR-10 on aws and dgx-ext, step times
+    linear in the local batch with a sync time that grows with the GPUs, the dgx-ext three times as fast, and per
+    epoch gradient statistics whose noise grows as training goes on. So the typed simulator runs wherever Sia's
+    measurements are absent."""
+    app = root / "cifar10"
+    app.mkdir(parents=True)
+    for gpu_type, speed in (("aws", 1.0), ("dgx-ext", 3.0)):
+        rows = []
+        for placement in ("1", "2", "4", "8", "44", "22"):
+            gpus, nodes = sum(int(c) for c in placement), len(placement)
+            for local in (32, 64, 128, 256):
+                sync = 0.0 if gpus == 1 else 0.002 * gpus + 0.01 * (nodes - 1)
+                rows.append(f"{placement},{local},{(0.01 + 0.0004 * local) / speed + sync},{sync}")
+        (app / f"placements-{gpu_type}.csv").write_text("placement,local_bsz,step_time,sync_time\n"
+                                                         + "\n".join(rows) + "\n")
+    for batch in (128, 256, 512, 1024, 2048):
+        steps = 50000 // batch  # one epoch: 50,000 samples
+        (app / f"validation-{batch}.csv").write_text("progress,iteration,metric,grad_sqr,grad_var\n" + "".join(
+            f"{steps * (e + 1)}.0,{steps * (e + 1)},0.5,{1.0 / (e + 1)},{0.5 + e}\n" for e in range(10)))
+    return root
+
+
+def test_the_typed_simulator_runs_on_profiles_in_sia_s_layout_without_sia_s_data(tmp_path):
+    # The typed path end to end on made-up profiles: where Sia's data is absent (CI), the cases above that read it
+    # are skipped, saying so; this one runs everywhere.
+    root = made_up_profiles(tmp_path / "profiles")
+    types = TypedTruth.from_sia(str(root), ["aws", "dgx-ext"])
+    assert types.types == ("aws", "dgx-ext") and types.restart_s("cifar10") == SIA_RESTART_S["cifar10"]
+    fast = types.gang_speed("cifar10", 2048, (("dgx-ext", 4),), 256)
+    slow = types.gang_speed("cifar10", 2048, (("aws", 4),), 256)
+    assert fast > 2 * slow > 0
+    settings = typed_settings(profiles=str(root), placement_window_s=60.0)
+    jobs = [TraceJob(i, 300.0 * i, "train", "cifar10", n, float(types.reference.iterations_to_end("cifar10", b)),
+                     global_batch=b) for i, (n, b) in enumerate([(4, 2048), (8, 1024), (4, 512), (8, 2048)], 1)]
+    check_typed(jobs, types, gpu_types.parse_cluster(SMALL), "made-up")
+    for policy in ("static", "elastico"):
+        r = engine.run(jobs, policy, Settings(), settings, ContentionModel(), types)
+        assert r.unfinished == 0 and len(r.jobs) == 4  # the audit held after every event
+        assert all(j.end > j.submit for j in r.jobs)
+    # Twins started together: one on each type, the dgx-ext one done first by its speed over the aws one's.
+    twins = [TraceJob(i, 0.0, "train", "cifar10", 4, 3000.0, global_batch=2048) for i in (1, 2)]
+    r = engine.run(twins, "static", Settings(), typed_settings(profiles=str(root)), ContentionModel(), types)
+    jct = sorted(j.jct for j in r.jobs)
+    restart = SIA_RESTART_S["cifar10"]
+    assert r.unfinished == 0 and jct == pytest.approx([restart + 3000.0 / fast, restart + 3000.0 / slow], rel=1e-6)
 
 
 def test_a_one_type_run_is_what_it_was_before_types():
