@@ -82,7 +82,10 @@ def write_plan(pending: list[Job], running: list[Job], early: set[int], ch: Chan
                 why = (f"shrink to {shape.name} ({rate:.3g} {unit}): the queue prices its GPUs above their use "
                        f"({-saved:.0f} s slower over {left:.0f} s remaining)")
             actions.append(Action(ActionKind.SET_ADMIN_COMMENT, jid, why, shape=shape.name, text=comment))
-            if seat.gang:
+            if seat.gang and jid in ch.in_place:
+                # The GPUs it holds, new knobs: elastico-run relaunches in place on USR1, no requeue.
+                actions.append(Action(ActionKind.SIGNAL, jid, why, signal="USR1", shape=shape.name))
+            elif seat.gang:
                 actions.append(Action(ActionKind.RESHAPE_RUNNING, jid, why, gpus=seat.row.gpus, nodes=on,
                                       shape=shape.name, gpu_type=shape.gpu_type))
             elif jid not in ch.moved and (seat.row.share == j.view.mps_share

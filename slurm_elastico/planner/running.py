@@ -7,7 +7,8 @@ shrinks, or under the allotment is preempted, before the packing
 (`give_back`) — and when GPUs sit idle it takes them after the packing
 (`reshape_running`). A shrink or preemption whose GPUs nobody took is undone
 (`undo_idle_shrinks`). Any other running job may be reshaped on its own GPU,
-or under the allotment moved off its share to a faster shape elsewhere. Each
+or under the allotment moved off its share to a faster shape elsewhere; a job
+on a gang that kept its GPUs may take faster knobs on them, in place. Each
 change only when the time saved over its remaining work pays the restart
 (`planner.reshape`), by the hysteresis margin.
 """
@@ -37,6 +38,8 @@ class Changes:
     preempted: set[int] = field(default_factory=set)
     moved: set[int] = field(default_factory=set)
     """Running jobs `_move` put on another GPU."""
+    in_place: set[int] = field(default_factory=set)
+    """Running data-parallel jobs given other knobs on the GPUs they hold (`_reknob_gang`): relaunched, no requeue."""
 
 
 def give_back(elastic: list[Job], targets: Mapping[int, int], growers: list[Job], state: GpuState, now: float,
@@ -101,8 +104,14 @@ def reshape_running(running: list[Job], elastic: list[Job], pending: list[Job], 
             if got is not None:
                 ch.reshaped[j.view.job_id] = got
     for j in sorted(running, key=lambda j: (-j.weight, j.view.job_id)):
-        if j.seat.gang or j.view.job_id in ch.reshaped or j.view.job_id in ch.preempted:
-            continue  # (an elastic job on one GPU that did not grow may still take faster knobs there)
+        if j.view.job_id in ch.reshaped or j.view.job_id in ch.preempted:
+            continue  # (an elastic job that did not grow may still take faster knobs where it is)
+        if j.seat.gang:
+            got = _reknob_gang(j, state, now, progress, ps.reshape_cost_s, ps.hysteresis)
+            if got is not None:
+                ch.reshaped[j.view.job_id] = got
+                ch.in_place.add(j.view.job_id)
+            continue
         got = _reshape(j, state, now, progress, ps.reshape_cost_s, ps.hysteresis)
         if got is None and allot:
             got = _move(j, state, now, progress, ps.reshape_cost_s, ps.hysteresis)
@@ -229,6 +238,34 @@ def _reshape(job: Job, state: GpuState, now: float, progress: Mapping[int, float
         state.put_back(mark)
         return None
     return best_saved, work / rate_now if rate_now > 0 else math.inf
+
+
+def _reknob_gang(job: Job, state: GpuState, now: float, progress: Mapping[int, float], cost_s: float,
+                 hysteresis: float) -> tuple[float, float] | None:
+    """Give a running data-parallel job the fastest shape with as many GPUs of its type, on the very GPUs it holds,
+    when the time saved over its remaining work pays the restart (by the hysteresis margin); (seconds saved,
+    seconds left) or None.
+
+    Same GPUs, other knobs (micro-batch and accumulation, precision, checkpointing; in goodput mode another
+    global batch): elastico-run relaunches it in place on USR1, as a job on one GPU, so it is no requeue and no
+    restart in Slurm's count (`RESTART_BUDGET` limits requeues). Without it a job whose batch was chosen for
+    an efficiency that has since moved (the noise scale grows as training goes on) would keep that batch until
+    it is requeued, which a job past its restart budget never is."""
+    seat = job.seat
+    old, gang = seat.row, seat.gang
+    rate_now = old.tput / seat.slow
+    work = reshape.remaining_work(job.table.family.total_work, progress.get(job.view.job_id),
+                                  job.view.start_time, now, rate_now)
+    rows = job.table.rows
+    faster = [s for s in job.table.by_speed if rows[s].gpus == old.gpus and rows[s].gtype == old.gtype
+              and rows[s].tput > old.tput and rows[s].mem <= min(state.free_mem[g] for g in gang) + old.mem
+              and reshape.saving(work, rate_now, rows[s].tput, cost_s, hysteresis) > 0]
+    if not faster:
+        return None
+    row = _keeping_host(rows[faster[0]], old)  # by_speed: the fastest saves the most
+    state.remove(seat)
+    state.place_gang(seat, row, gang)
+    return reshape.saving(work, rate_now, row.tput, cost_s, hysteresis), work / rate_now if rate_now > 0 else math.inf
 
 
 MOVE_TRIES = 4

@@ -2,8 +2,10 @@
 
 Submitted with elastico-submit on one whole GPU; moved the way the helper moves it: AdminComment
 `elastico:shape=<n-GPU shape>` first, then the gateway's `requeue_with_gpus` (requeuehold → SIGTERM → every rank
-exits 75 → `Gres=gpu:P NumNodes=K-K` → release). Each rank prints its torch env:// variables, node and GPUs, so the
-test sees every rank of every run (Slurm 22.05 here, 24.11 through etc/dev/other-slurm).
+exits 75 → `Gres=gpu:P NumNodes=K-K` → release); and new knobs on the GPUs it holds the helper's in-place way
+(AdminComment, then USR1 to the batch step: every rank exits 75 and is relaunched, no requeue). Each rank prints
+its torch env:// variables, node and GPUs, so the test sees every rank of every run (Slurm 22.05 here, 24.11
+through etc/dev/other-slurm).
 """
 
 from __future__ import annotations
@@ -99,7 +101,9 @@ def test_every_rank_runs_once_per_gpu_with_its_rank_variables_through_1_2_4_1_gp
     seen = []
     legs = (("mb4-fp32-gpus2", 2, ()), ("mb2-fp32-gpus4", 4, ()), ("mb2-fp32-gpus4", 4, ("n2", "n3")),
             ("mb2-fp32-mps100", 1, ()))
-    for run, (shape, gpus, nodes) in enumerate(legs, start=2):
+    run = 1
+    for shape, gpus, nodes in legs:
+        run += 1
         began = move(c, job, shape, gpus, nodes)
         ranks = wait_ranks(c, job, run, gpus)
         seen.append((f"{gpus} GPU(s) on {len(nodes) or 1} node(s)", time.monotonic() - began))
@@ -117,11 +121,24 @@ def test_every_rank_runs_once_per_gpu_with_its_rank_variables_through_1_2_4_1_gp
         assert all(len(r[7].split(",")) == per_node for r in ranks)  # each rank sees its node's GPUs
         view = c.gateway.job(job)
         assert view.gres == GresRequest("gpu", per_node) and view.state is JobState.RUNNING
+        if nodes:  # new knobs on the GPUs it holds, the helper's way (a USR1, no requeue): every rank relaunched
+            held, restarts = view.gpu_alloc, view.restarts
+            began = time.monotonic()
+            c.gateway.set_admin_comment(job, "elastico:shape=mb4-fp32-gpus4")
+            c.gateway.signal(job, "USR1")
+            again = wait_ranks(c, job, run + 1, gpus)
+            seen.append(("new knobs in place", time.monotonic() - began))
+            assert {r[4] for r in again} == {"mb4-fp32-gpus4"} and {r[6] for r in again} == set(nodes)
+            assert [r[0] for r in again] == [str(i) for i in range(gpus)]
+            view = c.gateway.job(job)
+            assert (view.gpu_alloc, view.restarts, view.state) == (held, restarts, JobState.RUNNING)
+            assert c.text(job).count("stopping on USR1") == gpus
+            run += 1
     text = c.text(job)
     assert text.count("stopping on TERM") == 1 + 2 + 4 + 4, text  # every rank of every moved run got the SIGTERM
     (c.ckpt(job) / "done").write_text("")
     c.wait_done(job)
-    print("\nGPU-count moves, action to every rank running: "
+    print("\nGPU-count moves and the in-place relaunch, action to every rank running: "
           + ", ".join(f"-> {g} {s:.1f} s" for g, s in seen))
 
 

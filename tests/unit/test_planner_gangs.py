@@ -205,6 +205,28 @@ def test_a_new_micro_batch_on_one_whole_gpu_is_an_in_place_relaunch_not_a_share_
         (ActionKind.SIGNAL, "USR1", "fast")]
 
 
+def test_a_gang_takes_faster_knobs_on_the_gpus_it_holds_in_place_when_the_gain_pays_the_restart():
+    # Two GPUs held on a full cluster: no more GPUs, but a faster shape with as many is a USR1 relaunch on the
+    # same GPUs (no requeue, its GPUs kept); with little work left it does not pay its restart and nothing moves.
+    def fam(work: float) -> Family:
+        return Family(kind="train", shapes=(Shape("gpus1", Resources(100, 8000, 2, 4096), 1.0),
+                                            Shape("slow2", Resources(0, 8000, 4, 8192, gpus=2), 1.6),
+                                            Shape("fast2", Resources(0, 8000, 4, 8192, gpus=2), 1.9),
+                                            Shape("huge2", Resources(0, 90000, 4, 8192, gpus=2), 3.0)),
+                      total_work=work, default="gpus1")
+    held = [("n0000", 0), ("n0000", 1)]
+    busy = {("n0000", g): (GpuUse(9, 0, whole=True),) for g in (2, 3)}
+    nodes = with_users(cluster(4, gpus_per_node=4), {**{k: (GpuUse(1, 0, whole=True),) for k in held}, **busy})
+    view = dataclasses.replace(gang_running(1, held, start=NOW - 600), admin_comment="elastico:shape=slow2")
+    p = plan(nodes, [view], {1: fam(200000.0)})
+    acts = [(a.kind, a.signal, a.shape) for a in p.actions if a.kind is not ActionKind.SET_ADMIN_COMMENT]
+    assert acts == [(ActionKind.SIGNAL, "USR1", "fast2")]  # not huge2: its memory is more than a GPU has
+    assert next(pl for pl in p.placements if pl.job_id == 1).shape == "fast2"
+    assert "saves" in next(a.reason for a in p.actions if a.kind is ActionKind.SIGNAL)
+    little = plan(nodes, [view], {1: fam(600 * 1.6 + 50.0)})  # 50 steps left: 31 s at 1.6/s, less than a restart
+    assert not little.actions
+
+
 def test_a_pending_job_asking_one_whole_gpu_starts_on_it_without_a_share_update():
     # Its one-GPU shape at the full share is what it asks for already; `Gres=mps:100` would be refused by 22.05.
     busy = {("n0000", g): (GpuUse(9, 0, whole=True),) for g in (1, 2, 3)}  # no room for a gang
