@@ -1,4 +1,4 @@
-"""Data-parallel membership for the training loop: torch's env:// variables, a process group, and three collectives.
+"""Data-parallel membership for the training loop: torch's env:// variables, a process group, and its collectives.
 
 `elastico-run` starts one process per rank and sets torch's env:// variables
 (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) plus the same
@@ -18,6 +18,8 @@ rerun at the same world size is bit-identical:
     `.grad` (one flat buffer per dtype); a parameter keeps `grad=None` only
     when no rank produced a gradient for it, as a single process would.
   - `any(flag)`: true on every rank when any rank said true (the stop decision).
+  - `max_ints(values)`: each value's largest over the ranks (goodput mode's stop decision together with
+    a new batch that rank 0 alone offers: `runtime.rebatch`).
   - `broadcast_module(module)`: rank 0's parameters and buffers on every rank.
 """
 
@@ -150,6 +152,14 @@ class Group:
         t = torch.tensor([1 if flag else 0], dtype=torch.int64, device=self.device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return bool(t.item())
+
+    def max_ints(self, values: list[int]) -> list[int]:
+        """Each of `values`, the largest over the ranks (one max all-reduce); `values` as they are with one rank."""
+        if not self.active:
+            return list(values)
+        t = torch.tensor(values, dtype=torch.int64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return [int(v) for v in t.tolist()]
 
     def agreed_step(self, step: int) -> int:
         """`step` when every rank has the same one; a ConfigError otherwise (the ranks loaded different checkpoints)."""

@@ -85,6 +85,7 @@ from slurm_elastico.runtime.data_order import batch_indices, stream_indices
 from slurm_elastico.runtime.dist import Group, membership
 from slurm_elastico.runtime.goodput import NoiseScale, done, optimizer_rule_problem
 from slurm_elastico.runtime.noise_gauge import NoiseGauge
+from slurm_elastico.runtime import rebatch
 from slurm_elastico.runtime.progress import ProgressReporter
 from slurm_elastico.runtime.shape import EXIT_CHECKPOINTED, TrainShape
 from slurm_elastico.runtime.signals import checkpoint_requested
@@ -114,6 +115,8 @@ class TrainResult:
     steps' gains in goodput mode."""
     grad_noise_scale: float | None = None
     """Goodput mode: the smoothed gradient noise scale at the end (samples); None otherwise or before measured."""
+    switches: int = 0
+    """Goodput mode: how often this run went on at a new batch in process (`runtime.rebatch`)."""
 
     @property
     def exit_code(self) -> int:
@@ -266,7 +269,7 @@ def _train(
             return TrainResult(status, step, steps_run, resumed_from, path, seconds, last_loss,
                                step * shape.global_batch, float(step))
         return TrainResult(status, step, steps_run, resumed_from, path, seconds, last_loss, gauge.ns.samples,
-                           gauge.ns.progress, gauge.ns.phi)
+                           gauge.ns.progress, gauge.ns.phi, switches)
 
     def unfinished() -> bool:
         return step < shape.steps if gauge is None else not done(gauge.ns.progress, shape.steps)
@@ -298,7 +301,7 @@ def _train(
         return path, seconds
 
     model.train()
-    steps_run = 0
+    steps_run = switches = 0
     last_loss = None
     path = ckpt.path if ckpt is not None else None
     seconds = 0.0
@@ -306,7 +309,18 @@ def _train(
         gauge.attach(model, optimizer)
     try:
         while unfinished():
-            if group.any(should_stop()):
+            stop = should_stop()
+            if gauge is None:
+                stop = group.any(stop)
+            else:  # goodput mode: a new batch offered in process (`runtime.rebatch`), agreed with the stop
+                stop, new = _agree_next(stop, shape, ckpt_dir, group)
+                if new is not None:
+                    if main:
+                        log.info("step %d: batch %d -> %d in process (shape %s: micro %d x %d x %d ranks)", step,
+                                 shape.global_batch, new.global_batch, new.name, new.micro_batch, new.accumulation,
+                                 new.ranks)
+                    shape, switches = new, switches + 1
+            if stop:
                 if saved_step != step:
                     path, seconds = save()
                 report(final=True)
@@ -335,6 +349,28 @@ def _train(
         log.info("done: %d steps, %d samples, worth %.6g steps of the submitted batch %d (work %d); noise scale %s",
                  step, gauge.ns.samples, gauge.ns.progress, shape.base_batch, shape.steps, gauge.ns.phi)
     return result("done")
+
+
+def _agree_next(stop: bool, shape: TrainShape, ckpt_dir: str | os.PathLike[str],
+                group: Group) -> tuple[bool, TrainShape | None]:
+    """At a step boundary in goodput mode: (stop, the shape to go on at, or None to keep `shape`), the same on
+    every rank. Rank 0 takes a new batch offered in process (`runtime.rebatch.take`); one it cannot use is a
+    stop (checkpoint, exit 75: elastico-run relaunches the job at the shape Slurm names). One collective."""
+    new = None
+    if group.member.is_main and not stop and rebatch.waiting(ckpt_dir):
+        try:
+            new = rebatch.take(ckpt_dir, shape)
+        except ConfigError as exc:
+            log.warning("%s; checkpointing instead, to be relaunched at the shape Slurm names", exc)
+            stop = True
+    split = (new.global_batch, new.micro_batch, new.accumulation) if new is not None else (0, 0, 0)
+    agreed = group.max_ints([int(stop), *split])  # rank 0 alone offers a split; the others send zeros
+    if agreed[0]:
+        return True, None
+    if not agreed[1]:
+        return False, None
+    return False, new or dataclasses.replace(shape, global_batch=agreed[1], micro_batch=agreed[2],
+                                             accumulation=agreed[3])
 
 
 def _optimizer_step(

@@ -54,7 +54,8 @@ def main(out: Path, data_seed: int, stop_after: int, stop_rank: int) -> None:
     (out / f"rank{rank}.json").write_text(
         json.dumps({"status": result.status, "step": result.step, "steps_run": result.steps_run,
                     "resumed_from": result.resumed_from, "losses": losses, "samples": result.samples,
-                    "progress": result.progress, "grad_noise_scale": result.grad_noise_scale})
+                    "progress": result.progress, "grad_noise_scale": result.grad_noise_scale,
+                    "switches": result.switches})
     )
     sys.exit(result.exit_code)
 

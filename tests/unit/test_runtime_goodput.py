@@ -9,6 +9,7 @@ statistical progress reaches the same work. Same seed for weights and data; 3 se
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator, Sequence
 
@@ -17,6 +18,7 @@ import torch
 
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.model import Family, Resources, Shape
+from slurm_elastico.runtime import rebatch
 from slurm_elastico.runtime.checkpoint import load_latest
 from slurm_elastico.runtime.progress import ProgressReporter, read_progress
 from slurm_elastico.runtime.shape import TrainShape, current_shape, runtime_shape
@@ -102,6 +104,64 @@ def test_resume_is_bit_identical_across_batch_changes(tmp_path):
     assert results[-1].grad_noise_scale == ref_results[-1].grad_noise_scale
     ckpt = load_latest(tmp_path / "split")
     assert ckpt.state["goodput_prev_grad"] is None  # the last shape accumulates: no previous gradient kept
+
+
+def test_a_new_batch_taken_in_process_is_the_relaunch_at_that_batch_bit_for_bit(tmp_path):
+    # The batch sequence of the resume test, 16 -> 64 -> 32 after 3 steps each: relaunched, against one run that
+    # finds each new shape offered (`runtime.rebatch`) at a step boundary and goes on at it.
+    a, b, c = ada(16, 4, 20), ada(64, 64, 20), ada(32, 16, 20)
+    ref, ref_results, _ = run_job(tmp_path / "ref", [(a, 3), (b, 3), (c, None)])
+    ckpt = tmp_path / "in-process"
+    model = build_tiny_lm(CFG, seed=0)
+    offers = {3: b, 6: c}
+    result = train(model, sgd(model), a, DATA, lm_loss, ckpt_dir=ckpt, data_seed=0, should_stop=lambda: False,
+                   on_step=lambda step, loss: step in offers and rebatch.offer(ckpt, offers[step]),
+                   progress=ProgressReporter(env={}))
+    assert torch.equal(torch.cat([p.detach().flatten() for p in model.parameters()]), ref)
+    assert (result.status, result.switches, result.steps_run) == ("done", 2, ref_results[-1].step)
+    assert (result.progress, result.samples) == (ref_results[-1].progress, ref_results[-1].samples)
+    assert not rebatch.waiting(ckpt)
+
+
+def test_an_offer_the_loop_cannot_take_in_process_is_a_checkpoint_and_is_removed(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    model = build_tiny_lm(CFG, seed=0)
+    bf16 = TrainShape(32, 8, 4, precision="bf16", steps=20, lr_scaling="adascale", base_batch=16)
+    result = train(model, sgd(model), ada(16, 4, 20), DATA, lm_loss, ckpt_dir=ckpt, data_seed=0,
+                   should_stop=lambda: False, on_step=lambda step, loss: step == 2 and rebatch.offer(ckpt, bf16),
+                   progress=ProgressReporter(env={}))
+    assert (result.status, result.step, result.switches) == ("checkpointed", 2, 0)  # relaunched at Slurm's shape
+    assert not rebatch.waiting(ckpt) and load_latest(ckpt).step == 2
+    (ckpt / rebatch.NEXT_SHAPE_FILE).write_text("{not json")
+    model = build_tiny_lm(CFG, seed=0)
+    again = train(model, sgd(model), ada(16, 4, 20), DATA, lm_loss, ckpt_dir=ckpt, data_seed=0,
+                  should_stop=lambda: False, progress=ProgressReporter(env={}))
+    assert (again.status, again.steps_run) == ("checkpointed", 0) and not rebatch.waiting(ckpt)
+    fixed = TrainShape(16, 4, 4, steps=3)  # a fixed-batch loop never looks for an offer
+    rebatch.offer(tmp_path / "fixed", ada(32, 8, 3))
+    model = build_tiny_lm(CFG, seed=0)
+    done = train(model, sgd(model), fixed, DATA, lm_loss, ckpt_dir=tmp_path / "fixed", data_seed=0,
+                 should_stop=lambda: False, progress=ProgressReporter(env={}))
+    assert (done.status, done.samples) == ("done", 3 * 16) and rebatch.waiting(tmp_path / "fixed")
+
+
+def test_which_shapes_switch_in_process():
+    fam = Family(kind="train", total_work=100.0, default="gb16", shapes=tuple(
+        Shape(name, Resources(mps, 1000, 1, 1000, gpus=gpus), 1.0,
+              knobs=(("global_batch", gb), ("micro_batch", mb), ("precision", prec), ("base_batch", 16),
+                     ("lr_scaling", "adascale")))
+        for name, mps, gpus, gb, mb, prec in (("gb16", 100, 0, 16, 8, "fp32"), ("gb32", 100, 0, 32, 8, "fp32"),
+                                              ("gb32-mb16", 100, 0, 32, 16, "fp32"), ("gb32-bf16", 100, 0, 32, 8, "bf16"),
+                                              ("gb32-half", 50, 0, 32, 8, "fp32"), ("gb32-2gpus", 0, 2, 32, 8, "fp32"))))
+    by = {s.name: s for s in fam.shapes}
+    assert rebatch.in_process(fam, by["gb16"], by["gb32"]) and rebatch.in_process(fam, by["gb16"], by["gb32-mb16"])
+    assert rebatch.in_process(fam, by["gb32"], by["gb32-mb16"])  # the same batch split otherwise
+    for other in ("gb16", "gb32-bf16", "gb32-half", "gb32-2gpus"):  # itself, precision, share, GPU count
+        assert not rebatch.in_process(fam, by["gb16"], by[other]), other
+    fixed = dataclasses.replace(fam, shapes=tuple(dataclasses.replace(s, knobs=tuple(
+        (k, v) for k, v in s.knobs if k not in ("lr_scaling", "base_batch"))) for s in fam.shapes))
+    assert not rebatch.in_process(fixed, fixed.shapes[1], fixed.shapes[2])  # a fixed batch: never in process
+    assert not rebatch.in_process(dataclasses.replace(fam, kind="infer"), by["gb16"], by["gb32"])
 
 
 def test_the_progress_report_carries_the_statistical_progress_and_the_noise_scale(tmp_path):

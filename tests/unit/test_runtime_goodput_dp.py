@@ -3,8 +3,11 @@ rank's micro-batch gradients, and 2 ranks, stopped and resumed, agree with one p
 
 from __future__ import annotations
 
+import torch
+
+from slurm_elastico.runtime import rebatch
 from slurm_elastico.runtime.shape import EXIT_CHECKPOINTED, TrainShape
-from tests.unit.test_runtime_dp import rel, run_jobs
+from tests.unit.test_runtime_dp import finish, rel, run_jobs, start
 
 BASE = 32
 WORK = 6
@@ -32,3 +35,16 @@ def test_two_ranks_measure_what_one_process_measures(tmp_path, capsys):
     assert abs(a["grad_noise_scale"] - b["grad_noise_scale"]) <= 1e-4 * a["grad_noise_scale"]
     assert abs(a["progress"] - b["progress"]) <= 1e-6 * WORK
     assert rel(two, one) <= 1e-5
+
+
+def test_two_ranks_take_a_new_batch_in_process_as_a_relaunch_at_it_would_bit_for_bit(tmp_path):
+    # Stopped after 2 steps at 8 x 2 x 2 = 32; then rank 0 finds 8 x 4 x 2 = 64 offered at its first boundary and
+    # both ranks go on at it, against the relaunch at 64.
+    (relaunched, _), = run_jobs((tmp_path / "relaunch", [(ada(8, 2, 2), 2), (ada(8, 4, 2), -1)], 0))
+    first = finish(start(tmp_path / "ckpt", tmp_path / "launch0", ada(8, 2, 2), 2))
+    assert first[0][0] == EXIT_CHECKPOINTED
+    rebatch.offer(tmp_path / "ckpt", ada(8, 4, 2))
+    ranks = finish(start(tmp_path / "ckpt", tmp_path / "launch1", ada(8, 2, 2), -1))
+    assert [(code, r["status"], r["switches"]) for code, r, _ in ranks] == [(0, "done", 1)] * 2
+    assert torch.equal(ranks[0][2], relaunched)
+    assert not rebatch.waiting(tmp_path / "ckpt")
