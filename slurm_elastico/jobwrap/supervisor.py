@@ -9,6 +9,10 @@ program under the Supervisor below; on a job with a GPU it samples the GPU's
 NVML counters while the program runs (`slurm_elastico.runtime.counters`).
 The relaunch and requeue rules:
 
+* SIGUSR1 to a goodput-mode program (`batch: {adaptive: true}`): the shape is
+  read at once, and a new batch on the GPUs the job holds is handed to the
+  running program (`runtime.rebatch`), which takes it at its next step
+  without a relaunch; any other USR1 is handled as below.
 * SIGUSR1 (an in-place reshape, or Slurm's warning before the time limit) is
   forwarded; the program checkpoints and exits 75. The shape is read again:
   a new shape at the share (or whole-GPU count) the job already holds is
@@ -55,7 +59,8 @@ from slurm_elastico.jobwrap.ranks import processes, rendezvous, srun_argv
 from slurm_elastico.jobwrap.shape import Found, Log
 from slurm_elastico.model import MPS_SHARES_PER_GPU, Family
 from slurm_elastico.model import Shape as PlannedShape
-from slurm_elastico.runtime.shape import EXIT_CHECKPOINTED, runtime_shape, shape_env
+from slurm_elastico.runtime import rebatch
+from slurm_elastico.runtime.shape import DEFAULT_CKPT_DIR, EXIT_CHECKPOINTED, runtime_shape, shape_env
 from slurm_elastico.shapes.current import ranks_of
 from slurm_elastico.shapes.units import percent_of
 
@@ -82,6 +87,10 @@ class Supervisor:
         self.child: subprocess.Popen | None = None
         self.pending: list[int] = []
         self.usr1 = False
+        # Goodput mode: a USR1 is first read as a possible new batch in process (`runtime.rebatch`), by `_wait`.
+        self.adaptive = rebatch.adaptive(family)
+        self.usr1_unread = False
+        self.running: Found | None = None  # what the program runs now (its launch, or a new batch taken since)
         self.stopping = False
         self.kill_at: float | None = None
 
@@ -89,6 +98,9 @@ class Supervisor:
 
     def _on_signal(self, signum: int, frame: object) -> None:
         if signum == signal.SIGUSR1:
+            if self.adaptive and self.child is not None and self.child.returncode is None and not self.stopping:
+                self.usr1_unread = True  # `_wait` reads the new shape (no Slurm call inside a handler)
+                return
             self.usr1 = True
             forward = signal.SIGUSR1
         else:  # SIGTERM, SIGINT: stop for good
@@ -187,6 +199,9 @@ class Supervisor:
         shape = found.shape
         planned = runtime_shape(self.family, shape)
         env = {**self.env, **shape_env(planned)}
+        if self.adaptive:
+            rebatch.discard(self._ckpt_dir())  # an offer the last run did not take: this launch's shape is newer
+        self.running = found
         argv = self.program
         ranks = processes(planned)
         if ranks > 1:  # one process per rank (or engine replica): an srun step of `ranks` tasks (jobwrap.ranks)
@@ -212,12 +227,33 @@ class Supervisor:
             try:
                 return self.child.wait(timeout=0.1)
             except subprocess.TimeoutExpired:
+                if self.usr1_unread:
+                    self.usr1_unread = False
+                    self._read_usr1()
                 if not killed and self.kill_at is not None and self.clock() >= self.kill_at:
                     self.log(f"program did not exit within the {self.grace_s:g} s grace: killing it; "
                              "the job resumes from its last good checkpoint")
                     with contextlib.suppress(ProcessLookupError):  # it ended meanwhile: wait() returns its status
                         os.killpg(self.child.pid, signal.SIGKILL)
                     killed = True
+
+
+    def _ckpt_dir(self) -> str:
+        return self.env.get("ELASTICO_CKPT_DIR") or DEFAULT_CKPT_DIR
+
+    def _read_usr1(self) -> None:
+        """A USR1 to a goodput-mode program: a new batch on the GPUs it holds is offered to it in process
+        (`runtime.rebatch`); anything else (another shape, the time-limit warning) is forwarded, as always."""
+        new = self.shapes()
+        now = self.running
+        if not self.stopping and now is not None and rebatch.in_process(self.family, now.shape, new.shape):
+            rebatch.offer(self._ckpt_dir(), runtime_shape(self.family, new.shape))
+            self.log(f"new batch in process: {now.shape.name} -> {new.shape.name} (the program takes it at its "
+                     "next step)")
+            self.running = new
+            return
+        self.usr1 = True
+        self._forward(signal.SIGUSR1)
 
 
 def _needs(shape: PlannedShape) -> str:

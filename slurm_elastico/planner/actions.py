@@ -76,8 +76,9 @@ def write_plan(pending: list[Job], running: list[Job], early: set[int], ch: Chan
                 continue
             saved, left = ch.reshaped[jid]
             if saved >= 0:
-                why = (f"reshape to {shape.name} ({rate:.3g} {unit}): saves {saved:.0f} s of {left:.0f} s remaining "
-                       f"after a {cost_s:g} s restart")
+                cost = ("with no restart (a new batch the job takes in process)" if jid in ch.no_restart
+                        else f"after a {cost_s:g} s restart")
+                why = f"reshape to {shape.name} ({rate:.3g} {unit}): saves {saved:.0f} s of {left:.0f} s remaining {cost}"
             else:
                 why = (f"shrink to {shape.name} ({rate:.3g} {unit}): the queue prices its GPUs above their use "
                        f"({-saved:.0f} s slower over {left:.0f} s remaining)")

@@ -25,6 +25,7 @@ from slurm_elastico.planner import reshape
 from slurm_elastico.planner.packing import GpuState
 from slurm_elastico.planner.seats import Row
 from slurm_elastico.planner.tables import Job
+from slurm_elastico.runtime import rebatch
 
 
 @dataclass
@@ -40,6 +41,8 @@ class Changes:
     """Running jobs `_move` put on another GPU."""
     in_place: set[int] = field(default_factory=set)
     """Running data-parallel jobs given other knobs on the GPUs they hold (`_reknob_gang`): relaunched, no requeue."""
+    no_restart: set[int] = field(default_factory=set)
+    """Running goodput jobs given a new batch they take in process (`runtime.rebatch`): no relaunch at all."""
 
 
 def give_back(elastic: list[Job], targets: Mapping[int, int], growers: list[Job], state: GpuState, now: float,
@@ -107,12 +110,12 @@ def reshape_running(running: list[Job], elastic: list[Job], pending: list[Job], 
         if j.view.job_id in ch.reshaped or j.view.job_id in ch.preempted:
             continue  # (an elastic job that did not grow may still take faster knobs where it is)
         if j.seat.gang:
-            got = _reknob_gang(j, state, now, progress, ps.reshape_cost_s, ps.hysteresis)
+            got = _reknob_gang(j, state, now, progress, ps.reshape_cost_s, ps.hysteresis, ch)
             if got is not None:
                 ch.reshaped[j.view.job_id] = got
                 ch.in_place.add(j.view.job_id)
             continue
-        got = _reshape(j, state, now, progress, ps.reshape_cost_s, ps.hysteresis)
+        got = _reshape(j, state, now, progress, ps.reshape_cost_s, ps.hysteresis, ch)
         if got is None and allot:
             got = _move(j, state, now, progress, ps.reshape_cost_s, ps.hysteresis)
             if got is not None:
@@ -208,7 +211,7 @@ def _grow(job: Job, state: GpuState, target: int, now: float, progress: Mapping[
 
 
 def _reshape(job: Job, state: GpuState, now: float, progress: Mapping[int, float], cost_s: float,
-             hysteresis: float) -> tuple[float, float] | None:
+             hysteresis: float, ch: Changes) -> tuple[float, float] | None:
     """Reshape a running job on its own GPU when the gain pays; returns (seconds saved, seconds left) or None."""
     seat = job.seat
     old, g = seat.row, seat.gpu
@@ -230,18 +233,20 @@ def _reshape(job: Job, state: GpuState, now: float, progress: Mapping[int, float
         row = _keeping_host(row, old)  # Slurm keeps its CPUs and memory
         slow = state.fits(seat, row, g, stays=row.share == old.share)  # a new share goes where Slurm puts it
         if slow:
-            saved = reshape.saving(work, rate_now, row.tput / slow, cost_s, hysteresis)
+            saved = reshape.saving(work, rate_now, row.tput / slow, _restart_s(job, old, row, cost_s), hysteresis)
             if saved > best_saved:
                 best, best_saved = row, saved
     state.place(seat, best or old, g)
     if best is None:
         state.put_back(mark)
         return None
+    if not _restart_s(job, old, best, cost_s):
+        ch.no_restart.add(job.view.job_id)
     return best_saved, work / rate_now if rate_now > 0 else math.inf
 
 
 def _reknob_gang(job: Job, state: GpuState, now: float, progress: Mapping[int, float], cost_s: float,
-                 hysteresis: float) -> tuple[float, float] | None:
+                 hysteresis: float, ch: Changes) -> tuple[float, float] | None:
     """Give a running data-parallel job the fastest shape with as many GPUs of its type, on the very GPUs it holds,
     when the time saved over its remaining work pays the restart (by the hysteresis margin); (seconds saved,
     seconds left) or None.
@@ -257,15 +262,27 @@ def _reknob_gang(job: Job, state: GpuState, now: float, progress: Mapping[int, f
     work = reshape.remaining_work(job.table.family.total_work, progress.get(job.view.job_id),
                                   job.view.start_time, now, rate_now)
     rows = job.table.rows
-    faster = [s for s in job.table.by_speed if rows[s].gpus == old.gpus and rows[s].gtype == old.gtype
-              and rows[s].tput > old.tput and rows[s].mem <= min(state.free_mem[g] for g in gang) + old.mem
-              and reshape.saving(work, rate_now, rows[s].tput, cost_s, hysteresis) > 0]
-    if not faster:
+    room = min(state.free_mem[g] for g in gang) + old.mem
+    best, best_saved = None, 0.0
+    for s in job.table.by_speed:
+        if rows[s].gpus == old.gpus and rows[s].gtype == old.gtype and rows[s].tput > old.tput and rows[s].mem <= room:
+            saved = reshape.saving(work, rate_now, rows[s].tput, _restart_s(job, old, rows[s], cost_s), hysteresis)
+            if saved > best_saved:
+                best, best_saved = rows[s], saved
+    if best is None:
         return None
-    row = _keeping_host(rows[faster[0]], old)  # by_speed: the fastest saves the most
+    if not _restart_s(job, old, best, cost_s):
+        ch.no_restart.add(job.view.job_id)
     state.remove(seat)
-    state.place_gang(seat, row, gang)
-    return reshape.saving(work, rate_now, row.tput, cost_s, hysteresis), work / rate_now if rate_now > 0 else math.inf
+    state.place_gang(seat, _keeping_host(best, old), gang)
+    return best_saved, work / rate_now if rate_now > 0 else math.inf
+
+
+def _restart_s(job: Job, old: Row, new: Row, cost_s: float) -> float:
+    """What a change of shape on the job's own GPU(s) costs it: nothing for a goodput job's new batch, which the
+    running program takes in process (`runtime.rebatch`), else the restart."""
+    shapes = job.table.family.shapes
+    return 0.0 if rebatch.in_process(job.table.family, shapes[old.slot], shapes[new.slot]) else cost_s
 
 
 MOVE_TRIES = 4

@@ -44,6 +44,17 @@ _SAME = ("ranks", "precision", "checkpointing", "lr_scaling", "base_batch", "ste
 _BATCH = ("global_batch", "micro_batch", "accumulation")
 
 
+def adaptive(family: Family) -> bool:
+    """Whether `family` trains in goodput mode (its default shape's runtime shape has a learning-rate rule)."""
+    if family.kind != "train" or not family.shapes:
+        return False
+    try:
+        shape = runtime_shape(family, family.default_shape)
+    except (ConfigError, KeyError):
+        return False
+    return isinstance(shape, TrainShape) and shape.adaptive
+
+
 def switches_in_process(old: TrainShape, new: TrainShape) -> bool:
     """Whether a goodput-mode job running `old` may go on at `new` without a relaunch: the same everything but
     the batch and its split, and a different batch or split."""
@@ -59,7 +70,7 @@ def in_process(family: Family, old: PlannedShape, new: PlannedShape) -> bool:
         return False
     try:
         a, b = runtime_shape(family, old), runtime_shape(family, new)
-    except ConfigError:
+    except (ConfigError, KeyError):  # (KeyError: a family whose default shape a planner's narrowing dropped)
         return False
     return isinstance(a, TrainShape) and isinstance(b, TrainShape) and switches_in_process(a, b)
 

@@ -47,6 +47,7 @@ class Counters:
     starts: int = 0
     requeues: int = 0
     relaunches: int = 0
+    switches: int = 0  # goodput jobs' new batches taken in process (`runtime.rebatch`): no relaunch
     memory_overcommits: int = 0
     actions: dict[str, int] = field(default_factory=dict)
 

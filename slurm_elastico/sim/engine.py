@@ -230,6 +230,7 @@ class Engine(JobSpeeds):
             wall_s=time.perf_counter() - started, plan_s=plan_s,
             counters={"starts": self.cluster.counters.starts, "requeues": self.cluster.counters.requeues,
                       "relaunches": self.cluster.counters.relaunches,
+                      "switches": self.cluster.counters.switches,
                       "refused_actions": self.outcomes["failed"],
                       "skipped_actions": self.outcomes["skipped"],
                       "recovered_actions": self.journal.settled["recovered"],

@@ -29,7 +29,9 @@ The gateway methods (`snapshot`, `apply`, `argv_for`, `release`) behave like
   BeginTime and releases it.
 - `SET_ADMIN_COMMENT` names the shape the job runs as at its next start.
 - `SIGNAL` USR1 to a running job: elastico-run checkpoints and relaunches in
-  place (same resources) as its AdminComment now says, paying the restart time.
+  place (same resources) as its AdminComment now says, paying the restart time;
+  a goodput job's new batch that `runtime.rebatch.in_process` allows is taken
+  by the running program at its next step, with no restart.
 
 The gateway is a mixin of `sim.cluster.SimCluster`: it reads and changes the
 cluster's jobs and nodes, and requeues through the cluster's `requeue`.
@@ -40,6 +42,7 @@ from __future__ import annotations
 from slurm_elastico.errors import InvalidActionError, JobNotPendingError, SlurmError, UnknownJobError
 from slurm_elastico.model import (Action, ActionKind, GpuView, GresRequest, JobState, JobView, NodeView, PartitionView,
                                   Snapshot)
+from slurm_elastico.runtime import rebatch
 from slurm_elastico.sim.job import SimJob
 from slurm_elastico.slurm import commands
 
@@ -128,10 +131,14 @@ class SimGateway:
                 raise SlurmError(argv, 1, "Job is not running: nothing to signal")
             if action.signal == "USR1":  # elastico-run checkpoints and relaunches in place as the AdminComment says
                 self.before_stop(job)
-                job.shape = job.shape_name(self.shares_per_gpu)
-                job.relaunches += 1
-                self.counters.relaunches += 1
-                self.relaunched.append(job)
+                was, job.shape = job.shape, job.shape_name(self.shares_per_gpu)
+                if job.family is not None and rebatch.in_process(job.family, job.family_shape(was),
+                                                                 job.family_shape(job.shape)):
+                    self.counters.switches += 1  # a goodput job's new batch, taken in process: no restart
+                else:
+                    job.relaunches += 1
+                    self.counters.relaunches += 1
+                    self.relaunched.append(job)
                 self.changed.update(job.alloc)
         else:  # pragma: no cover - the enum is closed
             raise InvalidActionError(f"unknown action kind {kind!r}")

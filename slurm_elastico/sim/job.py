@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from slurm_elastico.model import Family, GresRequest, JobState
+from slurm_elastico.model import Family, GresRequest, JobState, Shape
 from slurm_elastico.shapes.current import running_shape
 from slurm_elastico.sim.trace import TraceJob
 
@@ -72,6 +72,11 @@ class SimJob:
     def node_indices(self) -> tuple[int, ...]:
         """Its nodes, in index order."""
         return tuple(sorted({ni for ni, _ in self.alloc}))
+
+    def family_shape(self, name: str) -> Shape:
+        """The family's shape of that name (a job with a family)."""
+        assert self.family is not None
+        return next(s for s in self.family.shapes if s.name == name)
 
     def shape_name(self, shares_per_gpu: int) -> str:
         """The shape the job runs as when it starts: the rule elastico-run follows (`shapes.current.running_shape`)."""

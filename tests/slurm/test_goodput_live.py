@@ -1,4 +1,4 @@
-"""Goodput mode through the real local cluster: the helper relaunches an adaptive training job at the batch its
+"""Goodput mode through the real local cluster: the helper moves an adaptive training job to the batch its
 measured gradient noise scale pays for, and the job ends when its statistical progress reaches its work.
 
 The job is the tiny LM (`wrappers/examples/train_tiny.py`, real PyTorch on the CPU) submitted through
@@ -7,9 +7,11 @@ shapes' figures so the planner's choice does not hang on this machine's speed: a
 step/s, at 16 and 32 steps/s of 0.9 and 0.8 (a larger batch takes longer a step). Before the job has measured
 its noise scale a larger batch is worth at least one step of 8 per step, so 0.8 < 1.0 keeps it at 8; the tiny
 LM measures a noise scale of about 20 samples, at which one step of 32 is worth 4 x 28/52 = 2.15 steps of 8,
-so one `elastico sched --once` epoch relaunches it at 32 (AdminComment, then SIGUSR1: the same share, in place).
-The job then needs fewer optimizer steps than its 300 of batch 8; `elastico report` lists the progress, the
-steps and the samples it used, from the last report the helper read once the job had left the queue.
+so one `elastico sched --once` epoch moves it to 32 (AdminComment, then SIGUSR1: the same share, so elastico-run
+hands the new batch to the running program, which takes it at its next step without a relaunch:
+`runtime.rebatch`). The job then needs fewer optimizer steps than its 300 of batch 8; `elastico report` lists
+the progress, the steps and the samples it used, from the last report the helper read once the job had left
+the queue.
 
 The second test moves the batch together with the GPU share: started on half a GPU, the job is requeued onto
 a whole one at batch 32 (AdminComment, requeue with the new share), and the next epoch, with the job running
@@ -49,7 +51,7 @@ declared:
 """
 
 
-def test_helper_relaunches_an_adaptive_job_at_the_batch_its_noise_scale_pays_for_and_reports_its_cost(
+def test_helper_moves_an_adaptive_job_in_process_to_the_batch_its_noise_scale_pays_for_and_reports_its_cost(
         slurm_cluster, tmp_path):
     c = Cluster(dict(slurm_cluster.env()), tmp_path, {"g.yaml": FAMILY}, config="planner: {reshape_cost_s: 5}\n")
     try:
@@ -65,15 +67,17 @@ def test_helper_relaunches_an_adaptive_job_at_the_batch_its_noise_scale_pays_for
         mine = [a for a in first["actions"] if a["job_id"] == job]
         assert [(a["kind"], a["status"]) for a in mine] == [("set_admin_comment", "done"), ("signal", "done")], first
         assert mine[0]["shape"] == "gb32-mb8-fp32-mps100" and "steps/s" in mine[0]["reason"]
+        assert "no restart" in mine[0]["reason"]  # the same share, another batch: taken in process
 
         text = c.wait_done(job, timeout=240)
-        assert "shape gb32-mb8-fp32-mps100: micro 8 x 4 = 32" in text and "steps of batch 8 (adascale" in text
+        assert "new batch in process: mb8-fp32-mps100 -> gb32-mb8-fp32-mps100" in text and "steps of batch 8" in text
         runs = c.summaries(job)
-        assert [r["status"] for r in runs] == ["checkpointed", "done"], text
-        at_8, total_steps = runs[0]["step"], runs[1]["step"]
-        at_32 = total_steps - at_8
-        last = runs[1]
-        assert last["samples"] == 8 * at_8 + 32 * at_32
+        assert [(r["status"], r["switches"]) for r in runs] == [("done", 1)], text  # one run: no relaunch
+        last = runs[0]
+        total_steps = last["step"]
+        at_32, rest = divmod(last["samples"] - 8 * total_steps, 32 - 8)  # each step took 8 or 32 samples
+        at_8 = total_steps - at_32
+        assert rest == 0 and at_8 >= 5 and at_32 > 0, last
         assert WORK <= last["progress"] < WORK + 4  # reached its work; the last step's gain is at most 4
         assert total_steps < WORK  # fewer optimizer steps than at the submitted batch
 
@@ -89,7 +93,7 @@ def test_helper_relaunches_an_adaptive_job_at_the_batch_its_noise_scale_pays_for
         table = subprocess.run([str(BIN / "elastico"), "report", "--start", "now-1hours"], env=c.env,
                                capture_output=True, text=True, timeout=120)
         assert table.returncode == 0 and "SAMPLES" in table.stdout, table.stderr
-        print(f"\n  noise scale {phi:.1f}: relaunched at 32 after {at_8} steps of 8, then {at_32} steps of 32; "
+        print(f"\n  noise scale {phi:.1f}: batch 32 in process after {at_8} steps of 8, then {at_32} steps of 32; "
               f"{total_steps} steps, {last['samples']} samples for {last['progress']:.2f} steps of 8 (work {WORK})")
     finally:
         c.cancel_all()

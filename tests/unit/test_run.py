@@ -53,11 +53,18 @@ if mode == "done-second" and runs >= 1:
     sys.exit(0)
 if mode == "done-at-mb16" and os.environ.get("ELASTICO_MICRO_BATCH") == "16":
     sys.exit(0)
+offer = os.path.join(os.environ.get("ELASTICO_CKPT_DIR", "."), "next-shape.json")
 deadline = time.time() + 20
 while time.time() < deadline:
     if asked:
         os.unlink(log + ".ready")
         sys.exit(75)
+    if mode == "take-offer" and os.path.exists(offer):  # as runtime.train takes a new batch in process
+        with open(log + ".offer", "w") as f:
+            f.write(open(offer).read())
+        os.unlink(offer)
+        os.unlink(log + ".ready")
+        sys.exit(0)
     time.sleep(0.02)
 sys.exit(9)
 """
@@ -88,7 +95,8 @@ def make(tmp_path, family, source, mode, grace_s=5.0, requeues=None):
     prog.write_text(PROGRAM)
     log = tmp_path / "launches.jsonl"
     messages: list[str] = []
-    sup = Supervisor([sys.executable, str(prog), str(log), mode], family[0], source, dict(os.environ),
+    env = {**os.environ, "ELASTICO_CKPT_DIR": str(tmp_path / "ckpt")}
+    sup = Supervisor([sys.executable, str(prog), str(log), mode], family[0], source, env,
                      grace_s=grace_s, lead_s=60, requeue=lambda: requeues.append(1) if requeues is not None else None,
                      log=messages.append)
     return sup, log, messages
@@ -165,6 +173,41 @@ def test_usr1_with_a_shape_needing_another_share_keeps_the_old_shape(tmp_path, f
     assert sup.run() == 0
     assert launches(log) == ["mb8-fp32-mps25", "mb8-fp32-mps25"]
     assert any("a requeue moves it" in m for m in messages)
+
+
+ADAPTIVE = """kind: train
+global_batch: 8
+micro_batches: [8]
+precisions: [fp32]
+checkpointing: [false]
+steps: 20
+mps_shares: [50, 100]
+batch: {adaptive: true, min: 8, max: 32, lr_scaling: adascale}
+default: mb8-fp32-mps50
+"""
+
+
+def test_usr1_with_a_new_batch_on_the_same_share_is_handed_to_the_running_goodput_program(tmp_path):
+    fam = family_from_spec(ADAPTIVE, "adaptive family", 81920)
+    a, b, c = shape(fam, "mb8-fp32-mps50"), shape(fam, "gb32-mb8-fp32-mps50"), shape(fam, "gb32-mb8-fp32-mps100")
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "next-shape.json").write_text("{}")  # an offer an earlier run never took: removed
+    sup, log, messages = make(tmp_path, fam, Script(Found(a, "default", 50), Found(b, "AdminComment", 50)),
+                              "take-offer")
+    signal_when_ready(log, signal.SIGUSR1)
+    assert sup.run() == 0
+    assert launches(log) == ["mb8-fp32-mps50"]  # no relaunch
+    offered = json.loads(Path(str(log) + ".offer").read_text())
+    assert (offered["ELASTICO_SHAPE"], offered["ELASTICO_GLOBAL_BATCH"], offered["ELASTICO_ACCUMULATION"]) == (
+        "gb32-mb8-fp32-mps50", "32", "4")
+    assert any("new batch in process: mb8-fp32-mps50 -> gb32-mb8-fp32-mps50" in m for m in messages)
+    # A new batch on another share is no switch in process: the USR1 goes to the program, as always.
+    (tmp_path / "launches.jsonl").unlink()
+    sup, log, messages = make(tmp_path, fam, Script(Found(a, "default", 50), Found(c, "AdminComment", 50)),
+                              "done-second")
+    signal_when_ready(log, signal.SIGUSR1)
+    assert sup.run() == 0
+    assert launches(log) == ["mb8-fp32-mps50", "mb8-fp32-mps50"] and not any("in process" in m for m in messages)
 
 
 def test_usr1_near_the_time_limit_requeues_the_job(tmp_path, family):

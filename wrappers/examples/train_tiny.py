@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         "samples": result.samples,
         "progress": result.progress,  # in steps of the submitted batch: `step` unless the family adapts its batch
         "grad_noise_scale": result.grad_noise_scale,
+        "switches": result.switches,  # new batches taken in process (goodput mode), without a relaunch
         "params_sha256": hashlib.sha256(params.numpy().tobytes()).hexdigest(),
     }
     say(json.dumps(summary), flush=True)
