@@ -68,6 +68,9 @@ QUICK_RUN_S = 2.0
 MAX_QUICK_RELAUNCHES = 5
 """A program that asks to be relaunched this many times in a row, each run shorter than QUICK_RUN_S, is failing, not checkpointing."""
 
+UNREAD = "default ("
+"""How `JobShapes` names a shape it could not read from Slurm (the family default): never a reason to switch."""
+
 MIN_RUN_BEFORE_REQUEUE_S = 30.0
 """A time-limit warning this soon after the job started does not requeue it (no progress would be made)."""
 
@@ -142,6 +145,7 @@ class Supervisor:
             self.usr1 = False
             started = self.clock()
             rc = self._launch(found)
+            found = self.running or found  # (a new batch it took in process since its launch)
             ran = self.clock() - started
             if self.stopping:
                 self.log(f"program exited {_describe(rc)} after the stop signal")
@@ -237,7 +241,6 @@ class Supervisor:
                         os.killpg(self.child.pid, signal.SIGKILL)
                     killed = True
 
-
     def _ckpt_dir(self) -> str:
         return self.env.get("ELASTICO_CKPT_DIR") or DEFAULT_CKPT_DIR
 
@@ -246,7 +249,8 @@ class Supervisor:
         (`runtime.rebatch`); anything else (another shape, the time-limit warning) is forwarded, as always."""
         new = self.shapes()
         now = self.running
-        if not self.stopping and now is not None and rebatch.in_process(self.family, now.shape, new.shape):
+        if (not self.stopping and now is not None and not new.origin.startswith(UNREAD)
+                and rebatch.in_process(self.family, now.shape, new.shape)):
             rebatch.offer(self._ckpt_dir(), runtime_shape(self.family, new.shape))
             self.log(f"new batch in process: {now.shape.name} -> {new.shape.name} (the program takes it at its "
                      "next step)")

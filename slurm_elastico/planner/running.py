@@ -247,9 +247,9 @@ def _reshape(job: Job, state: GpuState, now: float, progress: Mapping[int, float
 
 def _reknob_gang(job: Job, state: GpuState, now: float, progress: Mapping[int, float], cost_s: float,
                  hysteresis: float, ch: Changes) -> tuple[float, float] | None:
-    """Give a running data-parallel job the fastest shape with as many GPUs of its type, on the very GPUs it holds,
-    when the time saved over its remaining work pays the restart (by the hysteresis margin); (seconds saved,
-    seconds left) or None.
+    """Give a running data-parallel job the shape with as many GPUs of its type that saves the most on the very
+    GPUs it holds, when the time saved over its remaining work pays the restart (by the hysteresis margin; a new
+    batch the job takes in process costs none: `_restart_s`); (seconds saved, seconds left) or None.
 
     Same GPUs, other knobs (micro-batch and accumulation, precision, checkpointing; in goodput mode another
     global batch): elastico-run relaunches it in place on USR1, as a job on one GPU, so it is no requeue and no

@@ -59,12 +59,15 @@ while time.time() < deadline:
     if asked:
         os.unlink(log + ".ready")
         sys.exit(75)
-    if mode == "take-offer" and os.path.exists(offer):  # as runtime.train takes a new batch in process
+    if mode.startswith("take-offer") and os.path.exists(offer):  # as runtime.train takes a new batch in process
         with open(log + ".offer", "w") as f:
             f.write(open(offer).read())
         os.unlink(offer)
         os.unlink(log + ".ready")
-        sys.exit(0)
+        if mode == "take-offer":
+            sys.exit(0)
+        time.sleep(0.2)
+        open(log + ".ready", "w").close()  # "take-offer-wait": ready for the next signal
     time.sleep(0.02)
 sys.exit(9)
 """
@@ -208,6 +211,20 @@ def test_usr1_with_a_new_batch_on_the_same_share_is_handed_to_the_running_goodpu
     signal_when_ready(log, signal.SIGUSR1)
     assert sup.run() == 0
     assert launches(log) == ["mb8-fp32-mps50", "mb8-fp32-mps50"] and not any("in process" in m for m in messages)
+
+
+def test_the_time_limit_warning_after_a_new_batch_in_process_still_requeues_the_job(tmp_path):
+    fam = family_from_spec(ADAPTIVE, "adaptive family", 81920)
+    a, b = shape(fam, "mb8-fp32-mps50"), shape(fam, "gb32-mb8-fp32-mps50")
+    requeues: list[int] = []
+    sup, log, messages = make(tmp_path, fam, Script(Found(a, "default", 50, 3600, 0), Found(b, "AdminComment", 50, 3600, 100),
+                                                    Found(b, "AdminComment", 50, 50, 550)), "take-offer-wait",
+                              requeues=requeues)
+    signal_when_ready(log, signal.SIGUSR1, times=2)
+    assert sup.run() == 75
+    # the program runs the new batch when the warning comes: checkpointed and requeued, not relaunched
+    assert requeues == [1] and launches(log) == ["mb8-fp32-mps50"]
+    assert any("new batch in process" in m for m in messages) and not any("reshape in place" in m for m in messages)
 
 
 def test_usr1_near_the_time_limit_requeues_the_job(tmp_path, family):
