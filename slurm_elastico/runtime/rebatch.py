@@ -27,7 +27,9 @@ Pure, no torch: elastico-run, the planner and the simulator use the rule too.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -36,6 +38,8 @@ from slurm_elastico.errors import ConfigError
 from slurm_elastico.model import Family
 from slurm_elastico.model import Shape as PlannedShape
 from slurm_elastico.runtime.shape import TrainShape, current_train_shape, runtime_shape
+
+log = logging.getLogger(__name__)
 
 NEXT_SHAPE_FILE = "next-shape.json"
 """In the job's checkpoint directory: the ELASTICO_* variables of the shape to switch to, in process."""
@@ -111,3 +115,25 @@ def take(ckpt_dir: str | os.PathLike[str], current: TrainShape) -> TrainShape:
         raise ConfigError(str(path), [f"shape {new.name or new} cannot follow {current.name or current} in process; "
                                       f"allowed: another {', '.join(_BATCH)} with the same {', '.join(_SAME)}"])
     return new
+
+
+def agree(stop: bool, shape: TrainShape, ckpt_dir: str | os.PathLike[str], group) -> tuple[bool, TrainShape | None]:
+    """At a step boundary of the training loop in goodput mode: (stop, the shape to go on at, or None to keep
+    `shape`), the same on every rank (`group`: `runtime.dist.Group`). Rank 0 takes a new batch offered in process
+    (`take`); one it cannot use is a stop (checkpoint, exit 75: elastico-run relaunches the job at the shape
+    Slurm names). One collective."""
+    new = None
+    if group.member.is_main and not stop and waiting(ckpt_dir):
+        try:
+            new = take(ckpt_dir, shape)
+        except ConfigError as exc:
+            log.warning("%s; checkpointing instead, to be relaunched at the shape Slurm names", exc)
+            stop = True
+    split = (new.global_batch, new.micro_batch, new.accumulation) if new is not None else (0, 0, 0)
+    agreed = group.max_ints([int(stop), *split])  # rank 0 alone offers a split; the others send zeros
+    if agreed[0]:
+        return True, None
+    if not agreed[1]:
+        return False, None
+    return False, new or dataclasses.replace(shape, global_batch=agreed[1], micro_batch=agreed[2],
+                                             accumulation=agreed[3])

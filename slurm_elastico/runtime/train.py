@@ -313,7 +313,7 @@ def _train(
             if gauge is None:
                 stop = group.any(stop)
             else:  # goodput mode: a new batch offered in process (`runtime.rebatch`), agreed with the stop
-                stop, new = _agree_next(stop, shape, ckpt_dir, group)
+                stop, new = rebatch.agree(stop, shape, ckpt_dir, group)
                 if new is not None:
                     if main:
                         log.info("step %d: batch %d -> %d in process (shape %s: micro %d x %d x %d ranks)", step,
@@ -349,28 +349,6 @@ def _train(
         log.info("done: %d steps, %d samples, worth %.6g steps of the submitted batch %d (work %d); noise scale %s",
                  step, gauge.ns.samples, gauge.ns.progress, shape.base_batch, shape.steps, gauge.ns.phi)
     return result("done")
-
-
-def _agree_next(stop: bool, shape: TrainShape, ckpt_dir: str | os.PathLike[str],
-                group: Group) -> tuple[bool, TrainShape | None]:
-    """At a step boundary in goodput mode: (stop, the shape to go on at, or None to keep `shape`), the same on
-    every rank. Rank 0 takes a new batch offered in process (`runtime.rebatch.take`); one it cannot use is a
-    stop (checkpoint, exit 75: elastico-run relaunches the job at the shape Slurm names). One collective."""
-    new = None
-    if group.member.is_main and not stop and rebatch.waiting(ckpt_dir):
-        try:
-            new = rebatch.take(ckpt_dir, shape)
-        except ConfigError as exc:
-            log.warning("%s; checkpointing instead, to be relaunched at the shape Slurm names", exc)
-            stop = True
-    split = (new.global_batch, new.micro_batch, new.accumulation) if new is not None else (0, 0, 0)
-    agreed = group.max_ints([int(stop), *split])  # rank 0 alone offers a split; the others send zeros
-    if agreed[0]:
-        return True, None
-    if not agreed[1]:
-        return False, None
-    return False, new or dataclasses.replace(shape, global_batch=agreed[1], micro_batch=agreed[2],
-                                             accumulation=agreed[3])
 
 
 def _optimizer_step(
