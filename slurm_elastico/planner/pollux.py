@@ -29,13 +29,11 @@ Also as Pollux: a job may hold at most twice the most GPUs it has held so far
 scales (`pollux:top=` in its AdminComment); jobs are preempted (requeue-held
 with their progress) when the objective gives them nothing; a job that
 keeps its GPUs changes its batch in place only when the goodput gained over
-its remaining work pays a restart.
+its remaining work pays a restart (none in process, as AdaptDL's jobs do).
 
-Pure: a `Snapshot` and families in, a `Plan` out, through the same actions
-as the other policies (SET_GPUS, SET_SHARE/SET_NODES, RESHAPE_RUNNING,
-SIGNAL, PREEMPT/RESUME, SET_ADMIN_COMMENT, START_NOW). Jobs start in Slurm's
-own order, each gang pinned with the same count on every node, so what Slurm
-starts is what was planned.
+Pure: a `Snapshot` and families in, a `Plan` out, through the same actions as the other policies (SET_GPUS,
+SET_SHARE/SET_NODES, RESHAPE_RUNNING, SIGNAL, PREEMPT/RESUME, SET_ADMIN_COMMENT, START_NOW). Jobs start in
+Slurm's own order, each gang pinned with the same count on every node, so what Slurm starts is what was planned.
 """
 
 from __future__ import annotations
@@ -54,6 +52,7 @@ from slurm_elastico.planner.baselines import planned_jobs
 from slurm_elastico.planner.gangs import split
 from slurm_elastico.planner.gpu_choice import start_key
 from slurm_elastico.planner.narrowers import whole_gpu_any_batch
+from slurm_elastico.runtime import rebatch
 from slurm_elastico.shapes.current import ADMIN_PREFIX, named_in_comment
 from slurm_elastico.shapes.units import shares_of
 
@@ -432,7 +431,7 @@ class PolluxPolicy:
     @staticmethod
     def _retune(j: _Job, progress: Mapping[int, float] | None, delay: float, hysteresis: float) -> Shape:
         """The shape a job keeping its GPUs runs as: its best-goodput batch there when the gain over its remaining
-        work pays an in-place restart (with the planner's hysteresis), else the shape it has."""
+        work pays an in-place restart (`rebatch.restart_s`), else the shape it has."""
         best = j.best.get(j.held_now)
         cur = j.shape
         if best is None:  # it holds a count its family does not offer (Slurm started it so): left as it is
@@ -446,5 +445,5 @@ class PolluxPolicy:
             return cur
         left = max(0.0, j.family.total_work - done)
         saved = left / cur.throughput - left / best.throughput
-        return best if saved > delay * (1.0 + hysteresis) else cur
+        return best if saved > rebatch.restart_s(j.family, cur, best, delay) * (1.0 + hysteresis) else cur
 

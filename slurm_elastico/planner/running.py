@@ -279,10 +279,9 @@ def _reknob_gang(job: Job, state: GpuState, now: float, progress: Mapping[int, f
 
 
 def _restart_s(job: Job, old: Row, new: Row, cost_s: float) -> float:
-    """What a change of shape on the job's own GPU(s) costs it: nothing for a goodput job's new batch, which the
-    running program takes in process (`runtime.rebatch`), else the restart."""
+    """What a change of shape on the job's own GPU(s) costs it (`runtime.rebatch.restart_s`)."""
     shapes = job.table.family.shapes
-    return 0.0 if rebatch.in_process(job.table.family, shapes[old.slot], shapes[new.slot]) else cost_s
+    return rebatch.restart_s(job.table.family, shapes[old.slot], shapes[new.slot], cost_s)
 
 
 MOVE_TRIES = 4

@@ -38,7 +38,8 @@ it has, as do jobs Slurm would not requeue. Jobs that keep their configuration k
 placed on their type's nodes, largest first (`planner.per_type.place_on`), the
 largest smaller count of the same type where the chosen one cannot be
 placed. A job that keeps its GPUs changes its batch in place only when the
-goodput gained over its remaining work pays a restart (as `planner.pollux`).
+goodput gained over its remaining work pays a restart, none for a new batch
+taken in process (as `planner.pollux`).
 
 State Slurm forgets, in the AdminComment beside `elastico:shape=`:
 `elastico:sia.top=` (most GPUs held), `elastico:sia.ran=` (types it has run on,
@@ -63,6 +64,7 @@ from slurm_elastico.planner.narrowers import whole_gpu_any_batch
 from slurm_elastico.planner.pollux import restart_factor
 from slurm_elastico.planner.per_type import (TypeView, keep_actions, place_on, preempt_actions, running_on,
                                              speed_table, start_actions, state_of, types_of, with_state)
+from slurm_elastico.runtime import rebatch
 from slurm_elastico.shapes.current import named_in_comment
 
 POWER = -0.5
@@ -373,7 +375,8 @@ def _state(j: _Job, t: str, n: int, held: bool) -> dict[str, object]:
 def retune(cur: Shape | None, best: Shape | None, fam: Family, done: float | None, delay: float,
            hysteresis: float) -> Shape:
     """The shape a job keeping its GPUs runs as: the best goodput there when the time it saves over the remaining
-    work pays an in-place restart (with the planner's hysteresis), else the one it has."""
+    work pays an in-place restart (`rebatch.restart_s`: none for a new batch taken in process; with the planner's
+    hysteresis), else the one it has."""
     if best is None:
         return cur if cur is not None else fam.default_shape
     if cur is None or cur is best:
@@ -382,4 +385,4 @@ def retune(cur: Shape | None, best: Shape | None, fam: Family, done: float | Non
         return cur
     left = max(0.0, fam.total_work - done)
     saved = left / cur.throughput - left / best.throughput
-    return best if saved > delay * (1.0 + hysteresis) else cur
+    return best if saved > rebatch.restart_s(fam, cur, best, delay) * (1.0 + hysteresis) else cur

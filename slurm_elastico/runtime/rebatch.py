@@ -79,6 +79,12 @@ def in_process(family: Family, old: PlannedShape, new: PlannedShape) -> bool:
     return isinstance(a, TrainShape) and isinstance(b, TrainShape) and switches_in_process(a, b)
 
 
+def restart_s(family: Family, old: PlannedShape, new: PlannedShape, cost_s: float) -> float:
+    """What moving a running job of `family` from `old` to `new` on the GPUs it holds costs it: nothing for a new
+    batch it takes in process (`in_process`), else `cost_s`, the restart. The planners charge this."""
+    return 0.0 if in_process(family, old, new) else cost_s
+
+
 def offer(ckpt_dir: str | os.PathLike[str], shape: TrainShape) -> Path:
     """Write `shape` for the running loop to take (elastico-run); returns the file."""
     path = Path(ckpt_dir) / NEXT_SHAPE_FILE

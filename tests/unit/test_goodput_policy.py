@@ -130,6 +130,23 @@ def test_a_new_batch_the_running_loop_takes_in_process_is_charged_no_restart():
     assert plan([job], {1: fam(1.05)}, uses=uses, progress={1: 9900.0}).actions == ()
 
 
+def test_the_peers_too_change_batch_in_process_without_paying_a_restart():
+    # Sia and Pollux (as AdaptDL's agent) on a job keeping its GPUs: 100 steps left, 33 s saved at the larger
+    # batch; a 60 s restart does not pay it, a new batch taken in process (the runtime's micro-batch knob) does.
+    from slurm_elastico.planner.sia import retune
+
+    def shapes(knobs: tuple) -> tuple[Shape, Shape, Family]:
+        res = Resources(100, 1000, 1, 1024)
+        cur = Shape("mb256", res, 1.0, (("global_batch", 256),) + knobs)
+        best = Shape("gb1024-mb256", res, 1.5, (("global_batch", 1024), ("lr_scaling", "sqrt")) + knobs)
+        return cur, best, Family("train", (cur, best), 10000.0, default="mb256")
+
+    cur, best, fam = shapes((("micro_batch", 256),))
+    assert retune(cur, best, fam, 9900.0, 60.0, 0.1) is best
+    cur, best, fam = shapes(())  # no split the runtime can run: a relaunch, which does not pay
+    assert retune(cur, best, fam, 9900.0, 60.0, 0.1) is cur
+
+
 def test_a_pollux_workload_slice_ends_with_batches_of_its_choice_taken_in_process(truth, monkeypatch):
     jobs = trace_pollux.pollux(1, truth)[:30]
     shapes: dict[int, set[str]] = {}
