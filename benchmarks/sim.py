@@ -226,12 +226,12 @@ def report(res, label, names, truth, sim):
                   "shape)")
     same_as_static(res, names, out)
     if GOODPUT in names and "static" in names:
-        out["goodput"] = static_over_goodput(res)
+        out["goodput"] = static_over_goodput(res, truth, sim)
     print(f"  static keeps GPUs {100 * out['static_util_arrivals']:.0f} % allocated while jobs arrive")
     return out
 
 
-def static_over_goodput(res) -> dict:
+def static_over_goodput(res, truth=None, sim=None) -> dict:
     """Static's mean JCT over elastico-goodput's, paired by seed (the same trace), printed with issue 29's target."""
     ratios = [s["mean_jct_h"] / g for s, g in zip(res.summaries["static"], (x["mean_jct_h"] for x in
                                                                              res.summaries[GOODPUT]))]
@@ -242,14 +242,17 @@ def static_over_goodput(res) -> dict:
     print(f"  {'static':>16}: mean JCT {mean:5.2f} ± {half:.2f}x {GOODPUT}'s, paired by seed (target {op} {target:g}: "
           f"{'met' if met else 'NOT met'}; {left} unfinished)")
     return {"static_over": mean, "ci95": half, "seeds": len(ratios), "target": f"{op} {target:g}", "met": met,
-            "unfinished": left, "headroom": goodput_headroom(res, target)}
+            "unfinished": left, "headroom": goodput_headroom(res, target, truth, sim)}
 
 
-def goodput_headroom(res, target: float) -> dict:
+def goodput_headroom(res, target: float, truth=None, sim=None) -> dict:
     """What the target asks of the trace, from the runs alone: static's mean JCT over the fixed-batch lower bound
     (every job alone at its fastest shape at its own batch from its submission), each kind's mean JCT under
     elastico-goodput over that bound (inference jobs have no batch to choose), and per seed the training jobs'
-    mean JCT the target needs with the inference jobs as they ran, over the training jobs' bound."""
+    mean JCT the target needs with the inference jobs as they ran, over the training jobs' bound. With the
+    trace's truth and settings, also per seed the training jobs' *adaptive* bound over the fixed one (each alone
+    at the fastest goodput shape of each epoch: what no policy beats, `adaptive_bound`), so the target's need
+    can be read against what a batch of the job's choice allows."""
     def mean(xs):
         xs = list(xs)
         return sum(xs) / len(xs) if xs else math.nan
@@ -257,19 +260,37 @@ def goodput_headroom(res, target: float) -> dict:
     over_lb = metrics.ci95([mean(j.jct for j in r.jobs) / mean(j.best_s for j in r.jobs) for r in res.runs["static"]])
     kinds = {k: mean(mean(j.jct for j in r.jobs if j.kind == k) / mean(j.best_s for j in r.jobs if j.kind == k)
                      for r in res.runs[GOODPUT]) for k in sorted({j.kind for r in res.runs[GOODPUT] for j in r.jobs})}
-    needed = []
+    needed, adaptive = [], []
     for st, r in zip(res.runs["static"], res.runs[GOODPUT]):
         train = [j for j in r.jobs if j.kind == "train"]
         if train:
             rest = sum(j.jct for j in r.jobs if j.kind != "train")
             needed.append((mean(j.jct for j in st.jobs) / target * len(r.jobs) - rest) / len(train)
                           / mean(j.best_s for j in train))
+            if truth is not None and r.seed in getattr(res, "traces", {}):
+                adaptive.append(adaptive_bound(res.traces[r.seed], truth, sim))
     print(f"  {'':>16}  (static is {over_lb[0]:.2f} ± {over_lb[1]:.2f}x the fixed-batch lower bound; under {GOODPUT} "
           + ", ".join(f"{k} jobs {v:.2f}x theirs" for k, v in kinds.items())
           + (f"; the target needs training jobs at {min(needed):.2f}-{max(needed):.2f}x theirs, by seed" if needed
+             else "")
+          + (f", where a batch of their choice bounds them at {min(adaptive):.2f}-{max(adaptive):.2f}x" if adaptive
              else "") + ")")
     return {"static_over_lb": over_lb[0], "static_over_lb_ci95": over_lb[1], "jct_over_lb_by_kind": kinds,
-            "train_needed_over_lb_by_seed": needed}
+            "train_needed_over_lb_by_seed": needed, "train_adaptive_lb_over_lb_by_seed": adaptive}
+
+
+def adaptive_bound(jobs, truth, sim) -> float:
+    """The training jobs' mean lower bound with a batch of their choice (`families.fastest_speed`, adaptive) over
+    their mean fixed-batch bound: each alone, at most the cluster's GPUs (NaN with no training job)."""
+    train = [j for j in jobs if j.kind == "train"]
+    if not train:
+        return math.nan
+    most = min(sim.max_gpus_per_job, sim.gpus)
+
+    def bound(adaptive):
+        return sum(j.work / families.fastest_speed(j, truth, sim.gpu_memory_mib, adaptive, most, sim.gpus_per_node)
+                   for j in train)
+    return bound(True) / bound(False)
 
 
 def action_outcomes(runs) -> dict[str, int]:

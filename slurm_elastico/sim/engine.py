@@ -300,7 +300,7 @@ class Engine(JobSpeeds):
                                                  self.sim.max_gpus_per_job)
         else:
             best = tj.work / fastest_speed(tj, self.truth, self.sim.gpu_memory_mib, self.sim.adaptive_batch,
-                                           self.sim.max_gpus_per_job, self.sim.gpus_per_node)
+                                           min(self.sim.max_gpus_per_job, self.sim.gpus), self.sim.gpus_per_node)
         self.results.append(JobResult(
             tj.job_id, tj.kind, tj.app, tj.gpus, tj.submit_s, job.first_start, job.end, job.restarts + job.relaunches,
             tj.work,

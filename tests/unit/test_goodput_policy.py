@@ -6,6 +6,7 @@ inference jobs beside adaptive ones keep today's treatment."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -212,3 +213,22 @@ def test_the_benchmark_pairs_goodput_with_each_column_by_seed_and_judges_the_tar
     assert room["train_needed_over_lb_by_seed"] == pytest.approx([1.3, 1.3])
     Res.summaries["static"][1] = {"mean_jct_h": 1.9}
     assert bench.static_over_goodput(Res())["met"] is False
+
+
+def test_the_lower_bound_counts_no_more_gpus_than_the_cluster_has_and_the_adaptive_one_is_below_it(truth):
+    from benchmarks import sim as bench
+    from slurm_elastico.sim.families import fastest_speed
+
+    job = trace_pollux.pollux(1, truth)[0]
+    job = dataclasses.replace(job, submit_s=0.0, work=min(job.work, 300.0))
+    sim = SimSettings(gpus=2, gpus_per_node=2, epoch_s=60.0, placement_window_s=-1.0)
+    run = engine.run([job], "elastico", Settings(), sim, ContentionModel(), truth)
+    on_two = job.work / fastest_speed(job, truth, sim.gpu_memory_mib, False, 2, 2)
+    on_sixteen = job.work / fastest_speed(job, truth, sim.gpu_memory_mib, False, sim.max_gpus_per_job, 2)
+    assert on_sixteen < on_two  # the app's gangs scale: a bound at 16 GPUs would be one no 2-GPU cluster reaches
+    assert run.unfinished == 0 and run.jobs[0].best_s == pytest.approx(on_two)
+    assert run.jobs[0].jct >= run.jobs[0].best_s
+    # with a batch of the job's choice the bound is lower (its own batch is one of the choices), never higher
+    ratio = bench.adaptive_bound([job], truth, sim)
+    assert 0 < ratio < 1
+    assert math.isnan(bench.adaptive_bound([dataclasses.replace(job, kind="infer")], truth, sim))
