@@ -1,10 +1,10 @@
 """The simulator on clusters of several GPU types: the cluster spec, per-type ground truth from Sia's measured
 profiles, families per type, the simulated Slurm and gateway with typed requests, and runs (issue 28, item 6).
 
-Sia's measurements are the peers' (never copied into the repository): the tests that need them read
-`../shared/peers/sia` relative to the repository root and are skipped, saying so, where it is absent.
-`test_the_typed_simulator_runs_on_profiles_in_sia_s_layout_without_sia_s_data` runs the typed path everywhere,
-on made-up profiles in Sia's layout (`made_up_profiles`).
+Sia's measurements are the peers' (never copied into the repository). Every test of the typed machinery runs on
+made-up profiles in Sia's layout (`tests.sia_layout`), everywhere, and again on Sia's own where they are (the
+`types` fixture: `../shared/peers/sia` relative to the repository root, skipped, saying so, where it is absent);
+the few tests that check figures of Sia's own measurements read them and are skipped the same way.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from slurm_elastico.sim.settings import SimSettings, from_mapping
 from slurm_elastico.sim.trace import TraceJob
 from slurm_elastico.sim.truth import GroundTruth
 from slurm_elastico.sim.truth_types import TypedTruth
+from tests.sia_layout import made_up_profiles
 
 SIA = Path(__file__).resolve().parents[2].parent / "shared" / "peers" / "sia"
 needs_sia = pytest.mark.skipif(not (SIA / "profiles").is_dir(), reason=f"Sia's measured profiles are not at {SIA} "
@@ -86,10 +87,15 @@ def test_the_simulated_cluster_builds_typed_nodes_and_the_snapshot_names_them():
 # ---------------------------------------------------------------- per-type ground truth
 
 
-@pytest.fixture(scope="module")
-def types() -> TypedTruth:
+@pytest.fixture(scope="module", params=["made-up", "sia"])
+def types(request, tmp_path_factory) -> TypedTruth:
+    """Per-type truth of aws, dgx-ext and rtx: from made-up profiles (everywhere), then from Sia's own."""
+    if request.param == "made-up":
+        return TypedTruth.from_sia(str(made_up_profiles(tmp_path_factory.mktemp("made-up") / "profiles")),
+                                   ["aws", "dgx-ext", "rtx"])
     if not (SIA / "profiles").is_dir():
-        pytest.skip(f"Sia's measured profiles are not at {SIA}")
+        pytest.skip(f"Sia's measured profiles are not at {SIA} (the peers' data, never bundled); this case ran on "
+                    "made-up profiles")
     return TypedTruth.from_sia(str(SIA / "profiles"), ["aws", "dgx-ext", "rtx"])
 
 
@@ -111,15 +117,15 @@ def test_the_t4_profiles_read_raw_are_pollux_s_bundled_ones_and_the_a100_is_fast
 
 
 @needs_sia
-def test_sia_s_calibration_slows_every_step_by_the_app_s_factor(types):
+def test_sia_s_calibration_slows_every_step_by_the_app_s_factor():
     raw = sia_truths(SIA / "profiles", ["rtx"], sia_model=False)["rtx"]
+    types = TypedTruth.from_sia(str(SIA / "profiles"), ["rtx"])
     for app in ("cifar10", "ncf", "yolov3"):
         assert types["rtx"].gang_speed(app, 512, (8,)) == pytest.approx(raw.gang_speed(app, 512, (8,)) /
                                                                         SIA_SLOWDOWN[app], rel=1e-9)
     assert types.restart_s("imagenet") == SIA_RESTART_S["imagenet"] == 250.0
 
 
-@needs_sia
 def test_a_gang_across_types_runs_at_its_slowest_rank(types):
     across = types.gang_speed("cifar10", 2048, (("aws", 4), ("dgx-ext", 4)), 256)
     on_aws = types["aws"].gang_speed("cifar10", 2048, (4, 4), 256)
@@ -131,10 +137,9 @@ def test_a_gang_across_types_runs_at_its_slowest_rank(types):
                                                                                                      (4,), 8))
 
 
-@needs_sia
 def test_a_missing_type_or_column_is_named(tmp_path):
-    with pytest.raises(ConfigError, match="no profiles .* for GPU type 'p100'; measured types: aws, azure"):
-        sia_truths(SIA / "profiles", ["p100"])
+    with pytest.raises(ConfigError, match="no profiles .* for GPU type 'p100'; measured types: aws, dgx-ext, rtx"):
+        sia_truths(made_up_profiles(tmp_path / "profiles"), ["p100"])
     bad = tmp_path / "workload.csv"
     bad.write_text("name,time,application,batch_size\ncifar10-0,0,cifar10,2048\n")  # no num_replicas
     with pytest.raises(ConfigError, match="missing column.s. num_replicas"):
@@ -148,7 +153,6 @@ def test_a_missing_type_or_column_is_named(tmp_path):
 # ---------------------------------------------------------------- families per type
 
 
-@needs_sia
 def test_families_per_type_carry_the_type_and_its_throughput(types):
     groups = gpu_types.parse_cluster(SMALL)
     job = TraceJob(1, 0.0, "train", "cifar10", 4, 3000.0, global_batch=2048)
@@ -169,7 +173,6 @@ def test_families_per_type_carry_the_type_and_its_throughput(types):
     assert {s.gpu_type for s in a100_only.shapes} == {""}  # one type: nothing changes
 
 
-@needs_sia
 def test_a_typed_cluster_runs_training_on_profiled_apps_only(types):
     groups = gpu_types.parse_cluster(SMALL)
     with pytest.raises(ConfigError, match="inference job"):
@@ -180,8 +183,8 @@ def test_a_typed_cluster_runs_training_on_profiled_apps_only(types):
 # ---------------------------------------------------------------- the simulated Slurm and gateway
 
 
-def typed_settings(**kw) -> SimSettings:
-    base = dict(cluster=SMALL, profiles=str(SIA / "profiles"), epoch_s=60.0, placement_window_s=0.0,
+def typed_settings(types: TypedTruth, **kw) -> SimSettings:
+    base = dict(cluster=SMALL, profiles=types.source, epoch_s=60.0, placement_window_s=0.0,
                 profile_noise=0.0, audit=True)
     return SimSettings(**{**base, **kw})
 
@@ -201,10 +204,9 @@ def test_a_typed_request_starts_only_on_its_type_and_an_untyped_one_anywhere():
     assert {c.nodes[ni].gpu_type for ni in plain.node_indices} == {"aws"}
 
 
-@needs_sia
 def test_a_move_to_another_type_is_a_requeue_that_pays_the_restart(types):
     tj = TraceJob(1, 0.0, "train", "cifar10", 4, 5000.0, global_batch=2048)
-    e = engine.Engine([tj], "static", Settings(), typed_settings(), ContentionModel(), types)
+    e = engine.Engine([tj], "static", Settings(), typed_settings(types), ContentionModel(), types)
     e.cluster.now = 0.0
     e._arrive(tj)
     e._settle()
@@ -225,10 +227,9 @@ def test_a_move_to_another_type_is_a_requeue_that_pays_the_restart(types):
     assert job.done == pytest.approx(150.0 * slow)  # the work done is kept
 
 
-@needs_sia
 def test_the_same_job_runs_faster_on_the_a100_than_on_the_t4(types):
     twins = [TraceJob(i, 0.0, "train", "cifar10", 4, 3000.0, global_batch=2048) for i in (1, 2)]
-    r = engine.run(twins, "static", Settings(), typed_settings(), ContentionModel(), types)
+    r = engine.run(twins, "static", Settings(), typed_settings(types), ContentionModel(), types)
     assert r.unfinished == 0
     jct = sorted(j.jct for j in r.jobs)
     fast = types.gang_speed("cifar10", 2048, (("dgx-ext", 4),), 512)
@@ -247,24 +248,22 @@ def small_workload(tmp_path: Path) -> Path:
     return path
 
 
-@needs_sia
 @pytest.mark.parametrize("policy", ["static", "elastico"])
 def test_a_small_typed_run_finishes_every_job(types, tmp_path, policy):
     jobs = trace_pollux.pollux(small_workload(tmp_path), types.reference)
     assert len(jobs) == 10 and jobs[0].work == types.reference.iterations_to_end("cifar10", 2048)
-    r = engine.run(jobs, policy, Settings(), typed_settings(placement_window_s=60.0), ContentionModel(), types)
+    r = engine.run(jobs, policy, Settings(), typed_settings(types, placement_window_s=60.0), ContentionModel(), types)
     assert r.unfinished == 0 and len(r.jobs) == 10  # the audit held after every event (typed jobs on their type)
     assert all(j.end > j.submit for j in r.jobs)
 
 
-@needs_sia
-def test_the_cli_runs_a_sia_workload_on_a_typed_cluster_and_reports_jct_and_unfinished(tmp_path):
+def test_the_cli_runs_a_sia_workload_on_a_typed_cluster_and_reports_jct_and_unfinished(types, tmp_path):
     from click.testing import CliRunner
 
     from slurm_elastico.cli import main
 
     runner = CliRunner()
-    args = ["sim", "run", "--trace", f"sia:{small_workload(tmp_path)}", "--profiles", str(SIA / "profiles"),
+    args = ["sim", "run", "--trace", f"sia:{small_workload(tmp_path)}", "--profiles", types.source,
             "--policy", "static", "--json", "--no-progress"]
     got = runner.invoke(main, args + ["--cluster", SMALL])
     assert got.exit_code == 0, got.output
@@ -272,54 +271,6 @@ def test_the_cli_runs_a_sia_workload_on_a_typed_cluster_and_reports_jct_and_unfi
     assert out["mean_jct_h"] > 0 and out["unfinished"] == [] and out["unfinished_jobs"] == 0
     bad = runner.invoke(main, args + ["--cluster", "aws:1x4,h100:1x8"])
     assert bad.exit_code == 2 and "unknown GPU type 'h100'" in bad.output
-
-
-def made_up_profiles(root: Path) -> Path:
-    """A directory in Sia's layout with made-up numbers (no peer's data): CIFAR-10 on aws and dgx-ext, step times
-    linear in the local batch with a sync time that grows with the GPUs, the dgx-ext three times as fast, and per
-    epoch gradient statistics whose noise grows as training goes on. So the typed simulator runs wherever Sia's
-    measurements are absent."""
-    app = root / "cifar10"
-    app.mkdir(parents=True)
-    for gpu_type, speed in (("aws", 1.0), ("dgx-ext", 3.0)):
-        rows = []
-        for placement in ("1", "2", "4", "8", "44", "22"):
-            gpus, nodes = sum(int(c) for c in placement), len(placement)
-            for local in (32, 64, 128, 256):
-                sync = 0.0 if gpus == 1 else 0.002 * gpus + 0.01 * (nodes - 1)
-                rows.append(f"{placement},{local},{(0.01 + 0.0004 * local) / speed + sync},{sync}")
-        (app / f"placements-{gpu_type}.csv").write_text("placement,local_bsz,step_time,sync_time\n"
-                                                         + "\n".join(rows) + "\n")
-    for batch in (128, 256, 512, 1024, 2048):
-        steps = 50000 // batch  # one epoch: 50,000 samples
-        (app / f"validation-{batch}.csv").write_text("progress,iteration,metric,grad_sqr,grad_var\n" + "".join(
-            f"{steps * (e + 1)}.0,{steps * (e + 1)},0.5,{1.0 / (e + 1)},{0.5 + e}\n" for e in range(10)))
-    return root
-
-
-def test_the_typed_simulator_runs_on_profiles_in_sia_s_layout_without_sia_s_data(tmp_path):
-    # The typed path end to end on made-up profiles: where Sia's data is absent (CI), the cases above that read it
-    # are skipped, saying so; this one runs everywhere.
-    root = made_up_profiles(tmp_path / "profiles")
-    types = TypedTruth.from_sia(str(root), ["aws", "dgx-ext"])
-    assert types.types == ("aws", "dgx-ext") and types.restart_s("cifar10") == SIA_RESTART_S["cifar10"]
-    fast = types.gang_speed("cifar10", 2048, (("dgx-ext", 4),), 256)
-    slow = types.gang_speed("cifar10", 2048, (("aws", 4),), 256)
-    assert fast > 2 * slow > 0
-    settings = typed_settings(profiles=str(root), placement_window_s=60.0)
-    jobs = [TraceJob(i, 300.0 * i, "train", "cifar10", n, float(types.reference.iterations_to_end("cifar10", b)),
-                     global_batch=b) for i, (n, b) in enumerate([(4, 2048), (8, 1024), (4, 512), (8, 2048)], 1)]
-    check_typed(jobs, types, gpu_types.parse_cluster(SMALL), "made-up")
-    for policy in ("static", "elastico"):
-        r = engine.run(jobs, policy, Settings(), settings, ContentionModel(), types)
-        assert r.unfinished == 0 and len(r.jobs) == 4  # the audit held after every event
-        assert all(j.end > j.submit for j in r.jobs)
-    # Twins started together: one on each type, the dgx-ext one done first by its speed over the aws one's.
-    twins = [TraceJob(i, 0.0, "train", "cifar10", 4, 3000.0, global_batch=2048) for i in (1, 2)]
-    r = engine.run(twins, "static", Settings(), typed_settings(profiles=str(root)), ContentionModel(), types)
-    jct = sorted(j.jct for j in r.jobs)
-    restart = SIA_RESTART_S["cifar10"]
-    assert r.unfinished == 0 and jct == pytest.approx([restart + 3000.0 / fast, restart + 3000.0 / slow], rel=1e-6)
 
 
 def test_a_one_type_run_is_what_it_was_before_types():
