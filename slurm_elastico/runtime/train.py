@@ -319,6 +319,8 @@ def _train(
                         log.info("step %d: batch %d -> %d in process (shape %s: micro %d x %d x %d ranks)", step,
                                  shape.global_batch, new.global_batch, new.name, new.micro_batch, new.accumulation,
                                  new.ranks)
+                    report(final=True)  # the old shape's last report, then reports name the new one: no measured
+                    progress.shape = new.name or progress.shape  # interval spans the switch (`helper.observe`)
                     shape, switches = new, switches + 1
             if stop:
                 if saved_step != step:

@@ -118,6 +118,20 @@ def test_a_restart_resets_the_interval():
     assert [k[0] for k, _, _ in outs[1][0].beside] == [2]
 
 
+def test_a_shape_taken_in_process_resets_the_interval_and_counts_from_its_own_reports():
+    # Goodput mode's new batch on the same GPU: no restart, no new start time; only the report names another shape.
+    alone = snap(job(1, 0, 50), job(2, 1, 50))
+    outs, solo = epochs([
+        (alone, {1: report(10, T0, "mps50-0")}),
+        (alone, {1: report(50, T0 + 20, "mps50-0")}),   # 2.0 units/s at mps50-0
+        (alone, {1: report(90, T0 + 40, "mps100-1")}),  # switched in between: this interval is neither shape's
+        (alone, {1: report(150, T0 + 60, "mps100-1")}),  # 3.0 units/s at mps100-1
+    ])
+    assert [s[:2] for s in outs[1][0].solo] == [(1, "mps50-0")] and outs[2][0].solo == []
+    assert [s[:2] for s in outs[3][0].solo] == [(1, "mps100-1")]
+    assert solo == {(1, "mps50-0"): (40.0, 20.0), (1, "mps100-1"): (60.0, 20.0)}
+
+
 def test_readings_too_close_together_keep_the_earlier_one_as_the_baseline():
     outs, _ = epochs([(s, {1: report(d, T0 + t), 2: report(d, T0 + t)}) for s, d, t in
                       [(ALONE, 10, 0), (ALONE, 16, 3), (ALONE, 22, 6)]])  # epochs 3 s apart

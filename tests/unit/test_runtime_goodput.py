@@ -288,3 +288,27 @@ def test_relaunch_after_completion_is_a_no_op_even_at_another_batch(tmp_path):
     again, [r2], _ = run_job(tmp_path, [(ada(32, 16), None)])
     assert r2.status == "done" and r2.steps_run == 0 and torch.equal(first, again)
     assert (r2.progress, r2.samples, r2.step) == (r1.progress, r1.samples, r1.step)
+
+
+def test_after_a_switch_in_process_the_reports_name_the_new_shape_from_the_switch_on(tmp_path):
+    # The helper's observer measures a shape's speed between two reports naming the same shape; a report that went
+    # on naming the old shape after the switch would credit the new batch's progress to the old shape.
+    seen: list[tuple[str, float]] = []
+
+    class Reports(ProgressReporter):
+        def report(self, done, total, final=False, **kw):
+            seen.append((self.shape, done))
+            return True
+
+    a, b = dataclasses.replace(ada(16, 4, 20), name="gb16"), dataclasses.replace(ada(64, 64, 20), name="gb64")
+    ckpt = tmp_path / "ckpt"
+    model = build_tiny_lm(CFG, seed=0)
+    result = train(model, sgd(model), a, DATA, lm_loss, ckpt_dir=ckpt, data_seed=0, should_stop=lambda: False,
+                   on_step=lambda step, loss: step == 3 and rebatch.offer(ckpt, b),
+                   progress=Reports(env={"ELASTICO_SHAPE": "gb16"}))
+    assert result.switches == 1
+    names = [n for n, _ in seen]
+    first_new = names.index("gb64")
+    assert set(names[:first_new]) == {"gb16"} and set(names[first_new:]) == {"gb64"}
+    # the old shape's last report is at the switch: its progress is what the 3 steps at 16 were worth
+    assert seen[first_new - 1][1] == pytest.approx(3.0) and seen[first_new][1] > seen[first_new - 1][1]
