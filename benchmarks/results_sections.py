@@ -77,7 +77,7 @@ def _comparison(c: dict) -> list[str]:
             f"{pct(c.get('static_util_arrivals'))} allocated while jobs arrive). Mean job completion time (JCT, hours, "
             "over seeds, ± the 95 % Student-t half-width); `× elastico's` above 1 means elastico finished jobs "
             "sooner, paired by seed (the same trace) with its own interval; the lower bound is every job alone at "
-            "its fastest shape from submission.", ""] + _policy_table(c.get("policies", {})) + [""] + _goodput_mixed(
+            "its fastest shape (on at most the cluster's GPUs) from submission.", ""] + _policy_table(c.get("policies", {})) + [""] + _goodput_mixed(
         c.get("goodput"))
 
 
@@ -88,7 +88,27 @@ def _goodput_mixed(g: dict | None) -> list[str]:
     return [f"**Goodput mode** on this trace: static's mean JCT over elastico-goodput's, paired by seed, "
             f"{fmt(g.get('static_over'))} ± {fmt(g.get('ci95'))} ({fmt(g.get('seeds'), 'd')} seeds; target "
             f"{g.get('target', 'n/a')}: {'met' if g.get('met') else '**not met**'}; unfinished jobs "
-            f"{count(g, 'unfinished')}).", ""]
+            f"{count(g, 'unfinished')}).{_headroom(g.get('headroom'))}", ""]
+
+
+def _headroom(h: dict | None) -> str:
+    """What the mixed-trace target asks of the training jobs, seed by seed, beside what a batch of their choice
+    allows them (their mean JCT over their fixed-batch lower bound)."""
+    if not h:
+        return ""
+    needed, bound = h.get("train_needed_over_lb_by_seed") or [], h.get("train_adaptive_lb_over_lb_by_seed") or []
+    kinds = h.get("jct_over_lb_by_kind") or {}
+    out = (f" Static is {fmt(h.get('static_over_lb'))}× the fixed-batch lower bound; under elastico-goodput the "
+           "training jobs are at " + fmt(kinds.get("train")) + "× theirs")
+    if needed and len(bound) == len(needed):
+        out += (". The target needs them, seed by seed, at " + ", ".join(fmt(n) for n in needed)
+                + "× their fixed-batch bound, where each alone with a batch of its choice is at best "
+                + ", ".join(fmt(b) for b in bound) + "×")
+    ceiling = h.get("static_over_best_alone_by_seed") or []
+    if ceiling:
+        out += (". No policy can do better than static's mean JCT over " + fmt(sum(ceiling) / len(ceiling))
+                + " (every job alone at its best from its submission, a training job with a batch of its choice)")
+    return out + "."
 
 
 def _pollux(p: dict) -> list[str]:

@@ -260,7 +260,7 @@ def goodput_headroom(res, target: float, truth=None, sim=None) -> dict:
     over_lb = metrics.ci95([mean(j.jct for j in r.jobs) / mean(j.best_s for j in r.jobs) for r in res.runs["static"]])
     kinds = {k: mean(mean(j.jct for j in r.jobs if j.kind == k) / mean(j.best_s for j in r.jobs if j.kind == k)
                      for r in res.runs[GOODPUT]) for k in sorted({j.kind for r in res.runs[GOODPUT] for j in r.jobs})}
-    needed, adaptive = [], []
+    needed, adaptive, ceiling = [], [], []
     for st, r in zip(res.runs["static"], res.runs[GOODPUT]):
         train = [j for j in r.jobs if j.kind == "train"]
         if train:
@@ -268,29 +268,39 @@ def goodput_headroom(res, target: float, truth=None, sim=None) -> dict:
             needed.append((mean(j.jct for j in st.jobs) / target * len(r.jobs) - rest) / len(train)
                           / mean(j.best_s for j in train))
             if truth is not None and r.seed in getattr(res, "traces", {}):
-                adaptive.append(adaptive_bound(res.traces[r.seed], truth, sim))
+                jobs = res.traces[r.seed]
+                adaptive.append(adaptive_bound(jobs, truth, sim))
+                # no policy beats static by more than every job alone at its best from submission allows
+                ceiling.append(mean(j.jct for j in st.jobs) / mean(alone_s(jobs, truth, sim, True)))
     print(f"  {'':>16}  (static is {over_lb[0]:.2f} ± {over_lb[1]:.2f}x the fixed-batch lower bound; under {GOODPUT} "
           + ", ".join(f"{k} jobs {v:.2f}x theirs" for k, v in kinds.items())
           + (f"; the target needs training jobs at {min(needed):.2f}-{max(needed):.2f}x theirs, by seed" if needed
              else "")
           + (f", where a batch of their choice bounds them at {min(adaptive):.2f}-{max(adaptive):.2f}x" if adaptive
              else "") + ")")
+    if ceiling:
+        print(f"  {'':>16}  (no policy can do better than static's mean JCT over {statistics.fmean(ceiling):.2f}: "
+              "every job alone at its best from its submission, a training job with a batch of its choice)")
     return {"static_over_lb": over_lb[0], "static_over_lb_ci95": over_lb[1], "jct_over_lb_by_kind": kinds,
-            "train_needed_over_lb_by_seed": needed, "train_adaptive_lb_over_lb_by_seed": adaptive}
+            "train_needed_over_lb_by_seed": needed, "train_adaptive_lb_over_lb_by_seed": adaptive,
+            "static_over_best_alone_by_seed": ceiling}
+
+
+def alone_s(jobs, truth, sim, adaptive: bool) -> list[float]:
+    """Each job's seconds alone at its fastest shape on at most the cluster's GPUs (`families.fastest_speed`); with
+    `adaptive`, a training job at the fastest goodput shape of each epoch (a batch of its choice)."""
+    most = min(sim.max_gpus_per_job, sim.gpus)
+    return [j.work / families.fastest_speed(j, truth, sim.gpu_memory_mib, adaptive and j.kind == "train", most,
+                                            sim.gpus_per_node) for j in jobs]
 
 
 def adaptive_bound(jobs, truth, sim) -> float:
-    """The training jobs' mean lower bound with a batch of their choice (`families.fastest_speed`, adaptive) over
-    their mean fixed-batch bound: each alone, at most the cluster's GPUs (NaN with no training job)."""
+    """The training jobs' mean lower bound with a batch of their choice over their mean fixed-batch bound (NaN with
+    no training job)."""
     train = [j for j in jobs if j.kind == "train"]
     if not train:
         return math.nan
-    most = min(sim.max_gpus_per_job, sim.gpus)
-
-    def bound(adaptive):
-        return sum(j.work / families.fastest_speed(j, truth, sim.gpu_memory_mib, adaptive, most, sim.gpus_per_node)
-                   for j in train)
-    return bound(True) / bound(False)
+    return sum(alone_s(train, truth, sim, True)) / sum(alone_s(train, truth, sim, False))
 
 
 def action_outcomes(runs) -> dict[str, int]:

@@ -220,7 +220,7 @@ def test_the_lower_bound_counts_no_more_gpus_than_the_cluster_has_and_the_adapti
     from slurm_elastico.sim.families import fastest_speed
 
     job = trace_pollux.pollux(1, truth)[0]
-    job = dataclasses.replace(job, submit_s=0.0, work=min(job.work, 300.0))
+    job = dataclasses.replace(job, submit_s=0.0, work=min(job.work, 300.0), gpus=2)  # as many as the cluster has
     sim = SimSettings(gpus=2, gpus_per_node=2, epoch_s=60.0, placement_window_s=-1.0)
     run = engine.run([job], "elastico", Settings(), sim, ContentionModel(), truth)
     on_two = job.work / fastest_speed(job, truth, sim.gpu_memory_mib, False, 2, 2)
@@ -231,4 +231,20 @@ def test_the_lower_bound_counts_no_more_gpus_than_the_cluster_has_and_the_adapti
     # with a batch of the job's choice the bound is lower (its own batch is one of the choices), never higher
     ratio = bench.adaptive_bound([job], truth, sim)
     assert 0 < ratio < 1
+    assert bench.alone_s([job], truth, sim, False) == [pytest.approx(on_two)]
+    assert bench.alone_s([job], truth, sim, True)[0] == pytest.approx(ratio * on_two)
     assert math.isnan(bench.adaptive_bound([dataclasses.replace(job, kind="infer")], truth, sim))
+    # the mixed trace's headroom: with the trace at hand it says how far any policy could go
+    runs = {n: [engine.run([job], n, Settings(), sim, ContentionModel(), truth, 0)] for n in ("static",
+                                                                                            "elastico-goodput")}
+
+    class Res:
+        traces = {0: [job]}
+        summaries = {n: [{"mean_jct_h": r[0].jobs[0].jct / 3600}] for n, r in runs.items()}
+
+    Res.runs = runs
+    room = bench.static_over_goodput(Res(), truth, sim)["headroom"]
+    assert room["train_adaptive_lb_over_lb_by_seed"] == [pytest.approx(ratio)]
+    best = bench.alone_s([job], truth, sim, True)[0]
+    assert room["static_over_best_alone_by_seed"] == [pytest.approx(runs["static"][0].jobs[0].jct / best)]
+    assert room["static_over_best_alone_by_seed"][0] > 1  # alone at its best from submission: nobody does better
