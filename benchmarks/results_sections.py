@@ -106,8 +106,9 @@ def _headroom(h: dict | None) -> str:
                 + ", ".join(fmt(b) for b in bound) + "×")
     ceiling = h.get("static_over_best_alone_by_seed") or []
     if ceiling:
-        out += (". No policy can do better than static's mean JCT over " + fmt(sum(ceiling) / len(ceiling))
-                + " (every job alone at its best from its submission, a training job with a batch of its choice)")
+        out += (". No policy can make static's mean JCT more than " + fmt(sum(ceiling) / len(ceiling))
+                + "× its own, on the mean over seeds (every job alone at its best from its submission, a training "
+                "job with a batch of its choice)")
     return out + "."
 
 

@@ -279,8 +279,9 @@ def goodput_headroom(res, target: float, truth=None, sim=None) -> dict:
           + (f", where a batch of their choice bounds them at {min(adaptive):.2f}-{max(adaptive):.2f}x" if adaptive
              else "") + ")")
     if ceiling:
-        print(f"  {'':>16}  (no policy can do better than static's mean JCT over {statistics.fmean(ceiling):.2f}: "
-              "every job alone at its best from its submission, a training job with a batch of its choice)")
+        print(f"  {'':>16}  (no policy can make static's mean JCT more than {statistics.fmean(ceiling):.2f}x its own, "
+              "on the mean over seeds: every job alone at its best from its submission, a training job with a batch "
+              "of its choice)")
     return {"static_over_lb": over_lb[0], "static_over_lb_ci95": over_lb[1], "jct_over_lb_by_kind": kinds,
             "train_needed_over_lb_by_seed": needed, "train_adaptive_lb_over_lb_by_seed": adaptive,
             "static_over_best_alone_by_seed": ceiling}
