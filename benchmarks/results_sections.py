@@ -77,8 +77,8 @@ def _comparison(c: dict) -> list[str]:
             f"{pct(c.get('static_util_arrivals'))} allocated while jobs arrive). Mean job completion time (JCT, hours, "
             "over seeds, ± the 95 % Student-t half-width); `× elastico's` above 1 means elastico finished jobs "
             "sooner, paired by seed (the same trace) with its own interval; the lower bound is every job alone at "
-            "its fastest shape (on at most the cluster's GPUs) from submission.", ""] + _policy_table(c.get("policies", {})) + [""] + _goodput_mixed(
-        c.get("goodput"))
+            "its fastest shape (on at most the cluster's GPUs) from submission.", ""] + _policy_table(
+        c.get("policies", {})) + [""] + _goodput_mixed(c.get("goodput"))
 
 
 def _goodput_mixed(g: dict | None) -> list[str]:
