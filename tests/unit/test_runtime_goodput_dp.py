@@ -3,6 +3,8 @@ rank's micro-batch gradients, and 2 ranks, stopped and resumed, agree with one p
 
 from __future__ import annotations
 
+import shutil
+
 import torch
 
 from slurm_elastico.runtime import rebatch
@@ -38,13 +40,16 @@ def test_two_ranks_measure_what_one_process_measures(tmp_path, capsys):
 
 
 def test_two_ranks_take_a_new_batch_in_process_as_a_relaunch_at_it_would_bit_for_bit(tmp_path):
-    # Stopped after 2 steps at 8 x 2 x 2 = 32; then rank 0 finds 8 x 4 x 2 = 64 offered at its first boundary and
-    # both ranks go on at it, against the relaunch at 64.
-    (relaunched, _), = run_jobs((tmp_path / "relaunch", [(ada(8, 2, 2), 2), (ada(8, 4, 2), -1)], 0))
+    # Stopped after 2 steps at 8 x 2 x 2 = 32; from a copy of that checkpoint, relaunched at 8 x 4 x 2 = 64, beside
+    # a launch at 32 whose rank 0 finds 64 offered at its first boundary, both ranks going on at it.
     first = finish(start(tmp_path / "ckpt", tmp_path / "launch0", ada(8, 2, 2), 2))
     assert first[0][0] == EXIT_CHECKPOINTED
+    shutil.copytree(tmp_path / "ckpt", tmp_path / "relaunch")
     rebatch.offer(tmp_path / "ckpt", ada(8, 4, 2))
-    ranks = finish(start(tmp_path / "ckpt", tmp_path / "launch1", ada(8, 2, 2), -1))
+    relaunch = start(tmp_path / "relaunch", tmp_path / "launch1-relaunch", ada(8, 4, 2), -1)
+    in_process = start(tmp_path / "ckpt", tmp_path / "launch1", ada(8, 2, 2), -1)
+    relaunched, ranks = finish(relaunch), finish(in_process)
+    assert [(code, r["status"], r["switches"]) for code, r, _ in relaunched] == [(0, "done", 0)] * 2
     assert [(code, r["status"], r["switches"]) for code, r, _ in ranks] == [(0, "done", 1)] * 2
-    assert torch.equal(ranks[0][2], relaunched)
+    assert torch.equal(ranks[0][2], relaunched[0][2])
     assert not rebatch.waiting(tmp_path / "ckpt")
