@@ -47,3 +47,16 @@ def made_up_profiles(root: Path, types: tuple[str, ...] = tuple(TYPES)) -> Path:
             (folder / f"validation-{batch}.csv").write_text("progress,iteration,metric,grad_sqr,grad_var\n" + "".join(
                 f"{steps * (e + 1)}.0,{steps * (e + 1)},0.5,{1.0 / (e + 1)},{0.5 + e}\n" for e in range(EPOCHS)))
     return root
+
+
+def made_up_workload(path: Path, jobs: int = 30, gap_s: float = 120.0) -> Path:
+    """A workload in Sia's format (name, time, application, num_replicas, batch_size) over the made-up apps: one job
+    every `gap_s` seconds, the apps and their GPU counts (1 to 8) and batches in turn; returns `path`."""
+    apps = sorted(APPS)
+    rows = []
+    for i in range(jobs):
+        app = apps[i % len(apps)]
+        batches = APPS[app][3]
+        rows.append(f"{app}-{i},{gap_s * i:g},{app},{(1, 2, 4, 8, 3)[i % 5]},{batches[(i // len(apps)) % len(batches)]}")
+    path.write_text("name,time,application,num_replicas,batch_size\n" + "\n".join(rows) + "\n")
+    return path

@@ -5,7 +5,6 @@ it. Hand-built snapshots and typed families (shape `<name>@<type>`, `gpu_type` s
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -329,35 +328,29 @@ def test_goodput_at_a_later_epoch_keeps_each_shapes_type():
     assert any(a.throughput != b.throughput for a, b in zip(fam.shapes, later.shapes))
 
 
-SIA_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "peers" / "sia"
-
-
 @pytest.fixture(scope="module")
 def sia_runs(tmp_path_factory):
-    """The first 30 jobs of Sia's Philly workload 1 on Sia's 64-GPU cluster (read from ../shared/peers/sia, never
-    bundled) under sia, pollux and gavel, with the simulator's audit after every event."""
-    if not (SIA_DATA / "profiles").is_dir():
-        pytest.skip(f"Sia's profiles and workloads are not at {SIA_DATA} (not bundled)")
+    """30 jobs in Sia's workload format on Sia's 64-GPU cluster, over made-up profiles in Sia's layout
+    (`tests.sia_layout`: no peer's data), under sia, pollux and gavel, with the simulator's audit after every
+    event. What the peers do on Sia's own measurements is the heterogeneous table's (`benchmarks/sim.py`)."""
     from slurm_elastico.interference.base import ContentionModel
     from slurm_elastico.sim import engine, trace_pollux
     from slurm_elastico.sim.settings import SimSettings
     from slurm_elastico.sim.truth_types import TypedTruth
-    lines = (SIA_DATA / "workloads" / "philly" / "workload-1.csv").read_text().splitlines()
-    path = tmp_path_factory.mktemp("sia") / "first.csv"
-    path.write_text("\n".join(lines[:31]) + "\n")
-    truth = TypedTruth.from_sia(str(SIA_DATA / "profiles"), ["aws", "dgx-ext", "rtx"])
-    jobs = trace_pollux.pollux(path, truth.reference)
-    sim = SimSettings(cluster="sia", profiles=str(SIA_DATA / "profiles"), placement_window_s=-1.0, audit=True)
+    from tests.sia_layout import made_up_profiles, made_up_workload
+    root = tmp_path_factory.mktemp("sia")
+    profiles = made_up_profiles(root / "profiles")
+    truth = TypedTruth.from_sia(str(profiles), ["aws", "dgx-ext", "rtx"])
+    jobs = trace_pollux.pollux(made_up_workload(root / "workload.csv"), truth.reference)
+    sim = SimSettings(cluster="sia", profiles=str(profiles), placement_window_s=-1.0, audit=True)
     return {p: engine.run(jobs, p, Settings(), sim, ContentionModel(), truth) for p in ("sia", "pollux", "gavel")}
 
 
-def test_the_peers_finish_sia_s_jobs_on_its_cluster_and_sia_beats_gavel(sia_runs):
-    mean = {p: sum(j.jct for j in r.jobs) / len(r.jobs) for p, r in sia_runs.items()}
+def test_the_peers_finish_a_sia_workload_on_its_cluster_and_sia_moves_jobs_between_types_and_counts(sia_runs):
     assert all(r.unfinished == 0 and len(r.jobs) == 30 for r in sia_runs.values())
-    # Sia's claim; Pollux, which must measure a job's gradients before it knows any other batch's efficiency
-    # (`sim.belief`), no longer beats Gavel on this 30-job slice
-    assert mean["sia"] < mean["gavel"] and mean["sia"] < mean["pollux"]
+    assert all(j.end > j.submit for r in sia_runs.values() for j in r.jobs)  # the audit held after every event
     assert sia_runs["sia"].counters["actions"].get("reshape_running", 0) > 0  # it moves jobs between types/counts
+    # Which peer is faster is a measurement, on Sia's own profiles: the heterogeneous table (benchmarks/sim.py).
 
 
 def test_gavel_finishes_a_synthetic_trace_its_rounds_leave_idle_between():

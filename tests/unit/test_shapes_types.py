@@ -35,7 +35,6 @@ TRAIN = {
     "precisions": ["fp32", "bf16"], "checkpointing": [False], "steps": 100, "mps_shares": [100],
     "model": {"params": 300e6, "activation_mib_per_sample": 120, "step_time_s": 1.0},
 }
-SIA = Path(__file__).resolve().parents[3] / "shared" / "peers" / "sia" / "profiles"
 
 
 def typed(data=TRAIN, types=TYPES, **kw):
@@ -310,18 +309,22 @@ def test_the_helper_builds_typed_families_limited_by_the_request_and_rescaled_by
         assert max(s.throughput for s in a100) > 5.0 and all(s.throughput_sigma > 0 for s in a100)
 
 
-# --- against measured per-type profiles ------------------------------------------------------------------------------
+# --- against per-type profiles in Sia's layout ---------------------------------------------------------------------
 
-@pytest.mark.skipif(not SIA.is_dir(), reason="Sia's per-type profiles are not at ../shared/peers/sia (not bundled)")
-def test_the_prior_beats_assuming_every_type_equally_fast_on_sias_profiles():
+def test_the_prior_beats_assuming_every_type_equally_fast_on_profiles_in_sias_layout(tmp_path):
+    # Made-up profiles (`tests.sia_layout`: no peer's data) whose types differ as their public figures order them
+    # (T4 slowest, A100 fastest); the benchmark's own reading and scoring, as on Sia's measurements
+    # (`benchmarks/type_prior.py --sia DIR`, whose figures the results page carries).
     import importlib.util
+
+    from tests.sia_layout import made_up_profiles
     spec = importlib.util.spec_from_file_location("type_prior", Path(__file__).resolve().parents[2] / "benchmarks" / "type_prior.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    speeds = bench.read_speeds(SIA, quick=False)
+    speeds = bench.read_speeds(made_up_profiles(tmp_path / "profiles"), quick=False)
     cases = [c for cs in bench.evaluate(speeds, 1).values() for c in cs]
     naive = bench.naive_errors(speeds)
-    assert len(cases) == len(naive) > 100
+    assert len(cases) == len(naive) > 50
     assert statistics.median(abs(e) for e, _ in cases) < statistics.median(naive)
     # compute-bound models follow the specs: the prior is within 25 % for most of their cases
     big = [c for cs in bench.evaluate({k: v for k, v in speeds.items() if k[0] in ("bert", "imagenet")}, 1).values()

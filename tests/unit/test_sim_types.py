@@ -1,10 +1,9 @@
-"""The simulator on clusters of several GPU types: the cluster spec, per-type ground truth from Sia's measured
-profiles, families per type, the simulated Slurm and gateway with typed requests, and runs (issue 28, item 6).
+"""The simulator on clusters of several GPU types: the cluster spec, per-type ground truth read from profiles in
+Sia's layout, families per type, the simulated Slurm and gateway with typed requests, and runs (issue 28, item 6).
 
-Sia's measurements are the peers' (never copied into the repository). Every test of the typed machinery runs on
-made-up profiles in Sia's layout (`tests.sia_layout`), everywhere, and again on Sia's own where they are (the
-`types` fixture: `../shared/peers/sia` relative to the repository root, skipped, saying so, where it is absent);
-the few tests that check figures of Sia's own measurements read them and are skipped the same way.
+Sia's measurements are the peers' (never copied into the repository), so every test here runs on made-up
+profiles in Sia's layout (`tests.sia_layout`), everywhere; what Sia's own measurements give is the heterogeneous
+table's to say (`benchmarks/sim.py`, `--sia DIR`).
 """
 
 from __future__ import annotations
@@ -27,11 +26,8 @@ from slurm_elastico.sim.settings import SimSettings, from_mapping
 from slurm_elastico.sim.trace import TraceJob
 from slurm_elastico.sim.truth import GroundTruth
 from slurm_elastico.sim.truth_types import TypedTruth
-from tests.sia_layout import made_up_profiles
+from tests.sia_layout import APPS, made_up_profiles
 
-SIA = Path(__file__).resolve().parents[2].parent / "shared" / "peers" / "sia"
-needs_sia = pytest.mark.skipif(not (SIA / "profiles").is_dir(), reason=f"Sia's measured profiles are not at {SIA} "
-                               "(the peers' data, never bundled): the per-type ground truth cannot be read")
 SMALL = "aws:1x4,dgx-ext:1x8"
 
 
@@ -87,42 +83,39 @@ def test_the_simulated_cluster_builds_typed_nodes_and_the_snapshot_names_them():
 # ---------------------------------------------------------------- per-type ground truth
 
 
-@pytest.fixture(scope="module", params=["made-up", "sia"])
-def types(request, tmp_path_factory) -> TypedTruth:
-    """Per-type truth of aws, dgx-ext and rtx: from made-up profiles (everywhere), then from Sia's own."""
-    if request.param == "made-up":
-        return TypedTruth.from_sia(str(made_up_profiles(tmp_path_factory.mktemp("made-up") / "profiles")),
-                                   ["aws", "dgx-ext", "rtx"])
-    if not (SIA / "profiles").is_dir():
-        pytest.skip(f"Sia's measured profiles are not at {SIA} (the peers' data, never bundled); this case ran on "
-                    "made-up profiles")
-    return TypedTruth.from_sia(str(SIA / "profiles"), ["aws", "dgx-ext", "rtx"])
+@pytest.fixture(scope="module")
+def profiles(tmp_path_factory) -> Path:
+    """Made-up profiles of aws, dgx-ext and rtx in Sia's layout (`tests.sia_layout`): no peer's data."""
+    return made_up_profiles(tmp_path_factory.mktemp("made-up") / "profiles")
 
 
-@needs_sia
-def test_the_t4_profiles_read_raw_are_pollux_s_bundled_ones_and_the_a100_is_faster():
-    raw = sia_truths(SIA / "profiles", ["aws", "dgx-ext"], sia_model=False)
-    bundled = GroundTruth()
-    for app, batch in (("cifar10", 2048), ("bert", 384), ("deepspeech2", 320)):
-        for placement in ((1,), (4,), (4, 4), (2, 1)):
-            assert raw["aws"].gang_speed(app, batch, placement) == pytest.approx(
-                bundled.gang_speed(app, batch, placement), rel=1e-4)
-        assert raw["dgx-ext"].gang_speed(app, batch, (4,)) > 1.2 * raw["aws"].gang_speed(app, batch, (4,))
-        assert raw["dgx-ext"].iterations_to_end(app, batch) == bundled.iterations_to_end(app, batch)
-    assert raw["aws"].apps == bundled.apps  # gpt_pmp (pipeline parallel) is left out
-    assert raw["dgx-ext"].batch_range("cifar10") == (32, 4096) and raw["aws"].batch_range("cifar10") == (32, 1024)
+@pytest.fixture(scope="module")
+def types(profiles) -> TypedTruth:
+    return TypedTruth.from_sia(str(profiles), ["aws", "dgx-ext", "rtx"])
+
+
+def test_the_profiles_read_raw_are_the_step_times_written_and_each_type_has_its_own_batches_and_memory(profiles):
+    raw = sia_truths(profiles, ["aws", "dgx-ext", "rtx"], sia_model=False)
+    per_sample, local, local_rtx = APPS["cifar10"][:3]
+    # one step of 4 x 64 on four aws GPUs: the step time written for placement "4" at local batch 64
+    assert raw["aws"].gang_speed("cifar10", 256, (4,)) == pytest.approx(1 / (0.01 + per_sample * 64 + 0.008))
+    assert raw["aws"].gang_speed("cifar10", 256, (1,)) == pytest.approx(1 / (0.01 + per_sample * 256))
+    assert raw["dgx-ext"].gang_speed("cifar10", 256, (4,)) > 1.2 * raw["aws"].gang_speed("cifar10", 256, (4,))
+    # the gradient statistics are the app's, whatever the type
+    assert raw["dgx-ext"].iterations_to_end("cifar10", 2048) == raw["aws"].iterations_to_end("cifar10", 2048) > 0
+    assert set(raw["aws"].apps) == set(raw["rtx"].apps) == set(APPS)
+    assert raw["aws"].batch_range("yolov3") == (4, 16) and raw["rtx"].batch_range("yolov3") == (4, 8)
     # Each type's largest measured batch fills 90 % of its own memory.
-    assert raw["dgx-ext"].train_mem_mib("cifar10", 4096) == pytest.approx(0.9 * 40960)
-    assert raw["aws"].train_mem_mib("cifar10", 1024) == pytest.approx(0.9 * 15360)
+    assert raw["dgx-ext"].train_mem_mib("cifar10", 256) == pytest.approx(0.9 * 40960)
+    assert raw["aws"].train_mem_mib("cifar10", 256) == pytest.approx(0.9 * 15360)
 
 
-@needs_sia
-def test_sia_s_calibration_slows_every_step_by_the_app_s_factor():
-    raw = sia_truths(SIA / "profiles", ["rtx"], sia_model=False)["rtx"]
-    types = TypedTruth.from_sia(str(SIA / "profiles"), ["rtx"])
-    for app in ("cifar10", "ncf", "yolov3"):
-        assert types["rtx"].gang_speed(app, 512, (8,)) == pytest.approx(raw.gang_speed(app, 512, (8,)) /
-                                                                        SIA_SLOWDOWN[app], rel=1e-9)
+def test_sia_s_calibration_slows_every_step_by_the_app_s_factor(profiles, types):
+    raw = sia_truths(profiles, ["rtx"], sia_model=False)["rtx"]
+    for app in ("cifar10", "bert", "yolov3"):
+        assert types["rtx"].gang_speed(app, 64, (8,)) == pytest.approx(raw.gang_speed(app, 64, (8,)) /
+                                                                       SIA_SLOWDOWN[app], rel=1e-9)
+    assert SIA_SLOWDOWN["cifar10"] != SIA_SLOWDOWN["yolov3"]  # the factor is the app's, not one for all
     assert types.restart_s("imagenet") == SIA_RESTART_S["imagenet"] == 250.0
 
 
@@ -137,9 +130,9 @@ def test_a_gang_across_types_runs_at_its_slowest_rank(types):
                                                                                                      (4,), 8))
 
 
-def test_a_missing_type_or_column_is_named(tmp_path):
+def test_a_missing_type_or_column_is_named(profiles, tmp_path):
     with pytest.raises(ConfigError, match="no profiles .* for GPU type 'p100'; measured types: aws, dgx-ext, rtx"):
-        sia_truths(made_up_profiles(tmp_path / "profiles"), ["p100"])
+        sia_truths(profiles, ["p100"])
     bad = tmp_path / "workload.csv"
     bad.write_text("name,time,application,batch_size\ncifar10-0,0,cifar10,2048\n")  # no num_replicas
     with pytest.raises(ConfigError, match="missing column.s. num_replicas"):
