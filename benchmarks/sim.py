@@ -251,7 +251,7 @@ def goodput_headroom(res, target: float, truth=None, sim=None) -> dict:
     elastico-goodput over that bound (inference jobs have no batch to choose), and per seed the training jobs'
     mean JCT the target needs with the inference jobs as they ran, over the training jobs' bound. With the
     trace's truth and settings, also per seed the training jobs' *adaptive* bound over the fixed one (each alone
-    at the fastest goodput shape of each epoch: what no policy beats, `adaptive_bound`), so the target's need
+    at the fastest goodput shape of each epoch: what no policy beats, `alone_s`), so the target's need
     can be read against what a batch of the job's choice allows."""
     def mean(xs):
         xs = list(xs)
@@ -269,9 +269,12 @@ def goodput_headroom(res, target: float, truth=None, sim=None) -> dict:
                           / mean(j.best_s for j in train))
             if truth is not None and r.seed in getattr(res, "traces", {}):
                 jobs = res.traces[r.seed]
-                adaptive.append(adaptive_bound(jobs, truth, sim))
+                best = alone_s(jobs, truth, sim, True)  # each job alone at its best, once per seed
+                trained = [b for j, b in zip(jobs, best) if j.kind == "train"]
+                fixed = alone_s([j for j in jobs if j.kind == "train"], truth, sim, False)
+                adaptive.append(sum(trained) / sum(fixed) if fixed else math.nan)
                 # no policy beats static by more than every job alone at its best from submission allows
-                ceiling.append(mean(j.jct for j in st.jobs) / mean(alone_s(jobs, truth, sim, True)))
+                ceiling.append(mean(j.jct for j in st.jobs) / mean(best))
     print(f"  {'':>16}  (static is {over_lb[0]:.2f} ± {over_lb[1]:.2f}x the fixed-batch lower bound; under {GOODPUT} "
           + ", ".join(f"{k} jobs {v:.2f}x theirs" for k, v in kinds.items())
           + (f"; the target needs training jobs at {min(needed):.2f}-{max(needed):.2f}x theirs, by seed" if needed
@@ -293,15 +296,6 @@ def alone_s(jobs, truth, sim, adaptive: bool) -> list[float]:
     most = min(sim.max_gpus_per_job, sim.gpus)
     return [j.work / families.fastest_speed(j, truth, sim.gpu_memory_mib, adaptive and j.kind == "train", most,
                                             sim.gpus_per_node) for j in jobs]
-
-
-def adaptive_bound(jobs, truth, sim) -> float:
-    """The training jobs' mean lower bound with a batch of their choice over their mean fixed-batch bound (NaN with
-    no training job)."""
-    train = [j for j in jobs if j.kind == "train"]
-    if not train:
-        return math.nan
-    return sum(alone_s(train, truth, sim, True)) / sum(alone_s(train, truth, sim, False))
 
 
 def action_outcomes(runs) -> dict[str, int]:
