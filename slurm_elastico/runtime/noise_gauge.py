@@ -53,15 +53,18 @@ class NoiseGauge:
         self.pending = 0.0
         self.micro_sqr = []
 
-    def micro_done(self) -> None:
-        self.micro_sqr.append(float(self.pending))
+    def micro_done(self, weight: float) -> None:
+        """The micro-batch just computed is done; its loss was weighted by `weight` (its samples / the batch)."""
+        self.micro_sqr.append(float(self.pending) / weight**2)  # the hook saw weight x the micro-batch mean gradient
         self.pending = 0.0
 
-    def measure(self, shape: TrainShape, weight: float, loss_scale: float, group: Group) -> None:
-        """Fold this step's statistics (after the gradients were summed over the ranks) into the estimates."""
-        unscale = 1.0 / (weight * loss_scale) ** 2  # a hook saw weight x loss_scale x the micro-batch mean gradient
-        local_sum = group.sum_scalar(sum(self.micro_sqr) * unscale)
-        count = shape.accumulation * shape.ranks
+    def measure(self, shape: TrainShape, loss_scale: float, group: Group) -> None:
+        """Fold this step's statistics (after the gradients were summed over the ranks) into the estimates.
+
+        The small batch of the noise estimate is the micro-batches' mean size (global batch / their count): a
+        split that does not divide the batch has pieces one sample apart at most, or a shorter last one."""
+        local_sum = group.sum_scalar(sum(self.micro_sqr) / loss_scale**2)  # ... and the loss scale
+        count = shape.micro_count
         grads = [p.grad.detach() for p in self.params if p.grad is not None]
         total_sqr = sum(float(g.pow(2).sum(dtype=torch.float64)) for g in grads) / loss_scale**2
         if count >= 2:  # no copy of the gradient: the norms are all it takes

@@ -18,9 +18,16 @@ Training (`kind=train`), all required:
 
   ELASTICO_GLOBAL_BATCH      samples per optimizer step; fixed for the whole job
                              unless the family adapts its batch (below)
-  ELASTICO_MICRO_BATCH       samples per forward/backward pass
-  ELASTICO_ACCUMULATION      micro-batches per optimizer step and rank;
-                             MICRO_BATCH * ACCUMULATION * RANKS must equal GLOBAL_BATCH
+  ELASTICO_MICRO_BATCH       samples per forward/backward pass (at most)
+  ELASTICO_ACCUMULATION      micro-batches per optimizer step and rank: rank r computes its part
+                             of the global batch (`TrainShape.rank_part`: GLOBAL_BATCH // RANKS
+                             samples, one more for each of the first GLOBAL_BATCH % RANKS ranks)
+                             in pieces of MICRO_BATCH, the last one shorter where it does not
+                             divide; ACCUMULATION must be `accumulation_for` (the largest part's
+                             pieces), MICRO_BATCH * ACCUMULATION * RANKS = GLOBAL_BATCH when
+                             everything divides. Each piece's mean loss is weighted by its
+                             samples / GLOBAL_BATCH and the ranks' gradients summed, so any
+                             split computes the same step
   ELASTICO_PRECISION         fp32 | bf16 | fp16  (autocast dtype; fp32 = no autocast)
   ELASTICO_CHECKPOINTING     1/0 (also true/false, yes/no, on/off): activation checkpointing
   ELASTICO_STEPS             total optimizer steps of the job (not of this run)
@@ -70,6 +77,7 @@ from slurm_elastico.model import Family
 from slurm_elastico.model import Shape as PlannedShape
 from slurm_elastico.runtime.env_reader import EnvReader
 from slurm_elastico.runtime.goodput import LR_RULES
+from slurm_elastico.runtime.split import accumulation_for, rank_part, split_problem
 
 EXIT_CHECKPOINTED = 75
 """Exit status of a program that checkpointed on request and wants to be relaunched (EX_TEMPFAIL)."""
@@ -92,7 +100,7 @@ class TrainShape:
     checkpointing: bool = False
     steps: int = 1
     ranks: int = 1
-    """Data-parallel degree: global_batch = micro_batch x accumulation x ranks."""
+    """Data-parallel degree: each rank computes its `rank_part` of `global_batch` in `accumulation` micro-batches."""
     name: str = ""
     lr_scaling: str = ""
     """Goodput mode's learning-rate rule (`runtime.goodput.LR_RULES`); "" = a fixed global batch."""
@@ -127,10 +135,20 @@ class TrainShape:
         """Goodput mode: the global batch may change between runs, the LR follows it, progress is statistical."""
         return bool(self.lr_scaling)
 
+    def rank_part(self, rank: int) -> tuple[int, int]:
+        """(first sample, samples) of `rank`'s part of each optimizer step's global batch (`rank_part`)."""
+        return rank_part(self.global_batch, self.ranks, rank)
+
+    def micro_parts(self, rank: int) -> list[tuple[int, int]]:
+        """(first, samples) of each micro-batch of `rank`'s part, relative to its first sample: pieces of
+        `micro_batch`, the last one shorter where it does not divide the part."""
+        _, n = self.rank_part(rank)
+        return [(k, min(self.micro_batch, n - k)) for k in range(0, n, self.micro_batch)]
+
     @property
-    def rank_batch(self) -> int:
-        """Samples each rank computes per optimizer step: micro_batch x accumulation."""
-        return self.micro_batch * self.accumulation
+    def micro_count(self) -> int:
+        """Micro-batches a step computes over all ranks."""
+        return sum(len(self.micro_parts(r)) for r in range(self.ranks))
 
 
 @dataclass(frozen=True)
@@ -213,7 +231,7 @@ def runtime_shape(family: Family, shape: PlannedShape) -> Shape:
             return TrainShape(
                 global_batch=global_batch,
                 micro_batch=micro,
-                accumulation=int(knobs.get("accumulation", global_batch // (micro * ranks))),
+                accumulation=int(knobs.get("accumulation", accumulation_for(global_batch, micro, ranks))),
                 precision=str(knobs.get("precision", "fp32")),
                 checkpointing=bool(knobs.get("checkpointing", False)),
                 steps=int(family.total_work),
@@ -318,12 +336,13 @@ def _read_train(env: Mapping[str, str]) -> TrainShape:
     if not rule and base is not None and global_batch is not None and base != global_batch:
         r.problems.append(f"ELASTICO_BASE_BATCH={base} differs from ELASTICO_GLOBAL_BATCH={global_batch} but "
                           f"ELASTICO_LR_SCALING is not set; allowed: a rule ({', '.join(LR_RULES)}) or equal batches")
-    if None not in (global_batch, micro, accumulation) and micro * accumulation * ranks != global_batch:  # type: ignore[operator]
-        r.problems.append(
-            f"ELASTICO_MICRO_BATCH={micro} x ELASTICO_ACCUMULATION={accumulation} x ELASTICO_RANKS={ranks}"
-            f" = {micro * accumulation * ranks}"  # type: ignore[operator]
-            f" but ELASTICO_GLOBAL_BATCH={global_batch}; a shape must keep the global batch"
-        )
+    if None not in (global_batch, micro, accumulation) and min(global_batch, micro, ranks) >= 1:  # type: ignore[type-var]
+        problem = split_problem(global_batch, micro, accumulation, ranks)  # type: ignore[arg-type]
+        if problem:
+            r.problems.append(
+                f"ELASTICO_MICRO_BATCH={micro} x ELASTICO_ACCUMULATION={accumulation} x ELASTICO_RANKS={ranks}"
+                f" does not split ELASTICO_GLOBAL_BATCH={global_batch}: {problem}; a shape must keep the global batch"
+            )
     r.raise_if_any()
     return TrainShape(
         global_batch=global_batch,  # type: ignore[arg-type]
@@ -371,11 +390,10 @@ def _train_problems(s: TrainShape) -> list[str]:
         value = getattr(s, field)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             problems.append(f"{field}={value!r} must be an integer >= 1")
-    if not problems and s.micro_batch * s.accumulation * s.ranks != s.global_batch:
-        problems.append(
-            f"micro_batch {s.micro_batch} x accumulation {s.accumulation} x ranks {s.ranks}"
-            f" = {s.micro_batch * s.accumulation * s.ranks} != global_batch {s.global_batch}"
-        )
+    problem = "" if problems else split_problem(s.global_batch, s.micro_batch, s.accumulation, s.ranks)
+    if problem:
+        problems.append(f"micro_batch {s.micro_batch} x accumulation {s.accumulation} x ranks {s.ranks} does not "
+                        f"split global_batch {s.global_batch}: {problem}")
     if s.precision not in PRECISIONS:
         problems.append(f"precision={s.precision!r} is not one of {', '.join(PRECISIONS)}")
     if s.lr_scaling and s.lr_scaling not in LR_RULES:

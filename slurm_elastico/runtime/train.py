@@ -155,9 +155,11 @@ def _to_device(batch: Any, device: torch.device) -> Any:
     return batch
 
 
-def _micro_batches(indices: torch.Tensor, shape: TrainShape) -> Iterator[torch.Tensor]:
-    for k in range(shape.accumulation):
-        yield indices[k * shape.micro_batch : (k + 1) * shape.micro_batch]
+def _micro_batches(indices: torch.Tensor, shape: TrainShape, rank: int) -> Iterator[torch.Tensor]:
+    """`rank`'s micro-batches of the step whose global batch is `indices` (`TrainShape.micro_parts`)."""
+    first, _ = shape.rank_part(rank)
+    for k, n in shape.micro_parts(rank):
+        yield indices[first + k : first + k + n]
 
 
 def train(
@@ -373,26 +375,25 @@ def _optimizer_step(
     batch is the next `global_batch` samples of the stream, the noise scale is updated, the learning rate
     scaled for this step and the step's gain counted."""
     optimizer.zero_grad(set_to_none=True)
-    weight = shape.micro_batch / shape.global_batch
     total = 0.0
     if gauge is None:
         indices = batch_indices(data_seed, step, shape.global_batch, dataset_len)
     else:
         indices = stream_indices(data_seed, gauge.ns.samples, shape.global_batch, dataset_len)
         gauge.begin()
-    first = group.member.rank * shape.rank_batch
-    for micro in _micro_batches(indices[first : first + shape.rank_batch], shape):
+    for micro in _micro_batches(indices, shape, group.member.rank):
+        weight = len(micro) / shape.global_batch  # the micro-batch's mean loss counts for its samples
         batch = _to_device(data[micro], device)
         with autocast_for(shape.precision, device):
             loss = loss_fn(model, batch)
         scaler.scale(loss.float() * weight).backward()
         total += loss.item() * weight
         if gauge is not None:
-            gauge.micro_done()
+            gauge.micro_done(weight)
     group.sum_grads(model.parameters())
     total = group.sum_scalar(total)
     if gauge is not None:
-        gauge.measure(shape, weight, scaler.get_scale() if scaler.is_enabled() else 1.0, group)
+        gauge.measure(shape, scaler.get_scale() if scaler.is_enabled() else 1.0, group)
     if max_grad_norm is not None:
         scaler.unscale_(optimizer)
         nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.model import Family, Resources, Shape
+from slurm_elastico.runtime.split import accumulation_for
 from slurm_elastico.shapes import estimate
 from slurm_elastico.shapes.spec import PARALLEL_KNOB, Declared, FamilySpec, shape_name
 from slurm_elastico.shapes.spec_batch import other_batch_name
@@ -39,7 +40,7 @@ def enumerate_shapes(spec: FamilySpec, gpu_memory_mib: int,
         if spec.kind == "train":
             tput, mem = estimate.train(spec.model, spec.global_batch, knobs["micro_batch"], knobs["precision"],
                                        knobs["checkpointing"], 100 if multi else share, gpus)
-            knobs_full = {**knobs, "accumulation": spec.global_batch // (knobs["micro_batch"] * gpus),
+            knobs_full = {**knobs, "accumulation": accumulation_for(spec.global_batch, knobs["micro_batch"], gpus),
                           "global_batch": spec.global_batch}
             if multi:
                 knobs_full["ranks"] = gpus

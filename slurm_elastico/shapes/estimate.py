@@ -88,8 +88,8 @@ def train(hints: Mapping[str, float], global_batch: int, micro: int, precision: 
     h = {**TRAIN_DEFAULTS, **hints}
     knee = h["micro_batch_knee"]
     t_sample = h["step_time_s"] / ((base_batch or global_batch) + knee)
-    per_rank = global_batch // ranks
-    accumulation = per_rank // micro
+    per_rank = -(-global_batch // ranks)  # the largest rank's part (`runtime.split.rank_part`) sets the pace
+    accumulation = -(-per_rank // micro)
     step = t_sample * (per_rank + accumulation * knee) * PRECISION_SPEED[precision]
     if ckpt:
         step *= CKPT_TIME

@@ -16,7 +16,8 @@ computed, never what is computed::
     steps: 5000                 # total optimizer steps (the work)
     mps_shares: [25, 50, 100]   # percent of one GPU (MPS), for the 1-GPU shapes
     gpus: [1, 2, 4, 8]          # optional (default [1]): data-parallel ranks, one whole GPU each;
-                                # micro_batch x accumulation x ranks = global_batch
+                                # micro_batch x accumulation x ranks = global_batch, or any count:
+                                # each rank its part (`runtime.split`), the same step exactly
     gpus_per_node: 4            # optional: at most this many of a shape's GPUs on one node (default max(gpus))
     max_nodes: 2                # optional: at most this many nodes for one shape (default: no limit)
     gpu_types: [a100, v100]     # optional: only these GPU types (`spec_types`, `typed`; default: any)
@@ -71,6 +72,7 @@ from typing import Any
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.inputs import shorten
 from slurm_elastico.shapes.spec_batch import BatchRule, batch_rule_of, other_batch_name
+from slurm_elastico.runtime.split import offered
 from slurm_elastico.shapes.spec_text import _bound, _divisors, _some, _yaml_float
 from slurm_elastico.shapes.spec_types import declared_name_problem, gpu_types_of
 
@@ -150,7 +152,9 @@ class FamilySpec:
     def shapes_of(self) -> list[tuple[dict[str, Any], int, int]]:
         """(knobs, MPS share, GPUs) of every shape of the cross product: one per share on 1 GPU, one per n > 1.
 
-        Training knobs at n GPUs hold only combinations with micro_batch x accumulation x n = global_batch.
+        Training knobs at n GPUs hold only combinations with micro_batch x accumulation x n = global_batch; at
+        a count n that does not divide the batch (each rank computes its part, `runtime.split.rank_part`), every
+        micro batch no larger than the largest part, its last piece shorter.
         """
         out = []
         for combo in itertools.product(*self.knobs.values()):
@@ -158,7 +162,7 @@ class FamilySpec:
             for n in self.gpus:
                 if n == 1:
                     out.extend((knobs, share, 1) for share in self.mps_shares)
-                elif self.kind != "train" or (self.global_batch % n == 0 and (self.global_batch // n) % knobs["micro_batch"] == 0):
+                elif self.kind != "train" or offered(self.global_batch, n, knobs["micro_batch"]):
                     out.append((knobs, 0, n))
         return out
 
@@ -426,17 +430,21 @@ def _gpu_counts(c: _Checker, kind: str) -> tuple[tuple[int, ...], int, int, str]
 
 
 def _batch_problems(c: _Checker, global_batch: int, micro: tuple[int, ...], gpus: tuple[int, ...]) -> bool:
-    """micro_batch x accumulation x ranks = global_batch: every rank count needs a micro batch that fits."""
+    """Every rank count needs a micro batch that splits each rank's part (`runtime.split.offered`)."""
     found = False
-    wrong = [n for n in gpus if global_batch % n]
-    if wrong:
-        c.bad("gpus", f"{wrong} do not divide global_batch {global_batch} (each rank computes global_batch / ranks "
-                      f"samples a step); allowed: divisors of it ({_divisors(global_batch)})")
-        found = True
     for n in gpus:
-        if global_batch % n == 0 and not any((global_batch // n) % m == 0 for m in micro):
+        if n > global_batch:
+            c.bad("gpus", f"{n} ranks for global_batch {global_batch} leave a rank without samples; allowed: at most "
+                          f"{global_batch} ranks")
+            found = True
+        elif global_batch % n == 0 and not any(offered(global_batch, n, m) for m in micro):
             c.bad("gpus", f"{n} ranks compute {global_batch // n} samples each a step, and no micro batch of "
                           f"{list(micro)} divides {global_batch // n}; allowed: a micro batch dividing it "
                           f"({_divisors(global_batch // n)}), or fewer ranks")
+            found = True
+        elif not any(offered(global_batch, n, m) for m in micro):
+            part = -(-global_batch // n)
+            c.bad("gpus", f"{n} ranks compute at most {part} samples each a step, and every micro batch of "
+                          f"{list(micro)} is larger; allowed: a micro batch of at most {part}, or fewer ranks")
             found = True
     return found

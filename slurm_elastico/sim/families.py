@@ -14,9 +14,10 @@ batches (fp32, no activation checkpointing: what Pollux measured), times the
 MPS shares; and data-parallel shapes of r whole GPUs (r = 2, 4, 8, … up to
 `max_gpus`, and the submitted count) at the SAME global batch: each rank
 takes global batch / r, in micro-batches of the same power-of-two rule,
-accumulated to it (only where r divides the global batch, so every shape
-does exactly the same optimizer steps; the submitted count is kept even if
-it does not divide it, as the user submitted it). A job submitted with r > 1
+accumulated to it (only where r divides the global batch; the submitted
+count is kept even if it does not divide it, each rank computing its part as
+the runtime splits it, `runtime.split.rank_part`: every shape does exactly
+the same optimizer steps). A job submitted with r > 1
 GPUs defaults to its r-GPU shape. Inference shapes: vLLM `gpu_memory_utilization` × `max_num_seqs`
 × KV dtype × shares.
 
@@ -44,6 +45,7 @@ from functools import lru_cache
 import numpy as np
 
 from slurm_elastico.model import Family, Resources, Shape
+from slurm_elastico.runtime.split import accumulation_for
 from slurm_elastico.shapes.enumerate import pareto
 from slurm_elastico.shapes.spec import shape_name
 from slurm_elastico.sim.trace import TraceJob, default_micro
@@ -60,8 +62,8 @@ def micro_batches(truth: GroundTruth, app: str, global_batch: int, ranks: int = 
     """Micro-batches dividing each rank's part of the global batch by a power of two, from the default (the
     largest measured) down to the smallest measured."""
     lo, hi = truth.batch_range(app)
-    if global_batch % ranks:  # a submitted count that does not divide it: rounded up, as the user ran it
-        local = global_batch / ranks
+    if global_batch % ranks:  # a submitted count that does not divide it: each rank's part (`runtime.split.rank_part`)
+        local = global_batch / ranks  # in the fewest micro-batches the largest measured batch allows
         return [math.ceil(local / math.ceil(local / hi))]
     m = default_micro(truth, app, global_batch // ranks)
     out = [m]
@@ -199,7 +201,7 @@ def family_of(job: TraceJob, truth: GroundTruth, shares: tuple[int, ...], gpu_me
                 if mem > gpu_mem_mib:
                     continue
                 knobs = {"micro_batch": m, "precision": "fp32", "checkpointing": False}
-                full = {**knobs, "accumulation": math.ceil(job.global_batch / (r * m)), "ranks": r,
+                full = {**knobs, "accumulation": accumulation_for(job.global_batch, m, r), "ranks": r,
                         "global_batch": job.global_batch}
                 name = gang_name(m, r)
                 tput = (truth.gang_speed(job.app, job.global_batch, packed(r, gpus_per_node), m)

@@ -122,6 +122,20 @@ def test_reshape_1_2_4_1_ranks_stays_within_rounding(tmp_path, reference, capsys
     assert seed_diff > 1000 * max(reshape_diff, 1e-8)
 
 
+def test_three_ranks_on_a_batch_they_do_not_divide_compute_the_one_process_run(tmp_path, reference, capsys):
+    # 32 samples on 3 ranks: parts of 11, 11 and 10, each in micro-batches of at most 4 (4, 4, 3 and 4, 4, 2),
+    # each weighted by its samples; stopped and resumed at 2 ranks on the way.
+    uneven = shape(4, 3, 3)
+    assert [uneven.rank_part(r)[1] for r in range(3)] == [11, 11, 10]
+    [(params, runs)] = run_jobs((tmp_path, [(uneven, 3), (shape(4, 4, 2), -1)], 0))
+    assert [r[0][1]["status"] for r in runs] == ["checkpointed", "done"]
+    diff = rel(params, reference[0])
+    with capsys.disabled():
+        print(f"\n  3 ranks on a batch of 32 (11, 11, 10), then 2: max rel param diff {diff:.2e}")
+    assert diff <= 1e-5
+    assert rel(reference[1], reference[0]) > 1000 * max(diff, 1e-8)
+
+
 def test_resume_at_the_same_world_size_is_bit_identical(tmp_path, reference, capsys):
     (straight, _), (resumed, runs) = run_jobs(
         (tmp_path / "straight", [(shape(4, 4, 2), -1)], 0),

@@ -83,7 +83,7 @@ def test_every_bad_variable_is_named_at_once():
 def test_a_shape_that_changes_the_global_batch_is_refused():
     with pytest.raises(ConfigError, match="must keep the global batch"):
         current_shape(dict(TRAIN_ENV, ELASTICO_ACCUMULATION="3"))
-    with pytest.raises(ConfigError, match="!= global_batch"):
+    with pytest.raises(ConfigError, match="does not split global_batch 32"):
         TrainShape(32, 16, 3)
 
 
@@ -145,7 +145,8 @@ def test_ranks_are_read_round_trip_and_default_to_one():
     env = shape_env(two)
     assert env["ELASTICO_RANKS"] == "2"
     assert current_shape(env) == two
-    assert two.rank_batch == 16
+    assert [two.rank_part(r) for r in range(2)] == [(0, 16), (16, 16)]
+    assert two.micro_parts(1) == [(0, 4), (4, 4), (8, 4), (12, 4)] and two.micro_count == 8
     absent = dict(TRAIN_ENV)
     assert current_train_shape(absent).ranks == 1  # no ELASTICO_RANKS: one rank, as before
 
@@ -153,7 +154,8 @@ def test_ranks_are_read_round_trip_and_default_to_one():
 def test_ranks_must_keep_the_global_batch_and_every_problem_is_named():
     with pytest.raises(ConfigError) as err:
         current_shape(dict(TRAIN_ENV, ELASTICO_RANKS="2"))  # 16 x 2 x 2 = 64 != 32
-    assert "ELASTICO_RANKS=2 = 64 but ELASTICO_GLOBAL_BATCH=32" in str(err.value)
+    assert ("does not split ELASTICO_GLOBAL_BATCH=32: a rank's part of 16 samples takes 1 micro-batches of at most "
+            "16, not 2") in str(err.value)
     assert current_train_shape(dict(TRAIN_ENV, ELASTICO_RANKS="2", ELASTICO_ACCUMULATION="1")).ranks == 2
     with pytest.raises(ConfigError) as err:
         current_shape(dict(TRAIN_ENV, ELASTICO_RANKS="zero", ELASTICO_PRECISION="fp4"))
@@ -161,8 +163,27 @@ def test_ranks_must_keep_the_global_batch_and_every_problem_is_named():
     assert "ELASTICO_PRECISION='fp4'" in str(err.value)
     with pytest.raises(ConfigError, match="ranks=0 must be an integer >= 1"):
         TrainShape(32, 16, 2, ranks=0)
-    with pytest.raises(ConfigError, match=r"x ranks 4 = 128 != global_batch 32"):
+    with pytest.raises(ConfigError, match=r"micro_batch 16 is larger than a rank's part \(8\); allowed: at most 8"):
         TrainShape(32, 16, 2, ranks=4)
+    with pytest.raises(ConfigError, match="leave a rank without any; allowed: at most 32 ranks"):
+        TrainShape(32, 1, 1, ranks=33)
+
+
+def test_a_rank_count_that_does_not_divide_the_batch_splits_it_exactly():
+    # 2,048 on 6 ranks (as Pollux's and Sia's traces submit jobs): parts of 342, 342, 341, 341, 341, 341, in
+    # micro-batches of at most 128: three each, the last 86 or 85 samples.
+    six = TrainShape(2048, 128, 3, steps=5, ranks=6, name="r6")
+    parts = [six.rank_part(r) for r in range(6)]
+    assert [n for _, n in parts] == [342, 342, 341, 341, 341, 341]
+    assert [f for f, _ in parts] == [0, 342, 684, 1025, 1366, 1707] and parts[-1][0] + parts[-1][1] == 2048
+    assert six.micro_parts(0) == [(0, 128), (128, 128), (256, 86)] and six.micro_parts(5)[-1] == (256, 85)
+    assert six.micro_count == 18
+    assert current_shape(shape_env(six)) == six  # the environment carries it as it is
+    with pytest.raises(ConfigError, match="a rank's part of 342 samples takes 3 micro-batches of at most 128, not 2"):
+        TrainShape(2048, 128, 2, ranks=6)
+    with pytest.raises(ConfigError) as err:
+        current_shape({**shape_env(six), "ELASTICO_ACCUMULATION": "4"})
+    assert "does not split ELASTICO_GLOBAL_BATCH=2048: a rank's part of 342 samples takes 3" in str(err.value)
 
 
 def test_replicas_and_tensor_parallel_size_round_trip_and_are_checked():

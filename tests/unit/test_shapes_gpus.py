@@ -39,6 +39,22 @@ def test_every_shape_keeps_the_global_batch_across_ranks_and_names_its_rank_coun
     assert by_name["mb4-fp32-gpus4"].knob("accumulation") == 2
 
 
+def test_a_rank_count_that_does_not_divide_the_batch_gets_shapes_the_runtime_runs():
+    # 24 samples on 5 ranks: parts of 5, 5, 5, 5 and 4; the runtime splits them exactly (runtime.split.rank_part).
+    from slurm_elastico.model import Family
+    from slurm_elastico.runtime.shape import runtime_shape
+
+    shapes = {s.name: s for s in enumerate_shapes(parse_spec(train_spec(global_batch=24, micro_batches=[2, 4, 8],
+                                                                        gpus=[1, 5]), "t.yaml"), GPU)}
+    five = {n: s for n, s in shapes.items() if s.resources.gpus == 5}
+    assert set(five) == {"mb2-fp32-gpus5", "mb4-fp32-gpus5"}  # no micro batch of 8: larger than a part
+    assert [five[n].knob("accumulation") for n in sorted(five)] == [3, 2]  # 2 + 2 + 1, 4 + 1
+    family = Family(kind="train", shapes=tuple(shapes.values()), total_work=10.0, name="t", default=next(iter(shapes)))
+    for s in five.values():
+        run = runtime_shape(family, s)
+        assert (run.ranks, run.global_batch, run.accumulation) == (5, 24, s.knob("accumulation"))
+
+
 def test_a_family_without_gpus_is_the_same_as_before():
     plain = enumerate_shapes(parse_spec(train_spec(gpus=[1]), "t.yaml"), GPU)
     old = enumerate_shapes(parse_spec({k: v for k, v in train_spec().items() if k != "gpus"}, "t.yaml"), GPU)
@@ -61,9 +77,16 @@ def test_every_impossible_combination_is_listed_in_one_error():
     with pytest.raises(ConfigError) as err:
         parse_spec(train_spec(global_batch=24, micro_batches=[4, 8], gpus=[1, 5, 6, 8]), "t.yaml")
     text = str(err.value)
-    assert "gpus: [5] do not divide global_batch 24" in text  # 8 divides 24, but 3 samples a rank fit no micro batch:
+    # 8 divides 24, but 3 samples a rank fit no micro batch; 5 does not divide it (parts of 5 and 4 samples,
+    # micro batches of at most 4 fit) and 6 ranks x micro 4 x 1 = 24 fits.
     assert "gpus: 8 ranks compute 3 samples each a step, and no micro batch of [4, 8] divides 3" in text
-    assert "gpus: 6 ranks" not in text and len(err.value.problems) == 2  # 6 ranks x micro 4 x 1 = 24 fits
+    assert "gpus: 6 ranks" not in text and "gpus: 5 ranks" not in text and len(err.value.problems) == 1
+    with pytest.raises(ConfigError) as err:
+        parse_spec(train_spec(global_batch=24, micro_batches=[8, 24], gpus=[1, 5, 25]), "t.yaml")
+    text = str(err.value)
+    assert ("gpus: 5 ranks compute at most 5 samples each a step, and every micro batch of [8, 24] is larger; "
+            "allowed: a micro batch of at most 5, or fewer ranks") in text
+    assert "gpus: 25 ranks for global_batch 24 leave a rank without samples; allowed: at most 24 ranks" in text
     with pytest.raises(ConfigError) as err:
         parse_spec(train_spec(global_batch=32, micro_batches=[16], gpus=[1, 4]), "t.yaml")
     assert ("gpus: 4 ranks compute 8 samples each a step, and no micro batch of [16] divides 8; "
@@ -88,11 +111,11 @@ def test_inference_gpus_need_a_replica_rule_and_get_their_knob():
 
 def test_mixed_error_kinds_come_together():
     with pytest.raises(ConfigError) as err:
-        parse_spec(train_spec(gpus=[2, 4], mps_shares=[50], global_batch=30, micro_batches=[5]), "t.yaml")
+        parse_spec(train_spec(gpus=[2, 4, 8], mps_shares=[50], global_batch=30, micro_batches=[5]), "t.yaml")
     text = str(err.value)
     assert "mps_shares: only a 1-GPU shape takes an MPS share" in text
-    assert "gpus: [4] do not divide global_batch 30" in text
-    assert len(err.value.problems) == 2  # 2 ranks x micro 5 x 3 = 30 fits: no problem with 2
+    assert "gpus: 8 ranks compute at most 4 samples each a step, and every micro batch of [5] is larger" in text
+    assert len(err.value.problems) == 2  # 2 ranks x micro 5 x 3 = 30 fits; 4 ranks take 8 or 7 samples: 5 + 3, 5 + 2
 
 
 def test_estimate_scaling_rule_and_declared_override():

@@ -143,3 +143,22 @@ def test_elastico_gets_the_families_elastico_submit_starts_and_a_baseline_the_se
     fam = run.families[1]
     assert any(s.resources.gpus for s in fam.shapes)
     assert {s.resources.mps for s in fam.shapes if not s.resources.gpus} == shares
+
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_a_family_on_a_count_that_does_not_divide_its_batch_has_only_shapes_the_runtime_runs(adaptive):
+    # Sia's and Pollux's traces submit jobs on GPU counts that do not divide their batch (2,048 on 6 GPUs: half of
+    # Sia's Philly jobs). The runtime splits it exactly (parts of 342 and 341 samples: `runtime.split.rank_part`),
+    # so the simulator's shape at 6 GPUs is one the runtime accepts, knobs and all, at the job's own batch.
+    from slurm_elastico.runtime.shape import runtime_shape
+
+    truth = GroundTruth()
+    job = TraceJob(1, 0.0, "train", "cifar10", 6, 10.0, 2048)
+    fam = family_of(job, truth, (100,), 16384, adaptive=adaptive, max_gpus=16, gpus_per_node=4)
+    assert fam.default_shape.resources.gpus == 6 and fam.default_shape.knob("global_batch") == 2048
+    for s in fam.shapes:
+        run = runtime_shape(fam, s)  # a ConfigError names a split the runtime refuses
+        assert (run.micro_batch, run.accumulation) == (s.knob("micro_batch"), s.knob("accumulation")), s.name
+    six = runtime_shape(fam, fam.default_shape)
+    assert six.ranks == 6 and sum(six.rank_part(r)[1] for r in range(6)) == 2048
