@@ -158,8 +158,8 @@ def rate(truth: GroundTruth, job: Emulated, knobs: Knobs, share: int,
         part = -(-job.global_batch // knobs.ranks)  # the largest rank's part (`runtime.split.rank_part`)
         if knobs.micro_batch < 1 or knobs.ranks > job.global_batch or knobs.micro_batch > part:
             raise ConfigError(SOURCE, [f"micro_batch {knobs.micro_batch!r} on {knobs.ranks} ranks does not split "
-                                       f"global batch {job.global_batch}; allowed: at most {part} a micro batch, "
-                                       f"at most {job.global_batch} ranks"])
+                                       f"global batch {job.global_batch}; allowed: a micro batch of at most {part}, "
+                                       f"and at most {job.global_batch} ranks"])
         placement = tuple(nodes) if sum(nodes) == knobs.ranks else (knobs.ranks,)
         return truth.gang_speed(job.app, job.global_batch, placement, knobs.micro_batch)
     at_share, whole = solo_speeds(truth, job, knobs, share)

@@ -71,8 +71,8 @@ from typing import Any
 
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.inputs import shorten
-from slurm_elastico.shapes.spec_batch import BatchRule, batch_rule_of, other_batch_name
 from slurm_elastico.runtime.split import offered
+from slurm_elastico.shapes.spec_batch import BatchRule, batch_rule_of, other_batch_name
 from slurm_elastico.shapes.spec_text import _bound, _divisors, _some, _yaml_float
 from slurm_elastico.shapes.spec_types import declared_name_problem, gpu_types_of
 
