@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     main_rank = os.environ.get("RANK", "0") == "0"  # several ranks (elastico-run's srun step): rank 0 speaks
     say = print if main_rank else (lambda *a, **k: None)
     ranks = f" x {shape.ranks} ranks" if shape.ranks > 1 else ""
+    if shape.global_batch % shape.ranks:  # each rank its part (one sample apart), in micro-batches of at most micro
+        parts = " + ".join(str(shape.rank_part(r)[1]) for r in range(shape.ranks))
+        ranks = f" at most a rank, {shape.ranks} ranks of {parts}"
     say(f"train_tiny: shape {shape.name or '-'}: micro {shape.micro_batch} x {shape.accumulation}{ranks} = "
         f"{shape.global_batch}, {shape.precision}, checkpointing {'on' if shape.checkpointing else 'off'}, "
         f"{shape.steps} steps" + (f" of batch {shape.base_batch} ({shape.lr_scaling} learning rate)"
