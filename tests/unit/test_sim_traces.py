@@ -145,7 +145,6 @@ def test_elastico_gets_the_families_elastico_submit_starts_and_a_baseline_the_se
     assert {s.resources.mps for s in fam.shapes if not s.resources.gpus} == shares
 
 
-
 @pytest.mark.parametrize("adaptive", [False, True])
 def test_a_family_on_a_count_that_does_not_divide_its_batch_has_only_shapes_the_runtime_runs(adaptive):
     # Sia's and Pollux's traces submit jobs on GPU counts that do not divide their batch (2,048 on 6 GPUs: half of
