@@ -160,13 +160,16 @@ def test_a_taken_port_is_refused_before_anything_starts(make_cluster):
     assert cluster.status().stopped
 
 
+KERNEL_PORTS = host.kernel_port_ranges()
+"""The kernel's range for outgoing connections (None: unreadable), a setting of the host."""
+
+
+@pytest.mark.skipif(KERNEL_PORTS is None or KERNEL_PORTS[0][0] > 60000,
+                    reason=f"the kernel's range for outgoing connections is unreadable or above the highest port "
+                           f"base (60000): {KERNEL_PORTS}")
 def test_a_port_base_in_the_kernels_outgoing_range_is_refused_before_anything_starts(make_cluster):
     # Ports there are taken now and then by any program's outgoing connection: a daemon would fail at random.
-    kernel = host.kernel_port_ranges()
-    if kernel is None or kernel[0][0] > 60000:
-        pytest.skip(f"the kernel's range for outgoing connections is unreadable or above the highest port base "
-                    f"(60000): {kernel}")
-    (first, last), reserved = kernel
+    (first, last), reserved = KERNEL_PORTS
     base = first
     ports = Ports.from_base(base)
     clash = config.ephemeral([ports.slurmctld, ports.slurmd(1)], (first, last), reserved)
