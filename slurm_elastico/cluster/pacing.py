@@ -58,6 +58,7 @@ from pathlib import Path
 
 from slurm_elastico.cluster.gpu_types import node_types, parse_gpu_types
 from slurm_elastico.errors import ConfigError, ElasticoError
+from slurm_elastico.runtime.split import accumulation_for, split_problem
 from slurm_elastico.sim.truth import GPU_MEM_MIB, GroundTruth
 
 UNKNOWN = ("unknown", 0)
@@ -155,11 +156,12 @@ def rate(truth: GroundTruth, job: Emulated, knobs: Knobs, share: int,
     Slurm has said, all on one node), alone: `gang_speed`, and `share` and `others` do not count.
     """
     if job.kind == "train" and knobs.ranks > 1:
-        part = -(-job.global_batch // knobs.ranks)  # the largest rank's part (`runtime.split.rank_part`)
-        if knobs.micro_batch < 1 or knobs.ranks > job.global_batch or knobs.micro_batch > part:
+        problem = "micro_batch must be >= 1" if knobs.micro_batch < 1 else split_problem(
+            job.global_batch, knobs.micro_batch, accumulation_for(job.global_batch, knobs.micro_batch, knobs.ranks),
+            knobs.ranks)
+        if problem:
             raise ConfigError(SOURCE, [f"micro_batch {knobs.micro_batch!r} on {knobs.ranks} ranks does not split "
-                                       f"global batch {job.global_batch}; allowed: a micro batch of at most {part}, "
-                                       f"and at most {job.global_batch} ranks"])
+                                       f"global batch {job.global_batch}: {problem}"])
         placement = tuple(nodes) if sum(nodes) == knobs.ranks else (knobs.ranks,)
         return truth.gang_speed(job.app, job.global_batch, placement, knobs.micro_batch)
     at_share, whole = solo_speeds(truth, job, knobs, share)

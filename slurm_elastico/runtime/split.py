@@ -20,17 +20,21 @@ def rank_part(global_batch: int, ranks: int, rank: int) -> tuple[int, int]:
     return rank * base + min(rank, extra), base + (rank < extra)
 
 
+def largest_part(global_batch: int, ranks: int) -> int:
+    """Samples of the largest rank part (rank 0's, `rank_part`): the part that sets a step's pace."""
+    return -(-global_batch // ranks)
+
+
 def accumulation_for(global_batch: int, micro_batch: int, ranks: int) -> int:
     """Micro-batches of `micro_batch` the largest rank part of `global_batch` over `ranks` takes (ELASTICO_ACCUMULATION
     of that split: global_batch / (micro_batch x ranks) when they divide it)."""
-    largest = -(-global_batch // ranks)
-    return -(-largest // micro_batch)
+    return -(-largest_part(global_batch, ranks) // micro_batch)
 
 
 def split_problem(global_batch: int, micro: int, accumulation: int, ranks: int) -> str:
     """Why `accumulation` micro-batches of `micro` on `ranks` ranks are not a split of `global_batch` ("": they are):
     the largest rank part (`rank_part`) must take exactly `accumulation` pieces of at most `micro`."""
-    largest = -(-global_batch // ranks)
+    largest = largest_part(global_batch, ranks)
     if ranks > global_batch:
         return f"{ranks} ranks for {global_batch} samples leave a rank without any; allowed: at most {global_batch} ranks"
     if micro > largest:
@@ -46,4 +50,4 @@ def offered(global_batch: int, ranks: int, micro: int) -> bool:
     part into equal pieces where the ranks divide `global_batch`, else any no larger than the largest part."""
     if global_batch % ranks == 0:
         return (global_batch // ranks) % micro == 0
-    return ranks <= global_batch and micro <= -(-global_batch // ranks)
+    return ranks <= global_batch and micro <= largest_part(global_batch, ranks)

@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from slurm_elastico.runtime.split import accumulation_for, largest_part
+
 MIB = 1024.0 * 1024.0
 CUDA_CONTEXT_MIB = 600.0
 """Per-process CUDA context and allocator slack, on every shape."""
@@ -88,8 +90,8 @@ def train(hints: Mapping[str, float], global_batch: int, micro: int, precision: 
     h = {**TRAIN_DEFAULTS, **hints}
     knee = h["micro_batch_knee"]
     t_sample = h["step_time_s"] / ((base_batch or global_batch) + knee)
-    per_rank = -(-global_batch // ranks)  # the largest rank's part (`runtime.split.rank_part`) sets the pace
-    accumulation = -(-per_rank // micro)
+    per_rank = largest_part(global_batch, ranks)
+    accumulation = accumulation_for(global_batch, micro, ranks)
     step = t_sample * (per_rank + accumulation * knee) * PRECISION_SPEED[precision]
     if ckpt:
         step *= CKPT_TIME

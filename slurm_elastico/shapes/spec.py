@@ -71,7 +71,7 @@ from typing import Any
 
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.inputs import shorten
-from slurm_elastico.runtime.split import offered
+from slurm_elastico.runtime.split import largest_part, offered
 from slurm_elastico.shapes.spec_batch import BatchRule, batch_rule_of, other_batch_name
 from slurm_elastico.shapes.spec_text import _bound, _divisors, _some, _yaml_float
 from slurm_elastico.shapes.spec_types import declared_name_problem, gpu_types_of
@@ -443,7 +443,7 @@ def _batch_problems(c: _Checker, global_batch: int, micro: tuple[int, ...], gpus
                           f"({_divisors(global_batch // n)}), or fewer ranks")
             found = True
         elif not any(offered(global_batch, n, m) for m in micro):
-            part = -(-global_batch // n)
+            part = largest_part(global_batch, n)
             c.bad("gpus", f"{n} ranks compute at most {part} samples each a step, and every micro batch of "
                           f"{list(micro)} is larger; allowed: a micro batch of at most {part}, or fewer ranks")
             found = True

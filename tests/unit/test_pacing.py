@@ -71,8 +71,9 @@ def test_a_data_parallel_job_ends_when_the_pacing_rate_on_its_placement_says(gpu
     speed = pacing.rate(TRUTH, job, knobs, 100, nodes=placement)
     assert speed != pacing.rate(TRUTH, job, pacing.Knobs(micro_batch=12), 100)  # not the one-GPU rate
     assert run.jobs[0].jct == pytest.approx(50 / speed, rel=1e-9)
-    with pytest.raises(ConfigError, match=f"on {gpus} ranks does not split global batch 48; allowed: a micro "
-                                          f"batch of at most {48 // gpus}"):
+    with pytest.raises(ConfigError, match=f"on {gpus} ranks does not split global batch 48: micro_batch "
+                                          f"{48 // gpus + 1} is larger than a rank's part \\({48 // gpus}\\); "
+                                          f"allowed: at most {48 // gpus}"):
         pacing.rate(TRUTH, job, pacing.Knobs(micro_batch=48 // gpus + 1, ranks=gpus), 100)  # larger than a part
 
 
