@@ -19,7 +19,9 @@ epoch's time when most GPUs fail on memory, CPUs or interference. GPUs the
 gain rule's cheap bound rules out, and questions `fits` already answered no
 to on an unchanged GPU (jobs of one family ask the same), are passed over
 without counting: under the gain rule most shared GPUs are no place for most
-jobs, and the tries would otherwise run out before a GPU that fits.
+jobs, and the tries would otherwise run out before a GPU that fits. A GPU
+Slurm would never give a share on its node (a lower one there has at least
+its shares free) is not visited at all (`planner.shadows`).
 """
 
 from __future__ import annotations
@@ -31,13 +33,15 @@ from slurm_elastico.planner.admission import Admission
 from slurm_elastico.planner.gangs import even_split, fewest_nodes
 from slurm_elastico.planner.gpu_choice import whole_gpus
 from slurm_elastico.planner.seats import Row, Seat
+from slurm_elastico.planner.shadows import GPU_MASK, OpenGpus
 from slurm_elastico.planner.slowdown import PairCache
 from slurm_elastico.planner.slurm_picks import SlurmPicks
 
 
-class GpuState(SlurmPicks, Admission):
+class GpuState(SlurmPicks, Admission, OpenGpus):
     """The GPUs of one epoch: the ledger (below), Slurm's choice of GPU (`SlurmPicks`), admission
-    (`Admission`), and the searches for a place (`find`, `find_gang`)."""
+    (`Admission`), the GPUs a share search visits (`OpenGpus`), and the searches for a place (`find`,
+    `find_gang`)."""
 
     def __init__(self, gpu_node: list[int], free_share: list[int], free_mem: list[float],
                  node_cpu: list[float], node_mem: list[float], cache: PairCache, floor: float,
@@ -123,6 +127,7 @@ class GpuState(SlurmPicks, Admission):
         self.changes = 0
         self.cut_short = 0
         self.unplaced: dict[tuple, int] = {}
+        self._init_open()  # each bucket's GPUs that Slurm could give a share (`planner.shadows`)
 
     # -- bookkeeping -------------------------------------------------------
 
@@ -143,6 +148,7 @@ class GpuState(SlurmPicks, Admission):
             del self.type_buckets[t][old][g]
             _move_level(self.type_buckets[t], self.type_levels[t], g, old, value)
             self.type_hi[self.gpu_type[g]] = max(self.type_hi[self.gpu_type[g]], value)
+        self.reshadow(g, old)
         self._hi = max(self._hi, value)
         self._lower_need_min(g)
         # Every GPU of the node: a removal gives back node CPUs and memory any of them may now fit, and any
@@ -394,15 +400,16 @@ class GpuState(SlurmPicks, Admission):
         need, version = self.need, self.version
         refused, refused_at = self.refused, self.refused_at
         key = self.keys.setdefault((row, seat.floor, seat.best_solo), len(self.keys))  # all `fits` reads of `seat`
-        gpu_node, given = self.gpu_node, {}  # node -> the GPU Slurm gives this share there, once per call
-        buckets = self.type_buckets[t] if t >= 0 else self.buckets
+        gives = self.gives_share
+        opened = self.type_open[t] if t >= 0 else self.open  # the buckets' GPUs Slurm could give a share
         tries = 0
         for level in scan:
             at = self.bucket_version[level]
             if self.bucket_refused[level].get(key) == at:
                 continue  # every GPU here said no to this question, and none has changed since
             low = math.inf
-            for g in buckets[level]:
+            for entry in opened[level]:
+                g = entry & GPU_MASK
                 ng = need[g]
                 if ng < low:
                     low = ng
@@ -412,10 +419,7 @@ class GpuState(SlurmPicks, Admission):
                     refused_at[g], refused[g] = version[g], set()
                 elif key in refused[g]:
                     continue  # asked before, nothing changed since: counted then
-                n = gpu_node[g]
-                if n not in given:  # nothing changes during the search: the node's answer holds for all its GPUs
-                    given[n] = self.given(n, row.share, self.asks_one_whole(seat, row, g))
-                if given[n] != g:
+                if not gives(seat, row, g):
                     continue  # Slurm would give this node's share elsewhere: not a try
                 slow = self.fits(seat, row, g)
                 if slow:
