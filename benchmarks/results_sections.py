@@ -250,6 +250,15 @@ def planner_body(f: dict) -> list[str]:
     out += _latency(f.get("latency", [])) + ["", "The same with 30 % of the families data-parallel "
                                                  "(2, 4 and 8-GPU shapes):", ""]
     out += _latency(f.get("latency_gangs", [])) + [""]
+    typed = f.get("latency_type_targets", [])
+    if typed:
+        out += ["The same snapshots on 3 GPU types (nodes of t4, v100 and a100 in turn, every family's shapes on "
+                "each), taking turns with the one-type epochs of the table above (CPU ms, medians; the targets are "
+                "the one-type ones):", ""]
+        out += table(["case", "3 types ms", "one type ms", "ratio", "target ms", "within target"],
+                     [[r.get("case", "n/a"), ms(r.get("cpu_median_s")), ms(r.get("one_type_cpu_median_s")),
+                       fmt(r.get("typed_over_one_type")), ms(r.get("target_s")), fmt(r.get("met"))]
+                      for r in typed]) + [""]
     rows = []
     for r in f.get("latency_trained", []):
         c = r.get("contention_median_s")
