@@ -54,21 +54,26 @@ class NoiseGauge:
         self.micro_sqr = []
 
     def micro_done(self, weight: float) -> None:
-        """The micro-batch just computed is done; its loss was weighted by `weight` (its samples / the batch)."""
-        self.micro_sqr.append(float(self.pending) / weight**2)  # the hook saw weight x the micro-batch mean gradient
+        """The micro-batch just computed is done; its loss was weighted by `weight` (its samples / the batch).
+
+        Kept: its squared gradient norm (the hook saw weight × the micro-batch's mean gradient) times its weight,
+        so that their sum over the step is the size-weighted mean of the pieces' squared norms (`measure`)."""
+        self.micro_sqr.append(float(self.pending) / weight)
         self.pending = 0.0
 
     def measure(self, shape: TrainShape, loss_scale: float, group: Group) -> None:
         """Fold this step's statistics (after the gradients were summed over the ranks) into the estimates.
 
-        The small batch of the noise estimate is the micro-batches' mean size (global batch / their count): a
-        split that does not divide the batch has pieces one sample apart at most, or a shorter last one."""
-        local_sum = group.sum_scalar(sum(self.micro_sqr) / loss_scale**2)  # ... and the loss scale
+        The pieces' squared norms are averaged weighted by their sizes b_i (Σ b_i = B): a piece's expected squared
+        norm is |G|² + S / b_i, so the weighted mean expects |G|² + S · count / B whatever the sizes, which is
+        what `NoiseScale.observe` expects of `count` equal pieces. A split that does not divide the batch (pieces
+        one sample apart, or a shorter last one) is measured without bias; an even split as the plain mean."""
+        local_sqr = group.sum_scalar(sum(self.micro_sqr) / loss_scale**2)  # ... and the loss scale
         count = shape.micro_count
         grads = [p.grad.detach() for p in self.params if p.grad is not None]
         total_sqr = sum(float(g.pow(2).sum(dtype=torch.float64)) for g in grads) / loss_scale**2
         if count >= 2:  # no copy of the gradient: the norms are all it takes
-            self.ns.observe(local_sum / count, total_sqr, count, shape.global_batch)
+            self.ns.observe(local_sqr, total_sqr, count, shape.global_batch)
             self.prev = None
             return
         # One gradient a step: keep it (fp32, one copy of the parameters' size) for the next step's pair.

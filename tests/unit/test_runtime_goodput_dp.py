@@ -57,9 +57,10 @@ def test_two_ranks_take_a_new_batch_in_process_as_a_relaunch_at_it_would_bit_for
 
 def test_three_ranks_on_a_batch_they_do_not_divide_measure_the_noise_of_their_uneven_pieces(tmp_path, capsys):
     # 64 samples on 3 ranks: parts of 22, 21, 21 in micro-batches of at most 8 (8, 8, 6 and 8, 8, 5): each piece's
-    # gradient counts at its own weight. The estimate differs from one process's (8 pieces of 8) only by what
-    # other pieces measure: 13 % here, deterministic; weighting every piece as a full one read 32 % low and took
-    # one step more to the same work.
+    # gradient counts at its own weight, and its squared norm in the estimate at its size (`NoiseGauge.measure`).
+    # The estimate differs from one process's (8 pieces of 8) only by what other pieces measure: 7 % here,
+    # deterministic; the plain mean of the pieces' norms read 13 % high, and weighting every piece as a full one
+    # 32 % low and took one step more to the same work.
     three = TrainShape(64, 8, 3, steps=WORK, ranks=3, lr_scaling="adascale", base_batch=BASE, name="gb64-r3")
     assert [three.rank_part(r)[1] for r in range(3)] == [22, 21, 21] and three.micro_count == 9
     (one, one_runs), (uneven, runs) = run_jobs(
@@ -71,4 +72,4 @@ def test_three_ranks_on_a_batch_they_do_not_divide_measure_the_noise_of_their_un
         print(f"\n  goodput at batch 64: 1 process noise scale {a['grad_noise_scale']:.3f} in {a['step']} steps; "
               f"3 ranks (22, 21, 21) {b['grad_noise_scale']:.3f} in {b['step']} steps; params {rel(uneven, one):.1e}")
     assert b["step"] == a["step"] and b["samples"] == 64 * b["step"]
-    assert abs(b["grad_noise_scale"] - a["grad_noise_scale"]) <= 0.2 * a["grad_noise_scale"]
+    assert abs(b["grad_noise_scale"] - a["grad_noise_scale"]) <= 0.1 * a["grad_noise_scale"]
