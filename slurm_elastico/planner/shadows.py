@@ -55,14 +55,17 @@ class OpenGpus:
         for gpus in self.node_gpus.values():
             for i, g in enumerate(gpus):
                 self.node_rank[g] = i
-            self._shade(gpus, 0, -1)
+            self._shade(gpus, 0, -1, fresh=True)
 
-    def _shade(self, gpus: list[int], start: int, most: int) -> None:
+    def _shade(self, gpus: list[int], start: int, most: int, fresh: bool = False) -> None:
         """`lower_most` and `shadowed` of the node's GPUs from its `start`-th on, `most` the most shares free or
-        reserved below it; a GPU whose shadow changes leaves its open list or enters it."""
+        reserved below it; a GPU whose shadow changes leaves its open list or enters it. Unless `fresh` (nothing
+        set yet), it stops at the first GPU whose `lower_most` stays: from there on nothing it reads has changed."""
         free, blocked, lower_most, shadowed = self.free_share, self.blocked, self.lower_most, self.shadowed
         even = self.even_node[self.gpu_node[gpus[0]]]
         for k in gpus[start:]:
+            if lower_most[k] == most and not fresh:
+                return
             lower_most[k] = most
             s = even and most >= free[k]
             if s != shadowed[k]:
@@ -109,9 +112,11 @@ class OpenGpus:
             entry = self.stamp[g] << GPU_BITS | g  # the newest stamp: the list's end
             for per_level in lists:
                 per_level[value].append(entry)
-        gpus = self.node_gpus[node]
-        if len(gpus) > 1:
-            self._shade(gpus, self.node_rank[g] + 1, max(most, value + self.blocked[g]))
+        gpus, above = self.node_gpus[node], self.node_rank[g] + 1
+        if above < len(gpus):
+            most = max(most, value + self.blocked[g])
+            if self.lower_most[gpus[above]] != most:  # else nothing above g changes (`_shade`)
+                self._shade(gpus, above, most)
 
     def gives_share(self, seat, row, g: int) -> bool:
         """`SlurmPicks.slurm_gives` for `seat` at `row` on GPU g, which has the row's shares free: for an `mps:N`
