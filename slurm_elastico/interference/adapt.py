@@ -82,6 +82,14 @@ def class_of(profile: SoloProfile, kind: str) -> str:
     return f"|{profile.kind}|{profile.precision}|{batch}|{profile.throughput:.4g}"
 
 
+
+def _add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a + b, into a where b broadcasts to a's shape."""
+    if np.broadcast_shapes(a.shape, np.shape(b)) == a.shape:
+        a += b
+        return a
+    return a + b
+
 @dataclass(frozen=True)
 class TypeFit:
     """The adaptation of one GPU type: its parameters, what chose them, and the calibration they carry."""
@@ -115,8 +123,13 @@ class TypeFit:
 
     def slowdown(self, model_s: np.ndarray, own: np.ndarray, partner: np.ndarray) -> np.ndarray:
         """Ŝ >= 1 of each pair from the model's slowdown of it, the job's own correction and its partner's."""
-        log_s = self.offset + self.scale * np.log(np.maximum(np.asarray(model_s, dtype=float), 1.0)) + own + partner
-        return np.exp(np.maximum(log_s, 0.0))
+        # In place where the shapes allow (the planner's table of every pair: a temporary costs as its arithmetic).
+        log_s = np.log(np.maximum(np.asarray(model_s, dtype=float), 1.0))
+        log_s *= self.scale
+        log_s += self.offset
+        log_s = _add(_add(log_s, own), partner)
+        np.maximum(log_s, 0.0, out=log_s)
+        return np.exp(log_s, out=log_s)
 
     def to_dict(self) -> dict:
         """What the adaptation chose, for reports; an infinite penalty (that part not fitted) is null in JSON."""

@@ -137,13 +137,24 @@ def thresholds(groups: Sequence[Group], by_group: str = "pooled", target: float 
 
 
 def margins(pred: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Margin of each pair whose predicted worst normalized throughput is `pred`, under thresholds `t`."""
+    """Margin of each pair whose predicted worst normalized throughput is `pred`, under thresholds `t`.
+
+    (In place on arrays of pred's size: the planner asks it of every pair of an epoch's few hundred profiles at
+    once, where each temporary of that size costs about as much as its arithmetic.)"""
     pred = np.asarray(pred, dtype=float)
-    top = np.searchsorted(t, pred, side="right") - 1  # the highest floor with t(f) <= pred (t is nondecreasing)
-    level = _FLOORS[np.maximum(top, 0)]
+    top = np.searchsorted(t, pred, side="right")
+    top -= 1  # the highest floor with t(f) <= pred (t is nondecreasing)
+    some = top >= 0
+    some &= np.isfinite(pred)
+    np.maximum(top, 0, out=top)
+    out = _FLOORS.take(top)  # the floor L(p)
     with np.errstate(invalid="ignore"):
         # (1 − 1e-12): floor × (1 + margin) <= pred must hold at floor L(p) itself, whatever the rounding
-        return np.where((top >= 0) & np.isfinite(pred), pred / level * (1.0 - 1e-12) - 1.0, math.inf)
+        np.divide(pred, out, out=out)
+        out *= 1.0 - 1e-12
+        out -= 1.0
+    out[~some] = math.inf
+    return out
 
 
 def to_json(t: np.ndarray) -> list[float | None]:

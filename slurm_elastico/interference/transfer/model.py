@@ -95,7 +95,11 @@ class PriorCorrected:
     def _table(self, profiles: Sequence[SoloProfile], parts: tuple | None = None) -> np.ndarray:
         """Correction f of every pair of `profiles` (i next to j); `parts`: their `_parts`, if computed already."""
         k, own, partner, near = self._parts(profiles) if parts is None else parts
-        return (k @ self._pair_weights) @ k.T + np.outer(near, near) * (own[:, None] + partner[None, :])
+        table = (k @ self._pair_weights) @ k.T
+        linear = np.outer(near, near)
+        linear *= own[:, None] + partner[None, :]  # (in place: at a few hundred profiles a temporary costs as much)
+        table += linear
+        return table
 
     def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:
         """Slowdown S >= 1 of a[k] next to b[k], for every k."""
