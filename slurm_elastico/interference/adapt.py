@@ -82,13 +82,13 @@ def class_of(profile: SoloProfile, kind: str) -> str:
     return f"|{profile.kind}|{profile.precision}|{batch}|{profile.throughput:.4g}"
 
 
-
 def _add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a + b, into a where b broadcasts to a's shape."""
     if np.broadcast_shapes(a.shape, np.shape(b)) == a.shape:
         a += b
         return a
     return a + b
+
 
 @dataclass(frozen=True)
 class TypeFit:

@@ -142,12 +142,12 @@ def margins(pred: np.ndarray, t: np.ndarray) -> np.ndarray:
     (In place on arrays of pred's size: the planner asks it of every pair of an epoch's few hundred profiles at
     once, where each temporary of that size costs about as much as its arithmetic.)"""
     pred = np.asarray(pred, dtype=float)
-    top = np.searchsorted(t, pred, side="right")
+    top = np.asarray(np.searchsorted(t, pred, side="right"))
     top -= 1  # the highest floor with t(f) <= pred (t is nondecreasing)
     some = top >= 0
     some &= np.isfinite(pred)
     np.maximum(top, 0, out=top)
-    out = _FLOORS.take(top)  # the floor L(p)
+    out = np.asarray(_FLOORS.take(top))  # the floor L(p)
     with np.errstate(invalid="ignore"):
         # (1 − 1e-12): floor × (1 + margin) <= pred must hold at floor L(p) itself, whatever the rounding
         np.divide(pred, out, out=out)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 
+from slurm_elastico.planner.seats import Row, Seat
 
 GPU_BITS = 32
 """An open list's entry is stamp << GPU_BITS | GPU: ints sort by stamp, and compare faster than pairs."""
@@ -118,7 +119,7 @@ class OpenGpus:
             if self.lower_most[gpus[above]] != most:  # else nothing above g changes (`_shade`)
                 self._shade(gpus, above, most)
 
-    def gives_share(self, seat, row, g: int) -> bool:
+    def gives_share(self, seat: Seat, row: Row, g: int) -> bool:
         """`SlurmPicks.slurm_gives` for `seat` at `row` on GPU g, which has the row's shares free: for an `mps:N`
         job read off `lower_most` (Slurm gives GPU g exactly when `lower_most[g]` < N), for a `gpu:1` job asked
         of the ledger."""
