@@ -52,7 +52,7 @@ class Admission:
         """
         if self.free_share[g] < row.share or self.free_mem[g] < row.mem or not self.on_type(row, g):
             return 0.0
-        if not stays and not self.gives_share(seat, row, g):
+        if not stays and not self.slurm_gives(g, row.share, self.asks_one_whole(seat, row, g)):
             return 0.0
         n = self.gpu_node[g]
         if self.node_cpu[n] < row.cpus or self.node_mem[n] < row.hmem:

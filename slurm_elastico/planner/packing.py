@@ -400,7 +400,7 @@ class GpuState(SlurmPicks, Admission, OpenGpus):
         need, version = self.need, self.version
         refused, refused_at = self.refused, self.refused_at
         key = self.keys.setdefault((row, seat.floor, seat.best_solo), len(self.keys))  # all `fits` reads of `seat`
-        gives = self.gives_share
+        gives, whole = self.slurm_gives, self.asks_one_whole
         opened = self.type_open[t] if t >= 0 else self.open  # the buckets' GPUs Slurm could give a share
         tries = 0
         for level in scan:
@@ -419,7 +419,7 @@ class GpuState(SlurmPicks, Admission, OpenGpus):
                     refused_at[g], refused[g] = version[g], set()
                 elif key in refused[g]:
                     continue  # asked before, nothing changed since: counted then
-                if not gives(seat, row, g):
+                if not gives(g, row.share, whole(seat, row, g)):
                     continue  # Slurm would give this node's share elsewhere: not a try
                 slow = self.fits(seat, row, g)
                 if slow:

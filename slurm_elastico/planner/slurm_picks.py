@@ -29,8 +29,12 @@ class SlurmPicks:
         return seat.whole and row.share >= self.total_share[g]
 
     def slurm_gives(self, g: int, share: int, whole: bool = False) -> bool:
-        """Whether Slurm gives a job pinned to GPU g's node that very GPU (`given`)."""
-        return self.given(self.gpu_node[g], share, whole) == g
+        """Whether Slurm gives a job pinned to GPU g's node that very GPU (`given`): an `mps:share` job read off
+        the most shares free or reserved below g on its node (`OpenGpus.lower_most`, which `given`'s rule
+        implies: the lowest GPU with the shares), a `gpu:1` job (`whole`) by `given` itself."""
+        if whole:
+            return self.given(self.gpu_node[g], share, True) == g
+        return self.lower_most[g] < share <= self.free_share[g] + self.blocked[g]
 
     def given(self, node: int, share: int, whole: bool = False) -> int:
         """The GPU Slurm gives an `mps:share` job pinned to `node` (`gpu_choice.mps_gpu`), or -1; with `whole`, a

@@ -45,7 +45,7 @@ from functools import lru_cache
 import numpy as np
 
 from slurm_elastico.model import Family, Resources, Shape
-from slurm_elastico.runtime.split import accumulation_for
+from slurm_elastico.runtime.split import accumulation_for, largest_part
 from slurm_elastico.shapes.enumerate import pareto
 from slurm_elastico.shapes.spec import shape_name
 from slurm_elastico.sim.trace import TraceJob, default_micro
@@ -62,8 +62,8 @@ def micro_batches(truth: GroundTruth, app: str, global_batch: int, ranks: int = 
     """Micro-batches dividing each rank's part of the global batch by a power of two, from the default (the
     largest measured) down to the smallest measured."""
     lo, hi = truth.batch_range(app)
-    if global_batch % ranks:  # a submitted count that does not divide it: each rank's part (`runtime.split.rank_part`)
-        local = global_batch / ranks  # in the fewest micro-batches the largest measured batch allows
+    if global_batch % ranks:  # a submitted count that does not divide it: the largest rank part (`runtime.split`)
+        local = largest_part(global_batch, ranks)  # in the fewest micro-batches the largest measured batch allows
         return [math.ceil(local / math.ceil(local / hi))]
     m = default_micro(truth, app, global_batch // ranks)
     out = [m]

@@ -58,18 +58,18 @@ def _scan_everything(state: GpuState, seat: Seat, row: Row) -> int:
 
 def _check(state: GpuState) -> None:
     for level in range(state.top + 1):
-        assert [e & GPU_MASK for e in state.open[level]] == [g for g in state.buckets[level] if not state.shadowed[g]]
+        assert [e & GPU_MASK for e in state.open[level]] == [g for g in state.buckets[level] if not state.shadowed(g)]
         for t, lists in state.type_open.items():
-            assert [e & GPU_MASK for e in lists[level]] == [g for g in state.type_buckets[t][level] if not state.shadowed[g]]
+            assert [e & GPU_MASK for e in lists[level]] == [g for g in state.type_buckets[t][level] if not state.shadowed(g)]
     for g, free in enumerate(state.free_share):
+        node = state.gpu_node[g]
         for share in range(1, free + 1):
-            gives = state.slurm_gives(g, share)
-            assert state.gives_share(Seat(0, 0.0), _row(share), g) == gives
-            assert not (state.shadowed[g] and gives), f"GPU {g} is shadowed but Slurm gives it mps:{share}"
+            gives = state.given(node, share) == g  # the rule itself (`gpu_choice.mps_gpu` on the node's GPUs)
+            assert state.slurm_gives(g, share) == gives
+            assert not (state.shadowed(g) and gives), f"GPU {g} is shadowed but Slurm gives it mps:{share}"
         if free >= state.total_share[g]:
             whole = state.slurm_gives(g, free, True)
-            assert state.gives_share(Seat(0, 0.0, whole=True), _row(free), g) == whole
-            assert not (state.shadowed[g] and whole), f"GPU {g} is shadowed but Slurm gives it gpu:1"
+            assert not (state.shadowed(g) and whole), f"GPU {g} is shadowed but Slurm gives it gpu:1"
 
 
 @pytest.mark.parametrize("model", ["none", "contention"])
@@ -107,7 +107,7 @@ def test_the_search_skips_only_gpus_slurm_never_gives_and_finds_what_a_full_scan
             g = rng.randrange(12)
             state.block(g, rng.choice([10, 40, 100]))
         _check(state)
-        shadowed_seen += sum(state.shadowed)
+        shadowed_seen += sum(map(state.shadowed, range(12)))
     assert shadowed_seen > 0  # the case the lists are for came up
     if model == "contention":
         assert shared > 0  # and GPUs were shared under the floors and the gain rule
