@@ -437,14 +437,12 @@ def _batch_problems(c: _Checker, global_batch: int, micro: tuple[int, ...], gpus
             c.bad("gpus", f"{n} ranks for global_batch {global_batch} leave a rank without samples; allowed: at most "
                           f"{global_batch} ranks")
             found = True
-        elif global_batch % n == 0 and not any(offered(global_batch, n, m) for m in micro):
-            c.bad("gpus", f"{n} ranks compute {global_batch // n} samples each a step, and no micro batch of "
-                          f"{list(micro)} divides {global_batch // n}; allowed: a micro batch dividing it "
-                          f"({_divisors(global_batch // n)}), or fewer ranks")
-            found = True
         elif not any(offered(global_batch, n, m) for m in micro):
             part = largest_part(global_batch, n)
-            c.bad("gpus", f"{n} ranks compute at most {part} samples each a step, and every micro batch of "
-                          f"{list(micro)} is larger; allowed: a micro batch of at most {part}, or fewer ranks")
+            c.bad("gpus", f"{n} ranks compute {part} samples each a step, and no micro batch of {list(micro)} "
+                          f"divides {part}; allowed: a micro batch dividing it ({_divisors(part)}), or fewer ranks"
+                  if global_batch % n == 0 else
+                  f"{n} ranks compute at most {part} samples each a step, and every micro batch of {list(micro)} "
+                  f"is larger; allowed: a micro batch of at most {part}, or fewer ranks")
             found = True
     return found
