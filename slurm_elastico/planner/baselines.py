@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Action, ActionKind, Family, JobState, JobView, Placement, Plan, Shape, Snapshot
+from slurm_elastico.planner import partitions
 from slurm_elastico.planner.gangs import split
 from slurm_elastico.planner.gpu_choice import start_key
 from slurm_elastico.planner.narrowers import whole_gpu
@@ -92,7 +93,7 @@ def planned_jobs(snapshot: Snapshot, families: Mapping[int, Family], part: str, 
     policy held it (`held_by_us`). Held by someone else, suspended, completing: left alone."""
     for j in snapshot.jobs:
         fam = families.get(j.job_id)
-        if fam is None or not fam.shapes or (part and j.partition != part):
+        if fam is None or not fam.shapes or not partitions.managed(j, part):
             continue
         running = j.state is JobState.RUNNING and bool(j.gpu_alloc)
         pending = (j.state is JobState.PENDING and (held_by_us(j.admin_comment) if j.held else True)

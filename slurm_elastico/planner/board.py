@@ -21,7 +21,7 @@ import numpy as np
 from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import SoloProfile
 from slurm_elastico.model import Family, JobState, JobView, NodeView, Shape, Snapshot
-from slurm_elastico.planner import gpu_choice
+from slurm_elastico.planner import gpu_choice, partitions
 from slurm_elastico.planner.packing import GpuState
 from slurm_elastico.planner.seats import Row, Seat, best_solo
 from slurm_elastico.planner.slowdown import PairCache
@@ -50,6 +50,14 @@ def _named_shape(job: JobView, family: Family) -> Shape | None:
     """The shape of `family` the job's AdminComment names, if any (whatever share it holds)."""
     name = named_in_comment(job.admin_comment)
     return next((s for s in family.shapes if s.name == name), None) if name is not None else None
+
+
+def _on_types(family: Family, kinds: frozenset[str]) -> Family:
+    """`family` without its shapes of other GPU types than `kinds` (untyped shapes stay); its default named only
+    when kept. A family left with no shape has none here: the job is not planned (`table_of`'s caller)."""
+    keep = tuple(s for s in family.shapes if not s.gpu_type or s.gpu_type in kinds)
+    default = family.default if any(s.name == family.default for s in keep) else None
+    return dataclasses.replace(family, shapes=keep, default=default)
 
 
 def shape_of_running(job: JobView, table: Table, held_share: int, shares_per_gpu: int) -> int:
@@ -119,14 +127,20 @@ def read_board(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
 
     # -- families as tables (one per distinct family object) ----------------
     tables: dict[int, Table] = {}
-    narrowed: dict[int, Family] = {}
+    narrowed: dict[object, Family] = {}  # by family id (and the types its partitions have, a running shape)
     levels: dict[int, int] = {}  # share (percent) -> Slurm's count, for all the tables
 
-    def table_of(fam: Family, running: JobView | None = None) -> Table:
+    def table_of(fam: Family, running: JobView | None = None, kinds: frozenset[str] | None = None) -> Table | None:
         key = id(fam)
         if key not in narrowed:
             narrowed[key] = policy.narrow(fam)
         small = narrowed[key]
+        if kinds is not None and any(s.gpu_type and s.gpu_type not in kinds for s in small.shapes):
+            # Its partitions have GPUs of `kinds` only: the shapes of other types are not its to take.
+            key = (key, kinds)
+            if key not in narrowed:
+                narrowed[key] = _on_types(small, kinds)
+            small = narrowed[key]
         if running is not None:
             # A running job keeps the shape it runs as, even one the policy's narrowing drops.
             now_as = _named_shape(running, fam)
@@ -136,6 +150,8 @@ def read_board(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
                 if extra not in narrowed:
                     narrowed[extra] = dataclasses.replace(small, shapes=small.shapes + (now_as,))
                 small = narrowed[extra]
+        if not small.shapes:
+            return None  # no shape of its family runs on its partitions' GPUs: left to Slurm
         t = tables.get(id(small))
         if t is None:
             t = tables[id(small)] = make_table(small, cache, gs.shares_per_gpu, types, levels)
@@ -146,23 +162,37 @@ def read_board(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
     by_id: dict[int, Job] = {}
     solo: dict[int, float] = {}  # `best_solo` of each table, by id
 
-    def seat(jv: JobView, fam: Family, t: Table) -> Seat:
+    def seat(jv: JobView, fam: Family, t: Table, allowed: frozenset[int] | None) -> Seat:
         best = solo.get(id(t))
         if best is None:
             best = solo[id(t)] = best_solo(t.rows)
-        return Seat(jv.job_id, fam.throughput_floor, best_solo=best, whole=jv.whole_gpus > 0)
+        return Seat(jv.job_id, fam.throughput_floor, best_solo=best, whole=jv.whole_gpus > 0, nodes=allowed)
+
+    reach: dict[str, tuple[frozenset[int] | None, frozenset[str] | None]] = {}  # by partition field
+
+    def where_to(jv: JobView) -> tuple[frozenset[int] | None, frozenset[str] | None]:
+        """The nodes of the job's partitions (None: every node here) and their GPU types (None: no limit)."""
+        got = reach.get(jv.partition)
+        if got is None:
+            allowed = partitions.allowed_nodes(jv, nodes)
+            kinds = None if allowed is None else frozenset(nodes[i].gpu_type for i in allowed if nodes[i].gpu_type)
+            got = reach[jv.partition] = (allowed, kinds)
+        return got
 
     for jv in snapshot.jobs:
         fam = families.get(jv.job_id)
-        if fam is None or not fam.shapes or (part and jv.partition != part):
+        if fam is None or not fam.shapes or not partitions.managed(jv, part):
             continue
+        allowed, kinds = where_to(jv)
         if (jv.state is JobState.PENDING and (not jv.held or (policy.allot and preempted_by_us(jv.admin_comment)))
                 and (jv.gres is None or jv.gres.kind in ("mps", "gpu", "gpus"))):
-            t = table_of(fam)
-            by_id[jv.job_id] = Job(jv, t, 1.0, seat(jv, fam, t))
+            t = table_of(fam, kinds=kinds)
+            if t is not None:
+                by_id[jv.job_id] = Job(jv, t, 1.0, seat(jv, fam, t, allowed))
         elif jv.state is JobState.RUNNING:
-            t = table_of(fam, jv)
-            by_id[jv.job_id] = Job(jv, t, 1.0, seat(jv, fam, t), running=True)
+            t = table_of(fam, jv, kinds)
+            if t is not None:
+                by_id[jv.job_id] = Job(jv, t, 1.0, seat(jv, fam, t, allowed), running=True)
     # Stand-ins for what the planner does not manage, one per share, all added before the first lookup
     # (a trained model's scorer covers the profiles it was built for; a later one would rebuild it).
     foreign = {shares: cache.add(SoloProfile(kind="train", mps_share=round(percent_of(shares, gs.shares_per_gpu))))

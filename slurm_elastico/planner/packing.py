@@ -312,37 +312,38 @@ class GpuState(SlurmPicks, Admission, OpenGpus):
         """Whether GPU g is of the type `row` runs on (a row of no type runs on any)."""
         return row.gtype < 0 or self.gpu_type[g] == row.gtype
 
-    def find_gang(self, row: Row) -> tuple[int, ...]:
+    def find_gang(self, row: Row, nodes: frozenset[int] | None = None) -> tuple[int, ...]:
         """Idle GPUs for a data-parallel row as Slurm can be asked for them, or () when they are not there.
 
         P GPUs on each of K nodes (`planner.gangs.even_split`: Slurm's `Gres=gpu:P NumNodes=K-K`), on each the
         ones Slurm takes for `gpu:P` (`gpu_choice.whole_gpus`: its P lowest not held whole, or on 24.11 its P
         lowest with no user; all idle), K the
         fewest nodes the gang can span (`gangs.fewest_nodes`; its throughput was measured there): one node
-        when the gang fits a node (the one with the fewest idle GPUs that can: best fit). Idle: no occupant and every share free. Each node must have the CPUs and host memory for
-        its part (the row's, in proportion to its GPUs there).
+        when the gang fits a node (the one with the fewest idle GPUs that can: best fit). Idle: no occupant and
+        every share free. Each node must have the CPUs and host memory for its part (the row's, in proportion to
+        its GPUs there). `nodes`: the only nodes it may use (its partitions', `Seat.nodes`); None: any.
         """
         n = row.gpus
         if n <= 0 or self.max_free() <= 0:
             return ()
         if (self.all_free.get(row.gtype, 0) if row.gtype >= 0 else sum(self.all_free.values())) < n:
             return ()  # fewer GPUs of its type with every share free than it needs: no node scan
-        asked = (row.gtype, n, row.mem, row.cpus, row.hmem)
+        asked = (row.gtype, n, row.mem, row.cpus, row.hmem, nodes)
         if self.no_gang.get(asked) == self.gained:
             return ()
-        got = self._find_gang(row)
+        got = self._find_gang(row, nodes)
         if not got:
             self.no_gang[asked] = self.gained
         return got
 
-    def _find_gang(self, row: Row) -> tuple[int, ...]:
+    def _find_gang(self, row: Row, nodes: frozenset[int] | None) -> tuple[int, ...]:
         n = row.gpus
         idle: dict[int, list[bool]] = {}
         whole: dict[int, list[bool]] = {}
         unused: dict[int, list[bool] | None] = {}
         for node, gpus in self.node_gpus.items():
-            if not self.node_all_free[node] or not self.on_type(row, gpus[0]):
-                continue  # no GPU with every share free; or not its type (a node's GPUs are of one)
+            if not self.node_all_free[node] or not self.on_type(row, gpus[0]) or nodes is not None and node not in nodes:
+                continue  # no GPU with every share free; or not its type (a node's GPUs are of one), or partition
             ok, held, free = self._idle_whole(node, row.mem)
             if any(ok):
                 idle[node], whole[node], unused[node] = ok, held, free
@@ -382,7 +383,8 @@ class GpuState(SlurmPicks, Admission, OpenGpus):
         GPUs the gain rule's bound rules out (`need`) are passed over without counting as tries, a whole bucket
         at once where its `need_min` does: with the gain rule most shared GPUs are no place for most jobs, and
         `max_tries` would otherwise run out on them before the search reached a GPU the job could take. A bucket
-        scanned to its end gets its exact `need_min` back.
+        scanned to its end gets its exact `need_min` back. Only GPUs of the seat's partitions' nodes (`Seat.nodes`)
+        are tried.
         """
         t = row.gtype
         top = self.max_free() if t < 0 else self.max_free_of(t)
@@ -399,7 +401,8 @@ class GpuState(SlurmPicks, Admission, OpenGpus):
             return -1, 0.0
         need, version = self.need, self.version
         refused, refused_at = self.refused, self.refused_at
-        key = self.keys.setdefault((row, seat.floor, seat.best_solo), len(self.keys))  # all `fits` reads of `seat`
+        nodes, gpu_node = seat.nodes, self.gpu_node  # the nodes of its partitions (None: any)
+        key = self.keys.setdefault((row, seat.floor, seat.best_solo, nodes), len(self.keys))  # what `fits` reads
         gives, whole = self.slurm_gives, self.asks_one_whole
         opened = self.type_open[t] if t >= 0 else self.open  # the buckets' GPUs Slurm could give a share
         tries = 0
@@ -415,6 +418,8 @@ class GpuState(SlurmPicks, Admission, OpenGpus):
                     low = ng
                 if x < ng:
                     continue
+                if nodes is not None and gpu_node[g] not in nodes:
+                    continue  # not a node of its partitions: not a try
                 if refused_at[g] != version[g]:
                     refused_at[g], refused[g] = version[g], set()
                 elif key in refused[g]:

@@ -10,7 +10,7 @@ Slurm would give it, so that the others' shares go elsewhere.
 from __future__ import annotations
 
 from slurm_elastico.model import JobState, JobView, Snapshot
-from slurm_elastico.planner import gpu_choice
+from slurm_elastico.planner import gpu_choice, partitions
 from slurm_elastico.planner.board import Board
 from slurm_elastico.planner.gpu_choice import mps_gpu
 from slurm_elastico.planner.packing import GpuState
@@ -33,7 +33,7 @@ def reserve_head(snapshot: Snapshot, part: str, board: Board, reserve: bool, not
 
 def _queue_head(snapshot: Snapshot, part: str) -> int | None:
     """The pending, unheld job Slurm would start first: highest priority, then oldest, then lowest id."""
-    cands = [j for j in snapshot.jobs if j.state is JobState.PENDING and not j.held and (not part or j.partition == part)]
+    cands = [j for j in snapshot.jobs if j.state is JobState.PENDING and not j.held and partitions.managed(j, part)]
     if not cands:
         return None
     return min(cands, key=gpu_choice.start_key).job_id
@@ -41,13 +41,18 @@ def _queue_head(snapshot: Snapshot, part: str) -> int | None:
 
 def _reserve_foreign(job: JobView, state: GpuState, nodes, where) -> str:
     """Hold back what a family-less head job asked for: mps:N on the GPU Slurm would give it (the first with room,
-    in node and GPU order: `planner.gpu_choice`), gpu:N whole GPUs on one node."""
+    in node and GPU order: `planner.gpu_choice`), gpu:N whole GPUs on one node; on its partitions' nodes only."""
     if job.gres is None:
         return ""
+    allowed = partitions.allowed_nodes(job, nodes)
+    if allowed is not None:
+        nodes = [n for i, n in enumerate(nodes) if i in allowed]
     if job.gres.kind == "mps":
-        g = mps_gpu(state.free_share, job.gres.count) if job.gres.count > 0 else -1
-        if g < 0:
+        mine = [where[(n.name, gv.index)] for n in nodes for gv in n.gpus]  # in node and GPU order
+        k = mps_gpu([state.free_share[g] for g in mine], job.gres.count) if job.gres.count > 0 else -1
+        if k < 0:
             return ""
+        g = mine[k]
         state.block(g, job.gres.count)
         return f"job {job.job_id} heads the queue: {job.gres.count} shares of GPU {g} kept for it"
     best: list[int] = []
@@ -68,13 +73,18 @@ def keep_free(job: Job, state: GpuState, slots: list[int], gpu_key: list[tuple[s
     planner cannot tell: `gpu_choice.whole_gpus`) gets only GPUs that rule picks, on the node where they are least
     used (`GpuState.whole_gpus_for`): Slurm would never give it another idle GPU, so keeping one would idle it for
     nothing. Otherwise the emptiest GPU, the last of a node among equals: Slurm fills a node's GPUs first fit by
-    index (`planner.gpu_choice`), so the others' shares go below it rather than onto it.
+    index (`planner.gpu_choice`), so the others' shares go below it rather than onto it. Only GPUs it could run
+    on: on its partitions' nodes (`Seat.nodes`), of a type its `slots` name.
     """
+    nodes = job.seat.nodes
+    types = {job.table.rows[s].gtype for s in slots}
     if job.seat.whole and not state.lowest_unused:
         count = min((job.table.rows[s].gpus or 1 for s in slots), default=1)
-        keep = [g for g in state.whole_gpus_for(count) if state.free_share[g] > 0]
+        keep = [g for g in state.whole_gpus_for(count, nodes, types) if state.free_share[g] > 0]
     else:
-        g = max(range(len(state.free_share)), key=lambda k: (state.free_share[k], k), default=None)
+        mine = [g for g, n in enumerate(state.gpu_node)
+                if (nodes is None or n in nodes) and (-1 in types or state.gpu_type[g] in types)]
+        g = max(mine, key=lambda k: (state.free_share[k], k), default=None)
         keep = [g] if g is not None and state.free_share[g] > 0 else []
     if not keep:
         return ""

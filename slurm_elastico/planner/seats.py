@@ -42,6 +42,8 @@ class Seat:
     # which the floors already imply whenever floor >= 0.5, i.e. the rule as it was before the gain check.
     best_solo: float = 0.0
     whole: bool = False  # asks whole GPUs (`gpu:N`): Slurm gives it `gpu_choice.whole_gpus`, not an MPS share's GPU
+    # The nodes (`GpuState.gpu_node` numbers) of the partitions it was submitted to (`planner.partitions`); None: any
+    nodes: frozenset[int] | None = None
 
 
 def best_solo(rows: Iterable[Row]) -> float:

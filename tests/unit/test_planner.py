@@ -270,10 +270,12 @@ def test_only_the_managed_partitions_jobs_and_nodes_are_used():
     plan = run_epoch(snapshot(nodes, jobs), families, settings, ContentionModel(), NOW, {4: 0.0})
     assert [(p.job_id, p.node) for p in plan.placements] == [(1, "n0000")]
     assert {a.job_id for a in plan.actions} == {1}
-    # The same cluster managed whole: b's jobs are placed and reshaped, a's second job starts (the filter is what
-    # kept them out).
+    # The same cluster managed whole: b's jobs are placed and reshaped (the filter is what kept them out), and each
+    # job stays on its own partition's nodes: a's second job still waits, though b has GPUs left.
     everything = run_epoch(snapshot(nodes, jobs), families, cfg(), ContentionModel(), NOW, {4: 0.0})
-    assert {2, 3, 4} <= {a.job_id for a in everything.actions}
+    assert {3, 4} <= {a.job_id for a in everything.actions} and 2 not in {a.job_id for a in everything.actions}
+    part_of = {"n0000": "a", "n0001": "b", "n0002": "b", "n0003": "b"}
+    assert {(p.job_id, part_of[p.node]) for p in everything.placements} == {(1, "a"), (3, "b"), (4, "b")}
 
 
 def test_job_waiting_out_its_placement_window_is_started_now():

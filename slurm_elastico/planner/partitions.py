@@ -1,0 +1,38 @@
+"""Which jobs the helper plans and where each may run: the partitions a job was submitted to.
+
+A job names one partition, or several (`sbatch -p a100,t4`: Slurm starts it in
+whichever can first), and runs only on nodes of those. Clusters often have one
+partition per GPU type, so a helper that manages every partition
+(`slurm.partition` empty) must keep each job on its own partitions' nodes:
+Slurm would accept an update that names a node or type outside them and leave
+the job pending for good (the gateway refuses such an update before it runs,
+`slurm.gpu_count.plan_update`, but by then the epoch has planned the job's
+place for nothing, every epoch). Pure: names and node lists in, sets out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from slurm_elastico.model import JobView, NodeView
+
+
+def names(partition: str) -> frozenset[str]:
+    """The partitions in a job's partition field ("a100,t4" → {a100, t4}; "" → none named)."""
+    return frozenset(p for p in (s.strip() for s in partition.split(",")) if p)
+
+
+def managed(job: JobView, part: str) -> bool:
+    """Whether a helper managing partition `part` ("" = every partition) plans `job`: one of its partitions is
+    `part`."""
+    return not part or part in names(job.partition)
+
+
+def allowed_nodes(job: JobView, nodes: Sequence[NodeView]) -> frozenset[int] | None:
+    """Indices in `nodes` of the nodes of `job`'s partitions; None when that is every one of them (or the job names
+    no partition), the common case, which then costs the searches nothing."""
+    mine = names(job.partition)
+    if not mine:
+        return None
+    ok = frozenset(i for i, n in enumerate(nodes) if mine.intersection(n.partitions))
+    return None if len(ok) == len(nodes) else ok

@@ -1,0 +1,135 @@
+"""Each job on its own partitions' nodes when the helper manages several partitions (`slurm.partition` empty): a
+job's shares, gangs, moves and queue-head reservation stay there, and its family's shapes of other GPU types are
+not its to take (`planner.partitions`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from slurm_elastico.config import Settings
+from slurm_elastico.interference.base import ContentionModel
+from slurm_elastico.model import ActionKind, GpuUse, GresRequest, JobState, JobView, Snapshot
+from slurm_elastico.planner import partitions, run_epoch
+from tests.synthetic import cluster, family, pending, running, snapshot, with_users
+from tests.unit.test_planner_types import pend, starts, typed_cluster, typed_family
+
+NOW = 1_000_000.0
+
+
+def split(nodes, parts: dict[str, str]):
+    """`nodes` with the partitions `parts` gives by node name ("a,b": both)."""
+    return tuple(dataclasses.replace(n, partitions=tuple(parts[n.name].split(","))) for n in nodes)
+
+
+def on(job: JobView, partition: str) -> JobView:
+    return dataclasses.replace(job, partition=partition)
+
+
+def per_type(nodes):
+    """One partition per GPU type, as many sites have: t4p, a100p."""
+    return split(nodes, {n.name: f"{n.gpu_type}p" for n in nodes})
+
+
+def test_a_jobs_partitions_are_named_and_give_its_nodes():
+    assert partitions.names("a100, t4") == {"a100", "t4"} and partitions.names("") == frozenset()
+    job = pending(1)
+    assert partitions.managed(on(job, "a,b"), "b") and not partitions.managed(on(job, "a"), "b")
+    assert partitions.managed(on(job, "a"), "")
+    nodes = split(cluster(3, gpus_per_node=1), {"n0000": "a", "n0001": "b", "n0002": "a,b"})
+    assert partitions.allowed_nodes(on(job, "a"), nodes) == {0, 2}
+    assert partitions.allowed_nodes(on(job, "b"), nodes) == {1, 2}
+    assert partitions.allowed_nodes(on(job, "a,b"), nodes) is None  # every node: no limit to check
+    assert partitions.allowed_nodes(on(job, ""), nodes) is None
+    assert partitions.allowed_nodes(on(job, "c"), nodes) == frozenset()
+
+
+def test_a_job_starts_on_its_partitions_type_though_a_faster_type_is_idle_elsewhere():
+    nodes = per_type(typed_cluster(t4=1, a100=1))
+    fam = typed_family({"t4": 1.0, "a100": 3.0})
+    assert starts(plan(nodes, [on(pend(1), "t4p")], {1: fam})) == {1: ("t4", ("t4-0",))}
+    # Submitted to both: the a100 is its to take, and it is 3x faster.
+    assert starts(plan(nodes, [on(pend(1), "t4p,a100p")], {1: fam})) == {1: ("a100", ("a100-0",))}
+    # Its family runs on no type its partition has: not planned (Slurm runs it as submitted), no crash.
+    p = plan(nodes, [on(pend(1), "t4p")], {1: typed_family({"a100": 3.0})})
+    assert not p.actions and not p.placements
+
+
+def plan(nodes, jobs, families, settings: Settings | None = None, progress=None):
+    return run_epoch(Snapshot(NOW, "24.11.5", nodes, tuple(jobs)), families, settings or Settings(), ContentionModel(),
+                     NOW, progress)
+
+
+def test_shares_and_gangs_go_only_on_the_jobs_partition_though_another_has_idle_gpus():
+    # n0000 is a's, n0001 and n0002 b's (one GPU each). Three share jobs of a: the first takes a's GPU, the others
+    # wait; b's GPUs stay idle for b's job.
+    nodes = split(cluster(3, gpus_per_node=1), {"n0000": "a", "n0001": "b", "n0002": "b"})
+    whole = family((100, 1.0, 1000))
+    jobs = [on(pending(k, NOW - 600 + k), "a") for k in (1, 2, 3)] + [on(pending(4, NOW - 60), "b")]
+    p = run_epoch(snapshot(nodes, jobs), {k: whole for k in (1, 2, 3, 4)}, Settings(), ContentionModel(), NOW)
+    where = {(pl.job_id, pl.node) for pl in p.placements}
+    assert {j for j, _ in where} == {1, 4} and (1, "n0000") in where and dict(where)[4] in ("n0001", "n0002")
+    # A gang of 2: b has two idle GPUs on two nodes, a has one. As a's job it waits; as b's it takes b's two.
+    nodes4 = split(cluster(4, gpus_per_node=2), {"n0000": "a", "n0001": "b"})
+    gang = typed_family({"": 1.0}, gpus=(2,))
+    gang = dataclasses.replace(gang, shapes=tuple(dataclasses.replace(s, gpu_type="") for s in gang.shapes),
+                               default=None)
+    busy = with_users(nodes4, {("n0000", 0): (GpuUse(9, 100, whole=True),)})
+    assert not starts(plan(busy, [on(pend(1), "a")], {1: gang}))
+    assert starts(plan(busy, [on(pend(1), "b")], {1: gang})) == {1: ("", ("n0001",))}
+
+
+def test_a_running_job_is_not_moved_to_another_partitions_faster_type():
+    fam = typed_family({"t4": 1.0, "a100": 3.0}, gpus=(4,))
+    nodes = per_type(typed_cluster(t4=1, a100=1))
+    held = tuple(("t4-0", g, 0) for g in range(4))
+    nodes = tuple(dataclasses.replace(n, gpus=tuple(dataclasses.replace(g, users=(GpuUse(1, 100, whole=True),))
+                                                    for g in n.gpus)) if n.gpu_type == "t4" else n for n in nodes)
+
+    def job(partition: str) -> JobView:
+        return JobView(1, "j1", "u", partition, JobState.RUNNING, gres=GresRequest("gpus", 4), nodes=("t4-0",),
+                       gpu_indices=(0,), cpus=8, memory_mib=4 * 4096, submit_time=int(NOW - 7200),
+                       start_time=int(NOW - 7200), requeue=True, admin_comment="elastico:shape=gpus4@t4", gpu_alloc=held)
+
+    def moves(partition: str):
+        p = plan(nodes, [job(partition)], {1: fam}, progress={1: 1000.0})
+        return [(a.gpu_type, a.nodes) for a in p.actions if a.kind is ActionKind.RESHAPE_RUNNING]
+
+    assert moves("t4p,a100p") == [("a100", ("a100-0",))]  # 3x faster there, much work left: the move pays
+    assert moves("t4p") == []
+
+
+def test_a_running_share_moves_to_a_gpu_of_its_own_only_on_its_partition():
+    # A job on a quarter of n0000's GPU (a's), beside a long co-runner; n0001 (b's) is idle. Moving to a whole GPU
+    # pays, but n0001 is not its partition's.
+    fam = family((25, 0.3, 1000), (100, 1.0, 1000), work=10000.0)
+    nodes = with_users(split(cluster(2, gpus_per_node=1), {"n0000": "a", "n0001": "b"}),
+                       {("n0000", 0): (GpuUse(1, 25), GpuUse(9, 75))})
+    job = running(1, "n0000", 0, 25, start=NOW - 100, shape="mps25-0")
+
+    def moved(partition: str) -> set[str]:
+        p = run_epoch(snapshot(nodes, [on(job, partition)]), {1: fam}, Settings(), ContentionModel(), NOW, {1: 0.0})
+        return {n for a in p.actions if a.kind is ActionKind.RESHAPE_RUNNING for n in a.nodes}
+
+    assert moved("a,b") == {"n0001"}
+    assert moved("a") == set()
+
+
+def test_the_queue_head_keeps_gpus_free_only_on_its_partition():
+    # A family-less head asking mps:100 on partition b: the GPU held back is b's, not the first GPU with room.
+    nodes = split(cluster(2, gpus_per_node=1), {"n0000": "a", "n0001": "b"})
+    head = on(JobView(50, "big", "u", "b", JobState.PENDING, gres=GresRequest("mps", 100), submit_time=0,
+                      priority=10), "b")
+    fam = family((50, 0.6, 1000), (100, 1.0, 1000))
+    jobs = [head] + [on(pending(k, NOW), "a,b") for k in (1, 2)]
+    p = run_epoch(snapshot(nodes, jobs), {1: fam, 2: fam}, Settings(), ContentionModel(), NOW)
+    assert any("job 50 heads the queue: 100 shares of GPU 1 kept for it" in n for n in p.notes), p.notes
+    assert {pl.node for pl in p.placements} == {"n0000"}
+    # A head with a family that fits nowhere yet: the GPU kept free for it is on its partition (n0000 is a's and
+    # emptier, but not the head's).
+    nodes = with_users(split(cluster(2, gpus_per_node=1), {"n0000": "a", "n0001": "b"}),
+                       {("n0001", 0): (GpuUse(9, 60),)})
+    big = family((100, 1.0, 1000))
+    p = run_epoch(snapshot(nodes, [on(pending(1, NOW - 60, priority=9), "b")]), {1: big}, Settings(),
+                  ContentionModel(), NOW)
+    assert [n for n in p.notes if "kept free" in n] == [
+        "job 1 heads the queue and fits nowhere yet: GPU n0001:0 kept free for it"], p.notes
