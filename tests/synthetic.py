@@ -187,8 +187,7 @@ def with_users(nodes: tuple[NodeView, ...], uses: dict[tuple[str, int], tuple[Gp
     out = []
     for n in nodes:
         gpus = tuple(GpuView(n.name, g.index, g.shares_total, uses.get((n.name, g.index), g.users)) for g in n.gpus)
-        out.append(NodeView(n.name, n.state, n.partitions, n.cpus, n.cpus_alloc, n.memory_mib, n.memory_alloc_mib,
-                            gpus, n.gpu_memory_mib))
+        out.append(dataclasses.replace(n, gpus=gpus))  # every other field as it was (its GPU type included)
     return tuple(out)
 
 

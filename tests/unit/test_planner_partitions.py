@@ -80,10 +80,9 @@ def test_shares_and_gangs_go_only_on_the_jobs_partition_though_another_has_idle_
 
 def test_a_running_job_is_not_moved_to_another_partitions_faster_type():
     fam = typed_family({"t4": 1.0, "a100": 3.0}, gpus=(4,))
-    nodes = per_type(typed_cluster(t4=1, a100=1))
     held = tuple(("t4-0", g, 0) for g in range(4))
-    nodes = tuple(dataclasses.replace(n, gpus=tuple(dataclasses.replace(g, users=(GpuUse(1, 100, whole=True),))
-                                                    for g in n.gpus)) if n.gpu_type == "t4" else n for n in nodes)
+    nodes = with_users(per_type(typed_cluster(t4=1, a100=1)),
+                       {("t4-0", g): (GpuUse(1, 100, whole=True),) for g in range(4)})
 
     def job(partition: str) -> JobView:
         return JobView(1, "j1", "u", partition, JobState.RUNNING, gres=GresRequest("gpus", 4), nodes=("t4-0",),
@@ -133,3 +132,23 @@ def test_the_queue_head_keeps_gpus_free_only_on_its_partition():
                   ContentionModel(), NOW)
     assert [n for n in p.notes if "kept free" in n] == [
         "job 1 heads the queue and fits nowhere yet: GPU n0001:0 kept free for it"], p.notes
+
+
+def test_the_allotment_counts_a_job_only_on_the_types_its_partitions_have():
+    # Job 1 (t4p) is short and 4x faster on an a100, job 2 (a100p) long. Were job 1's a100 shapes left in, the
+    # allotment would give it the a100 node first and job 2 would wait; job 1 can run on the t4 node only.
+    nodes = per_type(typed_cluster(t4=1, a100=1))
+    fams = {1: typed_family({"t4": 1.0, "a100": 4.0}, gpus=(4,), work=1000.0),
+            2: typed_family({"t4": 1.0, "a100": 1.5}, gpus=(4,), work=100000.0)}
+    p = plan(nodes, [on(pend(1), "t4p"), on(pend(2), "a100p")], fams)
+    assert starts(p) == {1: ("t4", ("t4-0",)), 2: ("a100", ("a100-0",))}
+
+
+def test_a_typed_queue_head_keeps_free_a_gpu_of_its_type_not_the_emptiest_of_another():
+    # One partition, two types. The head's family runs on t4 only, every t4 GPU is 60 % taken: it fits nowhere.
+    # The idle a100 GPUs are emptier, but keeping one free would idle it for nothing.
+    nodes = with_users(typed_cluster(t4=1, a100=1), {("t4-0", g): (GpuUse(9, 60),) for g in range(4)})
+    head = dataclasses.replace(pend(1), priority=9)
+    p = plan(nodes, [head], {1: typed_family({"t4": 1.0}, gpus=(1,))})
+    kept = [n for n in p.notes if "kept free" in n]
+    assert kept == ["job 1 heads the queue and fits nowhere yet: GPU t4-0:3 kept free for it"], p.notes
