@@ -26,7 +26,7 @@ from slurm_elastico.sim.truth import GroundTruth
 from slurm_elastico.slurm.gpu_count import TYPED_UPDATE_FROM
 
 from conftest import worker_index
-from live_helpers import EXAMPLES, Cluster, wait_for
+from live_helpers import EXAMPLES, Cluster, epoch, wait_for
 from test_wrappers_live import params, steps_after
 
 pytestmark = pytest.mark.live
@@ -192,3 +192,26 @@ def test_a_paced_job_steps_at_its_node_types_speed(typed):
         text = c.wait_text(job, lambda t: '"status": "done"' in t, f"the paced job on {node} to finish", timeout=120)
         rates[node] = float(re.findall(r"^step \d+/6 .* rate ([\d.]+)/s$", text, re.M)[-1])
     assert rates["n1"] == pytest.approx(truth_rate, rel=1e-3) and rates["n2"] == pytest.approx(4.8 * truth_rate, rel=1e-3)
+
+
+def test_the_helper_starts_each_job_on_its_own_partitions_type(typed):
+    """One partition per type (t4p: n1, a100p: n2, made beside the default one), the helper managing every
+    partition: of two jobs waiting out a BeginTime, the one of t4p,a100p is started on the a100 node (its shapes
+    there are faster), the one of t4p alone on t4 (`planner.partitions`). Slurm accepts `NodeList=n2` for a job of
+    t4p, which then never starts: the helper did just that before it read the jobs' partitions."""
+    cluster, c = typed
+    have = {p.name for p in c.gateway.snapshot().partitions}
+    for name, node in (("t4p", "n1"), ("a100p", "n2")):
+        argv = ["scontrol", "update" if name in have else "create", f"PartitionName={name}", f"Nodes={node}",
+                "State=UP"]
+        done = subprocess.run(argv, env=c.env, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+    (c.root / "small.yaml").write_text(FAMILY + "host_mem_mib: 2048\n")  # the fake nodes have 8,000 MiB each
+    sleeper, later = c.root / "sleeper.sh", "--begin=now+3600"
+    only_t4 = c.submit("small.yaml", sleeper, options=("--partition=t4p", "--gres=gpu:1", later))
+    either = c.submit("small.yaml", sleeper, options=("--partition=t4p,a100p", "--gres=gpu:1", later))
+    actions = epoch(c)["actions"]
+    assert actions and all(a["status"] == "done" and not a["error"] for a in actions), actions
+    assert {a["job_id"]: tuple(a["nodes"]) for a in actions if a["kind"] == "set_nodes"} == {
+        only_t4: ("n1",), either: ("n2",)}, actions
+    assert running_on(c, only_t4).nodes == ("n1",) and running_on(c, either).nodes == ("n2",)
