@@ -43,7 +43,7 @@ def _opt(default: Any, *, lo: float | None = None, hi: float | None = None, choi
 class SlurmSettings:
     conf: str = _opt("", help="SLURM_CONF for every Slurm command; empty = Slurm's default")
     timeout_s: float = _opt(30.0, lo=1, hi=600, help="timeout of each Slurm command")
-    partition: str = _opt("", help="partition the helper manages; empty = all")
+    partition: str = _opt("", help="partition the helper manages; empty = all, each job on its own partitions' nodes")
 
 
 @dataclass(frozen=True)
