@@ -4,10 +4,9 @@ A job names one partition, or several (`sbatch -p a100,t4`: Slurm starts it in
 whichever can first), and runs only on nodes of those. Clusters often have one
 partition per GPU type, so a helper that manages every partition
 (`slurm.partition` empty) must keep each job on its own partitions' nodes:
-Slurm would accept an update that names a node or type outside them and leave
-the job pending for good (the gateway refuses such an update before it runs,
-`slurm.gpu_count.plan_update`, but by then the epoch has planned the job's
-place for nothing, every epoch). Pure: names and node lists in, sets out.
+Slurm accepts a `NodeList=` outside them, and the job then never starts (the
+gateway refuses only a GPU type its partitions lack, before any update:
+`slurm.gpu_count.plan_update`). Pure: names and node lists in, sets out.
 """
 
 from __future__ import annotations
