@@ -55,7 +55,7 @@ from slurm_elastico.helper.revert import undo_actions
 from slurm_elastico.helper.shadow import predicted_gains
 from slurm_elastico.interference.base import SlowdownModel
 from slurm_elastico.model import Action, Family, Plan, Snapshot
-from slurm_elastico.planner import run_epoch
+from slurm_elastico.planner import partitions, run_epoch
 
 
 class Gateway(Protocol):
@@ -174,6 +174,11 @@ def run_once(gateway: Gateway, settings: Settings, families: FamilySource, model
                                     f"(waiting up to {SETTLE_S:g} s)")
     # the planner leaves jobs without a family alone; this holds it whatever the policy
     plan = _without(plan, {a.job_id for a in plan.actions} - set(fams), "no action, it has no family from elastico-submit")
+    # elastico keeps each job on its partitions' nodes; a peer's policy may not, and Slurm accepts such a NodeList
+    jobs, nodes = {j.job_id: j for j in snap.jobs}, {n.name: n for n in snap.nodes}
+    plan = _without(plan, {a.job_id for a in plan.actions if partitions.outside(jobs.get(a.job_id), a.nodes, nodes)},
+                    "no action, the plan put it on a node outside the partitions it was submitted to (Slurm would "
+                    "accept that and never start it)")
     plan = dataclasses.replace(plan, notes=(*plan.notes, *probe_notes(plan, snap, fams, model)))
     if deferred:  # not read yet: no family, so the planner and `_without` above leave these jobs as submitted
         plan = dataclasses.replace(plan, notes=(*plan.notes, f"families not read yet: {deferred} job(s), deferred to "

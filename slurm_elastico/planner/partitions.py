@@ -11,7 +11,7 @@ gateway refuses only a GPU type its partitions lack, before any update:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from slurm_elastico.model import JobView, NodeView
 
@@ -35,3 +35,10 @@ def allowed_nodes(job: JobView, nodes: Sequence[NodeView]) -> frozenset[int] | N
         return None
     ok = frozenset(i for i, n in enumerate(nodes) if mine.intersection(n.partitions))
     return None if len(ok) == len(nodes) else ok
+
+
+def outside(job: JobView | None, names_of_nodes: Sequence[str], nodes: Mapping[str, NodeView]) -> list[str]:
+    """Those of `names_of_nodes` that are in none of `job`'s partitions (nodes the snapshot lacks are Slurm's to
+    refuse); [] for a job that names no partition, or is not in the snapshot."""
+    mine = names(job.partition) if job is not None else frozenset()
+    return [n for n in names_of_nodes if mine and n in nodes and not mine.intersection(nodes[n].partitions)]

@@ -41,6 +41,9 @@ def test_a_jobs_partitions_are_named_and_give_its_nodes():
     assert partitions.allowed_nodes(on(job, "a,b"), nodes) is None  # every node: no limit to check
     assert partitions.allowed_nodes(on(job, ""), nodes) is None
     assert partitions.allowed_nodes(on(job, "c"), nodes) == frozenset()
+    by_name = {n.name: n for n in nodes}
+    assert partitions.outside(on(job, "a"), ("n0000", "n0001", "n0002", "n9"), by_name) == ["n0001"]
+    assert partitions.outside(on(job, ""), ("n0001",), by_name) == [] and partitions.outside(None, ("n0001",), by_name) == []
 
 
 def test_a_job_starts_on_its_partitions_type_though_a_faster_type_is_idle_elsewhere():

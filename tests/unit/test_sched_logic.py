@@ -213,3 +213,23 @@ def test_the_admin_comment_keeps_a_sites_parts_and_a_job_without_a_family_gets_n
     assert comment.startswith("elastico:shape=") and comment.endswith(",site:acct=7")
     assert {a.job_id for a in gw.applied} == {1} and result.managed == (1,)
     assert dict(result.predicted).keys() == {1} and dict(result.predicted)[1] >= 1.0
+
+
+@pytest.mark.parametrize("policy", ["tiresias", "gavel"])
+def test_a_policy_that_puts_a_job_outside_its_partitions_gets_no_action_for_it(journal, policy):
+    # These peers' policies place a job of partition b on a's idle node n0000; Slurm would take NodeList=n0000 and
+    # the job would never start. The epoch drops the job's actions and says why; elastico keeps it on b's node.
+    import dataclasses
+
+    nodes = tuple(dataclasses.replace(n, partitions=(p,)) for n, p in zip(cluster(2, gpus_per_node=1), "ab"))
+    fam = family((100, 1.0, 1000))
+    snap = snapshot(nodes, [dataclasses.replace(pending(1), partition="b")])
+    settings = Settings()
+    peer = dataclasses.replace(settings, planner=dataclasses.replace(settings.planner, policy=policy))
+    gw = FakeGateway(snap)
+    result = run_once(gw, peer, Fixed({1: fam}), None, journal, NOW)
+    assert gw.applied == [] and not result.outcomes
+    assert "job 1: no action, the plan put it on a node outside the partitions it was submitted to" in " ".join(
+        result.plan.notes)
+    result = run_once(gw, settings, Fixed({1: fam}), None, journal, NOW)
+    assert [a.nodes for a in gw.applied if a.kind is ActionKind.SET_NODES] == [("n0001",)]
