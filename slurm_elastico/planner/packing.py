@@ -342,8 +342,9 @@ class GpuState(SlurmPicks, Admission, OpenGpus):
         whole: dict[int, list[bool]] = {}
         unused: dict[int, list[bool] | None] = {}
         for node, gpus in self.node_gpus.items():
-            if not self.node_all_free[node] or not self.on_type(row, gpus[0]) or nodes is not None and node not in nodes:
-                continue  # no GPU with every share free; or not its type (a node's GPUs are of one), or partition
+            if (not self.node_all_free[node] or not self.on_type(row, gpus[0])
+                    or nodes is not None and node not in nodes):
+                continue  # no GPU with every share free; not its type (a node's GPUs are of one); not its partitions'
             ok, held, free = self._idle_whole(node, row.mem)
             if any(ok):
                 idle[node], whole[node], unused[node] = ok, held, free

@@ -43,7 +43,8 @@ def test_a_jobs_partitions_are_named_and_give_its_nodes():
     assert partitions.allowed_nodes(on(job, "c"), nodes) == frozenset()
     by_name = {n.name: n for n in nodes}
     assert partitions.outside(on(job, "a"), ("n0000", "n0001", "n0002", "n9"), by_name) == ["n0001"]
-    assert partitions.outside(on(job, ""), ("n0001",), by_name) == [] and partitions.outside(None, ("n0001",), by_name) == []
+    assert partitions.outside(on(job, ""), ("n0001",), by_name) == []
+    assert partitions.outside(None, ("n0001",), by_name) == []
 
 
 def test_a_job_starts_on_its_partitions_type_though_a_faster_type_is_idle_elsewhere():
@@ -90,7 +91,8 @@ def test_a_running_job_is_not_moved_to_another_partitions_faster_type():
     def job(partition: str) -> JobView:
         return JobView(1, "j1", "u", partition, JobState.RUNNING, gres=GresRequest("gpus", 4), nodes=("t4-0",),
                        gpu_indices=(0,), cpus=8, memory_mib=4 * 4096, submit_time=int(NOW - 7200),
-                       start_time=int(NOW - 7200), requeue=True, admin_comment="elastico:shape=gpus4@t4", gpu_alloc=held)
+                       start_time=int(NOW - 7200), requeue=True, admin_comment="elastico:shape=gpus4@t4",
+                       gpu_alloc=held)
 
     def moves(partition: str):
         p = plan(nodes, [job(partition)], {1: fam}, progress={1: 1000.0})
