@@ -25,6 +25,10 @@ def on(job: JobView, partition: str) -> JobView:
     return dataclasses.replace(job, partition=partition)
 
 
+def plan(nodes, jobs, families, progress=None):
+    return run_epoch(Snapshot(NOW, "24.11.5", nodes, tuple(jobs)), families, Settings(), ContentionModel(), NOW, progress)
+
+
 def per_type(nodes):
     """One partition per GPU type, as many sites have: t4p, a100p."""
     return split(nodes, {n.name: f"{n.gpu_type}p" for n in nodes})
@@ -58,11 +62,6 @@ def test_a_job_starts_on_its_partitions_type_though_a_faster_type_is_idle_elsewh
     assert not p.actions and not p.placements
 
 
-def plan(nodes, jobs, families, settings: Settings | None = None, progress=None):
-    return run_epoch(Snapshot(NOW, "24.11.5", nodes, tuple(jobs)), families, settings or Settings(), ContentionModel(),
-                     NOW, progress)
-
-
 def test_shares_and_gangs_go_only_on_the_jobs_partition_though_another_has_idle_gpus():
     # n0000 is a's, n0001 and n0002 b's (one GPU each). Three share jobs of a: the first takes a's GPU, the others
     # wait; b's GPUs stay idle for b's job.
@@ -74,9 +73,7 @@ def test_shares_and_gangs_go_only_on_the_jobs_partition_though_another_has_idle_
     assert {j for j, _ in where} == {1, 4} and (1, "n0000") in where and dict(where)[4] in ("n0001", "n0002")
     # A gang of 2: b has two idle GPUs on two nodes, a has one. As a's job it waits; as b's it takes b's two.
     nodes4 = split(cluster(4, gpus_per_node=2), {"n0000": "a", "n0001": "b"})
-    gang = typed_family({"": 1.0}, gpus=(2,))
-    gang = dataclasses.replace(gang, shapes=tuple(dataclasses.replace(s, gpu_type="") for s in gang.shapes),
-                               default=None)
+    gang = typed_family({"": 1.0}, gpus=(2,))  # of no type: a gang of 2 whole GPUs
     busy = with_users(nodes4, {("n0000", 0): (GpuUse(9, 100, whole=True),)})
     assert not starts(plan(busy, [on(pend(1), "a")], {1: gang}))
     assert starts(plan(busy, [on(pend(1), "b")], {1: gang})) == {1: ("", ("n0001",))}
