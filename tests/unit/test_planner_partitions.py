@@ -26,7 +26,8 @@ def on(job: JobView, partition: str) -> JobView:
 
 
 def plan(nodes, jobs, families, progress=None):
-    return run_epoch(Snapshot(NOW, "24.11.5", nodes, tuple(jobs)), families, Settings(), ContentionModel(), NOW, progress)
+    snap = Snapshot(NOW, "24.11.5", nodes, tuple(jobs))
+    return run_epoch(snap, families, Settings(), ContentionModel(), NOW, progress)
 
 
 def per_type(nodes):
