@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -44,6 +44,7 @@ class Board:
     tables: dict[int, Table]
     by_id: dict[int, Job]  # every job with a family the epoch may plan, by id
     jobs: list[Job]  # those it plans (a running one only where located on a GPU), by id
+    notes: list[str] = field(default_factory=list)  # jobs it leaves out and why, for the plan's notes
 
 
 def _named_shape(job: JobView, family: Family) -> Shape | None:
@@ -179,20 +180,25 @@ def read_board(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
             got = reach[jv.partition] = (allowed, kinds)
         return got
 
+    notes: list[str] = []
     for jv in snapshot.jobs:
         fam = families.get(jv.job_id)
         if fam is None or not fam.shapes or not partitions.managed(jv, part):
             continue
         allowed, kinds = where_to(jv)
-        if (jv.state is JobState.PENDING and (not jv.held or (policy.allot and preempted_by_us(jv.admin_comment)))
-                and (jv.gres is None or jv.gres.kind in ("mps", "gpu", "gpus"))):
-            t = table_of(fam, kinds=kinds)
-            if t is not None:
-                by_id[jv.job_id] = Job(jv, t, 1.0, seat(jv, fam, t, allowed))
-        elif jv.state is JobState.RUNNING:
-            t = table_of(fam, jv, kinds)
-            if t is not None:
-                by_id[jv.job_id] = Job(jv, t, 1.0, seat(jv, fam, t, allowed), running=True)
+        pending = (jv.state is JobState.PENDING
+                   and (not jv.held or (policy.allot and preempted_by_us(jv.admin_comment)))
+                   and (jv.gres is None or jv.gres.kind in ("mps", "gpu", "gpus")))
+        if not pending and jv.state is not JobState.RUNNING:
+            continue
+        t = table_of(fam, None if pending else jv, kinds)
+        if t is None:
+            why = ("its family has no shape this policy plans" if kinds is None else
+                   f"its family has no shape for the GPU types of its partitions {jv.partition} "
+                   f"({', '.join(sorted(kinds)) or 'none'})")
+            notes.append(f"job {jv.job_id} not planned: {why}; Slurm runs it as submitted")
+            continue
+        by_id[jv.job_id] = Job(jv, t, 1.0, seat(jv, fam, t, allowed), running=not pending)
     # Stand-ins for what the planner does not manage, one per share, all added before the first lookup
     # (a trained model's scorer covers the profiles it was built for; a later one would rebuild it).
     foreign = {shares: cache.add(SoloProfile(kind="train", mps_share=round(percent_of(shares, gs.shares_per_gpu))))
@@ -246,4 +252,4 @@ def read_board(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
         if not j.running or j.seat.gpu >= 0:
             jobs.append(j)  # running jobs we cannot locate on a GPU are left alone
     jobs.sort(key=lambda j: j.view.job_id)
-    return Board(nodes, types, where, gpu_key, per_gpu, state, tables, by_id, jobs)
+    return Board(nodes, types, where, gpu_key, per_gpu, state, tables, by_id, jobs, notes)

@@ -72,7 +72,7 @@ def plan_epoch(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
     running = [j for j in jobs if j.running]
     elastic = [j for j in running if policy.reshape and is_elastic(j, state, now, ps.reshape_cost_s, progress)] if any(
         t.gangs for t in board.tables.values()) else []
-    notes: list[str] = []
+    notes: list[str] = list(board.notes)
 
     # -- reservation for the head of the queue -------------------------------
     head = reserve_head(snapshot, part, board, ps.reserve_queue_head, notes)

@@ -61,6 +61,8 @@ def test_a_job_starts_on_its_partitions_type_though_a_faster_type_is_idle_elsewh
     # Its family runs on no type its partition has: not planned (Slurm runs it as submitted), no crash.
     p = plan(nodes, [on(pend(1), "t4p")], {1: typed_family({"a100": 3.0})})
     assert not p.actions and not p.placements
+    assert ("job 1 not planned: its family has no shape for the GPU types of its partitions t4p (t4); Slurm runs it "
+            "as submitted") in p.notes
 
 
 def test_shares_and_gangs_go_only_on_the_jobs_partition_though_another_has_idle_gpus():
