@@ -154,6 +154,12 @@ class PartitionView:
     state: str = "UP"
 
 
+def partition_names(field: str) -> frozenset[str]:
+    """The partitions a job's partition field names: Slurm lists every one a job was submitted to
+    (`-p a100,t4` → {a100, t4}); "" names none."""
+    return frozenset(p for p in (s.strip() for s in field.split(",")) if p)
+
+
 @dataclass(frozen=True)
 class JobView:
     """One job as squeue shows it, flattened to what planning needs.

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from slurm_elastico.cluster.programs import typed
 from slurm_elastico.errors import ElasticoError
-from slurm_elastico.model import JobState, JobView, NodeView, PartitionView
+from slurm_elastico.model import JobState, JobView, NodeView, PartitionView, partition_names
 from slurm_elastico.slurm import commands
 
 PARTITION = {"plain": "demo-plain", "elastico": "demo-elastico"}
@@ -80,7 +80,7 @@ def partition_argv(half: Half, existing: Sequence[PartitionView]) -> list[str]:
 def leftover_jobs(jobs: Sequence[JobView]) -> list[JobView]:
     """The jobs pending or running in a demo partition (a job asking for several partitions lists them with
     commas)."""
-    return [j for j in jobs if j.state in ACTIVE and set(j.partition.split(",")) & set(PARTITION.values())]
+    return [j for j in jobs if j.state in ACTIVE and partition_names(j.partition) & set(PARTITION.values())]
 
 
 def leftover_error(jobs: Sequence[JobView], state_dir: str | Path | None = None) -> HalvesError:

@@ -39,7 +39,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from slurm_elastico.model import JobState
+from slurm_elastico.model import JobState, partition_names
 from slurm_elastico.slurm.accounting import SacctRecord, bad_record_job, runs_by_job
 
 SKIP_NO_GPU = "no GPU"
@@ -178,7 +178,7 @@ def past_jobs(records: Iterable[SacctRecord], partition: str = "", families: Map
             reason = SKIP_NO_GPU
         elif first.het_job_id is not None:
             reason = SKIP_HET
-        elif partition and partition not in first.partition.split(","):
+        elif partition and partition not in partition_names(first.partition):
             reason = SKIP_PARTITION
         elif last.state is JobState.CANCELLED and _never_started(runs):
             reason = SKIP_CANCELLED

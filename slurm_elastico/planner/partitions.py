@@ -13,24 +13,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from slurm_elastico.model import JobView, NodeView
-
-
-def names(partition: str) -> frozenset[str]:
-    """The partitions in a job's partition field ("a100,t4" → {a100, t4}; "" → none named)."""
-    return frozenset(p for p in (s.strip() for s in partition.split(",")) if p)
+from slurm_elastico.model import JobView, NodeView, partition_names
 
 
 def managed(job: JobView, part: str) -> bool:
     """Whether a helper managing partition `part` ("" = every partition) plans `job`: one of its partitions is
     `part`."""
-    return not part or part in names(job.partition)
+    return not part or part in partition_names(job.partition)
 
 
 def allowed_nodes(job: JobView, nodes: Sequence[NodeView]) -> frozenset[int] | None:
     """Indices in `nodes` of the nodes of `job`'s partitions; None when that is every one of them (or the job names
     no partition), the common case, which then costs the searches nothing."""
-    mine = names(job.partition)
+    mine = partition_names(job.partition)
     if not mine:
         return None
     ok = frozenset(i for i, n in enumerate(nodes) if mine.intersection(n.partitions))
@@ -40,5 +35,5 @@ def allowed_nodes(job: JobView, nodes: Sequence[NodeView]) -> frozenset[int] | N
 def outside(job: JobView | None, names_of_nodes: Sequence[str], nodes: Mapping[str, NodeView]) -> list[str]:
     """Those of `names_of_nodes` that are in none of `job`'s partitions (nodes the snapshot lacks are Slurm's to
     refuse); [] for a job that names no partition, or is not in the snapshot."""
-    mine = names(job.partition) if job is not None else frozenset()
+    mine = partition_names(job.partition) if job is not None else frozenset()
     return [n for n in names_of_nodes if mine and n in nodes and not mine.intersection(nodes[n].partitions)]

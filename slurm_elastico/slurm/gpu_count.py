@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from slurm_elastico.errors import InvalidActionError, SlurmError
+from slurm_elastico.model import partition_names
 from slurm_elastico.slurm import commands
 from slurm_elastico.slurm.gres import parse_gres_request, parse_tres
 from slurm_elastico.slurm.hostlist import expand_hostlist
@@ -206,7 +207,7 @@ def plan_update(version: str, current: GpuRequest, records: Iterable[NodeRecord]
     per_node = gpus // count
     if not gpu_type:
         return GpuUpdate(argv, GpuRequest("gpu", per_node, count, names))
-    mine = set(filter(None, partition.split(",")))
+    mine = partition_names(partition)
     records = tuple(r for r in records if not mine or mine & set(r.partitions))
     check_type(records, job_id, gpu_type, per_node, count, names,
                f"its partition {partition}" if mine else "this cluster")

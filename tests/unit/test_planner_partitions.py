@@ -8,7 +8,7 @@ import dataclasses
 
 from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import ContentionModel
-from slurm_elastico.model import ActionKind, GpuUse, GresRequest, JobState, JobView, Snapshot
+from slurm_elastico.model import ActionKind, GpuUse, GresRequest, JobState, JobView, Snapshot, partition_names
 from slurm_elastico.planner import partitions, run_epoch
 from tests.synthetic import cluster, family, pending, running, snapshot, with_users
 from tests.unit.test_planner_types import pend, starts, typed_cluster, typed_family
@@ -36,7 +36,7 @@ def per_type(nodes):
 
 
 def test_a_jobs_partitions_are_named_and_give_its_nodes():
-    assert partitions.names("a100, t4") == {"a100", "t4"} and partitions.names("") == frozenset()
+    assert partition_names("a100, t4") == {"a100", "t4"} and partition_names("") == frozenset()
     job = pending(1)
     assert partitions.managed(on(job, "a,b"), "b") and not partitions.managed(on(job, "a"), "b")
     assert partitions.managed(on(job, "a"), "")
