@@ -77,13 +77,15 @@ def keep_free(job: Job, state: GpuState, slots: list[int], gpu_key: list[tuple[s
     on: on its partitions' nodes (`Seat.nodes`), of a type its `slots` name.
     """
     nodes = job.seat.nodes
-    types = {job.table.rows[s].gtype for s in slots}
+    types: set[int] | None = {job.table.rows[s].gtype for s in slots}
+    if -1 in types:  # a shape of no type runs on any
+        types = None
     if job.seat.whole and not state.lowest_unused:
         count = min((job.table.rows[s].gpus or 1 for s in slots), default=1)
         keep = [g for g in state.whole_gpus_for(count, nodes, types) if state.free_share[g] > 0]
     else:
         mine = [g for g, n in enumerate(state.gpu_node)
-                if (nodes is None or n in nodes) and (-1 in types or state.gpu_type[g] in types)]
+                if (nodes is None or n in nodes) and (types is None or state.gpu_type[g] in types)]
         g = max(mine, key=lambda k: (state.free_share[k], k), default=None)
         keep = [g] if g is not None and state.free_share[g] > 0 else []
     if not keep:

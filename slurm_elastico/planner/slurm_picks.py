@@ -65,12 +65,11 @@ class SlurmPicks:
         """The GPUs Slurm's rule for `gpu:count` picks (its `count` lowest not held whole: `gpu_choice.whole_gpus`
         without `lowest_unused`) on the node where they are least used (most free shares, then fewest occupants;
         the last node among equals), idle or not; () when no node has `count` GPUs not held whole. Only on
-        `nodes` (None: any) whose GPUs are of one of `types` (None, or -1 among them: any)."""
+        `nodes` whose GPUs are of one of `types` (each None: any)."""
         best: tuple[int, ...] = ()
         best_key: tuple[int, int, int] | None = None
         for node, gpus in self.node_gpus.items():
-            if (nodes is not None and node not in nodes
-                    or types is not None and -1 not in types and self.gpu_type[gpus[0]] not in types):
+            if nodes is not None and node not in nodes or types is not None and self.gpu_type[gpus[0]] not in types:
                 continue
             held = self._idle_whole(node, 0.0)[1]
             taken = tuple(gpus[k] for k in whole_gpus([True] * len(gpus), count, held))
