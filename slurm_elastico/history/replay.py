@@ -6,7 +6,8 @@ Slurm's own scheduler. So the replay is the simulator's scheduler
 cluster's own nodes (`history.shape`), fed the past jobs (`history.past`):
 
 - each job arrives at its real submission time and asks what it asked then
-  (`gpu:N` whole GPUs of its type, or `mps:N` shares; its CPUs and memory);
+  (`gpu:N` whole GPUs of its type, or `mps:N` shares; its CPUs and memory),
+  in the partitions it was submitted to (their nodes now);
 - pending jobs are taken in submission order (FIFO: Slurm's order at equal
   priority, which `priority/basic` and an idle cluster's multifactor give),
   with backfill: the first job that cannot start keeps the GPUs or nodes it
@@ -31,8 +32,8 @@ within the second) is the replay without lag.
 Each job's start-time error is |simulated wait - actual wait|; the result
 gives their median and p90 and the ratio of the mean waits (simulated over
 actual). What the replay cannot follow is counted, by reason, never dropped:
-a job that asks more than any set of the cluster's nodes offers now (the
-cluster changed since), a job that never started in reality, one that the
+a job that asks more than any set of its partitions' nodes offers now (the
+cluster changed since, or the partition is gone), a job that never started in reality, one that the
 replay could not start.
 
 What it does not model, so a cluster using it will show larger errors:
@@ -61,7 +62,7 @@ from slurm_elastico.sim.job import SimJob
 from slurm_elastico.sim.trace import TraceJob
 
 NOT_STARTED = "never started in reality (pending at the end of the window)"
-TOO_BIG = "asks more than the cluster's nodes offer now"
+TOO_BIG = "asks more than its partitions' nodes offer now"
 NOT_REPLAYED = "the replay could not start it"
 REASONS = (NOT_STARTED, TOO_BIG, NOT_REPLAYED)
 
@@ -111,8 +112,8 @@ class ReplayResult:
 
 
 def cluster_of(shape: ClusterShape) -> SimCluster:
-    """The simulated cluster of the shape's nodes: their names, GPUs and type, CPUs and memory."""
-    groups = [NodeGroup(n.gpu_type, 1, n.gpus, 1 << 20) for n in shape.nodes]
+    """The simulated cluster of the shape's nodes: their names, GPUs and type, CPUs, memory and partitions."""
+    groups = [NodeGroup(n.gpu_type, 1, n.gpus, 1 << 20, n.partitions) for n in shape.nodes]
     cluster = SimCluster(0, shares_per_gpu=shape.shares_per_gpu, groups=groups,
                          **({"slurm_version": shape.slurm_version} if shape.slurm_version else {}))
     for sim_node, node in zip(cluster.nodes, shape.nodes):
@@ -129,11 +130,12 @@ def request_of(job: PastJob) -> GresRequest:
 
 
 def fits(job: PastJob, shape: ClusterShape) -> bool:
-    """Whether some set of the shape's nodes could hold the job empty (its GPUs of its type; a share on one GPU)."""
-    nodes = [n for n in shape.nodes if not job.gpu_type or n.gpu_type == job.gpu_type]
+    """Whether the nodes of one of its partitions could hold the job empty (its GPUs of its type; a share on one
+    GPU)."""
+    groups = shape.nodes_for(shape.partition_of(job.partition), job.gpu_type)
     if job.gpus > 0:
-        return sum(n.gpus for n in nodes) >= job.gpus
-    return job.mps <= shape.shares_per_gpu and bool(nodes)
+        return any(sum(n.gpus for n in nodes) >= job.gpus for nodes in groups)
+    return job.mps <= shape.shares_per_gpu and bool(groups)
 
 
 def start_lag(result: ReplayResult) -> float:
@@ -173,7 +175,8 @@ def _replay(jobs: Sequence[PastJob], shape: ClusterShape, until: int | None, lag
             hold[i] = float(until - job.start) if until is not None else math.inf
         else:
             hold[i] = math.inf  # pending at the end: it has no real start nor time to replay
-        tj = TraceJob(i, float(job.submit), "train", "", max(job.gpus, 1), 1.0)
+        tj = TraceJob(i, float(job.submit), "train", "", max(job.gpus, 1), 1.0,
+                      partition=shape.partition_of(job.partition))
         sj = SimJob(trace=tj, family=None, gres=request_of(job), cpus=max(job.cpus, 1), mem_mib=max(job.mem_mib, 0),
                     begin=float(job.submit))
         sim_jobs[i] = sj

@@ -2,8 +2,9 @@
 
 Read from one `Snapshot` (`slurm.gateway.SlurmGateway.snapshot`: sinfo and
 scontrol through the parsers of every supported Slurm), so the replay runs on
-the nodes Slurm has now. A node without GPUs is left out (a GPU job never
-runs there); with a partition, only that partition's nodes.
+the nodes Slurm has now, each in the partitions it is in now. A node without
+GPUs is left out (a GPU job never runs there); with a partition, only that
+partition's nodes.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slurm_elastico.errors import ConfigError
-from slurm_elastico.model import MPS_SHARES_PER_GPU, Snapshot
+from slurm_elastico.model import MPS_SHARES_PER_GPU, Snapshot, partition_names
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,7 @@ class NodeShape:
     gpu_type: str  # "" when its gres names no type
     cpus: int
     mem_mib: int
+    partitions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,19 @@ class ClusterShape:
     def gpus(self) -> int:
         return sum(n.gpus for n in self.nodes)
 
+    def partition_of(self, field: str) -> str:
+        """The partition field a past job runs under here: its own (`-p a,b`: any of them), or "" (any node) on the
+        nodes of one partition (`partition`) or on nodes that name none (a shape built by hand)."""
+        return field if not self.partition and any(n.partitions for n in self.nodes) else ""
+
+    def nodes_for(self, field: str, gpu_type: str = "") -> list[list[NodeShape]]:
+        """The nodes a job of partition field `field` (as `partition_of` gives it) and GPU type may start on, one
+        list per partition it names, in name order (a job runs within one); one list of every node for a field
+        naming none. Lists with no node are left out."""
+        names = sorted(partition_names(field))
+        groups = [[n for n in self.nodes if p in n.partitions] for p in names] if names else [list(self.nodes)]
+        return [g for g in ([n for n in nodes if not gpu_type or n.gpu_type == gpu_type] for nodes in groups) if g]
+
     def describe(self) -> str:
         """'2 nodes x 4 GPUs (a100), 1 node x 8 GPUs': one group per (GPUs, type)."""
         groups: dict[tuple[int, str], int] = {}
@@ -46,7 +61,7 @@ class ClusterShape:
 def from_snapshot(snapshot: Snapshot, partition: str = "", shares_per_gpu: int = MPS_SHARES_PER_GPU) -> ClusterShape:
     """The GPU nodes of the snapshot (of `partition` when given); `ConfigError` when there are none, naming the
     partitions that have some."""
-    nodes = tuple(NodeShape(n.name, len(n.gpus), n.gpu_type, n.cpus, n.memory_mib) for n in snapshot.nodes
+    nodes = tuple(NodeShape(n.name, len(n.gpus), n.gpu_type, n.cpus, n.memory_mib, n.partitions) for n in snapshot.nodes
                   if n.gpus and (not partition or partition in n.partitions))
     if not nodes:
         have = sorted({p for n in snapshot.nodes if n.gpus for p in n.partitions})

@@ -46,6 +46,7 @@ from slurm_elastico.history.past import PastJob
 from slurm_elastico.history.shape import ClusterShape
 from slurm_elastico.sim import settings as sim_settings
 from slurm_elastico.sim.families import family_of
+from slurm_elastico.sim.gpu_types import NodeGroup
 from slurm_elastico.sim.results import RunResult
 from slurm_elastico.sim.trace import TraceJob
 from slurm_elastico.sim.truth import GroundTruth
@@ -53,7 +54,7 @@ from slurm_elastico.sim.truth import GroundTruth
 ASSUMPTIONS = ("none", "gpu-count", "families")
 DEFAULT_ASSUMPTION = "gpu-count"
 SKIP_UNFINISHED = "not finished in the window"
-SKIP_TOO_BIG = "asks more GPUs than the cluster has"
+SKIP_TOO_BIG = "asks more GPUs than its partitions have"
 INFER_CONTEXT, INFER_GENERATED = 1024.0, 512.0
 """Mean tokens per request of an inference job the simulator stands in for one of the history's."""
 H = 3600.0
@@ -149,6 +150,12 @@ def sim_settings_for(shape: ClusterShape, settings: Settings, epoch_s: float, ma
         **({"slurm_version": shape.slurm_version} if shape.slurm_version else {})}, "whatif")
 
 
+def nodes_of(shape: ClusterShape, sim: sim_settings.SimSettings) -> list[NodeGroup]:
+    """The simulated cluster's nodes: the shape's, each with its GPUs and partitions (of no GPU type: the what-if
+    runs one truth), its GPUs of the helper's `gpu.memory_mib`."""
+    return [NodeGroup("", 1, n.gpus, sim.gpu_memory_mib, n.partitions) for n in shape.nodes]
+
+
 def calibrate(jobs: Sequence[PastJob], guesses: Sequence[Guess], shape: ClusterShape, sim: sim_settings.SimSettings,
               truth: GroundTruth) -> tuple[list[TraceJob], frozenset[int], Counter]:
     """The simulator's trace of the finished jobs (ids: position + 1, times from the first submission), the ids
@@ -163,18 +170,20 @@ def calibrate(jobs: Sequence[PastJob], guesses: Sequence[Guess], shape: ClusterS
             skipped[SKIP_UNFINISHED] += 1
             continue
         gpus = max(job.gpus, 1)
-        if gpus > shape.gpus:
+        partition = shape.partition_of(job.partition)
+        if not any(sum(n.gpus for n in nodes) >= gpus for nodes in shape.nodes_for(partition)):
             skipped[SKIP_TOO_BIG] += 1
             continue
         share = 100 if job.gpus else max(1, min(100, round(100 * job.mps / shape.shares_per_gpu)))
         run_s = max(float(job.run_s), 1.0)
         if g.kind == "infer" and gpus == 1:
-            tj = TraceJob(i, float(job.submit - t0), "infer", "llm", 1, 1.0, 0, share, INFER_CONTEXT, INFER_GENERATED)
+            tj = TraceJob(i, float(job.submit - t0), "infer", "llm", 1, 1.0, 0, share, INFER_CONTEXT, INFER_GENERATED,
+                          partition)
         else:
             app = g.app or reference
             hi = truth.batch_range(app)[1]
             batch = g.global_batch or hi * gpus
-            tj = TraceJob(i, float(job.submit - t0), "train", app, gpus, 1.0, batch, share)
+            tj = TraceJob(i, float(job.submit - t0), "train", app, gpus, 1.0, batch, share, partition=partition)
             if g.kind != "train":
                 rigid.add(i)
         speed = _speed(tj, i in rigid, sim, truth)
@@ -279,7 +288,7 @@ def what_if(jobs: Sequence[PastJob], shape: ClusterShape, settings: Settings, as
                 unfinished[policy] += unfinished_static
                 out[policy], out["jct"][policy] = out["static"], out["jct"]["static"]
                 continue
-            result = engine.run(rows, policy, settings, sim, model, truth, rigid=rigid)
+            result = engine.run(rows, policy, settings, sim, model, truth, rigid=rigid, nodes=nodes_of(shape, sim))
             unfinished[policy] += result.unfinished
             unfinished_static = result.unfinished
             out[policy] = simulated(result)

@@ -18,9 +18,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from slurm_elastico.model import MPS_SHARES_PER_GPU, GpuUse, GresRequest, JobState
+from slurm_elastico.model import MPS_SHARES_PER_GPU, GpuUse, GresRequest, JobState, partition_names
 from slurm_elastico.planner.gpu_choice import lowest_unused
-from slurm_elastico.sim.gateway import SimGateway
+from slurm_elastico.sim.gateway import PARTITION, SimGateway
 from slurm_elastico.sim.gpu_types import NodeGroup
 from slurm_elastico.sim.job import SimJob
 from slurm_elastico.sim.scheduler import SlurmScheduler
@@ -40,6 +40,7 @@ class SimNode:
     mem_alloc: int = 0
     gpu_type: str = ""
     """The type of its GPUs ("" on a one-type cluster: the snapshot then names none, as a gres without a type)."""
+    partitions: tuple[str, ...] = (PARTITION,)
 
 
 @dataclass
@@ -59,8 +60,8 @@ class SimCluster(SlurmScheduler, SimGateway):
                  mem_per_gpu_mib: int = 65536, shares_per_gpu: int = MPS_SHARES_PER_GPU, even_gangs: bool = True,
                  slurm_version: str = SLURM_VERSION, groups: Sequence[NodeGroup] = ()):
         """`n_gpus` on nodes of `gpus_per_node` with `gpu_mem_mib` each, or, with `groups` (`sim.gpu_types`), each
-        group's nodes of its type, GPUs and memory, in the order given (then `n_gpus`, `gpus_per_node` and
-        `gpu_mem_mib` are not used)."""
+        group's nodes of its type, GPUs, memory and partitions, in the order given (then `n_gpus`, `gpus_per_node`
+        and `gpu_mem_mib` are not used)."""
         self.shares_per_gpu = shares_per_gpu
         self.slurm_version = slurm_version  # what the snapshot says, and which GPUs `gpus:N` takes (`_idle`)
         self.lowest_unused = lowest_unused(slurm_version)
@@ -79,7 +80,8 @@ class SimCluster(SlurmScheduler, SimGateway):
             g = group.gpus_per_node
             for _ in range(group.nodes):
                 self.nodes.append(SimNode(f"n{len(self.nodes):04d}", g * cpus_per_gpu, g * mem_per_gpu_mib,
-                                          group.memory_mib, [dict() for _ in range(g)], gpu_type=group.gpu_type))
+                                          group.memory_mib, [dict() for _ in range(g)], gpu_type=group.gpu_type,
+                                          partitions=group.partitions or (PARTITION,)))
         n_gpus = sum(len(n.gpus) for n in self.nodes)
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
         self.n_gpus = n_gpus
@@ -104,6 +106,7 @@ class SimCluster(SlurmScheduler, SimGateway):
     def submit(self, job: SimJob) -> None:
         if job.gres.kind not in ("mps", "gpus"):
             raise ValueError(f"the simulated cluster runs mps:N and gpus:N jobs, not {job.gres}")
+        job.reach, job.within = self.reach(job.trace.partition)
         self.jobs[job.job_id] = job
         bisect.insort(self.queue, (job.trace.submit_s, job.job_id))
 
@@ -192,6 +195,31 @@ class SimCluster(SlurmScheduler, SimGateway):
         """Whether node ni may run `job`: its request names no type or the node's (Slurm's gres matching)."""
         return not job.gres.gpu_type or self.nodes[ni].gpu_type == job.gres.gpu_type
 
+    def may_run(self, ni: int, job: SimJob) -> bool:
+        """Whether node ni may run `job`, or its part of it: of its type and in one of its partitions."""
+        return self.on_type(ni, job) and (job.within is None or ni in job.within)
+
+    def reach(self, partition: str) -> tuple[tuple[frozenset[int], ...] | None, frozenset[int] | None]:
+        """The node indices of each partition a job of partition field `partition` may start in (name order), and
+        all of them together; (None, None) when that is every node. ValueError when no node is in any of them
+        (Slurm refuses such a job at submission: "invalid partition name specified")."""
+        names = sorted(partition_names(partition))
+        if not names:
+            return None, None
+        sets = [frozenset(ni for ni, n in enumerate(self.nodes) if p in n.partitions) for p in names]
+        within = frozenset().union(*sets)
+        if not within:
+            raise ValueError(f"no node of the simulated cluster is in partition {partition!r}; partitions: "
+                             f"{', '.join(self.partition_names)}")
+        if len(within) == len(self.nodes) and any(len(s) == len(self.nodes) for s in sets):
+            return None, None
+        return tuple(s for s in sets if s), within
+
+    @property
+    def partition_names(self) -> tuple[str, ...]:
+        """Every partition some node is in, sorted."""
+        return tuple(sorted({p for n in self.nodes for p in n.partitions}))
+
     # ------------------------------------------------------------- audit
 
     def check(self) -> None:
@@ -210,6 +238,8 @@ class SimCluster(SlurmScheduler, SimGateway):
                 assert len(j.alloc) == 1 and j.share == j.gres.count, f"job {j.job_id} holds {j.alloc} for {j.gres}"
             names = {self.nodes[ni].name for ni in j.node_indices}
             assert all(self.on_type(ni, j) for ni in j.node_indices), f"job {j.job_id} asks {j.gres}, runs on {names}"
+            assert j.reach is None or any(set(j.node_indices) <= s for s in j.reach), \
+                f"job {j.job_id} of partition {j.trace.partition} runs on {sorted(names)}, in none of them whole"
             if j.pin:
                 want = set(j.pin) if j.whole else {j.pin[0]}
                 assert names == want, f"job {j.job_id} pinned to {j.pin} runs on {sorted(names)}"

@@ -84,9 +84,12 @@ class Engine(JobSpeeds):
 
     def __init__(self, trace: Sequence[TraceJob], policy: str, settings: Settings, sim: SimSettings,
                  model: SlowdownModel | None, truth: GroundTruth | TypedTruth | None = None, seed: int = 0,
-                 on_progress: Callable[[float], None] | None = None, rigid: frozenset[int] = frozenset()):
+                 on_progress: Callable[[float], None] | None = None, rigid: frozenset[int] = frozenset(),
+                 nodes: Sequence[gpu_types.NodeGroup] = ()):
         """`rigid`: ids of jobs Slurm runs as submitted whatever family their trace row would offer (a plain job
-        of a cluster's history, `history.whatif`): no family, so no policy reshapes them."""
+        of a cluster's history, `history.whatif`): no family, so no policy reshapes them. `nodes`: the cluster's
+        node groups in place of `sim.gpus` over nodes of `sim.gpus_per_node` (a history's own nodes and
+        partitions, `history.whatif`), of no GPU type; a typed cluster is `sim.cluster`'s."""
         chosen = policies.get(policy)  # an unknown name fails before anything runs
         self.trace = sorted(trace, key=lambda j: (j.submit_s, j.job_id))
         self.policy = policy
@@ -111,6 +114,9 @@ class Engine(JobSpeeds):
         # type's, for what every type shares (statistical efficiency, co-location).
         self.groups = gpu_types.parse_cluster(sim.cluster, "sim.cluster") if sim.cluster else ()
         self.types = truth if isinstance(truth, TypedTruth) else None
+        if nodes and (self.groups or any(g.gpu_type for g in nodes)):
+            raise ConfigError("sim.cluster", ["the nodes of a history's cluster are of no GPU type and stand for "
+                                              "the whole cluster; allowed: them or sim.cluster, not both"])
         if bool(self.groups) != (self.types is not None):
             raise ConfigError("sim.cluster", ["a cluster of GPU types runs on a ground truth per type and a one-type "
                                               "cluster on one; allowed: sim.cluster with a TypedTruth, or neither"])
@@ -125,7 +131,7 @@ class Engine(JobSpeeds):
                                   HOST_UNLIMITED[0] if gpus_only else sim.cpus_per_gpu,
                                   **({"mem_per_gpu_mib": HOST_UNLIMITED[1]} if gpus_only else {}),
                                   shares_per_gpu=settings.gpu.shares_per_gpu, even_gangs=sim.even_gangs,
-                                  slurm_version=sim.slurm_version, groups=self.groups)
+                                  slurm_version=sim.slurm_version, groups=self.groups or tuple(nodes))
         self.cluster.before_stop = self._accrue
         self.heap: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
@@ -416,6 +422,7 @@ class _Families:
 
 def run(trace: Sequence[TraceJob], policy: str, settings: Settings, sim: SimSettings, model: SlowdownModel | None,
         truth: GroundTruth | TypedTruth | None = None, seed: int = 0,
-        on_progress: Callable[[float], None] | None = None, rigid: frozenset[int] = frozenset()) -> RunResult:
+        on_progress: Callable[[float], None] | None = None, rigid: frozenset[int] = frozenset(),
+        nodes: Sequence[gpu_types.NodeGroup] = ()) -> RunResult:
     """Simulate `trace` under `policy`; see `Engine`."""
-    return Engine(trace, policy, settings, sim, model, truth, seed, on_progress, rigid).run()
+    return Engine(trace, policy, settings, sim, model, truth, seed, on_progress, rigid, nodes).run()

@@ -59,20 +59,23 @@ class SimGateway:
         for n in self.nodes:
             gpus = tuple(GpuView(n.name, gi, self.shares_per_gpu, tuple(uses.values())) for gi, uses in enumerate(n.gpus))
             busy = n.cpus_alloc > 0 or any(gpus[i].users for i in range(len(gpus)))
-            nodes.append(NodeView(n.name, "mixed" if busy else "idle", (PARTITION,), n.cpus, n.cpus_alloc, n.mem_mib,
+            nodes.append(NodeView(n.name, "mixed" if busy else "idle", n.partitions, n.cpus, n.cpus_alloc, n.mem_mib,
                                   n.mem_alloc, gpus, n.gpu_mem_mib, n.gpu_type))
-        jobs = [self._view(j) for j in self.jobs.values()]
+        every = ",".join(self.partition_names)  # a job that names no partition may run in any
+        jobs = [self._view(j, every) for j in self.jobs.values()]
         return Snapshot(taken_at=self.now, slurm_version=self.slurm_version, nodes=tuple(nodes), jobs=tuple(jobs),
-                        partitions=(PartitionView(PARTITION, tuple(n.name for n in self.nodes)),),
+                        partitions=tuple(PartitionView(p, tuple(n.name for n in self.nodes if p in n.partitions))
+                                         for p in self.partition_names),
                         even_gangs=self.even_gangs)
 
-    def _view(self, j: SimJob) -> JobView:
+    def _view(self, j: SimJob, every: str) -> JobView:
         running = j.state is JobState.RUNNING
         nodes = tuple(self.nodes[ni].name for ni in j.node_indices) if running else ()
         first = j.alloc[0][0] if running else -1
         reason = "" if running else ("BeginTime" if j.begin > self.now else "Priority")
         return JobView(
-            job_id=j.job_id, name=f"j{j.job_id}", user="sim", partition=PARTITION, state=j.state, reason=reason,
+            job_id=j.job_id, name=f"j{j.job_id}", user="sim", partition=j.trace.partition or every, state=j.state,
+            reason=reason,
             held=j.held, gres=j.gres, nodes=nodes, gpu_indices=tuple(gi for ni, gi in j.alloc if ni == first),
             cpus=j.cpus, memory_mib=j.mem_mib, submit_time=int(j.trace.submit_s),
             start_time=int(j.start) if running else None, restarts=j.restarts, requeue=True, admin_comment=j.comment,

@@ -55,12 +55,14 @@ _GROUP = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.\-]*):(\d+)x(\d+)$")
 
 @dataclass(frozen=True)
 class NodeGroup:
-    """`nodes` nodes of `gpus_per_node` GPUs of one type, each GPU with `memory_mib` for jobs."""
+    """`nodes` nodes of `gpus_per_node` GPUs of one type, each GPU with `memory_mib` for jobs, in `partitions`
+    (() = the simulated cluster's one partition, `sim.gateway.PARTITION`)."""
 
     gpu_type: str
     nodes: int
     gpus_per_node: int
     memory_mib: int
+    partitions: tuple[str, ...] = ()
 
     @property
     def gpus(self) -> int:

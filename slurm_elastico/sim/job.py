@@ -34,6 +34,12 @@ class SimJob:
     pinned nodes (one node when unpinned). False: `gpus:N` for the job as submitted (`--gpus=N`), which Slurm
     may spread unevenly."""
     comment: str = ""
+    reach: tuple[frozenset[int], ...] | None = None
+    """Indices of the nodes of each partition the job was submitted to (`TraceJob.partition`), in name order:
+    Slurm starts it within one of them. None: any node (it names none, or they hold every node). Set at submit
+    (`SimCluster.submit`)."""
+    within: frozenset[int] | None = None
+    """The nodes of all of them together (None: any node): where a job on one node may start."""
     # while running
     alloc: tuple[tuple[int, int], ...] = ()
     """(node index, GPU index) of every GPU the job holds, in node then GPU order."""

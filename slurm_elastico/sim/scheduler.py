@@ -16,6 +16,10 @@ CPUs and host memory are for the whole job, split over its nodes in
 proportion to its GPUs there (rounded up per node) and checked per node.
 A request naming a GPU type (`gpu:TYPE:N`, `GresRequest.gpu_type`) goes only
 on nodes of that type (`SimCluster.on_type`), one naming none on any node.
+A job goes only on nodes of the partitions it was submitted to
+(`TraceJob.partition`; `SimJob.reach`), a gang within one of them (tried in
+name order); a job pinned outside them never starts, as in Slurm, which
+takes such a NodeList= and leaves the job pending.
 Backfill without time limits: the first job that cannot start reserves the
 GPU (mps) or whole nodes (gpus) it is closest to fitting on, and later jobs
 may start anywhere else. Slurm knows no GPU memory, so jobs it starts may
@@ -72,7 +76,7 @@ class SlurmScheduler:
         best: tuple[int, int] | None = None
         for ni, gi in open_gpus:  # first fit in node and GPU order, as Slurm picks (`planner.gpu_choice.mps_gpu`)
             if (pin is not None and ni != pin) or (ni, gi) in reserved or ni in reserved_nodes \
-                    or not self.on_type(ni, job):
+                    or not self.may_run(ni, job):
                 continue
             if self.gpu_free(ni, gi) >= need and self._host_fits(ni, job):
                 best = (ni, gi)
@@ -105,9 +109,20 @@ class SlurmScheduler:
         return idle
 
     def _fit_gang(self, job: SimJob, open_gpus, reserved, reserved_nodes) -> tuple[tuple[int, int], ...] | None:
-        """`gpus:N` on idle GPUs: one node (best fit), else most idle nodes first; pinned: on each of its nodes."""
+        """`gpus:N` on idle GPUs of one of its partitions (`_fit_gang_in`)."""
+        for nodes in job.reach or (None,):
+            alloc = self._fit_gang_in(job, nodes, open_gpus, reserved, reserved_nodes)
+            if alloc is not None:
+                return alloc
+        return None
+
+    def _fit_gang_in(self, job: SimJob, nodes: frozenset[int] | None, open_gpus, reserved,
+                     reserved_nodes) -> tuple[tuple[int, int], ...] | None:
+        """`gpus:N` on idle GPUs of `nodes` (None: any): one node (best fit), else most idle nodes first; pinned: on
+        each of its nodes."""
         n = job.gres.count
-        idle = {ni: gs for ni, gs in self._idle(open_gpus, reserved, reserved_nodes).items() if self.on_type(ni, job)}
+        idle = {ni: gs for ni, gs in self._idle(open_gpus, reserved, reserved_nodes).items()
+                if self.on_type(ni, job) and (nodes is None or ni in nodes)}
 
         def room(ni: int, k: int) -> int:
             """How many of k GPUs node ni can take: idle ones whose share of the host still fits."""
@@ -210,11 +225,23 @@ class SlurmScheduler:
         the rest for ever.
         """
         if job.whole:
-            n = job.gres.count
+            self._reserve_gang(job, open_gpus, reserved_nodes)
+            return
+        pin = self.node_index.get(job.pin[0]) if job.pin else None
+        cpus, mem = self.host_share(job, 1, 1)
+        cands = [(ni, gi) for ni, gi in open_gpus if (pin is None or ni == pin) and self.may_run(ni, job)
+                 and cpus <= self.nodes[ni].cpus and mem <= self.nodes[ni].mem_mib]
+        if cands:
+            reserved.add(max(cands, key=lambda k: (self.gpu_free(*k), -k[0], -k[1])))
+
+    def _reserve_gang(self, job: SimJob, open_gpus, reserved_nodes) -> None:
+        """A blocked gang keeps whole nodes of the first of its partitions it would fit in empty (`_reserve`)."""
+        n = job.gres.count
+        for nodes in job.reach or (None,):
             pins = sorted({self.node_index.get(name, -1) for name in job.pin}) if job.pin else \
-                list(range(len(self.nodes)))
-            if not self._fits_empty(job, pins):
-                return
+                [ni for ni in range(len(self.nodes)) if nodes is None or ni in nodes]
+            if (nodes is not None and not nodes.issuperset(pins)) or not self._fits_empty(job, pins):
+                continue
             if job.pin:
                 reserved_nodes.update(pins)
                 return
@@ -227,9 +254,3 @@ class SlurmScheduler:
                 reserved_nodes.add(ni)
                 held += len(self.nodes[ni].gpus)
             return
-        pin = self.node_index.get(job.pin[0]) if job.pin else None
-        cpus, mem = self.host_share(job, 1, 1)
-        cands = [(ni, gi) for ni, gi in open_gpus if (pin is None or ni == pin) and self.on_type(ni, job)
-                 and cpus <= self.nodes[ni].cpus and mem <= self.nodes[ni].mem_mib]
-        if cands:
-            reserved.add(max(cands, key=lambda k: (self.gpu_free(*k), -k[0], -k[1])))

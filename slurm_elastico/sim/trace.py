@@ -62,6 +62,9 @@ class TraceJob:
     share: int = 100
     context_tokens: float = 0.0
     generated_tokens: float = 0.0
+    partition: str = ""
+    """The partitions it was submitted to, as Slurm lists them (`a100,t4`); "" = any (every node). Not a column
+    of the CSV format: only a history's replay (`history.whatif`) sets it."""
 
 
 def validate(jobs: Sequence[TraceJob], truth: GroundTruth, source: str = "trace") -> None:
