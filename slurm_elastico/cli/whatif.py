@@ -19,7 +19,8 @@ from slurm_elastico.cli import settings
 @click.command("whatif")
 @click.option("--since", default="now-7days", show_default=True, help="sacct --starttime (its date syntax)")
 @click.option("--until", default="now", show_default=True, help="sacct --endtime")
-@click.option("--partition", default="", help="only this partition's jobs, on its nodes (default: the whole cluster)")
+@click.option("--partition", default="", help="only this partition's jobs, on its nodes (default: the whole "
+              "cluster, each job on its own partitions' nodes)")
 @click.option("--assume", type=click.Choice(["none", "gpu-count", "families"]), default="gpu-count",
               show_default=True, help="what a plain job is: rigid (none), data-parallel at its global batch "
               "(gpu-count), or as FILE says (families FILE: job-name patterns to {kind, app, global_batch})")

@@ -82,8 +82,10 @@ def test_a_job_pinned_outside_its_partitions_is_taken_and_never_starts():
     c.jobs[1].held = True
     c.apply(Action(ActionKind.SET_GPUS, 1, "t", gpus=2, nodes=("n0001",)))
     c.jobs[1].held = False
+    c.submit(job_of(2, "b", GresRequest("mps", 50)))
     c.schedule()
     assert c.jobs[1].state is JobState.PENDING
+    assert c.jobs[2].alloc == ((1, 0),)  # the stranded job holds nothing back for itself: it can never start
     c.apply(Action(ActionKind.SET_GPUS, 1, "t", gpus=2, nodes=("n0000",)))
     c.schedule()
     assert c.jobs[1].alloc == ((0, 0), (0, 1))

@@ -148,7 +148,7 @@ def test_cluster_shape_from_recorded_slurm_output(version, squeue, nodes):
     snap = SlurmGateway(runner, clock=lambda: 123.0).snapshot()
     shape = from_snapshot(snap)
     assert [n.gpus for n in shape.nodes] == [4, 4, 4, 4] and shape.gpus == 16
-    assert all(n.cpus > 0 and n.mem_mib > 0 for n in shape.nodes)
+    assert all(n.cpus > 0 and n.mem_mib > 0 and n.partitions == ("debug",) for n in shape.nodes)
     assert shape.slurm_version.startswith(version) and from_snapshot(snap, "debug").gpus == 16
     with pytest.raises(ConfigError, match="partition 'gpu' has no node with GPUs; partitions with GPU nodes: debug"):
         from_snapshot(snap, "gpu")
