@@ -96,3 +96,57 @@ def test_the_replay_starts_the_jobs_when_slurm_did(slurm_cluster, tmp_path):
         assert "static (sim)" in cli.stdout and "GPU-hours idle" in cli.stdout
     finally:
         c.cancel_all()
+
+
+PARTITION_RUNS_S = (8, 6, 9, 5)
+"""Four jobs of a whole node each, all of one partition of one node: each waits for the one before, though the
+cluster's other nodes are idle."""
+
+
+def test_the_replay_keeps_each_job_in_its_own_partition(slurm_cluster, tmp_path):
+    """Partition wa holds n1 alone, wb n2 alone (made at run time beside the default partition). Four jobs of wa
+    ran one after another on n1; replayed on the cluster's shape read from Slurm, each waits as it did. A replay
+    that knew no partitions started all four at once on the idle nodes (errors of 6 to 23 s)."""
+    c = Cluster(dict(slurm_cluster.env()), tmp_path, {})
+    made = []
+    since = quiet_window(c)
+    try:
+        for name, node in (("wa", "n1"), ("wb", "n2")):
+            done = subprocess.run(["scontrol", "create", f"PartitionName={name}", f"Nodes={node}", "State=UP"],
+                                  env=c.env, capture_output=True, text=True, timeout=30)
+            assert done.returncode == 0, done.stderr
+            made.append(name)
+        ours = []
+        for seconds in PARTITION_RUNS_S:
+            path = tmp_path / f"job{len(ours)}.sh"
+            path.write_text(f"#!/bin/bash\nsleep {seconds}\n")
+            done = subprocess.run(["sbatch", "--parsable", f"--output={tmp_path}/%j.out", "--gres=gpu:4",
+                                   "--partition=wa", "--job-name=whatif-partition", str(path)],
+                                  env=c.env, capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+            ours.append(int(done.stdout.strip().split(";")[0]))
+            c.ids.append(ours[-1])
+            time.sleep(0.5)
+
+        def ended():
+            last = {j: r[-1] for j, r in runs_by_job(c.gateway.sacct(start=since)).items()}
+            return all(j in last and last[j].state is JobState.COMPLETED and last[j].end_time for j in ours)
+
+        wait_for(ended, "accounting to show every job completed", 120)
+        records, bad = c.gateway.sacct_each(start=since)
+        jobs, _ = past_jobs(records, bad=bad)
+        shape = from_snapshot(c.gateway.snapshot())
+        parts = {n.name: set(n.partitions) for n in shape.nodes}
+        assert "wa" in parts["n1"] and "wb" in parts["n2"] and "wa" not in parts["n2"], parts
+        mine = [j for j in jobs if int(j.job_id) in ours]
+        assert len(mine) == len(ours) and all(j.partition == "wa" for j in mine), listing(jobs)
+        assert sum(j.wait_s >= 4 for j in mine) >= 3, listing(jobs)
+        got = {j.job_id: j for j in replay(mine, shape).jobs}
+        waits = [(j, got[str(j)].actual_wait_s, got[str(j)].simulated_wait_s) for j in ours]
+        print(f"replay of one partition's queue: {waits}")
+        assert all(got[str(j)].error_s is not None and got[str(j)].error_s <= 3 for j in ours), waits
+    finally:
+        c.cancel_all()
+        for name in made:
+            subprocess.run(["scontrol", "delete", f"PartitionName={name}"], env=c.env, capture_output=True,
+                           text=True, timeout=30)
