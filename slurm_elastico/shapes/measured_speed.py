@@ -8,10 +8,13 @@ is that shape's figure, and every other shape of the job moves by the same
 factor: the geometric mean of measured over estimated on the measured shapes.
 The ratios between its shapes stay the estimate's until the job runs them.
 
-Only shapes at the family's own global batch are measured here: a goodput
-shape's figure is priced by its statistical efficiency afterwards
-(`shapes.goodput`), from the raw speed this keeps. Typed shapes (`<shape>@<type>`)
-are left alone: across GPU types the same rule is `shapes.type_speed`'s.
+A shape at another global batch (goodput mode) is measured in its figure's
+units: the observer turns the goodput the job showed there into the figure
+at the noise scale it reported (`shapes.goodput.to_figure`), and the figures
+are priced by their statistical efficiency afterwards (`shapes.goodput`). So
+a job that left its submitted batch still corrects its estimate's error.
+Typed shapes (`<shape>@<type>`) are left alone: across GPU types the same
+rule is `shapes.type_speed`'s.
 """
 
 from __future__ import annotations
@@ -26,10 +29,8 @@ from slurm_elastico.model import Family
 def refined(fam: Family, measured: Mapping[str, float]) -> Family:
     """`fam` with each measured shape at its measured speed and the others scaled by the measured/estimated factor;
     `fam` itself when nothing usable was measured (no such shape, a rate not finite and positive, typed shapes)."""
-    own = fam.default_shape.knob("global_batch", None)
     known = {s.name: measured[s.name] for s in fam.shapes
-             if s.name in measured and "@" not in s.name and s.throughput > 0
-             and s.knob("global_batch", None) == own and 0 < measured[s.name] < math.inf}
+             if s.name in measured and "@" not in s.name and s.throughput > 0 and 0 < measured[s.name] < math.inf}
     if not known:
         return fam
     factor = math.exp(sum(math.log(r / fam.shape(n).throughput) for n, r in known.items()) / len(known))

@@ -22,6 +22,9 @@ What the job measured (`record`): once it has run a shape alone for a while,
 the epoch's observer gives the planner that shape at its measured speed and
 moves the job's other shapes by the same factor (`shapes.measured_speed`, the
 rule the live observer applies to the `solo_rate` its jobs' progress showed).
+At another global batch, the goodput it showed is turned into the shape's
+figure at the efficiency the planner estimates then (`record`), as the live
+observer does with the noise scale the job reports.
 A speed beside another job on its GPU is not a solo speed and teaches nothing
 here (the interference model learns from it).
 
@@ -84,9 +87,20 @@ class Belief:
         caches know it)."""
 
     def record(self, job: SimJob, shape: str, alone: bool, now: float) -> None:
-        """Note what a running job's progress shows now: its speed at `shape` if it ran there alone long enough."""
-        if alone and job.rate > 0 and now - max(job.mark, job.ready_at) >= MIN_SOLO_S:
-            self.measured.setdefault(job.job_id, {})[shape] = job.rate
+        """Note what a running job's progress shows now: its speed at `shape` if it ran there alone long enough.
+        At another global batch than its own, progress is goodput: it is noted as the shape's figure (the first
+        epoch's goodput, as `family_of` values the shape) at the efficiency the planner estimates now, as the
+        live observer turns it into the figure at the noise scale the job reports (`shapes.goodput.to_figure`)."""
+        if not (alone and job.rate > 0 and now - max(job.mark, job.ready_at) >= MIN_SOLO_S):
+            return
+        rate, own = job.rate, job.trace.global_batch
+        b = int(job.family_shape(shape).knob("global_batch", own)) if job.family is not None else own
+        if b != own:
+            epoch = efficiency_epoch(self.truth, job.trace, job.done)
+            estimated = self.truth.efficiency_ratio(job.trace.app, own, b, epoch) * _noise(
+                job.job_id, f"efficiency:{epoch}:{b}", self.seed, self.efficiency_sigma)
+            rate *= self.truth.efficiency_ratio(job.trace.app, own, b, 0) / estimated
+        self.measured.setdefault(job.job_id, {})[shape] = rate
 
     def forget(self, job_id: int) -> None:
         self.measured.pop(job_id, None)

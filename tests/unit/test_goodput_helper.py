@@ -160,3 +160,21 @@ def test_a_speed_measured_at_another_batch_is_kept_in_figure_units():
     shape = replace(s["gb32-mb8-fp32-mps100"], throughput=1.72 * to_figure(s["gb32-mb8-fp32-mps100"], 20.0))
     again = at_noise_scale(replace(fam(), shapes=(shape,)), 20.0)
     assert again.shapes[0].throughput == pytest.approx(1.72)
+
+
+def test_a_speed_measured_at_another_batch_corrects_every_shape_of_the_job():
+    """What the observer keeps of a goodput shape (its figure, `to_figure`) moves the job's other shapes, those at
+    its submitted batch included, by measured over estimated (`shapes.measured_speed`); priced again at the same
+    noise scale, the measured shape is the progress rate the job showed."""
+    from slurm_elastico.shapes.goodput import to_figure
+    from slurm_elastico.shapes.measured_speed import refined
+
+    f = fam()
+    s = by_name(f)
+    name = "gb32-mb8-fp32-mps100"
+    figure = 1.2 * to_figure(s[name], 20.0)
+    factor = figure / s[name].throughput
+    got = by_name(at_noise_scale(refined(f, {name: figure}), 20.0))
+    assert got[name].throughput == pytest.approx(1.2)
+    assert got["mb8-fp32-mps100"].throughput == pytest.approx(s["mb8-fp32-mps100"].throughput * factor)
+    assert factor != pytest.approx(1.0, abs=0.05)  # the estimate was off: the test would not see a wrong factor

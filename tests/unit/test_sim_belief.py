@@ -116,6 +116,40 @@ def test_goodput_shapes_appear_only_after_the_job_has_measured_its_gradients(mon
     assert any(len(b) > 1 for b in batches[1:])  # then other batches, at the efficiency its gradients showed
 
 
+def test_a_goodput_job_measured_at_another_batch_is_planned_at_the_speed_it_showed(monkeypatch, truth):
+    """Once a goodput job has run another global batch alone, the planner prices that shape at the progress per
+    second it showed (its figure from the measured rate, at the efficiency the planner estimates: the live
+    observer's `to_figure`), whatever the estimate's errors, and moves its other shapes by the same factor. Before,
+    only shapes at the job's own batch were measured: a job that left its batch kept its estimate's error."""
+    from slurm_elastico.sim import belief
+    from slurm_elastico.sim.speeds import shape_of
+    jobs = [TraceJob(i, 300.0 * i, "train", "yolov3", 1, 2000.0, 64) for i in range(1, 7)]
+    sim = SimSettings(gpus=4, gpus_per_node=4, epoch_s=60.0, placement_window_s=-1, colocation="none",
+                      estimate_app_sigma=0.3, estimate_job_sigma=0.3)
+    shown, now_rate = [], {}
+    record, view = belief.Belief.record, belief.Belief.view
+
+    def spy_record(self, job, shape, alone, now):
+        record(self, job, shape, alone, now)
+        if shape in self.measured.get(job.job_id, {}):
+            now_rate[job.job_id] = (shape, job.rate, job.family_shape(shape).knob("global_batch", 64))
+
+    def spy_view(self, job, fam, done, adaptive):
+        out = view(self, job, fam, done, adaptive)
+        if job.job_id in now_rate and job.alloc:
+            name, rate, batch = now_rate.pop(job.job_id)
+            if name == shape_of(job).name:
+                shown.append((batch, rate, out.shape(name).throughput))
+        return out
+    monkeypatch.setattr(belief.Belief, "record", spy_record)
+    monkeypatch.setattr(belief.Belief, "view", spy_view)
+    engine.run(jobs, "elastico-goodput", Settings(), sim, ContentionModel(), truth, seed=3)
+    other = [(rate, seen) for batch, rate, seen in shown if batch != 64]
+    assert len(other) >= 20, shown  # it ran other batches alone, and long enough to measure them
+    matched = sum(seen == pytest.approx(rate, rel=1e-9) for rate, seen in other)
+    assert matched >= 0.9 * len(other), other
+
+
 def _fam(*speeds: tuple[str, float, int]) -> Family:
     shapes = tuple(Shape(n, Resources(s, 1000, 1, 1000), v, (("global_batch", 64),)) for n, v, s in speeds)
     return Family("train", shapes, 100.0, default=shapes[0].name)
@@ -130,6 +164,11 @@ def test_refined_takes_the_measured_speed_and_moves_the_rest_by_the_same_factor(
     # nothing usable: the same object
     assert refined(fam, {}) is fam and refined(fam, {"x": 2.0}) is fam and refined(fam, {"a": math.nan}) is fam
     assert refined(fam, {"a": 0.0}) is fam
+    # a shape at another global batch counts too: its figure, as the observer turns a goodput into it
+    other = Family("train", fam.shapes + (Shape("g", Resources(100, 1000, 1, 1000), 4.0, (("global_batch", 256),
+                                                                                         ("lr_scaling", "sqrt"))),),
+                   100.0, default="a")
+    assert [s.throughput for s in refined(other, {"g": 2.0}).shapes] == pytest.approx([1.0, 0.5, 0.25, 2.0])
 
 
 def test_on_a_cluster_of_types_the_efficiency_is_exact_and_the_seed_says_what_it_varies():
