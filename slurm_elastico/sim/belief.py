@@ -91,7 +91,7 @@ class Belief:
         At another global batch than its own, progress is goodput: it is noted as the shape's figure (the first
         epoch's goodput, as `family_of` values the shape) at the efficiency the planner estimates now, as the
         live observer turns it into the figure at the noise scale the job reports (`shapes.goodput.to_figure`)."""
-        if not (alone and job.rate > 0 and now - max(job.mark, job.ready_at) >= MIN_SOLO_S):
+        if not (alone and job.rate > 0 and now - max(job.shape_since, job.ready_at) >= MIN_SOLO_S):
             return
         rate, own = job.rate, job.trace.global_batch
         b = int(job.family_shape(shape).knob("global_batch", own)) if job.family is not None else own

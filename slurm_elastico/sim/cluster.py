@@ -150,7 +150,7 @@ class SimCluster(SlurmScheduler, SimGateway):
         self.queue.remove((job.trace.submit_s, job.job_id))
         job.state, job.alloc, job.share = JobState.RUNNING, alloc, share
         job.shape = job.shape_name(self.shares_per_gpu)
-        job.start = self.now
+        job.start = job.shape_since = self.now
         job.starts += 1
         if job.first_start < 0:
             job.first_start = self.now

@@ -135,6 +135,7 @@ class SimGateway:
             if action.signal == "USR1":  # elastico-run checkpoints and relaunches in place as the AdminComment says
                 self.before_stop(job)
                 was, job.shape = job.shape, job.shape_name(self.shares_per_gpu)
+                job.shape_since = self.now
                 if job.family is not None and rebatch.in_process(job.family, job.family_shape(was),
                                                                  job.family_shape(job.shape)):
                     self.counters.switches += 1  # a goodput job's new batch, taken in process: no restart

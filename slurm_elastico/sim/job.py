@@ -46,6 +46,8 @@ class SimJob:
     share: int = 0
     """MPS shares it holds on each of its GPUs (all of them when it holds them whole)."""
     shape: str = ""
+    shape_since: float = -1.0
+    """When it began to run `shape` (its start, or the switch to it): what it measures there is from then on."""
     start: float = -1.0
     # progress accounting (the engine's)
     done: float = 0.0
