@@ -36,10 +36,16 @@ class ClusterShape:
     def gpus(self) -> int:
         return sum(n.gpus for n in self.nodes)
 
+    @property
+    def partitioned(self) -> bool:
+        """Whether each job runs in its own partitions here: the shape is the whole cluster's (no `partition`) and
+        its nodes name their partitions (a shape built by hand may not)."""
+        return not self.partition and any(n.partitions for n in self.nodes)
+
     def partition_of(self, field: str) -> str:
-        """The partition field a past job runs under here: its own (`-p a,b`: any of them), or "" (any node) on the
-        nodes of one partition (`partition`) or on nodes that name none (a shape built by hand)."""
-        return field if not self.partition and any(n.partitions for n in self.nodes) else ""
+        """The partition field a past job runs under here: its own (`-p a,b`: any of them) when `partitioned`, else
+        "" (any node)."""
+        return field if self.partitioned else ""
 
     def nodes_for(self, field: str, gpu_type: str = "") -> list[list[NodeShape]]:
         """The nodes a job of partition field `field` (as `partition_of` gives it) and GPU type may start on, one
@@ -50,12 +56,19 @@ class ClusterShape:
         return [g for g in ([n for n in nodes if not gpu_type or n.gpu_type == gpu_type] for nodes in groups) if g]
 
     def describe(self) -> str:
-        """'2 nodes x 4 GPUs (a100), 1 node x 8 GPUs': one group per (GPUs, type)."""
+        """'2 nodes x 4 GPUs (a100), 1 node x 8 GPUs': one group per (GPUs, type); then, where the jobs run in
+        their own partitions and there are several, each partition's GPUs: '; partitions a100p 8 GPUs, t4p 8'."""
         groups: dict[tuple[int, str], int] = {}
         for n in self.nodes:
             groups[(n.gpus, n.gpu_type)] = groups.get((n.gpus, n.gpu_type), 0) + 1
-        return ", ".join(f"{k} node{'s' if k > 1 else ''} x {g} GPUs" + (f" ({t})" if t else "")
-                         for (g, t), k in groups.items())
+        out = ", ".join(f"{k} node{'s' if k > 1 else ''} x {g} GPUs" + (f" ({t})" if t else "")
+                        for (g, t), k in groups.items())
+        names = sorted({p for n in self.nodes for p in n.partitions}) if self.partitioned else []
+        if len(names) > 1:
+            gpus = [sum(n.gpus for n in self.nodes if p in n.partitions) for p in names]
+            out += "; partitions " + ", ".join(f"{p} {g}" + (" GPUs" if i == 0 else "")
+                                               for i, (p, g) in enumerate(zip(names, gpus)))
+        return out
 
 
 def from_snapshot(snapshot: Snapshot, partition: str = "", shares_per_gpu: int = MPS_SHARES_PER_GPU) -> ClusterShape:
