@@ -33,8 +33,8 @@ Each job's start-time error is |simulated wait - actual wait|; the result
 gives their median and p90 and the ratio of the mean waits (simulated over
 actual). What the replay cannot follow is counted, by reason, never dropped:
 a job that asks more than any set of its partitions' nodes offers now (the
-cluster changed since, or the partition is gone), a job that never started in reality, one that the
-replay could not start.
+cluster changed since, or the partition is gone), a job that never started
+in reality, one that the replay could not start.
 
 What it does not model, so a cluster using it will show larger errors:
 multifactor priority beyond submission order (fair share, QOS, age),

@@ -57,7 +57,7 @@ class ClusterShape:
 
     def describe(self) -> str:
         """'2 nodes x 4 GPUs (a100), 1 node x 8 GPUs': one group per (GPUs, type); then, where the jobs run in
-        their own partitions and there are several, each partition's GPUs: '; partitions a100p 8 GPUs, t4p 8'."""
+        their own partitions and there are several, each partition's GPUs: '; partitions a100p (8 GPUs), t4p (8)'."""
         groups: dict[tuple[int, str], int] = {}
         for n in self.nodes:
             groups[(n.gpus, n.gpu_type)] = groups.get((n.gpus, n.gpu_type), 0) + 1
@@ -66,7 +66,7 @@ class ClusterShape:
         names = sorted({p for n in self.nodes for p in n.partitions}) if self.partitioned else []
         if len(names) > 1:
             gpus = [sum(n.gpus for n in self.nodes if p in n.partitions) for p in names]
-            out += "; partitions " + ", ".join(f"{p} {g}" + (" GPUs" if i == 0 else "")
+            out += "; partitions " + ", ".join(f"{p} ({g}" + (" GPUs)" if i == 0 else ")")
                                                for i, (p, g) in enumerate(zip(names, gpus)))
         return out
 

@@ -163,7 +163,7 @@ def fifo_on_four(n: int, run: int, partition: str, t0: int = 1000) -> list[PastJ
 def test_the_replay_queues_a_partitions_jobs_on_its_own_nodes():
     """Twelve jobs of partition a queued on its four GPUs while b's four were idle: the replay reproduces every
     wait. Replayed on the whole cluster it would start eight at once."""
-    assert TWO_PARTITIONS.describe() == "2 nodes x 4 GPUs; partitions a 4 GPUs, b 4"
+    assert TWO_PARTITIONS.describe() == "2 nodes x 4 GPUs; partitions a (4 GPUs), b (4)"
     jobs = fifo_on_four(12, 100, "a")
     assert sum(j.wait_s > 0 for j in jobs) == 8
     stats = replay(jobs, TWO_PARTITIONS).stats()
