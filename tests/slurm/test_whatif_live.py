@@ -41,27 +41,34 @@ def listing(jobs) -> list[tuple]:
     return [(j.job_id, j.submit, j.start, j.end, j.gpus, j.mps, j.restarts, j.state) for j in jobs]
 
 
+def sleepers(c: Cluster, runs_s, since: str, *options: str) -> list[int]:
+    """Submit one whole-node sleep job per entry of `runs_s` (plain sbatch, half a second apart) and wait until
+    accounting shows each completed; their ids."""
+    ours = []
+    for seconds in runs_s:
+        path = c.root / f"job{len(ours)}.sh"
+        path.write_text(f"#!/bin/bash\nsleep {seconds}\n")
+        done = subprocess.run(["sbatch", "--parsable", f"--output={c.root}/%j.out", "--gres=gpu:4", *options,
+                               "--job-name=whatif-live", str(path)], env=c.env, capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, done.stderr
+        ours.append(int(done.stdout.strip().split(";")[0]))
+        c.ids.append(ours[-1])
+        time.sleep(0.5)
+
+    def ended():
+        last = {j: r[-1] for j, r in runs_by_job(c.gateway.sacct(start=since)).items()}
+        return all(j in last and last[j].state is JobState.COMPLETED and last[j].end_time for j in ours)
+
+    wait_for(ended, "accounting to show every job completed", 120)
+    return ours
+
+
 def test_the_replay_starts_the_jobs_when_slurm_did(slurm_cluster, tmp_path):
     c = Cluster(dict(slurm_cluster.env()), tmp_path, {})
     since = quiet_window(c)
-    ours = []
     try:
-        for seconds in RUNS_S:
-            path = tmp_path / f"job{len(ours)}.sh"
-            path.write_text(f"#!/bin/bash\nsleep {seconds}\n")
-            done = subprocess.run(["sbatch", "--parsable", f"--output={tmp_path}/%j.out", "--gres=gpu:4",
-                                   "--nodes=1", "--job-name=whatif-live", str(path)],
-                                  env=c.env, capture_output=True, text=True, timeout=60)
-            assert done.returncode == 0, done.stderr
-            ours.append(int(done.stdout.strip().split(";")[0]))
-            c.ids.append(ours[-1])
-            time.sleep(0.5)
-
-        def ended():
-            last = {j: r[-1] for j, r in runs_by_job(c.gateway.sacct(start=since)).items()}
-            return all(j in last and last[j].state is JobState.COMPLETED and last[j].end_time for j in ours)
-
-        wait_for(ended, "accounting to show every job completed", 120)
+        ours = sleepers(c, RUNS_S, since, "--nodes=1")
         records, bad = c.gateway.sacct_each(start=since)
         jobs, summary = past_jobs(records, bad=bad)
         shape = from_snapshot(c.gateway.snapshot())
@@ -116,23 +123,7 @@ def test_the_replay_keeps_each_job_in_its_own_partition(slurm_cluster, tmp_path)
                                   env=c.env, capture_output=True, text=True, timeout=30)
             assert done.returncode == 0, done.stderr
             made.append(name)
-        ours = []
-        for seconds in PARTITION_RUNS_S:
-            path = tmp_path / f"job{len(ours)}.sh"
-            path.write_text(f"#!/bin/bash\nsleep {seconds}\n")
-            done = subprocess.run(["sbatch", "--parsable", f"--output={tmp_path}/%j.out", "--gres=gpu:4",
-                                   "--partition=wa", "--job-name=whatif-partition", str(path)],
-                                  env=c.env, capture_output=True, text=True, timeout=60)
-            assert done.returncode == 0, done.stderr
-            ours.append(int(done.stdout.strip().split(";")[0]))
-            c.ids.append(ours[-1])
-            time.sleep(0.5)
-
-        def ended():
-            last = {j: r[-1] for j, r in runs_by_job(c.gateway.sacct(start=since)).items()}
-            return all(j in last and last[j].state is JobState.COMPLETED and last[j].end_time for j in ours)
-
-        wait_for(ended, "accounting to show every job completed", 120)
+        ours = sleepers(c, PARTITION_RUNS_S, since, "--partition=wa")
         records, bad = c.gateway.sacct_each(start=since)
         jobs, _ = past_jobs(records, bad=bad)
         shape = from_snapshot(c.gateway.snapshot())
