@@ -49,6 +49,15 @@ another. A pending job whose choice's type is full starts at the same size
 on another type where one fits (a later move pays for itself or is not
 made: `_running`), else waits.
 
+Several partitions (the helper managing every partition, each job on its
+own partitions' nodes, `planner.partitions`): a claim may be limited to some
+nodes (`Claim.nodes`). Where one is, the GPU equivalents left are also kept
+per node (`NodeRoom`): such a claim takes at most what its nodes have left,
+and every claim takes from the nodes the fewest claims may use first. So on
+nested partitions (`small` inside `all`) a job of `small` is not allotted
+GPUs that only `all` has, which it could never be placed on, while a job of
+`all` waits for them. Without limited claims nothing is kept per node.
+
 Pure: no I/O, no clock; the same claims give the same answer.
 """
 
@@ -90,6 +99,8 @@ class Claim:
     them back."""
     types: Sequence[int] = ()
     """Each slot's GPU type (an index of the budget's pools), -1 for any; () = every slot any type."""
+    nodes: frozenset[int] | None = None
+    """The nodes (indices of `allot`'s `node_room`) of the partitions it was submitted to; None: any."""
 
     def type_of(self, s: int) -> int:
         return self.types[s] if self.types else -1
@@ -123,6 +134,51 @@ class Budget:
             self.left[k] -= d
             z -= d
         self.left[0] -= z  # what no pool had (never, when `room` was checked first)
+
+
+class NodeRoom:
+    """GPU equivalents left per node, for claims limited to some nodes (see the module docstring), kept per region:
+    the nodes that the same claims' node sets hold (on a cluster of partitions, few), so that a claim's room and
+    take cost a few regions, not every node."""
+
+    def __init__(self, room: Sequence[float], claims: Sequence[Claim]):
+        sets = list(dict.fromkeys(c.nodes for c in claims if c.nodes is not None))
+        region: dict[tuple[bool, ...], int] = {}
+        self.left: list[float] = []
+        members: list[tuple[bool, ...]] = []
+        for n, r in enumerate(room):
+            sig = tuple(n in s for s in sets)
+            k = region.get(sig)
+            if k is None:
+                k = region[sig] = len(self.left)
+                self.left.append(0.0)
+                members.append(sig)
+            self.left[k] += float(r)
+        every = tuple(range(len(self.left)))
+        self.regions: dict[frozenset[int] | None, tuple[int, ...]] = {None: every}
+        for i, s in enumerate(sets):
+            self.regions[s] = tuple(k for k in every if members[k][i])
+        uses = [0] * len(self.left)
+        for c in claims:
+            for k in self.regions[c.nodes]:
+                uses[k] += 1
+        self.by_use = {key: tuple(sorted(ks, key=lambda k: (uses[k], k))) for key, ks in self.regions.items()}
+        """Each node set's regions by how many claims may use them, fewest first: where a claim takes what it
+        takes."""
+
+    def room(self, c: Claim) -> float:
+        """What `c` may take: its nodes' room (any claim not limited: no limit here)."""
+        if c.nodes is None:
+            return math.inf
+        return sum(self.left[k] for k in self.regions[c.nodes])
+
+    def take(self, c: Claim, z: float) -> None:
+        for k in self.by_use[c.nodes]:
+            if z <= EPS:
+                return
+            d = min(z, max(0.0, self.left[k]))
+            self.left[k] -= d
+            z -= d
 
 
 def order(claims: Sequence[Claim]) -> list[int]:
@@ -184,10 +240,13 @@ def _running(c: Claim, budget: Budget, hysteresis: float, preempt: bool, limit: 
 
 
 def allot(claims: Sequence[Claim], budget: float | Sequence[float], hysteresis: float, preempt: bool = True,
-          prices: Sequence[float] | None = None) -> list[int]:
+          prices: Sequence[float] | None = None, node_room: Sequence[float] | None = None) -> list[int]:
     """Each claim's slot, or NONE (a pending job waits, a running one is preempted); see the module docstring.
-    `budget`: GPU equivalents, one number or one per GPU type; `prices`: λ per type (zero when None)."""
+    `budget`: GPU equivalents, one number or one per GPU type; `prices`: λ per type (zero when None); `node_room`:
+    GPU equivalents per node, read only where some claim is limited to some nodes (`Claim.nodes`)."""
     pool = Budget(budget)
+    nodes = NodeRoom(node_room, claims) if node_room is not None and any(c.nodes is not None for c in claims) \
+        else None
     lam = list(prices) if prices is not None else [0.0] * len(pool.left)
     pick = [NONE] * len(claims)
     seq = order(claims)
@@ -200,6 +259,8 @@ def allot(claims: Sequence[Claim], budget: float | Sequence[float], hysteresis: 
     for k, i in enumerate(seq):
         c = claims[i]
         limit = share_limit(c, max(0.0, pool.total - held_after[k]), len(seq) - k)
+        if nodes is not None:
+            limit = min(limit, nodes.room(c))
         if c.current is not None:
             want = _running(c, pool, hysteresis, preempt, limit, lam)
         else:
@@ -211,11 +272,15 @@ def allot(claims: Sequence[Claim], budget: float | Sequence[float], hysteresis: 
         if want != NONE:
             pick[i] = want
             pool.take(c.type_of(want), c.sizes[want])
+            if nodes is not None:
+                nodes.take(c, c.sizes[want])
     for i in seq:  # idle GPUs help nobody: what is left starts waiting jobs on less than they asked
         c = claims[i]
         if pick[i] == NONE and c.current is None and pool.total > EPS:
-            want = _best(c, c.cap, lam, pool)
+            want = _best(c, c.cap if nodes is None else min(c.cap, nodes.room(c)), lam, pool)
             if want != NONE:
                 pick[i] = want
                 pool.take(c.type_of(want), c.sizes[want])
+                if nodes is not None:
+                    nodes.take(c, c.sizes[want])
     return pick

@@ -61,7 +61,7 @@ def price(pending: list[Job], elastic: list[Job], board: Board, policy, ps: Plan
     growers: list[Job] = []  # elastic running jobs, in the allotment's order
     if policy.allot:
         allotted, growers = _allot(pending, elastic, choice, targets, problem, now, progress, ps,
-                                   float(board.per_gpu[0]))
+                                   float(board.per_gpu[0]), board.state)
     return Priced(problem, result, choice, targets, allotted, growers, resources(board.types))
 
 
@@ -135,13 +135,26 @@ def _problem(pending: list[Job], state: GpuState, per_gpu: np.ndarray, elastic: 
         weight=w, capacity=cap, optional=optional, group=idx)
 
 
+def _node_room(state: GpuState, elastic: list[Job], per_gpu_share: float) -> list[float]:
+    """GPU equivalents per node (`GpuState.gpu_node` numbers) the allotment may hand out: its free shares and the
+    GPUs the elastic running jobs hold there (the budget's, per node)."""
+    room = [0.0] * (max(state.gpu_node, default=-1) + 1)
+    for g, f in enumerate(state.free_share):
+        if f > 0:
+            room[state.gpu_node[g]] += f / per_gpu_share
+    for j in elastic:
+        for g in j.seat.gang or (j.seat.gpu,):
+            room[state.gpu_node[g]] += state.total_share[g] / per_gpu_share
+    return room
+
+
 def _gang_capable(job: Job) -> bool:
     return job.table.gangs
 
 
 def _allot(pending: list[Job], elastic: list[Job], choice: np.ndarray, targets: dict[int, int],
            problem: pricing.PriceProblem, now: float, progress: Mapping[int, float], ps,
-           per_gpu_share: float) -> tuple[list[int], list[Job]]:
+           per_gpu_share: float, state: GpuState) -> tuple[list[int], list[Job]]:
     """Replace the prices' choice for the jobs with data-parallel shapes by `planner.allot` (weighted shortest
     remaining time first; on several GPU types at the types' prices, `planner.type_prices`); the other pending
     jobs keep the prices' choice and are budgeted first. Returns the allotted pending jobs' indices and the
@@ -178,12 +191,14 @@ def _allot(pending: list[Job], elastic: list[Job], choice: np.ndarray, targets: 
             allowed[j.seat.row.slot] = True
             claims.append(allot.Claim(work / rate / j.weight, sizes, tputs, allowed,
                                       max(cap, sizes[j.seat.row.slot]), work, j.seat.row.slot, ps.reshape_cost_s,
-                                      types=types))
+                                      types=types, nodes=j.seat.nodes))
         else:
             work = max(0.0, t.family.total_work - (progress.get(j.view.job_id) or 0.0))
             claims.append(allot.Claim(work / rate / j.weight, sizes, tputs, allowed, cap, extra=j.view.requeue,
-                                      types=types))
-    picks, _ = priced_allotment(claims, pool.left, ps.hysteresis)
+                                      types=types, nodes=j.seat.nodes))
+    picks, _ = priced_allotment(claims, pool.left, ps.hysteresis,
+                                node_room=_node_room(state, elastic, per_gpu_share) if any(
+                                    c.nodes is not None for c in claims) else None)
     for i, p in zip(who, picks):
         choice[i] = p
     for j, p in zip(elastic, picks[len(who):]):

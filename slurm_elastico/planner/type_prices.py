@@ -84,8 +84,8 @@ def type_prices(claims: Sequence[Claim], pools: Sequence[float]) -> np.ndarray:
 
 
 def priced_allotment(claims: Sequence[Claim], pools: Sequence[float], hysteresis: float,
-                     preempt: bool = True) -> tuple[list[int], list[float]]:
-    """The allotment of `claims` over `pools` at the types' shadow prices (`type_prices`); (its picks, the
-    prices)."""
+                     preempt: bool = True, node_room: Sequence[float] | None = None) -> tuple[list[int], list[float]]:
+    """The allotment of `claims` over `pools` (and `node_room`, `allot`'s) at the types' shadow prices
+    (`type_prices`); (its picks, the prices)."""
     lam = [float(x) for x in type_prices(claims, pools)]
-    return allot(claims, list(pools), hysteresis, preempt, lam), lam
+    return allot(claims, list(pools), hysteresis, preempt, lam, node_room), lam

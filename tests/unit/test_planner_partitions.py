@@ -157,3 +157,32 @@ def test_a_typed_queue_head_keeps_free_a_gpu_of_its_type_not_the_emptiest_of_ano
     p = plan(nodes, [head], {1: typed_family({"t4": 1.0}, gpus=(1,))})
     kept = [n for n in p.notes if "kept free" in n]
     assert kept == ["job 1 heads the queue and fits nowhere yet: GPU t4-0:3 kept free for it"], p.notes
+
+
+def test_on_nested_partitions_a_job_of_the_small_one_is_not_allotted_gpus_only_the_large_one_has():
+    """`small` is n0000, `all` both nodes (4 GPUs each). Jobs 1 and 2 of small are the shortest, job 3 of all the
+    longest. Job 1 takes small's node; job 2 has nowhere to go. Counting the cluster's GPUs alone, the allotment
+    gave job 2 the other four, which it can never be placed on, and job 3 waited beside an idle node."""
+    nodes = split(cluster(8, gpus_per_node=4), {"n0000": "small,all", "n0001": "all"})
+    fams = {k: typed_family({"": 1.0}, work=w, gpus=(1, 2, 4, 8)) for k, w in ((1, 5e4), (2, 6e4), (3, 2e5))}
+    jobs = [on(pend(1, NOW - 90), "small"), on(pend(2, NOW - 60), "small"), on(pend(3, NOW - 30), "all")]
+    assert starts(plan(nodes, jobs, fams)) == {1: ("", ("n0000",)), 3: ("", ("n0001",))}
+
+
+def test_the_allotment_keeps_room_per_node_only_for_claims_limited_to_nodes():
+    from slurm_elastico.planner.allot import Claim, NodeRoom, allot
+
+    def claim(key, nodes=None):
+        return Claim(key, [1.0, 2.0, 4.0], [1.0, 1.9, 3.7], [True] * 3, 4.0, nodes=nodes)
+
+    small, everywhere = claim(1.0, frozenset({0})), claim(2.0)
+    # Node 0 is small's, node 1 anyone's: the unlimited claim takes node 1's room first, whatever its order.
+    room = NodeRoom([4.0, 4.0], [small, everywhere])
+    room.take(everywhere, 4.0)
+    assert room.room(small) == 4.0 and room.room(everywhere) == float("inf")
+    room.take(everywhere, 2.0)  # then node 0's
+    assert room.room(small) == 2.0
+    # A second claim of node 0 after the first: nothing left there for it, though the budget has four GPUs.
+    assert allot([small, claim(1.5, frozenset({0})), everywhere], 8.0, 0.1, node_room=[4.0, 4.0]) == [2, -1, 2]
+    # Without limited claims the node room is not read: the budget alone, as always.
+    assert allot([claim(1.0), claim(1.5)], 8.0, 0.1, node_room=[0.0, 0.0]) == [2, 2]
