@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.model import MPS_SHARES_PER_GPU, Snapshot, partition_names
+from slurm_elastico.planner.partitions import node_sets
 
 
 @dataclass(frozen=True)
@@ -51,9 +52,11 @@ class ClusterShape:
         """The nodes a job of partition field `field` (as `partition_of` gives it) and GPU type may start on, one
         list per partition it names, in name order (a job runs within one); one list of every node for a field
         naming none. Lists with no node are left out."""
-        names = sorted(partition_names(field))
-        groups = [[n for n in self.nodes if p in n.partitions] for p in names] if names else [list(self.nodes)]
-        return [g for g in ([n for n in nodes if not gpu_type or n.gpu_type == gpu_type] for nodes in groups) if g]
+        sets = node_sets(field, [n.partitions for n in self.nodes]) if partition_names(field) else [
+            frozenset(range(len(self.nodes)))]
+        groups = ([n for i, n in enumerate(self.nodes) if i in s and (not gpu_type or n.gpu_type == gpu_type)]
+                  for s in sets)
+        return [g for g in groups if g]
 
     def describe(self) -> str:
         """'2 nodes x 4 GPUs (a100), 1 node x 8 GPUs': one group per (GPUs, type); then, where the jobs run in

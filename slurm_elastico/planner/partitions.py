@@ -32,6 +32,15 @@ def allowed_nodes(job: JobView, nodes: Sequence[NodeView]) -> frozenset[int] | N
     return None if len(ok) == len(nodes) else ok
 
 
+def node_sets(field: str, partitions_of_nodes: Sequence[Sequence[str]]) -> list[frozenset[int]]:
+    """Indices of the nodes (given by the partitions each is in) of each partition a job's partition field names,
+    in name order, those with no node left out: Slurm starts a job within one of them. [] for a field that names
+    none."""
+    sets = (frozenset(i for i, ps in enumerate(partitions_of_nodes) if p in ps)
+            for p in sorted(partition_names(field)))
+    return [s for s in sets if s]
+
+
 def outside(job: JobView | None, names_of_nodes: Sequence[str], nodes: Mapping[str, NodeView]) -> list[str]:
     """Those of `names_of_nodes` that are in none of `job`'s partitions (nodes the snapshot lacks are Slurm's to
     refuse); [] for a job that names no partition, or is not in the snapshot."""

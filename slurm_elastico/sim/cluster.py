@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from slurm_elastico.model import MPS_SHARES_PER_GPU, GpuUse, GresRequest, JobState, partition_names
+from slurm_elastico.planner.partitions import node_sets
 from slurm_elastico.planner.gpu_choice import lowest_unused
 from slurm_elastico.sim.gateway import PARTITION, SimGateway
 from slurm_elastico.sim.gpu_types import NodeGroup
@@ -203,20 +204,18 @@ class SimCluster(SlurmScheduler, SimGateway):
         """The node indices of each partition a job of partition field `partition` may start in (name order), and
         all of them together; (None, None) when that is every node. ValueError when no node is in any of them
         (Slurm refuses such a job at submission: "invalid partition name specified")."""
-        names = sorted(partition_names(partition))
-        if not names:
+        if not partition_names(partition):
             return None, None
-        sets = [frozenset(ni for ni, n in enumerate(self.nodes) if p in n.partitions) for p in names]
-        within = frozenset().union(*sets)
-        if not within:
+        sets = node_sets(partition, [n.partitions for n in self.nodes])
+        if not sets:
             raise ValueError(f"no node of the simulated cluster is in partition {partition!r}; partitions: "
-                             f"{', '.join(self.partition_names)}")
-        if len(within) == len(self.nodes) and any(len(s) == len(self.nodes) for s in sets):
+                             f"{', '.join(self.partitions)}")
+        if any(len(s) == len(self.nodes) for s in sets):
             return None, None
-        return tuple(s for s in sets if s), within
+        return tuple(sets), frozenset().union(*sets)
 
     @property
-    def partition_names(self) -> tuple[str, ...]:
+    def partitions(self) -> tuple[str, ...]:
         """Every partition some node is in, sorted."""
         return tuple(sorted({p for n in self.nodes for p in n.partitions}))
 

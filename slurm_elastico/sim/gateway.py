@@ -61,11 +61,11 @@ class SimGateway:
             busy = n.cpus_alloc > 0 or any(gpus[i].users for i in range(len(gpus)))
             nodes.append(NodeView(n.name, "mixed" if busy else "idle", n.partitions, n.cpus, n.cpus_alloc, n.mem_mib,
                                   n.mem_alloc, gpus, n.gpu_mem_mib, n.gpu_type))
-        every = ",".join(self.partition_names)  # a job that names no partition may run in any
+        every = ",".join(self.partitions)  # a job that names no partition may run in any
         jobs = [self._view(j, every) for j in self.jobs.values()]
         return Snapshot(taken_at=self.now, slurm_version=self.slurm_version, nodes=tuple(nodes), jobs=tuple(jobs),
                         partitions=tuple(PartitionView(p, tuple(n.name for n in self.nodes if p in n.partitions))
-                                         for p in self.partition_names),
+                                         for p in self.partitions),
                         even_gangs=self.even_gangs)
 
     def _view(self, j: SimJob, every: str) -> JobView:

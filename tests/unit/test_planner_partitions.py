@@ -46,6 +46,9 @@ def test_a_jobs_partitions_are_named_and_give_its_nodes():
     assert partitions.allowed_nodes(on(job, "a,b"), nodes) is None  # every node: no limit to check
     assert partitions.allowed_nodes(on(job, ""), nodes) is None
     assert partitions.allowed_nodes(on(job, "c"), nodes) == frozenset()
+    # each partition's nodes apart (a job runs within one), in name order; a partition without nodes left out
+    assert partitions.node_sets("b,c,a", [n.partitions for n in nodes]) == [{0, 2}, {1, 2}]
+    assert partitions.node_sets("", [n.partitions for n in nodes]) == []
     by_name = {n.name: n for n in nodes}
     assert partitions.outside(on(job, "a"), ("n0000", "n0001", "n0002", "n9"), by_name) == ["n0001"]
     assert partitions.outside(on(job, ""), ("n0001",), by_name) == []
