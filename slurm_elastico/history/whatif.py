@@ -43,6 +43,7 @@ import numpy as np
 from slurm_elastico.config import Settings
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.history.past import PastJob
+from slurm_elastico.history.replay import fits
 from slurm_elastico.history.shape import ClusterShape
 from slurm_elastico.sim import settings as sim_settings
 from slurm_elastico.sim.families import family_of
@@ -169,11 +170,10 @@ def calibrate(jobs: Sequence[PastJob], guesses: Sequence[Guess], shape: ClusterS
         if job.run_s is None:
             skipped[SKIP_UNFINISHED] += 1
             continue
-        gpus = max(job.gpus, 1)
-        partition = shape.partition_of(job.partition)
-        if not any(sum(n.gpus for n in nodes) >= gpus for nodes in shape.nodes_for(partition)):
+        if not fits(job, shape):  # the replay's rule: its GPUs of its type in one of its partitions
             skipped[SKIP_TOO_BIG] += 1
             continue
+        gpus, partition = max(job.gpus, 1), shape.partition_of(job.partition)
         share = 100 if job.gpus else max(1, min(100, round(100 * job.mps / shape.shares_per_gpu)))
         run_s = max(float(job.run_s), 1.0)
         if g.kind == "infer" and gpus == 1:

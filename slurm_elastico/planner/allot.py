@@ -243,10 +243,10 @@ def allot(claims: Sequence[Claim], budget: float | Sequence[float], hysteresis: 
           prices: Sequence[float] | None = None, node_room: Sequence[float] | None = None) -> list[int]:
     """Each claim's slot, or NONE (a pending job waits, a running one is preempted); see the module docstring.
     `budget`: GPU equivalents, one number or one per GPU type; `prices`: λ per type (zero when None); `node_room`:
-    GPU equivalents per node, read only where some claim is limited to some nodes (`Claim.nodes`)."""
+    GPU equivalents per node, which only claims limited to some nodes (`Claim.nodes`) are held to (the caller
+    gives it only when there are such claims: `prices._allot`)."""
     pool = Budget(budget)
-    nodes = NodeRoom(node_room, claims) if node_room is not None and any(c.nodes is not None for c in claims) \
-        else None
+    nodes = NodeRoom(node_room, claims) if node_room is not None else None
     lam = list(prices) if prices is not None else [0.0] * len(pool.left)
     pick = [NONE] * len(claims)
     seq = order(claims)

@@ -94,13 +94,17 @@ class Belief:
         if not (alone and job.rate > 0 and now - max(job.shape_since, job.ready_at) >= MIN_SOLO_S):
             return
         rate, own = job.rate, job.trace.global_batch
-        b = int(job.family_shape(shape).knob("global_batch", own)) if job.family is not None else own
+        b = int(job.family_shape(shape).knob("global_batch", own))
         if b != own:
             epoch = efficiency_epoch(self.truth, job.trace, job.done)
-            estimated = self.truth.efficiency_ratio(job.trace.app, own, b, epoch) * _noise(
-                job.job_id, f"efficiency:{epoch}:{b}", self.seed, self.efficiency_sigma)
+            estimated = self.truth.efficiency_ratio(job.trace.app, own, b, epoch) * self._error(job, epoch, b)
             rate *= self.truth.efficiency_ratio(job.trace.app, own, b, 0) / estimated
         self.measured.setdefault(job.job_id, {})[shape] = rate
+
+    def _error(self, job: SimJob, epoch: int, batch: int) -> float:
+        """The factor by which the planner's efficiency of `batch` errs in the job's `epoch` (lognormal,
+        `SimSettings.efficiency_noise`; drawn once per job, epoch and batch)."""
+        return _noise(job.job_id, f"efficiency:{epoch}:{batch}", self.seed, self.efficiency_sigma)
 
     def forget(self, job_id: int) -> None:
         self.measured.pop(job_id, None)
@@ -128,9 +132,7 @@ class Belief:
             return dataclasses.replace(fam, shapes=keep)
         epoch = efficiency_epoch(self.truth, job.trace, done)
         seen = at_epoch(fam, job.trace, self.truth, epoch)
-        sigma = self.efficiency_sigma
         return dataclasses.replace(seen, shapes=tuple(
             s if s.knob("global_batch", own) == own else
-            dataclasses.replace(s, throughput=s.throughput * _noise(
-                job.job_id, f"efficiency:{epoch}:{s.knob('global_batch')}", self.seed, sigma))
+            dataclasses.replace(s, throughput=s.throughput * self._error(job, epoch, s.knob("global_batch")))
             for s in seen.shapes))

@@ -187,5 +187,5 @@ def test_the_allotment_keeps_room_per_node_only_for_claims_limited_to_nodes():
     assert room.room(small) == 2.0
     # A second claim of node 0 after the first: nothing left there for it, though the budget has four GPUs.
     assert allot([small, claim(1.5, frozenset({0})), everywhere], 8.0, 0.1, node_room=[4.0, 4.0]) == [2, -1, 2]
-    # Without limited claims the node room is not read: the budget alone, as always.
+    # Claims not limited to nodes are held to the budget alone, whatever the node room says.
     assert allot([claim(1.0), claim(1.5)], 8.0, 0.1, node_room=[0.0, 0.0]) == [2, 2]
