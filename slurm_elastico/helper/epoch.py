@@ -120,6 +120,8 @@ class EpochResult:
             "managed": len(self.managed),
             "held": list(self.held),
             "families_deferred": self.deferred,
+            "placements": [{"job_id": p.job_id, "shape": p.shape, "node": p.node, "gpu": p.gpu, "share": p.share,
+                            "throughput": p.throughput} for p in self.plan.placements],
             "slurm_changes": self.slurm_changes,
         }
 

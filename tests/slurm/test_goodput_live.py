@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import pytest
 
+from slurm_elastico.helper.observe import MIN_PAIR_S
+from slurm_elastico.runtime.goodput import step_worth
 from slurm_elastico.runtime.progress import progress_path, read_progress
 
 from live_helpers import BIN, EXAMPLES, Cluster, epoch, wait_for, wait_report
@@ -133,5 +136,59 @@ def test_helper_requeues_an_adaptive_job_onto_a_whole_gpu_at_another_batch_and_k
         runs = c.summaries(job)
         assert [r["status"] for r in runs] == ["checkpointed", "done"], text
         assert WORK <= runs[1]["progress"] < WORK + 4 and runs[1]["step"] < WORK
+    finally:
+        c.cancel_all()
+
+
+LONG = FAMILY.replace(f"steps: {WORK}", "steps: 100000")
+"""The first test's family with work for far longer than the test waits: it measures the job at batch 32, then
+cancels it."""
+AT_32 = "gb32-mb8-fp32-mps100"
+
+
+def test_the_planner_prices_the_batch_the_job_ran_alone_at_the_speed_it_showed_there(slurm_cluster, tmp_path):
+    """The job runs batch 32 alone, moved there by the helper. Its progress there is goodput, which the observer
+    keeps as the shape's figure (steps of 32 per second: `shapes.goodput.to_figure`), and the planner's next
+    epoch prices that shape at the job's noise scale. So the speed the epoch's JSON plans for the job is its real
+    progress rate, not its family's declared 0.8 steps/s (`shapes.measured_speed.refined` takes a shape at
+    another batch than the submitted one too)."""
+    c = Cluster(dict(slurm_cluster.env()), tmp_path, {"g.yaml": LONG}, config="planner: {reshape_cost_s: 5}\n")
+    try:
+        job = c.submit("g.yaml", EXAMPLES / "train_tiny.py", "--step-sleep", "0.1")
+        wait_for(lambda: (r := read_progress(progress_path(c.root, job))) is not None
+                 and r.grad_noise_scale is not None and r.done >= 5, "the job's noise scale reported", timeout=120)
+        first = epoch(c)
+        assert [a["shape"] for a in first["actions"] if a["job_id"] == job] == [AT_32, AT_32], first  # in process
+        wait_for(lambda: (r := read_progress(progress_path(c.root, job))) is not None and r.shape == AT_32,
+                 "a report at batch 32", timeout=60)
+
+        def rate_at_32() -> float:
+            with c.store() as store:
+                rows = store.query("SELECT work, seconds FROM solo_rate WHERE job_id = ? AND shape = ?", (job, AT_32))
+            return rows[0]["work"] / rows[0]["seconds"] if rows and rows[0]["seconds"] >= MIN_PAIR_S else 0.0
+
+        deadline = time.monotonic() + 120
+        while not rate_at_32():  # epochs 6 s apart: a solo speed needs reports 5 s apart after a 5 s warm-up
+            assert time.monotonic() < deadline, "no solo speed at batch 32 within 120 s"
+            later = epoch(c)
+            assert [a for a in later["actions"] if a["job_id"] == job] == [], later  # it stays at batch 32
+            time.sleep(6)
+        figure = rate_at_32()
+
+        # The job's own counts over a few seconds, read apart from the helper: optimizer steps and progress.
+        before = read_progress(progress_path(c.root, job))
+        b = wait_for(lambda: (r := read_progress(progress_path(c.root, job))) is not None
+                     and r.updated >= before.updated + 5 and r, "reports 5 s apart", timeout=30)
+        planned = epoch(c)
+        seconds = b.updated - before.updated
+        steps_per_s, progress_per_s = (b.steps - before.steps) / seconds, (b.done - before.done) / seconds
+        mine = [p for p in planned["placements"] if p["job_id"] == job]
+        assert [p["shape"] for p in mine] == [AT_32], planned
+        assert 0.6 < figure / steps_per_s < 1.67, (figure, steps_per_s)  # the figure: steps of 32 per second
+        assert 0.6 < mine[0]["throughput"] / progress_per_s < 1.67, (mine, progress_per_s, figure)
+        declared = 0.8 * step_worth(b.grad_noise_scale, 32, 8)  # what the plan would say from the family alone
+        assert not 0.67 < mine[0]["throughput"] / declared < 1.5, (mine, declared)
+        print(f"\n  at batch 32: {steps_per_s:.2f} steps/s ({progress_per_s:.2f} steps of 8/s); the helper's figure "
+              f"{figure:.2f} steps/s, planned {mine[0]['throughput']:.2f} steps of 8/s (declared: {declared:.2f})")
     finally:
         c.cancel_all()

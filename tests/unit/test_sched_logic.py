@@ -104,6 +104,22 @@ def test_dry_run_issues_nothing(journal):
     assert gw.applied == []
 
 
+def test_the_epoch_json_lists_where_the_plan_puts_each_job_and_at_what_speed(journal):
+    import json
+
+    from slurm_elastico import jsonout
+
+    fam = family((50, 1.0, 1000), (100, 1.6, 1000))
+    result = run_once(FakeGateway(snapshot(cluster(2), [pending(1), pending(2)])), Settings(), Fixed({1: fam, 2: fam}),
+                      None, None, NOW, dry_run=True)
+    out = json.loads(jsonout.dumps(result.to_dict()))
+    assert out["placements"] == [{"job_id": p.job_id, "shape": p.shape, "node": p.node, "gpu": p.gpu, "share": p.share,
+                                  "throughput": p.throughput} for p in result.plan.placements]
+    assert sorted(p["job_id"] for p in out["placements"]) == [1, 2]
+    assert all(p["node"] == "n0000" and p["throughput"] > 0 for p in out["placements"]), out["placements"]
+    assert list(out)[-1] == "slurm_changes"  # still the last key (docs/admin/shadow.md)
+
+
 @pytest.mark.parametrize("tz, expected", [("UTC0", "2026-12-04T05:16:39+00:00"),
                                           ("EST+5", "2026-12-04T00:16:39-05:00")])
 def test_the_epoch_line_gives_a_readable_local_time_with_its_offset(monkeypatch, tz, expected):
