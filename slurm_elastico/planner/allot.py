@@ -52,11 +52,15 @@ made: `_running`), else waits.
 Several partitions (the helper managing every partition, each job on its
 own partitions' nodes, `planner.partitions`): a claim may be limited to some
 nodes (`Claim.nodes`). Where one is, the GPU equivalents left are also kept
-per node (`NodeRoom`): such a claim takes at most what its nodes have left,
-and every claim takes from the nodes the fewest claims may use first. So on
-nested partitions (`small` inside `all`) a job of `small` is not allotted
-GPUs that only `all` has, which it could never be placed on, while a job of
-`all` waits for them. Without limited claims nothing is kept per node.
+per node and GPU type (`NodeRoom`): such a claim takes at most what its
+nodes have left of a slot's type, and every claim takes from the nodes of
+its slot's type that the fewest claims may use first. So on nested
+partitions (`small` inside `all`) a job of `small` is not allotted GPUs that
+only `all` has, which it could never be placed on, while a job of `all`
+waits for them; and a job of `all` on the a100 nodes leaves the room of the
+t4 partition alone. What the jobs outside the claims (those the prices
+place) took is taken from their nodes first. Without limited claims nothing
+is kept per node.
 
 Pure: no I/O, no clock; the same claims give the same answer.
 """
@@ -138,21 +142,27 @@ class Budget:
 
 class NodeRoom:
     """GPU equivalents left per node, for claims limited to some nodes (see the module docstring), kept per region:
-    the nodes that the same claims' node sets hold (on a cluster of partitions, few), so that a claim's room and
-    take cost a few regions, not every node."""
+    the nodes of one GPU type that the same claims' node sets hold (on a cluster of partitions, few), so that a
+    claim's room and take cost a few regions, not every node. A slot of a type takes from and fits into its
+    type's regions only (of any type, -1: all of them). `booked`: what jobs outside the claims took already
+    (each its node set, type and GPU equivalents), taken before any claim."""
 
-    def __init__(self, room: Sequence[float], claims: Sequence[Claim]):
-        sets = list(dict.fromkeys(c.nodes for c in claims if c.nodes is not None))
-        region: dict[tuple[bool, ...], int] = {}
+    def __init__(self, room: Sequence[float], claims: Sequence[Claim], types: Sequence[int] | None = None,
+                 booked: Sequence[tuple[frozenset[int] | None, int, float]] = ()):
+        sets = list(dict.fromkeys(x for x in [*(c.nodes for c in claims), *(b[0] for b in booked)] if x is not None))
+        region: dict[tuple, int] = {}
         self.left: list[float] = []
+        self.type: list[int] = []  # each region's GPU type (-1: untyped)
         members: list[tuple[bool, ...]] = []
         for n, r in enumerate(room):
-            sig = tuple(n in s for s in sets)
+            t = types[n] if types is not None else -1
+            sig = (t, *(n in s for s in sets))
             k = region.get(sig)
             if k is None:
                 k = region[sig] = len(self.left)
                 self.left.append(0.0)
-                members.append(sig)
+                self.type.append(t)
+                members.append(sig[1:])
             self.left[k] += float(r)
         every = tuple(range(len(self.left)))
         self.regions: dict[frozenset[int] | None, tuple[int, ...]] = {None: every}
@@ -165,17 +175,25 @@ class NodeRoom:
         self.by_use = {key: tuple(sorted(ks, key=lambda k: (uses[k], k))) for key, ks in self.regions.items()}
         """Each node set's regions by how many claims may use them, fewest first: where a claim takes what it
         takes."""
+        for nodes, t, z in booked:
+            self._take(nodes, t, z)
 
-    def room(self, c: Claim) -> float:
-        """What `c` may take: its nodes' room (any claim not limited: no limit here)."""
+    def room(self, c: Claim, t: int = -1) -> float:
+        """What `c` may take on GPU type t (-1: any): its nodes' room there (a claim not limited: no limit here)."""
         if c.nodes is None:
             return math.inf
-        return sum(self.left[k] for k in self.regions[c.nodes])
+        return sum(self.left[k] for k in self.regions[c.nodes] if t < 0 or self.type[k] == t)
 
-    def take(self, c: Claim, z: float) -> None:
-        for k in self.by_use[c.nodes]:
+    def take(self, c: Claim, z: float, t: int = -1) -> None:
+        """`c` takes `z` GPU equivalents of type t (-1: any)."""
+        self._take(c.nodes, t, z)
+
+    def _take(self, nodes: frozenset[int] | None, t: int, z: float) -> None:
+        for k in self.by_use[nodes]:
             if z <= EPS:
                 return
+            if t >= 0 and self.type[k] != t:
+                continue
             d = min(z, max(0.0, self.left[k]))
             self.left[k] -= d
             z -= d
@@ -187,17 +205,17 @@ def order(claims: Sequence[Claim]) -> list[int]:
 
 
 def _best(c: Claim, limit: float, prices: Sequence[float], budget: Budget | None = None,
-          size: float | None = None) -> int:
+          size: float | None = None, nodes: NodeRoom | None = None) -> int:
     """The allowed slot holding at most `limit` with the least priced time per unit of work (`(1 + λ_t·size) /
-    throughput`: at zero prices the fastest; ties: the smaller, then the first), or NONE; with `budget`, only
-    slots whose type has room; with `size`, only slots of that size."""
+    throughput`: at zero prices the fastest; ties: the smaller, then the first), or NONE; with `budget` (and
+    `nodes`), only slots whose type has room (on the claim's nodes); with `size`, only slots of that size."""
     best, best_key = NONE, (math.inf, math.inf)
     cheapest = min(prices, default=0.0)
     for s, (z, t, ok) in enumerate(zip(c.sizes, c.tput, c.allowed)):
         if not ok or t <= 0 or z > limit + EPS or (size is not None and abs(z - size) > EPS):
             continue
         ty = c.type_of(s)
-        if budget is not None and z > budget.room(ty) + EPS:
+        if budget is not None and z > budget.room(ty) + EPS or nodes is not None and z > nodes.room(c, ty) + EPS:
             continue
         lam = prices[ty] if 0 <= ty < len(prices) else cheapest
         key = ((1.0 + lam * z) / t, z)
@@ -225,12 +243,12 @@ def share_limit(c: Claim, budget: float, left: int) -> float:
 
 
 def _running(c: Claim, budget: Budget, hysteresis: float, preempt: bool, limit: float,
-             prices: Sequence[float]) -> int:
+             prices: Sequence[float], nodes: NodeRoom | None = None) -> int:
     """A running job's slot in the first pass (see the module docstring)."""
     cur = c.current
     assert cur is not None
-    want = _best(c, max(limit, c.sizes[cur]), prices, budget)
-    if c.sizes[cur] <= budget.room(c.type_of(cur)) + EPS:  # it keeps what it holds unless moving pays the restart
+    want = _best(c, max(limit, c.sizes[cur]), prices, budget, nodes=nodes)
+    if _fits(c, cur, budget, nodes):  # it keeps what it holds unless moving pays the restart
         if want == NONE or c.tput[want] <= c.tput[cur]:
             return cur
         return want if reshape.saving(c.work, c.tput[cur], c.tput[want], c.restart_s, hysteresis) > 0 else cur
@@ -239,14 +257,24 @@ def _running(c: Claim, budget: Budget, hysteresis: float, preempt: bool, limit: 
     return min((s for s, ok in enumerate(c.allowed) if ok), key=lambda s: (c.sizes[s], -c.tput[s]), default=cur)
 
 
+def _fits(c: Claim, s: int, budget: Budget, nodes: NodeRoom | None) -> bool:
+    """Whether slot s of `c` fits what is left of its type (on its nodes)."""
+    t = c.type_of(s)
+    return c.sizes[s] <= budget.room(t) + EPS and (nodes is None or c.sizes[s] <= nodes.room(c, t) + EPS)
+
+
 def allot(claims: Sequence[Claim], budget: float | Sequence[float], hysteresis: float, preempt: bool = True,
-          prices: Sequence[float] | None = None, node_room: Sequence[float] | None = None) -> list[int]:
+          prices: Sequence[float] | None = None, node_room: Sequence[float] | None = None,
+          node_types: Sequence[int] | None = None,
+          booked: Sequence[tuple[frozenset[int] | None, int, float]] = ()) -> list[int]:
     """Each claim's slot, or NONE (a pending job waits, a running one is preempted); see the module docstring.
-    `budget`: GPU equivalents, one number or one per GPU type; `prices`: λ per type (zero when None); `node_room`:
-    GPU equivalents per node, which only claims limited to some nodes (`Claim.nodes`) are held to (the caller
-    gives it only when there are such claims: `prices._allot`)."""
+    `budget`: GPU equivalents, one number or one per GPU type (net of what jobs outside the claims took); `prices`:
+    λ per type (zero when None); `node_room`: GPU equivalents per node, which only claims limited to some nodes
+    (`Claim.nodes`) are held to (the caller gives it only when there are such claims: `prices._allot`), with each
+    node's GPU type (`node_types`, -1 untyped; None: all untyped) and what jobs outside the claims took of it
+    (`booked`: `NodeRoom`'s)."""
     pool = Budget(budget)
-    nodes = NodeRoom(node_room, claims) if node_room is not None else None
+    nodes = NodeRoom(node_room, claims, node_types, booked) if node_room is not None else None
     lam = list(prices) if prices is not None else [0.0] * len(pool.left)
     pick = [NONE] * len(claims)
     seq = order(claims)
@@ -262,25 +290,28 @@ def allot(claims: Sequence[Claim], budget: float | Sequence[float], hysteresis: 
         if nodes is not None:
             limit = min(limit, nodes.room(c))
         if c.current is not None:
-            want = _running(c, pool, hysteresis, preempt, limit, lam)
+            want = _running(c, pool, hysteresis, preempt, limit, lam, nodes)
         else:
             want = _best(c, limit, lam)
-            if want != NONE and c.sizes[want] > pool.room(c.type_of(want)) + EPS:
-                # its whole request does not fit that type: the same size on another, or it waits (pass 2 may
-                # start it smaller)
-                want = _best(c, limit, lam, pool, c.sizes[want])
+            if want != NONE and not _fits(c, want, pool, nodes):
+                # its whole request does not fit that type (on its nodes): the same size on another, or it waits
+                # (pass 2 may start it smaller)
+                want = _best(c, limit, lam, pool, c.sizes[want], nodes)
         if want != NONE:
             pick[i] = want
-            pool.take(c.type_of(want), c.sizes[want])
-            if nodes is not None:
-                nodes.take(c, c.sizes[want])
+            _take(c, want, pool, nodes)
     for i in seq:  # idle GPUs help nobody: what is left starts waiting jobs on less than they asked
         c = claims[i]
         if pick[i] == NONE and c.current is None and pool.total > EPS:
-            want = _best(c, c.cap if nodes is None else min(c.cap, nodes.room(c)), lam, pool)
+            want = _best(c, c.cap, lam, pool, nodes=nodes)
             if want != NONE:
                 pick[i] = want
-                pool.take(c.type_of(want), c.sizes[want])
-                if nodes is not None:
-                    nodes.take(c, c.sizes[want])
+                _take(c, want, pool, nodes)
     return pick
+
+
+def _take(c: Claim, s: int, budget: Budget, nodes: NodeRoom | None) -> None:
+    """`c` takes slot s from the budget (and its nodes' room)."""
+    budget.take(c.type_of(s), c.sizes[s])
+    if nodes is not None:
+        nodes.take(c, c.sizes[s], c.type_of(s))

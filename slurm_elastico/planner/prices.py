@@ -135,17 +135,20 @@ def _problem(pending: list[Job], state: GpuState, per_gpu: np.ndarray, elastic: 
         weight=w, capacity=cap, optional=optional, group=idx)
 
 
-def _node_room(state: GpuState, elastic: list[Job], per_gpu_share: float) -> list[float]:
+def _node_room(state: GpuState, elastic: list[Job], per_gpu_share: float) -> tuple[list[float], list[int]]:
     """GPU equivalents per node (`GpuState.gpu_node` numbers) the allotment may hand out: its free shares and the
-    GPUs the elastic running jobs hold there (the budget's, per node)."""
+    GPUs the elastic running jobs hold there (the budget's, per node); and each node's GPU type (a node's GPUs are
+    of one)."""
     room = [0.0] * (max(state.gpu_node, default=-1) + 1)
+    types = [-1] * len(room)
     for g, f in enumerate(state.free_share):
+        types[state.gpu_node[g]] = state.gpu_type[g]
         if f > 0:
             room[state.gpu_node[g]] += f / per_gpu_share
     for j in elastic:
         for g in j.seat.gang or (j.seat.gpu,):
             room[state.gpu_node[g]] += state.total_share[g] / per_gpu_share
-    return room
+    return room, types
 
 
 def _gang_capable(job: Job) -> bool:
@@ -161,11 +164,13 @@ def _allot(pending: list[Job], elastic: list[Job], choice: np.ndarray, targets: 
     elastic jobs, each in the allotment's order."""
     typed = problem.capacity.shape[0] - len(RESOURCES)
     pool = allot.Budget(problem.capacity[len(RESOURCES):] if typed else float(problem.capacity[0]))
+    booked: list[tuple[frozenset[int] | None, int, float]] = []  # their takes, on their nodes (`allot.NodeRoom`)
     for i, j in enumerate(pending):
         if not _gang_capable(j) and choice[i] != pricing.NONE:
             d = problem.shape_demand(i, choice[i])
             ty = int(np.argmax(d[len(RESOURCES):])) if typed and d[len(RESOURCES):].any() else -1
             pool.take(ty, float(d[0]))
+            booked.append((j.seat.nodes, ty, float(d[0])))
     who = [i for i, j in enumerate(pending) if _gang_capable(j)]
     claims = []
     shared: dict[int, tuple] = {}  # what a claim takes from its table, by id (jobs of one family share it)
@@ -196,9 +201,9 @@ def _allot(pending: list[Job], elastic: list[Job], choice: np.ndarray, targets: 
             work = max(0.0, t.family.total_work - (progress.get(j.view.job_id) or 0.0))
             claims.append(allot.Claim(work / rate / j.weight, sizes, tputs, allowed, cap, extra=j.view.requeue,
                                       types=types, nodes=j.seat.nodes))
-    picks, _ = priced_allotment(claims, pool.left, ps.hysteresis,
-                                node_room=_node_room(state, elastic, per_gpu_share) if any(
-                                    c.nodes is not None for c in claims) else None)
+    room, types = _node_room(state, elastic, per_gpu_share) if any(c.nodes is not None for c in claims) else (
+        None, None)
+    picks, _ = priced_allotment(claims, pool.left, ps.hysteresis, node_room=room, node_types=types, booked=booked)
     for i, p in zip(who, picks):
         choice[i] = p
     for j, p in zip(elastic, picks[len(who):]):

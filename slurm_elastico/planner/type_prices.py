@@ -84,8 +84,10 @@ def type_prices(claims: Sequence[Claim], pools: Sequence[float]) -> np.ndarray:
 
 
 def priced_allotment(claims: Sequence[Claim], pools: Sequence[float], hysteresis: float,
-                     preempt: bool = True, node_room: Sequence[float] | None = None) -> tuple[list[int], list[float]]:
-    """The allotment of `claims` over `pools` (and `node_room`, `allot`'s) at the types' shadow prices
-    (`type_prices`); (its picks, the prices)."""
+                     preempt: bool = True, node_room: Sequence[float] | None = None,
+                     node_types: Sequence[int] | None = None,
+                     booked: Sequence[tuple[frozenset[int] | None, int, float]] = ()) -> tuple[list[int], list[float]]:
+    """The allotment of `claims` over `pools` (and `node_room`, `node_types`, `booked`: `allot`'s) at the types'
+    shadow prices (`type_prices`); (its picks, the prices)."""
     lam = [float(x) for x in type_prices(claims, pools)]
-    return allot(claims, list(pools), hysteresis, preempt, lam, node_room), lam
+    return allot(claims, list(pools), hysteresis, preempt, lam, node_room, node_types, booked), lam

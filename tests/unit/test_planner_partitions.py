@@ -172,6 +172,31 @@ def test_on_nested_partitions_a_job_of_the_small_one_is_not_allotted_gpus_only_t
     assert starts(plan(nodes, jobs, fams)) == {1: ("", ("n0000",)), 3: ("", ("n0001",))}
 
 
+def test_a_job_of_every_partition_on_a_fast_type_leaves_the_room_of_another_types_partition_alone():
+    """A partition per type and one of all nodes (a common layout): job 1 (all) is short and 4x faster on the
+    a100, job 2 can run on the t4 node only. Job 1's a100 GPUs were taken from the room of the region the
+    fewest claims use, the t4 node's; job 2 then saw no room there and waited beside its idle node."""
+    nodes = split(typed_cluster(t4=1, a100=1), {"t4-0": "t4p,all", "a100-0": "a100p,all"})
+    fams = {1: typed_family({"t4": 1.0, "a100": 4.0}, gpus=(4,), work=1000.0),
+            2: typed_family({"t4": 1.0}, gpus=(4,), work=5000.0),
+            3: typed_family({"a100": 1.0}, gpus=(4,), work=100000.0)}
+    jobs = [on(pend(1), "all"), on(pend(2), "t4p"), on(pend(3), "a100p")]
+    assert starts(plan(nodes, jobs, fams)) == {1: ("a100", ("a100-0",)), 2: ("t4", ("t4-0",))}
+
+
+def test_jobs_the_prices_place_take_their_partitions_room_before_the_allotment():
+    """Jobs 1 and 2 (small, shares only: the prices' choice) fill n0000, small's node. Counting them in the
+    budget alone, the allotment still saw n0000's GPUs as small's room and gave them to job 3 (small), which
+    could not be placed; job 4 (all) waited beside the idle n0001."""
+    nodes = split(cluster(4, gpus_per_node=2), {"n0000": "small,all", "n0001": "all"})
+    share = family((100, 1.0, 1000))
+    jobs = [on(pend(1, 0), "small"), on(pend(2, 1), "small"), on(pend(3, 2), "small"), on(pend(4, 3), "all")]
+    fams = {1: share, 2: share, 3: typed_family({"": 1.0}, work=5e4, gpus=(1, 2)),
+            4: typed_family({"": 1.0}, work=2e5, gpus=(1, 2))}
+    p = plan(nodes, jobs, fams)
+    assert sorted((pl.job_id, pl.node) for pl in p.placements) == [(1, "n0000"), (2, "n0000"), (4, "n0001")]
+
+
 def test_the_allotment_keeps_room_per_node_only_for_claims_limited_to_nodes():
     from slurm_elastico.planner.allot import Claim, NodeRoom, allot
 
@@ -189,3 +214,13 @@ def test_the_allotment_keeps_room_per_node_only_for_claims_limited_to_nodes():
     assert allot([small, claim(1.5, frozenset({0})), everywhere], 8.0, 0.1, node_room=[4.0, 4.0]) == [2, -1, 2]
     # Claims not limited to nodes are held to the budget alone, whatever the node room says.
     assert allot([claim(1.0), claim(1.5)], 8.0, 0.1, node_room=[0.0, 0.0]) == [2, 2]
+    # Per GPU type: node 0 of type 0, node 1 of type 1; a slot of type 1 takes from node 1 only, though node 0's
+    # region is the one the fewest claims use; what was booked before the claims is taken first.
+    typed = Claim(1.0, [4.0, 4.0], [1.0, 4.0], [True] * 2, 4.0, types=[0, 1])
+    room = NodeRoom([4.0, 4.0], [small, typed], [0, 1], booked=[(frozenset({0}), -1, 1.0)])
+    assert (room.room(small), room.room(small, 0), room.room(small, 1)) == (3.0, 3.0, 0.0)
+    room.take(typed, 4.0, 1)
+    assert room.room(small) == 3.0
+    assert allot([typed, small], [4.0, 4.0], 0.1, node_room=[4.0, 4.0], node_types=[0, 1]) == [1, 2]
+    assert allot([typed, small], [4.0, 4.0], 0.1, node_room=[4.0, 4.0], node_types=[0, 1],
+                 booked=[(frozenset({0}), 0, 3.0)]) == [1, 0]
