@@ -22,7 +22,10 @@ name order); a job pinned outside them never starts, as in Slurm, which
 takes such a NodeList= and leaves the job pending.
 Backfill without time limits: the first job that cannot start reserves the
 GPU (mps) or whole nodes (gpus) it is closest to fitting on, and later jobs
-may start anywhere else. Slurm knows no GPU memory, so jobs it starts may
+may start anywhere else; on a cluster of partitions, the first such job of
+each set of nodes no reservation touches yet (each partition's blocked head
+keeps its own, as Slurm's scheduler blocks a partition at its first job
+that cannot start). Slurm knows no GPU memory, so jobs it starts may
 overcommit it; those are counted. (A job submitted with `--gres=gpu:N` is
 not simulated: nothing submits it here; the GPU-count actions set it.)
 
@@ -52,7 +55,7 @@ class SlurmScheduler:
             job = self.jobs[jid]
             if job.held or job.begin > self.now:
                 continue
-            blocked = not reserved and not reserved_nodes
+            blocked = not self._reserved_in(job, reserved, reserved_nodes)
             too_big = not job.whole and job.gres.count > top
             if too_big and not blocked:
                 continue  # cannot fit anywhere: skip the search
@@ -67,6 +70,12 @@ class SlurmScheduler:
             elif blocked:
                 self._reserve(job, open_gpus, reserved, reserved_nodes)
         return started
+
+    def _reserved_in(self, job: SimJob, reserved, reserved_nodes) -> bool:
+        """Whether some job ahead holds a reservation on nodes `job` may run on (its partitions'; any: anywhere)."""
+        if job.within is None:
+            return bool(reserved or reserved_nodes)
+        return any(ni in job.within for ni in reserved_nodes) or any(ni in job.within for ni, _ in reserved)
 
     def _fit(self, job: SimJob, open_gpus, reserved, reserved_nodes) -> tuple[tuple[int, int], ...] | None:
         if job.whole:

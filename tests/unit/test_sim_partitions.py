@@ -74,6 +74,25 @@ def test_a_blocked_gang_holds_back_only_its_own_partitions_nodes():
     assert c.jobs[3].alloc == ((2, 0),)
 
 
+def test_each_partitions_blocked_head_keeps_its_own_nodes():
+    """A job of a and one of b each hold half of their partition's node; a whole-node gang of each then waits.
+    Both gangs keep their node: a later share of b does not pass b's gang because a's came first in the queue."""
+    c = SimCluster(0, groups=A_B)
+    c.submit(job_of(1, "a", GresRequest("mps", 50)))
+    c.submit(job_of(2, "b", GresRequest("mps", 50)))
+    c.schedule()
+    for jid, part in ((3, "a"), (4, "b")):
+        c.submit(job_of(jid, part, GresRequest("gpus", 4)))
+    c.submit(job_of(5, "a", GresRequest("mps", 50)))
+    c.submit(job_of(6, "b", GresRequest("mps", 50)))
+    c.schedule()
+    c.check()
+    assert [c.jobs[j].state for j in (3, 4, 5, 6)] == [JobState.PENDING] * 4
+    c.submit(job_of(7, "", GresRequest("mps", 50)))  # a job of either partition: both nodes are kept
+    c.schedule()
+    assert c.jobs[7].state is JobState.PENDING
+
+
 def test_a_job_pinned_outside_its_partitions_is_taken_and_never_starts():
     """Slurm accepts a NodeList= outside the job's partitions and leaves the job pending: so does the simulator
     (the helper's epoch drops such an action, `partitions.outside`)."""
