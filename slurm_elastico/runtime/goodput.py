@@ -145,10 +145,13 @@ class NoiseScale:
 
     @property
     def phi(self) -> float | None:
-        """The gradient noise scale φ = tr(Σ)/|G|² in samples; None before any measurement or when |G|² ≤ 0."""
-        if not self.measured or self.sqr <= 0:
+        """The gradient noise scale φ = tr(Σ)/|G|² in samples, from the same floored estimates the gain uses (so
+        `step_worth(phi, B, B0)` is the gain a step at B is counted); None before any measurement, inf when the
+        estimate of |G|² is not above 0 (noise swamps the signal: a step at any batch counts B/B0 steps)."""
+        if not self.measured:
             return None
-        return max(self.var, 0.0) * self.base_batch / self.sqr
+        var, sqr = max(self.var, MIN_VAR), max(self.sqr, 0.0)
+        return var * self.base_batch / sqr if sqr > 0 else math.inf
 
     def lr_factor(self, rule: str, batch: float, optimizer: Any = None) -> float:
         """The factor `rule` applies to the learning rate for a step at `batch` (module docstring)."""

@@ -306,8 +306,8 @@ class ProgressReporter:
         try:
             if self._started is None:
                 self._started = now
-            phi = (None if grad_noise_scale is None or not math.isfinite(grad_noise_scale)
-                   else min(float(grad_noise_scale), MAX_NUMBER))
+            phi = (None if grad_noise_scale is None or math.isnan(grad_noise_scale)
+                   else min(float(grad_noise_scale), MAX_NUMBER))  # inf (|G|² not above 0): the largest number
             write_progress(self.path, Progress(float(done), float(total), now, self.shape, self.restarts, self._started,
                                                phi, steps, samples))
         except OSError as exc:

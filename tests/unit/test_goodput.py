@@ -45,6 +45,29 @@ def test_before_any_measurement_every_batch_counts_one_step():
     assert ns.gain(128) == pytest.approx(1.0, abs=1e-5) and ns.gain(8) == pytest.approx(1.0, abs=1e-5)
 
 
+@pytest.mark.parametrize("sqr, var", [(-0.03, 0.5), (0.0, 0.5), (1e-7, 1e-8), (2.0, 6.0)])
+def test_the_reported_noise_scale_prices_a_step_as_the_gain_counted_it(sqr, var):
+    # The helper turns a job's progress back into steps at its batch with the noise scale the job reports
+    # (`shapes.goodput.to_figure`): that needs step_worth(phi) to be the gain each step was counted at, also when
+    # noise swamps |G|^2 (its estimate <= 0: every step counts B/B0) or the variance is below the gain's floor.
+    ns = NoiseScale(8, sqr=sqr, var=var, measured=True)
+    assert ns.phi is not None and ns.phi >= 0
+    for b in (4, 8, 32):
+        assert step_worth(ns.phi, b, 8) == pytest.approx(ns.gain(b), rel=1e-9)
+    if sqr <= 0:
+        assert ns.phi == math.inf and ns.gain(32) == 4.0
+
+
+def test_a_report_carries_an_infinite_noise_scale_as_the_largest_number(tmp_path):
+    from slurm_elastico.runtime.progress import MAX_NUMBER, ProgressReporter, read_progress
+
+    path = tmp_path / "progress.json"
+    ProgressReporter(path).report(3, 10, grad_noise_scale=math.inf, final=True)
+    assert read_progress(path).grad_noise_scale == MAX_NUMBER
+    ProgressReporter(path).report(3, 10, grad_noise_scale=float("nan"), final=True)
+    assert read_progress(path).grad_noise_scale is None
+
+
 def _draws(rng, n, b, mean, std):
     """n gradients, each the mean of b samples of N(mean, diag(std^2))."""
     d = mean.size
