@@ -148,13 +148,14 @@ class ProgressObserver:
         families = self._refined(families)
         figures = families  # each shape's solo speed in the units progress is counted in (`goodput.to_figure`)
         # goodput mode: each adaptive job's other batches at the noise scale it measured (`shapes.goodput`)
-        families = goodput.priced(families, job_work.noise_scales(self.store, families, reports))
+        noise = job_work.noise_scales(self.store, families, reports)
+        families = goodput.priced(families, noise)
         if dry_run:
             if self.budgeted:
                 self.model.probing = self._ledger().allows(self.probe_budget)  # type: ignore[union-attr]
             return obs.progress, families, notes
         found, charged = ([], []) if self.shadow else self._resolve(families, figures, measured, source, notes,
-                                                                     snapshot.taken_at)
+                                                                     snapshot.taken_at, noise)
         if snapshot.nodes:
             self._forget({j.job_id for j in snapshot.jobs})
             notes += job_work.close_departed(self.store, {j.job_id for j in snapshot.jobs})
@@ -205,12 +206,13 @@ class ProgressObserver:
                    else "no new probe this epoch"))
 
     def _resolve(self, families: dict[int, Family], figures: dict[int, Family], measured: dict,
-                 source: FamilySource | None, notes: list[str], now: float
+                 source: FamilySource | None, notes: list[str], now: float, noise: dict[int, float] | None = None
                  ) -> tuple[list[Colocation], list[tuple[Colocation, float]]]:
         """Judge the pairs that are ready (probe and revert), turn them into observations (also pairs whose jobs
         have left) and spend their time; (the observations, each pair measured this epoch with the seconds it
         shared a GPU since it was last judged). `figures`: the families before goodput pricing, whose shapes'
-        speeds are in the units progress is counted in (the reference where no solo speed was measured)."""
+        speeds are in the units progress is counted in (the reference where no solo speed was measured); `noise`:
+        each goodput job's noise scale (`job_work.noise_scales`)."""
         beside = {(r["job_id"], r["shape"], r["partner"], r["partner_shape"]): (r["work"], r["seconds"])
                   for r in self.store.query("SELECT * FROM pair_rate")}
         judged = {(r["job_id"], r["shape"], r["partner"], r["partner_shape"]): (r["work"], r["seconds"])
@@ -226,7 +228,7 @@ class ProgressObserver:
                            for r in self.store.query("SELECT * FROM solo_rate")})
         estimates = estimated_solo(beside, solo, figures)
         window = unjudged(beside, judged)
-        verdicts = self._judge(window, solo, estimates, known, notes, now)
+        verdicts = self._judge(window, solo, estimates, known, notes, now, noise or {})
         # judged against a figure: charged, no observation (module docstring); the time so far is judged
         charged, now_judged = [], []
         for v in verdicts:
@@ -257,15 +259,19 @@ class ProgressObserver:
         return Colocation(self.gpu_type, a, b, v.norms[0], v.norms[1], True, SOURCE)
 
     def _judge(self, beside: dict, solo: dict, estimates: dict, known: dict[int, Family], notes: list[str],
-               now: float) -> list[Verdict]:
+               now: float, noise: dict[int, float] | None = None) -> list[Verdict]:
         """Refuse and list for undoing every ready pair that did not pay; keep the refusals in the store; the
-        verdicts. A (job, shape) without a measured solo speed (`solo`) is judged against `estimates`."""
+        verdicts. A (job, shape) without a measured solo speed (`solo`) is judged against `estimates`. `noise`:
+        each goodput job's noise scale, at which its floor (a speed in its units of work) is a fraction of a solo
+        speed kept as a figure (`shapes.goodput.to_figure`)."""
         rates = {**estimates, **solo}
+        noise = noise or {}
         floors: dict[tuple[int, str], float] = {}  # a family's floor is a speed; the probe's, a fraction of the solo
         for j, shape, _, _ in beside:
             fam, rate = known.get(j), rates.get((j, shape))
             if fam is not None and fam.throughput_floor > 0 and rate:
-                floors[(j, shape)] = fam.throughput_floor / rate
+                at = {s.name: s for s in fam.shapes}.get(shape)
+                floors[(j, shape)] = fam.throughput_floor * (goodput.to_figure(at, noise.get(j)) if at else 1.0) / rate
         verdicts = judge_pairings(beside, rates, floors, gain_margin(self.model), min_seconds=MIN_PAIR_S,
                                   estimated=estimates.keys())
         for v in verdicts:

@@ -178,3 +178,24 @@ def test_a_speed_measured_at_another_batch_corrects_every_shape_of_the_job():
     assert got[name].throughput == pytest.approx(1.2)
     assert got["mb8-fp32-mps100"].throughput == pytest.approx(s["mb8-fp32-mps100"].throughput * factor)
     assert factor != pytest.approx(1.0, abs=0.05)  # the estimate was off: the test would not see a wrong factor
+
+
+def test_a_goodput_jobs_floor_is_judged_on_its_progress_not_on_its_figure(tmp_path):
+    """Job 1 runs batch 32 beside job 2, each at 0.9 of its solo speed. Job 1's floor, 1.2 steps of 8 a second, is
+    met: at its noise scale (20) its solo goodput is 1.72, so it makes 1.55 beside job 2. Judged against its solo
+    speed as kept (the figure, 0.8 steps of 32 a second), the floor read as 1.5 times its solo speed and the pair,
+    which the planner rightly made, was undone."""
+    f = replace(fam(), throughput_floor=1.2)
+    g32, own = "gb32-mb8-fp32-mps100", "mb8-fp32-mps100"
+    priced = at_noise_scale(f, 20.0)
+    assert by_name(priced)[g32].throughput * 0.9 > 1.2
+    solo = {(1, g32): 0.8, (2, own): 1.0}  # solo speeds as the observer keeps them: figures
+    beside = {(1, g32, 2, own): (0.8 * 0.9 * 20, 20.0), (2, own, 1, g32): (1.0 * 0.9 * 20, 20.0)}
+    with Store(tmp_path / "s.sqlite") as store:
+        verdicts = ProgressObserver(store, "p100")._judge(beside, solo, {}, {1: priced, 2: fam()}, [], 1e5, {1: 20.0})
+        assert [v.revert for v in verdicts] == [False], [v.reason for v in verdicts]
+        # At a noise scale where batch 32 is worth less (5: a step of 32 worth 1.41 of 8), 0.9 of its solo
+        # goodput (0.9 x 0.8 x 1.41 = 1.01) is below the floor: undone.
+        verdicts = ProgressObserver(store, "p100")._judge(beside, solo, {}, {1: at_noise_scale(f, 5.0), 2: fam()},
+                                                          [], 1e5, {1: 5.0})
+        assert [v.revert for v in verdicts] == [True], [v.reason for v in verdicts]
