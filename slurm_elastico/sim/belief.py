@@ -23,8 +23,10 @@ the epoch's observer gives the planner that shape at its measured speed and
 moves the job's other shapes by the same factor (`shapes.measured_speed`, the
 rule the live observer applies to the `solo_rate` its jobs' progress showed).
 At another global batch, the goodput it showed is turned into the shape's
-figure at the efficiency the planner estimates then (`record`), as the live
-observer does with the noise scale the job reports.
+figure at the efficiency its progress was counted at, the truth's (`record`),
+as the live observer does with the noise scale the job counted it with: the
+figure is the job's speed there, and the planner's efficiency error (below)
+stays out of the job's other shapes.
 A speed beside another job on its GPU is not a solo speed and teaches nothing
 here (the interference model learns from it).
 
@@ -59,7 +61,8 @@ from slurm_elastico.sim.truth import GroundTruth
 
 MIN_SOLO_S = 10.0
 """Seconds a job must have run a shape alone, at one speed, before that speed is a measurement (the live observer
-needs two progress reports in that time)."""
+needs two progress reports in that time): counted from its start on the shape, or from when who shares its GPU
+last changed (`SimJob.context_since`), whichever is later."""
 
 
 def errors(sim: SimSettings) -> Errors:
@@ -89,16 +92,17 @@ class Belief:
     def record(self, job: SimJob, shape: str, alone: bool, now: float) -> None:
         """Note what a running job's progress shows now: its speed at `shape` if it ran there alone long enough.
         At another global batch than its own, progress is goodput: it is noted as the shape's figure (the first
-        epoch's goodput, as `family_of` values the shape) at the efficiency the planner estimates now, as the
-        live observer turns it into the figure at the noise scale the job reports (`shapes.goodput.to_figure`)."""
-        if not (alone and job.rate > 0 and now - max(job.shape_since, job.ready_at) >= MIN_SOLO_S):
+        epoch's goodput, as `family_of` values the shape) at the efficiency the progress was counted at, the
+        truth's, as the live observer turns it into the figure at the noise scale the job counted its progress
+        with (`shapes.goodput.to_figure`): the figure is then the job's speed at that shape, free of the planner's
+        efficiency error, which the planner's view of every other batch carries (`view`)."""
+        if not (alone and job.rate > 0 and now - max(job.shape_since, job.ready_at, job.context_since) >= MIN_SOLO_S):
             return
         rate, own = job.rate, job.trace.global_batch
         b = int(job.family_shape(shape).knob("global_batch", own))
         if b != own:
-            epoch = efficiency_epoch(self.truth, job.trace, job.done)
-            estimated = self.truth.efficiency_ratio(job.trace.app, own, b, epoch) * self._error(job, epoch, b)
-            rate *= self.truth.efficiency_ratio(job.trace.app, own, b, 0) / estimated
+            epoch, app = efficiency_epoch(self.truth, job.trace, job.done), job.trace.app
+            rate *= self.truth.efficiency_ratio(app, own, b, 0) / self.truth.efficiency_ratio(app, own, b, epoch)
         self.measured.setdefault(job.job_id, {})[shape] = rate
 
     def _error(self, job: SimJob, epoch: int, batch: int) -> float:

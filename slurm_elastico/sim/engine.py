@@ -360,6 +360,7 @@ class Engine(JobSpeeds):
             for jid in self.cluster.nodes[ni].gpus[gi]:
                 touched[jid] = self.cluster.jobs[jid]
         for jid in sorted(touched):
+            touched[jid].context_since = now
             self._rerate(touched[jid])
 
     def _restart_s(self, job: SimJob, kind: str) -> float:

@@ -48,6 +48,9 @@ class SimJob:
     shape: str = ""
     shape_since: float = -1.0
     """When it began to run `shape` (its start, or the switch to it): what it measures there is from then on."""
+    context_since: float = -1.0
+    """When who shares its GPUs last changed (the engine's `_settle`): the live observer starts a new interval
+    then, so a solo speed counts from here too."""
     start: float = -1.0
     # progress accounting (the engine's)
     done: float = 0.0

@@ -117,11 +117,13 @@ def test_goodput_shapes_appear_only_after_the_job_has_measured_its_gradients(mon
 
 
 def test_a_goodput_job_measured_at_another_batch_is_planned_at_the_speed_it_showed(monkeypatch, truth):
-    """Once a goodput job has run another global batch alone, the planner prices that shape at the progress per
-    second it showed (its figure from the measured rate, at the efficiency the planner estimates: the live
-    observer's `to_figure`), whatever the estimate's errors, and moves its other shapes by the same factor. Before,
-    only shapes at the job's own batch were measured: a job that left its batch kept its estimate's error."""
+    """Once a goodput job has run another global batch alone, the planner prices that shape at the speed it showed
+    there (its figure from the measured progress at the efficiency the progress was counted at, as the live
+    observer's `to_figure`) times the planner's own efficiency estimate, whatever the speed estimate's errors, and
+    moves its other shapes by the same factor. Before 3930dfa only shapes at the job's own batch were measured:
+    a job that left its batch kept its estimate's error."""
     from slurm_elastico.sim import belief
+    from slurm_elastico.sim.families import efficiency_epoch
     from slurm_elastico.sim.speeds import shape_of
     jobs = [TraceJob(i, 300.0 * i, "train", "yolov3", 1, 2000.0, 64) for i in range(1, 7)]
     sim = SimSettings(gpus=4, gpus_per_node=4, epoch_s=60.0, placement_window_s=-1, colocation="none",
@@ -132,7 +134,9 @@ def test_a_goodput_job_measured_at_another_batch_is_planned_at_the_speed_it_show
     def spy_record(self, job, shape, alone, now):
         record(self, job, shape, alone, now)
         if shape in self.measured.get(job.job_id, {}):
-            now_rate[job.job_id] = (shape, job.rate, job.family_shape(shape).knob("global_batch", 64))
+            batch = job.family_shape(shape).knob("global_batch", 64)
+            err = self._error(job, efficiency_epoch(truth, job.trace, job.done), batch)
+            now_rate[job.job_id] = (shape, job.rate * (err if batch != 64 else 1.0), batch)
 
     def spy_view(self, job, fam, done, adaptive):
         out = view(self, job, fam, done, adaptive)
@@ -148,6 +152,30 @@ def test_a_goodput_job_measured_at_another_batch_is_planned_at_the_speed_it_show
     assert len(other) >= 20, shown  # it ran other batches alone, and long enough to measure them
     matched = sum(seen == pytest.approx(rate, rel=1e-9) for rate, seen in other)
     assert matched >= 0.9 * len(other), other
+
+
+def test_a_speed_measured_at_another_batch_moves_the_jobs_own_batch_without_the_planners_efficiency_error(truth):
+    """The planner's efficiency estimate errs (by 0.68 here); the figure it learns from a batch the job ran is the
+    job's speed there, so its own-batch shapes, exact before (no speed-estimate errors), stay exact. When the
+    figure was taken at the planner's efficiency, they moved by its error (1.48 times too fast)."""
+    from slurm_elastico.model import GresRequest
+    from slurm_elastico.sim.belief import Belief
+    from slurm_elastico.sim.families import efficiency_epoch, efficiency_segment
+    from slurm_elastico.sim.job import SimJob
+    tj = TraceJob(1, 0.0, "train", "yolov3", 1, 2000.0, 64)
+    fam = family_of(tj, truth, (100,), 16000.0, adaptive=True)
+    bel = Belief(truth, SimSettings(efficiency_noise=0.3), seed=3)
+    other = next(s for s in fam.shapes if s.knob("global_batch") != 64 and (s.resources.gpus or 1) == 1)
+    b, m = int(other.knob("global_batch")), int(other.knob("micro_batch"))
+    job = SimJob(tj, fam, GresRequest("mps", 100), 4, 16384)
+    job.done, job.shape_since, job.ready_at = 900.0, 0.0, 0.0
+    job.rate = truth.train_speed("yolov3", b, m, 100) * efficiency_segment(truth, tj, b, job.done)[0]
+    err = bel._error(job, efficiency_epoch(truth, tj, job.done), b)
+    assert abs(err - 1.0) > 0.2  # a draw far enough from 1 to show
+    bel.record(job, other.name, True, 100.0)
+    after = bel.view(job, fam, job.done, True)
+    assert after.default_shape.throughput == pytest.approx(fam.default_shape.throughput, rel=1e-9)
+    assert after.shape(other.name).throughput == pytest.approx(job.rate * err, rel=1e-9)
 
 
 def _fam(*speeds: tuple[str, float, int]) -> Family:
@@ -183,3 +211,36 @@ def test_on_a_cluster_of_types_the_efficiency_is_exact_and_the_seed_says_what_it
     assert "statistical efficiency 0.1" in seed_varies("sia:w.csv", 0.0, one)
     words = seed_varies("sia:w.csv", 0.0, typed)
     assert "shape 0.05" in words and "app" not in words and "efficiency" not in words
+
+
+def test_a_solo_speed_counts_from_when_the_job_last_saw_its_gpu_change(monkeypatch, truth):
+    """The live observer starts a new interval when who shares a job's GPU changes, and needs 10 s of it: a job
+    whose partner left half a second ago has no solo speed yet. So in the simulator: the engine notes when a job's
+    GPU last changed (`SimJob.context_since`), and the belief counts from then."""
+    from slurm_elastico.model import GresRequest
+    from slurm_elastico.sim import belief
+    from slurm_elastico.sim.belief import Belief
+    from slurm_elastico.sim.job import SimJob
+    tj = TraceJob(1, 0.0, "train", "yolov3", 1, 2000.0, 64)
+    fam = family_of(tj, truth, (50, 100), 16000.0)
+    bel = Belief(truth, SimSettings(), seed=0)
+    job = SimJob(tj, fam, GresRequest("mps", 100), 4, 16384)
+    job.shape_since, job.ready_at, job.context_since, job.rate = 0.0, 0.0, 100.0, 1.0
+    bel.record(job, fam.default, True, 100.5)
+    assert bel.measured == {}
+    bel.record(job, fam.default, True, 110.5)
+    assert bel.measured == {1: {fam.default: 1.0}}
+    # The engine sets it: two half-GPU jobs share a GPU under plain Slurm; when the first ends, the other's GPU
+    # changed then.
+    seen: list[tuple[int, float]] = []
+    rerate = engine.Engine._rerate
+
+    def spy(self, job):
+        seen.append((job.job_id, job.context_since))
+        rerate(self, job)
+    monkeypatch.setattr(engine.Engine, "_rerate", spy)
+    jobs = [TraceJob(k, 0.0, "train", "cifar10", 1, w, 128, 50) for k, w in ((1, 300.0), (2, 200.0))]
+    out = engine.run(jobs, "static", Settings(), SimSettings(gpus=1, gpus_per_node=1, placement_window_s=-1),
+                     None, truth)
+    first, last = sorted(out.jobs, key=lambda j: j.end)
+    assert first.end < last.end and (last.job_id, pytest.approx(first.end)) in seen, (seen, out.jobs)
