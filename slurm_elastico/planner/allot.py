@@ -59,8 +59,10 @@ partitions (`small` inside `all`) a job of `small` is not allotted GPUs that
 only `all` has, which it could never be placed on, while a job of `all`
 waits for them; and a job of `all` on the a100 nodes leaves the room of the
 t4 partition alone. What the jobs outside the claims (those the prices
-place) took is taken from their nodes first. Without limited claims nothing
-is kept per node.
+place) took is taken from their nodes first. A job of several partitions
+takes a gang (more than one GPU) within one of them (`Claim.node_sets`), as
+Slurm allocates a job in one partition. Without limited claims nothing is
+kept per node.
 
 Pure: no I/O, no clock; the same claims give the same answer.
 """
@@ -105,6 +107,9 @@ class Claim:
     """Each slot's GPU type (an index of the budget's pools), -1 for any; () = every slot any type."""
     nodes: frozenset[int] | None = None
     """The nodes (indices of `allot`'s `node_room`) of the partitions it was submitted to; None: any."""
+    node_sets: tuple[frozenset[int], ...] | None = None
+    """Of a job submitted to several partitions, each one's nodes: a slot of more than one GPU (a gang) fits
+    within one of them (Slurm allocates a job in one partition); None: within `nodes`."""
 
     def type_of(self, s: int) -> int:
         return self.types[s] if self.types else -1
@@ -149,7 +154,8 @@ class NodeRoom:
 
     def __init__(self, room: Sequence[float], claims: Sequence[Claim], types: Sequence[int] | None = None,
                  booked: Sequence[tuple[frozenset[int] | None, int, float]] = ()):
-        sets = list(dict.fromkeys(x for x in [*(c.nodes for c in claims), *(b[0] for b in booked)] if x is not None))
+        sets = list(dict.fromkeys(x for x in [*(c.nodes for c in claims), *(b[0] for b in booked),
+                                              *(s for c in claims for s in c.node_sets or ())] if x is not None))
         region: dict[tuple, int] = {}
         self.left: list[float] = []
         self.type: list[int] = []  # each region's GPU type (-1: untyped)
@@ -178,15 +184,24 @@ class NodeRoom:
         for nodes, t, z in booked:
             self._take(nodes, t, z)
 
-    def room(self, c: Claim, t: int = -1) -> float:
-        """What `c` may take on GPU type t (-1: any): its nodes' room there (a claim not limited: no limit here)."""
-        if c.nodes is None:
-            return math.inf
-        return sum(self.left[k] for k in self.regions[c.nodes] if t < 0 or self.type[k] == t)
+    def room(self, c: Claim, t: int = -1, size: float = 0.0) -> float:
+        """What `c` may take on GPU type t (-1: any): its nodes' room there (a claim not limited: no limit here);
+        for a slot of `size` above one GPU (a gang) of a claim of several partitions, the most within one."""
+        out = math.inf if c.nodes is None else self._room(c.nodes, t)
+        if c.node_sets and size > 1 + EPS:
+            out = min(out, max(self._room(s, t) for s in c.node_sets))
+        return out
+
+    def _room(self, nodes: frozenset[int], t: int) -> float:
+        return sum(self.left[k] for k in self.regions[nodes] if t < 0 or self.type[k] == t)
 
     def take(self, c: Claim, z: float, t: int = -1) -> None:
-        """`c` takes `z` GPU equivalents of type t (-1: any)."""
-        self._take(c.nodes, t, z)
+        """`c` takes `z` GPU equivalents of type t (-1: any); a gang of a claim of several partitions, within the
+        first of them (in name order, as the packing tries them, `GpuState.gang_for`) that has room for it."""
+        nodes = c.nodes
+        if c.node_sets and z > 1 + EPS:
+            nodes = next((s for s in c.node_sets if self._room(s, t) >= z - EPS), nodes)
+        self._take(nodes, t, z)
 
     def _take(self, nodes: frozenset[int] | None, t: int, z: float) -> None:
         for k in self.by_use[nodes]:
@@ -215,7 +230,7 @@ def _best(c: Claim, limit: float, prices: Sequence[float], budget: Budget | None
         if not ok or t <= 0 or z > limit + EPS or (size is not None and abs(z - size) > EPS):
             continue
         ty = c.type_of(s)
-        if budget is not None and z > budget.room(ty) + EPS or nodes is not None and z > nodes.room(c, ty) + EPS:
+        if budget is not None and z > budget.room(ty) + EPS or nodes is not None and z > nodes.room(c, ty, z) + EPS:
             continue
         lam = prices[ty] if 0 <= ty < len(prices) else cheapest
         key = ((1.0 + lam * z) / t, z)
@@ -260,7 +275,7 @@ def _running(c: Claim, budget: Budget, hysteresis: float, preempt: bool, limit: 
 def _fits(c: Claim, s: int, budget: Budget, nodes: NodeRoom | None) -> bool:
     """Whether slot s of `c` fits what is left of its type (on its nodes)."""
     t = c.type_of(s)
-    return c.sizes[s] <= budget.room(t) + EPS and (nodes is None or c.sizes[s] <= nodes.room(c, t) + EPS)
+    return c.sizes[s] <= budget.room(t) + EPS and (nodes is None or c.sizes[s] <= nodes.room(c, t, c.sizes[s]) + EPS)
 
 
 def allot(claims: Sequence[Claim], budget: float | Sequence[float], hysteresis: float, preempt: bool = True,

@@ -163,21 +163,26 @@ def read_board(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
     by_id: dict[int, Job] = {}
     solo: dict[int, float] = {}  # `best_solo` of each table, by id
 
-    def seat(jv: JobView, fam: Family, t: Table, allowed: frozenset[int] | None) -> Seat:
+    def seat(jv: JobView, fam: Family, t: Table, allowed: frozenset[int] | None,
+             gang_nodes: tuple[frozenset[int], ...] | None) -> Seat:
         best = solo.get(id(t))
         if best is None:
             best = solo[id(t)] = best_solo(t.rows)
-        return Seat(jv.job_id, fam.throughput_floor, best_solo=best, whole=jv.whole_gpus > 0, nodes=allowed)
+        return Seat(jv.job_id, fam.throughput_floor, best_solo=best, whole=jv.whole_gpus > 0, nodes=allowed,
+                    gang_nodes=gang_nodes)
 
-    reach: dict[str, tuple[frozenset[int] | None, frozenset[str] | None]] = {}  # by partition field
+    reach: dict[str, tuple] = {}  # by partition field
 
-    def where_to(jv: JobView) -> tuple[frozenset[int] | None, frozenset[str] | None]:
-        """The nodes of the job's partitions (None: every node here) and their GPU types (None: no limit)."""
+    def where_to(jv: JobView) -> tuple[frozenset[int] | None, frozenset[str] | None,
+                                       tuple[frozenset[int], ...] | None]:
+        """The nodes of the job's partitions (None: every node here), their GPU types (None: no limit) and, for a
+        job of several partitions, each one's nodes (`Seat.gang_nodes`)."""
         got = reach.get(jv.partition)
         if got is None:
             allowed = partitions.allowed_nodes(jv, nodes)
             kinds = None if allowed is None else frozenset(nodes[i].gpu_type for i in allowed if nodes[i].gpu_type)
-            got = reach[jv.partition] = (allowed, kinds)
+            sets = partitions.node_sets(jv.partition, [n.partitions for n in nodes])
+            got = reach[jv.partition] = (allowed, kinds, tuple(sets) if len(sets) > 1 else None)
         return got
 
     notes: list[str] = []
@@ -185,7 +190,7 @@ def read_board(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
         fam = families.get(jv.job_id)
         if fam is None or not fam.shapes or not partitions.managed(jv, part):
             continue
-        allowed, kinds = where_to(jv)
+        allowed, kinds, gang_nodes = where_to(jv)
         pending = (jv.state is JobState.PENDING
                    and (not jv.held or (policy.allot and preempted_by_us(jv.admin_comment)))
                    and (jv.gres is None or jv.gres.kind in ("mps", "gpu", "gpus")))
@@ -198,7 +203,7 @@ def read_board(snapshot: Snapshot, families: Mapping[int, Family], settings: Set
                    f"({', '.join(sorted(kinds)) or 'none'})")
             notes.append(f"job {jv.job_id} not planned: {why}; Slurm runs it as submitted")
             continue
-        by_id[jv.job_id] = Job(jv, t, 1.0, seat(jv, fam, t, allowed), running=not pending)
+        by_id[jv.job_id] = Job(jv, t, 1.0, seat(jv, fam, t, allowed, gang_nodes), running=not pending)
     # Stand-ins for what the planner does not manage, one per share, all added before the first lookup
     # (a trained model's scorer covers the profiles it was built for; a later one would rebuild it).
     foreign = {shares: cache.add(SoloProfile(kind="train", mps_share=round(percent_of(shares, gs.shares_per_gpu))))

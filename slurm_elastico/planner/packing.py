@@ -336,6 +336,15 @@ class GpuState(SlurmPicks, Admission, OpenGpus):
             self.no_gang[asked] = self.gained
         return got
 
+    def gang_for(self, row: Row, seat: Seat) -> tuple[int, ...]:
+        """`find_gang` for `seat`'s job: within one of its partitions (`Seat.gang_nodes`, in name order, as Slurm
+        tries them), else within its nodes."""
+        for nodes in seat.gang_nodes or (seat.nodes,):
+            got = self.find_gang(row, nodes)
+            if got:
+                return got
+        return ()
+
     def _find_gang(self, row: Row, nodes: frozenset[int] | None) -> tuple[int, ...]:
         n = row.gpus
         idle: dict[int, list[bool]] = {}

@@ -196,13 +196,13 @@ def _allot(pending: list[Job], elastic: list[Job], choice: np.ndarray, targets: 
             allowed[j.seat.row.slot] = True
             claims.append(allot.Claim(work / rate / j.weight, sizes, tputs, allowed,
                                       max(cap, sizes[j.seat.row.slot]), work, j.seat.row.slot, ps.reshape_cost_s,
-                                      types=types, nodes=j.seat.nodes))
+                                      types=types, nodes=j.seat.nodes, node_sets=j.seat.gang_nodes))
         else:
             work = max(0.0, t.family.total_work - (progress.get(j.view.job_id) or 0.0))
             claims.append(allot.Claim(work / rate / j.weight, sizes, tputs, allowed, cap, extra=j.view.requeue,
-                                      types=types, nodes=j.seat.nodes))
-    room, types = _node_room(state, elastic, per_gpu_share) if any(c.nodes is not None for c in claims) else (
-        None, None)
+                                      types=types, nodes=j.seat.nodes, node_sets=j.seat.gang_nodes))
+    room, types = _node_room(state, elastic, per_gpu_share) if any(
+        c.nodes is not None or c.node_sets for c in claims) else (None, None)
     picks, _ = priced_allotment(claims, pool.left, ps.hysteresis, node_room=room, node_types=types, booked=booked)
     for i, p in zip(who, picks):
         choice[i] = p

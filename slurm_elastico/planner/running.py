@@ -177,7 +177,7 @@ def _regang(job: Job, state: GpuState, slot: int, now: float, progress: Mapping[
     row = job.table.rows[slot]
     row = _keeping_host(row, old)
     if row.gpus:
-        got = state.find_gang(row, seat.nodes)
+        got = state.gang_for(row, seat)
         if got:
             state.place_gang(seat, row, got)
     elif state.fits(seat, row, g0):
@@ -319,7 +319,7 @@ def _move(job: Job, state: GpuState, now: float, progress: Mapping[int, float], 
         base = rows[s]
         row = _keeping_host(base, old)
         if row.gpus:
-            gang, slow = state.find_gang(row, seat.nodes), 1.0
+            gang, slow = state.gang_for(row, seat), 1.0
             g = gang[0] if gang else -1
         else:
             gang = ()

@@ -44,6 +44,9 @@ class Seat:
     whole: bool = False  # asks whole GPUs (`gpu:N`): Slurm gives it `gpu_choice.whole_gpus`, not an MPS share's GPU
     # The nodes (`GpuState.gpu_node` numbers) of the partitions it was submitted to (`planner.partitions`); None: any
     nodes: frozenset[int] | None = None
+    # Of a job submitted to several partitions, each one's nodes (`partitions.node_sets`): Slurm allocates a job in
+    # one partition, so a gang takes its GPUs within one of them (`GpuState.gang_for`); None: within `nodes`.
+    gang_nodes: tuple[frozenset[int], ...] | None = None
 
 
 def best_solo(rows: Iterable[Row]) -> float:

@@ -68,7 +68,7 @@ def place(job: Job, state: GpuState, slots: list[int]) -> bool:
     ledger last changed, with the same floor, reference speed and request (all that the searches read of it), gets
     the same no without a search (`GpuState.unplaced`)."""
     seat = job.seat
-    question = (id(job.table), tuple(slots), seat.floor, seat.best_solo, seat.whole, seat.nodes)
+    question = (id(job.table), tuple(slots), seat.floor, seat.best_solo, seat.whole, seat.nodes, seat.gang_nodes)
     if state.unplaced.get(question) == state.changes:
         return False
     cut = state.cut_short
@@ -76,7 +76,7 @@ def place(job: Job, state: GpuState, slots: list[int]) -> bool:
     for s in slots:                                         # a shape fits)
         row = job.table.rows[s]
         if row.gpus:
-            gang = state.find_gang(row, seat.nodes)
+            gang = state.gang_for(row, seat)
             if gang:
                 state.place_gang(seat, row, gang)
                 return True

@@ -5,6 +5,9 @@ not its to take (`planner.partitions`)."""
 from __future__ import annotations
 
 import dataclasses
+import math
+
+import pytest
 
 from slurm_elastico.config import Settings
 from slurm_elastico.interference.base import ContentionModel
@@ -197,6 +200,19 @@ def test_jobs_the_prices_place_take_their_partitions_room_before_the_allotment()
     assert sorted((pl.job_id, pl.node) for pl in p.placements) == [(1, "n0000"), (2, "n0000"), (4, "n0001")]
 
 
+@pytest.mark.parametrize("parts, asked", [({"n0000": "a", "n0001": "b", "n0002": "c"}, "a,b"),
+                                          ({"n0000": "a", "n0001": "b"}, "a,b")])
+def test_a_gang_of_a_job_of_several_partitions_stays_within_one(parts, asked):
+    """Slurm allocates a job in one of its partitions: a job of a and b (a node of 4 GPUs each) starts on 4 GPUs
+    of one of them, never an 8-GPU gang across both, which Slurm would leave pending (also where a and b together
+    are the whole cluster, so that the job's nodes are no limit)."""
+    nodes = split(cluster(4 * len(parts), gpus_per_node=4), parts)
+    got = starts(plan(nodes, [on(pend(1), asked)], {1: typed_family({"": 1.0}, gpus=(1, 2, 4, 8))}))
+    assert got == {1: ("", ("n0000",))}, got
+    a = plan(nodes, [on(pend(1), asked)], {1: typed_family({"": 1.0}, gpus=(1, 2, 4, 8))})
+    assert [pl.job_id for pl in a.placements] == [1]
+
+
 def test_the_allotment_keeps_room_per_node_only_for_claims_limited_to_nodes():
     from slurm_elastico.planner.allot import Claim, NodeRoom, allot
 
@@ -224,3 +240,10 @@ def test_the_allotment_keeps_room_per_node_only_for_claims_limited_to_nodes():
     assert allot([typed, small], [4.0, 4.0], 0.1, node_room=[4.0, 4.0], node_types=[0, 1]) == [1, 2]
     assert allot([typed, small], [4.0, 4.0], 0.1, node_room=[4.0, 4.0], node_types=[0, 1],
                  booked=[(frozenset({0}), 0, 3.0)]) == [1, 0]
+    # A claim of two partitions (node 0, node 1): a gang fits within one of them, a share anywhere.
+    both = Claim(1.0, [0.5, 4.0, 8.0], [0.5, 3.7, 7.0], [True] * 3, 8.0, node_sets=(frozenset({0}), frozenset({1})))
+    room = NodeRoom([4.0, 4.0], [both])
+    assert (room.room(both, -1, 8.0), room.room(both, -1, 4.0), room.room(both, -1, 0.5)) == (4.0, 4.0, math.inf)
+    room.take(both, 4.0)  # within node 0, the first with room
+    assert room.room(both, -1, 4.0) == 4.0 and room.left[room.regions[frozenset({0})][0]] == 0.0
+    assert allot([both], 8.0, 0.1, node_room=[4.0, 4.0]) == [1]

@@ -110,6 +110,28 @@ def test_a_job_pinned_outside_its_partitions_is_taken_and_never_starts():
     assert c.jobs[1].alloc == ((0, 0), (0, 1))
 
 
+def test_jobs_of_two_partitions_run_each_gang_within_one_of_them():
+    """Two DeepSpeech2 jobs of a and b (4 GPUs each), each able to take 1 to 8 GPUs: elastico plans each gang
+    within one partition, so every start passes the audit and every job ends. Planned across both (8 GPUs, which
+    Slurm never starts), the second job was asked again every epoch and never ran."""
+    truth = GroundTruth()
+    trace = [TraceJob(i, 60.0 * i, "train", "deepspeech2", 4, 2000.0, global_batch=320, partition="a,b")
+             for i in range(1, 3)]
+    e = engine.Engine(trace, "elastico", Settings(), SimSettings(gpus=8, gpus_per_node=4, placement_window_s=0.0,
+                                                                 max_gpus_per_job=8),
+                      ContentionModel(), truth, nodes=A_B)
+    start, spans = e.cluster.start, []
+
+    def audited(job, alloc):
+        start(job, alloc)
+        e.cluster.check()
+        spans.append(len({ni for ni, _ in alloc}))
+
+    e.cluster.start = audited
+    r = e.run()
+    assert r.unfinished == 0 and len(r.jobs) == 2 and spans and max(spans) == 1, (r.unfinished, spans)
+
+
 def test_the_snapshot_shows_the_partitions_and_a_partition_no_node_is_in_is_refused():
     c = SimCluster(0, groups=A_B)
     c.submit(job_of(1, "b", GresRequest("mps", 50)))
