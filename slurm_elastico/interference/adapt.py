@@ -51,6 +51,7 @@ from slurm_elastico.interference.admission import margins, thresholds
 from slurm_elastico.interference.base import SoloProfile
 from slurm_elastico.interference.errors import MeasurementError
 from slurm_elastico.interference.measurements import Colocation, samples
+from slurm_elastico.interference.probe import pair_key
 from slurm_elastico.interference.scorers import ByScorer, Derived, each_distinct, scorer_of
 
 SCALE_PENALTIES = (0.0, 1.0, 4.0, 16.0, 64.0, math.inf)  # samples' worth of belief in the model's scale
@@ -216,7 +217,7 @@ class _Design:
     y: np.ndarray  # log S observed − log S_model: what the columns explain (the scale enters as b − 1)
     base: np.ndarray  # log S_model
     norm: np.ndarray  # observed normalized throughput (the figure the MAPE is of)
-    pair: np.ndarray  # the pair of each sample (two samples a pair, a before b)
+    pair: np.ndarray  # the pair of each sample (two samples a row, a before b; a pair measured twice: one pair)
     classes: dict[str, list[str]]  # per kind of class, its classes in column order
     blocks: dict[str, np.ndarray]  # per kind of class, its columns (own then partner)
     spread: float  # variance of log S_model: the scale penalty is λ_scale samples of it
@@ -235,7 +236,16 @@ class _Design:
 
 
 def _design(model_view, pairs: Sequence[Colocation]) -> _Design:
-    selves, partners, norms, pair = samples(pairs)
+    bad = [i for i, o in enumerate(pairs) if o.fits and not all(math.isfinite(x) and 0 < x <= 2
+                                                                  for x in (o.norm_a, o.norm_b))]
+    if bad:
+        o = pairs[bad[0]]
+        raise MeasurementError(f"{len(bad)} pair(s) that ran together with a normalized throughput that is not a "
+                               f"number in (0, 2] (first: {o.a.model_family or o.a.kind} beside "
+                               f"{o.b.model_family or o.b.kind}: {o.norm_a}, {o.norm_b}); allowed: measured speeds")
+    selves, partners, norms, rows = samples(pairs)
+    groups: dict[frozenset, int] = {}
+    pair = [groups.setdefault(pair_key(pairs[i]), len(groups)) for i in rows]  # a pair measured twice is one
     s_model = np.asarray(model_view.predict(selves, partners), dtype=float) if selves else np.zeros(0)
     base = np.log(np.maximum(s_model, 1.0))
     norm = np.array(norms, dtype=float)
@@ -245,7 +255,7 @@ def _design(model_view, pairs: Sequence[Colocation]) -> _Design:
     for kind in CLASSES:
         own = [class_of(p, kind) for p in selves]
         other = [class_of(p, kind) for p in partners]
-        names = sorted(set(own) | set(other) - {""})
+        names = sorted((set(own) | set(other)) - {""})
         index = {c: i for i, c in enumerate(names)}
         k = len(names)
         block = np.zeros((n, 2 * k))

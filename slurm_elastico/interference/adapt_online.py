@@ -43,12 +43,8 @@ import numpy as np
 from slurm_elastico.interference.adapt import MIN_PAIRS, AdaptedView, TypeFit, fit_type
 from slurm_elastico.interference.base import SoloProfile
 from slurm_elastico.interference.measurements import Colocation
-from slurm_elastico.interference.probe import keys_among, profile_key
+from slurm_elastico.interference.probe import keys_among, pair_key, profile_key
 from slurm_elastico.interference.scorers import ByScorer, Derived, PairValues, scorer_of, values_against
-
-
-def _pair_key(o: Colocation) -> frozenset:
-    return frozenset((profile_key(o.a), profile_key(o.b)))
 
 
 class OnlineAdapted(ByScorer):
@@ -75,7 +71,7 @@ class OnlineAdapted(ByScorer):
 
     def knows(self, o: Colocation) -> bool:
         """Whether the pair of `o` was measured on this type before (a new one is a probe's first measurement)."""
-        return o.gpu_type == self.gpu_type and _pair_key(o) in self.measured
+        return o.gpu_type == self.gpu_type and pair_key(o) in self.measured
 
     @property
     def stage(self) -> str:
@@ -92,7 +88,7 @@ class OnlineAdapted(ByScorer):
         for o in observations:
             if o.gpu_type != self.gpu_type:
                 continue
-            key = _pair_key(o)
+            key = pair_key(o)
             old = self.measured.get(key)
             if old is None or (old.norm_a, old.norm_b, old.fits) != (o.norm_a, o.norm_b, o.fits):
                 self.measured[key] = o

@@ -30,6 +30,7 @@ from scipy import stats
 from slurm_elastico.interference.adapt import MIN_PAIRS, adapt
 from slurm_elastico.interference.errors import MeasurementError
 from slurm_elastico.interference.measurements import Colocation
+from slurm_elastico.interference.probe import pair_key
 from slurm_elastico.interference.scoring import metrics, model_norms_and_margins, true_norms
 
 METHODS = ("adapted", "unadapted", "trivial")
@@ -38,7 +39,8 @@ FIGURES = ("mape_norm", "mape_slowdown", "false_admission", "good_admitted", "ba
 
 def draw(observations: Sequence[Colocation], fraction: float, seed: int) -> tuple[list[int], list[int], dict[str, str]]:
     """(adaptation pair indices, test pair indices, skipped GPU types with the reason): `fraction` of each GPU
-    type's pairs at random, by `seed`.
+    type's pairs at random, by `seed`; a pair measured more than once (either way round) has all its rows on one
+    side, or the scored part would hold pairs the adaptation saw.
 
     A type is skipped (neither adapted nor scored) when its adaptation part would hold fewer than `MIN_PAIRS`
     pairs that ran together, or its test part none; `MeasurementError` when every type is, naming each."""
@@ -46,19 +48,20 @@ def draw(observations: Sequence[Colocation], fraction: float, seed: int) -> tupl
         raise MeasurementError(f"adaptation fraction {fraction:g} is outside (0, 1): it is the share of the data's "
                                "pairs adapted on, the rest being scored")
     rng = np.random.default_rng(seed)
-    by_type: dict[str, list[int]] = {}
+    by_type: dict[str, dict[frozenset, list[int]]] = {}  # per type, the rows of each pair (measured once or more)
     for i, o in enumerate(observations):
-        by_type.setdefault(o.gpu_type, []).append(i)
+        by_type.setdefault(o.gpu_type, {}).setdefault(pair_key(o), []).append(i)
     if not by_type:
         raise MeasurementError("the data holds no pairs")
     chosen, rest, skipped = [], [], {}
-    for gpu, idx in sorted(by_type.items()):
-        order = [idx[j] for j in rng.permutation(len(idx))]
-        k = int(round(fraction * len(idx)))
-        head, tail = order[:k], order[k:]
+    for gpu, groups in sorted(by_type.items()):
+        pairs = list(groups.values())
+        order = [pairs[j] for j in rng.permutation(len(pairs))]
+        k = int(round(fraction * len(pairs)))
+        head, tail = [i for rows in order[:k] for i in rows], [i for rows in order[k:] for i in rows]
         fitting = sum(observations[i].fits for i in head)
         if fitting < MIN_PAIRS:
-            skipped[gpu] = (f"too few pairs to adapt on GPU type {gpu}: {fraction:g} of its {len(idx)} pairs is {k}, "
+            skipped[gpu] = (f"too few pairs to adapt on GPU type {gpu}: {fraction:g} of its {len(pairs)} pairs is {k}, "
                             f"of which {fitting} ran together; adaptation needs at least {MIN_PAIRS} (a larger "
                             "--adapt-fraction or more data)")
         elif not any(observations[i].fits for i in tail):

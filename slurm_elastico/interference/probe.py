@@ -123,6 +123,12 @@ def profile_key(p: SoloProfile) -> tuple:
     return tuple(None if isinstance(v, float) and math.isnan(v) else v for k, v in vars(p).items() if k not in UNKEYED)
 
 
+def pair_key(o) -> frozenset:
+    """The pair a `measurements.Colocation` measured, whichever way round (`profile_key` of its two jobs): the same
+    pair measured again has the same key."""
+    return frozenset((profile_key(o.a), profile_key(o.b)))
+
+
 def keys_among(profiles: Sequence[SoloProfile], others: Collection[SoloProfile]) -> list[tuple | None]:
     """`profile_key` of each of `profiles` that may equal the key of one of `others`; None for the rest, whose
     kind, model family or precision no one of `others` has (a key costs a pass over every field; the planner asks

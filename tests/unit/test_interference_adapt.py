@@ -18,6 +18,7 @@ from slurm_elastico.interference.base import SoloProfile
 from slurm_elastico.interference.errors import MeasurementError
 from slurm_elastico.interference.gavel import import_gavel
 from slurm_elastico.interference.measurements import Colocation
+from slurm_elastico.interference.probe import pair_key
 
 GAVEL = Path(__file__).parent.parent / "data" / "gavel"
 FAMILIES = {"ResNet-18", "LM", "A3C", "Transformer"}
@@ -128,17 +129,25 @@ def test_too_few_pairs_refused_naming_the_type():
 
 
 def test_draw_is_per_gpu_type_disjoint_and_by_seed():
+    # Random pairs of 16 jobs, some drawn twice (the same pair measured again, either way round): a pair is
+    # adapted on or scored, never both, and the fraction is of each type's distinct pairs.
     obs = _pairs(lambda a, b: 0.3, gpu="x", n=40) + _pairs(lambda a, b: 0.3, gpu="y", n=60, seed=3)
     head, tail, skipped = draw(obs, 0.25, seed=7)
     assert sorted(head + tail) == list(range(100)) and not set(head) & set(tail) and not skipped
-    assert sum(obs[i].gpu_type == "x" for i in head) == 10 and sum(obs[i].gpu_type == "y" for i in head) == 15
+    keys = [(o.gpu_type, pair_key(o)) for o in obs]
+    assert not {keys[i] for i in head} & {keys[i] for i in tail}
+    distinct = {t: len({k for k in keys if k[0] == t}) for t in ("x", "y")}
+    assert distinct["x"] < 40 and distinct["y"] < 60  # the data does repeat pairs
+    for t in ("x", "y"):
+        assert len({keys[i] for i in head if keys[i][0] == t}) == round(0.25 * distinct[t])
     assert draw(obs, 0.25, seed=7) == (head, tail, {}) and draw(obs, 0.25, seed=8)[0] != head
 
 
 def test_a_type_too_small_to_adapt_is_skipped_and_said_so():
     obs = _pairs(lambda a, b: 0.3, gpu="x", n=12) + _pairs(lambda a, b: 0.1 + _base_log(a, b), gpu="y", n=60, seed=3)
     head, tail, skipped = draw(obs, 0.2, seed=0)
-    assert set(skipped) == {"x"} and "GPU type x: 0.2 of its 12 pairs is 2" in skipped["x"]
+    n = len({pair_key(o) for o in obs if o.gpu_type == "x"})
+    assert set(skipped) == {"x"} and f"GPU type x: 0.2 of its {n} pairs is 2" in skipped["x"]
     assert {obs[i].gpu_type for i in head + tail} == {"y"}
     result = score_draw(Stub(), obs, 0.2, seed=0)
     assert result["skipped"] == skipped and set(result["trivial_norm"]) == set(result["adaptation"]) == {"y"}
@@ -152,12 +161,14 @@ def test_fraction_outside_the_open_interval_refused(fraction):
 
 
 def test_too_small_a_fraction_refused_naming_what_to_change():
-    with pytest.raises(MeasurementError, match=r"too few pairs to adapt on GPU type new: 0.05 of its 40 pairs is 2"):
-        draw(_pairs(lambda a, b: 0.3, n=40), 0.05, 0)
+    obs = _pairs(lambda a, b: 0.3, n=40)
+    n = len({pair_key(o) for o in obs})
+    with pytest.raises(MeasurementError, match=rf"too few pairs to adapt on GPU type new: 0.05 of its {n} pairs is 2"):
+        draw(obs, 0.05, 0)
 
 
 def test_trivial_predictor_sees_exactly_the_adaptation_pairs():
-    obs = _pairs(lambda a, b: 0.1 + 0.5 * _base_log(a, b), n=80, noise=0.05)
+    obs = _pairs(lambda a, b: 0.1 + 0.5 * _base_log(a, b), n=120, noise=0.05)
     result = score_draw(Stub(), obs, 0.2, seed=4)
     head, tail, _ = draw(obs, 0.2, seed=4)
     expected = 1.0 / np.mean([1.0 / v for i in head for v in (obs[i].norm_a, obs[i].norm_b)])
@@ -272,3 +283,44 @@ def test_trivial_predictor_is_per_gpu_type_like_the_adaptation():
     assert result["trivial_norm"]["x"] == pytest.approx(math.exp(-0.2))
     assert result["trivial_norm"]["y"] == pytest.approx(math.exp(-0.6))
     assert result["metrics"]["trivial"]["mape_norm"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_pair_measured_twice_is_one_pair_to_cross_validation():
+    """A helper's store holds a pair once per epoch it ran together. Left out one measurement at a time, the
+    adaptation's cross-validation kept the other in training: the job corrections remembered the pair, and the
+    held-out error (which sets the admission margins) fell to half. Counted as one pair, it stays near the
+    error of the pairs measured once."""
+    rng = np.random.default_rng(1)
+    obs = [o for o in import_gavel(GAVEL / "throughputs_pairs.csv", GAVEL / "throughputs_isolated.csv").observations
+           if o.gpu_type == "k80" and o.fits]
+    once = [obs[i] for i in np.random.default_rng(0).permutation(len(obs))[:60]]
+    again = [Colocation(o.gpu_type, o.b, o.a, min(2.0, o.norm_b * math.exp(0.02 * rng.normal())),
+                        min(2.0, o.norm_a * math.exp(0.02 * rng.normal())), True, o.source) for o in once]
+    class Batches(Stub):  # Gavel's jobs without a batch count as 32
+        def predict(self, a, b):
+            return np.array([1.0 + (0.4 * np.nan_to_num(x.batch, nan=32.0) + 0.3 * np.nan_to_num(y.batch, nan=32.0))
+                             / 64 for x, y in zip(a, b)])
+
+    f1, f2 = fit_type(Batches(), once, "k80"), fit_type(Batches(), once + again, "k80")
+    assert f2.n_pairs == f1.n_pairs == 60
+    assert f2.cv_mape > 0.8 * f1.cv_mape, (f1.cv_mape, f2.cv_mape)
+
+
+def test_a_job_of_no_class_is_no_known_job():
+    """A job with neither a family nor a measured speed has no job class (""): it must not make every other such
+    job count as one the adaptation saw (they would get the looser thresholds)."""
+    rng = np.random.default_rng(0)
+    named = _jobs()
+    anon = SoloProfile("train", batch=32.0)
+    pairs = [Colocation("new", named[i], named[j], float(rng.uniform(0.4, 0.9)), float(rng.uniform(0.4, 0.9)))
+             for i, j in (rng.choice(len(named), 2, replace=False) for _ in range(40))]
+    fit = fit_type(Stub(), pairs + [Colocation("new", anon, named[0], 0.5, 0.7)], "new")
+    assert "" not in fit.known_jobs and class_of(named[0], "job") in fit.known_jobs
+
+
+@pytest.mark.parametrize("norm", [float("nan"), float("inf"), 0.0, -0.5, 3.0])
+def test_a_pair_that_ran_together_with_no_speed_is_refused_by_name(norm):
+    pairs = _pairs(lambda a, b: 0.3, n=20)
+    bad = Colocation("new", pairs[0].a, pairs[0].b, norm, 0.7)
+    with pytest.raises(MeasurementError, match="normalized throughput that is not a number in \\(0, 2\\]"):
+        fit_type(Stub(), pairs + [bad], "new")
