@@ -47,6 +47,8 @@ def _reserve_foreign(job: JobView, state: GpuState, nodes, where) -> str:
     allowed = partitions.allowed_nodes(job, nodes)
     if allowed is not None:
         nodes = [n for i, n in enumerate(nodes) if i in allowed]
+    if job.gres.gpu_type:  # `gpu:a100:2`: only nodes of that type (Slurm's names, compared as Slurm does)
+        nodes = [n for n in nodes if n.gpu_type == job.gres.gpu_type]
     if job.gres.kind == "mps":
         mine = [where[(n.name, gv.index)] for n in nodes for gv in n.gpus]  # in node and GPU order
         k = mps_gpu([state.free_share[g] for g in mine], job.gres.count) if job.gres.count > 0 else -1

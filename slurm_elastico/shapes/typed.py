@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from slurm_elastico.errors import ConfigError
 from slurm_elastico.model import Family, NodeView, Shape
@@ -121,11 +121,21 @@ def with_limit(spec: FamilySpec, limit: Sequence[str]) -> FamilySpec:
     return dataclasses.replace(spec, gpu_types=both)
 
 
+def named(want: str, types: Iterable[str]) -> list[str]:
+    """The cluster's types a type word names: those spelt as it is (case and separators aside), else those of the
+    same GPU (`same_type`). So `gpu:dgx:1` (Slurm's name) stays on dgx where a dgx-ext of the same card is beside
+    it, and a family that says `A100` runs on the cluster's `a100-sxm4-40gb`."""
+    types = list(types)
+    exact = [t for t in types if normalise(t) == normalise(want)]
+    return exact or [t for t in types if same_type(t, want)]
+
+
 def allowed_types(spec: FamilySpec, types: Mapping[str, int]) -> list[str]:
     """The cluster's types this family may run on, in the cluster's order (its `gpu_types`, else all)."""
     if not spec.gpu_types:
         return list(types)
-    return [t for t in types if any(same_type(t, want) for want in spec.gpu_types)]
+    ok = {t for want in spec.gpu_types for t in named(want, types)}
+    return [t for t in types if t in ok]
 
 
 def enumerate_typed(spec: FamilySpec, types: Mapping[str, int], profiles: Mapping[str, Declared] | None = None,
@@ -138,7 +148,7 @@ def enumerate_typed(spec: FamilySpec, types: Mapping[str, int], profiles: Mappin
     """
     profiles, measured = profiles or {}, measured or {}
     specs = {t: resolve(t, figures) for t in types}
-    anchor = anchor if anchor in types else next(iter(types), None)
+    anchor = next(iter(named(anchor, types) if anchor else ()), None) or next(iter(types), None)
     untyped = {k: v for k, v in profiles.items() if not split_name(k)[1]}
     rows = []
     for t in allowed_types(spec, types):

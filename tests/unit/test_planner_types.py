@@ -153,3 +153,16 @@ def test_an_estimate_carried_over_from_another_type_counts_at_a_conservative_qua
                                                                         else 0.0) for s in fam.shapes))
     assert starts(plan(typed_cluster(t4=1, a100=1), [pend(1)], {1: fam}))[1][0] == "a100"
     assert starts(plan(typed_cluster(t4=1, a100=1), [pend(1)], {1: guessed}))[1][0] == "t4"
+
+
+def test_the_queue_head_asking_a_type_keeps_gpus_of_that_type_free():
+    """A family-less head asks Slurm for `gpu:a100:2`; the a100 node has 3 idle GPUs (one is held), the t4 node 4.
+    The GPUs kept for it were the t4 node's (the most empty), and a job took the a100s the head waits for."""
+    nodes = typed_cluster(a100=1, t4=1)
+    nodes = tuple(dataclasses.replace(n, gpus=(dataclasses.replace(n.gpus[0], users=(GpuUse(98, 100, whole=True),)),)
+                                      + n.gpus[1:]) if n.gpu_type == "a100" else n for n in nodes)
+    head = JobView(50, "head", "u", "gpu", JobState.PENDING, gres=GresRequest("gpu", 2, "a100"),
+                   submit_time=int(NOW - 9000), priority=100)
+    p = plan(nodes, [head, pend(1)], {1: typed_family({"a100": 3.0}, gpus=(1, 2))})
+    assert any("job 50 heads the queue: 2 whole GPU(s) kept for it" in n for n in p.notes), p.notes
+    assert all(pl.node != "a100-0" for pl in p.placements), p.placements

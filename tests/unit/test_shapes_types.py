@@ -445,3 +445,30 @@ def test_elastico_run_knows_the_shapes_of_a_type_declared_like_a_known_one(tmp_p
                                   {t: {"like": k} for t, k in back.type_like})
     shape, why = choose_shape(fam, cands, "elastico:shape=mb64-fp32-mps100@h200x", 100, 100, None, "")
     assert shape.name == "mb64-fp32-mps100@h200x", why
+
+
+def test_a_requested_type_stays_on_its_slurm_name_where_another_name_is_the_same_card():
+    """Slurm matches a job's `gpu:dgx:1` on nodes of type dgx only; dgx-ext is the same A100 card under another
+    name. The family of a job that asked dgx had shapes on both, so the helper moved it to dgx-ext. A family's
+    own type word still finds the cluster's type of the same card (`A100` -> a100-sxm4-40gb)."""
+    import yaml
+
+    types = {"dgx": 40960, "dgx-ext": 40960, "aws": 15360}
+    fam = parse_family(yaml.safe_load(limited(yaml.safe_dump(TRAIN), "job 1", ("dgx",))), "job 1", 16384,
+                       gpu_types=types)
+    assert {s.gpu_type for s in fam.shapes} == {"dgx"}
+    own = parse_family({**TRAIN, "gpu_types": ["A100"]}, "f", 16384, gpu_types={"a100-sxm4-40gb": 40960, "t4": 15360})
+    assert {s.gpu_type for s in own.shapes} == {"a100-sxm4-40gb"}
+
+
+@pytest.mark.parametrize("anchor", ["a100", "A100", "nvidia_a100"])
+def test_the_anchor_type_is_found_however_the_settings_spell_it(anchor):
+    """The family's figures are for the anchor type (`gpu.type`); spelt otherwise than Slurm's name, the anchor was
+    taken to be the cluster's first type (t4) and every A100 speed came out 2.4 times too high."""
+    spec = parse_spec(dict(TRAIN), "fam.yaml")
+    got = {s.name: s.throughput for s in enumerate_typed(spec, {"t4": 15360, "a100": 40960}, anchor=anchor)}
+    from slurm_elastico.shapes.enumerate import enumerate_shapes
+
+    plain = {s.name: s.throughput for s in enumerate_shapes(spec, 40960, {})}
+    name = next(n for n in plain if n.startswith("mb64-fp32"))
+    assert got[f"{name}@a100"] == pytest.approx(plain[name]) and got[f"{name}@t4"] < plain[name]
