@@ -196,8 +196,9 @@ class DirectoryFamilies:
     """Families as files `<job id>.yaml` in a directory the administrator keeps (before or besides elastico-submit)."""
 
     def __init__(self, directory: str | Path, gpu_memory_mib: int, anchor: str = "",
-                 figures: Mapping[str, Mapping[str, object]] | None = None):
+                 figures: Mapping[str, Mapping[str, object]] | None = None, store: Store | None = None):
         self.dir, self.gpu_memory_mib, self.anchor, self.figures = Path(directory), gpu_memory_mib, anchor, figures
+        self.store = store  # the jobs' speeds measured per GPU type (`measured_by_type`), as ScriptFamilies reads them
         self.types: dict[str, int] = {}
         self.memory = gpu_memory_mib
         if not self.dir.is_dir():
@@ -212,8 +213,9 @@ class DirectoryFamilies:
         return []
 
     def families(self, job_ids: set[int]) -> tuple[dict[int, Family], list[str]]:
+        measured = measured_by_type(self.store, set(job_ids)) if self.types and self.store is not None else {}
         found, errors = load_directory(self.dir, self.memory, gpu_types=self.types, anchor=self.anchor,
-                                       figures=self.figures)
+                                       figures=self.figures, measured=measured)
         return ({j: f for j, f in found.items() if j in job_ids},
                 [f"family ignored, the job is left as submitted: {e}" for e in errors])
 

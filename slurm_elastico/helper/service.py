@@ -170,6 +170,8 @@ def open_service(settings: Settings, gateway: HelperGateway, *, families_dir: st
         except MeasurementError as exc:
             raise ConfigError("interference.reference", [f"{exc} (the measurement CSV the model was trained on)"]) from None
     store = Store(cfg.store_path)
+    if directory is not None:
+        directory.store = store  # its jobs' speeds measured per GPU type
     families = directory or ScriptFamilies(store, gateway, cfg.gpu.memory_mib, anchor=cfg.gpu.type, figures=figures,
                                            read_budget_s=cfg.helper.script_read_budget_s)
     journal = None if dry_run else ShadowJournal(store) if shadow else Journal(store)

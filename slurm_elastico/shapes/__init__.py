@@ -65,15 +65,15 @@ def parse_family(data: Any, source: str, gpu_memory_mib: int, profiles: Mapping[
 
 def load_family(path: str | os.PathLike, gpu_memory_mib: int, profiles: Mapping[str, Declared] | None = None, *,
                 gpu_types: Mapping[str, int] | None = None, anchor: str | None = None,
-                figures: Mapping[str, Mapping[str, object]] | None = None) -> Family:
+                figures: Mapping[str, Mapping[str, object]] | None = None, measured: Measured | None = None) -> Family:
     """A `Family` from a spec file; unreadable or invalid files raise `ConfigError` naming the file."""
     return parse_family(read_yaml(path, "family file"), str(path), gpu_memory_mib, profiles, gpu_types=gpu_types,
-                        anchor=anchor, figures=figures)
+                        anchor=anchor, figures=figures, measured=measured)
 
 
 def load_directory(path: str | os.PathLike, gpu_memory_mib: int, *, gpu_types: Mapping[str, int] | None = None,
-                   anchor: str | None = None, figures: Mapping[str, Mapping[str, object]] | None = None
-                   ) -> tuple[dict[int, Family], list[ConfigError]]:
+                   anchor: str | None = None, figures: Mapping[str, Mapping[str, object]] | None = None,
+                   measured: Mapping[int, Measured] | None = None) -> tuple[dict[int, Family], list[ConfigError]]:
     """Families from `<job_id>.yaml` files in a directory, and the errors of the files that failed.
 
     A bad spec must not stop the epoch for every other job, so errors are
@@ -85,7 +85,8 @@ def load_directory(path: str | os.PathLike, gpu_memory_mib: int, *, gpu_types: M
         if not f.stem.isdigit():
             continue
         try:
-            families[int(f.stem)] = load_family(f, gpu_memory_mib, gpu_types=gpu_types, anchor=anchor, figures=figures)
+            families[int(f.stem)] = load_family(f, gpu_memory_mib, gpu_types=gpu_types, anchor=anchor, figures=figures,
+                                                measured=(measured or {}).get(int(f.stem)))
         except ConfigError as exc:
             errors.append(exc)
     return families, errors

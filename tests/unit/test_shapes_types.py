@@ -309,6 +309,27 @@ def test_the_helper_builds_typed_families_limited_by_the_request_and_rescaled_by
         assert max(s.throughput for s in a100) > 5.0 and all(s.throughput_sigma > 0 for s in a100)
 
 
+def test_families_from_the_administrators_directory_take_the_speeds_measured_per_type_too(tmp_path):
+    """`elastico sched --families DIR` on a cluster of several types: the families read from the directory never
+    took what their jobs measured on a type (the observer's correction skips typed shapes; the speeds per type are
+    read from the store, which only the script families read)."""
+    import yaml
+
+    from slurm_elastico.helper.families import DirectoryFamilies
+
+    (tmp_path / "fams").mkdir()
+    (tmp_path / "fams" / "1.yaml").write_text(yaml.safe_dump(TRAIN))
+    name = "mb64-fp32-mps100"
+    with Store(tmp_path / "s.sqlite") as store:
+        src = DirectoryFamilies(tmp_path / "fams", 16384, store=store)
+        src.admit(snapshot(_typed_nodes(), [pending(1)]), dry_run=False)
+        before = src.families({1})[0][1].shape(f"{name}@v100").throughput
+        store.execute("INSERT INTO solo_rate VALUES (?,?,?,?)", (1, f"{name}@v100", 300.0, 60.0))
+        fams, _ = src.families({1})
+        assert before != 5.0 and fams[1].shape(f"{name}@v100").throughput == 5.0
+        assert fams[1].shape(f"{name}@v100").throughput_sigma == 0
+
+
 # --- against per-type profiles in Sia's layout ---------------------------------------------------------------------
 
 def test_the_prior_beats_assuming_every_type_equally_fast_on_profiles_in_sias_layout(tmp_path):
@@ -472,3 +493,17 @@ def test_the_anchor_type_is_found_however_the_settings_spell_it(anchor):
     plain = {s.name: s.throughput for s in enumerate_shapes(spec, 40960, {})}
     name = next(n for n in plain if n.startswith("mb64-fp32"))
     assert got[f"{name}@a100"] == pytest.approx(plain[name]) and got[f"{name}@t4"] < plain[name]
+
+
+def test_the_helper_gives_its_families_directory_the_store(tmp_path):
+    from slurm_elastico.config import from_mapping
+    from slurm_elastico.helper.metrics import Metrics
+    from slurm_elastico.helper.service import open_service
+
+    (tmp_path / "fams").mkdir()
+    service = open_service(from_mapping({"state_dir": str(tmp_path)}), None, families_dir=str(tmp_path / "fams"),
+                           dry_run=False, metrics=Metrics(), metrics_file=None, log=lambda level, line: None)
+    try:
+        assert service.families.store is service.store
+    finally:
+        service.store.close()
