@@ -164,9 +164,15 @@ def enumerate_typed(spec: FamilySpec, types: Mapping[str, int], profiles: Mappin
             logs.append(math.log(got / guess.throughput))  # type: ignore[operator]
     scale = math.exp(sum(logs) / len(logs)) if logs else 1.0
     where = {t for runs in measured.values() for t in runs if t in specs} if logs else set()
+    # Each shape's own figure on each type (enumerated for that type's memory): a speed measured on type m is
+    # carried to type t as what it would be at t's figure (an inference engine holds more sequences in more
+    # memory: that is the figure's part of the difference, the specs' ratio the rest).
+    figure = {(shape.name, t): shape.throughput for t, shape, _ in rows}
     out: list[Shape] = []
     for t, shape, precision in rows:
-        typed = _on_type(spec, shape, t, specs, profiles, measured.get(shape.name, {}), anchor, precision, scale, where)
+        seen = {m: v * (shape.throughput / figure[(shape.name, m)] if figure.get((shape.name, m), 0) > 0 else 1.0)
+                for m, v in measured.get(shape.name, {}).items()}
+        typed = _on_type(spec, shape, t, specs, profiles, seen, anchor, precision, scale, where)
         if typed is not None and typed.resources.gpu_mem_mib <= types[t]:
             out.append(typed)
     return out

@@ -507,3 +507,24 @@ def test_the_helper_gives_its_families_directory_the_store(tmp_path):
         assert service.families.store is service.store
     finally:
         service.store.close()
+
+
+def test_an_inference_speed_measured_as_predicted_on_one_type_leaves_the_others_as_predicted():
+    """An engine's speed depends on how many sequences its GPU's memory holds, which the family's figure on each
+    type already counts. A job that measured on the A100 80GB exactly its figure there moved its L4 estimate by
+    18 %: the A100's concurrency was carried to the L4 by the specs' ratio alone."""
+    spec = parse_spec({"kind": "infer", "requests": 1000, "gpu_memory_utilization": [0.9], "max_num_seqs": [256],
+                       "kv_cache_dtype": ["auto"], "mps_shares": [100],
+                       "model": {"weights_mib": 9000, "kv_mib_per_seq": 128}}, "f")
+    types = {"a100-80gb": 81920, "l4": 24576}
+    before = {s.name: s for s in enumerate_typed(spec, types, anchor="a100-80gb")}
+    a100 = next(s for n, s in before.items() if n.endswith("@a100-80gb"))
+    l4 = before[a100.name.replace("@a100-80gb", "@l4")]
+    base = a100.name.partition("@")[0]
+    after = {s.name: s for s in enumerate_typed(spec, types, anchor="a100-80gb",
+                                                measured={base: {"a100-80gb": a100.throughput}})}
+    assert after[a100.name].throughput == pytest.approx(a100.throughput)
+    assert after[l4.name].throughput == pytest.approx(l4.throughput, rel=1e-6)
+    twice = {s.name: s for s in enumerate_typed(spec, types, anchor="a100-80gb",
+                                                measured={base: {"a100-80gb": 2 * a100.throughput}})}
+    assert twice[l4.name].throughput == pytest.approx(2 * l4.throughput, rel=1e-6)  # the job's own scale carries
