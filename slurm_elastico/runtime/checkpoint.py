@@ -110,12 +110,15 @@ def capture_rng() -> dict[str, Any]:
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
-        rng["cuda"] = torch.cuda.get_rng_state_all()
+        rng["cuda"] = torch.cuda.get_rng_state()  # the saving rank's own GPU (a relaunch may have fewer GPUs)
     return rng
 
 
-def restore_rng(rng: Mapping[str, Any]) -> None:
-    """Put back what `capture_rng()` recorded; CUDA states are restored only when CUDA is present here too."""
+def restore_rng(rng: Mapping[str, Any], device: Any = None) -> None:
+    """Put back what `capture_rng()` recorded; the CUDA state onto `device`'s GPU (None: the current one), only
+    when CUDA is present here too. States come back to the CPU first: a checkpoint loaded onto a GPU
+    (`load_latest(map_location=...)`) has them there, and torch takes them only from the CPU. (The CUDA path is
+    not exercised by the tests here, which run without a GPU.)"""
     random.setstate(_as_tuple(rng["python"]))
     n = rng["numpy"]
     np.random.set_state(
@@ -126,9 +129,15 @@ def restore_rng(rng: Mapping[str, Any]) -> None:
             "gauss": n["gauss"],
         }
     )
-    torch.set_rng_state(rng["torch"])
-    if "cuda" in rng and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(rng["cuda"])
+    torch.set_rng_state(rng["torch"].cpu())
+    cuda = rng.get("cuda")
+    if cuda is not None and torch.cuda.is_available():
+        d = torch.device(device) if device is not None else None
+        index = d.index if d is not None and d.type == "cuda" and d.index is not None else torch.cuda.current_device()
+        if isinstance(cuda, (list, tuple)):  # written before: one state per GPU the saving process saw
+            cuda = cuda[index] if index < len(cuda) else None
+        if cuda is not None:
+            torch.cuda.set_rng_state(cuda.cpu(), index)
 
 
 def _as_tuple(value: Any) -> Any:

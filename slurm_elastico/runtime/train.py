@@ -249,7 +249,7 @@ def _train(
             scheduler.load_state_dict(ckpt.state["scheduler"])
         if scaler.is_enabled() and ckpt.state.get("scaler"):
             scaler.load_state_dict(ckpt.state["scaler"])  # fp32/bf16 -> fp16 starts a fresh scale
-        restore_rng(ckpt.rng)
+        restore_rng(ckpt.rng, device)
         step = resumed_from = ckpt.step
         if gauge is not None:
             gauge.restore(ckpt.state, shape.global_batch, device)
