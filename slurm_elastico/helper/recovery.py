@@ -101,7 +101,16 @@ def recover(gateway: Settler, journal: JournalLike, snapshot: Snapshot, at: floa
         if action.kind is ActionKind.RESHAPE_RUNNING:
             # The reservation keeping the job's place (`slurm.places.Places.kept`) outlives a helper that died
             # mid-reshape; a job left running inside it is killed when it ends (measured on 22.05: TIMEOUT).
-            gateway.forget_place(jid)
+            # One Slurm refuses to delete keeps that row open (the job is not released into it), not the others.
+            try:
+                gateway.forget_place(jid)
+            except SlurmUnavailable:
+                raise
+            except ElasticoError as exc:
+                why = f"interrupted reshape_running: the reservation keeping its place was not given up ({exc})"
+                journal.note(row_id, f"open: {why}", at)
+                notes.append(f"job {jid}: {why}; tried again next epoch")
+                continue
         decision = decide(action, active.get(jid))
         if decision.step is Step.KEEP:
             journal.note(row_id, f"open: {decision.why}", at)

@@ -209,6 +209,24 @@ def test_every_interrupted_reshape_gives_back_the_place_kept_for_it(journal):
     assert gw.forgot == [1] and gw.did == [] and not journal.unsettled()
 
 
+def test_a_place_slurm_will_not_give_up_keeps_its_row_open_and_the_other_rows_are_settled(journal):
+    """One reservation Slurm refused to delete made recovery raise, every epoch: the epoch failed, nothing was
+    planned, and a held job's interrupted resume behind it was never completed."""
+    journal.plan(NOW, dataclasses.replace(RESHAPE, job_id=2))
+    journal.plan(NOW, Action(ActionKind.RESUME, 1, "resume"))
+
+    class Refusing(Slurm):
+        def forget_place(self, job_id):
+            raise SlurmError(["scontrol", "delete", f"ReservationName=elastico-requeue-{job_id}"], 1, "",
+                             "Error deleting the reservation: Access/permission denied")
+
+    gw = Refusing([HELD, dataclasses.replace(HELD, job_id=2)])
+    notes = recover(gw, journal, gw.snap, NOW + 30)
+    assert gw.did == [("resume", 1)]  # the resume completed; job 2 is not released into its place
+    assert [a.job_id for _, a in journal.unsettled()] == [2]
+    assert "was not given up" in notes[0] and "Access/permission denied" in notes[0]
+
+
 def test_recovery_waits_for_slurm_keeping_the_row_open(journal):
     journal.plan(NOW, RESHAPE)
     gw = Slurm([HELD], fail=lambda what, j: SlurmUnavailable(["scontrol"], 1, "Unable to contact slurm controller")
