@@ -75,6 +75,12 @@ class SlurmTimeout(SlurmUnavailable):
         super().__init__(argv, None, stderr, f"`{' '.join(argv)}` did not finish within {timeout:g} s")
 
 
+class PlaceNotGivenUp(SlurmError):
+    """A reshape was carried out (held, updated, released) but the reservation that kept the job's place could not be
+    deleted: the job runs on its new request, and recovery must give the place up (a job left in it is killed when
+    it ends)."""
+
+
 class SlurmNotFound(SlurmError):
     """A Slurm command is not installed (or not on PATH)."""
 

@@ -1,11 +1,17 @@
 """The one action executor: the helper and the simulator carry out a plan through it.
 
 For each action: journal it ('planned'), issue it through the gateway, settle
-the row ('done' or 'failed'). A reshape that fails stays 'planned' with its
-error noted: it may have left the job requeue-held, and the next epoch's
-`recovery.recover` checks. A job's actions go together: after one fails the
-rest are skipped, and an AdminComment set earlier in the plan is put back, so
-elastico-run never reads a shape whose share change did not happen.
+the row ('done' or 'failed'). A reshape or preemption that fails while Slurm
+shows its job held or still stopping (or cannot say) stays 'planned' with its
+error noted, and the AdminComment set for it stays: the requeue-hold happened,
+and the next epoch's `recovery.recover` finishes or settles it (a preempted
+job keeps the mark by which the policy resumes it). One that fails with its
+job running was not carried out: settled 'failed'. A reshape carried out
+whose kept place could not be given up (`PlaceNotGivenUp`) is done, its row
+open for recovery to give the place up. A job's actions go together: after one
+fails the rest are skipped, and an AdminComment set earlier in the plan is put
+back (unless the job may be held, above), so elastico-run never reads a shape
+whose share change did not happen.
 
 When Slurm stops answering (`SlurmUnavailable`) the action's outcome is
 unknown: its row stays 'planned' with the error noted, for recovery to settle
@@ -30,9 +36,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from slurm_elastico.errors import ElasticoError, ShadowRefused, SlurmUnavailable, UnknownJobError
+from slurm_elastico.errors import ElasticoError, PlaceNotGivenUp, ShadowRefused, SlurmUnavailable, UnknownJobError
 from slurm_elastico.helper.journal import JournalLike
-from slurm_elastico.model import Action, ActionKind
+from slurm_elastico.model import Action, ActionKind, JobState
 from slurm_elastico.planner.baselines import STATE as TIRESIAS_STATE
 from slurm_elastico.planner.pollux import STATE as POLLUX_STATE
 
@@ -86,15 +92,21 @@ def execute(actions: Iterable[Action], gateway: Actuator, journal: JournalLike |
             outage = str(exc)
             journal.note(row, f"outcome unknown, Slurm did not answer: {exc}", now)  # type: ignore[union-attr]
             outcomes.append(Outcome(action, "unanswered", f"{exc} (the journal row stays open for recovery)", argv))
+        except PlaceNotGivenUp as exc:  # carried out; recovery gives the place up (`recovery.recover`)
+            journal.note(row, str(exc), now)  # type: ignore[union-attr]
+            outcomes.append(Outcome(action, "done", f"{exc}; the journal row stays open for recovery to give it up",
+                                    argv))
         except ElasticoError as exc:
             failed.add(action.job_id)
-            if action.kind is ActionKind.RESHAPE_RUNNING:
-                journal.note(row, str(exc), now)  # type: ignore[union-attr]
-            else:
-                journal.settle(row, "failed", now, str(exc))  # type: ignore[union-attr]
             error = str(exc)
-            if action.job_id in commented:
-                error += _restore_comment(gateway, action.job_id, comments.get(action.job_id, ""))
+            if action.kind in _HOLDS and _may_be_held(gateway, action.job_id):
+                journal.note(row, error, now)  # type: ignore[union-attr]
+                error += ("; the job may be held: the journal row stays open for recovery, and its AdminComment as "
+                          "planned")
+            else:
+                journal.settle(row, "failed", now, error)  # type: ignore[union-attr]
+                if action.job_id in commented:
+                    error += _restore_comment(gateway, action.job_id, comments.get(action.job_id, ""))
             outcomes.append(Outcome(action, "failed", error, argv))
         else:
             journal.settle(row, "done", now)  # type: ignore[union-attr]
@@ -102,6 +114,25 @@ def execute(actions: Iterable[Action], gateway: Actuator, journal: JournalLike |
             if action.kind is ActionKind.SET_ADMIN_COMMENT:
                 commented.add(action.job_id)
     return outcomes
+
+
+_HOLDS = (ActionKind.RESHAPE_RUNNING, ActionKind.PREEMPT)
+"""The actions that requeue-hold their job: one that fails part way may have held it."""
+
+
+def _may_be_held(gateway: Actuator, job_id: int) -> bool:
+    """Whether a requeue-hold that failed part way may have held the job: Slurm shows it held or still stopping, or
+    cannot say (a gateway without `job`: yes)."""
+    read = getattr(gateway, "job", None)
+    if read is None:
+        return True
+    try:
+        view = read(job_id)
+    except UnknownJobError:
+        return False  # gone: nothing is held
+    except ElasticoError:
+        return True
+    return view.state is JobState.COMPLETING or (view.state is JobState.PENDING and view.held)
 
 
 class Rehearsal(Protocol):

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-from slurm_elastico.errors import SlurmError, SlurmUnavailable, UnknownJobError
+from slurm_elastico.errors import PlaceNotGivenUp, SlurmError, SlurmUnavailable, UnknownJobError
 from slurm_elastico.model import JobState, JobView
 from slurm_elastico.slurm import commands
 from slurm_elastico.slurm.runner import Completed
@@ -124,7 +124,9 @@ class Places:
             try:
                 self.leave(job_id)
             except SlurmError as exc:
-                if ok:
-                    raise
+                if ok:  # carried out: said so, and the reshape's row stays open for recovery to give the place up
+                    raise PlaceNotGivenUp(exc.argv, exc.returncode, exc.stderr,
+                                          f"job {job_id} was reshaped and released, but its place was not given up "
+                                          f"(`{' '.join(exc.argv)}` exited with {exc.returncode})") from exc
                 # The body's own error is raised; the reshape's row stays open and recovery gives the place up.
                 log.warning("job %d: its place was not given up (%s); the next epoch's recovery does it", job_id, exc)

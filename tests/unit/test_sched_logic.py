@@ -3,11 +3,13 @@
 The live tests (tests/slurm/test_sched_live.py) run the same code against Slurm.
 """
 
+import dataclasses
+
 import pytest
 
 from slurm_elastico.config import Settings
 from slurm_elastico.errors import JobNotPendingError, SlurmError
-from slurm_elastico.model import Action, ActionKind, GpuUse
+from slurm_elastico.model import Action, ActionKind, GpuUse, JobState
 from tests.synthetic import cluster, family, pending, running, snapshot, with_users
 from slurm_elastico.helper.epoch import main_loop, run_once
 from slurm_elastico.helper.journal import Journal, action_from_json, action_to_json
@@ -249,3 +251,79 @@ def test_a_policy_that_puts_a_job_outside_its_partitions_gets_no_action_for_it(j
         result.plan.notes)
     result = run_once(gw, settings, Fixed({1: fam}), None, journal, NOW)
     assert [a.nodes for a in gw.applied if a.kind is ActionKind.SET_NODES] == [("n0001",)]
+
+
+class Reading(FakeGateway):
+    """A FakeGateway that also answers what Slurm shows of a job now (`job`), as the real gateway does."""
+
+    def __init__(self, snap, view, fail=lambda a: None):
+        super().__init__(snap, fail)
+        self.view, self.forgot = view, []
+
+    def job(self, job_id):
+        return self.view
+
+    def forget_place(self, job_id):
+        self.forgot.append(job_id)
+
+
+def _plan_for(kind, comment):
+    from slurm_elastico.helper.executor import keep_others_comments
+
+    return keep_others_comments([Action(ActionKind.SET_ADMIN_COMMENT, 1, "p", text=comment),
+                                 Action(kind, 1, "p", share=100 if kind is ActionKind.RESHAPE_RUNNING else None)],
+                                {1: "site=x"})
+
+
+def test_a_preemption_that_times_out_after_its_hold_keeps_the_mark_and_its_row(journal):
+    """`requeuehold` done, the job still COMPLETING after the wait: the preemption was settled failed and its
+    AdminComment put back, mark `elastico:held=1` included; nothing ever resumed the held job."""
+    from slurm_elastico.helper.executor import execute
+
+    job = running(1, "n0000", 0, 100, start=NOW - 100)
+    stopping = dataclasses.replace(job, state=JobState.COMPLETING)
+    gw = Reading(snapshot(cluster(1), [job]), stopping,
+                 fail=lambda a: SlurmError(("squeue",), 0, "", "job 1 did not reach PENDING within 120 s")
+                 if a.kind is ActionKind.PREEMPT else None)
+    out = execute(_plan_for(ActionKind.PREEMPT, "elastico:shape=s,elastico:held=1"), gw, journal, NOW,
+                  comments={1: "site=x"})
+    assert [o.status for o in out] == ["done", "failed"] and "may be held" in out[1].error
+    assert [a.text for a in gw.applied if a.kind is ActionKind.SET_ADMIN_COMMENT] == [
+        "elastico:shape=s,elastico:held=1,site=x"]  # not put back
+    assert (1, "preempt", "planned") in statuses(journal)
+
+
+def test_a_reshape_refused_before_its_hold_is_settled_and_a_later_hold_not_released(journal):
+    """`requeuehold` refused: the job still runs. The row stayed open, and when an administrator held the job
+    before the next epoch, recovery released it (a hold the helper never placed)."""
+    from slurm_elastico.helper.executor import execute
+
+    job = running(1, "n0000", 0, 25, start=NOW - 100)
+    gw = Reading(snapshot(cluster(1), [job]), job,
+                 fail=lambda a: SlurmError(("scontrol", "requeuehold", "1"), 1, "Requeue of job not allowed")
+                 if a.kind is ActionKind.RESHAPE_RUNNING else None)
+    out = execute(_plan_for(ActionKind.RESHAPE_RUNNING, "elastico:shape=s"), gw, journal, NOW, comments={1: "site=x"})
+    assert [o.status for o in out] == ["done", "failed"]
+    assert [a.text for a in gw.applied if a.kind is ActionKind.SET_ADMIN_COMMENT][-1] == "site=x"  # put back
+    assert (1, "reshape_running", "failed") in statuses(journal)
+    held = dataclasses.replace(job, state=JobState.PENDING, held=True, nodes=(), gpu_indices=(), gpu_alloc=())
+    gw.snap, gw.fail = snapshot(cluster(1), [held]), (lambda a: None)
+    run_once(gw, Settings(), Fixed({}), None, journal, NOW + 60)
+    assert gw.released == []
+
+
+def test_a_reshape_carried_out_whose_place_was_not_given_up_is_done_and_recovery_gives_it_up(journal):
+    from slurm_elastico.errors import PlaceNotGivenUp
+    from slurm_elastico.helper.executor import execute
+
+    job = running(1, "n0000", 0, 100, start=NOW - 100)
+    gw = Reading(snapshot(cluster(1), [job]), job,
+                 fail=lambda a: PlaceNotGivenUp(("scontrol", "delete"), 1, "Access/permission denied",
+                                                "job 1 was reshaped and released, but its place was not given up")
+                 if a.kind is ActionKind.RESHAPE_RUNNING else None)
+    out = execute(_plan_for(ActionKind.RESHAPE_RUNNING, "elastico:shape=s"), gw, journal, NOW, comments={1: "site=x"})
+    assert [o.status for o in out] == ["done", "done"] and "not given up" in out[1].error
+    assert [a.text for a in gw.applied if a.kind is ActionKind.SET_ADMIN_COMMENT] == ["elastico:shape=s,site=x"]
+    gw.fail = lambda a: None
+    run_once(gw, Settings(), Fixed({}), None, journal, NOW + 60)
+    assert gw.forgot == [1] and (1, "reshape_running", "recovered") in statuses(journal) and gw.released == []
