@@ -17,7 +17,9 @@ from slurm_elastico.slurm.hostlist import expand_hostlist
 
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "STOP", "KILL")
 _NODE_NAME = re.compile(r"^[A-Za-z0-9_.\-\[\],]+$")
-_USER_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*\$?$")
+_USER_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@\-]*\$?$")
+"""A user name as a reservation's `Users=` takes it: no `,` (its list separator), `=` or space; `@` for the fully
+qualified names sssd sites use (`alice@corp.example`)."""
 
 
 def _job_id(job_id: object) -> str:
@@ -222,7 +224,7 @@ def reserve_place(job_id: int, nodes: tuple[str, ...] | list[str], user: str, mi
         raise InvalidActionError(f"a place for job {job_id} needs at least one node")
     *_, node_list = set_nodes(job_id, nodes)  # validates the id and every node name
     if not isinstance(user, str) or not _USER_NAME.match(user):
-        raise InvalidActionError(f"user name {user!r} is not a valid user name (letters, digits, _ . -)")
+        raise InvalidActionError(f"user name {user!r} is not a valid user name (letters, digits, _ . - @)")
     if isinstance(minutes, bool) or not isinstance(minutes, int) or minutes < 1:
         raise InvalidActionError(f"a reservation lasts a whole number of minutes >= 1, not {minutes!r}")
     return ["scontrol", "create", "reservation", f"ReservationName={place_name(job_id)}", "StartTime=now",

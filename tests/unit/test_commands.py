@@ -110,6 +110,11 @@ def test_a_requeued_jobs_place_is_a_reservation_of_its_nodes_for_its_owner():
         commands.reserve_place(7, (), "alice", 3)
     with pytest.raises(InvalidActionError, match="not a valid user name"):
         commands.reserve_place(7, ("n1",), "alice,bob", 3)
+    # sssd sites' fully qualified names: every reshape of such a user's job failed before its hold
+    assert commands.reserve_place(7, ("n1",), "alice@corp.example", 3)[7] == "Users=alice@corp.example"
+    for bad in ("alice bob", "a=b", "-alice", "@alice"):
+        with pytest.raises(InvalidActionError, match="not a valid user name"):
+            commands.reserve_place(7, ("n1",), bad, 3)
     with pytest.raises(InvalidActionError, match="whole number of minutes"):
         commands.reserve_place(7, ("n1",), "alice", 0)
     with pytest.raises(InvalidActionError, match="not a valid Slurm node name"):
