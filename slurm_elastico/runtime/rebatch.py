@@ -104,12 +104,16 @@ def waiting(ckpt_dir: str | os.PathLike[str]) -> bool:
 
 def take(ckpt_dir: str | os.PathLike[str], current: TrainShape) -> TrainShape:
     """The offered shape, the file removed; a ConfigError naming what is wrong when it is unreadable or not a
-    switch `switches_in_process` allows from `current`."""
+    switch `switches_in_process` allows from `current`. The offer is claimed first (renamed aside, then read): a
+    later offer elastico-run writes meanwhile stays for the next step boundary, where reading then removing the
+    file removed it unread."""
     path = Path(ckpt_dir) / NEXT_SHAPE_FILE
+    claimed = path.with_name(f"{NEXT_SHAPE_FILE}.taken-{os.getpid()}")
+    os.replace(path, claimed)
     try:
-        text = path.read_text()
+        text = claimed.read_text()
     finally:
-        path.unlink(missing_ok=True)
+        claimed.unlink(missing_ok=True)
     try:
         offered = json.loads(text)
     except ValueError as exc:

@@ -312,3 +312,26 @@ def test_after_a_switch_in_process_the_reports_name_the_new_shape_from_the_switc
     assert set(names[:first_new]) == {"gb16"} and set(names[first_new:]) == {"gb64"}
     # the old shape's last report is at the switch: its progress is what the 3 steps at 16 were worth
     assert seen[first_new - 1][1] == pytest.approx(3.0) and seen[first_new][1] > seen[first_new - 1][1]
+
+
+def test_an_offer_written_while_the_program_takes_the_last_one_waits_for_the_next_step(tmp_path, monkeypatch):
+    """elastico-run may offer again while the training loop is taking its last offer: the loop read the file and
+    then removed it, the newer offer with it, and ran on the older shape while elastico-run believed the newer."""
+    from pathlib import Path
+
+    cur = TrainShape(16, 4, 4, steps=9, lr_scaling="adascale", base_batch=16, name="gb16")
+    b = TrainShape(32, 8, 4, steps=9, lr_scaling="adascale", base_batch=16, name="gb32")
+    c = TrainShape(64, 16, 4, steps=9, lr_scaling="adascale", base_batch=16, name="gb64")
+    rebatch.offer(tmp_path, b)
+    read = Path.read_text
+
+    def read_then_offer_again(self, *args, **kwargs):
+        text = read(self, *args, **kwargs)
+        monkeypatch.setattr(Path, "read_text", read)
+        rebatch.offer(tmp_path, c)  # elastico-run's next offer, between the loop's read and its removal
+        return text
+
+    monkeypatch.setattr(Path, "read_text", read_then_offer_again)
+    assert rebatch.take(tmp_path, cur).name == "gb32"
+    assert rebatch.waiting(tmp_path) and rebatch.take(tmp_path, b).name == "gb64"
+    assert not rebatch.waiting(tmp_path) and sorted(p.name for p in tmp_path.iterdir()) == []
