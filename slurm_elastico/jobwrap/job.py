@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -35,6 +36,24 @@ def ckpt_dir(env: Mapping[str, str]) -> str:
     if job:
         return str(Path(env.get("SLURM_SUBMIT_DIR") or os.getcwd()) / ".elastico" / job)
     return str(Path(os.getcwd()) / "elastico-ckpt")
+
+
+def fresh_ckpt_dir(env: Mapping[str, str], log: Log, now: float | None = None) -> str:
+    """`ckpt_dir`, made, for this start of the job. On the job's first start (SLURM_RESTART_COUNT 0 or unset), a
+    per-job default directory that already holds anything is another job's of the same id (Slurm gives an id again
+    once its state is reset, or when ids wrap): it is moved aside to `<id>.stale-<unix time>`, so that this job
+    neither resumes that job's checkpoints (it would end at once, having trained nothing) nor prunes them. A
+    directory the user names (ELASTICO_CKPT_DIR) is resumed as it is: continuing a former job there is what it
+    is for."""
+    path = Path(ckpt_dir(env))
+    first = env.get("SLURM_RESTART_COUNT", "0") in ("", "0")
+    if first and env.get("SLURM_JOB_ID") and not env.get("ELASTICO_CKPT_DIR") and path.is_dir() \
+            and any(path.iterdir()):
+        aside = path.with_name(f"{path.name}.stale-{int(time.time() if now is None else now)}")
+        path.rename(aside)
+        log(f"{path} held another job's files (the same job id, given again by Slurm): moved to {aside}")
+    path.mkdir(parents=True, exist_ok=True)
+    return str(path)
 
 
 def counter_recorder(env: Mapping[str, str], job: str | None) -> Callable[[int], CounterRecorder] | None:
@@ -69,8 +88,7 @@ def supervise(program: Sequence[str], family: Family, candidates: Sequence[Plann
     runner = SubprocessRunner(env={"SLURM_CONF": slurm_conf} if slurm_conf else None)
     gateway = SlurmGateway(runner) if job else None
     job_id = int(job) if job else None
-    env["ELASTICO_CKPT_DIR"] = ckpt_dir(env)
-    Path(env["ELASTICO_CKPT_DIR"]).mkdir(parents=True, exist_ok=True)
+    env["ELASTICO_CKPT_DIR"] = fresh_ckpt_dir(env, log)
     if job:  # where the helper looks for it (see runtime.progress): the job's working directory and id
         env[PROGRESS_ENV] = str(progress_path(os.getcwd(), job))
     log(f"restart {env.get('SLURM_RESTART_COUNT', '0')}, checkpoints in {env['ELASTICO_CKPT_DIR']}")

@@ -14,7 +14,7 @@ import pytest
 
 from slurm_elastico.cli.run import run_embedded
 from slurm_elastico.errors import SlurmError
-from slurm_elastico.jobwrap.job import ckpt_dir
+from slurm_elastico.jobwrap.job import ckpt_dir, fresh_ckpt_dir
 from slurm_elastico.jobwrap.payload import Payload
 from slurm_elastico.jobwrap.shape import Found, JobShapes, choose_shape, family_from_spec
 from slurm_elastico.jobwrap.supervisor import MAX_QUICK_RELAUNCHES, Supervisor
@@ -346,6 +346,28 @@ def test_candidates_include_shapes_the_pareto_front_dropped(family):
 def test_ckpt_dir_is_per_job_under_the_submit_dir_unless_set():
     assert ckpt_dir({"SLURM_JOB_ID": "12", "SLURM_SUBMIT_DIR": "/home/u/w"}) == "/home/u/w/.elastico/12"
     assert ckpt_dir({"SLURM_JOB_ID": "12", "ELASTICO_CKPT_DIR": "/c"}) == "/c"
+
+
+def test_a_first_start_moves_aside_another_jobs_files_under_the_same_id(tmp_path):
+    """Slurm gives an id again once its state is reset: job 12's first start found the checkpoints of an earlier
+    job 12 in its per-job directory, resumed them and ended at once, having trained nothing (and pruned them)."""
+    env = {"SLURM_JOB_ID": "12", "SLURM_SUBMIT_DIR": str(tmp_path)}
+    old = tmp_path / ".elastico" / "12"
+    old.mkdir(parents=True)
+    (old / "step-0000000010.manifest.json").write_text("{}")
+    said: list[str] = []
+    got = fresh_ckpt_dir(env, said.append, now=1000.0)
+    assert got == str(old) and old.is_dir() and not any(old.iterdir())
+    aside = tmp_path / ".elastico" / "12.stale-1000"
+    assert (aside / "step-0000000010.manifest.json").exists() and "moved to" in said[0]
+    # A restart of the job (a requeue) resumes its own; a directory the user names is resumed as it is.
+    (old / "step-0000000020.manifest.json").write_text("{}")
+    assert fresh_ckpt_dir({**env, "SLURM_RESTART_COUNT": "1"}, said.append) == str(old) and any(old.iterdir())
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "x").write_text("")
+    assert fresh_ckpt_dir({**env, "ELASTICO_CKPT_DIR": str(mine)}, said.append) == str(mine) and (mine / "x").exists()
+    assert len(said) == 1
 
 
 def test_run_embedded_gives_the_program_its_exact_argv_outside_slurm(tmp_path, monkeypatch):
