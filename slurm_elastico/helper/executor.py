@@ -38,6 +38,7 @@ from typing import Protocol
 
 from slurm_elastico.errors import ElasticoError, PlaceNotGivenUp, ShadowRefused, SlurmUnavailable, UnknownJobError
 from slurm_elastico.helper.journal import JournalLike
+from slurm_elastico.helper.recovery import HOLDS
 from slurm_elastico.model import Action, ActionKind, JobState
 from slurm_elastico.planner.baselines import STATE as TIRESIAS_STATE
 from slurm_elastico.planner.pollux import STATE as POLLUX_STATE
@@ -99,7 +100,7 @@ def execute(actions: Iterable[Action], gateway: Actuator, journal: JournalLike |
         except ElasticoError as exc:
             failed.add(action.job_id)
             error = str(exc)
-            if action.kind in _HOLDS and _may_be_held(gateway, action.job_id):
+            if action.kind in HOLDS and _may_be_held(gateway, action.job_id):
                 journal.note(row, error, now)  # type: ignore[union-attr]
                 error += ("; the job may be held: the journal row stays open for recovery, and its AdminComment as "
                           "planned")
@@ -114,10 +115,6 @@ def execute(actions: Iterable[Action], gateway: Actuator, journal: JournalLike |
             if action.kind is ActionKind.SET_ADMIN_COMMENT:
                 commented.add(action.job_id)
     return outcomes
-
-
-_HOLDS = (ActionKind.RESHAPE_RUNNING, ActionKind.PREEMPT)
-"""The actions that requeue-hold their job: one that fails part way may have held it."""
 
 
 def _may_be_held(gateway: Actuator, job_id: int) -> bool:

@@ -206,7 +206,7 @@ class ProgressObserver:
                    else "no new probe this epoch"))
 
     def _resolve(self, families: dict[int, Family], figures: dict[int, Family], measured: dict,
-                 source: FamilySource | None, notes: list[str], now: float, noise: dict[int, float] | None = None
+                 source: FamilySource | None, notes: list[str], now: float, noise: dict[int, float]
                  ) -> tuple[list[Colocation], list[tuple[Colocation, float]]]:
         """Judge the pairs that are ready (probe and revert), turn them into observations (also pairs whose jobs
         have left) and spend their time; (the observations, each pair measured this epoch with the seconds it
@@ -228,7 +228,7 @@ class ProgressObserver:
                            for r in self.store.query("SELECT * FROM solo_rate")})
         estimates = estimated_solo(beside, solo, figures)
         window = unjudged(beside, judged)
-        verdicts = self._judge(window, solo, estimates, known, notes, now, noise or {})
+        verdicts = self._judge(window, solo, estimates, known, notes, now, noise)
         # judged against a figure: charged, no observation (module docstring); the time so far is judged
         charged, now_judged = [], []
         for v in verdicts:
@@ -259,18 +259,17 @@ class ProgressObserver:
         return Colocation(self.gpu_type, a, b, v.norms[0], v.norms[1], True, SOURCE)
 
     def _judge(self, beside: dict, solo: dict, estimates: dict, known: dict[int, Family], notes: list[str],
-               now: float, noise: dict[int, float] | None = None) -> list[Verdict]:
+               now: float, noise: dict[int, float]) -> list[Verdict]:
         """Refuse and list for undoing every ready pair that did not pay; keep the refusals in the store; the
         verdicts. A (job, shape) without a measured solo speed (`solo`) is judged against `estimates`. `noise`:
         each goodput job's noise scale, at which its floor (a speed in its units of work) is a fraction of a solo
         speed kept as a figure (`shapes.goodput.to_figure`)."""
         rates = {**estimates, **solo}
-        noise = noise or {}
         floors: dict[tuple[int, str], float] = {}  # a family's floor is a speed; the probe's, a fraction of the solo
         for j, shape, _, _ in beside:
             fam, rate = known.get(j), rates.get((j, shape))
             if fam is not None and fam.throughput_floor > 0 and rate:
-                at = {s.name: s for s in fam.shapes}.get(shape)
+                at = next((s for s in fam.shapes if s.name == shape), None)  # a family changed since: no scale
                 floors[(j, shape)] = fam.throughput_floor * (goodput.to_figure(at, noise.get(j)) if at else 1.0) / rate
         verdicts = judge_pairings(beside, rates, floors, gain_margin(self.model), min_seconds=MIN_PAIR_S,
                                   estimated=estimates.keys())

@@ -53,7 +53,8 @@ class Decision:
     why: str
 
 
-_HOLDS = (ActionKind.RESHAPE_RUNNING, ActionKind.PREEMPT)
+HOLDS = (ActionKind.RESHAPE_RUNNING, ActionKind.PREEMPT)
+"""The actions that requeue-hold their job: one interrupted or failed part way may have held it."""
 
 
 def decide(action: Action, job: JobView | None) -> Decision:
@@ -62,7 +63,7 @@ def decide(action: Action, job: JobView | None) -> Decision:
     if job is None:
         return Decision(Step.CLOSE, f"interrupted {kind}: the job is no longer active (ended, cancelled or purged)")
     if job.state is JobState.COMPLETING:
-        if action.kind in _HOLDS:
+        if action.kind in HOLDS:
             return Decision(Step.KEEP, f"interrupted {kind}: the job is still stopping (COMPLETING); "
                                        "settled once Slurm shows it held or running")
         return Decision(Step.CLOSE, f"interrupted {kind}: the job is ending")
