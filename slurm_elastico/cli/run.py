@@ -47,8 +47,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         settings = config.load()
         family, candidates = family_from_spec(read_text(args.family, "family file"), args.family,
                                               settings.gpu.memory_mib)
+        sys.exit(supervise(program, family, candidates, grace_s=args.grace or settings.submit.grace_s,
+                           lead_s=settings.submit.signal_lead_s, slurm_conf=settings.slurm.conf))
     except ElasticoError as exc:
         log(f"error: {exc}")
         sys.exit(exc.exit_code)
-    sys.exit(supervise(program, family, candidates, grace_s=args.grace or settings.submit.grace_s,
-                       lead_s=settings.submit.signal_lead_s, slurm_conf=settings.slurm.conf))

@@ -9,24 +9,22 @@ each other's journal. So a helper holds, from start to exit, two locks:
   cluster on this host. Run the helper on one host only (the controller's).
 - `<state dir>/sched.lock`: one helper per state directory.
 
-Both are `flock` locks: the kernel drops them when the process ends, however
-it ends (a SIGKILLed helper leaves nothing to clean up). Each lock file names
-its holder (pid, cluster, state directory), so the one refused can say who
-holds it.
+Both are `flock` locks (`file_lock`): the kernel drops them when the process
+ends, however it ends (a SIGKILLed helper leaves nothing to clean up). Each
+lock file names its holder (pid, cluster, state directory), so the one
+refused can say who holds it.
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
 import re
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import IO
 
-from slurm_elastico.errors import ConfigError, ElasticoError, StateError
+from slurm_elastico.errors import ConfigError, ElasticoError
+from slurm_elastico.file_lock import Busy, held
 
 RUN_DIR = Path("/run/slurm-elastico")
 """The system-wide run directory (systemd: `RuntimeDirectory=slurm-elastico`); root creates it itself."""
@@ -90,36 +88,11 @@ def _directory(path: str | Path, what: str, hint: str) -> Path:
 
 
 @contextmanager
-def _locked(path: Path, holder: dict, busy_message) -> Iterator[IO[str]]:
-    """flock `path` without waiting and write `holder` into it; `HelperBusy(busy_message(other holder))`."""
+def _locked(path: Path, holder: dict, busy_message) -> Iterator[None]:
+    """`file_lock.held(path, holder)`; `HelperBusy(busy_message(other holder))` when another process holds it."""
     try:
-        f = open(path, "a+")
-    except OSError as exc:
-        raise ConfigError("lock", [f"cannot open {path}: {exc.strerror or exc}; allowed: a directory the helper "
-                                   "may write"]) from None
-    with f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            other = _read_holder(f)
-            raise HelperBusy(busy_message(other), other.get("pid") if isinstance(other.get("pid"), int) else None) from None
-        try:
-            try:  # unbuffered: a full or read-only disk fails here, not again when the file is closed
-                os.ftruncate(f.fileno(), 0)
-                os.pwrite(f.fileno(), (json.dumps(holder) + "\n").encode(), 0)
-            except OSError as exc:
-                raise StateError(f"cannot write the lock {path}: {exc.strerror or exc}; allowed: a directory "
-                                 "the helper may write on a disk with free space") from None
-            yield f
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _read_holder(f: IO[str]) -> dict:
-    """The record the lock's holder wrote ({} while it has not written it yet, or when it is not ours)."""
-    try:
-        f.seek(0)
-        data = json.loads(f.read(4096) or "{}")
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+        with held(path, holder):
+            yield
+    except Busy as busy:
+        other = busy.holder
+        raise HelperBusy(busy_message(other), other.get("pid") if isinstance(other.get("pid"), int) else None) from None

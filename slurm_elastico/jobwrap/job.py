@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
+from slurm_elastico.errors import ConfigError
+from slurm_elastico.file_lock import Busy, held
 from slurm_elastico.jobwrap.payload import Payload
 from slurm_elastico.jobwrap.script import shebang_argv
 from slurm_elastico.jobwrap.shape import JobShapes, Log, family_from_spec
@@ -54,6 +58,49 @@ def fresh_ckpt_dir(env: Mapping[str, str], log: Log, now: float | None = None) -
         log(f"{path} held another job's files (the same job id, given again by Slurm): moved to {aside}")
     path.mkdir(parents=True, exist_ok=True)
     return str(path)
+
+
+LOCK_NAME = ".elastico-run.lock"
+"""The file in a checkpoint directory whose flock the running job's elastico-run holds (`ckpt_lock`)."""
+OWN_LINGER_S = 120.0
+"""How long a start waits for its own job's earlier run to let go of the directory (a step still being killed
+after a requeue, or an NFS lock the server has not yet dropped after a node died) before it gives up."""
+
+
+class CkptDirBusy(ConfigError):
+    """Another running job holds the checkpoint directory."""
+
+
+@contextmanager
+def ckpt_lock(path: str, env: Mapping[str, str], log: Log, clock: Callable[[], float] = time.monotonic,
+              sleep: Callable[[float], None] = time.sleep) -> Iterator[None]:
+    """Hold the checkpoint directory for this job while the block runs: two jobs running at once in one directory
+    (a shared ELASTICO_CKPT_DIR) would resume and prune each other's checkpoints. Another job holding it:
+    `CkptDirBusy`, naming it, before this job reads or writes anything there. This job's own earlier run holding it
+    is waited for, up to `OWN_LINGER_S`. A file system without locks is logged and used unlocked."""
+    job = env.get("SLURM_JOB_ID", "")
+    holder = {"pid": os.getpid(), "job": job, "host": socket.gethostname()}
+    lock = Path(path) / LOCK_NAME
+    deadline = clock() + OWN_LINGER_S
+    while True:
+        try:
+            with held(lock, holder, lambda exc: log(f"cannot lock {lock} ({exc.strerror or exc}): two jobs sharing "
+                                                     "this directory would not be stopped")):
+                yield
+            return
+        except Busy as busy:
+            other = busy.holder
+            own = bool(job) and str(other.get("job", "")) == job
+            if own and clock() < deadline:
+                sleep(1.0)
+                continue
+            who = f"job {other.get('job') or 'unknown'} (pid {other.get('pid', 'unknown')} on " \
+                  f"{other.get('host', 'an unknown host')})"
+            raise CkptDirBusy("ELASTICO_CKPT_DIR", [
+                f"{path} is in use by {who}" + (f" for over {OWN_LINGER_S:.0f} s" if own else "")
+                + "; two jobs running at once in one checkpoint directory would resume and prune each other's "
+                "checkpoints; allowed: one running job per directory (unset ELASTICO_CKPT_DIR for the job's own, "
+                "<submit dir>/.elastico/<job id>)"]) from None
 
 
 def counter_recorder(env: Mapping[str, str], job: str | None) -> Callable[[int], CounterRecorder] | None:
@@ -102,7 +149,8 @@ def supervise(program: Sequence[str], family: Family, candidates: Sequence[Plann
     shapes = JobShapes(family, candidates, job_id, gateway, log, shares_per_gpu=shares_per_gpu)
     sup = Supervisor(program, family, shapes, env, grace_s=grace_s, lead_s=lead_s, requeue=requeue, log=log,
                      counters=counter_recorder(env, job), shares_per_gpu=shares_per_gpu)
-    return sup.run()
+    with ckpt_lock(env["ELASTICO_CKPT_DIR"], env, log):
+        return sup.run()
 
 
 def run_payload(payload: Payload) -> int:

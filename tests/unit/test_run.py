@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
 from slurm_elastico.cli.run import run_embedded
 from slurm_elastico.errors import SlurmError
-from slurm_elastico.jobwrap.job import ckpt_dir, fresh_ckpt_dir
+from slurm_elastico.jobwrap.job import OWN_LINGER_S, CkptDirBusy, ckpt_dir, ckpt_lock, fresh_ckpt_dir
 from slurm_elastico.jobwrap.payload import Payload
 from slurm_elastico.jobwrap.shape import Found, JobShapes, choose_shape, family_from_spec
 from slurm_elastico.jobwrap.supervisor import MAX_QUICK_RELAUNCHES, Supervisor
@@ -368,6 +370,74 @@ def test_a_first_start_moves_aside_another_jobs_files_under_the_same_id(tmp_path
     (mine / "x").write_text("")
     assert fresh_ckpt_dir({**env, "ELASTICO_CKPT_DIR": str(mine)}, said.append) == str(mine) and (mine / "x").exists()
     assert len(said) == 1
+
+
+def _embedded(tmp_path, name: str, ckpt: Path, body: str) -> subprocess.Popen:
+    """A real elastico-run of a generated batch script (`run_embedded`) running `body`, outside Slurm."""
+    script = f"#!{sys.executable}\nimport os, pathlib, sys, time\nd = pathlib.Path(os.environ['ELASTICO_CKPT_DIR'])\n{body}"
+    blob = Payload(script=script.encode(), script_name=f"{name}.py", args=(), family_spec=FAMILY, family_source="f.yaml",
+                   gpu_memory_mib=81920, grace_s=5, signal_lead_s=60).encode()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")} | {"ELASTICO_CKPT_DIR": str(ckpt)}
+    return subprocess.Popen([sys.executable, "-c", "import sys; from slurm_elastico.cli.run import run_embedded; "
+                             f"sys.exit(run_embedded({blob!r}))"], env=env, cwd=tmp_path, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def test_a_second_job_in_a_checkpoint_directory_another_job_runs_in_is_refused_before_it_touches_it(tmp_path):
+    """Two jobs exporting one ELASTICO_CKPT_DIR at once resumed and pruned each other's checkpoints: now the second
+    one's elastico-run stops with an error naming the directory and the job in it, before its program starts, and
+    the first one's files are left as they were. Once the first has ended, the directory is free again."""
+    ckpt = tmp_path / "shared"
+    first = _embedded(tmp_path, "first", ckpt, "(d / 'step-1.ckpt').write_text('mine')\n"
+                      "(d.parent / 'first.ready').touch()\n"
+                      "while not (d.parent / 'first.go').exists(): time.sleep(0.05)\n")
+    try:
+        deadline = time.time() + 60
+        while not (tmp_path / "first.ready").exists():
+            assert first.poll() is None and time.time() < deadline, first.stderr.read() if first.poll() else "slow"
+            time.sleep(0.05)
+        second = _embedded(tmp_path, "second", ckpt, "(d / 'step-1.ckpt').write_text('theirs')\n")
+        _, err = second.communicate(timeout=60)
+        assert second.returncode == 2
+        assert f"{ckpt} is in use by job unknown (pid {first.pid} on " in err and "one running job per directory" in err
+        assert (ckpt / "step-1.ckpt").read_text() == "mine"
+    finally:
+        (tmp_path / "first.go").touch()
+        first.communicate(timeout=60)
+    assert first.returncode == 0
+    third = _embedded(tmp_path, "third", ckpt, "(d / 'step-2.ckpt').write_text('later')\n")
+    third.communicate(timeout=60)
+    assert third.returncode == 0 and (ckpt / "step-2.ckpt").read_text() == "later"
+
+
+def test_a_start_waits_for_its_own_jobs_earlier_run_to_let_go_of_the_directory(tmp_path):
+    """A requeued job's new start may find its old batch step still being killed: it waits for it (up to
+    OWN_LINGER_S), where another job's lock is refused at once."""
+    said: list[str] = []
+    now = [0.0]
+    with ExitStack() as old:
+        old.enter_context(ckpt_lock(str(tmp_path), {"SLURM_JOB_ID": "7"}, said.append))
+        with pytest.raises(CkptDirBusy, match=r"in use by job 7 \(pid \d+ on .*\); two jobs"):
+            with ckpt_lock(str(tmp_path), {"SLURM_JOB_ID": "8"}, said.append, clock=lambda: now[0]):
+                pass
+        assert now[0] == 0.0
+
+        def sleep(s):
+            now[0] += s
+            if now[0] >= 3:
+                old.close()  # the old step ends after 3 s
+
+        with ckpt_lock(str(tmp_path), {"SLURM_JOB_ID": "7"}, said.append, clock=lambda: now[0], sleep=sleep):
+            assert now[0] == 3.0
+    with ExitStack() as old:
+        old.enter_context(ckpt_lock(str(tmp_path), {"SLURM_JOB_ID": "7"}, said.append))
+        now[0] = 0.0
+        with pytest.raises(CkptDirBusy, match=rf"in use by job 7 .* for over {OWN_LINGER_S:.0f} s"):
+            with ckpt_lock(str(tmp_path), {"SLURM_JOB_ID": "7"}, said.append, clock=lambda: now[0],
+                           sleep=lambda s: now.__setitem__(0, now[0] + s)):
+                pass
+        assert now[0] >= OWN_LINGER_S
+    assert said == []
 
 
 def test_run_embedded_gives_the_program_its_exact_argv_outside_slurm(tmp_path, monkeypatch):
