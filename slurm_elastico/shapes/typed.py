@@ -24,7 +24,12 @@ types are two shapes. The Pareto front is taken within each type (a slower
 type's shapes are not beaten by a faster type's: they hold other GPUs).
 
 Trap: the anchor matters only for shapes nobody measured; its choice (the
-site's `gpu.type`, else the first type) is the caller's.
+site's `gpu.type`, else the first type) is the caller's. The site's type
+takes the family's figures as they are (sigma 0 for the ranking of its own
+shapes); the first type, standing in for a site type nobody named, carries
+the sigma of a transfer from the nearest other type, as every other type
+carries the sigma of a transfer from it, so which type Slurm lists first
+does not tip a near tie.
 """
 
 from __future__ import annotations
@@ -148,7 +153,8 @@ def enumerate_typed(spec: FamilySpec, types: Mapping[str, int], profiles: Mappin
     """
     profiles, measured = profiles or {}, measured or {}
     specs = {t: resolve(t, figures) for t in types}
-    anchor = next(iter(named(anchor, types) if anchor else ()), None) or next(iter(types), None)
+    site = next(iter(named(anchor, types) if anchor else ()), None)
+    anchor = site or next(iter(types), None)
     untyped = {k: v for k, v in profiles.items() if not split_name(k)[1]}
     rows = []
     for t in allowed_types(spec, types):
@@ -163,7 +169,11 @@ def enumerate_typed(spec: FamilySpec, types: Mapping[str, int], profiles: Mappin
         if guess is not None:
             logs.append(math.log(got / guess.throughput))  # type: ignore[operator]
     scale = math.exp(sum(logs) / len(logs)) if logs else 1.0
-    where = {t for runs in measured.values() for t in runs if t in specs} if logs else set()
+    # Where the untyped figure's speed comes from, for the anchor's own uncertainty: the types the job measured;
+    # else, with no site type, any of the others (the first type listed is no better a guess than the rest, so
+    # it is as uncertain as a transfer from the nearest: the order Slurm lists nodes in must not favour a type).
+    where = ({t for runs in measured.values() for t in runs if t in specs} if logs
+             else set() if site else set(specs) - {anchor})
     # Each shape's own figure on each type (enumerated for that type's memory): a speed measured on type m is
     # carried to type t as what it would be at t's figure (an inference engine holds more sequences in more
     # memory: that is the figure's part of the difference, the specs' ratio the rest).

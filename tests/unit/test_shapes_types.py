@@ -141,9 +141,13 @@ def test_shapes_per_type_fit_its_memory_use_its_precisions_and_have_unique_names
     # micro-batch 256 needs more than 16 GiB: only the A100 has it
     assert any(s.knob("micro_batch") == 256 for s in by_type["a100"])
     assert not any(s.knob("micro_batch") == 256 for t in ("v100", "t4") for s in by_type[t])
-    # the anchor (first type) keeps the family's own figure; others are scaled, with a sigma
-    assert all(s.throughput_sigma == 0 for s in by_type["a100"])
+    # the anchor (first type: no site type named) keeps the family's own figure, as uncertain as a transfer from
+    # the nearest other type; the others are scaled from it, with the sigma of that transfer
+    assert all(s.throughput_sigma > SIGMA_FLOOR for s in by_type["a100"])
     assert all(s.throughput_sigma > 0 for t in ("v100", "t4") for s in by_type[t])
+    # named by the site (gpu.type), the family's figures are that type's: no sigma there
+    named = typed(anchor="a100")
+    assert all(s.throughput_sigma == 0 for s in named.shapes if s.gpu_type == "a100")
     fast = {s.name.split("@")[0]: s.throughput for s in by_type["v100"]}
     assert all(s.throughput < fast[s.name.split("@")[0]] for s in by_type["t4"] if s.name.split("@")[0] in fast)
 
@@ -427,6 +431,18 @@ def test_elastico_run_falls_back_to_untyped_shapes_when_a_type_has_no_figures_an
     assert all(not c.gpu_type for c in candidates)
     shape, origin = choose_shape(fam, candidates, "elastico:shape=mb64-fp32-mps100@x9", None, 100, 1, "x9")
     assert (shape.name, origin) == ("mb64-fp32-mps100", "AdminComment")
+
+
+def test_with_no_site_type_the_order_slurm_lists_two_near_equal_types_in_does_not_pick_one():
+    """Review finding: with no gpu.type, the family's figures stood for the first type with sigma 0, every other
+    type's were discounted, so of two near-equal types the one Slurm listed first won whatever their figures."""
+    from slurm_elastico.shapes.type_speed import discounted
+    figures = {"slow": {"like": "a100", "fp32_tflops": 19.0}, "fast": {"like": "a100", "fp32_tflops": 19.8}}
+    spec = parse_spec(load_yaml(BIG, "x"), "x")
+    for order in (("slow", "fast"), ("fast", "slow")):
+        types = {t: 40960 for t in order}
+        got = {s.name: discounted(s.throughput, s.throughput_sigma) for s in enumerate_typed(spec, types, figures=figures)}
+        assert got["mb64-fp32-mps100@fast"] > got["mb64-fp32-mps100@slow"], order
 
 
 def test_a_planner_can_discount_an_uncertain_throughput():
