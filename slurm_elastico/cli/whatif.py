@@ -97,6 +97,6 @@ def whatif(ctx, since, until, partition, assume, families_file, epoch_s, max_gpu
             "static": s["static"], "elastico": s["elastico"], "predicted_ratio": ratio["value"],
             "predicted_ratio_range": [ratio["lo"], ratio["hi"]],
             "runs": {label: {"ratio": v["ratio"]} for label, v in result.runs.items()},
-            "by_assumption": by_assumption,
+            "by_assumption": by_assumption, "gpu_speedups": result.gpu_speedups, "notes": dict(result.notes),
             "unfinished": result.unfinished, "skipped": skipped, "import": summary.to_dict()}))
 

@@ -109,6 +109,7 @@ class PastJob:
     family: str = ""  # the family's name when it came through elastico-submit
     kind: str = ""  # its kind then (train | infer); "" for a plain job
     name: str = ""  # the job's name (sbatch --job-name): what `elastico whatif --assume families` matches
+    ran_on: str = ""  # the first node of its last run that got nodes ("" if none did): its GPU type's, for the what-if
 
     @property
     def wait_s(self) -> int | None:
@@ -198,7 +199,8 @@ def past_jobs(records: Iterable[SacctRecord], partition: str = "", families: Map
             state=last.state.value, gpus=gpus, mps=mps, gpu_type=gpu_type, cpus=tres.get("cpu", 0),
             mem_mib=tres.get("mem", 0), nodes=tres.get("node", 0), time_limit_s=first.time_limit_s,
             restarts=sum(r.requeued for r in runs), user=last.user, account=last.account, partition=first.partition,
-            family=fam.name if fam else "", kind=fam.kind if fam else "", name=first.name)
+            family=fam.name if fam else "", kind=fam.kind if fam else "", name=first.name,
+            ran_on=next((r.nodes[0] for r in reversed(runs) if r.nodes), ""))
         # An array no task of which has started is one record for all its tasks: one pending job per task.
         unsplit = first.array_task_id is None and len(runs) == 1 and first.array_pending
         tasks = [dataclasses.replace(job, job_id=f"{first.array_job_id}_{t}") for t in first.array_pending] \

@@ -23,7 +23,9 @@ assumed.
 
 Each job's work is set so that, alone at its submitted shape, it takes the
 time it really held its GPUs (`calibrate`); a job not finished in the window
-has no such time and is left out, counted (`SKIP_UNFINISHED`). Both policies
+has no such time and is left out, counted (`SKIP_UNFINISHED`). On a cluster
+of several GPU types each type runs at its own speed and each job is
+calibrated on the type it ran on (`Typed`, `history.whatif_types`). Both policies
 run through the simulator's engine (`sim.engine`), `static` as plain Slurm
 and `elastico` with the helper's settings; their ratio of mean JCT is the
 predicted gain, applied to what was measured.
@@ -42,6 +44,7 @@ import numpy as np
 
 from slurm_elastico.config import Settings
 from slurm_elastico.errors import ConfigError
+from slurm_elastico.history import whatif_types
 from slurm_elastico.history.past import PastJob
 from slurm_elastico.history.replay import fits
 from slurm_elastico.history.shape import ClusterShape
@@ -51,6 +54,7 @@ from slurm_elastico.sim.gpu_types import NodeGroup
 from slurm_elastico.sim.results import RunResult
 from slurm_elastico.sim.trace import TraceJob
 from slurm_elastico.sim.truth import GroundTruth
+from slurm_elastico.sim.truth_types import TypedTruth
 
 ASSUMPTIONS = ("none", "gpu-count", "families")
 DEFAULT_ASSUMPTION = "gpu-count"
@@ -152,17 +156,21 @@ def sim_settings_for(shape: ClusterShape, settings: Settings, epoch_s: float, ma
 
 
 def nodes_of(shape: ClusterShape, sim: sim_settings.SimSettings) -> list[NodeGroup]:
-    """The simulated cluster's nodes: the shape's, each with its GPUs and partitions (of no GPU type: the what-if
-    runs one truth), its GPUs of the helper's `gpu.memory_mib`."""
+    """The simulated nodes of a cluster of one type: the shape's, each with its GPUs and partitions (of no GPU
+    type: the what-if runs one truth), its GPUs of the helper's `gpu.memory_mib`."""
     return [NodeGroup("", 1, n.gpus, sim.gpu_memory_mib, n.partitions) for n in shape.nodes]
 
 
 def calibrate(jobs: Sequence[PastJob], guesses: Sequence[Guess], shape: ClusterShape, sim: sim_settings.SimSettings,
-              truth: GroundTruth) -> tuple[list[TraceJob], frozenset[int], Counter]:
+              truth: GroundTruth, typed: Typed | None = None,
+              notes: Counter | None = None) -> tuple[list[TraceJob], frozenset[int], Counter]:
     """The simulator's trace of the finished jobs (ids: position + 1, times from the first submission), the ids
     of the rigid ones, and the jobs left out by reason. Each job's work is its real time on its GPUs times its
-    speed alone at its submitted shape, so plain Slurm in the simulator holds each GPU as long as it was held."""
+    speed alone at its submitted shape, so plain Slurm in the simulator holds each GPU as long as it was held.
+    On a cluster of several types (`typed`), that speed is the one of the type it ran on (`whatif_types.job_type`),
+    it keeps the type it asked for, and an inference job runs as submitted; `notes` counts both."""
     skipped: Counter = Counter()
+    notes = Counter() if notes is None else notes
     rows, rigid = [], set()
     t0 = min((j.submit for j in jobs), default=0)
     reference = elastic_apps(truth)[0]
@@ -176,6 +184,15 @@ def calibrate(jobs: Sequence[PastJob], guesses: Sequence[Guess], shape: ClusterS
         gpus, partition = max(job.gpus, 1), shape.partition_of(job.partition)
         share = 100 if job.gpus else max(1, min(100, round(100 * job.mps / shape.shares_per_gpu)))
         run_s = max(float(job.run_s), 1.0)
+        on, memory = truth, float(sim.gpu_memory_mib)
+        asked = ""
+        if typed is not None:
+            ran = whatif_types.job_type(job, shape, notes)
+            on, memory = typed.truth[whatif_types.sim_name(ran)], float(typed.memory[ran])
+            asked = whatif_types.sim_name(job.gpu_type) if job.gpu_type else ""
+            if g.kind == "infer":
+                notes[whatif_types.INFER_RIGID] += 1
+                g = RIGID
         if g.kind == "infer" and gpus == 1:
             tj = TraceJob(i, float(job.submit - t0), "infer", "llm", 1, 1.0, 0, share, INFER_CONTEXT, INFER_GENERATED,
                           partition)
@@ -183,25 +200,46 @@ def calibrate(jobs: Sequence[PastJob], guesses: Sequence[Guess], shape: ClusterS
             app = g.app or reference
             hi = truth.batch_range(app)[1]
             batch = g.global_batch or hi * gpus
-            tj = TraceJob(i, float(job.submit - t0), "train", app, gpus, 1.0, batch, share, partition=partition)
+            tj = TraceJob(i, float(job.submit - t0), "train", app, gpus, 1.0, batch, share, partition=partition,
+                          gpu_type=asked)
             if g.kind != "train":
                 rigid.add(i)
-        speed = _speed(tj, i in rigid, sim, truth)
+        speed = _speed(tj, i in rigid, sim, on, memory)
         if not (speed > 0 and math.isfinite(speed)):
             rigid.add(i)
             tj = dataclasses.replace(tj, kind="train", app=reference, global_batch=truth.batch_range(reference)[1] * gpus)
-            speed = _speed(tj, True, sim, truth)
+            speed = _speed(tj, True, sim, on, memory)
         rows.append(dataclasses.replace(tj, work=run_s * speed))
     return rows, frozenset(rigid), skipped
 
 
-def _speed(tj: TraceJob, rigid: bool, sim: sim_settings.SimSettings, truth: GroundTruth) -> float:
-    """Steps (requests) per second of the job alone at the shape Slurm starts it at."""
-    fam = None if rigid else family_of(tj, truth, sim.share_levels(), sim.gpu_memory_mib, 0.0, 0, False,
+def _speed(tj: TraceJob, rigid: bool, sim: sim_settings.SimSettings, truth: GroundTruth, memory_mib: float) -> float:
+    """Steps (requests) per second of the job alone at the shape Slurm starts it at, on GPUs of `truth`."""
+    fam = None if rigid else family_of(tj, truth, sim.share_levels(), memory_mib, 0.0, 0, False,
                                        sim.max_gpus_per_job, sim.gpus_per_node, sim.whole_gpu_gangs)
     if fam is None:
         return truth.rigid_speed(tj.app, tj.global_batch, tj.gpus, gpus_per_node=sim.gpus_per_node)
     return fam.default_shape.throughput
+
+
+@dataclass(frozen=True)
+class Typed:
+    """A cluster of several GPU types, as the what-if runs it (`whatif_types`): each type's speed over the bundled
+    profiles', their truths, each type's memory and the simulated nodes."""
+
+    speedups: dict[str, float]
+    truth: TypedTruth
+    memory: dict[str, int]
+    nodes: list[NodeGroup]
+
+    @classmethod
+    def of(cls, shape: ClusterShape, settings: Settings) -> Typed | None:
+        """None for a cluster of one type; a type nothing describes raises `UnknownGpuType` (a ConfigError)."""
+        types = whatif_types.gpu_types(shape)
+        if not types:
+            return None
+        return cls(whatif_types.speedups(types, settings), whatif_types.typed_truth(types, settings),
+                   {t: whatif_types.memory_mib(t, settings) for t in types}, whatif_types.node_groups(shape, settings))
 
 
 def figures(jct: Sequence[float], wait: Sequence[float], idle_gpu_h: float) -> dict:
@@ -240,6 +278,10 @@ class WhatIf:
     runs: dict[str, dict]  # variant label -> {"static": figures, "elastico": figures, "ratio": x, "jct": {policy: [s]}}
     skipped: Counter
     unfinished: dict[str, int]  # policy -> jobs a run left unfinished, summed over variants
+    gpu_speedups: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Of a cluster of several types: each type's speed over the bundled profiles' ({} on one type)."""
+    notes: Counter = dataclasses.field(default_factory=Counter)
+    """What a cluster of several types made the what-if assume, counted in jobs (per run of the assumption)."""
 
     def summary(self) -> dict:
         """Per policy and figure: the median over the variants and their range [lo, hi]; the predicted ratio
@@ -268,18 +310,21 @@ def what_if(jobs: Sequence[PastJob], shape: ClusterShape, settings: Settings, as
     from slurm_elastico.sim import engine
 
     truth = truth or GroundTruth()
+    typed = Typed.of(shape, settings)
     # The simulated cluster is the history's partition already: the helper's own partition (its `slurm.partition`,
     # another one perhaps) would leave every simulated job unmanaged.
     settings = dataclasses.replace(settings, slurm=dataclasses.replace(settings.slurm, partition=""))
     runs, unfinished = {}, Counter()
     skipped: Counter = Counter()
+    notes: Counter = Counter()
     for label, guesses in variants(jobs, assume, truth, families):
         if on_variant is not None:
             on_variant(label)
         out: dict = {"jct": {}}
         for policy, window in (("static", 0.0), ("elastico", float(settings.submit.placement_window_s))):
             sim = sim_settings_for(shape, settings, epoch_s, max_gpus, window)
-            rows, rigid, skipped = calibrate(jobs, guesses, shape, sim, truth)
+            notes = Counter()
+            rows, rigid, skipped = calibrate(jobs, guesses, shape, sim, truth, typed, notes)
             if not rows:
                 raise ConfigError("what-if", ["no job finished in the window: nothing to replay; widen "
                                               "--since/--until"])
@@ -288,7 +333,8 @@ def what_if(jobs: Sequence[PastJob], shape: ClusterShape, settings: Settings, as
                 unfinished[policy] += unfinished_static
                 out[policy], out["jct"][policy] = out["static"], out["jct"]["static"]
                 continue
-            result = engine.run(rows, policy, settings, sim, model, truth, rigid=rigid, nodes=nodes_of(shape, sim))
+            result = engine.run(rows, policy, settings, sim, model, typed.truth if typed else truth, rigid=rigid,
+                                nodes=typed.nodes if typed else nodes_of(shape, sim))
             unfinished[policy] += result.unfinished
             unfinished_static = result.unfinished
             out[policy] = simulated(result)
@@ -296,4 +342,4 @@ def what_if(jobs: Sequence[PastJob], shape: ClusterShape, settings: Settings, as
         s, e = out["static"]["mean_jct_s"], out["elastico"]["mean_jct_s"]
         out["ratio"] = s / e if s is not None and e else None
         runs[label] = out
-    return WhatIf(assume, runs, skipped, dict(unfinished))
+    return WhatIf(assume, runs, skipped, dict(unfinished), typed.speedups if typed else {}, notes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from slurm_elastico.history import whatif_types
 from slurm_elastico.history.past import PastJob
 
 ROWS = (("mean_jct_s", "mean JCT s"), ("median_jct_s", "median JCT s"), ("p99_jct_s", "p99 JCT s"),
@@ -27,6 +28,10 @@ def lines(head: str, assumption: str, rep: Mapping, result, measured: Mapping, b
            f"what-if, {assumption}; {len(result.runs)} run(s) of each policy"
            + (f" (one per measured app: {', '.join(result.runs)}): value [range]" if len(result.runs) > 1 else ""),
            f"  {'':16} {'measured':>12} {'static (sim)':>22} {'elastico (sim)':>22}"]
+    if result.gpu_speedups:
+        out.insert(3, "GPU types, each at the bundled profiles' speed (a T4's) times the public-specification prior "
+                   "the helper plans with: " + whatif_types.describe(result.gpu_speedups)
+                   + "".join(f"; {n} job(s) {why}" for why, n in result.notes.items() if n))
     for key, name in ROWS:
         out.append(f"  {name:16} {_n(measured[key]):>12} {_iv(s['static'][key]):>22} {_iv(s['elastico'][key]):>22}")
     out.append(f"  predicted gain (static / elastico mean JCT): {_iv(ratio, 2)}"

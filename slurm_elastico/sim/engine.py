@@ -112,11 +112,14 @@ class Engine(JobSpeeds):
         self.rigid = rigid
         # A cluster of GPU types (`sim.cluster`) runs on a truth per type (`types`); `truth` is then the reference
         # type's, for what every type shares (statistical efficiency, co-location).
-        self.groups = gpu_types.parse_cluster(sim.cluster, "sim.cluster") if sim.cluster else ()
+        # A history's nodes (`nodes`, the what-if's) stand for the whole cluster; typed, they are one group per type
+        # for the families (`gpu_types.by_type`).
+        if nodes and sim.cluster:
+            raise ConfigError("sim.cluster", ["the nodes of a history's cluster stand for the whole cluster; "
+                                              "allowed: them or sim.cluster, not both"])
+        self.groups = (gpu_types.parse_cluster(sim.cluster, "sim.cluster") if sim.cluster else
+                       gpu_types.by_type(nodes) if any(g.gpu_type for g in nodes) else ())
         self.types = truth if isinstance(truth, TypedTruth) else None
-        if nodes and (self.groups or any(g.gpu_type for g in nodes)):
-            raise ConfigError("sim.cluster", ["the nodes of a history's cluster are of no GPU type and stand for "
-                                              "the whole cluster; allowed: them or sim.cluster, not both"])
         if bool(self.groups) != (self.types is not None):
             raise ConfigError("sim.cluster", ["a cluster of GPU types runs on a ground truth per type and a one-type "
                                               "cluster on one; allowed: sim.cluster with a TypedTruth, or neither"])
@@ -131,7 +134,7 @@ class Engine(JobSpeeds):
                                   HOST_UNLIMITED[0] if gpus_only else sim.cpus_per_gpu,
                                   **({"mem_per_gpu_mib": HOST_UNLIMITED[1]} if gpus_only else {}),
                                   shares_per_gpu=settings.gpu.shares_per_gpu, even_gangs=sim.even_gangs,
-                                  slurm_version=sim.slurm_version, groups=self.groups or tuple(nodes))
+                                  slurm_version=sim.slurm_version, groups=tuple(nodes) or self.groups)
         self.cluster.before_stop = self._accrue
         self.heap: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
@@ -259,13 +262,14 @@ class Engine(JobSpeeds):
                             self.seed, self.adaptive, self.sim.max_gpus_per_job, self.sim.gpus_per_node,
                             self.whole_gpu_gangs, belief.errors(self.sim))
         if fam is None:  # rigid: `--gpus=N`, on as many nodes as it takes
-            gres, cpus, mem = GresRequest("gpus", tj.gpus), TRAIN_CPUS * tj.gpus, TRAIN_HOST_MIB * tj.gpus
+            gres, cpus, mem = GresRequest("gpus", tj.gpus, tj.gpu_type), TRAIN_CPUS * tj.gpus, TRAIN_HOST_MIB * tj.gpus
             begin = tj.submit_s
         else:
             if self.plain is not None:
                 fam = self.plain(fam)
             d = fam.default_shape.resources
-            gres = GresRequest("gpus", d.gpus) if d.gpus else GresRequest("mps", shares_of(d.mps, self.cluster.shares_per_gpu))
+            gres = GresRequest("gpus", d.gpus, tj.gpu_type) if d.gpus else GresRequest(
+                "mps", shares_of(d.mps, self.cluster.shares_per_gpu), tj.gpu_type)
             cpus, mem = d.cpus, d.host_mem_mib
             window = 0.0 if self.plain is not None else self.sim.placement_window_s
             begin = math.inf if window < 0 else tj.submit_s + window

@@ -49,11 +49,14 @@ def typed_family_of(job: TraceJob, truth: TypedTruth, groups: tuple[NodeGroup, .
                     noise: float = 0.0, seed: int = 0, adaptive: bool = False, max_gpus: int = 0,
                     whole_gpu_gangs: bool = False, type_blind: bool = False) -> Family | None:
     """The job's family on the cluster of `groups` (see the module docstring); None for a job the planner cannot
-    reshape on any type (Slurm runs it as submitted)."""
+    reshape on any type (Slurm runs it as submitted). A job that asked for a type (`TraceJob.gpu_type`) gets
+    shapes of that type only."""
     if len(groups) == 1 or type_blind:
         g = reference_group(job, truth, groups)  # untyped shapes may run on any node: up to all the GPUs there are
         return family_of(job, truth[g.gpu_type], shares, g.memory_mib, noise, seed, adaptive,
                          min(max_gpus, sum(x.gpus for x in groups)), g.gpus_per_node, whole_gpu_gangs)
+    if job.gpu_type:
+        groups = tuple(g for g in groups if g.gpu_type == job.gpu_type)
     shapes: list[Shape] = []
     defaults: dict[str, str] = {}
     for g in groups:
@@ -81,7 +84,9 @@ def typed_family_of(job: TraceJob, truth: TypedTruth, groups: tuple[NodeGroup, .
 
 def typed_fastest_speed(job: TraceJob, truth: TypedTruth, groups: Sequence[NodeGroup], adaptive: bool,
                         max_gpus: int) -> float:
-    """The lower bound's rate on a typed cluster: the fastest of `families.fastest_speed` on each type alone."""
+    """The lower bound's rate on a typed cluster: the fastest of `families.fastest_speed` on each type alone (the
+    one it asked for, where it asked for one)."""
+    groups = [g for g in groups if not job.gpu_type or g.gpu_type == job.gpu_type] or groups
     return max(fastest_speed(job, truth[g.gpu_type], g.memory_mib, adaptive, min(max_gpus, g.gpus),
                              g.gpus_per_node) for g in groups)
 

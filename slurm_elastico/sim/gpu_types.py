@@ -119,3 +119,15 @@ def parse_cluster(spec: str, where: str = "--cluster") -> tuple[NodeGroup, ...]:
 def describe(groups: tuple[NodeGroup, ...]) -> str:
     """The spec of `groups` as `parse_cluster` reads it (`aws:6x4,dgx-ext:2x8`)."""
     return ",".join(f"{g.gpu_type}:{g.nodes}x{g.gpus_per_node}" for g in groups)
+
+
+def by_type(nodes) -> tuple[NodeGroup, ...]:
+    """One group per GPU type of `nodes` (a history's, one `NodeGroup` a node), in first-seen order: its nodes, the
+    most GPUs one of them has, and the least memory; no partitions (what a family on that type may be: its
+    shapes' GPU counts and memory; the cluster itself keeps every node as it is)."""
+    out: dict[str, NodeGroup] = {}
+    for g in nodes:
+        had = out.get(g.gpu_type)
+        out[g.gpu_type] = NodeGroup(g.gpu_type, g.nodes, g.gpus_per_node, g.memory_mib) if had is None else NodeGroup(
+            g.gpu_type, had.nodes + g.nodes, max(had.gpus_per_node, g.gpus_per_node), min(had.memory_mib, g.memory_mib))
+    return tuple(out.values())

@@ -65,6 +65,9 @@ class TraceJob:
     partition: str = ""
     """The partitions it was submitted to, as Slurm lists them (`a100,t4`); "" = any (every node). Not a column
     of the CSV format: only a history's replay (`history.whatif`) sets it."""
+    gpu_type: str = ""
+    """The GPU type it asked for (`gpu:a100:2`: it runs on that type only, under every policy); "" = any. Not a
+    column of the CSV format: only a history's replay (`history.whatif`) sets it."""
 
 
 def validate(jobs: Sequence[TraceJob], truth: GroundTruth, source: str = "trace") -> None:

@@ -106,6 +106,23 @@ class GroundTruth:
                      read_rows(DATA / "gavel_pairs_p100.csv") if pairs is None else pairs, memory_mib)
         return truth
 
+    @classmethod
+    def scaled(cls, speedup: float) -> GroundTruth:
+        """The bundled profiles as if run on another GPU: every step's compute time divided by `speedup` (its
+        speed over the T4 the profiles were measured on), the all-reduce's time (`sync_time`: the network's, not
+        the GPU's) kept, and each job's memory as the T4 measured it (which shapes fit is the other GPU's memory's
+        business: `families.family_of`'s `gpu_mem_mib`). What the what-if runs on a cluster of several types
+        (`history.whatif_types`), where only the public specifications say how fast each is."""
+        if not (speedup > 0 and math.isfinite(speedup)):
+            raise ValueError(f"speedup must be a finite number > 0, not {speedup!r}")
+
+        def faster(rows):
+            return [{**r, "step_time": repr(float(r["step_time"]) / speedup)} for r in rows]
+
+        return cls.from_rows(faster(read_rows(DATA / "pollux_placements.csv.gz")),
+                             faster(read_rows(DATA / "pollux_profiles.csv")),
+                             read_rows(DATA / "pollux_validation.csv.gz"), read_rows(DATA / "pollux_iterations.csv"))
+
     def _build(self, placements, profiles, validation, iterations, pairs, memory_mib: float = T4_MEM_MIB) -> None:
         self.mem_mib = float(memory_mib)
         """Usable memory of the GPU the profiles were measured on (`train_mem_mib`)."""

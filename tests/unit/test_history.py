@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,7 @@ def test_every_kind_of_job_is_kept_or_skipped_with_its_reason():
     b = by_id["2"]  # its runs merged: first submission and start, last end, the first run's request
     assert (b.submit, b.start, b.end, b.restarts, b.mps, b.state, b.family, b.kind) == \
         (100, 120, 900, 1, 25, "COMPLETED", "tiny-lm", "train")
+    assert (a.ran_on, b.ran_on, by_id["5"].ran_on) == ("n1", "n1", "")  # where it last ran: none for a pending job
     assert by_id["4"].end is None and by_id["4"].run_s is None and by_id["5"].start is None
     assert by_id["3"].state == "FAILED" and by_id["22"].state == "CANCELLED"
     assert [j.job_id for j in jobs] == ["1", "2", "3", "4", "5", "20_1", "22"]  # submission order
@@ -65,6 +67,9 @@ def test_recorded_accounting_of_both_versions_is_accounted_for():
         jobs, s = past_jobs(records, bad=bad)
         assert s.seen == jobs_in_file and not bad, name
         assert s.kept == len(jobs) and s.kept + sum(s.skipped.values()) == jobs_in_file
+        # where each started job last ran, as the what-if reads its GPU type (the local cluster's nodes n1..n4)
+        assert all(re.fullmatch(r"n\d+", j.ran_on) for j in jobs if j.start is not None), [j.ran_on for j in jobs]
+        assert any(j.start is not None for j in jobs), name
     # 24.11: job 8 asked for no GPU, jobs 2-6 were cancelled while pending; job 11 was requeued
     assert s.skipped[SKIP_NO_GPU] == 1 and s.requeued == 1
 
@@ -80,8 +85,10 @@ def test_an_unreadable_record_is_set_aside_naming_its_job_and_field():
 
 
 def test_the_trace_file_reads_back_what_was_written_and_names_a_bad_cell(tmp_path: Path):
-    records = [run(1, JobState.COMPLETED, 100, 110, 400, gpu=2, typed="a100"), run(5, JobState.PENDING, 250, mps=50)]
+    records = [run(1, JobState.COMPLETED, 100, 110, 400, gpu=2, typed="a100", nodes=("gpu-a7", "gpu-a8")),
+               run(5, JobState.PENDING, 250, mps=50)]
     jobs, _ = past_jobs(records)
+    assert jobs[0].ran_on == "gpu-a7"
     path = tmp_path / "t.csv"
     trace_file.write(jobs, path)
     assert trace_file.read(path) == jobs

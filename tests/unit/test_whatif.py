@@ -3,9 +3,11 @@ recorded Slurm output)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -215,13 +217,96 @@ def test_calibrated_work_holds_each_gpu_as_long_as_it_was_held():
     assert rows[1].work == pytest.approx(297 * truth.rigid_speed(rows[1].app, rows[1].global_batch, 2))
 
 
-def test_trace_file_without_the_name_column_still_reads(tmp_path):
+def test_trace_file_without_the_name_and_ran_on_columns_still_reads(tmp_path):
     path = tmp_path / "t.csv"
-    trace_file.write([job(7, 0, 1, 5, name="x")], path)
-    assert trace_file.read(path)[0].name == "x"
+    trace_file.write([dataclasses.replace(job(7, 0, 1, 5, name="x"), ran_on="n2")], path)
+    assert (trace_file.read(path)[0].name, trace_file.read(path)[0].ran_on) == ("x", "n2")
     lines = path.read_text().splitlines()
-    path.write_text("\n".join(line.rsplit(",", 1)[0] for line in lines) + "\n")
-    assert trace_file.read(path)[0].name == "" and trace_file.read(path)[0].job_id == "7"
+    path.write_text("\n".join(line.rsplit(",", 2)[0] for line in lines) + "\n")
+    got = trace_file.read(path)[0]
+    assert (got.name, got.ran_on, got.job_id) == ("", "", "7")
+
+
+# --- a cluster of several GPU types ---------------------------------------------------------------------------------
+
+MIXED = ClusterShape((NodeShape("n1", 4, "t4", 16, 64000), NodeShape("n2", 4, "a100", 16, 64000)),
+                     slurm_version="22.05.8")
+UNTYPED = ClusterShape(tuple(dataclasses.replace(n, gpu_type="") for n in MIXED.nodes), slurm_version="22.05.8")
+
+
+def on(node: str, j: PastJob) -> PastJob:
+    return dataclasses.replace(j, ran_on=node)
+
+
+def test_on_a_cluster_of_several_types_elastico_takes_the_faster_idle_type_the_prior_says():
+    """Two plain jobs ran 600 s each on the T4 node while the A100 node sat idle. The one-type what-if gains only
+    by giving them more GPUs; the typed one runs each type at the helper's prior (A100 about 2.4x a T4 at fp32)
+    and its elastico moves them there, while static still holds each GPU as long as Slurm did."""
+    jobs = [on("n1", job(100 + i, 1000 + 5 * i, 1000 + 5 * i, 1600 + 5 * i)) for i in range(2)]
+    typed = what_if(jobs, MIXED, Settings(), "gpu-count", epoch_s=5, max_gpus=2)
+    one = what_if(jobs, UNTYPED, Settings(), "gpu-count", epoch_s=5, max_gpus=2)
+    assert set(typed.gpu_speedups) == {"t4", "a100"} and typed.gpu_speedups["t4"] == 1.0
+    assert 1.5 < typed.gpu_speedups["a100"] < 5 and one.gpu_speedups == {}
+    for w in (typed, one):
+        assert w.summary()["static"]["mean_jct_s"]["value"] == pytest.approx(600, rel=0.01)
+        assert w.unfinished == {"static": 0, "elastico": 0}
+    assert typed.summary()["ratio"]["value"] > 1.5 * one.summary()["ratio"]["value"]
+    assert not typed.notes
+
+
+def test_a_job_that_asked_for_a_type_stays_on_it_under_elastico():
+    """`gpu:t4:1` jobs may get more T4s, never an A100: their gain is the one-type what-if's."""
+    jobs = [on("n1", job(100 + i, 1000 + 5 * i, 1000 + 5 * i, 1600 + 5 * i, gpu_type="t4")) for i in range(2)]
+    typed = what_if(jobs, MIXED, Settings(), "gpu-count", epoch_s=5, max_gpus=2).summary()["ratio"]["value"]
+    plain = [dataclasses.replace(j, gpu_type="") for j in jobs]
+    one = what_if(plain, UNTYPED, Settings(), "gpu-count", epoch_s=5, max_gpus=2).summary()["ratio"]["value"]
+    assert typed == pytest.approx(one, rel=0.1)
+
+
+def test_a_rigid_job_that_asked_for_a_busy_type_waits_for_it_beside_idle_gpus_of_another():
+    """Five `gpu:t4:1` jobs on four T4s: the fifth waited for a T4 though the A100s were idle, in the simulator too."""
+    jobs = [on("n1", job(100 + i, 1000, 1000 + (600 if i == 4 else 0), 1600 + (600 if i == 4 else 0),
+                         gpu_type="t4")) for i in range(5)]
+    assert measured(jobs, MIXED)["mean_wait_s"] == 120
+    s = what_if(jobs, MIXED, Settings(), "none", epoch_s=5, max_gpus=2).summary()  # rigid: nothing to plan
+    assert s["static"]["mean_wait_s"]["value"] == pytest.approx(120, abs=5)
+    assert s["elastico"]["mean_wait_s"]["value"] == pytest.approx(120, abs=5)
+    # data-parallel: plain Slurm runs its family's default shape, whose request keeps the type too (a share of one
+    # GPU, or a gang of two)
+    s = what_if(jobs, MIXED, Settings(), "gpu-count", epoch_s=5, max_gpus=2).summary()
+    assert s["static"]["mean_wait_s"]["value"] == pytest.approx(120, abs=5)
+    pairs = [on("n1", job(200 + i, 1000, 1000 + (600 if i == 2 else 0), 1600 + (600 if i == 2 else 0), gpus=2,
+                          gpu_type="t4")) for i in range(3)]
+    s = what_if(pairs, MIXED, Settings(), "gpu-count", epoch_s=5, max_gpus=2).summary()
+    assert s["static"]["mean_wait_s"]["value"] == pytest.approx(200, abs=5)
+
+
+def test_typed_calibration_uses_the_type_each_job_ran_on_and_counts_what_it_guessed():
+    truth = GroundTruth()
+    from slurm_elastico.history.whatif import Typed
+    from slurm_elastico.history.whatif_types import GUESSED, INFER_RIGID
+    typed = Typed.of(MIXED, Settings())
+    sim = sim_settings_for(MIXED, Settings(), 5, 2, 0)
+    jobs = [on("n1", job(1, 0, 0, 600)), on("n2", job(2, 0, 0, 600)), on("gone", job(3, 0, 0, 600)),
+            on("n2", job(4, 0, 0, 600, family="lm", kind="infer"))]
+    notes: Counter = Counter()
+    rows, rigid, _ = calibrate(jobs, [RIGID, RIGID, RIGID, Guess("infer")], MIXED, sim, truth, typed, notes)
+    work = {r.job_id: r.work for r in rows}
+    assert work[2] / work[1] == pytest.approx(typed.speedups["a100"], rel=0.05)
+    assert notes == {GUESSED: 1, INFER_RIGID: 1} and rigid == {1, 2, 3, 4}
+    assert rows[3].kind == "train"  # no per-type inference model: run as submitted
+
+
+def test_a_gpu_type_the_table_does_not_know_is_named_unless_the_settings_say_what_it_is_like():
+    shape = ClusterShape((NodeShape("n1", 4, "t4", 16, 64000), NodeShape("n2", 4, "mi250", 16, 64000)))
+    jobs = [on("n2", job(1, 0, 0, 60))]
+    with pytest.raises(ConfigError, match="mi250"):
+        what_if(jobs, shape, Settings(), "none", epoch_s=5, max_gpus=2)
+    from slurm_elastico.config import from_mapping
+    cfg = from_mapping({"gpu": {"types": {"t4": {"memory_mib": 15360},
+                                                   "mi250": {"memory_mib": 65536, "like": "a100"}}}})
+    w = what_if(jobs, shape, cfg, "none", epoch_s=5, max_gpus=2)
+    assert w.gpu_speedups["mi250"] > 1.5
 
 
 def test_demo_plain_pass_brackets_its_submissions_and_ends():
