@@ -249,8 +249,9 @@ def slurm_conf(spec: ClusterSpec, layout: Layout) -> str:
             f"AccountingStoragePort={p.slurmdbd}",
             # For the slurmdbd connection the munge socket comes from here, not AuthInfo.
             f"AccountingStoragePass={layout.munge_socket}",
-            # GRES appear in TRES strings only when listed; fatal without slurmdbd.
-            "AccountingStorageTRES=gres/gpu,gres/mps",
+            # GRES appear in TRES strings only when listed (a typed one, gres/gpu:t4, for the type a job asked:
+            # what `elastico whatif` keeps it on); fatal without slurmdbd.
+            "AccountingStorageTRES=" + ",".join(["gres/gpu", "gres/mps", *(f"gres/gpu:{t.name}" for t in spec.gpu_types)]),
             "AccountingStoreFlags=job_comment",
             "JobAcctGatherType=jobacct_gather/linux",
             "JobAcctGatherFrequency=30",

@@ -10,6 +10,7 @@ are compared with a run that never moved. Slurm 22.05 here, 24.11 through etc/de
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from slurm_elastico.sim.truth import GroundTruth
 from slurm_elastico.slurm.gpu_count import TYPED_UPDATE_FROM
 
 from conftest import worker_index
-from live_helpers import EXAMPLES, Cluster, epoch, wait_for
+from live_helpers import BIN, EXAMPLES, Cluster, epoch, wait_for
 from test_wrappers_live import params, steps_after
 
 pytestmark = pytest.mark.live
@@ -48,8 +49,9 @@ SLEEPER = "#!/bin/bash\necho up on $SLURMD_NODENAME restarts=${SLURM_RESTART_COU
 
 @pytest.fixture(scope="module")
 def typed(tmp_path_factory, worker_id):
-    """A running cluster of two fake types, n1 t4 and n2 a100 (4 GPUs each), and a Cluster of jobs on it."""
-    cluster = LocalCluster(tmp_path_factory.mktemp("typed"), gpu_types="t4:1,a100:1",
+    """A running cluster of two fake types, n1 t4 and n2 a100 (4 GPUs each), with accounting (the what-if's
+    sacct), and a Cluster of jobs on it."""
+    cluster = LocalCluster(tmp_path_factory.mktemp("typed"), gpu_types="t4:1,a100:1", accounting=True,
                            port_base=PORT_BASE + 100 * worker_index(worker_id))
     try:
         cluster.up()
@@ -215,3 +217,52 @@ def test_the_helper_starts_each_job_on_its_own_partitions_type(typed):
     assert {a["job_id"]: tuple(a["nodes"]) for a in actions if a["kind"] == "set_nodes"} == {
         only_t4: ("n1",), either: ("n2",)}, actions
     assert running_on(c, only_t4).nodes == ("n1",) and running_on(c, either).nodes == ("n2",)
+
+
+def test_the_whatif_of_a_typed_history_runs_each_type_and_keeps_a_typed_job_on_its_type(typed):
+    """Real sacct and a real typed snapshot: two `gpu:t4:4` jobs one after the other on n1 (the second waits for
+    the first though n2 is idle), then an untyped job that ran on n2 (the a100). `elastico whatif` runs each type at
+    its prior's speed (gpu_speedups), finds every job's node (no type guessed), and its plain Slurm reproduces the
+    history: the second t4 job waits for the t4 node again, and the untyped job, calibrated on the a100 it ran on,
+    takes as long as it did."""
+    from test_whatif_live import quiet_window
+
+    from slurm_elastico.history.past import past_jobs
+
+    cluster, c = typed
+    c.cancel_all()  # the sleepers of this module's earlier tests
+    since = quiet_window(c)
+    ours = []
+    for gres, seconds in (("gpu:t4:4", 8), ("gpu:t4:4", 8), ("gpu:4", 5)):
+        path = c.root / f"w{len(ours)}.sh"
+        path.write_text(f"#!/bin/bash\nsleep {seconds}\n")
+        done = subprocess.run(["sbatch", "--parsable", f"--output={c.root}/%j.out", f"--gres={gres}",
+                               "--job-name=whatif-typed", str(path)], env=c.env, capture_output=True, text=True,
+                              timeout=30)
+        assert done.returncode == 0, done.stderr
+        ours.append(int(done.stdout.split(";")[0]))
+        c.ids.append(ours[-1])
+        time.sleep(0.5)
+
+    def ended():
+        jobs, _ = past_jobs(c.gateway.sacct(start=since))
+        mine = [j for j in jobs if int(j.job_id) in ours]
+        return mine if len(mine) == 3 and all(j.end is not None for j in mine) else None
+
+    jobs = {int(j.job_id): j for j in wait_for(ended, "accounting to show the three jobs ended", 120)}
+    # sacct names the type asked (AccountingStorageTRES lists gres/gpu:t4) and the node each ran on
+    assert [(jobs[j].gpu_type, jobs[j].ran_on) for j in ours] == [("t4", "n1"), ("t4", "n1"), ("", "n2")]
+    assert jobs[ours[1]].wait_s >= 5
+    cli = subprocess.run([str(BIN / "elastico"), "--config", str(c.root / "elastico.yaml"), "whatif", "--since", since,
+                          "--epoch-s", "5", "--assume", "none", "--json"], env=c.env, capture_output=True, text=True,
+                         timeout=300)
+    assert cli.returncode == 0, cli.stderr
+    out = json.loads(cli.stdout.strip().splitlines()[-1])
+    print(f"typed what-if: {out['gpu_speedups']}, notes {out['notes']}, measured {out['measured']}, static "
+          f"{out['static']}")
+    assert set(out["gpu_speedups"]) == {"t4", "a100"} and out["gpu_speedups"]["a100"] > 1.5 * out["gpu_speedups"]["t4"]
+    assert out["notes"] == {} and "GPU types" in cli.stdout
+    assert out["replay"]["compared"] == 3 and out["replay"]["median_start_error_s"] <= 2
+    measured, static = out["measured"], out["static"]
+    assert static["mean_wait_s"]["value"] == pytest.approx(measured["mean_wait_s"], abs=2)
+    assert static["mean_jct_s"]["value"] == pytest.approx(measured["mean_jct_s"], abs=3)
