@@ -170,11 +170,14 @@ def test_every_policy_keeps_each_job_on_its_partitions_in_a_run(policy):
     assert starts and all(nodes == {0} for nodes in starts)
 
 
-def test_a_typed_node_group_cannot_stand_for_a_historys_nodes():
-    with pytest.raises(ConfigError, match="of no GPU type"):
-        engine.Engine([TraceJob(1, 0.0, "train", "cifar10", 1, 10.0, global_batch=64)], "static", Settings(),
-                      SimSettings(gpus=4), ContentionModel(), GroundTruth(),
+def test_a_historys_typed_nodes_need_a_truth_per_type_and_no_cluster_spec_beside_them():
+    jobs = [TraceJob(1, 0.0, "train", "cifar10", 1, 10.0, global_batch=64)]
+    with pytest.raises(ConfigError, match="a ground truth per type"):
+        engine.Engine(jobs, "static", Settings(), SimSettings(gpus=4), ContentionModel(), GroundTruth(),
                       nodes=(NodeGroup("a100", 1, 4, 40960),))
+    with pytest.raises(ConfigError, match="not both"):
+        engine.Engine(jobs, "static", Settings(), SimSettings(gpus=4, cluster="aws:1x4"), ContentionModel(),
+                      GroundTruth(), nodes=(NodeGroup("", 1, 4, 40960),))
 
 
 # ---------------------------------------------------------------------------------------- the cluster's history
