@@ -30,12 +30,18 @@ class Busy(Exception):
 
 
 @contextmanager
-def held(path: Path, holder: dict, on_unlockable: Callable[[OSError], None] | None = None) -> Iterator[IO[str]]:
+def held(path: Path, holder: dict, on_unlockable: Callable[[OSError], None] | None = None,
+         mode: int = 0o600, shared: bool = False) -> Iterator[IO[str]]:
     """flock `path` without waiting and write `holder` into it, for as long as the block runs; `Busy(record)`
     when another process holds it. A file system that cannot lock (`flock` fails otherwise) raises
-    `ConfigError`, or, with `on_unlockable`, is reported to it and the block runs unlocked."""
+    `ConfigError`, or, with `on_unlockable`, is reported to it and the block runs unlocked.
+
+    The file gets `mode` (set again by its owner: anyone who can open a lock file can take it, so the helper's are
+    its own, 0600). A `shared` lock is one several users take in turn (a checkpoint directory a team shares): it
+    is made 0666, and one another user made that this one may only read is locked read-only, without the record."""
+    mode = 0o666 if shared else mode
     try:
-        f = open(path, "a+")
+        f = _open(path, mode, shared)
     except OSError as exc:
         raise ConfigError("lock", [f"cannot open {path}: {exc.strerror or exc}; allowed: a directory this user "
                                    "may write"]) from None
@@ -53,14 +59,34 @@ def held(path: Path, holder: dict, on_unlockable: Callable[[OSError], None] | No
             return
         try:
             try:  # unbuffered: a full or read-only disk fails here, not again when the file is closed
-                os.ftruncate(f.fileno(), 0)
-                os.pwrite(f.fileno(), (json.dumps(holder) + "\n").encode(), 0)
+                if f.writable():
+                    os.ftruncate(f.fileno(), 0)
+                    os.pwrite(f.fileno(), (json.dumps(holder) + "\n").encode(), 0)
             except OSError as exc:
                 raise StateError(f"cannot write the lock {path}: {exc.strerror or exc}; allowed: a directory "
                                  "this user may write on a disk with free space") from None
             yield f
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _open(path: Path, mode: int, shared: bool) -> IO[str]:
+    """The lock file, made with `mode` if new (its owner sets the mode again); read-only where a `shared` one is
+    another user's that this one may not write."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, mode)
+    except PermissionError:
+        if not shared:
+            raise
+        return open(path, "r")
+    try:
+        st = os.fstat(fd)
+        if st.st_uid == os.geteuid() and st.st_mode & 0o777 != mode:
+            os.fchmod(fd, mode)  # past the umask, or a file an older version made
+    except OSError:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "r+")
 
 
 def read_holder(f: IO[str]) -> dict:

@@ -162,13 +162,14 @@ def nodes_of(shape: ClusterShape, sim: sim_settings.SimSettings) -> list[NodeGro
 
 
 def calibrate(jobs: Sequence[PastJob], guesses: Sequence[Guess], shape: ClusterShape, sim: sim_settings.SimSettings,
-              truth: GroundTruth, typed: Typed | None = None,
-              notes: Counter | None = None) -> tuple[list[TraceJob], frozenset[int], Counter]:
+              truth: GroundTruth, typed: Typed | None = None, notes: Counter | None = None,
+              pin: bool = False) -> tuple[list[TraceJob], frozenset[int], Counter]:
     """The simulator's trace of the finished jobs (ids: position + 1, times from the first submission), the ids
     of the rigid ones, and the jobs left out by reason. Each job's work is its real time on its GPUs times its
     speed alone at its submitted shape, so plain Slurm in the simulator holds each GPU as long as it was held.
     On a cluster of several types (`typed`), that speed is the one of the type it ran on (`whatif_types.job_type`),
-    it keeps the type it asked for, and an inference job runs as submitted; `notes` counts both."""
+    it keeps the type it asked for (and, with `pin`, plain Slurm's run, the one it ran on), a job larger than its
+    type ran across types as submitted, and an inference job runs as submitted; `notes` counts what was assumed."""
     skipped: Counter = Counter()
     notes = Counter() if notes is None else notes
     rows, rigid = [], set()
@@ -188,8 +189,13 @@ def calibrate(jobs: Sequence[PastJob], guesses: Sequence[Guess], shape: ClusterS
         asked = ""
         if typed is not None:
             ran = whatif_types.job_type(job, shape, notes)
+            spans = not job.gpu_type and not whatif_types.holds(job, shape, ran)
+            if spans:
+                notes[whatif_types.SPANS] += 1
+                ran, g = whatif_types.slowest(job, shape, typed.speedups), RIGID
             on, memory = typed.truth[whatif_types.sim_name(ran)], float(typed.memory[ran])
-            asked = whatif_types.sim_name(job.gpu_type) if job.gpu_type else ""
+            asked = job.gpu_type or (ran if pin and not spans else None)
+            asked = "" if asked is None else whatif_types.sim_name(asked)
             if g.kind == "infer":
                 notes[whatif_types.INFER_RIGID] += 1
                 g = RIGID
@@ -324,7 +330,7 @@ def what_if(jobs: Sequence[PastJob], shape: ClusterShape, settings: Settings, as
         for policy, window in (("static", 0.0), ("elastico", float(settings.submit.placement_window_s))):
             sim = sim_settings_for(shape, settings, epoch_s, max_gpus, window)
             notes = Counter()
-            rows, rigid, skipped = calibrate(jobs, guesses, shape, sim, truth, typed, notes)
+            rows, rigid, skipped = calibrate(jobs, guesses, shape, sim, truth, typed, notes, pin=policy == "static")
             if not rows:
                 raise ConfigError("what-if", ["no job finished in the window: nothing to replay; widen "
                                               "--since/--until"])

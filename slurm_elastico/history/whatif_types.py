@@ -20,7 +20,11 @@ the bundled (T4) speed.
 Each past job is calibrated on the type it ran on (`job_type`): the type it
 asked for; else the type of the node it ran on (`PastJob.ran_on`); else,
 when that node is gone (or the history predates the column), the type most
-GPUs of its partitions have, counted as guessed (`GUESSED`).
+GPUs of its partitions have, counted as guessed (`GUESSED`). Plain Slurm in
+the simulator keeps it on that type, so that it holds its GPUs as long as it
+did whatever order the nodes are listed in; elastico may move it. A job
+larger than its type's GPUs ran across types: it runs as submitted, at the
+slowest type's pace (`SPANS`).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ UNTYPED = "untyped"
 """The simulator's name for GPUs whose gres names no type (its typed nodes need a name)."""
 GUESSED = "its type guessed (the node it ran on is not in the cluster now): the type most of its partitions' GPUs are"
 INFER_RIGID = "inference run as submitted (no per-type inference model)"
+SPANS = "asked more GPUs than its type has: run as submitted, across types, at the slowest one's pace"
 
 
 def gpu_types(shape: ClusterShape) -> list[str]:
@@ -104,6 +109,19 @@ def job_type(job: PastJob, shape: ClusterShape, notes: Counter) -> str:
         for n in shape.nodes:
             gpus[n.gpu_type] += n.gpus
     return max(gpus, key=lambda t: (gpus[t], t))
+
+
+def holds(job: PastJob, shape: ClusterShape, gpu_type: str) -> bool:
+    """Whether the nodes of `gpu_type` in one of the job's partitions could hold it (a share: one GPU)."""
+    need = max(job.gpus, 1)
+    return any(sum(n.gpus for n in nodes if n.gpu_type == gpu_type) >= need
+               for nodes in shape.nodes_for(shape.partition_of(job.partition)))
+
+
+def slowest(job: PastJob, shape: ClusterShape, speeds: Mapping[str, float]) -> str:
+    """The slowest type among the nodes of the job's partitions (a gang across types runs at its pace)."""
+    found = {n.gpu_type for nodes in shape.nodes_for(shape.partition_of(job.partition)) for n in nodes}
+    return min(found or speeds, key=lambda t: (speeds[t], t))
 
 
 def describe(speeds: Mapping[str, float]) -> str:

@@ -85,7 +85,7 @@ def ckpt_lock(path: str, env: Mapping[str, str], log: Log, clock: Callable[[], f
     while True:
         try:
             with held(lock, holder, lambda exc: log(f"cannot lock {lock} ({exc.strerror or exc}): two jobs sharing "
-                                                     "this directory would not be stopped")):
+                                                     "this directory would not be stopped"), shared=True):
                 yield
             return
         except Busy as busy:

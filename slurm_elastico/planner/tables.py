@@ -152,7 +152,16 @@ def fill_tables(tables: list[Table], cache: PairCache, per_gpu: np.ndarray, shar
         on = np.flatnonzero((gtype >= 0) & (gtype < absent))
         demand[on, 4 + gtype[on]] = demand[on, 0]
     floor = np.repeat([t.family.throughput_floor for t in tables], sizes)
-    allowed = (tput >= floor) & (gtype < absent)  # a type the cluster lacks: never
+    # The floor is a speed the job asked for: held against each shape's expected throughput (as `exact` does), not
+    # the discounted one that ranks near ties, or a family whose floor is near its own figure would fit no type
+    # that carries an uncertainty (review finding). A pairing observed below it is undone (`helper.observer`).
+    expected = tput.copy()
+    start = 0
+    for t, k in zip(tables, sizes):
+        if t.family.throughput_floor > 0:
+            expected[start:start + k] = [s.throughput for s in t.family.shapes]
+        start += k
+    allowed = (expected >= floor) & (gtype < absent)  # a type the cluster lacks: never
     value = tput / np.repeat([t.tmax for t in tables], sizes)
     dens = value / np.maximum(demand[:, :4].max(axis=1), 1e-9)  # per dominant GPU equivalent
     contention = np.zeros(n)

@@ -261,7 +261,11 @@ class Engine(JobSpeeds):
             fam = family_of(tj, self.truth, self.sim.share_levels(), self.sim.gpu_memory_mib, self.sim.profile_noise,
                             self.seed, self.adaptive, self.sim.max_gpus_per_job, self.sim.gpus_per_node,
                             self.whole_gpu_gangs, belief.errors(self.sim))
-        if fam is None:  # rigid: `--gpus=N`, on as many nodes as it takes
+        if fam is None and tj.gpus <= 1 and tj.share < 100:  # rigid on a share of one GPU (a history's MPS job)
+            gres = GresRequest("mps", shares_of(tj.share, self.cluster.shares_per_gpu), tj.gpu_type)
+            cpus, mem = TRAIN_CPUS, TRAIN_HOST_MIB
+            begin = tj.submit_s
+        elif fam is None:  # rigid: `--gpus=N`, on as many nodes as it takes
             gres, cpus, mem = GresRequest("gpus", tj.gpus, tj.gpu_type), TRAIN_CPUS * tj.gpus, TRAIN_HOST_MIB * tj.gpus
             begin = tj.submit_s
         else:
@@ -394,7 +398,8 @@ class Engine(JobSpeeds):
     def _rerate(self, job: SimJob) -> None:
         self._accrue(job)
         share_speed, whole_speed, me = self._solo(job)
-        if job.whole:  # alone on its GPUs: Slurm gives a gang only idle ones, and nobody joins a whole GPU
+        if job.whole or job.family is None:  # alone on its GPUs: Slurm gives a gang only idle ones, and nobody joins
+            # a whole GPU; a rigid job on a share is a history's, whose run time has its neighbours in it already
             others = []
         else:
             ni, gi = job.alloc[0]

@@ -116,11 +116,17 @@ class GroundTruth:
         if not (speedup > 0 and math.isfinite(speedup)):
             raise ValueError(f"speedup must be a finite number > 0, not {speedup!r}")
 
-        def faster(rows):
-            return [{**r, "step_time": repr(float(r["step_time"]) / speedup)} for r in rows]
+        def faster(rows, holds_sync: bool):
+            # A placement row's step holds its all-reduce (`gang_speed`: a·(step − sync) + sync); a one-GPU profile
+            # row's does not (`train_speed` adds sync apart).
+            def step(r):
+                sync = float(r["sync_time"]) if holds_sync else 0.0
+                return (float(r["step_time"]) - sync) / speedup + sync
 
-        return cls.from_rows(faster(read_rows(DATA / "pollux_placements.csv.gz")),
-                             faster(read_rows(DATA / "pollux_profiles.csv")),
+            return [{**r, "step_time": repr(step(r))} for r in rows]
+
+        return cls.from_rows(faster(read_rows(DATA / "pollux_placements.csv.gz"), True),
+                             faster(read_rows(DATA / "pollux_profiles.csv"), False),
                              read_rows(DATA / "pollux_validation.csv.gz"), read_rows(DATA / "pollux_iterations.csv"))
 
     def _build(self, placements, profiles, validation, iterations, pairs, memory_mib: float = T4_MEM_MIB) -> None:

@@ -440,6 +440,61 @@ def test_a_start_waits_for_its_own_jobs_earlier_run_to_let_go_of_the_directory(t
     assert said == []
 
 
+def test_another_user_continuing_in_a_shared_checkpoint_directory_is_not_refused():
+    """Review finding: the lock file the first user's job made (0644 under its umask) could not be opened for
+    writing by a second user continuing the work in the same group-writable directory: refused, exit 2, though
+    nothing ran there. The lock is made 0666 now, and one this user may only read is locked read-only; it still
+    stops a second job while the first runs."""
+    import shutil
+    import stat
+    import tempfile
+    said: list[str] = []
+    tmp_path = Path(tempfile.mkdtemp())  # not under pytest's own 0700 directory: the other user must reach it
+    try:
+        _shared_directory(tmp_path, said)
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def _shared_directory(tmp_path: Path, said: list[str]) -> None:
+    import stat
+    with ckpt_lock(str(tmp_path), {"SLURM_JOB_ID": "11"}, said.append):
+        pass
+    lock = tmp_path / ".elastico-run.lock"
+    assert stat.S_IMODE(lock.stat().st_mode) == 0o666
+    os.chmod(lock, 0o644)  # as an older version, or a stricter umask, left it
+    if os.geteuid() == 0:  # another user: root may write any file
+        os.chown(lock, 12345, 12345)
+        tmp_path.chmod(0o777)
+        script = ("import os, sys\nfrom slurm_elastico.jobwrap.job import ckpt_lock\n"  # imports before the uid
+                  "os.setgid(65534); os.setuid(65534)\n"
+                  f"with ckpt_lock({str(tmp_path)!r}, {{'SLURM_JOB_ID': '12'}}, print): print('ran')\n")
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and "ran" in done.stdout, done.stderr
+    else:  # this user may only read it
+        lock.chmod(0o444)
+        with ckpt_lock(str(tmp_path), {"SLURM_JOB_ID": "12"}, said.append):
+            with pytest.raises(CkptDirBusy):
+                with ckpt_lock(str(tmp_path), {"SLURM_JOB_ID": "13"}, said.append):
+                    pass
+    assert said == []
+
+
+def test_the_helpers_lock_files_are_its_own():
+    """Anyone who can open a lock file can take it: the helper's are 0600, so no user can hold the helper off."""
+    import stat
+    import tempfile
+    from slurm_elastico.helper.lock import helper_lock
+    with tempfile.TemporaryDirectory() as d:
+        run, state = Path(d) / "run", Path(d) / "state"
+        run.mkdir()
+        (run / "alpha.lock").write_text("")
+        (run / "alpha.lock").chmod(0o644)  # as an older version left it
+        with helper_lock("alpha", state, run):
+            pass
+        assert {stat.S_IMODE(p.stat().st_mode) for p in (run / "alpha.lock", state / "sched.lock")} == {0o600}
+
+
 def test_run_embedded_gives_the_program_its_exact_argv_outside_slurm(tmp_path, monkeypatch):
     hostile = ["it's \"q\"; $(touch x) `id`", "ünï ✓\nsecond", "", "--family", "*"]
     out = tmp_path / "argv.json"

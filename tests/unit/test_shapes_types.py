@@ -445,6 +445,26 @@ def test_with_no_site_type_the_order_slurm_lists_two_near_equal_types_in_does_no
         assert got["mb64-fp32-mps100@fast"] > got["mb64-fp32-mps100@slow"], order
 
 
+def test_a_floor_near_the_familys_own_figure_still_admits_its_shapes_on_an_uncertain_type():
+    """Review finding: the anchor's new uncertainty, discounted, put a family whose floor is 90 % of its own
+    figure below its floor on every type: the helper never started it. The floor holds against the expected
+    speed (as `planner.exact` does); the discount only ranks near ties."""
+    import numpy as np
+
+    from slurm_elastico.planner.slowdown import PairCache
+    from slurm_elastico.planner.tables import fill_tables, make_table
+    data = dict(TRAIN, precisions=["fp32"], micro_batches=[32, 64], gpu_types=["t4"])
+    best = max(s.throughput for s in parse_family(dict(data), "fam.yaml", 15360).shapes)
+    types = {"t4": 15360, "a100": 40960}
+    fam = parse_family(dict(data, throughput_floor=0.9 * best), "fam.yaml", 15360, gpu_types=types)
+    assert all(s.throughput_sigma > 0 for s in fam.shapes)  # no site type: the first one is uncertain too
+    cache = PairCache(None)
+    table = make_table(fam, cache, 100, tuple(types))
+    fill_tables([table], cache, np.array([100.0, 15360.0, 16.0, 64000.0]), 100, tuple(types))
+    expected = [s.throughput >= 0.9 * best for s in fam.shapes]
+    assert any(expected) and table.allowed.tolist() == expected
+
+
 def test_a_planner_can_discount_an_uncertain_throughput():
     from slurm_elastico.shapes.type_speed import discounted
     assert discounted(2.0, 0.0) == 2.0

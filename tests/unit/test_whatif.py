@@ -297,6 +297,52 @@ def test_typed_calibration_uses_the_type_each_job_ran_on_and_counts_what_it_gues
     assert rows[3].kind == "train"  # no per-type inference model: run as submitted
 
 
+def test_a_scaled_truth_speeds_up_the_gpus_work_and_keeps_the_all_reduce():
+    """Review finding: the scaling divided a placement's whole step, its all-reduce included, so gangs on several
+    nodes came out up to 60x faster (or at negative step times). A type x times faster now speeds a gang up by at
+    most x (less where its all-reduce weighs)."""
+    t4, fast = GroundTruth(), GroundTruth.scaled(2.4)
+    for app in (a for a in t4.apps if t4.measured_on_several_gpus(a)):
+        for placement in ((1,), (4,), (2, 2), (4, 4), (4, 4, 4, 4)):
+            for batch in (256, 1024, 4096):
+                slow, quick = t4.gang_speed(app, batch, placement), fast.gang_speed(app, batch, placement)
+                assert slow <= quick <= 2.4 * slow * (1 + 1e-9), (app, placement, batch, slow, quick)
+        assert fast.train_speed(app, 256, 32, 100) == pytest.approx(2.4 * t4.train_speed(app, 256, 32, 100), rel=0.2)
+
+
+def test_plain_slurm_keeps_each_job_on_the_type_it_ran_on_whatever_order_the_nodes_are_listed_in():
+    """Review finding: listed A100 first, the simulated plain Slurm started the T4 history's jobs on the A100s, and
+    the predicted gain fell from 3.8 to 1.6 for the same history and cluster."""
+    jobs = [on("n1", job(100 + i, 1000 + 5 * i, 1000 + 5 * i, 1600 + 5 * i)) for i in range(2)]
+    flipped = ClusterShape(MIXED.nodes[::-1], slurm_version="22.05.8")
+    runs = [what_if(jobs, shape, Settings(), "none", epoch_s=5, max_gpus=2).summary() for shape in (MIXED, flipped)]
+    for s in runs:
+        assert s["static"]["mean_jct_s"]["value"] == pytest.approx(600, rel=0.01)
+    gains = [what_if(jobs, shape, Settings(), "gpu-count", epoch_s=5, max_gpus=2).summary()["ratio"]["value"]
+             for shape in (MIXED, flipped)]
+    assert gains[0] == pytest.approx(gains[1], rel=0.05) and gains[0] > 2
+
+
+def test_a_job_larger_than_its_type_ran_across_types_as_submitted():
+    from slurm_elastico.history.whatif_types import SPANS
+    jobs = [on("n1", job(100, 1000, 1000, 1600, gpus=8))]  # 8 GPUs: 4 T4s and 4 A100s
+    for assume in ("none", "gpu-count"):
+        w = what_if(jobs, MIXED, Settings(), assume, epoch_s=5, max_gpus=8)
+        assert all(r["jct"]["static"] == [pytest.approx(600, rel=0.01)] for r in w.runs.values()), assume
+        assert w.notes == {SPANS: 1} and w.unfinished == {"static": 0, "elastico": 0}
+
+
+def test_rigid_jobs_on_shares_of_one_gpu_run_together_as_they_did():
+    """Review finding: a rigid (or, on several types, inference) job on an MPS share was given a whole GPU, so four
+    quarter-GPU jobs that ran together queued one after another in the simulator."""
+    jobs = [on("n1", job(100 + i, 1000, 1000, 1600, gpus=0, mps=25)) for i in range(4)]
+    one_gpu = ClusterShape((NodeShape("n1", 1, "t4", 16, 64000), NodeShape("n2", 1, "a100", 16, 64000)),
+                           slurm_version="22.05.8")
+    for shape in (one_gpu, ClusterShape(tuple(dataclasses.replace(n, gpu_type="") for n in one_gpu.nodes))):
+        s = what_if(jobs, shape, Settings(), "none", epoch_s=5, max_gpus=2).summary()
+        assert s["static"]["mean_wait_s"]["value"] == 0 and s["static"]["mean_jct_s"]["value"] == pytest.approx(600)
+
+
 def test_a_gpu_type_the_table_does_not_know_is_named_unless_the_settings_say_what_it_is_like():
     shape = ClusterShape((NodeShape("n1", 4, "t4", 16, 64000), NodeShape("n2", 4, "mi250", 16, 64000)))
     jobs = [on("n2", job(1, 0, 0, 60))]
