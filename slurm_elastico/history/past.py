@@ -110,6 +110,7 @@ class PastJob:
     kind: str = ""  # its kind then (train | infer); "" for a plain job
     name: str = ""  # the job's name (sbatch --job-name): what `elastico whatif --assume families` matches
     ran_on: str = ""  # the first node of its last run that got nodes ("" if none did): its GPU type's, for the what-if
+    ran_type: str = ""  # the GPU type that run was given (its allocated TRES, where typed GPUs are accounted), else ""
 
     @property
     def wait_s(self) -> int | None:
@@ -192,6 +193,7 @@ def past_jobs(records: Iterable[SacctRecord], partition: str = "", families: Map
         fam = families.get(job_id)
         fam = fam if fam is not None and fam.of(runs) else None
         tres = first.tres_req or first.tres_alloc
+        ran = next((r for r in reversed(runs) if r.nodes), None)  # its last run that got nodes
         job = PastJob(
             job_id=f"{first.array_job_id}_{first.array_task_id}" if first.array_job_id is not None
             and first.array_task_id is not None else str(job_id),
@@ -200,7 +202,7 @@ def past_jobs(records: Iterable[SacctRecord], partition: str = "", families: Map
             mem_mib=tres.get("mem", 0), nodes=tres.get("node", 0), time_limit_s=first.time_limit_s,
             restarts=sum(r.requeued for r in runs), user=last.user, account=last.account, partition=first.partition,
             family=fam.name if fam else "", kind=fam.kind if fam else "", name=first.name,
-            ran_on=next((r.nodes[0] for r in reversed(runs) if r.nodes), ""))
+            ran_on=ran.nodes[0] if ran else "", ran_type=_gpu_ask(ran.tres_alloc)[2] if ran else "")
         # An array no task of which has started is one record for all its tasks: one pending job per task.
         unsplit = first.array_task_id is None and len(runs) == 1 and first.array_pending
         tasks = [dataclasses.replace(job, job_id=f"{first.array_job_id}_{t}") for t in first.array_pending] \

@@ -3,15 +3,17 @@
 The format (CSV, header required; times are Unix seconds, an empty cell is
 "none": no start for a job still pending, no end for one not ended)::
 
-    job_id,submit,start,end,wait_s,run_s,state,gpus,mps,gpu_type,cpus,mem_mib,nodes,time_limit_s,restarts,user,account,partition,family,kind,name,ran_on
-    4101,1796007310,1796007312,1796007316,2,4,COMPLETED,1,0,a100,4,16000,1,3600,0,alice,ml,gpu,,,resnet,gpu-a1
-    4102_3,1796007320,,,,,PENDING,0,50,,1,4000,1,,0,bob,ml,gpu,tiny-lm,train,lm,
+    job_id,submit,start,end,wait_s,run_s,state,gpus,mps,gpu_type,cpus,mem_mib,nodes,time_limit_s,restarts,user,account,partition,family,kind,name,ran_on,ran_type
+    4101,1796007310,1796007312,1796007316,2,4,COMPLETED,1,0,a100,4,16000,1,3600,0,alice,ml,gpu,,,resnet,gpu-a1,a100
+    4102_3,1796007320,,,,,PENDING,0,50,,1,4000,1,,0,bob,ml,gpu,tiny-lm,train,lm,,
 
 `wait_s` is first start minus submission, `run_s` last end minus first
 start (restarts included). A job of an array is written `ARRAY_TASK`.
 `family`/`kind` are set for jobs that came through `elastico-submit`;
 `name` is the job's name, `ran_on` the first node of its last run that got
-nodes (a file written before it had either column reads them empty).
+nodes and `ran_type` the GPU type that run was given (where accounting
+records typed GPUs); a file written before it had these columns reads them
+empty.
 """
 
 from __future__ import annotations
@@ -29,11 +31,11 @@ from slurm_elastico.history.past import PastJob
 
 COLUMNS = ("job_id", "submit", "start", "end", "wait_s", "run_s", "state", "gpus", "mps", "gpu_type", "cpus",
            "mem_mib", "nodes", "time_limit_s", "restarts", "user", "account", "partition", "family", "kind", "name",
-           "ran_on")
+           "ran_on", "ran_type")
 _STORED = tuple(f.name for f in fields(PastJob))
 _INTS = ("submit", "start", "end", "gpus", "mps", "cpus", "mem_mib", "nodes", "time_limit_s", "restarts")
 _OPTIONAL = ("start", "end", "time_limit_s")
-_LATER = ("name", "ran_on")  # columns added since the format began: a file without them reads, with them empty
+_LATER = ("name", "ran_on", "ran_type")  # columns added since the format began: a file without them reads, with them empty
 
 
 def render(jobs: Iterable[PastJob]) -> str:

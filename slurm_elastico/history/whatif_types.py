@@ -18,7 +18,9 @@ helper's own rule, `gpu_types.resolve`); a type's memory is the one
 the bundled (T4) speed.
 
 Each past job is calibrated on the type it ran on (`job_type`): the type it
-asked for; else the type of the node it ran on (`PastJob.ran_on`); else,
+asked for; else the type its last run was given (`PastJob.ran_type`, where
+accounting records typed GPUs: right even if its node was re-equipped
+since); else the type of the node it ran on (`PastJob.ran_on`); else,
 when that node is gone (or the history predates the column), the type most
 GPUs of its partitions have, counted as guessed (`GUESSED`). Plain Slurm in
 the simulator keeps it on that type, so that it holds its GPUs as long as it
@@ -97,6 +99,8 @@ def job_type(job: PastJob, shape: ClusterShape, notes: Counter) -> str:
     """The type `job` ran on (see the module docstring; a guess is counted in `notes`)."""
     if job.gpu_type:
         return job.gpu_type
+    if job.ran_type and any(n.gpu_type == job.ran_type for n in shape.nodes):
+        return job.ran_type
     by_name = {n.name: n.gpu_type for n in shape.nodes}
     if job.ran_on in by_name:
         return by_name[job.ran_on]

@@ -250,8 +250,9 @@ def test_the_whatif_of_a_typed_history_runs_each_type_and_keeps_a_typed_job_on_i
         return mine if len(mine) == 3 and all(j.end is not None for j in mine) else None
 
     jobs = {int(j.job_id): j for j in wait_for(ended, "accounting to show the three jobs ended", 120)}
-    # sacct names the type asked (AccountingStorageTRES lists gres/gpu:t4) and the node each ran on
-    assert [(jobs[j].gpu_type, jobs[j].ran_on) for j in ours] == [("t4", "n1"), ("t4", "n1"), ("", "n2")]
+    # sacct names the type asked (AccountingStorageTRES lists gres/gpu:t4), the node each ran on and the type it got
+    assert [(jobs[j].gpu_type, jobs[j].ran_on, jobs[j].ran_type) for j in ours] == [
+        ("t4", "n1", "t4"), ("t4", "n1", "t4"), ("", "n2", "a100")]
     assert jobs[ours[1]].wait_s >= 5
     cli = subprocess.run([str(BIN / "elastico"), "--config", str(c.root / "elastico.yaml"), "whatif", "--since", since,
                           "--epoch-s", "5", "--assume", "none", "--json"], env=c.env, capture_output=True, text=True,

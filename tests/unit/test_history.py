@@ -61,6 +61,16 @@ def test_every_kind_of_job_is_kept_or_skipped_with_its_reason():
     assert [j.job_id for j in jobs] == ["1", "2", "3", "4", "5", "20_1", "22"]  # submission order
 
 
+def test_the_type_a_run_was_given_is_read_from_its_allocated_tres():
+    """An untyped request (`--gres=gpu:2`) that Slurm gave A100s: where typed GPUs are accounted, the allocated TRES
+    name the type; the what-if calibrates the job on it."""
+    alloc = {"cpu": 2, "mem": 4000, "node": 1, "gres/gpu": 2, "gres/gpu:a100": 2}
+    records = [run(1, JobState.COMPLETED, 100, 110, 400, gpu=2, tres_alloc=alloc),
+               run(2, JobState.COMPLETED, 100, 110, 400, gpu=2, tres_alloc={"gres/gpu": 2})]
+    jobs, _ = past_jobs(records)
+    assert [(j.gpu_type, j.ran_type) for j in jobs] == [("", "a100"), ("", "")]
+
+
 def test_recorded_accounting_of_both_versions_is_accounted_for():
     for name, jobs_in_file in (("22.05/sacct_requeued_duplicates.json", 1), ("24.11/sacct_json_D_X_S_now_1hour.json", 12)):
         records, bad = parse_sacct_each((DATA / name).read_text())

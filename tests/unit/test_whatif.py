@@ -219,12 +219,13 @@ def test_calibrated_work_holds_each_gpu_as_long_as_it_was_held():
 
 def test_trace_file_without_the_name_and_ran_on_columns_still_reads(tmp_path):
     path = tmp_path / "t.csv"
-    trace_file.write([dataclasses.replace(job(7, 0, 1, 5, name="x"), ran_on="n2")], path)
-    assert (trace_file.read(path)[0].name, trace_file.read(path)[0].ran_on) == ("x", "n2")
-    lines = path.read_text().splitlines()
-    path.write_text("\n".join(line.rsplit(",", 2)[0] for line in lines) + "\n")
+    trace_file.write([dataclasses.replace(job(7, 0, 1, 5, name="x"), ran_on="n2", ran_type="a100")], path)
     got = trace_file.read(path)[0]
-    assert (got.name, got.ran_on, got.job_id) == ("", "", "7")
+    assert (got.name, got.ran_on, got.ran_type) == ("x", "n2", "a100")
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(line.rsplit(",", 3)[0] for line in lines) + "\n")
+    got = trace_file.read(path)[0]
+    assert (got.name, got.ran_on, got.ran_type, got.job_id) == ("", "", "", "7")
 
 
 # --- a cluster of several GPU types ---------------------------------------------------------------------------------
@@ -321,6 +322,17 @@ def test_plain_slurm_keeps_each_job_on_the_type_it_ran_on_whatever_order_the_nod
     gains = [what_if(jobs, shape, Settings(), "gpu-count", epoch_s=5, max_gpus=2).summary()["ratio"]["value"]
              for shape in (MIXED, flipped)]
     assert gains[0] == pytest.approx(gains[1], rel=0.05) and gains[0] > 2
+
+
+def test_the_type_a_run_was_given_beats_the_type_its_node_has_now():
+    """A node re-equipped since (n1 had A100s then, T4s now): accounting's allocated TRES say what the job got."""
+    from slurm_elastico.history.whatif_types import GUESSED, job_type
+    notes: Counter = Counter()
+    assert job_type(dataclasses.replace(on("n1", job(1, 0, 0, 60)), ran_type="a100"), MIXED, notes) == "a100"
+    assert job_type(on("n1", job(1, 0, 0, 60)), MIXED, notes) == "t4"
+    # a type the cluster no longer has: the node's, as without accounting by type
+    assert job_type(dataclasses.replace(on("n1", job(1, 0, 0, 60)), ran_type="k80"), MIXED, notes) == "t4"
+    assert GUESSED not in notes
 
 
 def test_a_job_larger_than_its_type_ran_across_types_as_submitted():
