@@ -38,10 +38,18 @@ def held(path: Path, holder: dict, on_unlockable: Callable[[OSError], None] | No
 
     The file gets `mode` (set again by its owner: anyone who can open a lock file can take it, so the helper's are
     its own, 0600). A `shared` lock is one several users take in turn (a checkpoint directory a team shares): it
-    is made 0666, and one another user made that this one may only read is locked read-only, without the record."""
+    is made 0666. One this user may not write (another user's, left 0644 by an older version) is refused, naming
+    its owner and the fix: locked read-only it would keep its last holder's record (a refusal would name the wrong
+    job), and NFS's flock needs a file open for writing."""
     mode = 0o666 if shared else mode
     try:
-        f = _open(path, mode, shared)
+        f = _open(path, mode)
+    except PermissionError as exc:
+        owner = _owner(path)
+        raise ConfigError("lock", [f"cannot open {path} for writing: {exc.strerror or exc}" + (
+            f" (it is uid {owner}'s; a shared directory's lock file must be 0666: its owner may `chmod 0666` it, "
+            "or remove it when no job runs there)" if shared and owner is not None else
+            "; allowed: a directory this user may write")]) from None
     except OSError as exc:
         raise ConfigError("lock", [f"cannot open {path}: {exc.strerror or exc}; allowed: a directory this user "
                                    "may write"]) from None
@@ -59,9 +67,8 @@ def held(path: Path, holder: dict, on_unlockable: Callable[[OSError], None] | No
             return
         try:
             try:  # unbuffered: a full or read-only disk fails here, not again when the file is closed
-                if f.writable():
-                    os.ftruncate(f.fileno(), 0)
-                    os.pwrite(f.fileno(), (json.dumps(holder) + "\n").encode(), 0)
+                os.ftruncate(f.fileno(), 0)
+                os.pwrite(f.fileno(), (json.dumps(holder) + "\n").encode(), 0)
             except OSError as exc:
                 raise StateError(f"cannot write the lock {path}: {exc.strerror or exc}; allowed: a directory "
                                  "this user may write on a disk with free space") from None
@@ -70,15 +77,9 @@ def held(path: Path, holder: dict, on_unlockable: Callable[[OSError], None] | No
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _open(path: Path, mode: int, shared: bool) -> IO[str]:
-    """The lock file, made with `mode` if new (its owner sets the mode again); read-only where a `shared` one is
-    another user's that this one may not write."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, mode)
-    except PermissionError:
-        if not shared:
-            raise
-        return open(path, "r")
+def _open(path: Path, mode: int) -> IO[str]:
+    """The lock file for reading and writing, made with `mode` if new (its owner sets the mode again)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, mode)
     try:
         st = os.fstat(fd)
         if st.st_uid == os.geteuid() and st.st_mode & 0o777 != mode:
@@ -87,6 +88,13 @@ def _open(path: Path, mode: int, shared: bool) -> IO[str]:
         os.close(fd)
         raise
     return os.fdopen(fd, "r+")
+
+
+def _owner(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_uid
+    except OSError:
+        return None
 
 
 def read_holder(f: IO[str]) -> dict:

@@ -189,16 +189,21 @@ def calibrate(jobs: Sequence[PastJob], guesses: Sequence[Guess], shape: ClusterS
         asked = ""
         if typed is not None:
             ran = whatif_types.job_type(job, shape, notes)
-            spans = not job.gpu_type and not whatif_types.holds(job, shape, ran)
-            if spans:
-                notes[whatif_types.SPANS] += 1
-                ran, g = whatif_types.slowest(job, shape, typed.speedups), RIGID
+            spans = False
+            if not job.gpu_type and not whatif_types.holds(job, shape, ran):
+                alone = whatif_types.slowest(job, shape, typed.speedups, holding=True)
+                spans = alone is None
+                notes[whatif_types.SPANS if spans else whatif_types.ACROSS] += 1
+                ran = whatif_types.slowest(job, shape, typed.speedups) if spans else alone
+                g = RIGID if spans else g
             on, memory = typed.truth[whatif_types.sim_name(ran)], float(typed.memory[ran])
-            asked = job.gpu_type or (ran if pin and not spans else None)
-            asked = "" if asked is None else whatif_types.sim_name(asked)
             if g.kind == "infer":
                 notes[whatif_types.INFER_RIGID] += 1
                 g = RIGID
+            # Kept on its type: the one it asked for; the one it ran on in plain Slurm's run (`pin`) and in both for a
+            # job neither policy reshapes (else where the nodes are listed first would decide).
+            asked = job.gpu_type or (ran if (pin or g.kind != "train") and not spans else None)
+            asked = "" if asked is None else whatif_types.sim_name(asked)
         if g.kind == "infer" and gpus == 1:
             tj = TraceJob(i, float(job.submit - t0), "infer", "llm", 1, 1.0, 0, share, INFER_CONTEXT, INFER_GENERATED,
                           partition)

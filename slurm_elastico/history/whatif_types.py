@@ -22,11 +22,14 @@ asked for; else the type its last run was given (`PastJob.ran_type`, where
 accounting records typed GPUs: right even if its node was re-equipped
 since); else the type of the node it ran on (`PastJob.ran_on`); else,
 when that node is gone (or the history predates the column), the type most
-GPUs of its partitions have, counted as guessed (`GUESSED`). Plain Slurm in
-the simulator keeps it on that type, so that it holds its GPUs as long as it
-did whatever order the nodes are listed in; elastico may move it. A job
-larger than its type's GPUs ran across types: it runs as submitted, at the
-slowest type's pace (`SPANS`).
+GPUs of its partitions have, counted as guessed (`GUESSED`); a type its
+partitions no longer have counts as gone. Plain Slurm in the simulator keeps
+it on that type, so that it holds its GPUs as long as it did whatever order
+the nodes are listed in, and so do both policies for a job neither reshapes
+(rigid, inference); elastico may move the others. A job larger than its
+type's GPUs ran across types: it is calibrated on the slowest type that holds
+it alone (`ACROSS`), or, where none does, it runs as submitted, across
+types, at the slowest type's pace (`SPANS`).
 """
 
 from __future__ import annotations
@@ -48,9 +51,11 @@ PROFILED_ON = "t4"
 """The GPU the bundled profiles were measured on."""
 UNTYPED = "untyped"
 """The simulator's name for GPUs whose gres names no type (its typed nodes need a name)."""
-GUESSED = "its type guessed (the node it ran on is not in the cluster now): the type most of its partitions' GPUs are"
+GUESSED = ("its type guessed (the node it ran on is not in its partitions now): the type most of its partitions' "
+           "GPUs are")
 INFER_RIGID = "inference run as submitted (no per-type inference model)"
-SPANS = "asked more GPUs than its type has: run as submitted, across types, at the slowest one's pace"
+SPANS = "asked more GPUs than any one type has: run as submitted, across types, at the slowest one's pace"
+ACROSS = "asked more GPUs than the type it ran on has: calibrated on the slowest type that holds it, kept there by Slurm"
 
 
 def gpu_types(shape: ClusterShape) -> list[str]:
@@ -99,19 +104,19 @@ def job_type(job: PastJob, shape: ClusterShape, notes: Counter) -> str:
     """The type `job` ran on (see the module docstring; a guess is counted in `notes`)."""
     if job.gpu_type:
         return job.gpu_type
-    if job.ran_type and any(n.gpu_type == job.ran_type for n in shape.nodes):
-        return job.ran_type
-    by_name = {n.name: n.gpu_type for n in shape.nodes}
-    if job.ran_on in by_name:
-        return by_name[job.ran_on]
-    notes[GUESSED] += 1
-    gpus: Counter = Counter()
+    gpus: Counter = Counter()  # GPUs of each type its partitions have now
     for group in shape.nodes_for(shape.partition_of(job.partition)):
         for n in group:
             gpus[n.gpu_type] += n.gpus
     if not gpus:
         for n in shape.nodes:
             gpus[n.gpu_type] += n.gpus
+    if job.ran_type in gpus:
+        return job.ran_type
+    by_name = {n.name: n.gpu_type for n in shape.nodes}
+    if by_name.get(job.ran_on, None) in gpus:
+        return by_name[job.ran_on]
+    notes[GUESSED] += 1
     return max(gpus, key=lambda t: (gpus[t], t))
 
 
@@ -122,9 +127,14 @@ def holds(job: PastJob, shape: ClusterShape, gpu_type: str) -> bool:
                for nodes in shape.nodes_for(shape.partition_of(job.partition)))
 
 
-def slowest(job: PastJob, shape: ClusterShape, speeds: Mapping[str, float]) -> str:
-    """The slowest type among the nodes of the job's partitions (a gang across types runs at its pace)."""
+def slowest(job: PastJob, shape: ClusterShape, speeds: Mapping[str, float], holding: bool = False) -> str | None:
+    """The slowest type among the nodes of the job's partitions (a gang across types runs at its pace); with
+    `holding`, among those whose nodes can hold it alone (None if none can)."""
     found = {n.gpu_type for nodes in shape.nodes_for(shape.partition_of(job.partition)) for n in nodes}
+    if holding:
+        found = {t for t in found if holds(job, shape, t)}
+        if not found:
+            return None
     return min(found or speeds, key=lambda t: (speeds[t], t))
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from slurm_elastico.cli.run import run_embedded
-from slurm_elastico.errors import SlurmError
+from slurm_elastico.errors import ConfigError, SlurmError
 from slurm_elastico.jobwrap.job import OWN_LINGER_S, CkptDirBusy, ckpt_dir, ckpt_lock, fresh_ckpt_dir
 from slurm_elastico.jobwrap.payload import Payload
 from slurm_elastico.jobwrap.shape import Found, JobShapes, choose_shape, family_from_spec
@@ -443,10 +443,10 @@ def test_a_start_waits_for_its_own_jobs_earlier_run_to_let_go_of_the_directory(t
 def test_another_user_continuing_in_a_shared_checkpoint_directory_is_not_refused():
     """Review finding: the lock file the first user's job made (0644 under its umask) could not be opened for
     writing by a second user continuing the work in the same group-writable directory: refused, exit 2, though
-    nothing ran there. The lock is made 0666 now, and one this user may only read is locked read-only; it still
-    stops a second job while the first runs."""
+    nothing ran there. The lock is made 0666 now (its owner's next job sets that on an older one); one this user
+    still may not write is refused naming its owner and the fix, not locked read-only (its stale record would
+    name the wrong job)."""
     import shutil
-    import stat
     import tempfile
     said: list[str] = []
     tmp_path = Path(tempfile.mkdtemp())  # not under pytest's own 0700 directory: the other user must reach it
@@ -458,25 +458,29 @@ def test_another_user_continuing_in_a_shared_checkpoint_directory_is_not_refused
 
 def _shared_directory(tmp_path: Path, said: list[str]) -> None:
     import stat
+    lock = tmp_path / ".elastico-run.lock"
+    lock.write_text("")
+    lock.chmod(0o644)  # as an older version, or a stricter umask, left it
     with ckpt_lock(str(tmp_path), {"SLURM_JOB_ID": "11"}, said.append):
         pass
-    lock = tmp_path / ".elastico-run.lock"
-    assert stat.S_IMODE(lock.stat().st_mode) == 0o666
-    os.chmod(lock, 0o644)  # as an older version, or a stricter umask, left it
-    if os.geteuid() == 0:  # another user: root may write any file
-        os.chown(lock, 12345, 12345)
+    assert stat.S_IMODE(lock.stat().st_mode) == 0o666  # its owner's job set it
+    if os.geteuid() == 0:  # another user (root may write any file): 0666 lets it in, 0644 is refused with the fix
         tmp_path.chmod(0o777)
+        os.chown(lock, 12345, 12345)
         script = ("import os, sys\nfrom slurm_elastico.jobwrap.job import ckpt_lock\n"  # imports before the uid
                   "os.setgid(65534); os.setuid(65534)\n"
                   f"with ckpt_lock({str(tmp_path)!r}, {{'SLURM_JOB_ID': '12'}}, print): print('ran')\n")
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
         assert done.returncode == 0 and "ran" in done.stdout, done.stderr
-    else:  # this user may only read it
+        lock.chmod(0o644)
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0 and "ran" not in done.stdout
+        assert "it is uid 12345's" in done.stderr and "chmod 0666" in done.stderr, done.stderr
+    else:  # this user may not write it
         lock.chmod(0o444)
-        with ckpt_lock(str(tmp_path), {"SLURM_JOB_ID": "12"}, said.append):
-            with pytest.raises(CkptDirBusy):
-                with ckpt_lock(str(tmp_path), {"SLURM_JOB_ID": "13"}, said.append):
-                    pass
+        with pytest.raises(ConfigError, match="chmod 0666"):
+            with ckpt_lock(str(tmp_path), {"SLURM_JOB_ID": "12"}, said.append):
+                pass
     assert said == []
 
 

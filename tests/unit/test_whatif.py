@@ -336,12 +336,46 @@ def test_the_type_a_run_was_given_beats_the_type_its_node_has_now():
 
 
 def test_a_job_larger_than_its_type_ran_across_types_as_submitted():
-    from slurm_elastico.history.whatif_types import SPANS
+    from slurm_elastico.history.whatif_types import ACROSS, SPANS
     jobs = [on("n1", job(100, 1000, 1000, 1600, gpus=8))]  # 8 GPUs: 4 T4s and 4 A100s
     for assume in ("none", "gpu-count"):
         w = what_if(jobs, MIXED, Settings(), assume, epoch_s=5, max_gpus=8)
         assert all(r["jct"]["static"] == [pytest.approx(600, rel=0.01)] for r in w.runs.values()), assume
         assert w.notes == {SPANS: 1} and w.unfinished == {"static": 0, "elastico": 0}
+    # where one type could hold it alone (an 8-GPU A100 node), it is calibrated there and kept there by plain Slurm,
+    # whatever order the nodes are listed in (second review: it ran wholly on the A100s, 479 s against 600)
+    big = ClusterShape((NodeShape("t1", 4, "t4", 16, 64000), NodeShape("a1", 8, "a100", 16, 64000)), slurm_version="22.05.8")
+    for shape in (big, ClusterShape(big.nodes[::-1], slurm_version="22.05.8")):
+        w = what_if([on("t1", job(1, 0, 0, 600, gpus=8))], shape, Settings(), "none", epoch_s=5, max_gpus=8)
+        assert w.notes == {ACROSS: 1} and next(iter(w.runs.values()))["jct"]["static"] == [pytest.approx(600, rel=0.01)]
+
+
+def test_jobs_no_policy_reshapes_stay_on_the_type_they_ran_on_under_elastico_too():
+    """Second review: rigid and inference jobs were kept on their type in plain Slurm's run only; in elastico's the
+    simulated Slurm put them on the A100s when those were listed first, and elastico took the credit (gain 1.18
+    or 2.57 for the same history)."""
+    jobs = [on("n1", job(i, i * 5, i * 5, i * 5 + 600, name="rig")) for i in range(4)] + [
+        on("n1", job(10, 5000, 5000, 5600, name="trn"))]
+    guesses = {"rig": RIGID, "trn": Guess("train", "imagenet")}
+    flipped = ClusterShape(MIXED.nodes[::-1], slurm_version="22.05.8")
+    runs = [what_if(jobs, shape, Settings(), "families", guesses, epoch_s=5, max_gpus=2).runs["families"]
+            for shape in (MIXED, flipped)]
+    for r in runs:
+        assert r["jct"]["elastico"][:4] == [pytest.approx(600, rel=0.01)] * 4
+    assert runs[0]["ratio"] == pytest.approx(runs[1]["ratio"], rel=0.02)
+
+
+def test_a_job_whose_node_left_its_partitions_is_guessed_onto_a_type_they_have():
+    """Second review: one-GPU jobs that ran on n1, since moved to another partition, were taken as spanning types
+    and run rigid at the slowest type's pace: plain Slurm no longer reproduced them."""
+    from slurm_elastico.history.whatif_types import GUESSED
+    shape = ClusterShape((NodeShape("n1", 4, "t4", 16, 64000, ("debug",)), NodeShape("n2", 4, "a100", 16, 64000, ("gpu",)),
+                          NodeShape("n3", 4, "v100", 16, 64000, ("gpu",))), slurm_version="22.05.8")
+    jobs = [on("n1", dataclasses.replace(job(i, i * 700, i * 700, i * 700 + 600), partition="gpu")) for i in range(3)]
+    w = what_if(jobs, shape, Settings(), "gpu-count", epoch_s=5, max_gpus=2)
+    assert w.notes == {GUESSED: 3}
+    assert all(r["jct"]["static"] == [pytest.approx(600, rel=0.01)] * 3 for r in w.runs.values())
+    assert w.summary()["ratio"]["value"] > 1.05  # elastic, not rigid
 
 
 def test_rigid_jobs_on_shares_of_one_gpu_run_together_as_they_did():
