@@ -111,7 +111,7 @@ def job_type(job: PastJob, shape: ClusterShape, notes: Counter) -> str:
     if not gpus:
         for n in shape.nodes:
             gpus[n.gpu_type] += n.gpus
-    if job.ran_type in gpus:
+    if job.ran_type and job.ran_type in gpus:
         return job.ran_type
     by_name = {n.name: n.gpu_type for n in shape.nodes}
     if by_name.get(job.ran_on, None) in gpus:

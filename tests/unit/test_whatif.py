@@ -332,6 +332,10 @@ def test_the_type_a_run_was_given_beats_the_type_its_node_has_now():
     assert job_type(on("n1", job(1, 0, 0, 60)), MIXED, notes) == "t4"
     # a type the cluster no longer has: the node's, as without accounting by type
     assert job_type(dataclasses.replace(on("n1", job(1, 0, 0, 60)), ran_type="k80"), MIXED, notes) == "t4"
+    # no type recorded (accounting without typed GPUs) beside GPUs of no type: still the node's
+    with_untyped = ClusterShape((*MIXED.nodes, NodeShape("n3", 4, "", 16, 64000)), slurm_version="22.05.8")
+    assert job_type(on("n2", job(1, 0, 0, 60)), with_untyped, notes) == "a100"
+    assert job_type(on("n3", job(1, 0, 0, 60)), with_untyped, notes) == ""
     assert GUESSED not in notes
 
 
