@@ -31,17 +31,17 @@ class Busy(Exception):
 
 @contextmanager
 def held(path: Path, holder: dict, on_unlockable: Callable[[OSError], None] | None = None,
-         mode: int = 0o600, shared: bool = False) -> Iterator[IO[str]]:
+         shared: bool = False) -> Iterator[IO[str]]:
     """flock `path` without waiting and write `holder` into it, for as long as the block runs; `Busy(record)`
     when another process holds it. A file system that cannot lock (`flock` fails otherwise) raises
     `ConfigError`, or, with `on_unlockable`, is reported to it and the block runs unlocked.
 
-    The file gets `mode` (set again by its owner: anyone who can open a lock file can take it, so the helper's are
-    its own, 0600). A `shared` lock is one several users take in turn (a checkpoint directory a team shares): it
-    is made 0666. One this user may not write (another user's, left 0644 by an older version) is refused, naming
-    its owner and the fix: locked read-only it would keep its last holder's record (a refusal would name the wrong
-    job), and NFS's flock needs a file open for writing."""
-    mode = 0o666 if shared else mode
+    The file is its owner's alone, 0600 (set again by the owner: anyone who can open a lock file can take it, and
+    hold the helper off). A `shared` lock is one several users take in turn (a checkpoint directory a team
+    shares): it is made 0666. One this user may not write (another user's, left 0644 by an older version) is refused,
+    naming its owner and the fix: locked read-only it would keep its last holder's record (a refusal would name
+    the wrong job), and NFS's flock needs a file open for writing."""
+    mode = 0o666 if shared else 0o600
     try:
         f = _open(path, mode)
     except PermissionError as exc:

@@ -251,7 +251,8 @@ def slurm_conf(spec: ClusterSpec, layout: Layout) -> str:
             f"AccountingStoragePass={layout.munge_socket}",
             # GRES appear in TRES strings only when listed (a typed one, gres/gpu:t4, for the type a job asked:
             # what `elastico whatif` keeps it on); fatal without slurmdbd.
-            "AccountingStorageTRES=" + ",".join(["gres/gpu", "gres/mps", *(f"gres/gpu:{t.name}" for t in spec.gpu_types)]),
+            "AccountingStorageTRES=" + ",".join(["gres/gpu", "gres/mps",
+                                                 *(f"gres/gpu:{t.name}" for t in spec.gpu_types)]),
             "AccountingStoreFlags=job_comment",
             "JobAcctGatherType=jobacct_gather/linux",
             "JobAcctGatherFrequency=30",

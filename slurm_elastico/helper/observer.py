@@ -269,8 +269,11 @@ class ProgressObserver:
         for j, shape, _, _ in beside:
             fam, rate = known.get(j), rates.get((j, shape))
             if fam is not None and fam.throughput_floor > 0 and rate:
-                at = next((s for s in fam.shapes if s.name == shape), None)  # a family changed since: no scale
-                floors[(j, shape)] = fam.throughput_floor * (goodput.to_figure(at, noise.get(j)) if at else 1.0) / rate
+                try:
+                    scale = goodput.to_figure(fam.shape(shape), noise.get(j))
+                except KeyError:  # a family changed since: no scale
+                    scale = 1.0
+                floors[(j, shape)] = fam.throughput_floor * scale / rate
         verdicts = judge_pairings(beside, rates, floors, gain_margin(self.model), min_seconds=MIN_PAIR_S,
                                   estimated=estimates.keys())
         for v in verdicts:

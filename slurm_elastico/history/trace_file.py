@@ -35,7 +35,8 @@ COLUMNS = ("job_id", "submit", "start", "end", "wait_s", "run_s", "state", "gpus
 _STORED = tuple(f.name for f in fields(PastJob))
 _INTS = ("submit", "start", "end", "gpus", "mps", "cpus", "mem_mib", "nodes", "time_limit_s", "restarts")
 _OPTIONAL = ("start", "end", "time_limit_s")
-_LATER = ("name", "ran_on", "ran_type")  # columns added since the format began: a file without them reads, with them empty
+_LATER = ("name", "ran_on", "ran_type")
+"""Columns added since the format began: a file without them reads, with them empty."""
 
 
 def render(jobs: Iterable[PastJob]) -> str:

@@ -167,9 +167,9 @@ def calibrate(jobs: Sequence[PastJob], guesses: Sequence[Guess], shape: ClusterS
     """The simulator's trace of the finished jobs (ids: position + 1, times from the first submission), the ids
     of the rigid ones, and the jobs left out by reason. Each job's work is its real time on its GPUs times its
     speed alone at its submitted shape, so plain Slurm in the simulator holds each GPU as long as it was held.
-    On a cluster of several types (`typed`), that speed is the one of the type it ran on (`whatif_types.job_type`),
-    it keeps the type it asked for (and, with `pin`, plain Slurm's run, the one it ran on), a job larger than its
-    type ran across types as submitted, and an inference job runs as submitted; `notes` counts what was assumed."""
+    On a cluster of several types (`typed`), that speed is the one of the type it ran on (`whatif_types.placed`),
+    it keeps the type it asked for (and, with `pin`, plain Slurm's run, the one it ran on), a job no one type holds
+    ran across types as submitted, and an inference job runs as submitted; `notes` counts what was assumed."""
     skipped: Counter = Counter()
     notes = Counter() if notes is None else notes
     rows, rigid = [], set()
@@ -188,22 +188,19 @@ def calibrate(jobs: Sequence[PastJob], guesses: Sequence[Guess], shape: ClusterS
         on, memory = truth, float(sim.gpu_memory_mib)
         asked = ""
         if typed is not None:
-            ran = whatif_types.job_type(job, shape, notes)
-            spans = False
-            if not job.gpu_type and not whatif_types.holds(job, shape, ran):
-                alone = whatif_types.slowest(job, shape, typed.speedups, holding=True)
-                spans = alone is None
-                notes[whatif_types.SPANS if spans else whatif_types.ACROSS] += 1
-                ran = whatif_types.slowest(job, shape, typed.speedups) if spans else alone
-                g = RIGID if spans else g
+            ran, spans = whatif_types.placed(job, shape, typed.speedups, notes)
             on, memory = typed.truth[whatif_types.sim_name(ran)], float(typed.memory[ran])
-            if g.kind == "infer":
+            if spans:
+                g = RIGID
+            elif g.kind == "infer":
                 notes[whatif_types.INFER_RIGID] += 1
                 g = RIGID
             # Kept on its type: the one it asked for; the one it ran on in plain Slurm's run (`pin`) and in both for a
             # job neither policy reshapes (else where the nodes are listed first would decide).
-            asked = job.gpu_type or (ran if (pin or g.kind != "train") and not spans else None)
-            asked = "" if asked is None else whatif_types.sim_name(asked)
+            if job.gpu_type:
+                asked = whatif_types.sim_name(job.gpu_type)
+            elif (pin or g.kind != "train") and not spans:
+                asked = whatif_types.sim_name(ran)
         if g.kind == "infer" and gpus == 1:
             tj = TraceJob(i, float(job.submit - t0), "infer", "llm", 1, 1.0, 0, share, INFER_CONTEXT, INFER_GENERATED,
                           partition)

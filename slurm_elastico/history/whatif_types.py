@@ -17,7 +17,7 @@ helper's own rule, `gpu_types.resolve`); a type's memory is the one
 `gpu.types` gives it, else the table's. GPUs whose gres names no type run at
 the bundled (T4) speed.
 
-Each past job is calibrated on the type it ran on (`job_type`): the type it
+Each past job is calibrated on the type it ran on (`placed`): the type it
 asked for; else the type its last run was given (`PastJob.ran_type`, where
 accounting records typed GPUs: right even if its node was re-equipped
 since); else the type of the node it ran on (`PastJob.ran_on`); else,
@@ -55,7 +55,8 @@ GUESSED = ("its type guessed (the node it ran on is not in its partitions now): 
            "GPUs are")
 INFER_RIGID = "inference run as submitted (no per-type inference model)"
 SPANS = "asked more GPUs than any one type has: run as submitted, across types, at the slowest one's pace"
-ACROSS = "asked more GPUs than the type it ran on has: calibrated on the slowest type that holds it, kept there by Slurm"
+ACROSS = ("asked more GPUs than the type it ran on has: calibrated on the slowest type that holds it, kept there by "
+          "Slurm")
 
 
 def gpu_types(shape: ClusterShape) -> list[str]:
@@ -100,14 +101,29 @@ def node_groups(shape: ClusterShape, settings: Settings) -> list[NodeGroup]:
             for n in shape.nodes]
 
 
-def job_type(job: PastJob, shape: ClusterShape, notes: Counter) -> str:
-    """The type `job` ran on (see the module docstring; a guess is counted in `notes`)."""
+def placed(job: PastJob, shape: ClusterShape, speeds: Mapping[str, float], notes: Counter) -> tuple[str, bool]:
+    """(the type `job` is calibrated on, whether it ran across types: no one type of its partitions holds it);
+    see the module docstring. What had to be assumed is counted in `notes`."""
+    parts: list[Counter] = []
+    for nodes in shape.nodes_for(shape.partition_of(job.partition)):  # GPUs of each type in each of its partitions
+        parts.append(Counter())
+        for n in nodes:
+            parts[-1][n.gpu_type] += n.gpus
+    ran = _ran(job, shape, parts, notes)
+    need = max(job.gpus, 1)
+    if job.gpu_type or any(c[ran] >= need for c in parts):
+        return ran, False
+    here = {t for c in parts for t in c}
+    alone = [t for t in here if any(c[t] >= need for c in parts)]
+    notes[ACROSS if alone else SPANS] += 1
+    return min(alone or here, key=lambda t: (speeds[t], t)), not alone
+
+
+def _ran(job: PastJob, shape: ClusterShape, parts: list[Counter], notes: Counter) -> str:
+    """The type `job` ran on: asked, given (`ran_type`), its node's, else its partitions' most common (a guess)."""
     if job.gpu_type:
         return job.gpu_type
-    gpus: Counter = Counter()  # GPUs of each type its partitions have now
-    for group in shape.nodes_for(shape.partition_of(job.partition)):
-        for n in group:
-            gpus[n.gpu_type] += n.gpus
+    gpus: Counter = sum(parts, Counter())
     if not gpus:
         for n in shape.nodes:
             gpus[n.gpu_type] += n.gpus
@@ -118,24 +134,6 @@ def job_type(job: PastJob, shape: ClusterShape, notes: Counter) -> str:
         return by_name[job.ran_on]
     notes[GUESSED] += 1
     return max(gpus, key=lambda t: (gpus[t], t))
-
-
-def holds(job: PastJob, shape: ClusterShape, gpu_type: str) -> bool:
-    """Whether the nodes of `gpu_type` in one of the job's partitions could hold it (a share: one GPU)."""
-    need = max(job.gpus, 1)
-    return any(sum(n.gpus for n in nodes if n.gpu_type == gpu_type) >= need
-               for nodes in shape.nodes_for(shape.partition_of(job.partition)))
-
-
-def slowest(job: PastJob, shape: ClusterShape, speeds: Mapping[str, float], holding: bool = False) -> str | None:
-    """The slowest type among the nodes of the job's partitions (a gang across types runs at its pace); with
-    `holding`, among those whose nodes can hold it alone (None if none can)."""
-    found = {n.gpu_type for nodes in shape.nodes_for(shape.partition_of(job.partition)) for n in nodes}
-    if holding:
-        found = {t for t in found if holds(job, shape, t)}
-        if not found:
-            return None
-    return min(found or speeds, key=lambda t: (speeds[t], t))
 
 
 def describe(speeds: Mapping[str, float]) -> str:

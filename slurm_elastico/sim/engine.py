@@ -261,12 +261,12 @@ class Engine(JobSpeeds):
             fam = family_of(tj, self.truth, self.sim.share_levels(), self.sim.gpu_memory_mib, self.sim.profile_noise,
                             self.seed, self.adaptive, self.sim.max_gpus_per_job, self.sim.gpus_per_node,
                             self.whole_gpu_gangs, belief.errors(self.sim))
-        if fam is None and tj.gpus <= 1 and tj.share < 100:  # rigid on a share of one GPU (a history's MPS job)
-            gres = GresRequest("mps", shares_of(tj.share, self.cluster.shares_per_gpu), tj.gpu_type)
-            cpus, mem = TRAIN_CPUS, TRAIN_HOST_MIB
-            begin = tj.submit_s
-        elif fam is None:  # rigid: `--gpus=N`, on as many nodes as it takes
-            gres, cpus, mem = GresRequest("gpus", tj.gpus, tj.gpu_type), TRAIN_CPUS * tj.gpus, TRAIN_HOST_MIB * tj.gpus
+        if fam is None:  # rigid: `--gpus=N`, on as many nodes as it takes, or a history's MPS job on its share
+            if tj.gpus <= 1 and tj.share < 100:
+                gres = GresRequest("mps", shares_of(tj.share, self.cluster.shares_per_gpu), tj.gpu_type)
+            else:
+                gres = GresRequest("gpus", tj.gpus, tj.gpu_type)
+            cpus, mem = TRAIN_CPUS * max(1, tj.gpus), TRAIN_HOST_MIB * max(1, tj.gpus)
             begin = tj.submit_s
         else:
             if self.plain is not None:

@@ -17,6 +17,7 @@ are at most 64 (`SimSettings.gpus_per_node`'s bound) and a group has at most
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from slurm_elastico.errors import ConfigError
@@ -121,7 +122,7 @@ def describe(groups: tuple[NodeGroup, ...]) -> str:
     return ",".join(f"{g.gpu_type}:{g.nodes}x{g.gpus_per_node}" for g in groups)
 
 
-def by_type(nodes) -> tuple[NodeGroup, ...]:
+def by_type(nodes: Sequence[NodeGroup]) -> tuple[NodeGroup, ...]:
     """One group per GPU type of `nodes` (a history's, one `NodeGroup` a node), in first-seen order: its nodes, the
     most GPUs one of them has, and the least memory; no partitions (what a family on that type may be: its
     shapes' GPU counts and memory; the cluster itself keeps every node as it is)."""

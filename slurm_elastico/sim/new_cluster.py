@@ -54,10 +54,9 @@ from slurm_elastico.interference.probe import Refusals, Verdict
 from slurm_elastico.model import JobState
 from slurm_elastico.planner.slowdown import UNCALIBRATED_GAIN_MARGIN
 from slurm_elastico.shapes.solo import solo_profile
-from slurm_elastico.sim.datafiles import DATA, read_rows
 from slurm_elastico.sim.engine import Engine
 from slurm_elastico.sim.trace import TraceJob
-from slurm_elastico.sim.truth import GroundTruth
+from slurm_elastico.sim.truth import GroundTruth, bundled
 
 MODES = ("off", "unadapted", "adapted", "probing", "true")
 SMALL_DEMAND = 0.6
@@ -83,9 +82,8 @@ def truth_of(pairs: Sequence[Colocation]) -> GroundTruth:
     rows = [{"model1": _identity(o.a)[0], "bs1": str(_identity(o.a)[1]), "model2": _identity(o.b)[0],
              "bs2": str(_identity(o.b)[1]), "norm1": f"{o.norm_a!r}" if o.fits else "",
              "norm2": f"{o.norm_b!r}" if o.fits else ""} for o in pairs]
-    return GroundTruth.from_rows(read_rows(DATA / "pollux_placements.csv.gz"), read_rows(DATA / "pollux_profiles.csv"),
-                                 read_rows(DATA / "pollux_validation.csv.gz"), read_rows(DATA / "pollux_iterations.csv"),
-                                 rows)
+    return GroundTruth.from_rows(bundled("pollux_placements.csv.gz"), bundled("pollux_profiles.csv"),
+                                 bundled("pollux_validation.csv.gz"), bundled("pollux_iterations.csv"), rows)
 
 
 def small_jobs(truth: GroundTruth, n_jobs: int, gpus: int, load: float, seed: int = 0,

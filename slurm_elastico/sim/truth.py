@@ -83,16 +83,24 @@ SEQ_S = 0.0004
 PREFILL_S = 0.00005
 
 
+@lru_cache(maxsize=None)
+def bundled(name: str) -> tuple[dict[str, str], ...]:
+    """The rows of a bundled data file, read once per process (a truth per GPU type reads them again for each:
+    `GroundTruth.scaled`); nothing changes them."""
+    return tuple(read_rows(DATA / name))
+
+
 class GroundTruth:
     """Solo speeds, memory and co-location factors from documented files (defaults: the bundled copies)."""
 
     def __init__(self, profiles: Path | None = None, iterations: Path | None = None, pairs: Path | None = None,
                  placements: Path | None = None, validation: Path | None = None):
-        self._build(read_rows(placements or DATA / "pollux_placements.csv.gz"),
-                    read_rows(profiles or DATA / "pollux_profiles.csv"),
-                    read_rows(validation or DATA / "pollux_validation.csv.gz"),
-                    read_rows(iterations or DATA / "pollux_iterations.csv"),
-                    read_rows(pairs or DATA / "gavel_pairs_p100.csv"))
+        def rows(path: Path | None, name: str):
+            return read_rows(path) if path is not None else bundled(name)
+
+        self._build(rows(placements, "pollux_placements.csv.gz"), rows(profiles, "pollux_profiles.csv"),
+                    rows(validation, "pollux_validation.csv.gz"), rows(iterations, "pollux_iterations.csv"),
+                    rows(pairs, "gavel_pairs_p100.csv"))
 
     @classmethod
     def from_rows(cls, placements: Iterable[Mapping[str, str]], profiles: Iterable[Mapping[str, str]],
@@ -103,7 +111,7 @@ class GroundTruth:
         default to the bundled Gavel pairs."""
         truth = cls.__new__(cls)
         truth._build(placements, profiles, validation, iterations,
-                     read_rows(DATA / "gavel_pairs_p100.csv") if pairs is None else pairs, memory_mib)
+                     bundled("gavel_pairs_p100.csv") if pairs is None else pairs, memory_mib)
         return truth
 
     @classmethod
@@ -125,9 +133,9 @@ class GroundTruth:
 
             return [{**r, "step_time": repr(step(r))} for r in rows]
 
-        return cls.from_rows(faster(read_rows(DATA / "pollux_placements.csv.gz"), True),
-                             faster(read_rows(DATA / "pollux_profiles.csv"), False),
-                             read_rows(DATA / "pollux_validation.csv.gz"), read_rows(DATA / "pollux_iterations.csv"))
+        return cls.from_rows(faster(bundled("pollux_placements.csv.gz"), True),
+                             faster(bundled("pollux_profiles.csv"), False),
+                             bundled("pollux_validation.csv.gz"), bundled("pollux_iterations.csv"))
 
     def _build(self, placements, profiles, validation, iterations, pairs, memory_mib: float = T4_MEM_MIB) -> None:
         self.mem_mib = float(memory_mib)

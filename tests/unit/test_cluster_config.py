@@ -110,7 +110,8 @@ def test_accounting_on_uses_slurmdbd_and_tres_off_uses_jobcomp_file():
     assert on["AccountingStorageTRES"] == "gres/gpu,gres/mps"
     # Typed GPUs are accounted by type too: sacct then says which type a job asked for (the what-if keeps it there).
     from slurm_elastico.cluster.gpu_types import parse_gpu_types
-    typed = settings(config.slurm_conf(spec(accounting=True, nodes=3, gpu_types=parse_gpu_types("t4:1,a100:2")), LAYOUT))
+    typed = settings(config.slurm_conf(spec(accounting=True, nodes=3, gpu_types=parse_gpu_types("t4:1,a100:2")),
+                                       LAYOUT))
     assert typed["AccountingStorageTRES"] == "gres/gpu,gres/mps,gres/gpu:t4,gres/gpu:a100"
     assert on["AccountingStoreFlags"] == "job_comment"
     # The dbd connection takes its munge socket from here, not from AuthInfo.

@@ -374,9 +374,10 @@ def test_a_first_start_moves_aside_another_jobs_files_under_the_same_id(tmp_path
 
 def _embedded(tmp_path, name: str, ckpt: Path, body: str) -> subprocess.Popen:
     """A real elastico-run of a generated batch script (`run_embedded`) running `body`, outside Slurm."""
-    script = f"#!{sys.executable}\nimport os, pathlib, sys, time\nd = pathlib.Path(os.environ['ELASTICO_CKPT_DIR'])\n{body}"
-    blob = Payload(script=script.encode(), script_name=f"{name}.py", args=(), family_spec=FAMILY, family_source="f.yaml",
-                   gpu_memory_mib=81920, grace_s=5, signal_lead_s=60).encode()
+    script = (f"#!{sys.executable}\nimport os, pathlib, sys, time\nd = pathlib.Path(os.environ['ELASTICO_CKPT_DIR'])\n"
+              + body)
+    blob = Payload(script=script.encode(), script_name=f"{name}.py", args=(), family_spec=FAMILY,
+                   family_source="f.yaml", gpu_memory_mib=81920, grace_s=5, signal_lead_s=60).encode()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")} | {"ELASTICO_CKPT_DIR": str(ckpt)}
     return subprocess.Popen([sys.executable, "-c", "import sys; from slurm_elastico.cli.run import run_embedded; "
                              f"sys.exit(run_embedded({blob!r}))"], env=env, cwd=tmp_path, stderr=subprocess.PIPE,

@@ -441,7 +441,8 @@ def test_with_no_site_type_the_order_slurm_lists_two_near_equal_types_in_does_no
     spec = parse_spec(load_yaml(BIG, "x"), "x")
     for order in (("slow", "fast"), ("fast", "slow")):
         types = {t: 40960 for t in order}
-        got = {s.name: discounted(s.throughput, s.throughput_sigma) for s in enumerate_typed(spec, types, figures=figures)}
+        shapes = enumerate_typed(spec, types, figures=figures)
+        got = {s.name: discounted(s.throughput, s.throughput_sigma) for s in shapes}
         assert got["mb64-fp32-mps100@fast"] > got["mb64-fp32-mps100@slow"], order
 
 

@@ -326,8 +326,13 @@ def test_plain_slurm_keeps_each_job_on_the_type_it_ran_on_whatever_order_the_nod
 
 def test_the_type_a_run_was_given_beats_the_type_its_node_has_now():
     """A node re-equipped since (n1 had A100s then, T4s now): accounting's allocated TRES say what the job got."""
-    from slurm_elastico.history.whatif_types import GUESSED, job_type
+    from slurm_elastico.history.whatif_types import GUESSED, placed
     notes: Counter = Counter()
+    speeds = {"t4": 1.0, "a100": 2.4, "": 1.0}
+
+    def job_type(j, shape, notes):
+        return placed(j, shape, speeds, notes)[0]
+
     assert job_type(dataclasses.replace(on("n1", job(1, 0, 0, 60)), ran_type="a100"), MIXED, notes) == "a100"
     assert job_type(on("n1", job(1, 0, 0, 60)), MIXED, notes) == "t4"
     # a type the cluster no longer has: the node's, as without accounting by type
@@ -348,7 +353,8 @@ def test_a_job_larger_than_its_type_ran_across_types_as_submitted():
         assert w.notes == {SPANS: 1} and w.unfinished == {"static": 0, "elastico": 0}
     # where one type could hold it alone (an 8-GPU A100 node), it is calibrated there and kept there by plain Slurm,
     # whatever order the nodes are listed in (second review: it ran wholly on the A100s, 479 s against 600)
-    big = ClusterShape((NodeShape("t1", 4, "t4", 16, 64000), NodeShape("a1", 8, "a100", 16, 64000)), slurm_version="22.05.8")
+    big = ClusterShape((NodeShape("t1", 4, "t4", 16, 64000), NodeShape("a1", 8, "a100", 16, 64000)),
+                       slurm_version="22.05.8")
     for shape in (big, ClusterShape(big.nodes[::-1], slurm_version="22.05.8")):
         w = what_if([on("t1", job(1, 0, 0, 600, gpus=8))], shape, Settings(), "none", epoch_s=5, max_gpus=8)
         assert w.notes == {ACROSS: 1} and next(iter(w.runs.values()))["jct"]["static"] == [pytest.approx(600, rel=0.01)]
@@ -373,7 +379,8 @@ def test_a_job_whose_node_left_its_partitions_is_guessed_onto_a_type_they_have()
     """Second review: one-GPU jobs that ran on n1, since moved to another partition, were taken as spanning types
     and run rigid at the slowest type's pace: plain Slurm no longer reproduced them."""
     from slurm_elastico.history.whatif_types import GUESSED
-    shape = ClusterShape((NodeShape("n1", 4, "t4", 16, 64000, ("debug",)), NodeShape("n2", 4, "a100", 16, 64000, ("gpu",)),
+    shape = ClusterShape((NodeShape("n1", 4, "t4", 16, 64000, ("debug",)),
+                          NodeShape("n2", 4, "a100", 16, 64000, ("gpu",)),
                           NodeShape("n3", 4, "v100", 16, 64000, ("gpu",))), slurm_version="22.05.8")
     jobs = [on("n1", dataclasses.replace(job(i, i * 700, i * 700, i * 700 + 600), partition="gpu")) for i in range(3)]
     w = what_if(jobs, shape, Settings(), "gpu-count", epoch_s=5, max_gpus=2)
