@@ -151,7 +151,7 @@ def sim_settings_for(shape: ClusterShape, settings: Settings, epoch_s: float, ma
         "gpus": shape.gpus, "gpus_per_node": max(n.gpus for n in shape.nodes),
         "gpu_memory_mib": settings.gpu.memory_mib, "epoch_s": epoch_s, "placement_window_s": placement_window_s,
         "restart_cost_s": settings.planner.reshape_cost_s, "start_cost_s": 0.0, "profile_noise": 0.0,
-        "max_gpus_per_job": max_gpus, "whole_gpu_gangs": True,
+        "max_gpus_per_job": max_gpus,
         **({"slurm_version": shape.slurm_version} if shape.slurm_version else {})}, "whatif")
 
 
@@ -169,7 +169,8 @@ def calibrate(jobs: Sequence[PastJob], guesses: Sequence[Guess], shape: ClusterS
     speed alone at its submitted shape, so plain Slurm in the simulator holds each GPU as long as it was held.
     On a cluster of several types (`typed`), that speed is the one of the type it ran on (`whatif_types.placed`),
     it keeps the type it asked for (and, with `pin`, plain Slurm's run, the one it ran on), a job no one type holds
-    ran across types as submitted, and an inference job runs as submitted; `notes` counts what was assumed."""
+    ran across types as submitted, and an inference job runs as submitted; `notes` counts what was assumed. With
+    `pin`, a job that ran on an MPS share runs there as submitted (rigid)."""
     skipped: Counter = Counter()
     notes = Counter() if notes is None else notes
     rows, rigid = [], set()
@@ -212,6 +213,10 @@ def calibrate(jobs: Sequence[PastJob], guesses: Sequence[Guess], shape: ClusterS
                           gpu_type=asked)
             if g.kind != "train":
                 rigid.add(i)
+        if pin and share < 100:
+            # Plain Slurm ran it on its MPS share: so does its run here (the `static` policy would give a family's
+            # default shape a whole GPU, and jobs that shared one would queue for it).
+            rigid.add(i)
         speed = _speed(tj, i in rigid, sim, on, memory)
         if not (speed > 0 and math.isfinite(speed)):
             rigid.add(i)

@@ -20,6 +20,7 @@ from slurm_elastico.history.replay import NOT_REPLAYED, NOT_STARTED, TOO_BIG, re
 from slurm_elastico.history.shape import ClusterShape, NodeShape, from_snapshot
 from slurm_elastico.history.whatif import (RIGID, SKIP_UNFINISHED, Guess, calibrate, elastic_apps, measured,
                                            read_families, sim_settings_for, variants, what_if)
+from slurm_elastico.sim.families import family_of
 from slurm_elastico.sim.truth import GroundTruth
 from slurm_elastico.slurm.gateway import SlurmGateway
 from slurm_elastico.slurm.runner import Completed
@@ -398,6 +399,26 @@ def test_rigid_jobs_on_shares_of_one_gpu_run_together_as_they_did():
     for shape in (one_gpu, ClusterShape(tuple(dataclasses.replace(n, gpu_type="") for n in one_gpu.nodes))):
         s = what_if(jobs, shape, Settings(), "none", epoch_s=5, max_gpus=2).summary()
         assert s["static"]["mean_wait_s"]["value"] == 0 and s["static"]["mean_jct_s"]["value"] == pytest.approx(600)
+
+
+def test_plain_slurm_runs_jobs_on_shares_as_they_ran_when_the_assumption_makes_them_data_parallel():
+    """Gap named in an earlier closing note: under `gpu-count` (the default), plain Slurm's run gave four
+    quarter-GPU jobs that ran together for 600 s each a whole GPU in turn (the `static` policy's shape), so they
+    queued and the predicted gain grew; and elastico's calibration took their work at a whole GPU's speed."""
+    jobs = [on("n1", job(100 + i, 1000, 1000, 1600, gpus=0, mps=25)) for i in range(4)]
+    one_gpu = ClusterShape((NodeShape("n1", 1, "t4", 16, 64000), NodeShape("n2", 1, "a100", 16, 64000)),
+                           slurm_version="22.05.8")
+    for shape in (one_gpu, ClusterShape(tuple(dataclasses.replace(n, gpu_type="") for n in one_gpu.nodes))):
+        w = what_if(jobs, shape, Settings(), "gpu-count", epoch_s=5, max_gpus=2)
+        for r in w.runs.values():
+            assert r["static"]["mean_wait_s"] == 0 and r["jct"]["static"] == [pytest.approx(600, abs=1)] * 4
+    truth, untyped = GroundTruth(), ClusterShape(tuple(dataclasses.replace(n, gpu_type="") for n in one_gpu.nodes))
+    sim = sim_settings_for(untyped, Settings(), 5, 2, 0)
+    rows, rigid, _ = calibrate(jobs[:1], [Guess("train", "imagenet")], untyped, sim, truth)
+    fam = family_of(rows[0], truth, sim.share_levels(), sim.gpu_memory_mib)
+    assert not rigid and fam.default_shape.resources.mps == 25  # elastico's job: data-parallel, started at its share
+    assert rows[0].work == pytest.approx(600 * fam.default_shape.throughput)
+    assert fam.default_shape.throughput < max(s.throughput for s in fam.shapes)  # (not the whole GPU's speed)
 
 
 def test_a_gpu_type_the_table_does_not_know_is_named_unless_the_settings_say_what_it_is_like():
