@@ -35,6 +35,17 @@ class SoloProfile:
     power_w: float = math.nan
     mps_share: int = 100
 
+    @classmethod
+    def of(cls, **fields) -> SoloProfile:
+        """`SoloProfile(**fields)` without the generated `__init__`, which sets a frozen dataclass's fields one
+        Python call each: the planner builds one per shape of every family each epoch, and that was a tenth of
+        a typed epoch's table building. Fields left out keep their defaults (the class's own values); the names
+        are not checked (the caller's are literals: `tests/unit/test_counters.py` holds them to the
+        constructor's)."""
+        profile = object.__new__(cls)
+        profile.__dict__.update(fields)
+        return profile
+
 
 class SlowdownModel(Protocol):
     def predict(self, a: Sequence[SoloProfile], b: Sequence[SoloProfile]) -> np.ndarray:

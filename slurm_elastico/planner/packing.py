@@ -135,25 +135,27 @@ class GpuState(SlurmPicks, Admission, OpenGpus, GangSearch):
         total = self.total_share[g]
         if value > old:
             self._gain()
+        t, node = self.gpu_type[g], self.gpu_node[g]
         if (old >= total) != (value >= total) and total > 0:
             d = 1 if value >= total else -1
-            self.all_free[self.gpu_type[g]] = self.all_free.get(self.gpu_type[g], 0) + d
-            self.node_all_free[self.gpu_node[g]] += d
+            self.all_free[t] = self.all_free.get(t, 0) + d
+            self.node_all_free[node] += d
         del self.buckets[old][g]  # fewer GPUs never turn a bucket's refusal into a fit: its version stays
         self.free_share[g] = value
         _move_level(self.buckets, self.levels, g, old, value)
-        if self.gpu_type[g] >= 0:
-            t = self.gpu_type[g]
+        if t >= 0:
             del self.type_buckets[t][old][g]
             _move_level(self.type_buckets[t], self.type_levels[t], g, old, value)
-            self.type_hi[self.gpu_type[g]] = max(self.type_hi[self.gpu_type[g]], value)
+            if value > self.type_hi[t]:
+                self.type_hi[t] = value
         self.reshadow(g, old)
-        self._hi = max(self._hi, value)
+        if value > self._hi:
+            self._hi = value
         self._lower_need_min(g)
         # Every GPU of the node: a removal gives back node CPUs and memory any of them may now fit, and any
         # change of free shares may change which GPU of the node Slurm gives a share (`slurm_gives`). (`_touch`
         # for each, written out: this runs for every GPU of the node at every placement and removal.)
-        gpus, version, bucket_version = self.node_gpus[self.gpu_node[g]], self.version, self.bucket_version
+        gpus, version, bucket_version = self.node_gpus[node], self.version, self.bucket_version
         free = self.free_share
         self.changes += len(gpus)
         for k in gpus:
@@ -300,10 +302,12 @@ class GpuState(SlurmPicks, Admission, OpenGpus, GangSearch):
     def _lower_need_min(self, g: int) -> None:
         """GPU g's bucket bound (`need_min`, and its type's) is at most its `need` now."""
         level, need = self.free_share[g], self.need[g]
-        self.need_min[level] = min(self.need_min[level], need)
+        if need < self.need_min[level]:  # (`min` written out, as it keeps its first argument on NaN)
+            self.need_min[level] = need
         if self.gpu_type[g] >= 0:
             mins = self.type_need_min[self.gpu_type[g]]
-            mins[level] = min(mins[level], need)
+            if need < mins[level]:
+                mins[level] = need
 
     # -- searches ----------------------------------------------------------
 

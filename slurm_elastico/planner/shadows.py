@@ -83,23 +83,25 @@ class OpenGpus:
         """GPU g went from `old` free shares to a bucket's end (a new stamp): g into its new bucket's list unless
         shadowed, and the GPUs above it on its node anew (the ones below do not depend on it), as far as the most
         shares free or reserved below them moves (beyond that nothing they read has changed)."""
-        if not self.shadowed(g, old):  # (its `lower_most` is as it was: only GPUs below g move it)
+        node = self.gpu_node[g]
+        even, free, blocked, lower_most = self.even_node[node], self.free_share, self.blocked, self.lower_most
+        # (`shadowed`, written out: this runs at every placement and removal, for the GPUs above g on its node)
+        if not (even and lower_most[g] >= old):  # (its `lower_most` is as it was: only GPUs below g move it)
             self._close(g, old)
         self.stamp[g] = self._stamps
         self._stamps += 1
-        if not self.shadowed(g):
+        if not (even and lower_most[g] >= free[g]):
             self._open(g)
-        gpus, free, blocked, lower_most = self.node_gpus[self.gpu_node[g]], self.free_share, self.blocked, self.lower_most
         most = max(lower_most[g], free[g] + blocked[g])
-        for k in gpus[self.node_rank[g] + 1:]:
+        for k in self.node_gpus[node][self.node_rank[g] + 1:]:
             if lower_most[k] == most:
                 return
-            was = self.shadowed(k)
-            lower_most[k] = most
-            if was != self.shadowed(k):
+            was, lower_most[k] = even and lower_most[k] >= free[k], most
+            if was != (even and most >= free[k]):
                 if was:
                     self._open(k)
                     self._lower_need_min(k)  # as a GPU entering the bucket would
                 else:
                     self._close(k, free[k])
-            most = max(most, free[k] + blocked[k])
+            if free[k] + blocked[k] > most:
+                most = free[k] + blocked[k]

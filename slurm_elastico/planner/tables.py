@@ -14,6 +14,7 @@ would be most of it).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
@@ -63,6 +64,7 @@ class Table:
     contention: np.ndarray = field(default_factory=_empty)  # [C] 1 − 1/S against a stand-in neighbour (0: whole GPU)
     by_speed: list[int] = field(default_factory=list)  # allowed slots, fastest first
     density: float = 0.0  # best value per dominant GPU-equivalent
+    columns: tuple = ()  # the rows' fields as lists, one per field of `Row`, then each shape's declared throughput
 
 
 @dataclass
@@ -125,9 +127,12 @@ def make_table(fam: Family, cache: PairCache, shares_per_gpu: int, types: tuple[
                 if twin is not None:
                     profiled[twin] = uid
             uids[i] = uid
-    rows = list(map(Row._make, zip(range(n), uids, tputs, share, [float(r.gpu_mem_mib) for r in res],
-                                   [float(r.cpus) for r in res], [float(r.host_mem_mib) for r in res], gpus, gtypes)))
-    return Table(fam, rows, tmax, max(s.throughput for s in shapes), any(gpus))
+    declared = [s.throughput for s in shapes]
+    columns = (range(n), uids, tputs, share, [float(r.gpu_mem_mib) for r in res], [float(r.cpus) for r in res],
+               [float(r.host_mem_mib) for r in res], gpus, gtypes)
+    new = tuple.__new__  # (each row made in C: `Row._make` is a Python call per row)
+    rows = [new(Row, r) for r in zip(*columns)]
+    return Table(fam, rows, tmax, max(declared), any(gpus), columns=(*columns, declared))
 
 
 def fill_tables(tables: list[Table], cache: PairCache, per_gpu: np.ndarray, shares_per_gpu: int,
@@ -136,12 +141,12 @@ def fill_tables(tables: list[Table], cache: PairCache, per_gpu: np.ndarray, shar
     contention included."""
     if not tables:
         return
-    rows = [r for t in tables for r in t.rows]
     sizes = [len(t.rows) for t in tables]
     of = np.repeat(np.arange(len(tables)), sizes)  # each row's table
-    slot, uid, tput, share, mem, cpus, hmem, gpus, gtype = (np.array(c) for c in zip(*rows))
+    slot, uid, tput, share, mem, cpus, hmem, gpus, gtype, declared = (
+        np.array(list(chain.from_iterable(t.columns[k] for t in tables))) for k in range(len(Row._fields) + 1))
     tput = tput.astype(float)
-    n, absent = len(rows), len(types)
+    n, absent = len(slot), len(types)
     typed = len(types) > 1
     demand = np.zeros((n, 4 + (len(types) if typed else 0)))
     demand[:, :4] = np.array([share, mem, cpus, hmem], dtype=float).T / per_gpu
@@ -155,12 +160,7 @@ def fill_tables(tables: list[Table], cache: PairCache, per_gpu: np.ndarray, shar
     # The floor is a speed the job asked for: held against each shape's expected throughput (as `exact` does), not
     # the discounted one that ranks near ties, or a family whose floor is near its own figure would fit no type
     # that carries an uncertainty (review finding). A pairing observed below it is undone (`helper.observer`).
-    expected = tput.copy()
-    start = 0
-    for t, k in zip(tables, sizes):
-        if t.family.throughput_floor > 0:
-            expected[start:start + k] = [s.throughput for s in t.family.shapes]
-        start += k
+    expected = np.where(floor > 0, declared, tput)
     allowed = (expected >= floor) & (gtype < absent)  # a type the cluster lacks: never
     value = tput / np.repeat([t.tmax for t in tables], sizes)
     dens = value / np.maximum(demand[:, :4].max(axis=1), 1e-9)  # per dominant GPU equivalent

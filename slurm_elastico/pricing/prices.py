@@ -51,8 +51,11 @@ class PriceResult:
 
 
 def unpriced(p: PriceProblem) -> np.ndarray:
-    """[J, C] the part of each shape's cost that does not depend on the prices: w·(1 − v) + Γ."""
-    return p.weight[:, None] * (1.0 - p.value) + p.penalty
+    """[J, C] the part of each shape's cost that does not depend on the prices: w·(1 − v) + Γ, and inf for a
+    forbidden entry (prices and demands are finite, so it stays inf whatever is added)."""
+    out = p.weight[:, None] * (1.0 - p.value) + p.penalty
+    np.copyto(out, np.inf, where=~p.allowed)
+    return out
 
 
 def costs(p: PriceProblem, prices: np.ndarray, fixed: np.ndarray | None = None,
@@ -67,9 +70,7 @@ def costs(p: PriceProblem, prices: np.ndarray, fixed: np.ndarray | None = None,
     priced = p.demand @ prices
     if p.group is not None:
         priced = priced[p.group]
-    shape_cost = out[:, :c]
-    np.add(unpriced(p) if fixed is None else fixed, priced, out=shape_cost)
-    np.copyto(shape_cost, np.inf, where=~p.allowed)
+    np.add(unpriced(p) if fixed is None else fixed, priced, out=out[:, :c])
     return out
 
 

@@ -11,8 +11,6 @@ not bandwidth).
 from __future__ import annotations
 
 import math
-from dataclasses import replace
-
 from slurm_elastico.interference.base import SoloProfile
 from slurm_elastico.model import Shape
 
@@ -30,7 +28,7 @@ def solo_profile(shape: Shape, kind: str, model_family: str = "") -> SoloProfile
     else:
         batch = shape.knob("micro_batch", float("nan"))
         precision = str(shape.knob("precision", "fp32"))
-    guess = SoloProfile(
+    fields = dict(
         kind=kind if kind in UTIL else "train",
         throughput=shape.throughput,
         batch=float(batch),
@@ -41,8 +39,8 @@ def solo_profile(shape: Shape, kind: str, model_family: str = "") -> SoloProfile
         mem_used_mib=float(shape.resources.gpu_mem_mib),
         mps_share=share,
     )
-    if shape.measured is None:
-        return guess
     m = shape.measured  # a counter NVML did not give (NaN) keeps the guess
-    return replace(guess, **{f: getattr(m, f) for f in ("sm_util", "membw_util", "mem_used_mib", "power_w")
-                             if math.isfinite(getattr(m, f))})
+    if m is not None:
+        fields.update({f: getattr(m, f) for f in ("sm_util", "membw_util", "mem_used_mib", "power_w")
+                       if math.isfinite(getattr(m, f))})
+    return SoloProfile.of(**fields)

@@ -1,6 +1,7 @@
 """GPU counters during a job's run: the report elastico-run writes (fake NVML here: no GPU) and what the helper
 does with them (solo counters per shape, measured shapes in the planner and in observations)."""
 
+import dataclasses
 import math
 import sys
 import time
@@ -12,6 +13,7 @@ from slurm_elastico.helper.observer import ProgressObserver
 from slurm_elastico.interference.measurements import load_from_store
 from slurm_elastico.model import Counters
 from slurm_elastico.helper.observe import observe, with_measured
+from slurm_elastico.interference.base import SoloProfile
 from slurm_elastico.runtime.counters import CounterRecorder, counters_path, gpu_of, read_counters, write_counters
 from slurm_elastico.runtime.progress import ReportError, progress_path
 from slurm_elastico.shapes.solo import solo_profile
@@ -83,6 +85,20 @@ def test_a_counter_nvml_did_not_give_keeps_the_guess():
     fams = with_measured({1: FAM}, {(1, "mps50-0"): Counters(0.7, math.nan, math.nan, 180.0)})
     profile = solo_profile(fams[1].shape("mps50-0"), "train")
     assert (profile.sm_util, profile.membw_util, profile.mem_used_mib) == (0.7, 0.25, 1000.0)  # 0.5 x share 50; GPU MiB
+
+
+def test_the_planners_profile_is_the_constructors_field_for_field():
+    """`solo_profile` builds its profile without the dataclass constructor (`SoloProfile.of`, for speed), which
+    checks no field name: every name it sets must be a field, and the profile equal, hash and print as the
+    constructor's from the same values."""
+    fams = with_measured({1: FAM, 2: FAM}, {(1, "mps50-0"): Counters(0.7, math.nan, math.nan, 180.0)})
+    names = {f.name for f in dataclasses.fields(SoloProfile)}
+    for shape, kind in ((fams[1].shape("mps50-0"), "train"), (fams[2].shape("mps50-0"), "train"),
+                        (fams[2].shape("mps50-0"), "infer")):
+        p = solo_profile(shape, kind, "fam")
+        assert set(vars(p)) <= names
+        q = SoloProfile(**{n: getattr(p, n) for n in names})
+        assert p == q and hash(p) == hash(q) and repr(p) == repr(q)
 
 
 def test_a_measured_shape_gives_its_counters_to_the_planner_and_to_observations():
