@@ -72,6 +72,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 from slurm_elastico.planner import reshape
 
@@ -226,13 +227,13 @@ def _best(c: Claim, limit: float, prices: Sequence[float], budget: Budget | None
     `nodes`), only slots whose type has room (on the claim's nodes); with `size`, only slots of that size."""
     best, best_key = NONE, (math.inf, math.inf)
     cheapest = min(prices, default=0.0)
-    for s, (z, t, ok) in enumerate(zip(c.sizes, c.tput, c.allowed)):
-        if not ok or t <= 0 or z > limit + EPS or (size is not None and abs(z - size) > EPS):
+    top, n_prices = limit + EPS, len(prices)
+    for s, (z, t, ok, ty) in enumerate(zip(c.sizes, c.tput, c.allowed, c.types or repeat(-1))):
+        if not ok or t <= 0 or z > top or (size is not None and abs(z - size) > EPS):
             continue
-        ty = c.type_of(s)
         if budget is not None and z > budget.room(ty) + EPS or nodes is not None and z > nodes.room(c, ty, z) + EPS:
             continue
-        lam = prices[ty] if 0 <= ty < len(prices) else cheapest
+        lam = prices[ty] if 0 <= ty < n_prices else cheapest
         key = ((1.0 + lam * z) / t, z)
         if key < best_key:
             best, best_key = s, key

@@ -218,19 +218,19 @@ def _reshape(job: Job, state: GpuState, now: float, progress: Mapping[int, float
     rate_now = old.tput / seat.slow
     work = reshape.remaining_work(job.table.family.total_work, progress.get(job.view.job_id),
                                   job.view.start_time, now, rate_now)
-    faster = [s for s in job.table.by_speed if job.table.rows[s].tput > old.tput and not job.table.rows[s].gpus]
+    rows = job.table.rows
+    # (of its GPU's type: `fits` says no on another type's GPU)
+    faster = [s for s in job.table.by_speed
+              if rows[s].tput > old.tput and not rows[s].gpus and state.on_type(rows[s], g)]
     if not job.view.requeue:  # `--no-requeue`: Slurm refuses the requeue, so only an in-place reshape can work
-        faster = [s for s in faster if job.table.rows[s].share == old.share]
+        faster = [s for s in faster if rows[s].share == old.share]
     if not faster or work <= 0:
         return None
     mark = state.gained
     state.remove(seat)
     best, best_saved = None, 0.0
     for s in faster:
-        row = job.table.rows[s]
-        if not state.on_type(row, g):
-            continue  # (`fits` says no on another type's GPU)
-        row = _keeping_host(row, old)  # Slurm keeps its CPUs and memory
+        row = _keeping_host(rows[s], old)  # Slurm keeps its CPUs and memory
         slow = state.fits(seat, row, g, stays=row.share == old.share)  # a new share goes where Slurm puts it
         if slow:
             saved = reshape.saving(work, rate_now, row.tput / slow, _restart_s(job, old, row, cost_s), hysteresis)

@@ -91,45 +91,47 @@ def make_table(fam: Family, cache: PairCache, shares_per_gpu: int, types: tuple[
     have a few share levels between them: one dict for all its tables converts each once)."""
     shapes = fam.shapes
     n = len(shapes)
-    # A throughput carried over from another GPU type counts at a conservative quantile of its uncertainty
-    # (`shapes.type_speed.discounted`): a type where the job was measured wins a near tie against a guess.
-    tputs = [discounted(s.throughput, s.throughput_sigma) if s.throughput_sigma else s.throughput for s in shapes]
-    if any(s.gpu_type for s in shapes):
-        index = {t: type_index(t, types) for t in {s.gpu_type for s in shapes}}  # each type looked up once
-        gtypes = [index[s.gpu_type] for s in shapes]
-        here = [t for t, g in zip(tputs, gtypes) if g < len(types)]
-        tmax = max(here) if here else max(tputs)
-    else:  # a family of no type (every one-type cluster's): every shape runs anywhere
-        gtypes = [-1] * n
-        tmax = max(tputs)
-    # Column by column: shares in Slurm's counts from here on (the shapes' are percent).
-    res = [s.resources for s in shapes]
-    levels = {} if levels is None else levels
-    for m in {r.mps for r in res} - levels.keys():
-        if m:
-            levels[m] = shares_of(m, shares_per_gpu)
-    share = [levels[r.mps] if r.mps else 0 for r in res]
-    gpus = [r.gpus for r in res]
+    levels = {} if levels is None else levels  # shares in Slurm's counts from here on (the shapes' are percent)
+    index: dict[str, int] = {}  # each type looked up once
+    uids, tputs, share, mem, cpus, hmem, gpus, gtypes, declared = [], [], [], [], [], [], [], [], []
     # Only a share of a GPU ever sits beside another job: whole-GPU rows (all of one, or a gang) need no
     # profile in the interference model's all-pairs block (WHOLE_UID), which then is a fraction of the size.
     # The copies of one shape on several GPU types share one profile (the first's): the predictors know no
     # GPU type (a type they never saw gets their cautious view, `slowdown.for_gpu`), and one profile per copy
     # would make that block the number of types squared times larger.
-    uids = [WHOLE_UID] * n
     profiled: dict[tuple, int] = {}
-    for i, z in enumerate(share):
+    for s in shapes:  # (one pass, every column at once: an epoch makes each of its tables' rows this way)
+        r, t = s.resources, s.throughput
+        declared.append(t)
+        # A throughput carried over from another GPU type counts at a conservative quantile of its uncertainty
+        # (`shapes.type_speed.discounted`): a type where the job was measured wins a near tie against a guess.
+        tputs.append(discounted(t, s.throughput_sigma) if s.throughput_sigma else t)
+        g = index.get(s.gpu_type)
+        if g is None:
+            g = index[s.gpu_type] = type_index(s.gpu_type, types)
+        gtypes.append(g)
+        m = r.mps
+        z = levels.get(m)
+        if z is None:
+            z = levels[m] = shares_of(m, shares_per_gpu) if m else 0
+        share.append(z)
+        uid = WHOLE_UID
         if 0 < z < shares_per_gpu:
-            s, r = shapes[i], res[i]
-            twin = (s.knobs, r.mps, r.gpu_mem_mib, s.measured) if s.gpu_type else None
+            twin = (s.knobs, m, r.gpu_mem_mib, s.measured) if s.gpu_type else None
             uid = profiled.get(twin, -1) if twin is not None else -1
             if uid < 0:
                 uid = cache.add(solo_profile(s, fam.kind, fam.name))
                 if twin is not None:
                     profiled[twin] = uid
-            uids[i] = uid
-    declared = [s.throughput for s in shapes]
-    columns = (range(n), uids, tputs, share, [float(r.gpu_mem_mib) for r in res], [float(r.cpus) for r in res],
-               [float(r.host_mem_mib) for r in res], gpus, gtypes)
+        uids.append(uid)
+        mem.append(float(r.gpu_mem_mib))
+        cpus.append(float(r.cpus))
+        hmem.append(float(r.host_mem_mib))
+        gpus.append(r.gpus)
+    # T_max over the shapes of the types the cluster has (a family of no type: every shape runs anywhere)
+    here = [x for x, g in zip(tputs, gtypes) if g < len(types)] if len(index) > 1 or -1 not in index.values() else tputs
+    tmax = max(here) if here else max(tputs)
+    columns = (range(n), uids, tputs, share, mem, cpus, hmem, gpus, gtypes)
     new = tuple.__new__  # (each row made in C: `Row._make` is a Python call per row)
     rows = [new(Row, r) for r in zip(*columns)]
     return Table(fam, rows, tmax, max(declared), any(gpus), columns=(*columns, declared))
@@ -143,10 +145,12 @@ def fill_tables(tables: list[Table], cache: PairCache, per_gpu: np.ndarray, shar
         return
     sizes = [len(t.rows) for t in tables]
     of = np.repeat(np.arange(len(tables)), sizes)  # each row's table
+    n, absent = sum(sizes), len(types)
+    # The columns as `Row` types them (its ints, then the floats: throughputs and resources), the declared
+    # throughput last; read straight into arrays of the epoch's size.
     slot, uid, tput, share, mem, cpus, hmem, gpus, gtype, declared = (
-        np.array(list(chain.from_iterable(t.columns[k] for t in tables))) for k in range(len(Row._fields) + 1))
-    tput = tput.astype(float)
-    n, absent = len(slot), len(types)
+        np.fromiter(chain.from_iterable(t.columns[k] for t in tables), dtype=kind, count=n)
+        for k, kind in enumerate((np.int64, np.int64, float, np.int64, float, float, float, np.int64, np.int64, float)))
     typed = len(types) > 1
     demand = np.zeros((n, 4 + (len(types) if typed else 0)))
     demand[:, :4] = np.array([share, mem, cpus, hmem], dtype=float).T / per_gpu
