@@ -36,7 +36,7 @@ class SoloProfile:
     mps_share: int = 100
 
     @classmethod
-    def of(cls, **fields) -> SoloProfile:
+    def of(cls, fields: dict) -> SoloProfile:
         """`SoloProfile(**fields)` without the generated `__init__`, which sets a frozen dataclass's fields one
         Python call each: the planner builds one per shape of every family each epoch, and that was a tenth of
         a typed epoch's table building. Fields left out keep their defaults (the class's own values); the names

@@ -94,6 +94,9 @@ def make_table(fam: Family, cache: PairCache, shares_per_gpu: int, types: tuple[
     levels = {} if levels is None else levels  # shares in Slurm's counts from here on (the shapes' are percent)
     index: dict[str, int] = {}  # each type looked up once
     uids, tputs, share, mem, cpus, hmem, gpus, gtypes, declared = [], [], [], [], [], [], [], [], []
+    # (each column's append bound once: the loop below runs for every shape of every family, every epoch)
+    to_uid, to_tput, to_share, to_mem, to_cpus, to_hmem, to_gpus, to_gtype, to_declared = (
+        c.append for c in (uids, tputs, share, mem, cpus, hmem, gpus, gtypes, declared))
     # Only a share of a GPU ever sits beside another job: whole-GPU rows (all of one, or a gang) need no
     # profile in the interference model's all-pairs block (WHOLE_UID), which then is a fraction of the size.
     # The copies of one shape on several GPU types share one profile (the first's): the predictors know no
@@ -102,19 +105,19 @@ def make_table(fam: Family, cache: PairCache, shares_per_gpu: int, types: tuple[
     profiled: dict[tuple, int] = {}
     for s in shapes:  # (one pass, every column at once: an epoch makes each of its tables' rows this way)
         r, t = s.resources, s.throughput
-        declared.append(t)
+        to_declared(t)
         # A throughput carried over from another GPU type counts at a conservative quantile of its uncertainty
         # (`shapes.type_speed.discounted`): a type where the job was measured wins a near tie against a guess.
-        tputs.append(discounted(t, s.throughput_sigma) if s.throughput_sigma else t)
+        to_tput(discounted(t, s.throughput_sigma) if s.throughput_sigma else t)
         g = index.get(s.gpu_type)
         if g is None:
             g = index[s.gpu_type] = type_index(s.gpu_type, types)
-        gtypes.append(g)
+        to_gtype(g)
         m = r.mps
         z = levels.get(m)
         if z is None:
             z = levels[m] = shares_of(m, shares_per_gpu) if m else 0
-        share.append(z)
+        to_share(z)
         uid = WHOLE_UID
         if 0 < z < shares_per_gpu:
             twin = (s.knobs, m, r.gpu_mem_mib, s.measured) if s.gpu_type else None
@@ -123,13 +126,13 @@ def make_table(fam: Family, cache: PairCache, shares_per_gpu: int, types: tuple[
                 uid = cache.add(solo_profile(s, fam.kind, fam.name))
                 if twin is not None:
                     profiled[twin] = uid
-        uids.append(uid)
-        mem.append(float(r.gpu_mem_mib))
-        cpus.append(float(r.cpus))
-        hmem.append(float(r.host_mem_mib))
-        gpus.append(r.gpus)
+        to_uid(uid)
+        to_mem(float(r.gpu_mem_mib))
+        to_cpus(float(r.cpus))
+        to_hmem(float(r.host_mem_mib))
+        to_gpus(r.gpus)
     # T_max over the shapes of the types the cluster has (a family of no type: every shape runs anywhere)
-    here = [x for x, g in zip(tputs, gtypes) if g < len(types)] if len(index) > 1 or -1 not in index.values() else tputs
+    here = [x for x, g in zip(tputs, gtypes) if g < len(types)] if any(index) else tputs
     tmax = max(here) if here else max(tputs)
     columns = (range(n), uids, tputs, share, mem, cpus, hmem, gpus, gtypes)
     new = tuple.__new__  # (each row made in C: `Row._make` is a Python call per row)

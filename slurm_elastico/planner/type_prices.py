@@ -21,6 +21,7 @@ stays 0: the allotment as it always was).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -67,19 +68,22 @@ def type_prices(claims: Sequence[Claim], pools: Sequence[float]) -> np.ndarray:
     cap = np.maximum(np.asarray(pools, dtype=float), 1e-9)
     total = float(cap.sum())
     rows = np.arange(len(size))
-    typed, slot_type = kind >= 0, np.maximum(kind, 0)
+    slot_type = np.where(kind >= 0, kind, n_types)  # a slot of any type: the cheapest price, λ's last entry here
+    refused = ~ok
     for k in range(1, ROUNDS + 1):
-        per_slot = np.where(typed, lam[slot_type], lam.min())
-        cost = np.where(ok, (1.0 + per_slot * size) / tput, np.inf)
-        pick = np.argmin(cost, axis=1)
+        cost = 1.0 + np.append(lam, lam.min())[slot_type] * size
+        cost /= tput
+        cost[refused] = np.inf
+        pick = cost.argmin(axis=1)
         z, t = size[rows, pick], kind[rows, pick]
-        served = np.cumsum(z) <= total + EPS  # in the allotment's order, while the cluster holds them
+        served = z.cumsum() <= total + EPS  # in the allotment's order, while the cluster holds them
         counted = served & (t >= 0)
         used = np.bincount(np.maximum(t[counted], 0), weights=z[counted], minlength=n_types)
-        excess = np.clip((used - cap) / cap, -1.0, MAX_EXCESS)
-        if np.all(used <= cap + EPS) and not lam.any():
+        # (numpy's methods and min/max, not its wrapper functions: a round's arrays are small, its calls many)
+        excess = np.minimum(np.maximum((used - cap) / cap, -1.0), MAX_EXCESS)
+        if (used <= cap + EPS).all() and not lam.any():
             break  # nobody wants a type beyond what it has at zero prices
-        lam = np.maximum(0.0, lam + STEP * excess / np.sqrt(k))
+        lam = np.maximum(0.0, lam + STEP * excess / math.sqrt(k))
     return lam
 
 

@@ -14,6 +14,7 @@ Job j's cost of shape c is `w_j·(1 − v_jc) + Γ_jc + Σ_r λ_r·d_jcr`, where
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,7 +80,7 @@ def choose(p: PriceProblem, prices: np.ndarray, fixed: np.ndarray | None = None,
     """Each job's cheapest option at `prices` (ties: lowest slot); NONE when "none" wins or nothing is allowed.
     `fixed` and `out` as for `costs`."""
     c = costs(p, prices, fixed, out)
-    pick = np.argmin(c, axis=1)
+    pick = c.argmin(axis=1)
     stuck = ~np.isfinite(c[np.arange(c.shape[0]), pick])
     pick = np.where((pick == p.value.shape[1]) | stuck, NONE, pick)
     return pick
@@ -121,14 +122,15 @@ def solve(p: PriceProblem, rounds: int, step: float) -> PriceResult:
     for t in range(rounds):
         done = t + 1
         used = load(p, choice)
-        excess = np.clip((used - cap) / cap, -1.0, MAX_EXCESS)
-        if np.all(used <= p.capacity + 1e-9):
+        # (numpy's methods and min/max, not its wrapper functions: a round's arrays are small, its calls many)
+        excess = np.minimum(np.maximum((used - cap) / cap, -1.0), MAX_EXCESS)
+        if (used <= p.capacity + 1e-9).all():
             cost = float(base[rows, np.where(choice == NONE, p.value.shape[1], choice)].sum())
             if cost < best_cost:
                 best, best_prices, best_cost = choice, prices, cost
             if not prices.any():
                 break
-        prices = np.maximum(0.0, prices + step * excess / np.sqrt(t + 1.0))
+        prices = np.maximum(0.0, prices + step * excess / math.sqrt(t + 1.0))
         choice = choose(p, prices, fixed, out)
     if best is None:
         return PriceResult(prices, choice, done)

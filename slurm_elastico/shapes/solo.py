@@ -43,4 +43,4 @@ def solo_profile(shape: Shape, kind: str, model_family: str = "") -> SoloProfile
     if m is not None:
         fields.update({f: getattr(m, f) for f in ("sm_util", "membw_util", "mem_used_mib", "power_w")
                        if math.isfinite(getattr(m, f))})
-    return SoloProfile.of(**fields)
+    return SoloProfile.of(fields)
