@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 
 from slurm_elastico import pricing
 from slurm_elastico.config import PlannerSettings
@@ -307,9 +308,9 @@ def _move(job: Job, state: GpuState, now: float, progress: Mapping[int, float], 
     rows = job.table.rows
     room = state.max_free()  # what the other GPUs have (its own is `_reshape`'s question)
     idle = room >= state.total_share[g0]  # a GPU with nobody on it: a whole GPU or a gang may be there
-    faster = [s for s in job.table.by_speed
-              if (rows[s].share <= room if not rows[s].gpus else idle)
-              and reshape.saving(work, rate_now, rows[s].tput, cost_s, hysteresis) > 0][:MOVE_TRIES]
+    faster = list(islice((s for s in job.table.by_speed
+                          if (rows[s].share <= room if not rows[s].gpus else idle)
+                          and reshape.saving(work, rate_now, rows[s].tput, cost_s, hysteresis) > 0), MOVE_TRIES))
     if not faster:
         return None
     mark = state.gained
