@@ -26,7 +26,7 @@ class Row(NamedTuple):
     gtype: int = -1  # the GPU type it runs on (`Board.types` index; its throughput is there's); -1: any type
 
 
-@dataclass
+@dataclass(slots=True)
 class Seat:
     """One job's hold on one GPU (a planned job, a running one, or a foreign one)."""
 

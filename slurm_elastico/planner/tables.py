@@ -48,7 +48,7 @@ def _empty() -> np.ndarray:
     return np.zeros(0)
 
 
-@dataclass
+@dataclass(slots=True)
 class Table:
     """One distinct family, as arrays: what pricing and packing need per shape (the rows from `make_table`, the
     rest from `fill_tables`)."""
@@ -67,7 +67,7 @@ class Table:
     columns: tuple = ()  # the rows' fields as lists, one per field of `Row`, then each shape's declared throughput
 
 
-@dataclass
+@dataclass(slots=True)
 class Job:
     """One job the epoch plans: its view, its family's table, its fairness weight (`planner.weights`), its seat."""
 
