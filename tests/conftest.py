@@ -68,10 +68,7 @@ def slurm_cluster(tmp_path_factory, worker_id) -> LocalCluster:
     cluster = LocalCluster(state_dir, accounting=True, port_base=port_base)
     problem = None
     try:
-        # Workers share the run's base temporary directory; one apt-get at a time (dpkg holds a lock).
-        with open(tmp_path_factory.getbasetemp().parent / "install.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            install.ensure_installed(True)
+        install.ensure_installed(True)  # (one process at a time installs: `install.INSTALL_LOCK`)
         with cpu_share(tmp_path_factory, alone=False):  # a start is busy: never beside an `alone` test
             result = cluster.up()
     except ClusterError as exc:

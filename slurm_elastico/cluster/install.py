@@ -4,14 +4,23 @@ Runs `apt-get update` once, then `apt-get install -y --no-install-recommends`
 non-interactively. Without systemd, package scripts would try to start the
 system's own munge/slurm/mariadb services; a temporary /usr/sbin/policy-rc.d
 that exits 101 ("action forbidden") stops that.
+
+One process installs at a time (`INSTALL_LOCK`, a blocking flock): the test
+command starts six local clusters at once on a clean machine, and six
+`apt-get update`s at once fail on apt's own lock ("Could not get lock
+/var/lib/apt/lists/lock"), as one process's policy-rc.d would be removed under
+another's install. The ones that waited look again and find the packages
+there.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from slurm_elastico.errors import ClusterError
@@ -37,6 +46,9 @@ ACCOUNTING_BINARIES = {
     "mariadb": "mariadb-client",
 }
 POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
+INSTALL_LOCK = Path("/var/lib/dpkg/slurm-elastico-install.lock")
+"""Held while one process installs (dpkg's own directory: it exists wherever apt-get does, and only root writes
+there, as only root installs)."""
 # Daemons live in sbin, which a non-login root shell may lack on PATH.
 SEARCH_PATH = os.pathsep.join(
     [os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
@@ -75,21 +87,41 @@ def ensure_installed(accounting: bool) -> list[str]:
     if which("apt-get") is None:
         raise ClusterError(f"packages {', '.join(packages)} are missing and apt-get is not available "
                            "(the local cluster needs a Debian-based system)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    made_policy = not POLICY_RC_D.exists()
-    if made_policy:
-        POLICY_RC_D.write_text("#!/bin/sh\n# slurm-elastico: no service starts during package installation\nexit 101\n")
-        POLICY_RC_D.chmod(0o755)
-    try:
-        _apt(["apt-get", "update"], env, UPDATE_TIMEOUT_S)
-        _apt(install_argv(packages), env, INSTALL_TIMEOUT_S)
-    finally:
+    with _one_installer():
+        packages = missing_packages(accounting)  # another process may have installed them while this one waited
+        if not packages:
+            return []
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        made_policy = not POLICY_RC_D.exists()
         if made_policy:
-            POLICY_RC_D.unlink(missing_ok=True)
+            POLICY_RC_D.write_text("#!/bin/sh\n# slurm-elastico: no service starts during package installation\n"
+                                   "exit 101\n")
+            POLICY_RC_D.chmod(0o755)
+        try:
+            _apt(["apt-get", "update"], env, UPDATE_TIMEOUT_S)
+            _apt(install_argv(packages), env, INSTALL_TIMEOUT_S)
+        finally:
+            if made_policy:
+                POLICY_RC_D.unlink(missing_ok=True)
     still = missing_packages(accounting)
     if still:
         raise ClusterError(f"apt-get installed {', '.join(packages)} but binaries of {', '.join(still)} are still missing")
     return packages
+
+
+@contextmanager
+def _one_installer() -> Iterator[None]:
+    """`INSTALL_LOCK` held, waiting for a process that holds it (the kernel drops it when its holder ends)."""
+    try:
+        fd = os.open(INSTALL_LOCK, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise ClusterError(f"cannot open {INSTALL_LOCK}: {exc.strerror or exc}; allowed: root on a Debian system "
+                           "with dpkg") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _apt(argv: list[str], env: dict[str, str], timeout: int) -> None:

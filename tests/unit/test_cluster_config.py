@@ -274,6 +274,43 @@ def test_install_refuses_without_root_or_apt(monkeypatch):
         install.ensure_installed(False)
 
 
+def test_one_process_installs_at_a_time_and_the_ones_that_waited_find_the_packages(tmp_path, monkeypatch):
+    """The test command starts six local clusters at once: on a clean machine their six `apt-get update`s ran at
+    once, and all but one failed on apt's own lock (the lists, then dpkg's frontend). apt is a fake here (pure
+    logic: who runs it when); the live suite's first start on a clean machine is the real check."""
+    import threading
+    import time
+
+    monkeypatch.setattr(install, "INSTALL_LOCK", tmp_path / "install.lock")
+    monkeypatch.setattr(install, "POLICY_RC_D", tmp_path / "policy-rc.d")
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    done = threading.Event()
+    monkeypatch.setattr(install, "which", lambda b: "/usr/bin/" + b if done.is_set() or b == "apt-get" else None)
+    guard, running, most, calls = threading.Lock(), [0], [0], []
+
+    def apt(argv, env, timeout):
+        with guard:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            calls.append(argv[1])
+        time.sleep(0.05)
+        if argv[1] == "install":
+            done.set()
+        with guard:
+            running[0] -= 1
+
+    monkeypatch.setattr(install, "_apt", apt)
+    got: list[list[str]] = []
+    threads = [threading.Thread(target=lambda: got.append(install.ensure_installed(True))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == 1 and calls == ["update", "install"]  # one at a time, and once
+    assert sorted(len(p) for p in got) == [0, 0, 0, len(install.missing_packages(True, find=lambda b: None))]
+    assert not (tmp_path / "policy-rc.d").exists()
+
+
 def test_cli_env_and_status_of_a_stopped_cluster(tmp_path):
     import json
 
