@@ -130,7 +130,7 @@ def _ran(job: PastJob, shape: ClusterShape, parts: list[Counter], notes: Counter
     if job.ran_type and job.ran_type in gpus:
         return job.ran_type
     by_name = {n.name: n.gpu_type for n in shape.nodes}
-    if by_name.get(job.ran_on, None) in gpus:
+    if by_name.get(job.ran_on) in gpus:
         return by_name[job.ran_on]
     notes[GUESSED] += 1
     return max(gpus, key=lambda t: (gpus[t], t))

@@ -72,7 +72,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
 
 from slurm_elastico.planner import reshape
 
@@ -114,6 +113,10 @@ class Claim:
 
     def type_of(self, s: int) -> int:
         return self.types[s] if self.types else -1
+
+    def slot_types(self) -> Sequence[int]:
+        """`type_of` every slot, in order."""
+        return self.types or (-1,) * len(self.sizes)
 
 
 class Budget:
@@ -228,7 +231,7 @@ def _best(c: Claim, limit: float, prices: Sequence[float], budget: Budget | None
     best, best_key = NONE, (math.inf, math.inf)
     cheapest = min(prices, default=0.0)
     top, n_prices = limit + EPS, len(prices)
-    for s, (z, t, ok, ty) in enumerate(zip(c.sizes, c.tput, c.allowed, c.types or repeat(-1))):
+    for s, (z, t, ok, ty) in enumerate(zip(c.sizes, c.tput, c.allowed, c.slot_types())):
         if not ok or t <= 0 or z > top or (size is not None and abs(z - size) > EPS):
             continue
         if budget is not None and z > budget.room(ty) + EPS or nodes is not None and z > nodes.room(c, ty, z) + EPS:

@@ -294,9 +294,7 @@ class GpuState(SlurmPicks, Admission, OpenGpus, GangSearch):
             # The gain without the newcomer's slowdowns bounds the real one from above, and the GPU's margin is at
             # least its occupants' own (or the one of all pairs); the slack leaves ties to the full check.
             least = max(self.cache.gain_margin, max(o.margin for o in occ)) if self.per_pair else self.cache.gain_margin
-            fraction = self.fraction
-            need = (1.0 + least) * (1.0 - 1e-12) - (fraction(occ[0], occ[0].row, g, occ[0].slow) if len(occ) == 1
-                                                     else sum(fraction(o, o.row, g, o.slow) for o in occ))
+            need = (1.0 + least) * (1.0 - 1e-12) - sum(self.fraction(o, o.row, g, o.slow) for o in occ)
         self.need[g] = need
         self._lower_need_min(g)
         self._touch(g)

@@ -61,9 +61,9 @@ def unpriced(p: PriceProblem) -> np.ndarray:
 
 def costs(p: PriceProblem, prices: np.ndarray, fixed: np.ndarray | None = None,
           out: np.ndarray | None = None) -> np.ndarray:
-    """[J, C + 1] cost of each shape at `prices`; the last column is "none"; forbidden entries are inf. `fixed`:
-    `unpriced(p)`, where the caller prices one problem many times; `out`: what an earlier call with the same
-    problem returned, to be written over (its "none" column stays)."""
+    """[J, C + 1] cost of each shape at `prices`; the last column is "none"; forbidden entries are inf (they are
+    in `unpriced`). `fixed`: `unpriced(p)` itself, where the caller prices one problem many times; `out`: what an
+    earlier call with the same problem returned, to be written over (its "none" column stays)."""
     j, c = p.value.shape
     if out is None:
         out = np.empty((j, c + 1))
