@@ -57,6 +57,7 @@ the pooled threshold.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Sequence
 
 import numpy as np
@@ -155,6 +156,15 @@ def margins(pred: np.ndarray, t: np.ndarray) -> np.ndarray:
         out -= 1.0
     out[~some] = math.inf
     return out
+
+
+def margin_of(pred: float, t: Sequence[float]) -> float:
+    """`margins` of one pair, in Python floats (the same arithmetic): the planner asks for pairs one GPU at a
+    time, a few hundred in an epoch, where a table of every pair's margins would cost more than all of them."""
+    top = bisect_right(t, pred) - 1
+    if top < 0 or not math.isfinite(pred):
+        return math.inf
+    return pred / FLOORS[top] * (1.0 - 1e-12) - 1.0
 
 
 def to_json(t: np.ndarray) -> list[float | None]:

@@ -278,6 +278,14 @@ class GpuState(SlurmPicks, Admission, OpenGpus, GangSearch):
         if len(occ) < 2 or not self.cache.enabled:
             for s in occ:
                 s.slow, s.margin = 1.0, 0.0
+        elif len(occ) == 2:  # (the usual shared GPU: the general case below, written out for one pair)
+            a, b = occ
+            pairs = [(a.row.uid, b.row.uid), (b.row.uid, a.row.uid)]
+            s_ab, s_ba = self.cache.get(pairs)
+            a.slow, b.slow = 1.0 + (s_ab - 1.0), 1.0 + (s_ba - 1.0)
+            if self.cache.per_pair:
+                m_ab, m_ba = self.cache.margins(pairs)
+                a.margin, b.margin = max(m_ab, m_ba), max(m_ba, m_ab)
         else:
             pairs = [(a.row.uid, b.row.uid) for a in occ for b in occ if a is not b]
             got = iter(self.cache.get(pairs))

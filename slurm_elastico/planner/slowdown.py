@@ -110,6 +110,8 @@ class PairCache:
         self._dense_margin = np.zeros((0, 0))  # their margins (per_pair only)
         self._known: dict[tuple[int, int], float] = {}  # pairs outside the dense block
         self._known_margin: dict[tuple[int, int], float] = {}  # their margins (per_pair only)
+        self._pair_margin = None  # the scorer's `margin(i, j)`, when it answers margins pair by pair (per_pair)
+        self._margin_memo: dict[tuple[int, int], float] = {}  # what it answered
         self._scorer = None  # the model's scorer over `profiles` (models with `scorer`), past the dense limit
         self._scorer_size = 0
 
@@ -188,10 +190,16 @@ class PairCache:
         scorer = self._current_scorer()
         if n * n > 16 * self.max_dense_pairs or not scorer.tabulate():
             return False
-        slowdowns, margins = scorer.matrices()
+        # A scorer that answers one pair's margin (`margin`) is asked pair by pair, as `margins` meets them: an
+        # epoch looks up a few hundred of the table's pairs, and a table of every margin costs more.
+        one = getattr(scorer, "margin", None) if self.per_pair else None
+        slowdowns, margins = scorer.matrices(margins=False) if one is not None else scorer.matrices()
         self.model_calls += 1
         self._dense = _clean(slowdowns)
-        if self.per_pair:
+        if one is not None:
+            self.margin_calls += 1
+            self._pair_margin, self._margin_memo = one, {}
+        elif self.per_pair:
             self.margin_calls += 1
             self._dense_margin = _clean_margin(margins)
         return True
@@ -239,6 +247,9 @@ class PairCache:
         if not self.per_pair:
             return [self.margin] * len(pairs)
         if self._grow_dense():
+            if self._pair_margin is not None:  # from the scorer, each pair once
+                memo, one = self._margin_memo, self._pair_margin
+                return [memo[q] if q in memo else memo.setdefault(q, one(*q)) for q in pairs]
             return list(map(self._dense_margin.item, pairs))  # a Python float each, without numpy's scalar indexing
         self._lookup(pairs)
         known = self._known_margin

@@ -5,7 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from slurm_elastico.interference.admission import FLOORS, TARGET, from_json, margins, thresholds, to_json
+from slurm_elastico.interference.admission import (
+    FLOORS, TARGET, from_json, margin_of, margins, thresholds, to_json,
+)
 
 
 def _at(t, floor):
@@ -35,6 +37,21 @@ def test_margins_reproduce_the_thresholds_at_every_floor():
     m = margins(query, t)
     for f in FLOORS[::7]:
         assert np.array_equal(query >= f * (1 + m), query >= _at(t, f))
+
+
+def test_one_pairs_margin_is_the_tables_to_the_bit():
+    # The planner asks `margin_of` pair by pair; it must answer what `margins` gives the same pair in a table:
+    # below every threshold, between them, on one, above all, not finite, under -inf and inf thresholds.
+    rng = np.random.default_rng(2)
+    truth = rng.uniform(0.2, 0.9, 300)
+    t = thresholds([(truth * rng.uniform(0.8, 1.2, 300), truth)])
+    t[:5], t[-3:] = -math.inf, math.inf
+    query = np.concatenate([rng.uniform(0.0, 1.2, 500), t[np.isfinite(t)][::9], [math.nan, math.inf, 0.0, 1e-9]])
+    for thresholds_ in (t, thresholds([])):
+        table = margins(query, thresholds_)
+        one = np.array([margin_of(q, thresholds_.tolist()) for q in query.tolist()])
+        assert np.array_equal(table, one)
+    assert np.isfinite(table).sum() == 0 and np.isfinite(margins(query, t)).sum() > 400
 
 
 def test_no_evidence_and_no_bound():

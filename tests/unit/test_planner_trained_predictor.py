@@ -132,3 +132,19 @@ def test_an_epoch_plans_the_same_through_the_scorer_as_through_plain_calls(model
     # The instance shares GPUs: the slowdowns and per-pair margins decided something.
     on_gpu = [(p.node, p.gpu) for p in fast.placements]
     assert len(set(on_gpu)) < len(on_gpu)
+
+
+@pytest.mark.parametrize("gpu", ["", "h100"])
+def test_one_pairs_margin_is_the_margin_tables_even_where_a_slowdown_is_not_finite(models, observations, gpu):
+    # The pair cache asks the prior-corrected scorer for margins pair by pair (`margin`), not as a table; both must
+    # agree to the bit, also where a slowdown is NaN or inf (a model that could not say: refused, margin inf).
+    model = for_gpu(models["prior-corrected"], gpu)
+    profiles = _profiles(observations, ("LM", "novel"))
+    n = len(profiles)
+    scorer = model.scorer(profiles)
+    assert scorer.tabulate()
+    scorer.table[1, 2], scorer.table[3, 1], scorer.table[2, 4] = np.nan, np.inf, 1e300
+    table = scorer.matrices()[1]
+    one = np.array([[scorer.margin(i, j) for j in range(n)] for i in range(n)])
+    assert np.array_equal(one, table)
+    assert np.isinf(one[1, 2]) and np.isinf(one[2, 1]) and np.isfinite(one).sum() > n  # NaN: refused both ways

@@ -59,6 +59,11 @@ def distance2(a: Jobs, b: Jobs, cfg: KernelConfig) -> tuple[np.ndarray, np.ndarr
         if not (na.any() or nb.any()):  # (the same sum without the masks: the planner's epoch encodes every shape)
             d2 += weight * ((xa - xb) / cfg.num_scale) ** 2
             continue
+        # (the same sum where one side never measured it, as the planner's shapes their batch and the training
+        # pairs their counters: 0 + (na ^ nb), the other side's measured mask)
+        if na.all() or nb.all():
+            d2 += weight * ~(nb if na.all() else na)
+            continue
         diff = np.where(na | nb, 0.0, (np.nan_to_num(xa) - np.nan_to_num(xb)) / cfg.num_scale) ** 2
         d2 += weight * (diff + (na ^ nb))
     same_family = (a.family[:, None] == b.family[None, :]) & (a.family[:, None] >= 0)

@@ -7,12 +7,13 @@ the planner's pair cache by index, tabulating every pair at once when that is ch
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from slurm_elastico.interference.admission import margins
+from slurm_elastico.interference.admission import margin_of, margins
 from slurm_elastico.interference.base import ContentionModel, SoloProfile, distinct
 from slurm_elastico.interference.errors import ModelFileError
 from slurm_elastico.interference.measurements import Colocation
@@ -145,19 +146,25 @@ class PriorCorrected:
         known = set(self.encoder.families)
         return np.array([p.model_family not in known for p in profiles], dtype=bool)
 
+    def _thresholds(self, new: bool) -> np.ndarray:
+        """The admission thresholds of a pair on this view's GPU type (an unseen one: its kind of shift's); `new`:
+        whether the pair holds a job of a family training never saw."""
+        t = self.admission
+        if self.gpu is not None and not self.seen_gpu(self.gpu):
+            direction = shift_direction(self.gpu, self.gpu_types)
+            return t[f"gpu_{direction}" if direction else "gpu"]
+        return t["family"] if new else t["seen"]
+
     def _margins_of(self, worst: np.ndarray, new: np.ndarray) -> np.ndarray:
         """Margin of each pair from its predicted worst normalized throughput `worst` (any shape); `new` (same
         shape): whether the pair holds a job of a family training never saw. Elementwise, so one call per
         threshold set over all the pairs it applies to."""
-        t = self.admission
-        if self.gpu is not None and not self.seen_gpu(self.gpu):
-            direction = shift_direction(self.gpu, self.gpu_types)
-            return margins(worst, t[f"gpu_{direction}" if direction else "gpu"])
-        if new.all():  # common in the planner: its jobs' families are rarely training's
-            return margins(worst, t["family"])
-        out = margins(worst, t["seen"])
+        seen, fresh = self._thresholds(False), self._thresholds(True)
+        if new.all() or seen is fresh:  # (the planner's usual case: its jobs' families are rarely training's; on an
+            return margins(worst, fresh)  # unseen GPU type one set is every pair's)
+        out = margins(worst, seen)
         if new.any():
-            out[new] = margins(worst[new], t["family"])
+            out[new] = margins(worst[new], fresh)
         return out
 
     def scorer(self, profiles: Sequence[SoloProfile]) -> _Scorer:
@@ -212,6 +219,7 @@ class _Scorer:
         self.table: np.ndarray | None = None  # slowdowns of all pairs
         self._table_margins: np.ndarray | None = None  # their margins, once asked for
         self._parts: tuple | None = None  # the profiles' encoding and kernels (`PriorCorrected._parts`), once
+        self._one: tuple | None = None  # for `margin`: the table's `item`, `unseen` and both thresholds as lists
 
     def parts(self) -> tuple:
         if self._parts is None:
@@ -233,10 +241,25 @@ class _Scorer:
                                                          self.unseen[:, None] | self.unseen)
         return self._table_margins
 
-    def matrices(self) -> tuple[np.ndarray, np.ndarray]:
-        """(slowdowns, margins) of every pair, [i, j] for profiles[i] next to profiles[j]; after `tabulate`."""
+    def matrices(self, margins: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+        """(slowdowns, margins) of every pair, [i, j] for profiles[i] next to profiles[j]; after `tabulate`.
+        `margins` False: None for the margins, which `margin` then answers pair by pair."""
         assert self.table is not None, "matrices() before tabulate()"
-        return self.table, self._margin_table()
+        return self.table, self._margin_table() if margins else None
+
+    def margin(self, i: int, j: int) -> float:
+        """The margin of profiles[i] next to profiles[j], as `matrices()` has it, from the table (after
+        `tabulate`) in Python floats: the planner asks for a few hundred pairs of the table's ~10^5."""
+        if self._one is None:
+            model = self.model
+            self._one = (self.table.item, self.unseen.tolist(), model._thresholds(False).tolist(),
+                         model._thresholds(True).tolist())
+        item, unseen, old, new = self._one
+        a, b = item(i, j), item(j, i)
+        worst = a if a > b else b  # (`np.maximum`: NaN if either is)
+        if a != a or b != b:
+            worst = math.nan
+        return margin_of(1.0 / worst, new if unseen[i] or unseen[j] else old)
 
     def against(self, ia: np.ndarray, partners: Sequence[SoloProfile]) -> np.ndarray:
         """Slowdown of profiles[ia[k]] next to partners[k], profiles the scorer does not hold (the planner's stand-in
