@@ -126,6 +126,7 @@ class GpuState(SlurmPicks, Admission, OpenGpus, GangSearch):
         self.changes = 0
         self.cut_short = 0
         self.unplaced: dict[tuple, int] = {}
+        self._bounds: dict[int, tuple[int, tuple[list[int], list[float]]]] = {}  # `bounds` per type, at `changes`
         self._init_open()  # each bucket's GPUs that Slurm could give a share (`planner.shadows`)
 
     # -- bookkeeping -------------------------------------------------------
@@ -328,7 +329,11 @@ class GpuState(SlurmPicks, Admission, OpenGpus, GangSearch):
         gain rule's bucket bounds (`need_min`) at that level and above. `find` for a row of type t finds nothing when
         no level reaches its share, or when the newcomer alone (`alone`) is below the least bound from its share up:
         it scans only those buckets. A search that finds nothing only raises bounds, so the answer holds until
-        something is placed or removed. (A type no GPU has: no level.)"""
+        something is placed or removed. (A type no GPU has: no level.) Kept while the ledger's `changes` stands (jobs
+        of one family ask again and again): a search in between only raises the bounds, so the kept ones hold."""
+        kept = self._bounds.get(t)
+        if kept is not None and kept[0] == self.changes:
+            return kept[1]
         if t >= 0 and t not in self.type_levels:
             return [], []
         levels = self.type_levels[t] if t >= 0 else self.levels
@@ -339,7 +344,8 @@ class GpuState(SlurmPicks, Admission, OpenGpus, GangSearch):
             if low == low and not v >= low:  # (a NaN bound stays NaN from there down: never a reason to skip)
                 low = v
             least[i] = low
-        return list(levels), least
+        self._bounds[t] = (self.changes, (list(levels), least))
+        return self._bounds[t][1]
 
     def find(self, seat: Seat, row: Row) -> tuple[int, float]:
         """(GPU, slowdown) of the best-fit GPU for `row`, or (-1, 0.0).
