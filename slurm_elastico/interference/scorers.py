@@ -130,12 +130,12 @@ class Derived:
 
     def slowdown(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
         if self.table is not None:
-            return self.table[0][ia, ib]
+            return pick(self.table[0], ia, ib)
         return self._slow(self.inner, ia, ib)
 
     def margins(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
         if self.table is not None:
-            return self.table[1][ia, ib]
+            return pick(self.table[1], ia, ib)
         inner = self.inner
         return self._margin(inner, ia, ib, lambda: (self._slow(inner, ia, ib), self._slow(inner, ib, ia)))
 
@@ -175,8 +175,14 @@ def values_against(keys: Sequence[Hashable], key_of: Callable[[list[SoloProfile]
 def _is_grid(ia: np.ndarray, ib: np.ndarray, n: int) -> bool:
     """Whether (ia, ib) is every pair of n profiles as `Derived.tabulate` asks: a column of 0..n-1 and a row of
     0..n-1."""
-    return (ia.shape == (n, 1) and ib.shape == (1, n) and n > 0 and bool(np.all(ia[:, 0] == np.arange(n)))
-            and bool(np.all(ib[0] == np.arange(n))))
+    return (np.shape(ia) == (n, 1) and np.shape(ib) == (1, n) and n > 0
+            and bool(np.all(ia[:, 0] == np.arange(n))) and bool(np.all(ib[0] == np.arange(n))))
+
+
+def pick(table: np.ndarray, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
+    """`table[ia, ib]`, a new array; for every pair (`_is_grid`: a wrapper's table asked of its inner scorer's) a
+    copy of the table, several times quicker than numpy's indexing of each pair."""
+    return table.copy() if _is_grid(ia, ib, len(table)) else table[ia, ib]
 
 
 class PairValues:

@@ -17,6 +17,7 @@ from slurm_elastico.interference.admission import margin_of, margins
 from slurm_elastico.interference.base import ContentionModel, SoloProfile, distinct
 from slurm_elastico.interference.errors import ModelFileError
 from slurm_elastico.interference.measurements import Colocation
+from slurm_elastico.interference.scorers import pick
 from slurm_elastico.interference.transfer import modelfile
 from slurm_elastico.interference.transfer.calibration import Cross, margins_from_heldout
 from slurm_elastico.interference.transfer.encoding import Encoder, shift_direction
@@ -273,12 +274,12 @@ class _Scorer:
 
     def slowdown(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
         if self.table is not None or len(self.profiles) ** 2 <= 4 * len(ia) and self.tabulate():
-            return self.table[ia, ib]
+            return pick(self.table, ia, ib)
         return self.model.predict(*self._pairs(ia, ib))
 
     def margins(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
         if self.table is not None or len(self.profiles) ** 2 <= 4 * len(ia) and self.tabulate():
-            return self._margin_table()[ia, ib]
+            return pick(self._margin_table(), ia, ib)
         a, b = self._pairs(ia, ib)
         worst = 1.0 / np.maximum(self.model.predict(a, b), self.model.predict(b, a))
         return self.model._margins_of(worst, self.unseen[ia] | self.unseen[ib])
