@@ -66,6 +66,7 @@ TARGET = 0.10  # share of truly bad held-out pairs that may be admitted, at ever
 FLOORS = tuple(round(0.05 + 0.01 * i, 2) for i in range(95))  # 0.05 .. 0.99
 
 _FLOORS = np.array(FLOORS)
+_SLACK = 1.0 - 1e-12  # a margin's factor below exact: see `margins`
 Group = tuple[np.ndarray, np.ndarray]  # (predicted, true) worst normalized throughput of each held-out pair
 
 
@@ -150,9 +151,9 @@ def margins(pred: np.ndarray, t: np.ndarray) -> np.ndarray:
     np.maximum(top, 0, out=top)
     out = np.asarray(_FLOORS.take(top))  # the floor L(p)
     with np.errstate(invalid="ignore"):
-        # (1 − 1e-12): floor × (1 + margin) <= pred must hold at floor L(p) itself, whatever the rounding
+        # (`_SLACK`: floor × (1 + margin) <= pred must hold at floor L(p) itself, whatever the rounding)
         np.divide(pred, out, out=out)
-        out *= 1.0 - 1e-12
+        out *= _SLACK
         out -= 1.0
     out[~some] = math.inf
     return out
@@ -164,7 +165,7 @@ def margin_of(pred: float, t: Sequence[float]) -> float:
     top = bisect_right(t, pred) - 1
     if top < 0 or not math.isfinite(pred):
         return math.inf
-    return pred / FLOORS[top] * (1.0 - 1e-12) - 1.0
+    return pred / FLOORS[top] * _SLACK - 1.0
 
 
 def to_json(t: np.ndarray) -> list[float | None]:

@@ -4,7 +4,9 @@ The planner's pair cache (`planner.slowdown.PairCache`) gives a model with `scor
 once and asks for pairs by index; the scorer tabulates every pair at once when there are not too many
 (`tabulate`), so a lookup is an index. A scorer has `profiles`, `tabulate(limit)`, `matrices()` (after
 `tabulate`), `slowdown(ia, ib)`, `margins(ia, ib)` and `against(ia, partners)` (profiles[ia[k]] next to
-partners[k], profiles it does not hold: the planner's stand-in neighbours).
+partners[k], profiles it does not hold: the planner's stand-in neighbours). One that can give a single pair's
+margin as a float (`margin(i, j)`, the prior-corrected model's) is asked for margins pair by pair instead, as
+the epoch meets them (`matrices(margins=False)`: no table of every pair's margin).
 
 A model that wraps another (the few-shot adaptation `adapt.AdaptedView`, the online learner
 `adapt_online.OnlineAdapted`, the refusals of probe and revert `probe.RefusingModel`) answers through

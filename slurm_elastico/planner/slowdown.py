@@ -23,7 +23,8 @@ pair).
 
 Admission margins come from the same cache: a model with
 `admission_margins(a, b)` is asked for every pair's margin in one call next to
-each prediction call; one with only `admission_margin` (or neither: 0) gives
+each prediction call (a scorer with `margin(i, j)` for each pair the epoch
+looks up, once: a few hundred of a table's ~10^5); one with only `admission_margin` (or neither: 0) gives
 one margin for all pairs (`per_pair` is then False and packing never looks
 margins up). `for_gpu` gives the model as it should be used on the cluster's
 GPU type.

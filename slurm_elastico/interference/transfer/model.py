@@ -161,8 +161,10 @@ class PriorCorrected:
         shape): whether the pair holds a job of a family training never saw. Elementwise, so one call per
         threshold set over all the pairs it applies to."""
         seen, fresh = self._thresholds(False), self._thresholds(True)
-        if new.all() or seen is fresh:  # (the planner's usual case: its jobs' families are rarely training's; on an
-            return margins(worst, fresh)  # unseen GPU type one set is every pair's)
+        # (one call where one set is every pair's: the planner's jobs' families are rarely training's, and on an
+        # unseen GPU type no pair's family matters)
+        if new.all() or seen is fresh:
+            return margins(worst, fresh)
         out = margins(worst, seen)
         if new.any():
             out[new] = margins(worst[new], fresh)
@@ -212,7 +214,8 @@ class PriorCorrected:
 
 class _Scorer:
     """Pairs of fixed profiles by index: every pair tabulated at once (`tabulate`), or the pairs asked for. The
-    table's margins are computed when first asked for (a model that wraps this one may keep only the slowdowns)."""
+    table's margins are computed when first asked for (a model that wraps this one may keep only the slowdowns), or
+    one pair's at a time (`margin`: the planner's pair cache, which looks up a few hundred of them)."""
 
     def __init__(self, model: PriorCorrected, profiles: list[SoloProfile]):
         self.model, self.profiles = model, profiles
