@@ -1,9 +1,10 @@
 """The planner's fast path with a trained predictor answers what the model answers pair by pair.
 
-The pair cache takes a scorer's all-pairs tables (`scorer.matrices()`), and the prior-corrected scorer gives
-the margins pair by pair from its table (`margin`), others the margins of the whole table at once; the model's own per-pair calls (`predict`, `admission_margins` on a few
-pairs) compute each pair on its own. Both must give the same slowdowns and margins, on every kind of pair
-(families seen and unseen, seen and unseen GPU types), and a planner epoch must plan the same through either.
+The pair cache takes a scorer's all-pairs tables (`scorer.matrices()`); the prior-corrected scorer gives the
+margins pair by pair from its table (`margin`), others the margins of the whole table at once. The model's own
+per-pair calls (`predict`, `admission_margins` on a few pairs) compute each pair on its own. Both must give the
+same slowdowns and margins, on every kind of pair (families seen and unseen, seen and unseen GPU types), and a
+planner epoch must plan the same through either.
 """
 
 import dataclasses
