@@ -6,7 +6,7 @@ once and asks for pairs by index; the scorer tabulates every pair at once when t
 `tabulate`), `slowdown(ia, ib)`, `margins(ia, ib)` and `against(ia, partners)` (profiles[ia[k]] next to
 partners[k], profiles it does not hold: the planner's stand-in neighbours). One that can give a single pair's
 margin as a float (`margin(i, j)`, the prior-corrected model's) is asked for margins pair by pair instead, as
-the epoch meets them (`matrices(margins=False)`: no table of every pair's margin).
+the epoch meets them (`matrices(with_margins=False)`: no table of every pair's margin).
 
 A model that wraps another (the few-shot adaptation `adapt.AdaptedView`, the online learner
 `adapt_online.OnlineAdapted`, the refusals of probe and revert `probe.RefusingModel`) answers through

@@ -194,7 +194,7 @@ class PairCache:
         # A scorer that answers one pair's margin (`margin`) is asked pair by pair, as `margins` meets them: an
         # epoch looks up a few hundred of the table's pairs, and a table of every margin costs more.
         one = getattr(scorer, "margin", None) if self.per_pair else None
-        slowdowns, margins = scorer.matrices(margins=False) if one is not None else scorer.matrices()
+        slowdowns, margins = scorer.matrices(with_margins=False) if one is not None else scorer.matrices()
         self.model_calls += 1
         self._dense = _clean(slowdowns)
         if one is not None:

@@ -245,11 +245,11 @@ class _Scorer:
                                                          self.unseen[:, None] | self.unseen)
         return self._table_margins
 
-    def matrices(self, margins: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+    def matrices(self, with_margins: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
         """(slowdowns, margins) of every pair, [i, j] for profiles[i] next to profiles[j]; after `tabulate`.
-        `margins` False: None for the margins, which `margin` then answers pair by pair."""
+        `with_margins` False: None for the margins, which `margin` then answers pair by pair."""
         assert self.table is not None, "matrices() before tabulate()"
-        return self.table, self._margin_table() if margins else None
+        return self.table, self._margin_table() if with_margins else None
 
     def margin(self, i: int, j: int) -> float:
         """The margin of profiles[i] next to profiles[j], as `matrices()` has it, from the table (after
