@@ -84,6 +84,11 @@ class Admission:
                        got: list[float], slow: float, g: int) -> float:
         """`fits` with a margin per pair; `pairs` (and `got`) are row→each occupant, then each occupant→row."""
         k = len(occ)
+        least = self.cache.gain_margin
+        # The gain rule at the least margin any pair may have (below, each is at least that): a placement that does
+        # not gain even so is refused without a margin looked up; with a trained model most candidates end here.
+        if not self._gains(seat, row, g, occ, got, slow, [least] * k, least):
+            return 0.0
         ms = self.cache.margins(pairs)
         pair_m = [max(x, y) for x, y in zip(ms[:k], ms[k:])]
         checked = slow * (1.0 + max(pair_m))
@@ -96,7 +101,6 @@ class Admission:
                 return 0.0
         # The GPU's margin: the largest of its pairs' after the placement (an occupant's `margin` is its pairs'),
         # never below the model's margin for the gain rule (admission margins may be below 0).
-        least = self.cache.gain_margin
         gpu_m = max(least, max(pair_m), max(o.margin for o in occ))
         gain_m = [max(least, m) for m in pair_m]
         return slow if self._gains(seat, row, g, occ, got, slow, gain_m, gpu_m) else 0.0
