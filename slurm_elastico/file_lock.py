@@ -4,8 +4,9 @@ The kernel drops a flock when its process ends, however it ends (a SIGKILLed
 holder leaves nothing to clean up). The holder writes a JSON record (its pid
 and whatever else identifies it) into the file once it holds it, so the one
 refused can say who holds it. Used for one helper per cluster
-(`helper.lock`) and one running job per checkpoint directory
-(`jobwrap.job.ckpt_lock`).
+(`helper.lock`), one running job per checkpoint directory
+(`jobwrap.job.ckpt_lock`), and, waiting its turn instead of refused, one
+package installation at a time (`cluster.install`).
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ class Busy(Exception):
 
 @contextmanager
 def held(path: Path, holder: dict, on_unlockable: Callable[[OSError], None] | None = None,
-         shared: bool = False) -> Iterator[IO[str]]:
+         shared: bool = False, wait: bool = False) -> Iterator[IO[str]]:
     """flock `path` without waiting and write `holder` into it, for as long as the block runs; `Busy(record)`
-    when another process holds it. A file system that cannot lock (`flock` fails otherwise) raises
+    when another process holds it (`wait`: wait until it is let go instead). A file system that cannot lock (`flock` fails otherwise) raises
     `ConfigError`, or, with `on_unlockable`, is reported to it and the block runs unlocked.
 
     The file is its owner's alone, 0600 (set again by the owner: anyone who can open a lock file can take it, and
@@ -55,7 +56,7 @@ def held(path: Path, holder: dict, on_unlockable: Callable[[OSError], None] | No
                                    "may write"]) from None
     with f:
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(f, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise Busy(read_holder(f)) from None
         except OSError as exc:

@@ -5,7 +5,7 @@ non-interactively. Without systemd, package scripts would try to start the
 system's own munge/slurm/mariadb services; a temporary /usr/sbin/policy-rc.d
 that exits 101 ("action forbidden") stops that.
 
-One process installs at a time (`INSTALL_LOCK`, a blocking flock): the test
+One process installs at a time (`INSTALL_LOCK`, `file_lock.held` waiting its turn): the test
 command starts six local clusters at once on a clean machine, and six
 `apt-get update`s at once fail on apt's own lock ("Could not get lock
 /var/lib/apt/lists/lock"), as one process's policy-rc.d would be removed under
@@ -15,15 +15,14 @@ there.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from slurm_elastico.errors import ClusterError
+from slurm_elastico.file_lock import held
 
 # binary -> Debian package providing it (same names on Debian 12 and 13).
 CORE_BINARIES = {
@@ -87,7 +86,7 @@ def ensure_installed(accounting: bool) -> list[str]:
     if which("apt-get") is None:
         raise ClusterError(f"packages {', '.join(packages)} are missing and apt-get is not available "
                            "(the local cluster needs a Debian-based system)")
-    with _one_installer():
+    with held(INSTALL_LOCK, {"pid": os.getpid(), "installing": packages}, wait=True):
         packages = missing_packages(accounting)  # another process may have installed them while this one waited
         if not packages:
             return []
@@ -107,21 +106,6 @@ def ensure_installed(accounting: bool) -> list[str]:
     if still:
         raise ClusterError(f"apt-get installed {', '.join(packages)} but binaries of {', '.join(still)} are still missing")
     return packages
-
-
-@contextmanager
-def _one_installer() -> Iterator[None]:
-    """`INSTALL_LOCK` held, waiting for a process that holds it (the kernel drops it when its holder ends)."""
-    try:
-        fd = os.open(INSTALL_LOCK, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise ClusterError(f"cannot open {INSTALL_LOCK}: {exc.strerror or exc}; allowed: root on a Debian system "
-                           "with dpkg") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 def _apt(argv: list[str], env: dict[str, str], timeout: int) -> None:
