@@ -94,7 +94,7 @@ class ContentionModel:
         block, rows = self.predict_blocks(profiles)
         return block.take(rows, 0).take(rows, 1)
 
-    def predict_blocks(self, profiles: Sequence[SoloProfile]) -> tuple[np.ndarray, np.ndarray]:
+    def predict_blocks(self, profiles: Sequence[SoloProfile]) -> tuple[np.ndarray, list[int]]:
         """All pairs at once, as (block, rows): the slowdown of profiles[i] next to profiles[j] is
         block[rows[i], rows[j]]. A slowdown depends on the two (SM, bandwidth) demands alone, and a cluster's
         profiles have a few distinct ones (the kinds at each share): computed once per pair of those."""
@@ -103,7 +103,7 @@ class ContentionModel:
         rows = [at.setdefault(d, len(at)) for d in zip(sm.tolist(), bw.tolist())]  # by rows sorts, 10x slower)
         demand = np.array(list(at), dtype=float).reshape(-1, 2)
         sm, bw = demand[:, 0], demand[:, 1]
-        return self._slowdown(sm[:, None], bw[:, None], sm[None, :], bw[None, :]), np.array(rows, dtype=np.int64)
+        return self._slowdown(sm[:, None], bw[:, None], sm[None, :], bw[None, :]), rows
 
     def _slowdown(self, sm_a, bw_a, sm_b, bw_b) -> np.ndarray:
         memory_bound = bw_a / np.maximum(np.maximum(bw_a, sm_a), 1e-9)

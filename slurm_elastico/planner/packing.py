@@ -344,8 +344,9 @@ class GpuState(SlurmPicks, Admission, OpenGpus, GangSearch):
             if low == low and not v >= low:  # (a NaN bound stays NaN from there down: never a reason to skip)
                 low = v
             least[i] = low
-        self._bounds[t] = (self.changes, (list(levels), least))
-        return self._bounds[t][1]
+        out = (list(levels), least)
+        self._bounds[t] = (self.changes, out)
+        return out
 
     def find(self, seat: Seat, row: Row) -> tuple[int, float]:
         """(GPU, slowdown) of the best-fit GPU for `row`, or (-1, 0.0).

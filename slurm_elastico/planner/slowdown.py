@@ -148,7 +148,7 @@ class PairCache:
         if m == 0 and not self.per_pair and _blocks(self.model):
             self.model_calls += 1
             block, rows = self.model.predict_blocks(p)
-            self._block, self._rows = _clean(np.asarray(block, dtype=float)), np.asarray(rows).tolist()
+            self._block, self._rows = _clean(np.asarray(block, dtype=float)), rows
             return True
         if self._block is not None:  # profiles added since: every pair's table from here on (the same numbers)
             self._dense = self._block.take(self._rows, 0).take(self._rows, 1)
