@@ -317,3 +317,20 @@ def test_the_gain_bound_learnt_on_one_gpu_type_does_not_skip_another_types_gpus(
         state.place(seat, row, g)
     assert state.find(*seat_row_of(3, 0.5, 0)) == (-1, 0.0)  # 0.3 + 0.5 < 1 + MIN_GAIN on type 0's GPU
     assert state.find(*seat_row_of(4, 0.5, 1))[0] == 1  # 0.9 + 0.5 gains on type 1's
+
+
+def test_the_gain_rules_bounds_are_kept_while_the_ledger_stands_and_follow_its_changes():
+    # `bounds` keeps its answer while nothing changes (jobs of one family ask it again and again); a placement must
+    # give a new one (the GPU's free share moves to another level), and so must a search that learnt what a
+    # newcomer needs there once something else changes.
+    state = gpu(Even(1.0))
+    before = state.bounds(-1)
+    assert state.bounds(-1) is before and before == ([100], [-np.inf])
+    seat, row = seat_row(state, 1, 50, 0.9, 1.0)
+    state.place(seat, row, 0)
+    assert state.bounds(-1) == ([50], [-np.inf])  # nothing learnt of level 50 yet
+    assert state.find(*seat_row(state, 2, 25, 0.1, 1.0)) == (-1, 0.0)  # 0.9 + 0.1 does not gain: bucket scanned
+    assert state.bounds(-1)[1] == [-np.inf]  # kept: the ledger has not changed, and a lower bound still holds
+    state.block(0, 5)
+    levels, least = state.bounds(-1)
+    assert levels == [45] and least == [-np.inf]  # a new level, nothing learnt of it
