@@ -70,8 +70,11 @@ def type_prices(claims: Sequence[Claim], pools: Sequence[float]) -> np.ndarray:
     rows = np.arange(len(size))
     slot_type = np.where(kind >= 0, kind, n_types)  # a slot of any type: the cheapest price, λ's last entry here
     refused = ~ok
+    priced = np.empty(n_types + 1)  # each type's λ, then the cheapest (a slot of any type's)
     for k in range(1, ROUNDS + 1):
-        cost = 1.0 + np.append(lam, lam.min())[slot_type] * size
+        priced[:n_types] = lam
+        priced[n_types] = lam.min()
+        cost = 1.0 + priced[slot_type] * size
         cost /= tput
         cost[refused] = np.inf
         pick = cost.argmin(axis=1)

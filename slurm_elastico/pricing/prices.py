@@ -59,15 +59,12 @@ def unpriced(p: PriceProblem) -> np.ndarray:
     return out
 
 
-def costs(p: PriceProblem, prices: np.ndarray, fixed: np.ndarray | None = None,
-          out: np.ndarray | None = None) -> np.ndarray:
+def costs(p: PriceProblem, prices: np.ndarray, fixed: np.ndarray | None = None) -> np.ndarray:
     """[J, C + 1] cost of each shape at `prices`; the last column is "none"; forbidden entries are inf (they are
-    in `unpriced`). `fixed`: `unpriced(p)` itself, where the caller prices one problem many times; `out`: what an
-    earlier call with the same problem returned, to be written over (its "none" column stays)."""
+    in `unpriced`). `fixed`: `unpriced(p)` itself, where the caller has it."""
     j, c = p.value.shape
-    if out is None:
-        out = np.empty((j, c + 1))
-        out[:, c] = np.where(p.optional, p.weight, np.inf)
+    out = np.empty((j, c + 1))
+    out[:, c] = np.where(p.optional, p.weight, np.inf)
     priced = p.demand @ prices
     if p.group is not None:
         priced = priced[p.group]
@@ -77,12 +74,26 @@ def costs(p: PriceProblem, prices: np.ndarray, fixed: np.ndarray | None = None,
 
 def choose(p: PriceProblem, prices: np.ndarray, fixed: np.ndarray | None = None,
            out: np.ndarray | None = None) -> np.ndarray:
-    """Each job's cheapest option at `prices` (ties: lowest slot); NONE when "none" wins or nothing is allowed.
-    `fixed` and `out` as for `costs`."""
-    c = costs(p, prices, fixed, out)
-    pick = c.argmin(axis=1)
-    stuck = ~np.isfinite(c[np.arange(c.shape[0]), pick])
-    pick = np.where((pick == p.value.shape[1]) | stuck, NONE, pick)
+    """Each job's cheapest option at `prices` (ties: lowest slot, a shape before "none"); NONE when "none" wins or
+    nothing is allowed. `fixed`: `unpriced(p)` itself, where the caller prices one problem many times; `out`: a
+    [J, C] array for the shapes' costs, written over (the rounds of `solve` reuse one).
+
+    The shapes' costs are compared with "none" apart rather than as one more column of `costs`: a contiguous
+    [J, C] sum and one comparison, where the column would make every round's sum strided (same picks)."""
+    j, c = p.value.shape
+    if c == 0:
+        return np.full(j, NONE)
+    priced = p.demand @ prices
+    if p.group is not None:
+        priced = priced.take(p.group, axis=0)
+    shapes = np.add(unpriced(p) if fixed is None else fixed, priced, out=out)
+    pick = shapes.argmin(axis=1)
+    best = shapes[np.arange(j), pick]
+    # "none" costs the weight (inf where the job may not stay out): it wins only below the best shape; a best shape
+    # that is not finite (nothing allowed) or NaN is no choice either.
+    keep = best <= np.where(p.optional, p.weight, np.inf)
+    keep &= np.isfinite(best)
+    pick[~keep] = NONE
     return pick
 
 
@@ -91,7 +102,8 @@ def load(p: PriceProblem, choice: np.ndarray) -> np.ndarray:
     if choice.size == 0:
         return np.zeros(p.capacity.shape)
     picked = p.demand[np.arange(choice.size) if p.group is None else p.group, np.maximum(choice, 0)]
-    return (picked * (choice != NONE)[:, None]).sum(axis=0)
+    picked[choice == NONE] = 0.0
+    return picked.sum(axis=0)
 
 
 def solve(p: PriceProblem, rounds: int, step: float) -> PriceResult:
@@ -113,7 +125,7 @@ def solve(p: PriceProblem, rounds: int, step: float) -> PriceResult:
     # w·(1 − T/Tmax) + Γ for a shape, w for "none".
     fixed = unpriced(p)  # computed once, not every round
     base = costs(p, np.zeros(r), fixed)
-    out = base.copy()  # each round's costs are written over it
+    out = np.empty_like(fixed)  # each round's shape costs are written over it
     base = np.where(np.isfinite(base), base, p.weight[:, None])  # a job left out (stuck or not) loses its weight
     rows = np.arange(p.value.shape[0])
     best, best_prices, best_cost = None, prices, np.inf

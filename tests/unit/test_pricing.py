@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_elastico.pricing import NONE, PriceProblem, choose, load, solve
+from slurm_elastico.pricing import NONE, PriceProblem, choose, costs, load, solve
 
 
 def problem(value, demand, weight, capacity, allowed=None, penalty=None, optional=None) -> PriceProblem:
@@ -111,3 +111,38 @@ def test_the_prices_returned_go_with_the_choice_returned(p, rounds, step):
     result = solve(p, rounds, step)
     assert np.array_equal(choose(p, result.prices), result.choice) or not np.all(
         load(p, result.choice) <= p.capacity + 1e-9)  # no feasible round: the last round's pair
+
+
+def _by_the_column(p: PriceProblem, prices: np.ndarray) -> np.ndarray:
+    """The choice rule as `costs` writes it: the cheapest of the shapes and "none" (one more column), ties to the
+    lowest slot, NONE where "none" wins or the cheapest is not finite."""
+    c = costs(p, prices)
+    pick = c.argmin(axis=1)
+    stuck = ~np.isfinite(c[np.arange(c.shape[0]), pick])
+    return np.where((pick == p.value.shape[1]) | stuck, NONE, pick)
+
+
+@settings(max_examples=200, deadline=None)
+@given(random_problem(), st.lists(st.floats(0, 5), min_size=4, max_size=4), st.integers(0, 2**32 - 1))
+def test_choose_is_the_cheapest_of_the_shapes_and_none_as_one_more_column(p, prices, seed):
+    """`choose` compares "none" with the shapes apart (the rounds' fast path); it must pick as the [J, C + 1] costs
+    do, on ties (a shape costing exactly its weight), forbidden rows, mandatory jobs and a NaN or inf cost."""
+    rng = np.random.default_rng(seed)
+    prices = np.asarray(prices[: p.capacity.size])
+    j, c = p.value.shape
+    penalty, allowed, weight = p.penalty.copy(), p.allowed.copy(), p.weight.copy()
+    tie = rng.integers(0, c, j)  # a shape whose cost is exactly "none"'s at these prices
+    rows = rng.random(j) < 0.3
+    priced = p.demand @ prices
+    penalty[rows, tie[rows]] = 0.0
+    penalty[rows, tie[rows]] = weight[rows] - (weight[rows] * (1.0 - p.value[rows, tie[rows]]) + priced[rows, tie[rows]])
+    allowed[rng.random(j) < 0.15] = False  # nothing allowed
+    penalty[rng.random((j, c)) < 0.1] = np.nan
+    penalty[rng.random((j, c)) < 0.1] = np.inf
+    optional = rng.random(j) < 0.7
+    q = PriceProblem(p.value, p.demand, penalty, allowed, weight, p.capacity, optional)
+    expected = _by_the_column(q, prices)
+    assert choose(q, prices).tolist() == expected.tolist()
+    on = expected != NONE  # `load` sums the chosen shapes' demands in job order, as the masked sum did
+    picked = q.demand[np.arange(j), np.maximum(expected, 0)]
+    assert load(q, expected).tolist() == (picked * on[:, None]).sum(axis=0).tolist()
