@@ -101,8 +101,10 @@ def load(p: PriceProblem, choice: np.ndarray) -> np.ndarray:
     """[R] total demand of a choice vector."""
     if choice.size == 0:
         return np.zeros(p.capacity.shape)
-    picked = p.demand[np.arange(choice.size) if p.group is None else p.group, np.maximum(choice, 0)]
-    picked[choice == NONE] = 0.0
+    g, c, r = p.demand.shape
+    rows = np.arange(choice.size) if p.group is None else p.group
+    picked = p.demand.reshape(g * c, r).take(rows * c + np.maximum(choice, 0), axis=0)  # (`take`: a fancy index's
+    picked[choice == NONE] = 0.0                                                       # cost, halved)
     return picked.sum(axis=0)
 
 
