@@ -14,7 +14,7 @@ would be most of it).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, compress, repeat
 
 import numpy as np
 
@@ -132,11 +132,11 @@ def make_table(fam: Family, cache: PairCache, shares_per_gpu: int, types: tuple[
         to_hmem(float(r.host_mem_mib))
         to_gpus(r.gpus)
     # T_max over the shapes of the types the cluster has (a family of no type: every shape runs anywhere)
-    here = [x for x, g in zip(tputs, gtypes) if g < len(types)] if any(index) else tputs
+    # (`compress` and `map` here: C loops, where a comprehension runs Python bytecode per row)
+    here = list(compress(tputs, map(len(types).__gt__, gtypes))) if any(index) else tputs
     tmax = max(here) if here else max(tputs)
     columns = (range(n), uids, tputs, share, mem, cpus, hmem, gpus, gtypes)
-    new = tuple.__new__  # (each row made in C: `Row._make` is a Python call per row)
-    rows = [new(Row, r) for r in zip(*columns)]
+    rows = list(map(tuple.__new__, repeat(Row, n), zip(*columns)))  # (not `Row._make`: a Python call per row)
     return Table(fam, rows, tmax, max(declared), any(gpus), columns=(*columns, declared))
 
 
