@@ -67,18 +67,22 @@ def type_prices(claims: Sequence[Claim], pools: Sequence[float]) -> np.ndarray:
         return lam
     cap = np.maximum(np.asarray(pools, dtype=float), 1e-9)
     total = float(cap.sum())
-    rows = np.arange(len(size))
+    starts = np.arange(len(size)) * size.shape[1]  # each row's first entry in the flat arrays
+    flat_size, flat_kind = size.ravel(), kind.ravel()
     slot_type = np.where(kind >= 0, kind, n_types)  # a slot of any type: the cheapest price, λ's last entry here
     refused = ~ok
     priced = np.empty(n_types + 1)  # each type's λ, then the cheapest (a slot of any type's)
     for k in range(1, ROUNDS + 1):
         priced[:n_types] = lam
         priced[n_types] = lam.min()
-        cost = 1.0 + priced[slot_type] * size
+        cost = priced.take(slot_type)  # (1 + λ·size) / throughput, in place
+        cost *= size
+        cost += 1.0
         cost /= tput
         cost[refused] = np.inf
         pick = cost.argmin(axis=1)
-        z, t = size[rows, pick], kind[rows, pick]
+        pick += starts
+        z, t = flat_size.take(pick), flat_kind.take(pick)
         served = z.cumsum() <= total + EPS  # in the allotment's order, while the cluster holds them
         counted = served & (t >= 0)
         used = np.bincount(np.maximum(t[counted], 0), weights=z[counted], minlength=n_types)
