@@ -35,6 +35,7 @@ def pack(pending: list[Job], priced: Priced, head: Job | None, policy, state: Gp
         hi = pending.index(head)
         order = [hi] + [i for i in order if i != hi]
     deferred: list[int] = []
+    at_most: dict[tuple[int, int], list[int]] = {}  # (table, target) -> its slots no faster than the target
     for i in order:
         job = pending[i]
         target = int(choice[i])
@@ -46,20 +47,26 @@ def pack(pending: list[Job], priced: Priced, head: Job | None, policy, state: Gp
             continue
         if target == pricing.NONE:  # the head runs anyway: at its cheapest shape at these prices
             target = int(np.argmin(pricing.costs(problem, result.prices)[i, :-1]))
-        cap = job.table.rows[target].tput
-        slots = [s for s in job.table.by_speed if job.table.rows[s].tput <= cap]
+        slots = at_most.get((id(job.table), target))
+        if slots is None:  # (jobs of one family at one target ask the same slots: listed once)
+            cap = job.table.rows[target].tput
+            slots = at_most[id(job.table), target] = [s for s in job.table.by_speed if job.table.rows[s].tput <= cap]
         if not place(job, state, slots):
             deferred.append(i)
         if is_head and job.seat.gpu < 0:
             note = keep_free(job, state, slots, gpu_key)
             if note:
                 notes.append(note)
+    fallback: dict[int, list[int]] = {}  # by table: its slots in that order (jobs of one family share them)
     for i in deferred:  # what the prices left out, where room remains: the fastest share, else the smallest gang
         if i in mine:
             continue  # the allotment made it wait: shorter jobs have its GPUs
         t = pending[i].table
-        place(pending[i], state, [s for s in t.by_speed if not t.rows[s].gpus]
-               + sorted((s for s in t.by_speed if t.rows[s].gpus), key=lambda s: (t.rows[s].gpus, -t.rows[s].tput)))
+        slots = fallback.get(id(t))
+        if slots is None:
+            slots = fallback[id(t)] = [s for s in t.by_speed if not t.rows[s].gpus] + sorted(
+                (s for s in t.by_speed if t.rows[s].gpus), key=lambda s: (t.rows[s].gpus, -t.rows[s].tput))
+        place(pending[i], state, slots)
     return order
 
 
