@@ -72,40 +72,60 @@ def costs(p: PriceProblem, prices: np.ndarray, fixed: np.ndarray | None = None) 
     return out
 
 
-def choose(p: PriceProblem, prices: np.ndarray, fixed: np.ndarray | None = None,
-           out: np.ndarray | None = None) -> np.ndarray:
+def choose(p: PriceProblem, prices: np.ndarray) -> np.ndarray:
     """Each job's cheapest option at `prices` (ties: lowest slot, a shape before "none"); NONE when "none" wins or
-    nothing is allowed. `fixed`: `unpriced(p)` itself, where the caller prices one problem many times; `out`: a
-    [J, C] array for the shapes' costs, written over (the rounds of `solve` reuse one).
-
-    The shapes' costs are compared with "none" apart rather than as one more column of `costs`: a contiguous
-    [J, C] sum and one comparison, where the column would make every round's sum strided (same picks)."""
-    j, c = p.value.shape
-    if c == 0:
-        return np.full(j, NONE)
-    priced = p.demand @ prices
-    if p.group is not None:
-        priced = priced.take(p.group, axis=0)
-    shapes = np.add(unpriced(p) if fixed is None else fixed, priced, out=out)
-    pick = shapes.argmin(axis=1)
-    best = shapes[np.arange(j), pick]
-    # "none" costs the weight (inf where the job may not stay out): it wins only below the best shape; a best shape
-    # that is not finite (nothing allowed) or NaN is no choice either.
-    keep = best <= np.where(p.optional, p.weight, np.inf)
-    keep &= np.isfinite(best)
-    pick[~keep] = NONE
-    return pick
+    nothing is allowed."""
+    return _Rounds(p).choose(prices)
 
 
 def load(p: PriceProblem, choice: np.ndarray) -> np.ndarray:
     """[R] total demand of a choice vector."""
-    if choice.size == 0:
-        return np.zeros(p.capacity.shape)
-    g, c, r = p.demand.shape
-    rows = np.arange(choice.size) if p.group is None else p.group
-    picked = p.demand.reshape(g * c, r).take(rows * c + np.maximum(choice, 0), axis=0)  # (`take`: a fancy index's
-    picked[choice == NONE] = 0.0                                                       # cost, halved)
-    return picked.sum(axis=0)
+    return _Rounds(p, priced=False).load(choice)
+
+
+class _Rounds:
+    """What `choose` and `load` read of one problem, computed once: `solve` asks them every round.
+
+    The shapes' costs are compared with "none" apart rather than as one more column of `costs`: a contiguous
+    [J, C] sum and one comparison, where the column would make every round's sum strided (same picks). The
+    chosen demands are taken from the flat [G·C, R] demand and the unchosen zeroed in place (same sums as a
+    masked product)."""
+
+    def __init__(self, p: PriceProblem, priced: bool = True) -> None:
+        j, c = p.value.shape
+        g, _, r = p.demand.shape
+        self.p, self.width = p, c
+        self.flat = p.demand.reshape(g * c, r)
+        self.starts = (np.arange(j) if p.group is None else p.group) * c  # each job's first entry in `flat`
+        if priced:
+            self.fixed = unpriced(p)  # w·(1 − v) + Γ, inf where forbidden
+            self.shapes = np.empty_like(self.fixed)  # each round's shape costs, written over
+            self.none = np.where(p.optional, p.weight, np.inf)  # "none" costs the weight, inf where not optional
+            self.first = np.arange(j) * c  # each job's first entry in `shapes`, flat
+
+    def choose(self, prices: np.ndarray) -> np.ndarray:
+        p = self.p
+        if self.width == 0:
+            return np.full(p.value.shape[0], NONE)
+        priced = p.demand @ prices
+        if p.group is not None:
+            priced = priced.take(p.group, axis=0)
+        shapes = np.add(self.fixed, priced, out=self.shapes)
+        pick = shapes.argmin(axis=1)
+        best = shapes.take(self.first + pick)
+        # "none" wins only below the best shape; a best shape that is not finite (nothing allowed) or NaN is no
+        # choice either
+        keep = best <= self.none
+        keep &= np.isfinite(best)
+        pick[~keep] = NONE
+        return pick
+
+    def load(self, choice: np.ndarray) -> np.ndarray:
+        if choice.size == 0:
+            return np.zeros(self.p.capacity.shape)
+        picked = self.flat.take(self.starts + np.maximum(choice, 0), axis=0)
+        picked[choice == NONE] = 0.0
+        return picked.sum(axis=0)
 
 
 def solve(p: PriceProblem, rounds: int, step: float) -> PriceResult:
@@ -125,27 +145,27 @@ def solve(p: PriceProblem, rounds: int, step: float) -> PriceResult:
     cap = np.maximum(p.capacity, 1e-9)
     # A feasible choice is judged by the objective the jobs minimise, without prices:
     # w·(1 − T/Tmax) + Γ for a shape, w for "none".
-    fixed = unpriced(p)  # computed once, not every round
-    base = costs(p, np.zeros(r), fixed)
-    out = np.empty_like(fixed)  # each round's shape costs are written over it
+    rounds_of = _Rounds(p)  # what every round reads, computed once
+    base = costs(p, np.zeros(r), rounds_of.fixed)
     base = np.where(np.isfinite(base), base, p.weight[:, None])  # a job left out (stuck or not) loses its weight
     rows = np.arange(p.value.shape[0])
+    room = p.capacity + 1e-9
     best, best_prices, best_cost = None, prices, np.inf
     done = 0
-    choice = choose(p, prices, fixed, out)
+    choice = rounds_of.choose(prices)
     for t in range(rounds):
         done = t + 1
-        used = load(p, choice)
+        used = rounds_of.load(choice)
         # (numpy's methods and min/max, not its wrapper functions: a round's arrays are small, its calls many)
         excess = np.minimum(np.maximum((used - cap) / cap, -1.0), MAX_EXCESS)
-        if (used <= p.capacity + 1e-9).all():
+        if (used <= room).all():
             cost = float(base[rows, np.where(choice == NONE, p.value.shape[1], choice)].sum())
             if cost < best_cost:
                 best, best_prices, best_cost = choice, prices, cost
             if not prices.any():
                 break
         prices = np.maximum(0.0, prices + step * excess / math.sqrt(t + 1.0))
-        choice = choose(p, prices, fixed, out)
+        choice = rounds_of.choose(prices)
     if best is None:
         return PriceResult(prices, choice, done)
     return PriceResult(best_prices, best, done)  # the prices that go with the choice returned
