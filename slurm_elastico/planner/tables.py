@@ -150,10 +150,12 @@ def fill_tables(tables: list[Table], cache: PairCache, per_gpu: np.ndarray, shar
     of = np.repeat(np.arange(len(tables)), sizes)  # each row's table
     n, absent = sum(sizes), len(types)
     # The columns as `Row` types them (its ints, then the floats: throughputs and resources), the declared
-    # throughput last; read straight into arrays of the epoch's size.
-    slot, uid, tput, share, mem, cpus, hmem, gpus, gtype, declared = (
+    # throughput last; read straight into arrays of the epoch's size (the slots, each table's 0 … n − 1, counted).
+    first = np.cumsum([0] + sizes[:-1])  # each table's first row
+    slot = np.arange(n) - np.repeat(first, sizes)
+    uid, tput, share, mem, cpus, hmem, gpus, gtype, declared = (
         np.fromiter(chain.from_iterable(t.columns[k] for t in tables), dtype=kind, count=n)
-        for k, kind in enumerate((np.int64, np.int64, float, np.int64, float, float, float, np.int64, np.int64, float)))
+        for k, kind in enumerate((np.int64, float, np.int64, float, float, float, np.int64, np.int64, float), start=1))
     typed = len(types) > 1
     demand = np.zeros((n, 4 + (len(types) if typed else 0)))
     demand[:, :4] = np.array([share, mem, cpus, hmem], dtype=float).T / per_gpu
@@ -178,7 +180,7 @@ def fill_tables(tables: list[Table], cache: PairCache, per_gpu: np.ndarray, shar
     fast = ok[np.lexsort((slot[ok], -tput[ok], of[ok]))]
     cut = np.cumsum(np.bincount(of[ok], minlength=len(tables))).tolist()
     by_speed = slot[fast].tolist()
-    best = np.maximum.reduceat(np.where(allowed, dens, -np.inf), np.cumsum([0] + sizes[:-1])).tolist()
+    best = np.maximum.reduceat(np.where(allowed, dens, -np.inf), first).tolist()
     a = k = 0
     for t, c, e, d in zip(tables, sizes, cut, best):
         b = a + c

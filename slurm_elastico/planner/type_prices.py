@@ -85,10 +85,10 @@ def type_prices(claims: Sequence[Claim], pools: Sequence[float]) -> np.ndarray:
         z, t = flat_size.take(pick), flat_kind.take(pick)
         served = z.cumsum() <= total + EPS  # in the allotment's order, while the cluster holds them
         counted = served & (t >= 0)
-        used = np.bincount(np.maximum(t[counted], 0), weights=z[counted], minlength=n_types)
+        used = np.bincount(t[counted], weights=z[counted], minlength=n_types)
         # (numpy's methods and min/max, not its wrapper functions: a round's arrays are small, its calls many)
         excess = np.minimum(np.maximum((used - cap) / cap, -1.0), MAX_EXCESS)
-        if (used <= cap + EPS).all() and not lam.any():
+        if not lam.any() and (used <= cap + EPS).all():
             break  # nobody wants a type beyond what it has at zero prices
         lam = np.maximum(0.0, lam + STEP * excess / math.sqrt(k))
     return lam
