@@ -48,6 +48,12 @@ def _empty() -> np.ndarray:
     return np.zeros(0)
 
 
+_UNFILLED = np.zeros(0)
+_UNFILLED.flags.writeable = False
+"""A `make_table` table's arrays until `fill_tables` gives it its own (one read-only array for every table, not
+four new ones each)."""
+
+
 @dataclass(slots=True)
 class Table:
     """One distinct family, as arrays: what pricing and packing need per shape (the rows from `make_table`, the
@@ -137,7 +143,8 @@ def make_table(fam: Family, cache: PairCache, shares_per_gpu: int, types: tuple[
     tmax = max(here) if here else max(tputs)
     columns = (range(n), uids, tputs, share, mem, cpus, hmem, gpus, gtypes)
     rows = list(map(tuple.__new__, repeat(Row, n), zip(*columns)))  # (not `Row._make`: a Python call per row)
-    return Table(fam, rows, tmax, max(declared), any(gpus), columns=(*columns, declared))
+    return Table(fam, rows, tmax, max(declared), any(gpus), _UNFILLED, _UNFILLED, _UNFILLED, _UNFILLED,
+                 columns=(*columns, declared))
 
 
 def fill_tables(tables: list[Table], cache: PairCache, per_gpu: np.ndarray, shares_per_gpu: int,
