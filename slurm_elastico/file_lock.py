@@ -33,9 +33,9 @@ class Busy(Exception):
 @contextmanager
 def held(path: Path, holder: dict, on_unlockable: Callable[[OSError], None] | None = None,
          shared: bool = False, wait: bool = False) -> Iterator[IO[str]]:
-    """flock `path` without waiting and write `holder` into it, for as long as the block runs; `Busy(record)`
-    when another process holds it (`wait`: wait until it is let go instead). A file system that cannot lock (`flock` fails otherwise) raises
-    `ConfigError`, or, with `on_unlockable`, is reported to it and the block runs unlocked.
+    """flock `path` and write `holder` into it, for as long as the block runs; `Busy(record)` when another process
+    holds it, or with `wait`, wait until it lets go. A file system that cannot lock (`flock` fails otherwise)
+    raises `ConfigError`, or, with `on_unlockable`, is reported to it and the block runs unlocked.
 
     The file is its owner's alone, 0600 (set again by the owner: anyone who can open a lock file can take it, and
     hold the helper off). A `shared` lock is one several users take in turn (a checkpoint directory a team
