@@ -44,10 +44,6 @@ def type_index(gpu_type: str, types: tuple[str, ...]) -> int:
     return types.index(gpu_type) if gpu_type in types else len(types)
 
 
-def _empty() -> np.ndarray:
-    return np.zeros(0)
-
-
 _UNFILLED = np.zeros(0)
 _UNFILLED.flags.writeable = False
 """A `make_table` table's arrays until `fill_tables` gives it its own (one read-only array for every table, not
@@ -63,11 +59,12 @@ class Table:
     rows: list[Row]
     tmax: float  # T_max: the fastest throughput among the shapes the cluster can run (among all, when none)
     fastest: float  # the fastest shape's throughput as declared (no discount, any type): weights' and notes' T_max
-    gangs: bool = False  # whether any shape holds whole GPUs as a data-parallel gang
-    value: np.ndarray = field(default_factory=_empty)  # [C] T / T_max
-    demand: np.ndarray = field(default_factory=_empty)  # [C, R] in GPU equivalents
-    allowed: np.ndarray = field(default_factory=_empty)  # [C] at or above the floor, of a type the cluster has
-    contention: np.ndarray = field(default_factory=_empty)  # [C] 1 − 1/S against a stand-in neighbour (0: whole GPU)
+    gangs: bool  # whether any shape holds whole GPUs as a data-parallel gang
+    # From `fill_tables` (`_UNFILLED` until then):
+    value: np.ndarray  # [C] T / T_max
+    demand: np.ndarray  # [C, R] in GPU equivalents
+    allowed: np.ndarray  # [C] at or above the floor, of a type the cluster has
+    contention: np.ndarray  # [C] 1 − 1/S against a stand-in neighbour (0: whole GPU)
     by_speed: list[int] = field(default_factory=list)  # allowed slots, fastest first
     density: float = 0.0  # best value per dominant GPU-equivalent
     columns: tuple = ()  # the rows' fields as lists, one per field of `Row`, then each shape's declared throughput
