@@ -59,12 +59,17 @@ def unpriced(p: PriceProblem) -> np.ndarray:
     return out
 
 
+def _none_cost(p: PriceProblem) -> np.ndarray:
+    """[J] what "none" costs each job: its weight, inf for a job that may not stay out."""
+    return np.where(p.optional, p.weight, np.inf)
+
+
 def costs(p: PriceProblem, prices: np.ndarray, fixed: np.ndarray | None = None) -> np.ndarray:
     """[J, C + 1] cost of each shape at `prices`; the last column is "none"; forbidden entries are inf (they are
     in `unpriced`). `fixed`: `unpriced(p)` itself, where the caller has it."""
     j, c = p.value.shape
     out = np.empty((j, c + 1))
-    out[:, c] = np.where(p.optional, p.weight, np.inf)
+    out[:, c] = _none_cost(p)
     priced = p.demand @ prices
     if p.group is not None:
         priced = priced[p.group]
@@ -100,7 +105,7 @@ class _Rounds:
         if priced:
             self.fixed = unpriced(p)  # w·(1 − v) + Γ, inf where forbidden
             self.shapes = np.empty_like(self.fixed)  # each round's shape costs, written over
-            self.none = np.where(p.optional, p.weight, np.inf)  # "none" costs the weight, inf where not optional
+            self.none = _none_cost(p)
             self.first = np.arange(j) * c  # each job's first entry in `shapes`, flat
 
     def choose(self, prices: np.ndarray) -> np.ndarray:

@@ -133,9 +133,8 @@ def test_choose_is_the_cheapest_of_the_shapes_and_none_as_one_more_column(p, pri
     penalty, allowed, weight = p.penalty.copy(), p.allowed.copy(), p.weight.copy()
     tie = rng.integers(0, c, j)  # a shape whose cost is exactly "none"'s at these prices
     rows = rng.random(j) < 0.3
-    priced = p.demand @ prices
-    penalty[rows, tie[rows]] = 0.0
-    penalty[rows, tie[rows]] = weight[rows] - (weight[rows] * (1.0 - p.value[rows, tie[rows]]) + priced[rows, tie[rows]])
+    at = (rows, tie[rows])
+    penalty[at] = weight[rows] - (weight[rows] * (1.0 - p.value[at]) + (p.demand @ prices)[at])
     allowed[rng.random(j) < 0.15] = False  # nothing allowed
     penalty[rng.random((j, c)) < 0.1] = np.nan
     penalty[rng.random((j, c)) < 0.1] = np.inf
