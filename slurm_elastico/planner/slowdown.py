@@ -66,6 +66,13 @@ def _clean(s: np.ndarray) -> np.ndarray:
     return out
 
 
+def _clean_table(s: np.ndarray) -> np.ndarray:
+    """`_clean`'s numbers, in the table itself when none needs cleaning, as a scorer's all-pairs table rarely does
+    (one pass and no copy; the planner only reads it)."""
+    s = np.asarray(s, dtype=float)
+    return s if s.min(initial=1.0) >= 1.0 else _clean(s)  # (NaN: the minimum is NaN, and `_clean` maps it)
+
+
 def _blocks(model: SlowdownModel | None) -> bool:
     """Whether the model's all-pairs call is the contention model's spread of its blocks (`predict_blocks`): a
     model that answers `predict_matrix` otherwise (a subclass that records or changes it) is asked through it."""
@@ -196,7 +203,7 @@ class PairCache:
         one = getattr(scorer, "margin", None) if self.per_pair else None
         slowdowns, margins = scorer.matrices(with_margins=False) if one is not None else scorer.matrices()
         self.model_calls += 1
-        self._dense = _clean(slowdowns)
+        self._dense = _clean_table(slowdowns)
         if one is not None:
             self.margin_calls += 1
             self._pair_margin, self._margin_memo = one, {}

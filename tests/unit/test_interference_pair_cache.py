@@ -70,6 +70,40 @@ def test_slowdowns_are_clipped_at_one_and_nan_refuses():
     assert cache.vs_partners([a, b], [SoloProfile(kind="train", sm_util=1.0)] * 2).tolist() == [1.0, 1.5]
 
 
+class Scored(WithMatrix):
+    """Answers through a scorer of every pair (as the trained predictor does), the table `predict_matrix`'s."""
+
+    def scorer(self, profiles):
+        model = self
+
+        class TableScorer:
+            table = model.predict_matrix(profiles)
+
+            def tabulate(self, limit=0):
+                return True
+
+            def matrices(self, with_margins=True):
+                return self.table, None
+
+        self.last = TableScorer()
+        return self.last
+
+
+def test_a_scorers_table_is_clipped_at_one_and_nan_refuses_and_the_scorers_own_stays_as_it_is():
+    model = Scored()
+    cache = PairCache(model)
+    a, b, c = (cache.add(SoloProfile(kind="train", sm_util=x)) for x in (-0.5, 0.5, math.nan))
+    got = cache.get([(a, b), (b, b), (c, b), (b, a)])
+    assert got[:2] == [1.0, 1.25] and math.isinf(got[2]) and got[3] == 1.0
+    assert model.last.table[a, b] == 0.75 and math.isnan(model.last.table[c, b])  # cleaned in a copy
+    below = PairCache(model)  # below 1 and nothing else to clean
+    ids = [below.add(SoloProfile(kind="train", sm_util=x)) for x in (-0.5, 0.5)]
+    assert below.get([(ids[0], ids[1]), (ids[1], ids[1])]) == [1.0, 1.25]
+    clean = PairCache(model)
+    ids = [clean.add(SoloProfile(kind="train", sm_util=x)) for x in (0.5, 0.25)]
+    assert clean.get([(ids[0], ids[1]), (ids[1], ids[1])]) == [1.125, 1.0625]
+
+
 def test_without_a_model_nothing_slows_down():
     cache = PairCache(None)
     x = cache.add(SoloProfile(kind="train"))

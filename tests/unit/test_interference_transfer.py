@@ -192,6 +192,34 @@ def test_predict_matches_predict_matrix(model, k80):
         view.predict(a[:3], b[:2])
 
 
+def test_the_table_of_every_pair_is_each_pair_predicted_alone(k80):
+    """`predict_matrix` works through the table a block of rows at a time (`_ROWS`): over several blocks and a
+    partial last one, with the linear part on and jobs of distinct demands (so that the prior differs from pair
+    to pair), every entry is its pair predicted alone (the pair-by-pair path, another computation)."""
+    from dataclasses import replace
+
+    from slurm_elastico.interference.transfer.kernel import KernelConfig
+    from slurm_elastico.interference.transfer.model import _ROWS
+
+    cfg = KernelConfig(lam=0.2, num_scale=1.5, family_sim=0.5, batch=0.0, linear=0.3)
+    view = fit_transfer(k80, grid=(cfg,)).on_gpu("p100")
+    rng = np.random.default_rng(3)
+    base = [o.a for o in k80]
+    jobs = [replace(base[i % len(base)], sm_util=float(rng.uniform(0.05, 0.95)),
+                    membw_util=float(rng.uniform(0.05, 0.95)), mps_share=int(rng.choice([20, 50, 100])))
+            for i in range(2 * _ROWS + 7)]
+    table = view.predict_matrix(jobs)
+    n = len(jobs)
+    i, j = rng.integers(0, n, size=(2, n * n // 8))  # few pairs of many jobs: predicted pair by pair
+    assert np.allclose(view.predict([jobs[x] for x in i], [jobs[y] for y in j]), table[i, j], rtol=1e-12)
+    assert np.ptp(table[i, j]) > 0.1 and set(range(n)) == set(i) | set(j)
+    # the correction alone, every row: the kernel part plus the linear one, as `_parts` has them
+    k, own, partner, near = view._parts(jobs)
+    f = view._table(jobs)
+    assert np.allclose(f, k @ view._pair_weights @ k.T + np.outer(near, near) * (own[:, None] + partner[None, :]))
+    assert np.abs(np.outer(near, near) * (own[:, None] + partner[None, :])).max() > 1e-3
+
+
 def test_cli_train_then_score_on_another_gpu(tmp_path, k80):
     obs = import_gavel(GAVEL / "throughputs_pairs.csv", GAVEL / "throughputs_isolated.csv").observations
     measurements.write_csv(tmp_path / "k80.csv", k80)
