@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from slurm_elastico.interference.admission import margins, thresholds
+from slurm_elastico.interference.admission import margin_of, margins, thresholds
 from slurm_elastico.interference.base import SoloProfile
 from slurm_elastico.interference.errors import MeasurementError
 from slurm_elastico.interference.measurements import Colocation, samples
@@ -175,11 +175,18 @@ class AdaptedView(ByScorer):
                 out[new] = margins(worst[new], self.fit.thresholds_new)
             return out
 
+        t_known, t_new = self.fit.thresholds.tolist(), self.fit.thresholds_new.tolist()
+        known_of = known.tolist()
+
+        def one(_, i, j, s_ij, s_ji):  # `margin` of one pair, in Python floats (the same arithmetic)
+            worst = math.nan if s_ij != s_ij or s_ji != s_ji else s_ij if s_ij > s_ji else s_ji
+            return margin_of(1.0 / worst if worst else math.inf, t_known if known_of[i] and known_of[j] else t_new)
+
         def against(base, ia, partners):
             once, at = each_distinct(partners)
             return self.fit.slowdown(base.against(ia, partners), own[ia], self.fit.corrections(once)[1][at])
 
-        return Derived(inner, slow, margin, against)
+        return Derived(inner, slow, margin, against, one)
 
 
 class Adapted:

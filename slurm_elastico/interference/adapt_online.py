@@ -177,11 +177,16 @@ class OnlineAdapted(ByScorer):
             keep = np.isnan(known.lookup(ia, ib)) & (not self.probing)
             return np.where(keep, out, 0.0)
 
+        def one(view, i, j, *_):  # `margin` of one pair, in Python floats
+            if self.probing or (self.measured and known.value(i, j) == known.value(i, j)):
+                return 0.0  # (a measured pair: its value is not NaN)
+            return self._margin if self.fit is None and self._fitting() else view.margin(i, j)
+
         def against(view, ia, partners):
             measured = values_against(keys, lambda ps: keys_among(ps, seen), self._measured(), ia, partners)
             return answer(view.against(ia, partners), measured)
 
-        return Derived(inner, slow, margin, against)
+        return Derived(inner, slow, margin, against, one if getattr(inner, "margin", None) is not None else None)
 
     @property
     def gain_margin(self) -> float:

@@ -5,8 +5,9 @@ once and asks for pairs by index; the scorer tabulates every pair at once when t
 (`tabulate`), so a lookup is an index. A scorer has `profiles`, `tabulate(limit)`, `matrices()` (after
 `tabulate`), `slowdown(ia, ib)`, `margins(ia, ib)` and `against(ia, partners)` (profiles[ia[k]] next to
 partners[k], profiles it does not hold: the planner's stand-in neighbours). One that can give a single pair's
-margin as a float (`margin(i, j)`, the prior-corrected model's) is asked for margins pair by pair instead, as
-the epoch meets them (`matrices(with_margins=False)`: no table of every pair's margin).
+margin as a float (`margin(i, j)`: the prior-corrected model's, and a wrapper's over it) is asked for margins
+pair by pair instead, as the epoch meets them (`matrices(with_margins=False)`: no table of every pair's margin;
+an epoch at 200 jobs looks up about a hundred of its ~10^5).
 
 A model that wraps another (the few-shot adaptation `adapt.AdaptedView`, the online learner
 `adapt_online.OnlineAdapted`, the refusals of probe and revert `probe.RefusingModel`) answers through
@@ -19,6 +20,7 @@ few hundred thousand pairs). `scorer_of` gives any model a scorer: its own, else
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
 
 import numpy as np
@@ -112,6 +114,7 @@ class Plain:
 Slow = Callable[[object, np.ndarray, np.ndarray], np.ndarray]
 Margin = Callable[[object, np.ndarray, np.ndarray, Callable[[], tuple[np.ndarray, np.ndarray]]], np.ndarray]
 Against = Callable[[object, np.ndarray, Sequence[SoloProfile]], np.ndarray]
+One = Callable[[object, int, int, float, float], float]
 
 
 class Derived:
@@ -123,21 +126,35 @@ class Derived:
     `against(inner, ia, partners)`: the wrapper's slowdown of profiles[ia[k]] next to partners[k] (from
     `inner.against`). The table is both over every pair of the inner table, each an array operation: for it, ia
     is a column (n, 1) and ib a row (1, n), so both must take index arrays that broadcast, and answer in their
-    broadcast shape."""
+    broadcast shape.
 
-    def __init__(self, inner, slow: Slow, margin: Margin, against: Against):
-        self.inner, self._slow, self._margin, self._against = inner, slow, margin, against
+    `one(inner, i, j, s_ij, s_ji)`, where the wrapper has it: the margin of the one pair (i, j) in Python floats,
+    as `margin` has it, given the wrapper's slowdowns both ways (after `tabulate`). The scorer then answers
+    `margin(i, j)` (None without), and the planner's pair cache asks it for the few hundred pairs an epoch looks
+    up; the table of every pair's margins is computed only when asked for (`matrices()`, `margins`)."""
+
+    def __init__(self, inner, slow: Slow, margin: Margin, against: Against, one: One | None = None):
+        self.inner, self._slow, self._margin, self._against, self._one = inner, slow, margin, against, one
         self.profiles = inner.profiles
-        self.table: tuple[np.ndarray, np.ndarray] | None = None
+        self.table: np.ndarray | None = None  # slowdowns of every pair
+        self._table_margins: np.ndarray | None = None  # their margins, once asked for
+        if one is None:
+            self.margin = None  # no margin pair by pair: whoever asks takes the table's (`matrices`)
+
+    def margin(self, i: int, j: int) -> float:
+        """The margin of profiles[i] next to profiles[j] as `matrices()` has it, in Python floats (after
+        `tabulate`; None where the wrapper gives no `one`)."""
+        item = self._item
+        return self._one(self.inner, i, j, item(i, j), item(j, i))
 
     def slowdown(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
         if self.table is not None:
-            return pick(self.table[0], ia, ib)
+            return pick(self.table, ia, ib)
         return self._slow(self.inner, ia, ib)
 
     def margins(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
         if self.table is not None:
-            return pick(self.table[1], ia, ib)
+            return pick(self._margin_table(), ia, ib)
         inner = self.inner
         return self._margin(inner, ia, ib, lambda: (self._slow(inner, ia, ib), self._slow(inner, ib, ia)))
 
@@ -146,14 +163,22 @@ class Derived:
             # A column of rows and a row of columns: every (n, n) result broadcasts from them, and what is per
             # profile (a correction, a flag) is indexed n times, not n² times.
             n = len(self.profiles)
-            ia, ib = np.arange(n)[:, None], np.arange(n)[None, :]
-            s = self._slow(self.inner, ia, ib)
-            self.table = (s, self._margin(self.inner, ia, ib, lambda: (s, s.T)))
+            self.table = self._slow(self.inner, np.arange(n)[:, None], np.arange(n)[None, :])
+            self._item = self.table.item
         return self.table is not None
 
-    def matrices(self) -> tuple[np.ndarray, np.ndarray]:
+    def _margin_table(self) -> np.ndarray:
+        if self._table_margins is None:
+            n, s = len(self.profiles), self.table
+            self._table_margins = self._margin(self.inner, np.arange(n)[:, None], np.arange(n)[None, :],
+                                               lambda: (s, s.T))
+        return self._table_margins
+
+    def matrices(self, with_margins: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+        """(slowdowns, margins) of every pair, after `tabulate`; `with_margins` False: None for the margins (which
+        `margin` then answers pair by pair)."""
         assert self.table is not None, "matrices() before tabulate()"
-        return self.table
+        return self.table, self._margin_table() if with_margins else None
 
     def against(self, ia: np.ndarray, partners: Sequence[SoloProfile]) -> np.ndarray:
         return self._against(self.inner, np.asarray(ia, dtype=np.int64), list(partners))
@@ -208,9 +233,14 @@ class PairValues:
                     values[i * self.n + j] = float(v)
         self.codes = np.array(sorted(values), dtype=np.int64)
         self.values = np.array([values[c] for c in self.codes.tolist()], dtype=float)
+        self._by_code = values
 
     def __len__(self) -> int:
         return len(self.codes)
+
+    def value(self, i: int, j: int) -> float:
+        """The value of the one pair (profiles[i], profiles[j]) as `lookup` has it, a Python float (NaN: none)."""
+        return self._by_code.get(i * self.n + j, math.nan)
 
     def lookup(self, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
         """The value of each pair (profiles[ia[k]], profiles[ib[k]]); ia and ib broadcast."""

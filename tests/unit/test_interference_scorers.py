@@ -128,6 +128,66 @@ def test_the_planners_pair_cache_tabulates_a_wrapper_through_its_scorer(monkeypa
     assert np.allclose(margins, model.admission_margins([jobs[i] for i, _ in pairs], [jobs[j] for _, j in pairs]))
 
 
+@functools.lru_cache(maxsize=1)
+def _prior_corrected():
+    from pathlib import Path
+
+    from slurm_elastico.interference.gavel import import_gavel
+    from slurm_elastico.interference.transfer.fit import fit_transfer
+
+    data = Path(__file__).parent.parent / "data" / "gavel"
+    obs = import_gavel(data / "throughputs_pairs.csv", data / "throughputs_isolated.csv").observations
+    return fit_transfer([o for o in obs if o.gpu_type == "k80"][:120], seed=0)
+
+
+def _on_prior_corrected():
+    """The wrappers over the trained predictor, whose scorer answers one pair's margin (`margin(i, j)`); jobs of
+    classes the adaptation pairs hold and of others."""
+    jobs = _jobs() + [SoloProfile("train", throughput=0.5 + i, batch=float(8 * (1 + i)), model_family="fam9")
+                      for i in range(4)]
+    seen = _measured(jobs, [(0, 1), (2, 3), (4, 5), (6, 7), (8, 9), (1, 4), (3, 8)])
+    base = _prior_corrected()
+    out = {"adapted": adapt(base, seen).on_gpu("new")}
+    for n in (0, 2, len(seen)):
+        for probing in (False, True):
+            m = OnlineAdapted(base, "new", untrained_margin=0.4, probe_optimism=0.3)
+            m.observe(seen[:n])
+            m.probing = probing
+            out[f"online {m.stage} probing={probing}"] = m
+    refusals = Refusals()
+    refusals.add(jobs[0], jobs[1], 0.0)
+    refusals.add(jobs[5], jobs[5], 0.0)
+    out["refusing online"] = refusals.model(out["online adapted probing=False"], 1.0)
+    out["refusing adapted"] = refusals.model(out["adapted"], 1.0)
+    return jobs, out
+
+
+@pytest.mark.parametrize("name", list(_on_prior_corrected()[1]))
+def test_one_pairs_margin_is_the_tables_and_the_pair_cache_asks_it_pair_by_pair(name):
+    """Over a scorer that answers one pair's margin, a wrapper's scorer does too (`margin(i, j)`), each equal to its
+    table of every pair's margins, refused pairs (slowdown inf) and measured ones included; the planner's pair
+    cache then asks it pair by pair and gets what the model's `admission_margins` gives."""
+    jobs, models = _on_prior_corrected()
+    model = models[name]
+    scorer = scorer_of(model, jobs)
+    assert scorer.tabulate() and scorer.margin is not None
+    slow, table = scorer.matrices()
+    n = len(jobs)
+    one = np.array([[scorer.margin(i, j) for j in range(n)] for i in range(n)])
+    assert np.array_equal(one, table)
+    if "probing=True" not in name and "measured" not in name:  # (those: one margin for every pair, or 0)
+        assert len(np.unique(table)) > 2
+    if "refusing" in name:
+        assert math.isinf(slow[0, 1]) and math.isinf(slow[1, 0]) and math.isfinite(one[0, 1])
+    cache = PairCache(model)
+    for p in jobs:
+        cache.add(p)
+    pairs = [(i, (5 * i + 1) % n) for i in range(n)] + [(0, 1), (1, 0), (2, 3)]
+    want = model.admission_margins([jobs[i] for i, _ in pairs], [jobs[j] for _, j in pairs])  # (other arithmetic)
+    assert np.allclose(cache.margins(pairs), want, rtol=1e-12, atol=1e-12)
+    assert cache._pair_margin is not None  # pair by pair, not a table
+
+
 def test_pair_values_by_key_later_entries_win_and_nan_elsewhere():
     values = PairValues(["x", "y", "x", "z"], [("x", "y", 1.0), ("y", "x", 2.0), ("x", "y", 3.0), ("z", "z", 4.0)])
     got = values.lookup(np.array([0, 2, 1, 1, 3, 0, 3]), np.array([1, 1, 0, 2, 3, 2, 0]))
