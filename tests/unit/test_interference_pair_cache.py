@@ -170,6 +170,11 @@ def test_contention_model_matrix_equals_its_pairs():
     mat = cm.predict_matrix(profs)
     pairs = cm.predict([p for p in profs for _ in profs], profs * 3).reshape(3, 3)
     assert np.allclose(mat, pairs) and mat.shape == (3, 3)
+    # by index (each profile's demand once): the same numbers, bit for bit
+    ia, ib = np.array([2, 0, 1, 2, 0]), np.array([1, 0, 3, 3, 2])
+    others = [*profs, SoloProfile(kind="infer", sm_util=0.5, mps_share=100)]
+    want = cm.predict([profs[i] for i in ia], [others[j] for j in ib])
+    assert cm.predict_indexed(profs, ia, others, ib).tolist() == want.tolist() and len(set(want.tolist())) == 5
 
 
 def test_the_contention_models_blocks_answer_as_its_matrix_before_and_after_more_profiles():

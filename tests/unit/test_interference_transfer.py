@@ -180,6 +180,31 @@ def test_file_round_trip_and_load_model_dispatch(model, k80, tmp_path):
         load_model(tmp_path / "absent.json")
 
 
+def test_the_numeric_features_are_read_from_each_profile_as_documented():
+    """Speed per unit of the GPU type's bandwidth (a type without a spec: the reference; no reference: raw), batch
+    in logs (NaN where not positive), counters as they are, memory in GiB, the share clipped to [1, 100] %."""
+    from slurm_elastico.interference.transfer.encoding import NUMERIC, _raw_matrix, log_bandwidth
+
+    nan = math.nan
+    a = SoloProfile("train", throughput=4.0, batch=32.0, sm_util=0.6, membw_util=0.3, mem_used_mib=2048.0,
+                    mps_share=250)
+    b = SoloProfile("infer", throughput=0.0, batch=-1.0, mem_used_mib=512.0, mps_share=0)
+    c = SoloProfile("train", throughput=2.0, batch=nan, mps_share=40)
+    ref = 6.0
+    x = _raw_matrix([a, b, c], ["v100", "v100", "mi-none"], ref)
+    assert x.shape == (3, len(NUMERIC))
+    v100 = log_bandwidth("v100")
+    assert not math.isnan(v100) and math.isnan(log_bandwidth("mi-none"))
+    want = [[math.log(4.0) - v100, math.log(32.0), 0.6, 0.3, 2.0, 1.0],
+            [nan, nan, nan, nan, 0.5, 0.01],
+            [math.log(2.0) - ref, nan, nan, nan, nan, 0.4]]
+    assert np.array_equal(x, np.array(want), equal_nan=True)
+    assert np.array_equal(_raw_matrix([a, c], "v100", nan)[:, 0], [math.log(4.0), math.log(2.0)])  # no reference
+    assert np.array_equal(_raw_matrix([a, c], None, ref)[:, 0], [math.log(4.0) - ref, math.log(2.0) - ref])
+    with pytest.raises(ValueError, match="2 GPU types for 3 profiles"):
+        _raw_matrix([a, b, c], ["v100", "v100"], ref)
+
+
 def test_predict_matches_predict_matrix(model, k80):
     jobs = list({id(p): p for o in k80[:30] for p in (o.a, o.b)}.values())
     n = len(jobs)

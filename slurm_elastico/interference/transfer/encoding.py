@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 
@@ -40,11 +41,6 @@ def shift_direction(gpu_type: str, trained_on: Sequence[str]) -> str:
     if math.isnan(new) or not old or any(math.isnan(b) for b in old):
         return ""
     return "up" if new > max(old) else "down" if new < min(old) else ""
-
-
-def _raw(p: SoloProfile, log_bw: float) -> tuple[float, ...]:
-    return (_log(p.throughput) - log_bw, _log(p.batch), p.sm_util, p.membw_util, p.mem_used_mib / 1024.0,
-            min(max(p.mps_share, 1), 100) / 100.0)
 
 
 @dataclass
@@ -106,13 +102,35 @@ class Encoder:
         return Jobs(x, family, kind, precision)
 
 
+_FIELDS = attrgetter("throughput", "batch", "sm_util", "membw_util", "mem_used_mib", "mps_share")
+"""What `_raw_matrix` reads of a profile, a field for each of `NUMERIC` in its order (speed and batch as they are,
+memory in MiB, share in percent)."""
+
+
 def _raw_matrix(profiles: Sequence[SoloProfile], gpus: Sequence[str | None] | str | None, ref: float) -> np.ndarray:
+    """`NUMERIC` of each profile, its speed read per unit of its GPU type's bandwidth (`Encoder`): one row each."""
+    def offset(g: str | None) -> float:  # ln bandwidth of type g; `ref` for a type without a spec; 0 without `ref`
+        if math.isnan(ref):
+            return 0.0
+        b = log_bandwidth(g)
+        return ref if math.isnan(b) else b
+
     if gpus is None or isinstance(gpus, str):
-        gpus = [gpus] * len(profiles)
-    bw = {} if math.isnan(ref) else {g: log_bandwidth(g) for g in set(gpus)}  # once per GPU type, not per job
-    offsets = [bw.get(g, 0.0) for g in gpus]
-    return np.array([_raw(p, ref if math.isnan(b) else b) for p, b in zip(profiles, offsets, strict=True)],
-                    dtype=float).reshape(-1, len(NUMERIC))
+        offsets = [offset(gpus)] * len(profiles)
+    else:
+        if len(gpus) != len(profiles):
+            raise ValueError(f"{len(gpus)} GPU types for {len(profiles)} profiles: one each, or one for all")
+        at = {g: offset(g) for g in set(gpus)}  # once per GPU type, not per job
+        offsets = [at[g] for g in gpus]
+    # (the fields read in C, then a column at a time: the planner encodes every shape of every family each epoch)
+    x = np.array(list(map(_FIELDS, profiles)), dtype=float).reshape(-1, len(NUMERIC))
+    for c in (0, 1):  # ln of the speed and the batch (math.log, not numpy's: the same number on every machine)
+        x[:, c] = [_log(v) for v in x[:, c].tolist()]
+    x[:, 0] -= np.array(offsets, dtype=float)
+    x[:, 4] /= 1024.0
+    np.clip(x[:, 5], 1, 100, out=x[:, 5])
+    x[:, 5] /= 100.0
+    return x
 
 
 def distinct_jobs(jobs: Jobs) -> tuple[Jobs, np.ndarray]:

@@ -146,7 +146,7 @@ class PriorCorrected:
         k_b, _, partner, near_b = b_parts
         kw = k @ self._pair_weights
         corr = np.einsum("ij,ij->i", kw[ia], k_b[ib]) + near[ia] * near_b[ib] * (own[ia] + partner[ib])
-        prior = self.prior.predict([a[i] for i in ia], [b[j] for j in ib])
+        prior = self.prior.predict_indexed(a, ia, b, ib)
         return np.maximum(1.0, prior * np.exp(corr))
 
     def predict_matrix(self, profiles: Sequence[SoloProfile]) -> np.ndarray:
