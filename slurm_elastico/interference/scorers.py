@@ -138,6 +138,7 @@ class Derived:
         self.profiles = inner.profiles
         self.table: np.ndarray | None = None  # slowdowns of every pair
         self._table_margins: np.ndarray | None = None  # their margins, once asked for
+        self._item = None  # the table's `item`, once tabulated
         if one is None:
             self.margin = None  # no margin pair by pair: whoever asks takes the table's (`matrices`)
 
