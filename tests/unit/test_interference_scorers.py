@@ -39,13 +39,14 @@ def _measured(jobs, pairs, gpu="new"):
     return [Colocation(gpu, jobs[i], jobs[j], 0.9 - 0.02 * i, 0.8 - 0.01 * j) for i, j in pairs]
 
 
-def _models():
-    jobs = _jobs()
+def _wrappers(base, jobs) -> tuple[dict, Refusals]:
+    """Every wrapper over `base`, adapted on pairs of `jobs`: few-shot, online at each stage with and without
+    probing, refusals over the online one; and the refusals, for more."""
     seen = _measured(jobs, [(0, 1), (2, 3), (4, 5), (6, 7), (8, 9), (1, 4), (3, 8)])
-    out = {"adapted": adapt(Stub(), seen).on_gpu("new")}
+    out = {"adapted": adapt(base, seen).on_gpu("new")}
     for n in (0, 2, len(seen)):
         for probing in (False, True):
-            m = OnlineAdapted(Stub(), "new", untrained_margin=0.4, probe_optimism=0.3)
+            m = OnlineAdapted(base, "new", untrained_margin=0.4, probe_optimism=0.3)
             m.observe(seen[:n])
             m.probing = probing
             out[f"online {m.stage} probing={probing}"] = m
@@ -53,6 +54,12 @@ def _models():
     refusals.add(jobs[0], jobs[1], 0.0)
     refusals.add(jobs[5], jobs[5], 0.0)
     out["refusing online"] = refusals.model(out["online adapted probing=False"], 1.0)
+    return out, refusals
+
+
+def _models():
+    jobs = _jobs()
+    out, refusals = _wrappers(Stub(), jobs)
     out["refusing contention"] = refusals.model(ContentionModel(), 1.0)
     return jobs, out
 
@@ -145,19 +152,7 @@ def _on_prior_corrected():
     classes the adaptation pairs hold and of others."""
     jobs = _jobs() + [SoloProfile("train", throughput=0.5 + i, batch=float(8 * (1 + i)), model_family="fam9")
                       for i in range(4)]
-    seen = _measured(jobs, [(0, 1), (2, 3), (4, 5), (6, 7), (8, 9), (1, 4), (3, 8)])
-    base = _prior_corrected()
-    out = {"adapted": adapt(base, seen).on_gpu("new")}
-    for n in (0, 2, len(seen)):
-        for probing in (False, True):
-            m = OnlineAdapted(base, "new", untrained_margin=0.4, probe_optimism=0.3)
-            m.observe(seen[:n])
-            m.probing = probing
-            out[f"online {m.stage} probing={probing}"] = m
-    refusals = Refusals()
-    refusals.add(jobs[0], jobs[1], 0.0)
-    refusals.add(jobs[5], jobs[5], 0.0)
-    out["refusing online"] = refusals.model(out["online adapted probing=False"], 1.0)
+    out, refusals = _wrappers(_prior_corrected(), jobs)
     out["refusing adapted"] = refusals.model(out["adapted"], 1.0)
     return jobs, out
 
