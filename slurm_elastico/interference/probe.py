@@ -217,9 +217,9 @@ class RefusingModel(ByScorer):
             refusing = values_against(keys, lambda ps: [profile_key(p) for p in ps], both_ways, ia, partners)
             return np.where(np.isnan(refusing), s, math.inf)
 
-        one = getattr(inner, "margin", None)  # (margins are the inner model's, pair by pair too where it has them)
+        pair = getattr(inner, "margin", None)  # (margins are the inner model's, pair by pair too where it has them)
         return Derived(inner, slow, lambda model, ia, ib, _: model.margins(ia, ib), against,
-                       None if one is None else lambda model, i, j, *_: one(i, j))
+                       None if pair is None else lambda model, i, j, *_: pair(i, j))
 
     @property
     def admission_margin(self) -> float:
