@@ -125,7 +125,8 @@ class TypeFit:
     def slowdown(self, model_s: np.ndarray, own: np.ndarray, partner: np.ndarray) -> np.ndarray:
         """Ŝ >= 1 of each pair from the model's slowdown of it, the job's own correction and its partner's."""
         # In place where the shapes allow (the planner's table of every pair: a temporary costs as its arithmetic).
-        log_s = np.log(np.maximum(np.asarray(model_s, dtype=float), 1.0))
+        log_s = np.maximum(np.asarray(model_s, dtype=float), 1.0)
+        np.log(log_s, out=log_s)
         log_s *= self.scale
         log_s += self.offset
         log_s = _add(_add(log_s, own), partner)
