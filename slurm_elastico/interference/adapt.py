@@ -179,9 +179,9 @@ class AdaptedView(ByScorer):
         t_known, t_new = self.fit.thresholds.tolist(), self.fit.thresholds_new.tolist()
         known_of = known.tolist()
 
-        def one(_, i, j, s_ij, s_ji):  # `margin` of one pair, in Python floats (the same arithmetic)
+        def one(_, i, j, s_ij, s_ji):  # `margin` of one pair, in Python floats (the same arithmetic; slowdowns >= 1)
             worst = math.nan if s_ij != s_ij or s_ji != s_ji else s_ij if s_ij > s_ji else s_ji
-            return margin_of(1.0 / worst if worst else math.inf, t_known if known_of[i] and known_of[j] else t_new)
+            return margin_of(1.0 / worst, t_known if known_of[i] and known_of[j] else t_new)
 
         def against(base, ia, partners):
             once, at = each_distinct(partners)

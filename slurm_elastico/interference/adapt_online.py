@@ -36,6 +36,7 @@ in, numbers out; the observer decides what was measured.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -153,6 +154,8 @@ class OnlineAdapted(ByScorer):
         seen = [p for o in self.measured.values() for p in (o.a, o.b)]
         keys = keys_among(inner.profiles, seen)
         known = PairValues(keys, self._measured())
+        # (the stage, read once as the view above: 1 to MIN_PAIRS − 1 pairs measured give one margin for every pair)
+        one_margin = self.fit is None and bool(self._fitting())
 
         def answer(s, measured):
             """The view's slowdowns `s` with the measured ones where there are (NaN: none), and optimism."""
@@ -168,7 +171,7 @@ class OnlineAdapted(ByScorer):
             return answer(s, known.lookup(ia, ib))
 
         def margin(view, ia, ib, _):
-            if self.fit is None and self._fitting():
+            if one_margin:
                 out = np.full(np.broadcast_shapes(np.shape(ia), np.shape(ib)), self._margin)
             else:
                 out = view.margins(ia, ib)
@@ -178,9 +181,9 @@ class OnlineAdapted(ByScorer):
             return np.where(keep, out, 0.0)
 
         def one(view, i, j, *_):  # `margin` of one pair, in Python floats
-            if self.probing or (self.measured and known.value(i, j) == known.value(i, j)):
-                return 0.0  # (a measured pair: its value is not NaN)
-            return self._margin if self.fit is None and self._fitting() else view.margin(i, j)
+            if self.probing or (self.measured and not math.isnan(known.value(i, j))):
+                return 0.0  # probing, or a measured pair
+            return self._margin if one_margin else view.margin(i, j)
 
         def against(view, ia, partners):
             measured = values_against(keys, lambda ps: keys_among(ps, seen), self._measured(), ia, partners)
