@@ -85,7 +85,7 @@ def choose(p: PriceProblem, prices: np.ndarray) -> np.ndarray:
 
 def load(p: PriceProblem, choice: np.ndarray) -> np.ndarray:
     """[R] total demand of a choice vector."""
-    return _Rounds(p, priced=False).load(choice)
+    return _Rounds(p).load(choice)
 
 
 class _Rounds:
@@ -96,17 +96,16 @@ class _Rounds:
     chosen demands are taken from the flat [G·C, R] demand and the unchosen zeroed in place (same sums as a
     masked product)."""
 
-    def __init__(self, p: PriceProblem, priced: bool = True) -> None:
+    def __init__(self, p: PriceProblem) -> None:
         j, c = p.value.shape
         g, _, r = p.demand.shape
         self.p, self.width = p, c
         self.flat = p.demand.reshape(g * c, r)
         self.starts = (np.arange(j) if p.group is None else p.group) * c  # each job's first entry in `flat`
-        if priced:
-            self.fixed = unpriced(p)  # w·(1 − v) + Γ, inf where forbidden
-            self.shapes = np.empty_like(self.fixed)  # each round's shape costs, written over
-            self.none = _none_cost(p)
-            self.first = np.arange(j) * c  # each job's first entry in `shapes`, flat
+        self.fixed = unpriced(p)  # w·(1 − v) + Γ, inf where forbidden
+        self.shapes = np.empty_like(self.fixed)  # each round's shape costs, written over
+        self.none = _none_cost(p)
+        self.first = np.arange(j) * c  # each job's first entry in `shapes`, flat
 
     def choose(self, prices: np.ndarray) -> np.ndarray:
         p = self.p
