@@ -116,17 +116,17 @@ def _raw_matrix(profiles: Sequence[SoloProfile], gpus: Sequence[str | None] | st
         return ref if math.isnan(b) else b
 
     if gpus is None or isinstance(gpus, str):
-        offsets = [offset(gpus)] * len(profiles)
+        offsets: float | np.ndarray = offset(gpus)
     else:
         if len(gpus) != len(profiles):
             raise ValueError(f"{len(gpus)} GPU types for {len(profiles)} profiles: one each, or one for all")
         at = {g: offset(g) for g in set(gpus)}  # once per GPU type, not per job
-        offsets = [at[g] for g in gpus]
+        offsets = np.array([at[g] for g in gpus], dtype=float)
     # (the fields read in C, then a column at a time: the planner encodes every shape of every family each epoch)
     x = np.array(list(map(_FIELDS, profiles)), dtype=float).reshape(-1, len(NUMERIC))
     for c in (0, 1):  # ln of the speed and the batch (math.log, not numpy's: the same number on every machine)
         x[:, c] = [_log(v) for v in x[:, c].tolist()]
-    x[:, 0] -= np.array(offsets, dtype=float)
+    x[:, 0] -= offsets
     x[:, 4] /= 1024.0
     np.clip(x[:, 5], 1, 100, out=x[:, 5])
     x[:, 5] /= 100.0
