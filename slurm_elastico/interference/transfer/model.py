@@ -115,8 +115,8 @@ class PriorCorrected:
         step = max(1, min(_ROWS, n))
         linear, both = np.empty((step, n)), np.empty((step, n))
         if prior is not None:  # the prior's few distinct rows, each spread over the columns once
-            block, at = prior[0], np.asarray(prior[1], dtype=np.int64)
-            block, spread = block.take(at, 1), np.empty((step, n))
+            at = np.asarray(prior[1], dtype=np.int64)
+            distinct_rows, spread = prior[0].take(at, 1), np.empty((step, n))
         for lo in range(0, n, step):
             hi = min(lo + step, n)
             rows, lin = table[lo:hi], linear[:hi - lo]
@@ -125,7 +125,7 @@ class PriorCorrected:
             rows += lin
             if prior is not None:
                 np.exp(rows, out=rows)
-                rows *= block.take(at[lo:hi], 0, out=spread[:hi - lo])
+                rows *= distinct_rows.take(at[lo:hi], 0, out=spread[:hi - lo])
                 np.maximum(rows, 1.0, out=rows)
         return table
 
